@@ -1,0 +1,40 @@
+# The README's two commands: `make demo` (train the toy policy, write its report) and
+# `make test` (the whole test suite, notebooks included). Both create .venv if missing.
+PYTHON ?= python3
+# The CPU build of torch; any recent torch works (e.g. TORCH="torch" for a CUDA build).
+TORCH ?= torch==2.13.0
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+# one torch thread per process: pytest-xdist already runs two processes on two cores
+TEST_ENV := GRPO_LAB_QUICK=1 OMP_NUM_THREADS=1 MPLBACKEND=Agg
+
+.PHONY: demo test env bench pretrain lab clean
+
+env: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/grpo-lab train --preset tiny_cpu --out_dir runs/demo
+
+test: $(STAMP)
+	$(TEST_ENV) $(BIN)/python -m pytest -n 2 --dist loadscope \
+		tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900
+
+pretrain: $(STAMP)
+	$(BIN)/grpo-lab pretrain
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_kv_cache.py
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,207 @@
+"""Grouping + advantage overhead per GRPO step, as a fraction of the step's time.
+
+Goal: TF-IDF K-means grouping at 256 prompts costs under 5% of a training step.
+
+One step (the denominator) is a real GRPO step of the toy policy, GPT(GPTConfig()) with
+random init: sample G completions for each of P prompts from the task mixture (KV cache),
+rewards, full-forward log-probs, the GRPO loss, backward and an AdamW step. Default
+P = 256 prompts x G = 4 completions (1024 rows): G = 8 doubles the step on 2 cores and would
+only lower the ratios. The results file records how many completions stopped (<eos>)
+before ``max_new_tokens`` and their mean length: a trained policy that stops early has a
+shorter step, so the ratios would be larger.
+
+Measured in the same run, each timed ``--reps`` times (median reported):
+  * embed, uncached: ``tfidf_embed`` fitted on the step's prompts (what
+    ``kmeans_semantic`` does when given no embeddings);
+  * embed, cached:   ``cached(fit_tfidf(mixture))`` after a warm-up pass: the prompts come
+    from a fixed set, so each vector is computed once and looked up after;
+  * K-means (k clusters, k-means++) with n_init=4 (default) and 1, and the purity each
+    reaches against the task labels on 10 random batches (cheaper must not mean worse unseen);
+  * Reclusterer assign (nearest centroid between re-fits; a re-fit costs one K-means);
+  * advantages for both combine options; diagnostics (optional logging) separately.
+
+Wall and process CPU time are both reported. On a shared machine, run with ``--threads 1``:
+a one-thread step's CPU time counts its work honestly (two spinning threads on busy cores
+were measured at 2-4x the CPU time), and the results add a pessimistic idle-machine bound.
+
+    PYTHONPATH=. .venv/bin/python bench/bench_grouping.py --threads 1   # ~25 s; writes
+                                                                         # bench/RESULTS_grouping.md
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from grpo_lab.embeddings import cached, fit_tfidf, tfidf_embed
+from grpo_lab.grouping import (PromptBatch, Reclusterer, cluster_diagnostics, grouped_advantages,
+                               kmeans_semantic, reward_group_diagnostics)
+from grpo_lab.loss import grpo_loss
+from grpo_lab.model import GPT, GPTConfig
+from grpo_lab.rollout import completion_logprobs, sample
+from grpo_lab.tasks import decode, encode, load_mixture, weighted_reward
+
+
+def timed(fn, reps: int):
+    """-> ((median wall seconds, median process CPU seconds), last result).
+
+    CPU time (all threads of this process) is reported next to wall time because the
+    machine may be shared: contention inflates wall time, mostly of the multi-threaded step.
+    """
+    wall, cpu, out = [], [], None
+    for _ in range(reps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return (statistics.median(wall), statistics.median(cpu)), out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=256, help="prompts per step")
+    ap.add_argument("--G", type=int, default=4, help="completions per prompt")
+    ap.add_argument("--k", type=int, default=7, help="K-means clusters (7 task families)")
+    ap.add_argument("--steps", type=int, default=3, help="timed GRPO steps (after 1 warm-up)")
+    ap.add_argument("--reps", type=int, default=10, help="repetitions of each grouping timing")
+    ap.add_argument("--max-new-tokens", type=int, default=7)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads for the step (0: torch's default); 1 makes the step's "
+                         "CPU time an honest count of its work on a shared machine")
+    ap.add_argument("--out", default=str(Path(__file__).with_name("RESULTS_grouping.md")))
+    args = ap.parse_args(argv)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    pool = load_mixture()
+    model = GPT(GPTConfig())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(args.seed)
+
+    def grpo_step(examples):
+        r = sample(model, [encode(e.prompt) for e in examples], args.G, args.max_new_tokens,
+                   generator=gen)                                          # N = P*G rows
+        rows = [examples[i] for i in r.prompt_index.tolist()]
+        texts = [decode(c) for c in r.completion_ids.tolist()]
+        rewards, _ = weighted_reward(texts, rows, {"partial": 1.0, "format": 0.1},
+                                     r.stopped.tolist())                   # (N,)
+        adv = grouped_advantages(np.arange(len(examples)), r.prompt_index, rewards)  # (N,)
+        logp = completion_logprobs(model.train(), r)                      # (N, Tc)
+        loss, _ = grpo_loss(logp, r.logprobs, None, adv, r.completion_mask)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return r, rewards
+
+    batches = [rng.sample(pool, args.prompts) for _ in range(args.steps + 1)]
+    load_before = os.getloadavg()[0]
+    grpo_step(batches[0])                                                   # warm-up
+    it = iter(batches[1:])
+    step, (r, rewards) = timed(lambda: grpo_step(next(it)), args.steps)
+
+    prompts = [e.prompt for e in batches[-1]]
+    tasks = [e.task for e in batches[-1]]
+    embed_fixed = cached(fit_tfidf([e.prompt for e in pool]))
+    embed_fixed([e.prompt for e in pool])                                  # fill the cache
+    t_embed, X_unc = timed(lambda: tfidf_embed(prompts), args.reps)
+    t_embed_c, X = timed(lambda: embed_fixed(prompts), args.reps)
+    t_km, ids = timed(lambda: kmeans_semantic(PromptBatch(prompts, embeddings=X), args.k,
+                                              seed=args.seed), args.reps)
+    t_km1, _ = timed(lambda: kmeans_semantic(PromptBatch(prompts, embeddings=X), args.k,
+                                             seed=args.seed, n_init=1), args.reps)
+    purity = {n: [] for n in (1, 4)}                                       # quality of each
+    for s in range(10):                                                    # on 10 batches
+        ex = random.Random(1000 + s).sample(pool, args.prompts)
+        b = PromptBatch([e.prompt for e in ex], embeddings=embed_fixed([e.prompt for e in ex]))
+        for n in purity:
+            g = kmeans_semantic(b, args.k, seed=s, n_init=n)
+            purity[n].append(cluster_diagnostics(b.prompts, g, [e.task for e in ex])["group/purity"])
+    rc = Reclusterer(k=args.k, every=10, seed=args.seed)
+    rc.refit(X)
+    t_assign, _ = timed(lambda: rc.assign(X), args.reps)
+    t_adv, _ = timed(lambda: grouped_advantages(ids, r.prompt_index, rewards, "cluster"), args.reps)
+    t_adv_p, _ = timed(lambda: grouped_advantages(ids, r.prompt_index, rewards,
+                                                  "within_prompt_pooled_std"), args.reps)
+    t_diag, diag = timed(lambda: {**reward_group_diagnostics(rewards, ids[r.prompt_index]),
+                                  **cluster_diagnostics(prompts, ids, tasks, X)}, args.reps)
+    add = lambda *ts: tuple(map(sum, zip(*ts)))                             # (wall, cpu)
+    t_unc = add(t_embed, t_km, t_adv)
+    t_cached = add(t_embed_c, t_km, t_adv)
+    t_recl = add(t_embed_c, tuple(x / 10 for x in t_km),                   # re-fit every 10
+                 tuple(9 * x / 10 for x in t_assign), t_adv)              # steps, amortised
+    load_after = os.getloadavg()[0]
+    share = lambda t: f"{100 * t[0] / step[0]:.2f}% | {100 * t[1] / step[1]:.2f}%"
+
+    rows = [
+        ("GRPO step (sample + rewards + logprobs + loss + backward + AdamW)", step),
+        ("TF-IDF embed, uncached (fit on the step's prompts)", t_embed),
+        ("TF-IDF embed, cached (fixed fit, lookup)", t_embed_c),
+        (f"K-means k={args.k}, n_init=4 (default)", t_km),
+        (f"K-means k={args.k}, n_init=1", t_km1),
+        ("Reclusterer.assign (between re-fits)", t_assign),
+        ("advantages, combine=cluster (grpo)", t_adv),
+        ("advantages, combine=within_prompt_pooled_std", t_adv_p),
+        ("diagnostics (reward groups + cluster quality; optional logging)", t_diag),
+    ]
+    ratios = [
+        ("uncached embed + K-means + advantages", t_unc),
+        ("cached embed + K-means + advantages", t_cached),
+        ("cached embed + K-means n_init=1 + advantages", add(t_embed_c, t_km1, t_adv)),
+        ("cached embed + Reclusterer (re-fit every 10 steps, amortised) + advantages", t_recl),
+    ]
+    cmd = "PYTHONPATH=. " + " ".join([".venv/bin/python", "bench/bench_grouping.py"]
+                                     + (argv if argv is not None else sys.argv[1:]))
+    lines = [
+        "# Grouping overhead per GRPO step", "", "```", cmd, "```", "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), Python {platform.python_version()}.", "",
+        f"Step: {args.prompts} prompts x G={args.G} = {args.prompts * args.G} rows from the task "
+        f"mixture, max_new_tokens={args.max_new_tokens}, toy GPT ({model.num_params():,} params, "
+        f"random init); {100 * float(r.stopped.float().mean()):.0f}% of completions emitted <eos>, "
+        f"mean length {float(r.completion_mask.sum(1).float().mean()):.1f} tokens; "
+        f"median of {args.steps} steps. Grouping timings: median of {args.reps} "
+        f"repetitions. Load average (1 min) {load_before:.1f} before, {load_after:.1f} after: "
+        f"above {os.cpu_count()} means other processes shared the CPUs, which inflates the "
+        f"multi-threaded step's wall time most; the CPU-time share is the steadier figure.", "",
+        "| part | wall (ms) | CPU (ms) | share of step, wall | share, CPU |",
+        "|---|---:|---:|---:|---:|",
+        *[f"| {name} | {t[0] * 1e3:.2f} | {t[1] * 1e3:.2f} | {share(t)} |" for name, t in rows],
+        "", "| grouping + advantages per step | wall (ms) | CPU (ms) | share, wall | share, CPU "
+        "| goal < 5% (both) |", "|---|---:|---:|---:|---:|---|",
+        *[f"| {name} | {t[0] * 1e3:.2f} | {t[1] * 1e3:.2f} | {share(t)} | "
+          f"{'met' if max(t[0] / step[0], t[1] / step[1]) < 0.05 else 'NOT met'} |"
+          for name, t in ratios],
+        "", f"Idle-machine bound: if the step's CPU time spread perfectly over all "
+        f"{os.cpu_count()} cores, a step would take {step[1] / os.cpu_count() * 1e3:.0f} ms and "
+        f"the uncached grouping (one thread, its CPU time) {100 * t_unc[1] * os.cpu_count() / step[1]:.2f}% "
+        f"of it, the cached one {100 * t_cached[1] * os.cpu_count() / step[1]:.2f}%, the "
+        f"Reclusterer path {100 * t_recl[1] * os.cpu_count() / step[1]:.2f}% (pessimistic: no "
+        f"real step scales perfectly).",
+        "", "Purity against the task labels over 10 random batches (min / mean): "
+        + ", ".join(f"n_init={n}: {min(v):.3f} / {np.mean(v):.3f}" for n, v in purity.items())
+        + ".",
+        "", f"Diagnostics on the last step's K-means groups: "
+        + ", ".join(f"`{k}` = {v:.3f}" for k, v in diag.items()) + ".", "",
+        "Notes: the uncached TF-IDF embedder is refitted on every batch (its vectors live in a "
+        "new space each step); the cached one is fitted once on the mixture, so a prompt's "
+        "vector is computed once. K-means and the silhouette run on one thread "
+        "(grouping._kmeans explains why); the step uses the torch threads named above.",
+    ]
+    text = "\n".join(lines) + "\n"
+    Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Group-relative advantages: each sample's reward judged against its group.
+
+GRPO (DeepSeekMath sec. 4.1.2, outcome supervision) sets every token's advantage to the
+sample's normalised reward A_i = (r_i - mean(r_group)) / std(r_group): the group is the
+baseline, so no value network is needed. Siblings with one signature
+``(rewards (N,), group_ids (N,)) -> advantages (N,)``:
+
+  * ``grpo``:    (r - mean) / (std + eps), std with Bessel's correction (as TRL).
+  * ``dr_grpo``: r - mean (Dr. GRPO, Liu et al. 2025: dividing by std biases towards
+                 questions that are too easy or too hard).
+  * ``rloo``:    r_i - mean of the *other* members (Ahmadian et al. 2024),
+                 equal to n/(n-1) * (r - mean).
+
+``group_ids`` are any integers; samples sharing an id form a group, of any size, so the
+same functions serve canonical per-prompt groups and the grouping strategies of
+``grouping.py``. A group whose rewards are all equal, or a group of one, gets advantage
+0, never NaN.
+"""
+from __future__ import annotations
+
+import torch
+
+EPS = 1e-4
+
+
+def group_stats(rewards: torch.Tensor, group_ids: torch.Tensor):
+    """-> (inverse (N,), count (K,), mean (K,), unbiased std (K,)) per group id."""
+    _check(rewards, group_ids)
+    _, inv = torch.unique(group_ids, return_inverse=True)                 # (N,) in 0..K-1
+    K = int(inv.max()) + 1
+    r = rewards.double()
+    count = torch.zeros(K, dtype=torch.float64).index_add_(0, inv, torch.ones_like(r))   # (K,)
+    mean = torch.zeros(K, dtype=torch.float64).index_add_(0, inv, r) / count            # (K,)
+    sq = torch.zeros(K, dtype=torch.float64).index_add_(0, inv, (r - mean[inv]) ** 2)  # (K,)
+    std = (sq / (count - 1).clamp(min=1)).sqrt()                          # (K,), 0 for size 1
+    return inv, count, mean, std
+
+
+def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = EPS):
+    inv, _, mean, std = group_stats(rewards, group_ids)
+    adv = (rewards.double() - mean[inv]) / (std[inv] + eps)                # (N,)
+    return adv.to(rewards.dtype)
+
+
+def dr_grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor):
+    inv, _, mean, _ = group_stats(rewards, group_ids)
+    return (rewards.double() - mean[inv]).to(rewards.dtype)                # (N,)
+
+
+def rloo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor):
+    inv, count, mean, _ = group_stats(rewards, group_ids)
+    n = count[inv]                                                         # (N,)
+    scale = torch.where(n > 1, n / (n - 1).clamp(min=1), torch.zeros_like(n))
+    return (scale * (rewards.double() - mean[inv])).to(rewards.dtype)     # (N,)
+
+
+def process_advantages(step_rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor,
+                       eps: float = EPS) -> torch.Tensor:
+    """Process supervision (DeepSeekMath sec. 4.1.3): a reward per step, not per sample.
+
+    step_rewards, mask: (N, T), one step per completion token. Each step reward is
+    normalised with the mean and std of *all* steps of its group; a token's advantage is
+    the sum of the normalised rewards of its own and all later steps:
+        A_it = sum_{j >= t} (r_ij - mean(R_g)) / (std(R_g) + eps)
+    Returns (N, T), 0 on padding. Not in ``ADVANTAGES``: it needs per-step rewards.
+    """
+    if step_rewards.shape != mask.shape or step_rewards.dim() != 2:
+        raise ValueError(f"step_rewards {tuple(step_rewards.shape)} and mask "
+                         f"{tuple(mask.shape)} must be one (N, T) shape")
+    if group_ids.shape != step_rewards.shape[:1]:
+        raise ValueError(f"group_ids {tuple(group_ids.shape)} must be (N,) = "
+                         f"({step_rewards.shape[0]},)")
+    m = mask.bool()
+    flat_ids = group_ids[:, None].expand_as(step_rewards)[m]               # (S,) real steps
+    inv, _, mean, std = group_stats(step_rewards[m], flat_ids)             # per group
+    norm = torch.zeros_like(step_rewards, dtype=torch.float64)             # (N, T)
+    norm[m] = (step_rewards[m].double() - mean[inv]) / (std[inv] + eps)
+    adv = norm.flip(1).cumsum(1).flip(1)                                   # (N, T) sum_{j>=t}
+    return adv.masked_fill(~m, 0.0).to(step_rewards.dtype)
+
+
+ADVANTAGES = {
+    "grpo": grpo_advantages,
+    "dr_grpo": dr_grpo_advantages,
+    "rloo": rloo_advantages,
+}
+
+
+def _check(rewards: torch.Tensor, group_ids: torch.Tensor) -> None:
+    if rewards.dim() != 1 or group_ids.dim() != 1 or rewards.shape != group_ids.shape:
+        raise ValueError(f"rewards and group_ids must be 1-D of one length, got shapes "
+                         f"{tuple(rewards.shape)} and {tuple(group_ids.shape)}")
+    if rewards.numel() == 0:
+        raise ValueError("no rewards (empty tensor)")
+    if group_ids.is_floating_point():
+        raise ValueError(f"group_ids must be integers, got dtype {group_ids.dtype}")
+    bad = (~torch.isfinite(rewards)).nonzero().flatten()
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"reward of sample {i} is {float(rewards[i])} "
+                         f"({len(bad)} non-finite rewards in all)")
+
+
+# ---------------------------------------------------------------- more estimators
+# Appended for the grouping lab; same signature, registered in ADVANTAGES below.
+#   * ``rank``:      rank-based, robust to the reward's scale and outliers. Within a group
+#                    of n, rank_i = 1 + #{r_j < r_i} + (#{r_j == r_i} - 1) / 2 (ties get
+#                    their average rank), then A_i = 2 (rank_i - 1) / (n - 1) - 1 in [-1, 1].
+#                    Average ranks sum to n (n + 1) / 2, so A is centred per group; all-equal
+#                    rewards and groups of one give 0. Pairwise (N, N) comparison: plain,
+#                    O(N^2) memory, fine for the few thousand rows of a step.
+#   * ``batch_std``: REINFORCE++-baseline (Hu et al. 2025): subtract the group mean, divide
+#                    by the std (Bessel) of those centred rewards over the whole batch, so a
+#                    group of near-equal rewards is not blown up as by a per-group std.
+#                    (Lite PPO, Liu et al. 2025, divides by the batch std of the raw rewards
+#                    instead; with per-prompt groups the two differ by the between-group part.)
+def rank_advantages(rewards: torch.Tensor, group_ids: torch.Tensor):
+    inv, count, _, _ = group_stats(rewards, group_ids)
+    r = rewards.double()
+    same = inv[:, None] == inv[None, :]                                    # (N, N)
+    below = ((r[None, :] < r[:, None]) & same).sum(1)                      # (N,)
+    ties = ((r[None, :] == r[:, None]) & same).sum(1)                      # (N,) self included
+    rank = 1 + below + (ties - 1) / 2                                      # (N,) 1..n
+    n = count[inv]                                                         # (N,)
+    adv = torch.where(n > 1, 2 * (rank - 1) / (n - 1).clamp(min=1) - 1, torch.zeros_like(n))
+    return adv.to(rewards.dtype)                                           # (N,)
+
+
+def batch_std_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = EPS):
+    centred = dr_grpo_advantages(rewards, group_ids).double()              # (N,) r - mean_group
+    std = centred.std() if centred.numel() > 1 else centred.new_zeros(())  # () over the batch
+    return (centred / (std + eps)).to(rewards.dtype)                       # (N,)
+
+
+ADVANTAGES.update({"rank": rank_advantages, "batch_std": batch_std_advantages})

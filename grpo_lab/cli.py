@@ -1,0 +1,101 @@
+"""``grpo-lab`` command line, generated from the config dataclasses.
+
+Every field of ``TrainConfig`` / ``PretrainConfig`` becomes a ``--flag`` whose help is the
+docstring under the field, so the CLI and the configs cannot drift apart.
+
+    grpo-lab train [--preset tiny_cpu] [--resume] [--FIELD VALUE ...]
+    grpo-lab eval --checkpoint PATH [--task addition]
+    grpo-lab pretrain [--FIELD VALUE ...]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from grpo_lab.config import PRESETS, PretrainConfig, TrainConfig, field_docs, preset, to_dict
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """``"accuracy=1,format=0.1"`` -> {"accuracy": 1.0, "format": 0.1}."""
+    out = {}
+    for part in text.split(","):
+        name, sep, val = part.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"expected name=weight, got {part!r}")
+        try:
+            out[name.strip()] = float(val)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"weight of {name!r} is not a number: {val!r}")
+    return out
+
+
+def add_config_args(parser: argparse.ArgumentParser, cls) -> None:
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        kind = {dict: parse_weights, bool: lambda s: s.lower() in ("1", "true", "yes")}.get(
+            type(default), type(default))
+        shown = ",".join(f"{k}={v}" for k, v in default.items()) if isinstance(default, dict) \
+            else default
+        parser.add_argument(f"--{f.name}", type=kind, default=None,
+                            help=f"{docs.get(f.name, '')} (default: {shown})")
+
+
+def overrides(args, cls) -> dict:
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+            if getattr(args, f.name) is not None}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="grpo-lab", description="GRPO workbench")
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train the policy with GRPO and write its report")
+    t.add_argument("--preset", default="tiny_cpu", choices=sorted(PRESETS),
+                   help="named preset whose values the other flags override")
+    t.add_argument("--resume", action="store_true",
+                   help="continue exactly from out_dir/checkpoint.safetensors")
+    add_config_args(t, TrainConfig)
+    e = sub.add_parser("eval", help="held-out greedy accuracy of a policy or training checkpoint")
+    e.add_argument("--checkpoint", default="data/base_policy.safetensors")
+    e.add_argument("--task", default="addition")
+    e.add_argument("--eval_size", type=int, default=200)
+    pre = sub.add_parser("pretrain", help="supervised warm-up of the base policy")
+    add_config_args(pre, PretrainConfig)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            from grpo_lab.report import write_report
+            from grpo_lab.trainer import train
+
+            cfg = preset(args.preset, **overrides(args, TrainConfig))
+            history = train(cfg, resume=args.resume)
+            md = write_report(history, cfg.out_dir, to_dict(cfg))
+            print(md.read_text().split("![")[0].strip())
+            print(f"report: {md} and {md.with_suffix('.png')}")
+        elif args.command == "eval":
+            from grpo_lab.tasks import get_task, load_eval
+            from grpo_lab.trainer import evaluate, load_policy_any
+
+            model = load_policy_any(args.checkpoint)
+            exs = load_eval(args.task)[:args.eval_size]
+            res = evaluate(model, exs, TrainConfig().reward_weights,
+                           get_task(args.task).max_answer_len + 2)
+            print(json.dumps({"checkpoint": args.checkpoint, "task": args.task, **res}))
+        elif args.command == "pretrain":
+            from grpo_lab.pretrain import main as pretrain_main
+
+            pretrain_main(PretrainConfig(**overrides(args, PretrainConfig)))
+    except (ValueError, FileNotFoundError) as e:
+        print(f"grpo-lab: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

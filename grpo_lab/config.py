@@ -1,0 +1,185 @@
+"""Configs: one flat dataclass per concern, a docstring under each field.
+
+The docstrings are the documentation: ``grpo-lab train --help`` prints them (the CLI is
+generated from these classes by ``cli.py``) and notebooks build the same objects.
+Presets give sizes for scale: ``tiny_cpu`` (the default demo), ``quick`` (tests and
+notebooks in CI).
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+from dataclasses import dataclass, field
+
+from grpo_lab.advantages import ADVANTAGES
+from grpo_lab.loss import AGGREGATIONS
+from grpo_lab.tasks import REWARDS, TASKS
+
+
+@dataclass
+class TrainConfig:
+    task: str = "addition"
+    """Task to train and evaluate on (one of tasks.TASKS)."""
+    base_checkpoint: str = "data/base_policy.safetensors"
+    """Policy to start from; also the frozen reference policy for the KL term."""
+    out_dir: str = "runs/demo"
+    """Folder for metrics.jsonl, checkpoint.safetensors, report.png and report.md."""
+    steps: int = 600
+    """Number of GRPO steps (each: one rollout, mu policy updates)."""
+    time_budget_s: float = 300.0
+    """Stop after this many seconds of training (0 = no limit); the last step finishes."""
+    train_pool: int = 0
+    """Draw training prompts from a fixed pool of this many (a finite training set, as
+    GSM8K is); 0 = fresh prompts from the task's generator every step."""
+    prompts_per_step: int = 16
+    """B: prompts sampled per step."""
+    group_size: int = 8
+    """G: completions sampled per prompt (GRPO needs G >= 2)."""
+    max_new_tokens: int = 0
+    """Longest completion; 0 = the task's longest answer + 2."""
+    temperature: float = 1.0
+    """Sampling temperature; the loss scores tokens at the same temperature."""
+    top_k: int = 0
+    """Sample only from the k most likely tokens (0 = off)."""
+    lr: float = 3e-4
+    """AdamW learning rate."""
+    warmup_steps: int = 20
+    """Linear learning-rate warm-up from 0 over this many steps (Adam's first steps on a
+    pretrained policy are otherwise a shock)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 = off)."""
+    mu: int = 1
+    """Policy updates per rollout (DeepSeekMath's mu); old log-probs come from the rollout."""
+    eps_low: float = 0.2
+    """Lower clip range: ratios below 1 - eps_low stop pushing a negative advantage."""
+    eps_high: float = 0.28
+    """Upper clip range (DAPO's clip-higher uses 0.28 > 0.2)."""
+    beta: float = 0.02
+    """Weight of the k3 KL penalty to the reference policy (0 skips the reference forward)."""
+    advantage: str = "grpo"
+    """Group-relative advantage estimator (one of advantages.ADVANTAGES)."""
+    supervision: str = "outcome"
+    """"outcome": one reward per completion, its advantage on every token (DeepSeekMath
+    4.1.2); "process": a reward per answer character (tasks.step_rewards), advantages
+    from advantages.process_advantages (4.1.3)."""
+    aggregation: str = "seq_mean_token_mean"
+    """Loss aggregation (one of loss.AGGREGATIONS)."""
+    reward_weights: dict = field(default_factory=lambda: {"accuracy": 1.0, "partial": 0.5,
+                                                          "format": 0.1})
+    """Weights of the reward functions, as name=weight pairs (names from tasks.REWARDS)."""
+    eval_every: int = 25
+    """Evaluate greedy accuracy on the held-out set every this many steps (0 = only at the ends)."""
+    eval_size: int = 200
+    """How many held-out examples to evaluate on (from data/eval_<task>.jsonl)."""
+    ckpt_every: int = 50
+    """Write the checkpoint every this many steps (and at the end)."""
+    seed: int = 0
+    """Seed of prompt draws and sampling; step s uses seeds derived from (seed, s)."""
+    threads: int = 0
+    """torch CPU threads (0 = torch's default)."""
+
+    def __post_init__(self):
+        _positive(self, "steps", "prompts_per_step", "mu", "eval_size", "ckpt_every")
+        _nonnegative(self, "time_budget_s", "warmup_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
+                     "grad_clip", "beta", "eval_every", "threads")
+        if self.group_size < 2:
+            raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
+                             f"got {self.group_size}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
+            raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, "
+                             f"got eps_low={self.eps_low}, eps_high={self.eps_high}")
+        _member(self.task, TASKS, "task")
+        _member(self.advantage, ADVANTAGES, "advantage")
+        _member(self.aggregation, AGGREGATIONS, "aggregation")
+        _member(self.supervision, ("outcome", "process"), "supervision")
+        if not self.reward_weights:
+            raise ValueError("reward_weights is empty")
+        for name in self.reward_weights:
+            _member(name, REWARDS, "reward function")
+
+
+@dataclass
+class PretrainConfig:
+    tasks: str = "addition,sort,reverse"
+    """Comma-separated tasks whose demonstrations the base policy is trained on."""
+    out: str = "data/base_policy.safetensors"
+    """Where to write the base policy."""
+    steps: int = 1500
+    """Supervised steps; deliberately few, so the base is only partly competent."""
+    batch_size: int = 64
+    """Demonstrations per step."""
+    lr: float = 2e-3
+    """AdamW learning rate (cosine decay to 10%)."""
+    n_layer: int = 3
+    """Transformer blocks."""
+    n_head: int = 4
+    """Attention heads."""
+    n_embd: int = 96
+    """Width of the residual stream."""
+    block_size: int = 32
+    """Longest sequence the policy handles."""
+    seed: int = 0
+    """Seed of initialisation and data order."""
+    threads: int = 0
+    """torch CPU threads (0 = torch's default)."""
+
+    def __post_init__(self):
+        _positive(self, "steps", "batch_size", "n_layer", "n_head", "n_embd", "block_size")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        for t in self.tasks.split(","):
+            _member(t, TASKS, "task")
+
+
+PRESETS: dict[str, dict] = {
+    "tiny_cpu": {},  # the defaults: the README's demo, under 5 minutes on 2 cores
+    "quick": {"steps": 30, "time_budget_s": 0.0, "prompts_per_step": 8, "group_size": 4,
+              "eval_every": 10, "eval_size": 50, "ckpt_every": 10},
+}
+
+
+def preset(name: str, **overrides) -> TrainConfig:
+    """A TrainConfig from a named preset, with field overrides."""
+    _member(name, PRESETS, "preset")
+    return TrainConfig(**{**PRESETS[name], **overrides})
+
+
+def field_docs(cls) -> dict[str, str]:
+    """Field name -> the docstring written under it in the class body."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def _positive(cfg, *names):
+    for n in names:
+        if not getattr(cfg, n) > 0:
+            raise ValueError(f"{type(cfg).__name__}.{n} must be > 0, got {getattr(cfg, n)!r}")
+
+
+def _nonnegative(cfg, *names):
+    for n in names:
+        if not getattr(cfg, n) >= 0:
+            raise ValueError(f"{type(cfg).__name__}.{n} must be >= 0, got {getattr(cfg, n)!r}")
+
+
+def _member(value, known, what):
+    if value not in known:
+        raise ValueError(f"unknown {what} {value!r}; known: {sorted(known)}")

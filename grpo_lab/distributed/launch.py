@@ -1,0 +1,177 @@
+"""Process groups for grpo_lab: under ``torchrun`` (env vars) or ``spawn`` (tests, notebooks).
+
+Two ways in, one group out:
+
+  * ``init_from_env()``: the process was started by ``torchrun --nproc_per_node=N``, which sets
+    RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. Multi-node is torchrun's job.
+  * ``spawn(fn, world_size, args)``: starts ``world_size`` fresh processes on this machine with
+    ``torch.multiprocessing``, sets MASTER_ADDR=127.0.0.1 and a free port, joins the group,
+    runs ``fn(rank, world_size, *args)``, destroys the group, and returns every rank's return
+    value to the parent as a list (rank order).
+
+Backend: NCCL when CUDA has a device for every local rank, gloo otherwise (CPU). Tensors then
+live on ``device_for(rank)``: ``cuda:<local rank>`` under NCCL, ``cpu`` under gloo.
+
+Faults, the part that is easy to get wrong: a collective whose peer died or never arrives
+blocks until the group's ``timeout``; torch's default is 10 to 30 minutes, which in a notebook
+looks like a hang. ``timeout_s`` (default 60 s) is passed to ``init_process_group``, so a
+stuck collective raises in every surviving rank within about that time. In the parent,
+``spawn`` watches the children: the first rank that raises or dies ends the run; the others
+are terminated, and the parent raises ``RankFailedError`` whose message names the rank and
+carries its traceback. An optional ``run_timeout_s`` bounds the whole run (a rank stuck in
+plain Python code, not in a collective, is not covered by the collective timeout).
+
+Threads: under gloo each spawned rank gets cpu_count // world_size torch threads (unless
+OMP_NUM_THREADS is set); torch's default of all cores per process oversubscribes the CPU,
+which made a 2-rank test run about 4x slower on a busy 2-core machine.
+
+Return values travel back through files in a temporary directory written with ``torch.save``
+(our own files, read once by the parent): a queue would need the parent to drain it while
+the children run, and tensors sent through a torch queue live in the sender's shared memory,
+which vanishes when the sender exits.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+class RankFailedError(RuntimeError):
+    """A spawned rank raised, died, or the run passed ``run_timeout_s``; ``.rank`` names it."""
+
+    def __init__(self, rank: int | None, message: str):
+        super().__init__(message)
+        self.rank = rank
+
+
+def pick_backend(world_size: int) -> str:
+    """'nccl' if CUDA offers a device per rank on this machine, else 'gloo'."""
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
+        return "nccl"
+    return "gloo"
+
+
+def device_for(rank: int, backend: str) -> torch.device:
+    """Where this rank's tensors live: its own GPU under NCCL, the CPU under gloo."""
+    if backend == "nccl":
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1 (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_from_env(backend: str | None = None, timeout_s: float = 60.0):
+    """Join the group torchrun described in the environment -> (rank, world_size, device)."""
+    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise RuntimeError(f"init_from_env: environment variables {missing} are not set; "
+                           f"start with `torchrun --nproc_per_node=N script.py` or use spawn()")
+    world_size = int(os.environ["WORLD_SIZE"])
+    backend = backend or pick_backend(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+    local_rank = int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
+    device = device_for(local_rank, backend)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def _worker(rank, fn, world_size, port, backend, timeout_s, args, out_dir):
+    if backend == "gloo" and "OMP_NUM_THREADS" not in os.environ:
+        # ranks share the CPU cores; torch's default (all cores each) oversubscribes them
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    os.environ["RANK"] = str(rank)
+    os.environ["LOCAL_RANK"] = str(rank)
+    os.environ["WORLD_SIZE"] = str(world_size)
+    device = device_for(rank, backend)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=timeout_s))
+    try:
+        result = fn(rank, world_size, *args)
+        torch.save(result, Path(out_dir) / f"rank{rank}.pt")
+    except BaseException as e:  # record before the socket closes: the parent needs the first cause
+        record = {"time": time.time(), "type": type(e).__name__, "message": str(e),
+                  "traceback": traceback.format_exc()}
+        (Path(out_dir) / f"rank{rank}.err.json").write_text(json.dumps(record))
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def _first_failure(out_dir, world_size, backend, exc) -> RankFailedError:
+    """The earliest recorded error is the cause; the others are usually its echo
+    ('Connection closed by peer', 'Timed out waiting ...') in the ranks that waited on it."""
+    records = {}
+    for r in range(world_size):
+        f = Path(out_dir) / f"rank{r}.err.json"
+        if f.exists():
+            records[r] = json.loads(f.read_text())
+    if not records:  # died without raising (killed, segfault, bad import in the child)
+        code = getattr(exc, "exit_code", None)
+        return RankFailedError(exc.error_index, f"rank {exc.error_index} of {world_size} died "
+                               f"(exit code {code}, backend {backend}): {exc}")
+    rank = min(records, key=lambda r: records[r]["time"])
+    rec = records[rank]
+    echoes = [f"rank {r}: {records[r]['type']}: {records[r]['message'][:200]}"
+              for r in sorted(records) if r != rank]
+    silent = [r for r in range(world_size) if r not in records]
+    msg = (f"rank {rank} of {world_size} raised {rec['type']}: {rec['message']} "
+           f"(backend {backend})\n{rec['traceback']}")
+    if echoes:
+        msg += "then: " + "; ".join(echoes) + "\n"
+    if silent:
+        msg += f"ranks {silent} had not failed (still running or stuck) and were terminated\n"
+    return RankFailedError(rank, msg)
+
+
+def spawn(fn, world_size: int, args: tuple = (), backend: str | None = None,
+          timeout_s: float = 60.0, run_timeout_s: float | None = None) -> list:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` new processes -> results by rank.
+
+    ``fn`` must be importable (a module-level function): processes are started with the
+    'spawn' method. ``timeout_s`` bounds each collective; ``run_timeout_s`` (None: no bound)
+    bounds the whole run. Raises ``RankFailedError`` naming the first rank that failed.
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    backend = backend or pick_backend(world_size)
+    with tempfile.TemporaryDirectory(prefix="grpo_lab_spawn_") as out_dir:
+        ctx = mp.start_processes(_worker, nprocs=world_size, join=False, start_method="spawn",
+                                 args=(fn, world_size, free_port(), backend, timeout_s,
+                                       tuple(args), out_dir))
+        deadline = None if run_timeout_s is None else time.monotonic() + run_timeout_s
+        try:
+            while not ctx.join(timeout=0.2):
+                if deadline is not None and time.monotonic() > deadline:
+                    alive = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
+                    for p in ctx.processes:
+                        if p.is_alive():
+                            p.terminate()
+                    raise RankFailedError(alive[0] if alive else None,
+                                          f"run passed run_timeout_s={run_timeout_s}; "
+                                          f"ranks {alive} of {world_size} were still running")
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
+            raise _first_failure(out_dir, world_size, backend, e) from None
+        paths = [Path(out_dir) / f"rank{r}.pt" for r in range(world_size)]
+        return [torch.load(p, weights_only=False) for p in paths]

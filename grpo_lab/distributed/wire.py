@@ -1,0 +1,168 @@
+"""The wire format of the compression protocol: compressed tensors as real, checked bytes.
+
+One message carries the gradients of one step (all little-endian):
+
+    header   magic b"GLCP" (4) | version u8 | reserved u8 | tensors u16 | step u32       12 bytes
+    record   name_len u16 | name (utf-8) | kind u8 | format u8 | codec u8 | ndim u8
+             | shape u32 x ndim | block u32 | scales u32 | k u32 | values_len u32
+             | index_len u32 | scale f32 x scales | values | index                 26 + ... bytes
+    trailer  crc32 of everything before it, u32                                       4 bytes
+
+``kind`` is dense (every element, in ``format``: fp32 | fp16 | bf16 | e4m3 | e5m2, FP8 with
+one scale per ``block`` elements, block 0 = one per tensor) or topk (k fp32 values, then the k
+positions coded by ``codec``, one of ``codecs.CODECS``). The overhead is 16 bytes a message
+plus 26 + len(name) + 4 * (ndim + scales) bytes a tensor: about 50 bytes for a 2-D weight.
+
+``unpack`` checks, before trusting any field: length, magic, version, the CRC-32 (which catches
+every burst error up to 32 bits and all but 2^-32 of random corruption), then every field's
+range and every length against the bytes present; any failure raises ``WireError`` naming the
+offending value. The ids below are part of the format: append, never reorder (bump VERSION).
+"""
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from typing import NamedTuple
+
+import numpy as np
+
+MAGIC = b"GLCP"
+VERSION = 1
+KINDS = ("dense", "topk")
+FORMATS = ("fp32", "fp16", "bf16", "e4m3", "e5m2")
+FORMAT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1}
+CODEC_IDS = ("raw_int32", "huffman", "rice", "ans", "zstd")
+NO_CODEC = 255
+MAX_NDIM = 8
+_HEAD = struct.Struct("<4sBBHI")
+_REC = struct.Struct("<BBBB")
+_SIZES = struct.Struct("<IIIII")
+
+
+class WireError(ValueError):
+    """Bytes that are not a valid message of this format (corrupt, truncated or foreign)."""
+
+
+class TensorRecord(NamedTuple):
+    """One compressed tensor as it travels; ``scales`` (float32) only for FP8."""
+    name: str
+    kind: str                  # "dense" | "topk"
+    format: str                # value format: fp32 | fp16 | bf16 | e4m3 | e5m2
+    codec: str | None          # index codec for topk, None for dense
+    shape: tuple
+    block: int                 # FP8 elements per scale, 0 = per tensor
+    scales: np.ndarray         # (n_scales,) float32
+    k: int                     # kept entries (topk); numel for dense
+    values: bytes
+    index: bytes
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def expected_scales(fmt: str, numel: int, block: int) -> int:
+    """FP8 carries ceil(numel / block) scales (one if block is 0); other formats none."""
+    if fmt not in ("e4m3", "e5m2") or numel == 0:
+        return 0
+    return 1 if block == 0 else -(-numel // block)
+
+
+def pack(records: list[TensorRecord], step: int = 0) -> bytes:
+    out = [_HEAD.pack(MAGIC, VERSION, 0, len(records), step % 2 ** 32)]
+    for r in records:
+        name = r.name.encode("utf-8")
+        scales = np.asarray(r.scales, "<f4")
+        out += [struct.pack("<H", len(name)), name,
+                _REC.pack(KINDS.index(r.kind), FORMATS.index(r.format),
+                          NO_CODEC if r.codec is None else CODEC_IDS.index(r.codec), len(r.shape)),
+                struct.pack(f"<{len(r.shape)}I", *r.shape),
+                _SIZES.pack(r.block, len(scales), r.k, len(r.values), len(r.index)),
+                scales.tobytes(), bytes(r.values), bytes(r.index)]
+    body = b"".join(out)
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+class _Reader:
+    """Reads fields off a buffer; any read past the end is a WireError, never an IndexError."""
+
+    def __init__(self, buf: bytes, end: int):
+        self.buf, self.pos, self.end = buf, 0, end
+
+    def take(self, size: int, what: str) -> bytes:
+        if size < 0 or self.pos + size > self.end:
+            raise WireError(f"message truncated: {what} needs {size} bytes at offset {self.pos}, "
+                            f"{self.end - self.pos} left")
+        chunk = self.buf[self.pos:self.pos + size]
+        self.pos += size
+        return chunk
+
+    def unpack(self, st: struct.Struct | str, what: str) -> tuple:
+        st = struct.Struct(st) if isinstance(st, str) else st
+        return st.unpack(self.take(st.size, what))
+
+
+def unpack(payload) -> tuple[int, list[TensorRecord]]:
+    """bytes -> (step, records); raises WireError unless every check passes."""
+    buf = bytes(payload)
+    if len(buf) < _HEAD.size + 4:
+        raise WireError(f"message of {len(buf)} bytes is shorter than the {_HEAD.size + 4}-byte "
+                        f"header and trailer")
+    magic, version, _, ntensors, step = _HEAD.unpack_from(buf)
+    if magic != MAGIC:
+        raise WireError(f"not a grpo_lab compressed message: magic {magic!r}, expected {MAGIC!r}")
+    if version != VERSION:
+        raise WireError(f"wire format version {version} is not supported (this is {VERSION})")
+    (crc,) = struct.unpack_from("<I", buf, len(buf) - 4)
+    if zlib.crc32(buf[:-4]) != crc:
+        raise WireError(f"checksum mismatch: trailer says {crc:#010x}, bytes give "
+                        f"{zlib.crc32(buf[:-4]):#010x} (corrupt or truncated message)")
+    rd = _Reader(buf, len(buf) - 4)
+    rd.pos = _HEAD.size
+    records, names = [], set()
+    for t in range(ntensors):
+        (name_len,) = rd.unpack("<H", f"tensor {t} name length")
+        try:
+            name = rd.take(name_len, f"tensor {t} name").decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise WireError(f"tensor {t} name is not utf-8: {e}") from None
+        if name in names:
+            raise WireError(f"tensor name {name!r} appears twice")
+        names.add(name)
+        kind, fmt, codec, ndim = rd.unpack(_REC, f"tensor {name!r} record")
+        if kind >= len(KINDS) or fmt >= len(FORMATS) or ndim > MAX_NDIM:
+            raise WireError(f"tensor {name!r}: kind {kind}, format {fmt} or ndim {ndim} unknown")
+        kind, fmt = KINDS[kind], FORMATS[fmt]
+        if (kind == "topk") != (codec != NO_CODEC) or (codec != NO_CODEC and codec >= len(CODEC_IDS)):
+            raise WireError(f"tensor {name!r}: index codec id {codec} does not fit kind {kind!r}")
+        shape = rd.unpack(f"<{ndim}I", f"tensor {name!r} shape")
+        block, nscales, k, nvalues, nindex = rd.unpack(_SIZES, f"tensor {name!r} sizes")
+        numel = math.prod(shape)
+        _check_sizes(name, kind, fmt, numel, block, nscales, k, nvalues)
+        scales = np.frombuffer(rd.take(4 * nscales, f"tensor {name!r} scales"), "<f4")
+        if not np.isfinite(scales).all() or (scales <= 0).any():
+            raise WireError(f"tensor {name!r}: FP8 scale {scales[~(scales > 0)][:1]} is not "
+                            f"a positive finite number")
+        values = rd.take(nvalues, f"tensor {name!r} values")
+        index = rd.take(nindex, f"tensor {name!r} index")
+        records.append(TensorRecord(name, kind, fmt, None if codec == NO_CODEC else CODEC_IDS[codec],
+                                    tuple(shape), block, scales.astype(np.float32), k, values, index))
+    if rd.pos != rd.end:
+        raise WireError(f"{rd.end - rd.pos} unexpected bytes after the last tensor record")
+    return step, records
+
+
+def _check_sizes(name, kind, fmt, numel, block, nscales, k, nvalues) -> None:
+    if numel >= 2 ** 31:
+        raise WireError(f"tensor {name!r}: {numel} elements is above 2**31")
+    if kind == "dense" and k != numel:
+        raise WireError(f"tensor {name!r}: dense record with k={k} != numel={numel}")
+    if kind == "topk" and (k > numel or fmt != "fp32"):
+        raise WireError(f"tensor {name!r}: top-k record with k={k} of {numel}, format {fmt!r}")
+    if nscales != expected_scales(fmt, numel, block):
+        raise WireError(f"tensor {name!r}: {nscales} scales, format {fmt!r} with block {block} "
+                        f"needs {expected_scales(fmt, numel, block)}")
+    if nvalues != k * FORMAT_BYTES[fmt]:
+        raise WireError(f"tensor {name!r}: {nvalues} value bytes, expected "
+                        f"{k} x {FORMAT_BYTES[fmt]}")

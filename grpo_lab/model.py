@@ -1,0 +1,172 @@
+"""A char-level GPT policy with a KV cache (after nanoGPT's model.py, Karpathy 2022).
+
+Deviations from nanoGPT, all for RL sampling:
+  * ``forward`` takes explicit positions and a key mask, so a batch can hold prompts of
+    different lengths (left-padded) and completions that stopped at different steps.
+  * ``forward`` takes and returns a KV cache (a list of per-layer (k, v) tensors), so
+    sampling a new token costs one position, not the whole sequence. The full forward and
+    the cached path compute the same numbers (tests/test_model.py checks allclose).
+  * No dropout by default: RL needs the sampling policy and the trained policy to agree.
+Weights are saved and loaded with safetensors, never pickle.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from grpo_lab.tasks import VOCAB_SIZE
+
+FORMAT_TAG = "grpo_lab.policy.v1"
+KVCache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: k, v each (B, nh, T, hs)
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = VOCAB_SIZE
+    """Number of token ids (the char tokenizer's size)."""
+    block_size: int = 32
+    """Longest sequence (prompt + completion) the position table covers."""
+    n_layer: int = 3
+    """Transformer blocks."""
+    n_head: int = 4
+    """Attention heads per block."""
+    n_embd: int = 96
+    """Width of the residual stream."""
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"GPTConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+
+    def forward(self, x, mask, past):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)                              # (B, T, C) each
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                   for t in (q, k, v))                                     # (B, nh, T, hs)
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)                             # (B, nh, Tk, hs)
+            v = torch.cat([past[1], v], dim=2)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)        # (B, nh, T, hs)
+        y = y.transpose(1, 2).reshape(B, T, C)                             # (B, T, C)
+        return self.proj(y), (k, v)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.n_embd)
+        self.attn = SelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.n_embd)
+        self.mlp = nn.Sequential(nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(),
+                                 nn.Linear(4 * cfg.n_embd, cfg.n_embd))
+
+    def forward(self, x, mask, past):
+        a, kv = self.attn(self.ln1(x), mask, past)
+        x = x + a
+        return x + self.mlp(self.ln2(x)), kv
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # weight tying (Press & Wolf 2017), as nanoGPT
+        self.apply(self._init)
+        for name, p in self.named_parameters():  # GPT-2 scaled init of residual projections
+            if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, idx: torch.Tensor, pos: torch.Tensor | None = None,
+                key_mask: torch.Tensor | None = None, cache: KVCache | None = None,
+                return_hidden: bool = False):
+        """Logits for ``idx`` (B, T) -> ((B, T, V), new cache).
+
+        pos:      (B, T) position ids; default 0..T-1 (after the cache's length).
+        key_mask: (B, Tk) bool, True where a key is real (Tk = cached + T); default all True.
+        cache:    per-layer (k, v) from an earlier call, extended and returned.
+        """
+        B, T = idx.shape
+        past_len = 0 if cache is None else cache[0][0].shape[2]
+        Tk = past_len + T
+        if pos is None:
+            pos = torch.arange(past_len, Tk, device=idx.device).expand(B, T)  # (B, T)
+        if int(pos.max()) >= self.cfg.block_size:
+            raise ValueError(f"position {int(pos.max())} is past block_size={self.cfg.block_size}")
+        # query i (absolute index past_len+i) sees key j if j <= past_len+i and key j is real;
+        # a query always sees itself, so a padding row is never all -inf (no NaN).
+        qi = torch.arange(past_len, Tk, device=idx.device)[:, None]         # (T, 1)
+        kj = torch.arange(Tk, device=idx.device)[None, :]                  # (1, Tk)
+        mask = (kj <= qi)[None]                                            # (1, T, Tk)
+        if key_mask is not None:
+            mask = mask & key_mask[:, None, :] | (kj == qi)[None]          # (B, T, Tk)
+        mask = mask[:, None]                                               # (B|1, 1, T, Tk)
+        x = self.wte(idx) + self.wpe(pos)                                  # (B, T, C)
+        new_cache = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, mask, None if cache is None else cache[i])
+            new_cache.append(kv)
+        h = self.ln_f(x)                                                   # (B, T, C)
+        logits = self.lm_head(h)                                           # (B, T, V)
+        if return_hidden:
+            return logits, new_cache, h
+        return logits, new_cache
+
+
+def save_policy(model: GPT, path: str | Path, extra: dict | None = None) -> None:
+    """Write the policy's weights and config to one safetensors file, atomically."""
+    from grpo_lab.checkpoint import atomic_save_tensors
+
+    meta = {"format": FORMAT_TAG, "config": json.dumps(asdict(model.cfg))}
+    meta.update({k: json.dumps(v) for k, v in (extra or {}).items()})
+    tensors = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}  # tied
+    atomic_save_tensors(tensors, path, meta)
+
+
+def load_policy(path: str | Path) -> GPT:
+    """Read a policy written by ``save_policy``; clear errors on foreign or broken files."""
+    from grpo_lab.checkpoint import read_tensors
+
+    tensors, meta = read_tensors(path)
+    if meta.get("format") != FORMAT_TAG:
+        raise ValueError(f"{path} is not a grpo_lab policy file "
+                         f"(format tag {meta.get('format')!r}, expected {FORMAT_TAG!r})")
+    model = GPT(GPTConfig(**json.loads(meta["config"])))
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    missing = [m for m in missing if m != "lm_head.weight"]
+    if missing or unexpected:
+        raise ValueError(f"{path}: weights do not match the config "
+                         f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+    return model

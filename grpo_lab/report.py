@@ -1,0 +1,76 @@
+"""A run's report: one PNG of the curves a person wants to see, and a short markdown summary."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+PANELS = [  # (metric, title)
+    ("reward/mean", "mean reward (train samples)"),
+    ("eval/accuracy", "held-out greedy accuracy"),
+    ("loss/kl", "KL to reference (k3)"),
+    ("clip/high_frac", "clip fraction (high / low)"),
+    ("completion/mean_len", "completion length (tokens)"),
+]
+
+
+def read_history(path: str | Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def plot_history(history: list[dict], title: str = ""):
+    """Five small panels (reward, accuracy, KL, clip fractions, length) -> matplotlib Figure."""
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(3.2 * len(PANELS), 2.8))
+    for ax, (key, name) in zip(axes, PANELS):
+        rows = [h for h in history if key in h]
+        ax.plot([h["step"] for h in rows], [h[key] for h in rows],
+                marker="o" if key.startswith("eval/") else None, ms=3)
+        if key == "clip/high_frac":
+            rows = [h for h in history if "clip/low_frac" in h]
+            ax.plot([h["step"] for h in rows], [h["clip/low_frac"] for h in rows])
+            ax.legend(["high", "low"], fontsize=7)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def summary(history: list[dict]) -> dict:
+    evals = [h for h in history if "eval/accuracy" in h]
+    train = [h for h in history if "reward/mean" in h]
+    return {
+        "base_accuracy": evals[0]["eval/accuracy"],
+        "final_accuracy": evals[-1]["eval/accuracy"],
+        "best_accuracy": max(h["eval/accuracy"] for h in evals),
+        "steps": len(train),
+        "wall_time_s": history[-1].get("time/elapsed_s", 0.0),
+        "first_reward": train[0]["reward/mean"] if train else None,
+        "last_reward": train[-1]["reward/mean"] if train else None,
+    }
+
+
+def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None = None) -> Path:
+    """Write ``report.png`` and ``report.md`` into ``out_dir`` -> path of the markdown."""
+    out = Path(out_dir)
+    s = summary(history)
+    fig = plot_history(history, f"GRPO on {cfg_dict.get('task', '?') if cfg_dict else '?'}")
+    fig.savefig(out / "report.png", dpi=110)
+    plt.close(fig)
+    lines = [
+        "# GRPO run report", "",
+        "| held-out greedy accuracy | value |", "|---|---|",
+        f"| base checkpoint | {s['base_accuracy']:.1%} |",
+        f"| after training | {s['final_accuracy']:.1%} |",
+        f"| best during training | {s['best_accuracy']:.1%} |",
+        f"| change | {100 * (s['final_accuracy'] - s['base_accuracy']):+.1f} points |", "",
+        f"{s['steps']} steps in {s['wall_time_s']:.0f} s of training.", "",
+        "![curves](report.png)", "",
+    ]
+    if cfg_dict:
+        lines += ["## Config", "", "```json", json.dumps(cfg_dict, indent=1), "```", ""]
+    (out / "report.md").write_text("\n".join(lines))
+    return out / "report.md"

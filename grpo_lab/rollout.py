@@ -1,0 +1,145 @@
+"""Group sampling: G completions per prompt, the prompt's KV cache computed once.
+
+GRPO (DeepSeekMath sec. 4.1) samples a group of G outputs {o_1..o_G} for each question q
+from the old policy. Here the B prompts are left-padded into one batch and run through
+the policy once; the resulting KV cache is repeated G times (``repeat_interleave``), so
+the G completions of a prompt share its prompt computation. Completions then grow one
+token per step against the cache; a completion that emitted <eos> is finished and gets
+padding (mask False) from then on. Sampling stops when all are finished.
+
+``Rollout.logprobs`` holds log pi(token) under the temperature-scaled policy, which is
+what the loss computes too; top-k only truncates what is sampled. The full forward
+(``completion_logprobs``) reproduces those numbers: tests/test_rollout.py checks it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from grpo_lab.tasks import EOS, PAD
+
+
+@dataclass
+class Rollout:
+    """One batch of sampled completions; N = B * G rows, completion i from prompt i // G."""
+    prompt_ids: torch.Tensor       # (N, Tp) long, left-padded with PAD
+    prompt_mask: torch.Tensor      # (N, Tp) bool, True on real prompt tokens
+    completion_ids: torch.Tensor   # (N, Tc) long, PAD after <eos>
+    completion_mask: torch.Tensor  # (N, Tc) bool, True on sampled tokens (<eos> included)
+    logprobs: torch.Tensor         # (N, Tc) float, log-prob of each sampled token, 0 on padding
+    prompt_index: torch.Tensor     # (N,) long, index of the prompt (0..B-1) of each row
+    stopped: torch.Tensor          # (N,) bool, True if the completion emitted <eos>
+
+    @property
+    def group_size(self) -> int:
+        return int((self.prompt_index == 0).sum())
+
+
+def left_pad(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists -> ids (B, Tp) left-padded with PAD, mask (B, Tp) bool."""
+    if not prompts:
+        raise ValueError("no prompts to sample from (empty prompt list)")
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty")
+    Tp = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), Tp), PAD, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, Tp - len(p):] = torch.tensor(p, dtype=torch.long)
+    return ids, ids != PAD
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids (B, T) counting real tokens only; padding gets 0."""
+    return (mask.long().cumsum(1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
+           temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
+           generator: torch.Generator | None = None, use_cache: bool = True) -> Rollout:
+    """Sample G completions for each of B prompts -> Rollout with N = B*G rows.
+
+    ``use_cache=False`` recomputes the whole sequence every step (for benchmarks and
+    equivalence tests; the result is the same).
+    """
+    if G < 1:
+        raise ValueError(f"group size G must be >= 1, got {G}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
+    p_ids, p_mask = left_pad(prompts)                                      # (B, Tp)
+    B, Tp = p_ids.shape
+    if Tp + max_new_tokens > model.cfg.block_size:
+        raise ValueError(f"prompt length {Tp} + max_new_tokens {max_new_tokens} exceeds "
+                         f"the model's block_size {model.cfg.block_size}")
+    was_training = model.training
+    model.eval()
+    p_pos = positions(p_mask)                                              # (B, Tp)
+    logits, cache = model(p_ids, p_pos, p_mask)                            # prompt once
+    N = B * G
+    ids = p_ids.repeat_interleave(G, 0)                                    # (N, Tp)
+    key_mask = p_mask.repeat_interleave(G, 0)                              # (N, Tp)
+    next_pos = p_pos[:, -1].repeat_interleave(G, 0) + 1                    # (N,)
+    cache = [(k.repeat_interleave(G, 0), v.repeat_interleave(G, 0)) for k, v in cache]
+    last = logits[:, -1].repeat_interleave(G, 0)                           # (N, V)
+    done = torch.zeros(N, dtype=torch.bool)
+    toks, lps, masks = [], [], []
+    for _ in range(max_new_tokens):
+        logp = F.log_softmax(last.float() / temperature, dim=-1)           # (N, V)
+        if greedy:
+            tok = logp.argmax(-1)                                          # (N,)
+        else:
+            filt = logp
+            if top_k is not None and top_k < logp.shape[-1]:
+                kth = logp.topk(top_k, dim=-1).values[:, -1:]              # (N, 1)
+                filt = logp.masked_fill(logp < kth, float("-inf"))
+            tok = torch.multinomial(filt.exp(), 1, generator=generator).squeeze(1)
+        live = ~done                                                       # (N,)
+        tok = torch.where(live, tok, torch.full_like(tok, PAD))
+        toks.append(tok)
+        lps.append(torch.where(live, logp.gather(1, tok[:, None]).squeeze(1), 0.0))
+        masks.append(live)
+        done = done | (tok == EOS)
+        if bool(done.all()):
+            break
+        ids = torch.cat([ids, tok[:, None]], 1)                            # (N, T+1)
+        key_mask = torch.cat([key_mask, live[:, None]], 1)                 # (N, T+1)
+        if use_cache:
+            logits, cache = model(tok[:, None], next_pos[:, None], key_mask, cache)
+        else:
+            logits, _ = model(ids, positions(key_mask), key_mask)
+        last = logits[:, -1]                                               # (N, V)
+        next_pos = next_pos + 1
+    if was_training:
+        model.train()
+    return Rollout(
+        prompt_ids=p_ids.repeat_interleave(G, 0), prompt_mask=p_mask.repeat_interleave(G, 0),
+        completion_ids=torch.stack(toks, 1), completion_mask=torch.stack(masks, 1),
+        logprobs=torch.stack(lps, 1),
+        prompt_index=torch.arange(B).repeat_interleave(G), stopped=done)
+
+
+def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
+                        return_entropy: bool = False):
+    """Full forward over prompt+completion -> per-token log-probs (N, Tc) of the completion.
+
+    With ``return_entropy`` also returns the per-token entropy (N, Tc) of the policy.
+    """
+    ids = torch.cat([r.prompt_ids, r.completion_ids], 1)                   # (N, Tp+Tc)
+    mask = torch.cat([r.prompt_mask, r.completion_mask], 1)                # (N, Tp+Tc)
+    logits, _ = model(ids, positions(mask), mask)                          # (N, Tp+Tc, V)
+    Tp = r.prompt_ids.shape[1]
+    logits = logits[:, Tp - 1:-1].float() / temperature                    # (N, Tc, V)
+    logp = F.log_softmax(logits, dim=-1)                                   # (N, Tc, V)
+    tok_logp = logp.gather(2, r.completion_ids[..., None]).squeeze(2)      # (N, Tc)
+    tok_logp = tok_logp.masked_fill(~r.completion_mask, 0.0)
+    if not return_entropy:
+        return tok_logp
+    entropy = -(logp.exp() * logp).sum(-1).masked_fill(~r.completion_mask, 0.0)  # (N, Tc)
+    return tok_logp, entropy

@@ -1,0 +1,332 @@
+"""Verifiable tasks, their reward functions and the char tokenizer they share.
+
+A task makes prompts with known answers, so a reward is a plain function of the
+completion text: no learned reward model (DeepSeekMath sec. 4 uses rule-based
+rewards the same way). Every task has the form ``"<prompt>="`` -> ``"<answer><eos>"``.
+
+Rewards (each returns floats in [0, 1], one per completion):
+  * ``accuracy``: 1 if the completion equals the answer exactly.
+  * ``partial``:  fraction of answer characters right at their position, divided by the
+                   longer of the two lengths (so padding an answer with junk costs credit).
+  * ``format``:   1 if the completion stopped (emitted <eos>) and uses only the task's
+                   answer alphabet.
+They are combined by ``weighted_reward`` with weights from the config; add your own by
+putting a function of the same signature into ``REWARDS``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+# ---------------------------------------------------------------- tokenizer
+PAD, EOS = 0, 1
+ALPHABET = " 0123456789+-*=<>:,.?abcdefghijklmnopqrstuvwxyz"
+ITOS = ["<pad>", "<eos>"] + list(ALPHABET)
+STOI = {c: i for i, c in enumerate(ITOS) if i >= 2}
+VOCAB_SIZE = len(ITOS)
+
+
+def encode(text: str) -> list[int]:
+    """Characters to token ids; raises on a character outside ``ALPHABET``."""
+    bad = sorted({c for c in text if c not in STOI})
+    if bad:
+        raise ValueError(f"text {text!r} has characters outside the tokenizer's alphabet: {bad}")
+    return [STOI[c] for c in text]
+
+
+def decode(ids: Sequence[int]) -> str:
+    """Token ids to text, stopping at the first <eos> and skipping <pad>."""
+    out = []
+    for i in ids:
+        i = int(i)
+        if i == EOS:
+            break
+        if i != PAD:
+            out.append(ITOS[i])
+    return "".join(out)
+
+
+# ---------------------------------------------------------------- tasks
+@dataclass(frozen=True)
+class Example:
+    prompt: str   # e.g. "12+34="
+    answer: str   # e.g. "46"
+    task: str     # task name, e.g. "addition"
+
+
+@dataclass(frozen=True)
+class Task:
+    """A family of prompts with checkable answers.
+
+    ``make(rng)`` draws one example; ``answer_chars`` is the alphabet a well-formed
+    answer uses (the format reward checks it).
+    """
+    name: str
+    make: Callable[[random.Random], Example]
+    answer_chars: str
+    max_answer_len: int
+
+
+def _addition(rng: random.Random) -> Example:
+    a, b = rng.randrange(100), rng.randrange(100)
+    return Example(f"{a}+{b}=", str(a + b), "addition")
+
+
+def _sort_digits(rng: random.Random) -> Example:
+    s = "".join(rng.choice("0123456789") for _ in range(rng.randint(3, 6)))
+    return Example(f"sort:{s}=", "".join(sorted(s)), "sort")
+
+
+def _reverse(rng: random.Random) -> Example:
+    s = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 6)))
+    return Example(f"rev:{s}=", s[::-1], "reverse")
+
+
+TASKS: dict[str, Task] = {
+    "addition": Task("addition", _addition, "0123456789", 3),
+    "sort": Task("sort", _sort_digits, "0123456789", 6),
+    "reverse": Task("reverse", _reverse, "abcdefghijklmnopqrstuvwxyz", 6),
+}
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; known tasks: {sorted(TASKS)}")
+    return TASKS[name]
+
+
+def sample_examples(task_names: Sequence[str], n: int, rng: random.Random,
+                    exclude: set[str] | None = None) -> list[Example]:
+    """``n`` examples drawn uniformly over ``task_names``, skipping prompts in ``exclude``."""
+    if n <= 0:
+        raise ValueError(f"number of examples must be positive, got {n}")
+    if not task_names:
+        raise ValueError("task_names is empty")
+    tasks = [get_task(t) for t in task_names]
+    out: list[Example] = []
+    tries = 0
+    while len(out) < n:
+        tries += 1
+        if tries > 100 * n + 1000:
+            raise RuntimeError(f"could not draw {n} examples outside the excluded set")
+        ex = rng.choice(tasks).make(rng)
+        if exclude and ex.prompt in exclude:
+            continue
+        out.append(ex)
+    return out
+
+
+# ---------------------------------------------------------------- held-out data
+def eval_path(task: str) -> Path:
+    return DATA_DIR / f"eval_{task}.jsonl"
+
+
+def load_jsonl(path: str | Path) -> list[Example]:
+    """Examples from a JSONL file with ``prompt``, ``answer`` and ``task`` fields."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no data file at {path}")
+    out = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            out.append(Example(row["prompt"], row["answer"], row["task"]))
+        except (json.JSONDecodeError, KeyError) as e:
+            raise ValueError(f"{path}:{lineno}: bad example line ({e}): {line[:80]!r}") from e
+    if not out:
+        raise ValueError(f"{path} holds no examples")
+    return out
+
+
+def load_eval(task: str) -> list[Example]:
+    return load_jsonl(eval_path(get_task(task).name))
+
+
+def write_eval_sets(n: int = 200, seed: int = 1234) -> None:
+    """Rebuild ``data/eval_<task>.jsonl`` (the shipped files were made with the defaults)."""
+    for name in TASKS:
+        rng = random.Random(f"{seed}-{name}")
+        seen: dict[str, Example] = {}
+        while len(seen) < n:
+            ex = TASKS[name].make(rng)
+            seen.setdefault(ex.prompt, ex)
+        lines = [json.dumps({"prompt": e.prompt, "answer": e.answer, "task": e.task})
+                 for e in seen.values()]
+        eval_path(name).write_text("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------- rewards
+# Every reward function has one signature: (completions, examples, stopped) -> list[float],
+# where ``stopped[i]`` says whether completion i emitted <eos> before the length limit.
+def accuracy_reward(completions: Sequence[str], examples: Sequence[Example],
+                    stopped: Sequence[bool]) -> list[float]:
+    return [float(s and c == ex.answer) for c, ex, s in zip(completions, examples, stopped)]
+
+
+def partial_reward(completions: Sequence[str], examples: Sequence[Example],
+                   stopped: Sequence[bool]) -> list[float]:
+    out = []
+    for c, ex in zip(completions, examples):
+        hits = sum(a == b for a, b in zip(c, ex.answer))
+        out.append(hits / max(len(c), len(ex.answer), 1))
+    return out
+
+
+def format_reward(completions: Sequence[str], examples: Sequence[Example],
+                  stopped: Sequence[bool]) -> list[float]:
+    out = []
+    for c, ex, s in zip(completions, examples, stopped):
+        chars = get_task(ex.task).answer_chars
+        out.append(float(bool(s) and len(c) > 0 and all(ch in chars for ch in c)))
+    return out
+
+
+def step_rewards(completions: Sequence[str], examples: Sequence[Example],
+                 stopped: Sequence[bool]) -> list[list[float]]:
+    """Per-token rewards for process supervision: one per completion token.
+
+    Character j earns 1 if it equals the answer's character j; the final <eos> earns 1 if
+    the completion stopped at exactly the answer's length. A completion cut off at the
+    length limit has no <eos> token and so no reward for it.
+    """
+    out = []
+    for c, ex, s in zip(completions, examples, stopped):
+        row = [float(j < len(ex.answer) and ch == ex.answer[j]) for j, ch in enumerate(c)]
+        if s:
+            row.append(float(len(c) == len(ex.answer)))
+        out.append(row)
+    return out
+
+
+REWARDS = {"accuracy": accuracy_reward, "partial": partial_reward, "format": format_reward}
+
+
+def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
+                    weights: dict[str, float], stopped: Sequence[bool] | None = None
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Weighted sum of the named rewards -> (total (N,), {name: (N,)}).
+
+    Raises if a reward function returns a NaN or infinite value, naming the function
+    and the sample, so a broken reward never reaches the advantages.
+    """
+    if len(completions) != len(examples):
+        raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
+    unknown = set(weights) - set(REWARDS)
+    if unknown:
+        raise ValueError(f"unknown reward functions {sorted(unknown)}; known: {sorted(REWARDS)}")
+    stopped = [True] * len(completions) if stopped is None else list(stopped)
+    parts = {}
+    total = torch.zeros(len(completions))
+    for name, w in weights.items():
+        vals = REWARDS[name](completions, examples, stopped)
+        check_finite_rewards(name, vals, completions)
+        parts[name] = torch.tensor(vals, dtype=torch.float32)
+        total += w * parts[name]
+    return total, parts
+
+
+def check_finite_rewards(name: str, values: Sequence[float], completions: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming the reward function and sample of a non-finite reward."""
+    if len(values) != len(completions):
+        raise ValueError(f"reward function {name!r} returned {len(values)} values "
+                         f"for {len(completions)} completions")
+    for i, v in enumerate(values):
+        if not math.isfinite(float(v)):
+            raise ValueError(f"reward function {name!r} returned {v} for sample {i} "
+                             f"(completion {completions[i]!r})")
+
+
+# ---------------------------------------------------------------- more task families
+# Added for the grouping lab (grouping.py): families whose prompts look alike within a
+# family and differ across families, so a prompt embedder has structure to find. Each
+# prompt fits in 16 characters, each answer in 6, using only ``ALPHABET``.
+def _count_letter(rng: random.Random) -> Example:
+    # "count:a,banana=" -> "3": how often the letter occurs in the word (0 allowed).
+    word = "".join(rng.choice("abcde") for _ in range(rng.randint(3, 6)))
+    letter = rng.choice("abcde")
+    return Example(f"count:{letter},{word}=", str(word.count(letter)), "count")
+
+
+def _compare(rng: random.Random) -> Example:
+    # "cmp:37,52=" -> "<"; about one prompt in eight compares a number with itself.
+    a = rng.randrange(100)
+    b = a if rng.random() < 0.125 else rng.randrange(100)
+    return Example(f"cmp:{a},{b}=", "<" if a < b else ">" if a > b else "=", "compare")
+
+
+def _number_list(rng: random.Random) -> list[int]:
+    return [rng.randrange(100) for _ in range(rng.randint(2, 4))]   # "max:" + 11 + "=" <= 16
+
+
+def _max(rng: random.Random) -> Example:
+    xs = _number_list(rng)
+    return Example(f"max:{','.join(map(str, xs))}=", str(max(xs)), "max")
+
+
+def _min(rng: random.Random) -> Example:
+    xs = _number_list(rng)
+    return Example(f"min:{','.join(map(str, xs))}=", str(min(xs)), "min")
+
+
+TASKS.update({
+    "count": Task("count", _count_letter, "0123456789", 1),
+    "compare": Task("compare", _compare, "<>=", 1),
+    "max": Task("max", _max, "0123456789", 2),
+    "min": Task("min", _min, "0123456789", 2),
+})
+
+# ---------------------------------------------------------------- task mixture
+MIXTURE_TASKS = ("addition", "sort", "reverse", "count", "compare", "max", "min")
+
+
+def mixture_path() -> Path:
+    return DATA_DIR / "mixture.jsonl"
+
+
+def write_mixture(path: str | Path | None = None, n: int = 350,
+                  tasks: Sequence[str] = MIXTURE_TASKS, seed: int = 2024) -> list[Example]:
+    """Write a seeded mixture of ``n`` distinct prompts, balanced over ``tasks``, as JSONL.
+
+    Each line carries its ``task`` label, so grouping can be scored against the families
+    (cluster purity). Prompts of the held-out eval sets (``data/eval_<task>.jsonl``, where
+    present) are left out. Rows are shuffled; the shipped ``data/mixture.jsonl`` is the default.
+    """
+    if len(tasks) < 1:
+        raise ValueError("tasks is empty")
+    if n < len(tasks):
+        raise ValueError(f"n={n} is smaller than the number of tasks ({len(tasks)})")
+    rng = random.Random(f"mixture-{seed}")
+    rows: list[Example] = []
+    seen = {e.prompt for t in tasks if eval_path(get_task(t).name).exists() for e in load_eval(t)}
+    for i, name in enumerate(tasks):
+        quota = n // len(tasks) + (i < n % len(tasks))
+        task, tries = get_task(name), 0
+        while quota:
+            tries += 1
+            if tries > 1000 * n:
+                raise RuntimeError(f"task {name!r} ran out of distinct prompts")
+            ex = task.make(rng)
+            if ex.prompt not in seen:
+                seen.add(ex.prompt)
+                rows.append(ex)
+                quota -= 1
+    rng.shuffle(rows)
+    path = Path(path) if path is not None else mixture_path()
+    path.write_text("".join(json.dumps({"prompt": e.prompt, "answer": e.answer, "task": e.task})
+                            + "\n" for e in rows))
+    return rows
+
+
+def load_mixture(path: str | Path | None = None) -> list[Example]:
+    """The task mixture (default ``data/mixture.jsonl``) as examples with task labels."""
+    return load_jsonl(path if path is not None else mixture_path())

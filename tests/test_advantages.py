@@ -1,0 +1,75 @@
+"""Group-relative advantages against values worked out by hand."""
+import pytest
+import torch
+
+from grpo_lab.advantages import ADVANTAGES
+
+T = torch.tensor
+
+
+def test_grpo_one_group_by_hand():
+    # mean 0.5; unbiased std = sqrt(4 * 0.25 / 3) = 0.577350; 0.5 / (0.577350 + 1e-4) = 0.865875
+    adv = ADVANTAGES["grpo"](T([1.0, 0.0, 0.0, 1.0]), T([0, 0, 0, 0]))
+    torch.testing.assert_close(adv, T([0.8658754, -0.8658754, -0.8658754, 0.8658754]),
+                               rtol=0, atol=1e-6)
+
+
+def test_two_groups_any_ids_and_sizes():
+    r, g = T([1.0, 2.0, 3.0, 5.0, 5.0]), T([7, 7, 7, 2, 2])
+    # group 7: mean 2, std 1 -> (r - 2) / (1 + 1e-4); group 2: all equal -> 0
+    torch.testing.assert_close(ADVANTAGES["grpo"](r, g),
+                               T([-0.99990001, 0.0, 0.99990001, 0.0, 0.0]), rtol=0, atol=1e-7)
+    torch.testing.assert_close(ADVANTAGES["dr_grpo"](r, g), T([-1.0, 0.0, 1.0, 0.0, 0.0]))
+    # rloo: 1 - (2+3)/2 = -1.5, 2 - (1+3)/2 = 0, 3 - (1+2)/2 = 1.5
+    torch.testing.assert_close(ADVANTAGES["rloo"](r, g), T([-1.5, 0.0, 1.5, 0.0, 0.0]))
+
+
+@pytest.mark.parametrize("name", sorted(ADVANTAGES))
+def test_equal_rewards_and_singletons_give_zero_not_nan(name):
+    adv = ADVANTAGES[name](T([0.3, 0.3, 0.3, 1.0]), T([0, 0, 0, 1]))
+    assert torch.isfinite(adv).all()
+    torch.testing.assert_close(adv, torch.zeros(4))
+
+
+@pytest.mark.parametrize("name", sorted(ADVANTAGES))
+def test_bad_input(name):
+    fn = ADVANTAGES[name]
+    with pytest.raises(ValueError, match="sample 2 is nan"):
+        fn(T([0.0, 1.0, float("nan")]), T([0, 0, 0]))
+    with pytest.raises(ValueError, match="inf"):
+        fn(T([float("inf"), 1.0]), T([0, 0]))
+    with pytest.raises(ValueError, match="shapes"):
+        fn(T([0.0, 1.0]), T([0, 0, 0]))
+    with pytest.raises(ValueError, match="empty"):
+        fn(torch.zeros(0), torch.zeros(0, dtype=torch.long))
+    with pytest.raises(ValueError, match="integers"):
+        fn(T([0.0, 1.0]), T([0.0, 0.0]))
+
+
+def test_process_supervision_by_hand():
+    from grpo_lab.advantages import process_advantages
+    from grpo_lab.tasks import Example, step_rewards
+
+    ex = [Example("12+34=", "46", "addition")] * 2
+    steps = step_rewards(["46", "47"], ex, [True, True])
+    assert steps == [[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]]                    # digits, then <eos>
+    # all six step rewards: mean 5/6, unbiased std sqrt(1/6) = 0.408248 (+1e-4)
+    # normalised: 1 -> 0.408148, 0 -> -2.040741; advantage = sum of own and later steps
+    adv = process_advantages(torch.tensor(steps), torch.ones(2, 3, dtype=torch.bool),
+                             T([0, 0]))
+    torch.testing.assert_close(adv, T([[1.224444, 0.816296, 0.408148],
+                                       [-1.224445, -1.632593, 0.408148]]), rtol=0, atol=2e-6)
+    # padding stays 0; a stop at the wrong length earns no <eos> reward; cut-off: no <eos> step
+    assert step_rewards(["4", "461"], ex, [True, False]) == [[1.0, 0.0], [1.0, 1.0, 0.0]]
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    adv = process_advantages(torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]]), mask, T([3, 3]))
+    assert adv[0, 2] == 0 and torch.isfinite(adv).all()
+
+
+def test_process_supervision_bad_shapes():
+    from grpo_lab.advantages import process_advantages
+
+    with pytest.raises(ValueError, match="one \\(N, T\\) shape"):
+        process_advantages(torch.zeros(2, 3), torch.ones(2, 2, dtype=torch.bool), T([0, 0]))
+    with pytest.raises(ValueError, match="group_ids"):
+        process_advantages(torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool), T([0]))

@@ -1,0 +1,69 @@
+"""Process groups: a rank that raises or stalls mid-step ends the run with a clear error in the
+parent, within the collective timeout, instead of a hang."""
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from grpo_lab.distributed.launch import RankFailedError, init_from_env, pick_backend, spawn
+from grpo_lab.distributed.sharder import ShardedOptimizer
+from grpo_lab.model import GPT, GPTConfig
+
+CFG = GPTConfig(n_layer=1, n_embd=16, n_head=2, block_size=8)
+TIMEOUT_S = 8
+
+
+def _faulty_training(rank, world, fault):
+    torch.manual_seed(0)
+    model = GPT(CFG)
+    opt = ShardedOptimizer(model.named_parameters(), policy="size_balanced")
+    x = torch.randint(0, CFG.vocab_size, (2, 9), generator=torch.Generator().manual_seed(rank))
+    for step in range(3):
+        logits, _ = model(x[:, :-1])
+        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1)).backward()
+        if rank == 1 and step == 1:
+            if fault == "raise":
+                raise ValueError(f"boom in rank {rank} at step {step}")
+            time.sleep(10 * TIMEOUT_S)                                     # "stall"
+        opt.step()                                                         # rank 0 waits here
+        opt.zero_grad()
+    return step
+
+
+def test_rank_that_raises_mid_step_names_itself_in_the_parent():
+    t0 = time.monotonic()
+    with pytest.raises(RankFailedError) as info:
+        spawn(_faulty_training, 2, args=("raise",), timeout_s=TIMEOUT_S, run_timeout_s=120)
+    elapsed = time.monotonic() - t0
+    assert info.value.rank == 1
+    assert "rank 1 of 2 raised ValueError: boom in rank 1 at step 1" in str(info.value)
+    assert elapsed < TIMEOUT_S + 30                                        # 30: process start-up
+
+
+def test_stalled_rank_makes_the_others_time_out_not_hang():
+    t0 = time.monotonic()
+    with pytest.raises(RankFailedError) as info:
+        spawn(_faulty_training, 2, args=("stall",), timeout_s=TIMEOUT_S, run_timeout_s=120)
+    elapsed = time.monotonic() - t0
+    assert info.value.rank == 0                                            # the one that waited
+    assert "Timed out" in str(info.value) and "ranks [1] had not failed" in str(info.value)
+    assert elapsed < 10 * TIMEOUT_S                                        # long before the stall ends
+
+
+def test_bad_arguments_and_missing_environment():
+    with pytest.raises(ValueError, match="world_size must be a positive int, got 0"):
+        spawn(_faulty_training, 0)
+    with pytest.raises(ValueError, match="timeout_s must be positive, got -1"):
+        spawn(_faulty_training, 2, timeout_s=-1)
+
+
+def test_init_from_env_outside_torchrun(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    with pytest.raises(RuntimeError, match="torchrun"):
+        init_from_env()
+
+
+def test_gloo_when_there_are_not_enough_gpus():
+    assert pick_backend(10**6) == "gloo"                                   # a GPU per rank or none

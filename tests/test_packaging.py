@@ -1,0 +1,63 @@
+"""environment.yml and pyproject.toml list the same dependencies; notebooks are stored clean."""
+import json
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONDA_TO_PIP = {"pytorch": "torch"}
+
+
+def normalise(spec: str) -> tuple[str, str]:
+    spec = spec.split("#")[0]
+    m = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(.*)$", spec)
+    name, rest = m.group(1).lower().replace("_", "-"), m.group(2).replace(" ", "")
+    return CONDA_TO_PIP.get(name, name), rest
+
+
+def pyproject_deps() -> set:
+    p = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    specs = p["dependencies"] + [d for extra in p["optional-dependencies"].values() for d in extra]
+    return {normalise(s) for s in specs}
+
+
+def conda_deps() -> set:
+    out, in_deps, in_pip = set(), False, False
+    for line in (ROOT / "environment.yml").read_text().splitlines():
+        if line.startswith("dependencies:"):
+            in_deps = True
+            continue
+        if not in_deps or not line.strip() or line.strip().startswith("#"):
+            continue
+        item = line.strip()[2:] if line.strip().startswith("- ") else None
+        if item is None:
+            continue
+        indent = len(line) - len(line.lstrip())
+        if item == "pip:":
+            in_pip = True
+            continue
+        if in_pip and indent <= 2:
+            in_pip = False
+        if item.startswith("-e ") or item.split("=")[0] in ("python", "pip"):
+            continue
+        out.add(normalise(item))
+    return out
+
+
+def test_environment_yml_agrees_with_pyproject():
+    py, conda = pyproject_deps(), conda_deps()
+    assert py == conda, f"only in pyproject: {sorted(py - conda)}; only in environment.yml: " \
+                        f"{sorted(conda - py)}"
+
+
+def test_notebooks_are_stored_stripped():
+    nbs = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    assert nbs, "no notebooks found"
+    for nb_path in nbs:
+        nb = json.loads(nb_path.read_text())
+        assert nb["metadata"].get("kernelspec", {}).get("name") == "python3", nb_path.name
+        assert "widgets" not in nb["metadata"], f"{nb_path.name} stores widget state"
+        for i, cell in enumerate(nb["cells"]):
+            if cell["cell_type"] == "code":
+                assert cell.get("outputs") == [], f"{nb_path.name} cell {i} has outputs"
+                assert cell.get("execution_count") is None, f"{nb_path.name} cell {i} counted"

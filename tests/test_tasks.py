@@ -1,0 +1,69 @@
+"""Tasks, tokenizer and rewards: hand-worked values and clear errors."""
+import random
+
+import pytest
+
+from grpo_lab import tasks
+from grpo_lab.tasks import (REWARDS, Example, decode, encode, load_eval, sample_examples,
+                            weighted_reward)
+
+EX = [Example("12+34=", "46", "addition")] * 4
+
+
+def test_tokenizer_round_trip_and_errors():
+    assert decode(encode("sort:3142=") + [tasks.EOS, 5, 6]) == "sort:3142="
+    with pytest.raises(ValueError, match=r"outside the tokenizer's alphabet: \['A', '_'\]"):
+        encode("A_1")
+
+
+def test_rewards_by_hand():
+    comps = ["46", "47", "4", "x6"]
+    stopped = [True, True, True, False]
+    assert REWARDS["accuracy"](comps, EX, stopped) == [1.0, 0.0, 0.0, 0.0]
+    # partial: matches at aligned positions / max(len) -> 2/2, 1/2, 1/2, 1/2
+    assert REWARDS["partial"](comps, EX, stopped) == [1.0, 0.5, 0.5, 0.5]
+    # format: stopped and only digits -> 1, 1, 1, 0 (not stopped and a letter)
+    assert REWARDS["format"](comps, EX, stopped) == [1.0, 1.0, 1.0, 0.0]
+    total, parts = weighted_reward(comps, EX, {"accuracy": 1.0, "partial": 0.5, "format": 0.1},
+                                   stopped)
+    assert total.tolist() == pytest.approx([1.6, 0.35, 0.35, 0.25])
+    assert set(parts) == {"accuracy", "partial", "format"}
+
+
+def test_accuracy_needs_the_stop():
+    assert REWARDS["accuracy"](["46"], EX[:1], [False]) == [0.0]
+
+
+def test_non_finite_reward_names_function_and_sample(monkeypatch):
+    monkeypatch.setitem(REWARDS, "broken", lambda c, e, s: [0.0, float("nan"), 1.0, 1.0])
+    with pytest.raises(ValueError, match=r"reward function 'broken' returned nan for sample 1 "
+                                         r"\(completion '47'\)"):
+        weighted_reward(["46", "47", "4", "5"], EX, {"broken": 1.0})
+    with pytest.raises(ValueError, match="unknown reward functions \\['speed'\\]"):
+        weighted_reward(["46"], EX[:1], {"speed": 1.0})
+    with pytest.raises(ValueError, match="2 completions but 4 examples"):
+        weighted_reward(["46", "4"], EX, {"accuracy": 1.0})
+
+
+def test_eval_sets_are_held_out_and_answers_right():
+    for name in tasks.TASKS:
+        exs = load_eval(name)
+        assert len(exs) == 200 and len({e.prompt for e in exs}) == 200
+        assert all(e.task == name for e in exs)
+    for e in load_eval("addition"):
+        a, b = e.prompt[:-1].split("+")
+        assert int(e.answer) == int(a) + int(b)
+    held = {e.prompt for e in load_eval("addition")}
+    drawn = sample_examples(["addition"], 500, random.Random(0), held)
+    assert not held & {e.prompt for e in drawn}
+
+
+def test_bad_task_and_data(tmp_path):
+    with pytest.raises(ValueError, match="unknown task 'division'"):
+        sample_examples(["division"], 3, random.Random(0))
+    with pytest.raises(ValueError, match="must be positive, got 0"):
+        sample_examples(["addition"], 0, random.Random(0))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "1+1=", "answer": "2", "task": "addition"}\n{"prompt": "2+2="}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        tasks.load_jsonl(bad)
