@@ -40,7 +40,7 @@ def add_config_args(parser: argparse.ArgumentParser, cls) -> None:
         shown = ",".join(f"{k}={v}" for k, v in default.items()) if isinstance(default, dict) \
             else default
         parser.add_argument(f"--{f.name}", type=kind, default=None,
-                            help=f"{docs.get(f.name, '')} (default: {shown})")
+                            help=f"{docs.get(f.name, '')} (default: {shown})".replace("%", "%%"))
 
 
 def overrides(args, cls) -> dict:
@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_args(t, TrainConfig)
     e = sub.add_parser("eval", help="held-out greedy accuracy of a policy or training checkpoint")
     e.add_argument("--checkpoint", default="data/base_policy.safetensors")
-    e.add_argument("--task", default="addition")
+    e.add_argument("--task", default="addition",
+                   help='a task, "a,b" for several, or "mixture" for the grouping mixture')
     e.add_argument("--eval_size", type=int, default=200)
     pre = sub.add_parser("pretrain", help="supervised warm-up of the base policy")
     add_config_args(pre, PretrainConfig)
@@ -79,13 +80,13 @@ def main(argv: list[str] | None = None) -> int:
             print(md.read_text().split("![")[0].strip())
             print(f"report: {md} and {md.with_suffix('.png')}")
         elif args.command == "eval":
-            from grpo_lab.tasks import get_task, load_eval
-            from grpo_lab.trainer import evaluate, load_policy_any
+            from grpo_lab.tasks import load_eval
+            from grpo_lab.trainer import evaluate_tasks, load_policy_any, max_new_tokens
 
+            cfg = TrainConfig(task=args.task)
             model = load_policy_any(args.checkpoint)
-            exs = load_eval(args.task)[:args.eval_size]
-            res = evaluate(model, exs, TrainConfig().reward_weights,
-                           get_task(args.task).max_answer_len + 2)
+            sets = {t: load_eval(t)[:args.eval_size] for t in cfg.task_names}
+            res = evaluate_tasks(model, sets, cfg.reward_weights, max_new_tokens(cfg))
             print(json.dumps({"checkpoint": args.checkpoint, "task": args.task, **res}))
         elif args.command == "pretrain":
             from grpo_lab.pretrain import main as pretrain_main

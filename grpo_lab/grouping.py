@@ -27,7 +27,8 @@ Also here: ``Reclusterer`` (re-fit every N steps, warm-started, ids kept stable 
 Hungarian matching of centroids, Kuhn 1955), ``group_count_schedule``, diagnostics as dicts
 of documented metric names, and dynamic sampling (DAPO, Yu et al. 2025, sec. 3.2: keep only
 groups whose rewards differ, draw more until the batch is full). Deviation: DAPO filters
-per-prompt groups; ``informative_rows`` accepts any group ids.
+per-prompt groups; ``informative_rows`` accepts any group ids. ``StepGrouper`` is the
+trainer's glue: a grouper by name, a fixed embedder and an optional Reclusterer, per step.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ import numpy as np
 import torch
 
 from grpo_lab.advantages import ADVANTAGES, EPS, group_stats
-from grpo_lab.embeddings import EMBEDDERS, check_prompts
+from grpo_lab.embeddings import EMBEDDERS, check_prompts, fit_tfidf
 
 
 @dataclass(frozen=True)
@@ -362,6 +363,18 @@ def advantage_diagnostics(advantages: torch.Tensor) -> dict:
     return {"adv/var": float(advantages.double().var(unbiased=False))}
 
 
+def advantage_split(advantages: torch.Tensor, prompt_index: torch.Tensor) -> dict:
+    """``adv/between_prompt_frac``: share of the advantages' (population) variance that lies
+    between prompts, var(per-prompt mean advantage, per row) / var(advantages); 0 when there
+    is no variance. By-prompt GRPO centres every prompt, so it is 0 there; a cluster baseline
+    pushes all completions of an easy prompt up and of a hard one down, whichever was better."""
+    a = advantages.double()                                                # (N,)
+    inv, _, mean_p, _ = group_stats(a, _ids(prompt_index))                 # (N,), (P,)
+    total = float(a.var(unbiased=False))
+    between = float(((mean_p[inv] - a.mean()) ** 2).mean())
+    return {"adv/between_prompt_frac": between / total if total > 1e-12 else 0.0}
+
+
 # ---------------------------------------------------------------- dynamic sampling (DAPO)
 def informative_groups(rewards: torch.Tensor, group_ids: torch.Tensor, tol: float = 1e-8):
     """-> (group ids (K,), mask (K,)): True where the group's rewards are not all equal
@@ -407,3 +420,62 @@ def fill_informative_groups(draw: Callable, target_groups: int, max_draws: int =
         raise RuntimeError(msg)
     warnings.warn(msg, RuntimeWarning, stacklevel=2)
     return out
+
+
+# ---------------------------------------------------------------- the trainer's glue
+class StepGrouper:
+    """One step's prompts -> a cluster id per prompt (B,), for ``trainer.py``.
+
+    ``grouping`` names a ``GROUPERS`` entry. The embedding groupers embed with one TF-IDF
+    fit on ``corpus`` (fixed, so vectors of different steps share a space); with
+    ``recluster_every`` > 0 a ``Reclusterer`` keeps K-means clusters across steps, its k
+    following ``group_count_schedule`` from max(1, k // 4) up to k when ``schedule``.
+    Every other draw depends only on (seed, step), so a resumed run regroups the same way
+    once ``load_state_dict`` has restored the Reclusterer.
+    """
+
+    def __init__(self, grouping: str = "by_prompt", k: int | None = None, seed: int = 0,
+                 corpus: Sequence[str] | None = None, recluster_every: int = 0,
+                 schedule: bool = False):
+        if grouping not in GROUPERS:
+            raise ValueError(f"unknown grouping {grouping!r}; known: {sorted(GROUPERS)}")
+        self.grouping, self.k, self.seed = grouping, k, seed
+        self.embed = None
+        if grouping in ("kmeans_semantic", "mixed"):
+            if corpus is None:
+                raise ValueError(f"grouping {grouping!r} needs a corpus to fit its embedder on")
+            self.embed = fit_tfidf(corpus)
+        self.reclusterer = None
+        if recluster_every:
+            k_of = (lambda r: group_count_schedule(r, max(1, k // 4), k)) if schedule else k
+            self.reclusterer = Reclusterer(k_of, recluster_every, seed)
+
+    def __call__(self, prompts: Sequence[str], tasks: Sequence[str], rewards: torch.Tensor,
+                 prompt_index: torch.Tensor, step: int) -> np.ndarray:
+        B = len(prompts)
+        X = self.embed(list(prompts)) if self.embed is not None else None   # (B, d)
+        if self.reclusterer is not None:
+            return self.reclusterer(X)                                      # (B,)
+        mean = std = None
+        if self.grouping == "mixed":
+            mean, std = prompt_reward_stats(rewards, prompt_index, B)       # (B,) each
+        batch = PromptBatch(list(prompts), list(tasks), X, mean, std)
+        k = min(self.k, B) if self.k else None
+        return GROUPERS[self.grouping](batch, k, self.seed * 1_000_003 + step)  # (B,)
+
+    def state_dict(self) -> dict:
+        """The Reclusterer's state (empty without one), for the training checkpoint."""
+        rc = self.reclusterer
+        if rc is None or rc.centroids is None:
+            return {}
+        return {"centroids": torch.from_numpy(rc.centroids.copy()),
+                "calls": torch.tensor(rc.calls), "round": torch.tensor(rc.round)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not state:
+            return
+        if self.reclusterer is None:
+            raise ValueError("the checkpoint holds re-clustering state but this config "
+                             "does not re-cluster (recluster_every=0)")
+        self.reclusterer.centroids = state["centroids"].numpy().astype(np.float64)
+        self.reclusterer.calls, self.reclusterer.round = int(state["calls"]), int(state["round"])

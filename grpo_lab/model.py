@@ -36,7 +36,7 @@ class GPTConfig:
     """Transformer blocks."""
     n_head: int = 4
     """Attention heads per block."""
-    n_embd: int = 96
+    n_embd: int = 80
     """Width of the residual stream."""
 
     def __post_init__(self):

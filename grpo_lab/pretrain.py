@@ -47,7 +47,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> tuple[GPT, list[dict
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     history = []
     t0 = time.perf_counter()
-    for step in tqdm(range(cfg.steps), desc="pretrain", disable=not progress):
+    for step in tqdm(range(cfg.stop_after or cfg.steps), desc="pretrain", disable=not progress):
         lr = cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / cfg.steps)))
         for g in opt.param_groups:
             g["lr"] = lr

@@ -10,7 +10,7 @@ PANELS = [  # (metric, title)
     ("reward/mean", "mean reward (train samples)"),
     ("eval/accuracy", "held-out greedy accuracy"),
     ("loss/kl", "KL to reference (k3)"),
-    ("clip/high_frac", "clip fraction (high / low)"),
+    ("clip/high_frac", "clip fraction (0 when mu = 1)"),
     ("completion/mean_len", "completion length (tokens)"),
 ]
 
@@ -19,17 +19,31 @@ def read_history(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def running_mean(y: list[float], window: int = 0) -> list[float]:
+    """Trailing mean over ``window`` points (default: 2% of the run, at least 1)."""
+    window = window or max(1, len(y) // 50)
+    out, acc = [], 0.0
+    for i, v in enumerate(y):
+        acc += v - (y[i - window] if i >= window else 0.0)
+        out.append(acc / min(i + 1, window))
+    return out
+
+
 def plot_history(history: list[dict], title: str = ""):
     """Five small panels (reward, accuracy, KL, clip fractions, length) -> matplotlib Figure."""
     fig, axes = plt.subplots(1, len(PANELS), figsize=(3.2 * len(PANELS), 2.8))
     for ax, (key, name) in zip(axes, PANELS):
-        rows = [h for h in history if key in h]
-        ax.plot([h["step"] for h in rows], [h[key] for h in rows],
-                marker="o" if key.startswith("eval/") else None, ms=3)
-        if key == "clip/high_frac":
-            rows = [h for h in history if "clip/low_frac" in h]
-            ax.plot([h["step"] for h in rows], [h["clip/low_frac"] for h in rows])
-            ax.legend(["high", "low"], fontsize=7)
+        keys = ["clip/high_frac", "clip/low_frac"] if key == "clip/high_frac" else [key]
+        for k in keys:
+            rows = [h for h in history if k in h]
+            x, y = [h["step"] for h in rows], [h[k] for h in rows]
+            if k.startswith("eval/"):
+                ax.plot(x, y, marker="o", ms=3)
+            else:  # per-step values are noisy: faint raw curve, bold running mean
+                line, = ax.plot(x, y, alpha=0.25, lw=0.8)
+                ax.plot(x, running_mean(y), color=line.get_color(), lw=1.5, label=k[5:])
+        if len(keys) > 1:
+            ax.legend(fontsize=7)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)

@@ -3,7 +3,8 @@
     for step:
         draw B prompts; sample G completions each with the old policy   (rollout.py)
         score them with the task's reward functions                     (tasks.py)
-        group ids (by prompt) -> group-relative advantages              (advantages.py)
+        [dynamic sampling: drop prompts whose G rewards are all equal, refill (DAPO)]
+        group ids (by prompt, or a grouping strategy) -> advantages     (grouping.py)
         mu times: clipped surrogate + beta * k3 KL, backward, clip, step (loss.py)
         log one metrics dict; evaluate and checkpoint now and then
 
@@ -11,34 +12,45 @@ Deviations from the paper's Algorithm 1, on purpose:
   * The reference policy is the base checkpoint for the whole run (no reference reset).
   * Old log-probs come from the sampler (``Rollout.logprobs``), which equals a forward
     pass of the old policy (tested), so no extra forward is spent on them.
+  * The group is a choice (``cfg.grouping``, grouping.py); "by_prompt" is the paper's.
+  * Dynamic sampling (DAPO, Yu et al. 2025, sec. 3.2) is bounded: after
+    ``dynamic_max_draws`` rollouts a short batch is topped up with uninformative prompts,
+    so every step trains on prompts_per_step prompts.
 Exact resume: every random draw of step s comes from seeds derived from (seed, s), and
-the checkpoint holds the policy, the optimizer state and the metrics so far, so a run
-resumed from step s computes the same numbers as one that never stopped.
+the checkpoint holds the policy, the optimizer state, the grouper's re-clustering state
+and the metrics so far, so a run resumed from step s computes the same numbers as one
+that never stopped.
 """
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
+import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from tqdm.auto import tqdm
 
-from grpo_lab.advantages import ADVANTAGES, process_advantages
+from grpo_lab.advantages import process_advantages
 from grpo_lab.checkpoint import CheckpointError, atomic_save_tensors, read_tensors
 from grpo_lab.config import TrainConfig, to_dict
+from grpo_lab.grouping import (StepGrouper, advantage_diagnostics, advantage_split,
+                               cluster_diagnostics, fill_informative_groups,
+                               grouped_advantages, informative_rows, reward_group_diagnostics)
 from grpo_lab.loss import grpo_loss
 from grpo_lab.model import GPT, load_policy
-from grpo_lab.rollout import completion_logprobs, sample
-from grpo_lab.tasks import (accuracy_reward, decode, encode, get_task, load_eval,
+from grpo_lab.rollout import Rollout, completion_logprobs, sample
+from grpo_lab.tasks import (PAD, accuracy_reward, decode, encode, get_task, load_eval,
                             sample_examples, step_rewards, weighted_reward)
 
 CKPT_TAG = "grpo_lab.train_checkpoint.v1"
 
 
 def max_new_tokens(cfg: TrainConfig) -> int:
-    return cfg.max_new_tokens or get_task(cfg.task).max_answer_len + 2
+    return cfg.max_new_tokens or max(get_task(t).max_answer_len for t in cfg.task_names) + 2
 
 
 @torch.no_grad()
@@ -55,28 +67,146 @@ def evaluate(model: GPT, examples, weights: dict, max_new: int, batch: int = 256
     return {"eval/accuracy": sum(acc) / len(acc), "eval/reward": sum(rew) / len(rew)}
 
 
+def evaluate_tasks(model: GPT, eval_sets: dict, weights: dict, max_new: int) -> dict:
+    """``evaluate`` on each task's held-out set -> eval/accuracy and eval/reward over their
+    union, plus eval/accuracy/<task> when there are several tasks."""
+    if len(eval_sets) == 1:
+        return evaluate(model, next(iter(eval_sets.values())), weights, max_new)
+    per = {t: evaluate(model, exs, weights, max_new) for t, exs in eval_sets.items()}
+    n = {t: len(exs) for t, exs in eval_sets.items()}
+    union = {k: sum(per[t][k] * n[t] for t in per) / sum(n.values())
+             for k in ("eval/accuracy", "eval/reward")}
+    return {**union, **{f"eval/accuracy/{t}": m["eval/accuracy"] for t, m in per.items()}}
+
+
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+    """Linear warm-up, then constant or cosine decay to 10% at ``cfg.steps``."""
+    lr = cfg.lr * min(1.0, (step + 1) / (cfg.warmup_steps + 1))
+    if cfg.lr_schedule == "cosine":
+        lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / cfg.steps, 1.0)))
+    return lr
+
+
 def prompt_source(cfg: TrainConfig, held_out: set[str]):
     """-> draw(rng, n): n training examples, never from the held-out set."""
     if not cfg.train_pool:
-        return lambda rng, n: sample_examples([cfg.task], n, rng, held_out)
-    pool = sample_examples([cfg.task], cfg.train_pool, random.Random(f"{cfg.seed}-pool"),
+        return lambda rng, n: sample_examples(cfg.task_names, n, rng, held_out)
+    pool = sample_examples(cfg.task_names, cfg.train_pool, random.Random(f"{cfg.seed}-pool"),
                            held_out)
     return lambda rng, n: [rng.choice(pool) for _ in range(n)]
 
 
-def grpo_step(policy, ref, opt, cfg: TrainConfig, step: int, draw) -> dict:
-    """One GRPO step (rollout, rewards, advantages, mu updates) -> metrics dict."""
+def make_grouper(cfg: TrainConfig) -> StepGrouper:
+    """The run's grouper; the embedding groupers fit TF-IDF once on 512 seeded prompts."""
+    corpus = None
+    if cfg.grouping in ("kmeans_semantic", "mixed"):
+        corpus = [e.prompt for e in sample_examples(cfg.task_names, 512,
+                                                    random.Random(f"{cfg.seed}-embed"))]
+    return StepGrouper(cfg.grouping, cfg.n_groups, cfg.seed, corpus, cfg.recluster_every,
+                       cfg.group_schedule)
+
+
+class Scored(NamedTuple):
+    """One step's batch, sampled and scored: B prompts, N = B*G rows (row i from prompt
+    ``rollout.prompt_index[i]``)."""
+    examples: list                # (B,) Example
+    rollout: Rollout              # N rows
+    rewards: torch.Tensor         # (N,) weighted reward
+    parts: dict                   # reward function name -> (N,)
+    texts: list                   # (N,) decoded completions
+
+
+def rollout_batch(policy, cfg: TrainConfig, step: int, draw) -> tuple[Scored, dict]:
+    """Draw B prompts, sample G completions each, score them -> (Scored, metrics).
+
+    With ``cfg.dynamic_sampling``: DAPO's filter, bounded. Draw until B prompts with
+    reward variance are kept (``grouping.fill_informative_groups``) or
+    ``dynamic_max_draws`` rollouts are spent; a shortfall is topped up with the first
+    draw's uninformative prompts, so the batch always holds B prompts.
+    """
     rng = random.Random(f"{cfg.seed}-prompts-{step}")
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    drawn: list[Scored] = []
+
+    def one_draw():
+        examples = draw(rng, cfg.prompts_per_step)
+        r = sample(policy, [encode(e.prompt) for e in examples], cfg.group_size,
+                   max_new_tokens(cfg), cfg.temperature, cfg.top_k or None, generator=gen)
+        row_examples = [examples[i] for i in r.prompt_index.tolist()]      # N = B*G
+        texts = [decode(c) for c in r.completion_ids.tolist()]
+        rewards, parts = weighted_reward(texts, row_examples, cfg.reward_weights,
+                                         r.stopped.tolist())
+        drawn.append(Scored(examples, r, rewards, parts, texts))
+        return rewards, r.prompt_index, len(drawn) - 1                    # payload: draw index
+
+    if not cfg.dynamic_sampling:
+        one_draw()
+        return drawn[0], {}
+    with warnings.catch_warnings():               # a shortfall is expected: topped up below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        kept = dict(fill_informative_groups(one_draw, cfg.prompts_per_step,
+                                            cfg.dynamic_max_draws, strict=False))
+    G = cfg.group_size                                                    # kept: draw -> (N,) mask
+    short = cfg.prompts_per_step - sum(int(m.sum()) // G for m in kept.values())
+    if short:
+        first = drawn[0]
+        dull = (~informative_rows(first.rewards, first.rollout.prompt_index)).nonzero()
+        rows = kept.get(0, torch.zeros_like(first.rewards, dtype=torch.bool))
+        kept[0] = rows.index_fill(0, dull.flatten()[:short * G], True)
+    informative = sum(int(informative_rows(d.rewards, d.rollout.prompt_index).sum())
+                      for d in drawn) // G
+    metrics = {"sample/draws": len(drawn),
+               "sample/informative_frac": informative / (len(drawn) * cfg.prompts_per_step)}
+    return _cat_scored([_take_rows(drawn[i], kept[i]) for i in sorted(kept)]), metrics
+
+
+def _take_rows(d: Scored, rows: torch.Tensor) -> Scored:
+    """Keep the rows (N,) bool of one batch; kept prompts renumbered 0..B'-1 in order."""
+    r = d.rollout
+    kept_prompts, new_index = torch.unique(r.prompt_index[rows], return_inverse=True)
+    sub = Rollout(r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows],
+                  r.completion_mask[rows], r.logprobs[rows], new_index, r.stopped[rows])
+    return Scored([d.examples[i] for i in kept_prompts.tolist()], sub, d.rewards[rows],
+                  {k: v[rows] for k, v in d.parts.items()},
+                  [d.texts[i] for i in rows.nonzero().flatten().tolist()])
+
+
+def _cat_scored(ds: list[Scored]) -> Scored:
+    """Stack batches: prompts left-padded to one Tp, completions right-padded to one Tc."""
+    rs = [d.rollout for d in ds]
+    Tp = max(r.prompt_ids.shape[1] for r in rs)
+    Tc = max(r.completion_ids.shape[1] for r in rs)
+    left = lambda x, v: torch.nn.functional.pad(x, (Tp - x.shape[1], 0), value=v)
+    right = lambda x, v: torch.nn.functional.pad(x, (0, Tc - x.shape[1]), value=v)
+    offsets = [sum(len(d.examples) for d in ds[:i]) for i in range(len(ds))]
+    r = Rollout(
+        prompt_ids=torch.cat([left(r.prompt_ids, PAD) for r in rs]),            # (N, Tp)
+        prompt_mask=torch.cat([left(r.prompt_mask, False) for r in rs]),        # (N, Tp)
+        completion_ids=torch.cat([right(r.completion_ids, PAD) for r in rs]),   # (N, Tc)
+        completion_mask=torch.cat([right(r.completion_mask, False) for r in rs]),
+        logprobs=torch.cat([right(r.logprobs, 0.0) for r in rs]),               # (N, Tc)
+        prompt_index=torch.cat([r.prompt_index + o for r, o in zip(rs, offsets)]),  # (N,)
+        stopped=torch.cat([r.stopped for r in rs]))                             # (N,)
+    return Scored([e for d in ds for e in d.examples], r, torch.cat([d.rewards for d in ds]),
+                  {k: torch.cat([d.parts[k] for d in ds]) for k in ds[0].parts},
+                  [t for d in ds for t in d.texts])
+
+
+def grpo_step(policy, ref, opt, cfg: TrainConfig, step: int, draw,
+              grouper: StepGrouper | None = None) -> dict:
+    """One GRPO step (rollout, rewards, groups, advantages, mu updates) -> metrics dict.
+
+    ``grouper`` (``make_grouper(cfg)``) maps the step's prompts to group ids; None = by prompt.
+    """
     t0 = time.perf_counter()
-    examples = draw(rng, cfg.prompts_per_step)
-    r = sample(policy, [encode(e.prompt) for e in examples], cfg.group_size,
-               max_new_tokens(cfg), cfg.temperature, cfg.top_k or None, generator=gen)
+    batch, sample_metrics = rollout_batch(policy, cfg, step, draw)
+    examples, r, rewards, parts, texts = batch
     t_rollout = time.perf_counter() - t0
     row_examples = [examples[i] for i in r.prompt_index.tolist()]           # N = B*G
-    texts = [decode(c) for c in r.completion_ids.tolist()]
-    rewards, parts = weighted_reward(texts, row_examples, cfg.reward_weights, r.stopped.tolist())
-    group_ids = r.prompt_index                                             # (N,) by prompt
+    prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
+    grouper = grouper or StepGrouper("by_prompt")
+    cluster_ids = grouper(prompts, tasks, rewards, r.prompt_index, step)    # (B,)
+    group_ids = torch.as_tensor(cluster_ids)[r.prompt_index]               # (N,)
     if cfg.supervision == "process":
         steps = step_rewards(texts, row_examples, r.stopped.tolist())
         sr = torch.zeros(r.completion_mask.shape)                          # (N, Tc)
@@ -84,9 +214,10 @@ def grpo_step(policy, ref, opt, cfg: TrainConfig, step: int, draw) -> dict:
             sr[i, :len(row)] = torch.tensor(row)
         adv = process_advantages(sr, r.completion_mask, group_ids)         # (N, Tc)
     else:
-        adv = ADVANTAGES[cfg.advantage](rewards, group_ids)                # (N,)
+        adv = grouped_advantages(cluster_ids, r.prompt_index, rewards,
+                                 cfg.combine, cfg.advantage)               # (N,)
     for g in opt.param_groups:
-        g["lr"] = cfg.lr * min(1.0, (step + 1) / (cfg.warmup_steps + 1))
+        g["lr"] = learning_rate(cfg, step)
     ref_logp = None
     if cfg.beta:
         with torch.no_grad():
@@ -105,15 +236,21 @@ def grpo_step(policy, ref, opt, cfg: TrainConfig, step: int, draw) -> dict:
             raise FloatingPointError(f"step {step}: gradient norm is {float(gnorm)}; "
                                      f"lower lr={cfg.lr} or check the rewards")
         opt.step()
-    zero_std = (rewards.view(-1, cfg.group_size).std(1) == 0).float().mean()
     m = r.completion_mask.float()
+    # one prompt per group (by prompt): pure, the rest undefined; skip the ~15 ms of TF-IDF
+    quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == len(prompts)
+               else cluster_diagnostics(prompts, cluster_ids, tasks))      # NaN if undefined
     metrics = {
         "step": step,
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std()),
         **{f"reward/{k}": float(v.mean()) for k, v in parts.items()},
-        "group/zero_std_frac": float(zero_std),
+        **reward_group_diagnostics(rewards, group_ids),
+        **{k: v for k, v in quality.items() if not math.isnan(v)},
         "adv/abs_mean": float(adv.abs().mean()),
+        **advantage_diagnostics(adv if adv.dim() == 1 else adv[r.completion_mask]),
+        **(advantage_split(adv, r.prompt_index) if adv.dim() == 1 else {}),
+        **sample_metrics,
         **stats,
         "policy/entropy": float((entropy.detach() * m).sum() / m.sum()),
         "completion/mean_len": float(m.sum(1).mean()),
@@ -125,9 +262,13 @@ def grpo_step(policy, ref, opt, cfg: TrainConfig, step: int, draw) -> dict:
     return metrics
 
 
-def save_checkpoint(path, policy, opt, cfg: TrainConfig, step: int, history: list[dict]):
-    """Policy + optimizer state + metrics so far, one safetensors file, written atomically."""
+def save_checkpoint(path, policy, opt, cfg: TrainConfig, step: int, history: list[dict],
+                    grouper: StepGrouper | None = None):
+    """Policy + optimizer state + metrics so far (+ the grouper's re-clustering state),
+    one safetensors file, written atomically."""
     tensors = {f"policy.{k}": v for k, v in policy.state_dict().items() if k != "lm_head.weight"}
+    if grouper is not None:
+        tensors.update({f"grouping.{k}": v for k, v in grouper.state_dict().items()})
     osd = opt.state_dict()
     for pid, st in osd["state"].items():
         for k, v in st.items():
@@ -138,12 +279,23 @@ def save_checkpoint(path, policy, opt, cfg: TrainConfig, step: int, history: lis
     atomic_save_tensors(tensors, path, meta)
 
 
-def load_checkpoint(path, policy, opt) -> tuple[int, list[dict], dict]:
-    """Restore policy and optimizer from ``path`` -> (step, history, saved config dict)."""
+def load_checkpoint(path, policy, opt, cfg: TrainConfig | None = None,
+                    grouper: StepGrouper | None = None) -> tuple[int, list[dict], dict]:
+    """Restore policy, optimizer (and grouper) from ``path`` -> (step, history, saved config).
+
+    With ``cfg``, first check that the checkpoint's run had the same seed, task and grouping.
+    """
     tensors, meta = read_tensors(path)
     if meta.get("format") != CKPT_TAG:
         raise CheckpointError(f"{path} is not a grpo_lab training checkpoint "
                               f"(format tag {meta.get('format')!r}, expected {CKPT_TAG!r})")
+    saved_cfg = json.loads(meta["config"])
+    if cfg is not None:
+        saved = {k: saved_cfg.get(k, "by_prompt" if k == "grouping" else None)
+                 for k in ("seed", "task", "grouping")}
+        if saved != {"seed": cfg.seed, "task": cfg.task, "grouping": cfg.grouping}:
+            raise ValueError(f"cannot resume {path}: it was run with {saved}, not "
+                             f"seed={cfg.seed} task={cfg.task!r} grouping={cfg.grouping!r}")
     if json.loads(meta["model_config"]) != vars(policy.cfg):
         raise CheckpointError(f"{path} holds a policy of another shape: "
                               f"{meta['model_config']} vs {vars(policy.cfg)}")
@@ -155,7 +307,9 @@ def load_checkpoint(path, policy, opt) -> tuple[int, list[dict], dict]:
             _, pid, name = k.split(".", 2)
             state.setdefault(int(pid), {})[name] = v
     opt.load_state_dict({"state": state, "param_groups": json.loads(meta["param_groups"])})
-    return int(meta["step"]), json.loads(meta["history"]), json.loads(meta["config"])
+    if grouper is not None:
+        grouper.load_state_dict({k[9:]: v for k, v in tensors.items() if k.startswith("grouping.")})
+    return int(meta["step"]), json.loads(meta["history"]), saved_cfg
 
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
@@ -174,16 +328,15 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     policy = load_policy(cfg.base_checkpoint)
     ref = load_policy(cfg.base_checkpoint).eval().requires_grad_(False)
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    eval_set = load_eval(cfg.task)[:cfg.eval_size]
-    draw = prompt_source(cfg, {e.prompt for e in load_eval(cfg.task)})
-    evaluate_now = lambda: evaluate(policy, eval_set, cfg.reward_weights, max_new_tokens(cfg))
+    eval_sets = {t: load_eval(t)[:cfg.eval_size] for t in cfg.task_names}
+    draw = prompt_source(cfg, {e.prompt for t in cfg.task_names for e in load_eval(t)})
+    grouper = make_grouper(cfg)
+    evaluate_now = lambda: evaluate_tasks(policy, eval_sets, cfg.reward_weights,
+                                          max_new_tokens(cfg))
     start, history = 0, []
     if resume:
-        saved_step, history, saved_cfg = load_checkpoint(ckpt, policy, opt)
+        saved_step, history, _ = load_checkpoint(ckpt, policy, opt, cfg, grouper)
         start = saved_step + 1
-        if saved_cfg.get("seed") != cfg.seed or saved_cfg.get("task") != cfg.task:
-            raise ValueError(f"cannot resume {ckpt}: it was run with seed={saved_cfg.get('seed')} "
-                             f"task={saved_cfg.get('task')!r}, not seed={cfg.seed} task={cfg.task!r}")
     else:
         history.append({"step": -1, **evaluate_now(), "time/elapsed_s": 0.0})
     log_path.write_text("".join(json.dumps(h) + "\n" for h in history))
@@ -193,7 +346,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     bar = tqdm(range(start, cfg.steps), desc="grpo", disable=not progress,
                initial=start, total=cfg.steps)
     for step in bar:
-        metrics = grpo_step(policy, ref, opt, cfg, step, draw)
+        metrics = grpo_step(policy, ref, opt, cfg, step, draw, grouper)
         last_step = step == cfg.steps - 1
         out_of_time = cfg.time_budget_s and elapsed0 + time.perf_counter() - t0 >= cfg.time_budget_s
         if (cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step or out_of_time:
@@ -203,7 +356,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
         with open(log_path, "a") as f:
             f.write(json.dumps(metrics) + "\n")
         if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time:
-            save_checkpoint(ckpt, policy, opt, cfg, step, history)
+            save_checkpoint(ckpt, policy, opt, cfg, step, history, grouper)
         bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}",
                         acc=f"{[h for h in history if 'eval/accuracy' in h][-1]['eval/accuracy']:.2f}")
         if on_step is not None:
@@ -212,7 +365,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
         if out_of_time:
             break
     if last < start:  # nothing left to run: make sure a checkpoint exists
-        save_checkpoint(ckpt, policy, opt, cfg, last, history)
+        save_checkpoint(ckpt, policy, opt, cfg, last, history, grouper)
     return history
 
 

@@ -116,8 +116,9 @@ def test_policy_embedding_is_mean_of_hidden_states_and_ignores_padding():
 def test_policy_needs_a_model():
     with pytest.raises(ValueError, match="model=policy"):
         policy_embed(["12+3="])
-    embed = get_embedder("policy", model=policy())
-    assert embed(["12+3="]).shape == (1, 96)
+    model = policy()
+    embed = get_embedder("policy", model=model)
+    assert embed(["12+3="]).shape == (1, model.cfg.n_embd)
     with pytest.raises(ValueError, match="'bert'"):
         get_embedder("bert")
 

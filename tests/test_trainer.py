@@ -5,9 +5,13 @@ import pytest
 import torch
 
 from grpo_lab.checkpoint import CheckpointError
-from grpo_lab.config import preset
+from grpo_lab.config import TrainConfig, preset
+from grpo_lab.grouping import informative_rows
 from grpo_lab.model import load_policy
-from grpo_lab.trainer import load_checkpoint, load_policy_any, train
+from grpo_lab.rollout import completion_logprobs
+from grpo_lab.tasks import decode, load_eval, load_mixture, weighted_reward
+from grpo_lab.trainer import (load_checkpoint, load_policy_any, max_new_tokens, prompt_source,
+                              rollout_batch, train)
 
 
 def cfg(tmp_path, **kw):
@@ -33,7 +37,13 @@ def test_short_run_raises_reward_and_moves_every_parameter(tmp_path):
 
 def test_resume_continues_exactly(tmp_path):
     full = train(cfg(tmp_path / "a", steps=6, ckpt_every=3), progress=False)
-    train(cfg(tmp_path / "b", steps=3, ckpt_every=3), progress=False)      # "killed" after 3
+
+    def die(m):  # killed during step 4: the checkpoint holds steps 0-2
+        if m["step"] == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg(tmp_path / "b", steps=6, ckpt_every=3), progress=False, on_step=die)
     resumed = train(cfg(tmp_path / "b", steps=6, ckpt_every=3), resume=True, progress=False)
     keys = ["loss/total", "reward/mean", "grad/norm", "loss/kl"]
     for a, b in zip(full[1:], resumed[1:]):
@@ -90,3 +100,128 @@ def test_bad_checkpoints(tmp_path):
 def test_invalid_config(tmp_path, field, value, msg):
     with pytest.raises(ValueError, match=msg):
         cfg(tmp_path, **{field: value})
+
+
+# ---------------------------------------------------------------- grouping in the trainer
+MIX = dict(task="mixture", prompts_per_step=14, group_size=4, eval_every=0, eval_size=10)
+
+
+def test_random_groups_of_one_prompt_train_exactly_as_by_prompt(tmp_path):
+    # k = B balanced random groups hold one prompt each: the same groups as by_prompt
+    a = train(cfg(tmp_path / "a", steps=3), progress=False)
+    b = train(cfg(tmp_path / "b", steps=3, grouping="random", group_k=8), progress=False)
+    keys = ["loss/total", "reward/mean", "grad/norm", "adv/var", "group/zero_std_frac"]
+    assert [[h[k] for k in keys] for h in a[1:]] == [[h[k] for k in keys] for h in b[1:]]
+
+
+def test_mixture_run_logs_per_task_accuracy_and_group_diagnostics(tmp_path):
+    history = train(cfg(tmp_path, steps=2, grouping="kmeans_semantic", **MIX), progress=False)
+    last = history[-1]
+    tasks = TrainConfig(task="mixture").task_names
+    per_task = [last[f"eval/accuracy/{t}"] for t in tasks]
+    assert last["eval/accuracy"] == pytest.approx(sum(per_task) / len(tasks))  # 10 each
+    assert last["eval/accuracy/reverse"] > 0.5 and last["eval/accuracy/compare"] < 0.5
+    assert max_new_tokens(TrainConfig(task="mixture")) == 6 + 2                 # sort, reverse
+    for h in history[1:]:
+        assert h["group/size_mean"] == pytest.approx(14 * 4 / 7) or h["group/size_min"] < 8
+        assert 0 <= h["group/zero_std_frac"] <= 1 and h["adv/var"] >= 0
+        assert 1 / 7 <= h["group/purity"] <= 1 and 0 <= h["adv/between_prompt_frac"] <= 1
+    by_prompt = train(cfg(tmp_path / "p", steps=1, **MIX), progress=False)[1]
+    assert by_prompt["group/size_mean"] == 4 and by_prompt["adv/between_prompt_frac"] < 1e-9
+    assert "group/silhouette" not in by_prompt                              # undefined: dropped
+
+
+def test_resume_is_exact_with_reclustering_and_dynamic_sampling(tmp_path):
+    kw = dict(MIX, grouping="kmeans_semantic", recluster_every=2, group_schedule=True,
+              group_k=8, dynamic_sampling=True, dynamic_max_draws=2, ckpt_every=3)
+    full = train(cfg(tmp_path / "a", steps=5, **kw), progress=False)
+
+    def die(m):
+        if m["step"] == 3:                                                 # checkpoint at 2
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg(tmp_path / "b", steps=5, **kw), progress=False, on_step=die)
+    resumed = train(cfg(tmp_path / "b", steps=5, **kw), resume=True, progress=False)
+    keys = ["loss/total", "reward/mean", "grad/norm", "group/size_mean", "sample/draws"]
+    assert [[h[k] for k in keys] for h in full[1:]] == [[h[k] for k in keys] for h in resumed[1:]]
+    with pytest.raises(ValueError, match="grouping"):
+        train(cfg(tmp_path / "b", steps=6, **{**kw, "grouping": "by_task",
+                                               "recluster_every": 0, "group_schedule": False}),
+              resume=True, progress=False)
+
+
+def test_dynamic_sampling_keeps_b_prompts_with_reward_variance(tmp_path):
+    c = cfg(tmp_path, steps=1, dynamic_sampling=True, dynamic_max_draws=6, **MIX)
+    policy = load_policy(c.base_checkpoint)
+    held_out = {e.prompt for t in c.task_names for e in load_eval(t)}
+    (examples, r, rewards, parts, texts), m = rollout_batch(policy, c, 0,
+                                                            prompt_source(c, held_out))
+    assert len(examples) == 14 and r.prompt_index.tolist() == [i // 4 for i in range(56)]
+    assert 1 <= m["sample/draws"] <= 6 and 0 < m["sample/informative_frac"] <= 1
+    assert rewards.shape == (56,) and len(texts) == 56 and parts["accuracy"].shape == (56,)
+    informative = informative_rows(rewards, r.prompt_index).view(14, 4)[:, 0]
+    if m["sample/draws"] < 6:                                               # filled: all informative
+        assert bool(informative.all())
+    # the stacked rollout is still a valid batch: the old log-probs are reproduced
+    lp = completion_logprobs(policy, r, c.temperature)                       # (N, Tc)
+    assert torch.allclose(lp, r.logprobs, atol=1e-4)
+    # the rewards belong to the rows they sit on
+    rows = [examples[i] for i in r.prompt_index.tolist()]
+    again, _ = weighted_reward([decode(x) for x in r.completion_ids.tolist()], rows,
+                               c.reward_weights, r.stopped.tolist())
+    assert torch.equal(again, rewards)
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(grouping="nope"), "unknown grouping 'nope'"),
+    (dict(combine="median"), "unknown combine option 'median'"),
+    (dict(grouping="kmeans_semantic", group_k=9), "9 groups \\(group_k=9\\) is more than"),
+    (dict(grouping="kmeans_semantic", task="mixture", prompts_per_step=4), "7 groups"),
+    (dict(recluster_every=5), "needs grouping='kmeans_semantic'"),
+    (dict(grouping="kmeans_semantic", group_schedule=True), "set recluster_every > 0"),
+    (dict(supervision="process", combine="within_prompt_pooled_std"), "combine='cluster'"),
+    (dict(task="mixture,count"), "unknown task 'mixture' in task='mixture,count'"),
+    (dict(task="count,count"), "names a task twice"),
+    (dict(dynamic_max_draws=0), "dynamic_max_draws must be > 0"),
+    (dict(group_k=-1), "group_k must be >= 0"),
+])
+def test_invalid_grouping_config(tmp_path, kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        cfg(tmp_path, **kw)
+
+
+def test_step_grouper_by_hand_and_its_state():
+    from grpo_lab.grouping import StepGrouper
+    prompts = ["1+2=", "sort:321=", "3+4=", "sort:987="]
+    tasks = ["addition", "sort", "addition", "sort"]
+    rewards, index = torch.zeros(8), torch.arange(4).repeat_interleave(2)
+    assert StepGrouper("by_task")(prompts, tasks, rewards, index, 0).tolist() == [0, 1, 0, 1]
+    g = StepGrouper("kmeans_semantic", 2, corpus=[e.prompt for e in load_mixture()])
+    ids = g(prompts, tasks, rewards, index, 0)
+    assert ids[0] == ids[2] != ids[1] == ids[3]                            # families found
+    assert g.state_dict() == {}                                            # nothing to resume
+    rc = StepGrouper("kmeans_semantic", 2, corpus=prompts, recluster_every=3)
+    rc(prompts, tasks, rewards, index, 0)
+    state = rc.state_dict()
+    assert state["centroids"].shape[0] == 2 and int(state["calls"]) == 1
+    fresh = StepGrouper("kmeans_semantic", 2, corpus=prompts, recluster_every=3)
+    fresh.load_state_dict(state)
+    assert fresh(prompts, tasks, rewards, index, 1).tolist() == \
+        rc(prompts, tasks, rewards, index, 1).tolist()                     # assign, not refit
+    with pytest.raises(ValueError, match="does not re-cluster"):
+        StepGrouper("kmeans_semantic", 2, corpus=prompts).load_state_dict(state)
+    with pytest.raises(ValueError, match="needs a corpus"):
+        StepGrouper("mixed", 2)
+
+
+def test_learning_rate_schedule_by_hand():
+    from grpo_lab.trainer import learning_rate
+
+    c = preset("tiny_cpu", lr=1e-4, steps=100, warmup_steps=4, lr_schedule="cosine")
+    # warm-up: (step+1)/5; cosine factor 0.1 + 0.9 * (1 + cos(pi * step/100)) / 2
+    assert learning_rate(c, 0) == pytest.approx(1e-4 * 0.2 * 1.0, rel=1e-6)
+    assert learning_rate(c, 50) == pytest.approx(1e-4 * 0.55, rel=1e-6)
+    assert learning_rate(c, 100) == pytest.approx(1e-5, rel=1e-6)
+    flat = preset("tiny_cpu", lr=1e-4, steps=100, warmup_steps=4, lr_schedule="constant")
+    assert learning_rate(flat, 50) == 1e-4

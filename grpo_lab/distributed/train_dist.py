@@ -1,0 +1,480 @@
+"""Data-parallel training of the toy policy on N processes, with a choice of gradient exchange.
+
+Every rank holds the whole policy, computes the loss on its 1/N of the step's batch, and the
+ranks then agree on the *average* gradient before the optimizer steps. How they agree is the
+``exchange``, a sibling in ``EXCHANGES``:
+
+  * ``allreduce``:        one fp32 ``all_reduce`` of all gradients (flat), / N. The reference.
+  * ``compressed``:       ``comm.compressed_all_reduce`` with a ``compression.PRESETS`` preset
+                          (``seed`` | ``fp16`` | ``aggressive`` | ``fp32``); ``error_feedback=False``
+                          drops the residual (and DGC momentum, which needs it); ``momentum``
+                          overrides the preset's DGC momentum correction. Note: DGC's momentum
+                          correction assumes the receiver runs plain SGD; here every exchange
+                          feeds the same AdamW.
+  * ``ddp_fp16_hook``:    torch DDP with torch's ``default_hooks.fp16_compress_hook``.
+  * ``ddp_powersgd_hook``: torch DDP with torch's ``powerSGD_hook`` (rank ``powersgd_rank``).
+  * ``sharded``:          ``sharder.ShardedOptimizer``: reduce to owners, owner AdamW, broadcast.
+
+Byte accounting. ``comm/bytes`` is what this rank sends per step, counted from the tensors it
+hands to each collective under the bandwidth-optimal algorithm of that collective:
+
+    all_reduce of b bytes (ring: reduce-scatter + all-gather)    2 (N-1)/N * b   (= b at N=2)
+    all_gather of W messages of b bytes (comm.py's count)        (N-1) * (8 + b)
+    reduce + broadcast of b bytes (sharder, all ranks together)  2 (N-1) * b, i.e. /N per rank
+
+How each exchange gets b: ``allreduce`` 4 B x numel (float32); ``compressed`` the length of the
+encoded message (``comm/sent_bytes`` of comm.py, padding to the longest message included);
+``ddp_fp16_hook`` 2 B x the bucket's numel (the hook all-reduces the bucket as float16);
+``ddp_powersgd_hook`` 4 B x (uncompressed elements + P + Q), read from torch's own
+``PowerSGDState.total_numel_after_compression`` (or the whole bucket in the first
+``start_powerSGD_iter`` steps, when torch runs a vanilla all_reduce); ``sharded`` the sharder's
+own ``comm/bytes`` / N (re-shards included). ``comm/payload_bytes`` is b itself, and
+``comm/wchar_bytes`` a measurement: the growth of ``wchar`` in /proc/self/io over the exchange
+and optimizer step (the bytes gloo handed the kernel's sockets; Linux only, else None).
+
+Objectives (``OBJECTIVES``), one signature ``(module, policy, ctx, step, rank, world) -> (loss,
+metrics)``. Compression acts on gradients, whichever loss made them:
+
+  * ``supervised``: ``pretrain.demo_batch`` + cross-entropy on the answer tokens, as the base
+    policy was made. Every rank draws the same global batch (seeded by (seed, step)) and takes
+    its rows; its loss is (sum of its token losses) * N / (tokens in the global batch), so
+    the rank-average gradient is exactly the full-batch mean gradient.
+  * ``grpo``: GRPO (DeepSeekMath): each rank samples G completions for its 1/N of the step's
+    prompts (sampling seeded by (seed, step, rank)), rewards, group-relative advantages by
+    prompt, ``loss.grpo_loss`` (outcome supervision, mu = 1). The honest target, but the toy
+    moves slowly under GRPO, so the accuracy-vs-bytes comparisons use ``supervised``.
+
+Deviations: evaluation runs on rank 0 only (all ranks hold the same parameters); gradient
+clipping happens after the exchange and is unavailable with ``sharded`` (its exchange lives
+inside ``step``).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from grpo_lab.advantages import ADVANTAGES
+from grpo_lab.config import TrainConfig
+from grpo_lab.distributed import comm, launch
+from grpo_lab.distributed.compression import PRESETS, Compressor
+from grpo_lab.distributed.sharder import ShardedOptimizer
+from grpo_lab.loss import grpo_loss
+from grpo_lab.model import GPT, GPTConfig, load_policy
+from grpo_lab.pretrain import demo_batch
+from grpo_lab.rollout import completion_logprobs, positions, sample
+from grpo_lab.tasks import decode, encode, get_task, load_eval, sample_examples, weighted_reward
+from grpo_lab.trainer import evaluate, max_new_tokens
+
+
+@dataclass
+class DistConfig:
+    objective: str = "supervised"
+    """supervised (demonstrations, cross-entropy on answers) | grpo (GRPO on sampled groups)."""
+    exchange: str = "allreduce"
+    """How ranks average gradients: a key of EXCHANGES."""
+    preset: str = "seed"
+    """exchange=compressed: a key of compression.PRESETS (seed | fp32 | fp16 | aggressive)."""
+    error_feedback: bool = True
+    """exchange=compressed: keep what top-k did not send (False also turns DGC momentum off)."""
+    momentum: float | None = None
+    """exchange=compressed: override the preset's DGC momentum correction (None: the preset's)."""
+    powersgd_rank: int = 2
+    """exchange=ddp_powersgd_hook: matrix_approximation_rank."""
+    powersgd_start: int = 2
+    """exchange=ddp_powersgd_hook: steps of vanilla all_reduce first (torch's minimum is 2)."""
+    policy: str = "size_balanced"
+    """exchange=sharded: a key of sharder.POLICIES."""
+    importance: str | None = None
+    """exchange=sharded: importance score tracked by the owners (None: none)."""
+    reshard_every: int = 0
+    """exchange=sharded: re-shard every this many steps (0: never)."""
+    steps: int = 300
+    """Optimizer steps."""
+    batch_size: int = 64
+    """Global batch per step: demonstrations (supervised) or prompts (grpo); divisible by N."""
+    group_size: int = 8
+    """grpo: completions per prompt."""
+    lr: float = 2e-3
+    """Peak AdamW learning rate (supervised from scratch: 2e-3 as pretrain.py; fine-tuning the
+    base policy: 1e-3; grpo: about 1e-4, as TrainConfig)."""
+    lr_schedule: str = "cosine"
+    """cosine (decay to 10%, as pretrain.py) | constant (after warmup_steps)."""
+    warmup_steps: int = 0
+    """Linear warm-up steps."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay."""
+    eps: float = 1e-8
+    """AdamW eps."""
+    grad_clip: float = 0.0
+    """Clip the averaged gradient's norm to this (0: off; not with exchange=sharded)."""
+    init: str = "fresh"
+    """fresh (a new GPT from the shape fields, seeded) or a policy file to start from."""
+    n_layer: int = 3
+    """fresh init: transformer blocks."""
+    n_head: int = 4
+    """fresh init: attention heads."""
+    n_embd: int = 96
+    """fresh init: width of the residual stream."""
+    block_size: int = 32
+    """fresh init: longest sequence."""
+    task: str = "addition"
+    """Task trained on and evaluated on (held-out set data/eval_<task>.jsonl)."""
+    eval_every: int = 0
+    """Evaluate greedy accuracy every this many steps (0: only after the last step)."""
+    eval_size: int = 200
+    """Held-out examples evaluated (rank 0)."""
+    seed: int = 0
+    """Seed of initialisation, batches and sampling."""
+    threads: int = 1
+    """torch threads per process (0: leave as is)."""
+    grpo: dict = field(default_factory=dict)
+    """objective=grpo: TrainConfig field overrides (temperature, beta, eps_low, ...)."""
+
+    def __post_init__(self):
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}; known: {sorted(OBJECTIVES)}")
+        if self.exchange not in EXCHANGES:
+            raise ValueError(f"unknown exchange {self.exchange!r}; known: {sorted(EXCHANGES)}")
+        if self.exchange == "compressed" and self.preset not in PRESETS:
+            raise ValueError(f"unknown compression preset {self.preset!r}; known: {sorted(PRESETS)}")
+        if self.lr_schedule not in ("cosine", "constant"):
+            raise ValueError(f"lr_schedule must be 'cosine' or 'constant', got {self.lr_schedule!r}")
+        if self.grad_clip and self.exchange == "sharded":
+            raise ValueError(f"grad_clip={self.grad_clip} needs the averaged gradient before the "
+                             f"step; exchange 'sharded' reduces inside its step: use grad_clip=0")
+        for name in ("steps", "batch_size", "group_size", "eval_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DistConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+
+# ---------------------------------------------------------------- bytes and measurements
+
+def ring_allreduce_bytes(b: int, world: int) -> int:
+    """Bytes one rank sends in a ring all_reduce of b bytes: 2 (N-1)/N * b (rounded down)."""
+    return 2 * (world - 1) * b // world
+
+
+def wchar() -> int | None:
+    """Bytes this process has handed to write()/send() so far (Linux /proc/self/io), or None."""
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+# ---------------------------------------------------------------- exchanges
+
+@dataclass
+class Exchange:
+    module: torch.nn.Module
+    """What forward and backward run through: the policy, or DDP wrapping it."""
+    reduce: Callable[[], int]
+    """After backward: make every .grad the rank-average -> payload bytes this rank sent."""
+    step: Callable[[], dict]
+    """Optimizer step -> metrics (the sharder's comm and shard/* metrics; {} for AdamW)."""
+    zero_grad: Callable[[], None]
+    set_lr: Callable[[float], None]
+    wire: Callable[[int], int]
+    """payload bytes -> bytes sent under this exchange's collective (see module docstring)."""
+
+
+def _adamw(model, cfg):
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.eps,
+                            weight_decay=cfg.weight_decay)
+
+    def set_lr(lr):
+        for g in opt.param_groups:
+            g["lr"] = lr
+    return opt, set_lr
+
+
+def make_allreduce(model, cfg, world, rank) -> Exchange:
+    params = list(model.parameters())
+    opt, set_lr = _adamw(model, cfg)
+
+    def reduce():
+        flat = torch.cat([p.grad.reshape(-1) for p in params])             # (numel,) fp32
+        if world > 1:
+            dist.all_reduce(flat)
+        flat /= world
+        off = 0
+        for p in params:
+            p.grad.copy_(flat[off:off + p.numel()].view_as(p))
+            off += p.numel()
+        return 0 if world == 1 else flat.nbytes
+
+    return Exchange(model, reduce, lambda: opt.step() or {}, lambda: opt.zero_grad(True),
+                    set_lr, lambda b: ring_allreduce_bytes(b, world))
+
+
+def make_compressed(model, cfg, world, rank) -> Exchange:
+    ccfg = PRESETS[cfg.preset]
+    if cfg.momentum is not None:
+        ccfg = dataclasses.replace(ccfg, momentum=cfg.momentum)
+    if not cfg.error_feedback:
+        ccfg = dataclasses.replace(ccfg, error_feedback=False, momentum=0.0)
+    compressor = Compressor(ccfg, seed=1000 * cfg.seed + rank)
+    named = [(n, p) for n, p in model.named_parameters()]
+    opt, set_lr = _adamw(model, cfg)
+    stats = comm.new_stats()
+    sent = {"bytes": 0}
+
+    def reduce():
+        sent0, own0 = stats["comm/sent_bytes"], stats["comm/payload_bytes"]
+        avg = comm.compressed_all_reduce({n: p.grad for n, p in named}, compressor, stats=stats)
+        for n, p in named:
+            p.grad.copy_(avg[n])
+        sent["bytes"] = stats["comm/sent_bytes"] - sent0                   # (N-1)(8 + max_len)
+        return stats["comm/payload_bytes"] - own0                          # this rank's message
+
+    return Exchange(model, reduce, lambda: opt.step() or {}, lambda: opt.zero_grad(True),
+                    set_lr, lambda b: sent["bytes"])
+
+
+@dataclass
+class HookCounter:
+    """State for a counting DDP hook: torch's own hook state plus the payload bytes so far."""
+    inner: object
+    payload_bytes: int = 0
+
+
+def fp16_counted_hook(state: HookCounter, bucket):
+    """torch's fp16_compress_hook; the bucket travels as float16: 2 B per element."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+    state.payload_bytes += 2 * bucket.buffer().numel()
+    return fp16_compress_hook(state.inner, bucket)
+
+
+def powersgd_counted_hook(state: HookCounter, bucket):
+    """torch's powerSGD_hook; elements all-reduced read from its PowerSGDState."""
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import powerSGD_hook
+    ps = state.inner
+    if ps.iter < ps.start_powerSGD_iter:                                   # vanilla all_reduce
+        n = bucket.buffer().numel()
+        fut = powerSGD_hook(ps, bucket)
+    else:                                                                  # uncompressed + P + Q
+        before = ps.total_numel_after_compression
+        fut = powerSGD_hook(ps, bucket)
+        n = ps.total_numel_after_compression - before
+    state.payload_bytes += n * bucket.buffer().element_size()
+    return fut
+
+
+def _make_ddp(hook, make_state):
+    def make(model, cfg, world, rank) -> Exchange:
+        ddp = torch.nn.parallel.DistributedDataParallel(model)  # the GPT has no buffers
+        counter = HookCounter(make_state(cfg))
+        ddp.register_comm_hook(counter, hook)
+        opt, set_lr = _adamw(model, cfg)
+        seen = {"bytes": 0}
+
+        def reduce():                                 # DDP already averaged during backward
+            b, seen["bytes"] = counter.payload_bytes - seen["bytes"], counter.payload_bytes
+            return b
+
+        return Exchange(ddp, reduce, lambda: opt.step() or {}, lambda: opt.zero_grad(True),
+                        set_lr, lambda b: ring_allreduce_bytes(b, world))
+    return make
+
+
+def _powersgd_state(cfg):
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
+    return PowerSGDState(process_group=None, matrix_approximation_rank=cfg.powersgd_rank,
+                         start_powerSGD_iter=cfg.powersgd_start, random_seed=cfg.seed)
+
+
+def make_sharded(model, cfg, world, rank) -> Exchange:
+    opt = ShardedOptimizer(model.named_parameters(), lr=cfg.lr, eps=cfg.eps,
+                           weight_decay=cfg.weight_decay, policy=cfg.policy,
+                           importance=cfg.importance, reshard_every=cfg.reshard_every)
+    last = {"bytes": 0}
+
+    def step():
+        m = opt.step()                                # reduce, owner AdamW, broadcast, re-shard
+        last["bytes"] = m["comm/bytes"] // world      # the sharder counts all ranks together
+        return {k: v for k, v in m.items() if k.startswith("shard/")}
+
+    def set_lr(lr):
+        opt.lr = lr
+    return Exchange(model, lambda: 0, step, lambda: opt.zero_grad(True), set_lr,
+                    lambda b: last["bytes"])
+
+
+EXCHANGES = {
+    "allreduce": make_allreduce,
+    "compressed": make_compressed,
+    "ddp_fp16_hook": _make_ddp(fp16_counted_hook, lambda cfg: None),
+    "ddp_powersgd_hook": _make_ddp(powersgd_counted_hook, _powersgd_state),
+    "sharded": make_sharded,
+}
+
+
+# ---------------------------------------------------------------- objectives
+
+def supervised_loss(module, policy, ctx, step, rank, world):
+    cfg = ctx["cfg"]
+    rng = random.Random(f"{cfg.seed}-batch-{step}")
+    examples = sample_examples([cfg.task], cfg.batch_size, rng, ctx["held_out"])  # global batch
+    ids, mask, tmask = demo_batch(examples)                               # (B, T) each
+    b = cfg.batch_size // world
+    rows = slice(rank * b, (rank + 1) * b)
+    ids, mask, tmask = ids[rows], mask[rows], tmask[rows]                  # (B/N, T) this rank's
+    logits, _ = module(ids, positions(mask), mask)                         # (B/N, T, V)
+    # position t predicts token t+1; sum here, divide by the global token count
+    ce = F.cross_entropy(logits[:, :-1][tmask[:, 1:]], ids[:, 1:][tmask[:, 1:]], reduction="sum")
+    n_global = sum(len(e.answer) + 1 for e in examples)                   # answer + <eos> tokens
+    loss = ce * world / n_global
+    return loss, {"train/loss": float(loss.detach()) / world}              # rank's share of the mean
+
+
+def grpo_objective_loss(module, policy, ctx, step, rank, world):
+    cfg, tcfg = ctx["cfg"], ctx["tcfg"]
+    rng = random.Random(f"{cfg.seed}-prompts-{step}")
+    examples = sample_examples([cfg.task], cfg.batch_size, rng, ctx["held_out"])
+    b = cfg.batch_size // world
+    mine = examples[rank * b:(rank + 1) * b]
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step * 1009 + rank)
+    r = sample(policy, [encode(e.prompt) for e in mine], cfg.group_size, max_new_tokens(tcfg),
+               tcfg.temperature, tcfg.top_k or None, generator=gen)       # N = b*G rows
+    rows = [mine[i] for i in r.prompt_index.tolist()]
+    texts = [decode(c) for c in r.completion_ids.tolist()]
+    rewards, _ = weighted_reward(texts, rows, tcfg.reward_weights, r.stopped.tolist())  # (N,)
+    adv = ADVANTAGES[tcfg.advantage](rewards, r.prompt_index)             # (N,)
+    ref_logp = None
+    if tcfg.beta:
+        with torch.no_grad():
+            ref_logp = completion_logprobs(ctx["ref"], r, tcfg.temperature)  # (N, Tc)
+    logp = completion_logprobs(module, r, tcfg.temperature)                # (N, Tc)
+    loss, stats = grpo_loss(logp, r.logprobs, ref_logp, adv, r.completion_mask, tcfg.eps_low,
+                            tcfg.eps_high, tcfg.beta, tcfg.aggregation, max_new_tokens(tcfg))
+    return loss, {"train/loss": float(loss.detach()), "reward/mean": float(rewards.mean())}
+
+
+OBJECTIVES = {"supervised": supervised_loss, "grpo": grpo_objective_loss}
+
+
+# ---------------------------------------------------------------- the loop
+
+def lr_at(step: int, cfg: DistConfig) -> float:
+    warm = min(1.0, (step + 1) / (cfg.warmup_steps + 1)) if cfg.warmup_steps else 1.0
+    if cfg.lr_schedule == "constant":
+        return cfg.lr * warm
+    return cfg.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / cfg.steps)))
+
+
+def make_policy(cfg: DistConfig) -> GPT:
+    torch.manual_seed(cfg.seed)
+    if cfg.init == "fresh":
+        return GPT(GPTConfig(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
+                             block_size=cfg.block_size))
+    return load_policy(cfg.init)
+
+
+def train(cfg: DistConfig, rank: int = 0, world: int = 1, on_grads=None) -> dict:
+    """Train as ``cfg`` says on this rank -> {"history": [metrics per step], "params": {name:
+    tensor}, "config": dict}. ``world == 1`` runs without a process group (allreduce only).
+    ``on_grads(step, policy)``, the one hook point, sees the averaged gradients before the
+    optimizer step (not with ``sharded``, which averages inside its step)."""
+    if cfg.batch_size % world:
+        raise ValueError(f"batch_size={cfg.batch_size} is not divisible by {world} ranks")
+    if world == 1 and cfg.exchange != "allreduce" and not dist.is_initialized():
+        raise ValueError(f"exchange {cfg.exchange!r} needs a process group; run it through "
+                         f"run_all(..., world_size) or torchrun")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    policy = make_policy(cfg)
+    eval_set = load_eval(cfg.task)[:cfg.eval_size]
+    ctx = {"cfg": cfg, "held_out": {e.prompt for e in load_eval(cfg.task)},
+           "tcfg": TrainConfig(**{"task": cfg.task, **cfg.grpo}) if cfg.objective == "grpo" else None,
+           "ref": (make_policy(cfg).eval().requires_grad_(False)
+                   if cfg.objective == "grpo" else None)}
+    ex = EXCHANGES[cfg.exchange](policy, cfg, world, rank)
+    objective = OBJECTIVES[cfg.objective]
+    max_new = get_task(cfg.task).max_answer_len + 2
+    history = []
+    for step in range(cfg.steps):
+        t0 = time.perf_counter()
+        ex.set_lr(lr_at(step, cfg))
+        policy.train()
+        loss, metrics = objective(ex.module, policy, ctx, step, rank, world)
+        w0 = wchar()                                  # DDP's hooks send during backward
+        loss.backward()
+        payload = ex.reduce()
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+        if on_grads is not None:
+            on_grads(step, policy)
+        metrics.update(ex.step())
+        w1 = wchar()
+        ex.zero_grad()
+        metrics.update({"step": step, "comm/payload_bytes": payload, "comm/bytes": ex.wire(payload),
+                        "comm/wchar_bytes": None if w0 is None else w1 - w0,
+                        "time/step_s": time.perf_counter() - t0})
+        if rank == 0 and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0)
+                          or step == cfg.steps - 1):
+            metrics.update(evaluate(policy, eval_set, {"accuracy": 1.0}, max_new))
+        history.append(metrics)
+    return {"history": history, "config": dataclasses.asdict(cfg),
+            "params": {n: p.detach().clone() for n, p in policy.named_parameters()}}
+
+
+def _rank_main(rank: int, world: int, cfgs: list) -> list:
+    return [train(c, rank, world) for c in cfgs]
+
+
+def run_all(cfgs: list[DistConfig], world_size: int = 2, run_timeout_s: float | None = None):
+    """Train every config in turn on ``world_size`` spawned gloo processes (one spawn for all)
+    -> results[i][rank] = ``train``'s return value for cfgs[i] on that rank."""
+    by_rank = launch.spawn(_rank_main, world_size, (list(cfgs),), backend="gloo",
+                           run_timeout_s=run_timeout_s)
+    return [[by_rank[r][i] for r in range(world_size)] for i in range(len(cfgs))]
+
+
+def summary(history: list[dict]) -> dict:
+    """Totals of one run: bytes per step (mean), total bytes, time, final accuracy."""
+    n = len(history)
+    wc = [h["comm/wchar_bytes"] for h in history if h["comm/wchar_bytes"] is not None]
+    accs = [h["eval/accuracy"] for h in history if "eval/accuracy" in h]
+    return {"comm/bytes_per_step": sum(h["comm/bytes"] for h in history) / n,
+            "comm/bytes_total": sum(h["comm/bytes"] for h in history),
+            "comm/wchar_per_step": sum(wc) / len(wc) if wc else None,
+            "time/train_s": sum(h["time/step_s"] for h in history),
+            "eval/accuracy": accs[-1] if accs else None}
+
+
+def main(argv=None):
+    """``torchrun --nproc_per_node=2 -m grpo_lab.distributed.train_dist --exchange compressed``"""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for f in dataclasses.fields(DistConfig):
+        if f.name == "grpo":
+            continue
+        default = f.default
+        kind = {bool: lambda s: s.lower() in ("1", "true", "yes")}.get(type(default), type(default))
+        if default is None:                                   # "float | None" -> float
+            kind = {"float": float, "str": str}[str(f.type).split("|")[0].strip()]
+        p.add_argument(f"--{f.name}", type=kind, default=default)
+    cfg = DistConfig(**vars(p.parse_args(argv)))
+    rank, world, _ = launch.init_from_env(backend="gloo")
+    try:
+        s = summary(train(cfg, rank, world)["history"])
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        print(s)
+
+
+if __name__ == "__main__":
+    main()

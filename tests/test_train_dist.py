@@ -1,0 +1,151 @@
+"""Data-parallel training on 2 gloo processes (one spawn for every case) against single-process
+training on the full batch, and the bytes each exchange counts against hand-computed values.
+
+Byte convention (train_dist's docstring): ``comm/bytes`` is what one rank sends per step under
+the collective's bandwidth-optimal algorithm; at 2 ranks a ring all_reduce of b bytes sends
+2 (N-1)/N b = b, so fp32 all_reduce is 4 B x numel per rank per step.
+"""
+import pytest
+import torch
+
+from grpo_lab.distributed import wire
+from grpo_lab.distributed.train_dist import (EXCHANGES, DistConfig, make_policy, run_all,
+                                             summary, train)
+
+WORLD, STEPS = 2, 3
+# eps=1e-6 as in tests/test_sharder.py: the attention key bias has an exactly-zero true
+# gradient, so its computed gradient is rounding noise that differs between a full-batch and
+# a split backward, and Adam divides it by eps. Adam's first steps move each weight by about
+# lr * g / (|g| + eps): rounding in a tiny g is amplified in proportion to lr, so lr=1e-3.
+TINY = dict(n_layer=1, n_embd=16, n_head=2, block_size=16, batch_size=8, steps=STEPS,
+            lr=1e-3, eps=1e-6, eval_size=20)
+CASES = {
+    "allreduce": dict(exchange="allreduce"),
+    "fp32": dict(exchange="compressed", preset="fp32"),
+    "seed": dict(exchange="compressed", preset="seed"),
+    "ddp_fp16": dict(exchange="ddp_fp16_hook"),
+    "powersgd": dict(exchange="ddp_powersgd_hook", powersgd_rank=1, powersgd_start=2),
+    "sharded": dict(exchange="sharded", policy="size_balanced"),
+    "sharded_rr": dict(exchange="sharded", policy="importance_round_robin", importance="seed",
+                       reshard_every=2),
+    "grpo": dict(exchange="allreduce", objective="grpo", batch_size=4, group_size=4, steps=2),
+}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cfgs = [DistConfig(**{**TINY, **case}) for case in CASES.values()]
+    return dict(zip(CASES, run_all(cfgs, WORLD, run_timeout_s=240)))
+
+
+@pytest.fixture(scope="module")
+def single():
+    return train(DistConfig(**TINY))                                       # in process, world 1
+
+
+def _close(a, b, atol):
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=0, msg=name)
+
+
+def test_allreduce_equals_single_process_full_batch(runs, single):
+    for rank in range(WORLD):
+        _close(runs["allreduce"][rank]["params"], single["params"], atol=1e-6)
+    init = make_policy(DistConfig(**TINY))
+    moved = min(float((single["params"][n] - p.detach()).abs().max())
+                for n, p in init.named_parameters())
+    assert moved > 1e-4                                                    # 100x the tolerance
+    # the loss each rank logs is its share: the two add up to the full-batch loss
+    for step in range(STEPS):
+        total = sum(runs["allreduce"][r]["history"][step]["train/loss"] for r in range(WORLD))
+        assert total == pytest.approx(single["history"][step]["train/loss"], abs=1e-5)
+
+
+def test_lossless_compression_equals_allreduce(runs):
+    for rank in range(WORLD):
+        _close(runs["fp32"][rank]["params"], runs["allreduce"][rank]["params"], atol=0)
+
+
+def test_sharded_equals_allreduce_adamw(runs):
+    for case in ("sharded", "sharded_rr"):
+        for rank in range(WORLD):
+            _close(runs[case][rank]["params"], runs["allreduce"][rank]["params"], atol=1e-6)
+
+
+def test_every_rank_holds_the_same_params(runs):
+    for case, res in runs.items():
+        _close(res[1]["params"], res[0]["params"], atol=0)
+
+
+def test_lossy_exchanges_stay_near_allreduce(runs):
+    ref = runs["allreduce"][0]["params"]
+    for case in ("seed", "ddp_fp16", "powersgd"):
+        got = runs[case][0]["params"]
+        assert any(not torch.equal(got[n], ref[n]) for n in ref), case     # really lossy
+        _close(got, ref, atol=0.01)                                        # 3 steps at lr 1e-3
+
+
+def _numel(res):
+    return sum(p.numel() for p in res["params"].values())
+
+
+def test_bytes_by_hand(runs):
+    n = _numel(runs["allreduce"][0])
+    for m in runs["allreduce"][0]["history"]:
+        assert m["comm/payload_bytes"] == m["comm/bytes"] == 4 * n         # fp32, ring at N=2
+        assert m["comm/wchar_bytes"] >= 4 * n                              # gloo wrote at least it
+    for m in runs["ddp_fp16"][0]["history"]:
+        assert m["comm/bytes"] == 2 * n                                    # float16 bucket
+    # fp32 message: 12 header + 4 crc; per tensor 26 + len(name) + 4 ndim + 4 numel
+    params = runs["fp32"][0]["params"]
+    msg = 16 + sum(26 + len(k) + 4 * p.dim() + 4 * p.numel() for k, p in params.items())
+    for m in runs["fp32"][0]["history"]:
+        assert m["comm/payload_bytes"] == msg
+        assert m["comm/bytes"] == 8 + msg                                  # (N-1)(8 + max_len)
+    assert wire.FORMAT_BYTES["fp32"] == 4
+    # PowerSGD rank 1: vanilla all_reduce for 2 steps, then a (n, m) matrix travels as n + m
+    # numbers when (n + m) * 1 * 2 < n * m (torch's min_compression_rate 2), else whole
+    after = sum((p.shape[0] + p[0].numel()) if p.dim() > 1 and
+                2 * (p.shape[0] + p[0].numel()) < p.numel() else p.numel()
+                for p in params.values())
+    hist = runs["powersgd"][0]["history"]
+    assert [m["comm/bytes"] for m in hist] == [4 * n, 4 * n, 4 * after]
+    assert after < n / 2
+    # sharder: reduce + broadcast of every byte, 2 (N-1) * 4n over both ranks, 4n per rank
+    assert [m["comm/bytes"] for m in runs["sharded"][0]["history"]] == [4 * n] * STEPS
+    assert runs["sharded_rr"][0]["history"][1]["comm/bytes"] > 4 * n       # re-shard migrates
+
+
+def test_compressed_seed_sends_fewer_bytes(runs):
+    n = _numel(runs["seed"][0])
+    for m in runs["seed"][0]["history"]:
+        assert m["comm/bytes"] < 4 * n / 4                                 # more than 4x smaller
+
+
+def test_metrics_and_summary(runs):
+    h = runs["allreduce"][0]["history"]
+    assert {"step", "train/loss", "comm/bytes", "comm/payload_bytes", "comm/wchar_bytes",
+            "time/step_s"} <= set(h[0])
+    assert "eval/accuracy" in h[-1] and "eval/accuracy" not in runs["allreduce"][1]["history"][-1]
+    s = summary(h)
+    assert s["comm/bytes_total"] == STEPS * s["comm/bytes_per_step"]
+    assert 0.0 <= s["eval/accuracy"] <= 1.0
+    g = runs["grpo"][0]["history"]
+    assert len(g) == 2 and all("reward/mean" in m for m in g)
+
+
+def test_bad_options_are_named():
+    with pytest.raises(ValueError, match="unknown exchange 'carrier_pigeon'; known: "):
+        DistConfig(exchange="carrier_pigeon")
+    with pytest.raises(ValueError, match="unknown compression preset 'tiny'"):
+        DistConfig(exchange="compressed", preset="tiny")
+    with pytest.raises(ValueError, match="unknown objective 'rlhf'"):
+        DistConfig(objective="rlhf")
+    with pytest.raises(ValueError, match="grad_clip=1.0 .* 'sharded'"):
+        DistConfig(exchange="sharded", grad_clip=1.0)
+    with pytest.raises(ValueError, match="batch_size=8 is not divisible by 3 ranks"):
+        train(DistConfig(**TINY), rank=0, world=3)
+    with pytest.raises(ValueError, match="exchange 'sharded' needs a process group"):
+        train(DistConfig(**{**TINY, "exchange": "sharded"}))
+    assert set(EXCHANGES) == {"allreduce", "compressed", "ddp_fp16_hook", "ddp_powersgd_hook",
+                              "sharded"}
