@@ -31,7 +31,10 @@ pretrain: $(STAMP)
 	$(BIN)/grpo-lab pretrain
 
 bench: $(STAMP)
-	$(BIN)/python bench/bench_kv_cache.py
+	$(BIN)/python bench/bench_kv_cache.py --threads 1
+	$(BIN)/python bench/bench_codecs.py
+	$(BIN)/python bench/bench_sharder.py
+	PYTHONPATH=. $(BIN)/python bench/bench_grouping.py --threads 1
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/

@@ -123,7 +123,7 @@ class DistConfig:
     """fresh init: transformer blocks."""
     n_head: int = 4
     """fresh init: attention heads."""
-    n_embd: int = 96
+    n_embd: int = 80
     """fresh init: width of the residual stream."""
     block_size: int = 32
     """fresh init: longest sequence."""
