@@ -191,7 +191,7 @@ def main(argv=None):
         "", "Purity against the task labels over 10 random batches (min / mean): "
         + ", ".join(f"n_init={n}: {min(v):.3f} / {np.mean(v):.3f}" for n, v in purity.items())
         + ".",
-        "", f"Diagnostics on the last step's K-means groups: "
+        "", "Diagnostics on the last step's K-means groups: "
         + ", ".join(f"`{k}` = {v:.3f}" for k, v in diag.items()) + ".", "",
         "Notes: the uncached TF-IDF embedder is refitted on every batch (its vectors live in a "
         "new space each step); the cached one is fitted once on the mixture, so a prompt's "

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from grpo_lab.distributed.importance import (IMPORTANCE, get_importance, init_moments,
                                              update_moments)
 from grpo_lab.distributed.launch import spawn
-from grpo_lab.distributed.sharder import (POLICIES, ShardedOptimizer, ShardInfo, assign,
+from grpo_lab.distributed.sharder import (ShardedOptimizer, ShardInfo, assign,
                                           default_max_shard_numel, hardware_capacity, imbalance,
                                           make_shards, rank_bytes)
 from grpo_lab.model import GPT, GPTConfig

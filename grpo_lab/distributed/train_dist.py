@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -73,7 +72,7 @@ from grpo_lab.model import GPT, GPTConfig, load_policy
 from grpo_lab.pretrain import demo_batch
 from grpo_lab.rollout import completion_logprobs, positions, sample
 from grpo_lab.tasks import decode, encode, get_task, load_eval, sample_examples, weighted_reward
-from grpo_lab.trainer import evaluate, max_new_tokens
+from grpo_lab.trainer import evaluate, learning_rate, max_new_tokens
 
 
 @dataclass
@@ -368,13 +367,6 @@ OBJECTIVES = {"supervised": supervised_loss, "grpo": grpo_objective_loss}
 
 # ---------------------------------------------------------------- the loop
 
-def lr_at(step: int, cfg: DistConfig) -> float:
-    warm = min(1.0, (step + 1) / (cfg.warmup_steps + 1)) if cfg.warmup_steps else 1.0
-    if cfg.lr_schedule == "constant":
-        return cfg.lr * warm
-    return cfg.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / cfg.steps)))
-
-
 def make_policy(cfg: DistConfig) -> GPT:
     torch.manual_seed(cfg.seed)
     if cfg.init == "fresh":
@@ -407,7 +399,7 @@ def train(cfg: DistConfig, rank: int = 0, world: int = 1, on_grads=None) -> dict
     history = []
     for step in range(cfg.steps):
         t0 = time.perf_counter()
-        ex.set_lr(lr_at(step, cfg))
+        ex.set_lr(learning_rate(cfg, step))           # trainer's warm-up + schedule
         policy.train()
         loss, metrics = objective(ex.module, policy, ctx, step, rank, world)
         w0 = wchar()                                  # DDP's hooks send during backward
