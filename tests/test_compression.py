@@ -174,6 +174,8 @@ def test_message_bytes_match_the_byte_accounting():
     ({"dense_format": "fp4"}, "unknown dense_format 'fp4'"),
     ({"topk": "random"}, "unknown topk 'random'"),
     ({"momentum": 0.9, "error_feedback": False}, "momentum correction needs error_feedback"),
+    ({"adam_beta1": 1.0}, "adam_beta1 must be in \\[0, 1\\), got 1.0"),
+    ({"dense_small": -1}, "dense_small -1 must be >= 0"),
 ])
 def test_config_errors_name_the_value(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -192,12 +194,20 @@ def test_unknown_preset_and_non_finite_gradient():
         C.Compressor("fp16").encode({"w": torch.tensor([1.0, 1e6])})     # beyond fp16's range
 
 
-def test_aggressive_preset_sends_about_a_thousandth_after_warmup():
+def test_aggressive_preset_sends_three_thousandths_after_warmup():
     comp = C.Compressor(C.CompressionConfig(**{**C.PRESETS["aggressive"].__dict__, "warmup_steps": 3}))
-    g = {"w": torch.randn(100_000, generator=torch.Generator().manual_seed(0))}
+    gen = torch.Generator().manual_seed(0)
+    g = {"w": torch.randn(100_000, generator=gen), "b": torch.randn(1024, generator=gen)}
     for _ in range(4):
         out = comp.decode(comp.encode(g))
-    assert 20 <= int((out["w"] != 0).sum()) <= 100                         # sampled: k' <= 100
+    assert 60 <= int((out["w"] != 0).sum()) <= 300                         # sampled: k' <= 300
+    assert int((out["b"] != 0).sum()) == 1024                              # small: dense e4m3
+
+
+def test_dense_small_tensors_are_dense_outside_the_budget():
+    grads = {"w": torch.ones(2000), "b": torch.ones(10), "c": torch.ones(1025)}
+    assert C.plan(grads, None, 0.0, dense_small=1024) == {"w": "topk", "b": "dense", "c": "topk"}
+    assert C.plan(grads, None, 0.0) == {"w": "topk", "b": "topk", "c": "topk"}
 
 
 # --------------------------------------------------------------------------- wire format

@@ -10,7 +10,8 @@ ranks then agree on the *average* gradient before the optimizer steps. How they 
                           drops the residual (and DGC momentum, which needs it); ``momentum``
                           overrides the preset's DGC momentum correction. Note: DGC's momentum
                           correction assumes the receiver runs plain SGD; here every exchange
-                          feeds the same AdamW.
+                          feeds AdamW, with the preset's ``adam_beta1`` (0 for ``aggressive``:
+                          its error-feedback residual already averages like momentum).
   * ``ddp_fp16_hook``:    torch DDP with torch's ``default_hooks.fp16_compress_hook``.
   * ``ddp_powersgd_hook``: torch DDP with torch's ``powerSGD_hook`` (rank ``powersgd_rank``).
   * ``sharded``:          ``sharder.ShardedOptimizer``: reduce to owners, owner AdamW, broadcast.
@@ -87,6 +88,8 @@ class DistConfig:
     """exchange=compressed: keep what top-k did not send (False also turns DGC momentum off)."""
     momentum: float | None = None
     """exchange=compressed: override the preset's DGC momentum correction (None: the preset's)."""
+    beta1: float | None = None
+    """exchange=compressed: override the AdamW beta1 of the preset (None: its ``adam_beta1``)."""
     powersgd_rank: int = 2
     """exchange=ddp_powersgd_hook: matrix_approximation_rank."""
     powersgd_start: int = 2
@@ -190,8 +193,8 @@ class Exchange:
     """payload bytes -> bytes sent under this exchange's collective (see module docstring)."""
 
 
-def _adamw(model, cfg):
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.eps,
+def _adamw(model, cfg, beta1: float = 0.9):
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.eps, betas=(beta1, 0.999),
                             weight_decay=cfg.weight_decay)
 
     def set_lr(lr):
@@ -227,7 +230,7 @@ def make_compressed(model, cfg, world, rank) -> Exchange:
         ccfg = dataclasses.replace(ccfg, error_feedback=False, momentum=0.0)
     compressor = Compressor(ccfg, seed=1000 * cfg.seed + rank)
     named = [(n, p) for n, p in model.named_parameters()]
-    opt, set_lr = _adamw(model, cfg)
+    opt, set_lr = _adamw(model, cfg, ccfg.adam_beta1 if cfg.beta1 is None else cfg.beta1)
     stats = comm.new_stats()
     sent = {"bytes": 0}
 
