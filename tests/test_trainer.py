@@ -225,3 +225,14 @@ def test_learning_rate_schedule_by_hand():
     assert learning_rate(c, 100) == pytest.approx(1e-5, rel=1e-6)
     flat = preset("tiny_cpu", lr=1e-4, steps=100, warmup_steps=4, lr_schedule="constant")
     assert learning_rate(flat, 50) == 1e-4
+
+
+def test_time_budget_stops_after_the_step_with_eval_and_checkpoint(tmp_path):
+    c = cfg(tmp_path, steps=50, time_budget_s=1e-9, eval_every=0, ckpt_every=100)
+    history = train(c, progress=False)
+    assert [h["step"] for h in history] == [-1, 0]                         # one step, then stop
+    assert "eval/accuracy" in history[-1]
+    policy = load_policy(c.base_checkpoint)
+    step, saved, _ = load_checkpoint(tmp_path / "run" / "checkpoint.safetensors", policy,
+                                     torch.optim.AdamW(policy.parameters()))
+    assert step == 0 and len(saved) == 2
