@@ -160,6 +160,11 @@ def load_policy(path: str | Path) -> GPT:
     from grpo_lab.checkpoint import read_tensors
 
     tensors, meta = read_tensors(path)
+    return policy_from_tensors(tensors, meta, path)
+
+
+def policy_from_tensors(tensors: dict, meta: dict, path) -> GPT:
+    """The policy held by an already-read ``save_policy`` file (``path`` names it in errors)."""
     if meta.get("format") != FORMAT_TAG:
         raise ValueError(f"{path} is not a grpo_lab policy file "
                          f"(format tag {meta.get('format')!r}, expected {FORMAT_TAG!r})")

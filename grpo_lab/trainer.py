@@ -41,7 +41,7 @@ from grpo_lab.grouping import (StepGrouper, advantage_diagnostics, advantage_spl
                                cluster_diagnostics, fill_informative_groups,
                                grouped_advantages, informative_rows, reward_group_diagnostics)
 from grpo_lab.loss import grpo_loss
-from grpo_lab.model import GPT, load_policy
+from grpo_lab.model import GPT, load_policy, policy_from_tensors
 from grpo_lab.rollout import Rollout, completion_logprobs, sample
 from grpo_lab.tasks import (PAD, accuracy_reward, decode, encode, get_task, load_eval,
                             sample_examples, step_rewards, weighted_reward)
@@ -299,8 +299,7 @@ def load_checkpoint(path, policy, opt, cfg: TrainConfig | None = None,
     if json.loads(meta["model_config"]) != vars(policy.cfg):
         raise CheckpointError(f"{path} holds a policy of another shape: "
                               f"{meta['model_config']} vs {vars(policy.cfg)}")
-    policy.load_state_dict({k[7:]: v for k, v in tensors.items() if k.startswith("policy.")},
-                           strict=False)
+    policy.load_state_dict(_policy_tensors(tensors), strict=False)
     state: dict = {}
     for k, v in tensors.items():
         if k.startswith("optim."):
@@ -373,10 +372,14 @@ def load_policy_any(path) -> GPT:
     """A policy from a policy file (``save_policy``) or from a training checkpoint."""
     tensors, meta = read_tensors(path)
     if meta.get("format") != CKPT_TAG:
-        return load_policy(path)
+        return policy_from_tensors(tensors, meta, path)
     from grpo_lab.model import GPTConfig
 
     policy = GPT(GPTConfig(**json.loads(meta["model_config"])))
-    policy.load_state_dict({k[7:]: v for k, v in tensors.items() if k.startswith("policy.")},
-                           strict=False)
+    policy.load_state_dict(_policy_tensors(tensors), strict=False)
     return policy
+
+
+def _policy_tensors(tensors: dict) -> dict:
+    """The policy's weights inside a training checkpoint (keys saved as ``policy.<name>``)."""
+    return {k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")}
