@@ -23,9 +23,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from grpo_lab.distributed.importance import IMPORTANCE, init_moments, update_moments  # noqa: E402
 from grpo_lab.distributed.launch import free_port, spawn  # noqa: E402
-from grpo_lab.distributed.sharder import (POLICIES, ShardedOptimizer, assign,  # noqa: E402
-                                          default_max_shard_numel, hardware_capacity, imbalance,
-                                          make_shards, rank_bytes)
+from grpo_lab.distributed.shard_plan import (POLICIES, assign,  # noqa: E402
+                                             default_max_shard_numel, hardware_capacity,
+                                             imbalance, make_shards, rank_bytes)
+from grpo_lab.distributed.sharder import ShardedOptimizer  # noqa: E402
 from grpo_lab.model import GPT, GPTConfig  # noqa: E402
 
 SEED, RANKS, B, T = 0, (2, 3, 4), 16, 32

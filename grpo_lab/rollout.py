@@ -37,6 +37,32 @@ class Rollout:
         return int((self.prompt_index == 0).sum())
 
 
+def take_rows(r: Rollout, rows: torch.Tensor) -> tuple[Rollout, torch.Tensor]:
+    """Keep the rows (N,) bool -> (rollout with the kept prompts renumbered 0..B'-1 in order,
+    the kept prompts' old indices (B',))."""
+    kept_prompts, new_index = torch.unique(r.prompt_index[rows], return_inverse=True)
+    return Rollout(r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows],
+                   r.completion_mask[rows], r.logprobs[rows], new_index, r.stopped[rows]), kept_prompts
+
+
+def cat_rollouts(rs: list[Rollout], n_prompts: list[int]) -> Rollout:
+    """Stack batches of ``n_prompts`` prompts each: prompts left-padded to one Tp, completions
+    right-padded to one Tc, prompt indices shifted past the batches before."""
+    Tp = max(r.prompt_ids.shape[1] for r in rs)
+    Tc = max(r.completion_ids.shape[1] for r in rs)
+    left = lambda x, v: F.pad(x, (Tp - x.shape[1], 0), value=v)          # noqa: E731
+    right = lambda x, v: F.pad(x, (0, Tc - x.shape[1]), value=v)         # noqa: E731
+    offsets = [sum(n_prompts[:i]) for i in range(len(rs))]
+    return Rollout(
+        prompt_ids=torch.cat([left(r.prompt_ids, PAD) for r in rs]),            # (N, Tp)
+        prompt_mask=torch.cat([left(r.prompt_mask, False) for r in rs]),        # (N, Tp)
+        completion_ids=torch.cat([right(r.completion_ids, PAD) for r in rs]),   # (N, Tc)
+        completion_mask=torch.cat([right(r.completion_mask, False) for r in rs]),
+        logprobs=torch.cat([right(r.logprobs, 0.0) for r in rs]),               # (N, Tc)
+        prompt_index=torch.cat([r.prompt_index + o for r, o in zip(rs, offsets)]),  # (N,)
+        stopped=torch.cat([r.stopped for r in rs]))                             # (N,)
+
+
 def left_pad(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Token lists -> ids (B, Tp) left-padded with PAD, mask (B, Tp) bool."""
     if not prompts:

@@ -42,8 +42,8 @@ from grpo_lab.grouping import (StepGrouper, advantage_diagnostics, advantage_spl
                                grouped_advantages, informative_rows, reward_group_diagnostics)
 from grpo_lab.loss import grpo_loss
 from grpo_lab.model import GPT, load_policy, policy_from_tensors
-from grpo_lab.rollout import Rollout, completion_logprobs, sample
-from grpo_lab.tasks import (PAD, accuracy_reward, decode, encode, get_task, load_eval,
+from grpo_lab.rollout import Rollout, cat_rollouts, completion_logprobs, sample, take_rows
+from grpo_lab.tasks import (accuracy_reward, decode, encode, get_task, load_eval,
                             sample_examples, step_rewards, weighted_reward)
 
 CKPT_TAG = "grpo_lab.train_checkpoint.v1"
@@ -162,31 +162,15 @@ def rollout_batch(policy, cfg: TrainConfig, step: int, draw) -> tuple[Scored, di
 
 def _take_rows(d: Scored, rows: torch.Tensor) -> Scored:
     """Keep the rows (N,) bool of one batch; kept prompts renumbered 0..B'-1 in order."""
-    r = d.rollout
-    kept_prompts, new_index = torch.unique(r.prompt_index[rows], return_inverse=True)
-    sub = Rollout(r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows],
-                  r.completion_mask[rows], r.logprobs[rows], new_index, r.stopped[rows])
+    sub, kept_prompts = take_rows(d.rollout, rows)
     return Scored([d.examples[i] for i in kept_prompts.tolist()], sub, d.rewards[rows],
                   {k: v[rows] for k, v in d.parts.items()},
                   [d.texts[i] for i in rows.nonzero().flatten().tolist()])
 
 
 def _cat_scored(ds: list[Scored]) -> Scored:
-    """Stack batches: prompts left-padded to one Tp, completions right-padded to one Tc."""
-    rs = [d.rollout for d in ds]
-    Tp = max(r.prompt_ids.shape[1] for r in rs)
-    Tc = max(r.completion_ids.shape[1] for r in rs)
-    left = lambda x, v: torch.nn.functional.pad(x, (Tp - x.shape[1], 0), value=v)
-    right = lambda x, v: torch.nn.functional.pad(x, (0, Tc - x.shape[1]), value=v)
-    offsets = [sum(len(d.examples) for d in ds[:i]) for i in range(len(ds))]
-    r = Rollout(
-        prompt_ids=torch.cat([left(r.prompt_ids, PAD) for r in rs]),            # (N, Tp)
-        prompt_mask=torch.cat([left(r.prompt_mask, False) for r in rs]),        # (N, Tp)
-        completion_ids=torch.cat([right(r.completion_ids, PAD) for r in rs]),   # (N, Tc)
-        completion_mask=torch.cat([right(r.completion_mask, False) for r in rs]),
-        logprobs=torch.cat([right(r.logprobs, 0.0) for r in rs]),               # (N, Tc)
-        prompt_index=torch.cat([r.prompt_index + o for r, o in zip(rs, offsets)]),  # (N,)
-        stopped=torch.cat([r.stopped for r in rs]))                             # (N,)
+    """Stack batches (``rollout.cat_rollouts``), their prompts, rewards and texts."""
+    r = cat_rollouts([d.rollout for d in ds], [len(d.examples) for d in ds])
     return Scored([e for d in ds for e in d.examples], r, torch.cat([d.rewards for d in ds]),
                   {k: torch.cat([d.parts[k] for d in ds]) for k in ds[0].parts},
                   [t for d in ds for t in d.texts])

@@ -210,6 +210,36 @@ def test_dense_small_tensors_are_dense_outside_the_budget():
     assert C.plan(grads, None, 0.0) == {"w": "topk", "b": "topk", "c": "topk"}
 
 
+def test_split_messages_equal_one_message():
+    # the sharder's path: one message per owner, same step, same plan, same sampled draws
+    cfg = C.CompressionConfig(**{**C.PRESETS["aggressive"].__dict__, "dense_small": 600,
+                                 "warmup_steps": 2})
+    one, split = C.Compressor(cfg, seed=3), C.Compressor(cfg, seed=3)
+    gen = torch.Generator().manual_seed(0)
+    for step in range(3):
+        g = {"a": torch.randn(5000, generator=gen), "b": torch.randn(500, generator=gen),
+             "c": torch.randn(3000, generator=gen), "d": torch.randn(7, generator=gen)}
+        whole = one.decode(one.encode(g))
+        parts = split.encode_split(g, [["c", "a"], [], ["d", "b"]])
+        assert parts[1] == b""                                             # nothing to send
+        merged = {**split.decode(parts[0]), **split.decode(parts[2])}
+        assert set(merged) == set(whole)
+        for name in whole:
+            assert torch.equal(merged[name], whole[name]), (step, name)
+        for name in one.residual:
+            assert torch.equal(split.residual[name], one.residual[name])
+    assert split.step == one.step == 3
+    assert split.stats["comm/messages"] == 6 and one.stats["comm/messages"] == 3
+    # split messages carry one header more: bytes differ by exactly that, 12 header + 4 crc
+    assert split.stats["comm/bytes"] == one.stats["comm/bytes"] + 3 * 16
+    with pytest.raises(ValueError, match="group 1 names 'a', which is in another group too"):
+        split.encode_split(g, [["a", "b"], ["a", "c", "d"]])
+    with pytest.raises(ValueError, match="group 0 names 'z', which is not a gradient"):
+        split.encode_split(g, [["z"]])
+    with pytest.raises(ValueError, match=r"tensors in no group: \['d'\]"):
+        split.encode_split(g, [["a", "b", "c"]])
+
+
 # --------------------------------------------------------------------------- wire format
 
 def _resign(body: bytes) -> bytes:

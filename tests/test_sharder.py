@@ -9,9 +9,10 @@ import torch.nn.functional as F
 from grpo_lab.distributed.importance import (IMPORTANCE, get_importance, init_moments,
                                              update_moments)
 from grpo_lab.distributed.launch import spawn
-from grpo_lab.distributed.sharder import (ShardedOptimizer, ShardInfo, assign,
-                                          default_max_shard_numel, hardware_capacity, imbalance,
-                                          make_shards, rank_bytes)
+from grpo_lab.distributed.shard_plan import (ShardInfo, assign, default_max_shard_numel,
+                                             hardware_capacity, imbalance, make_shards,
+                                             rank_bytes)
+from grpo_lab.distributed.sharder import ShardedOptimizer
 from grpo_lab.model import GPT, GPTConfig
 
 # ---- policies on a hand-worked list: numel 4, 1, 3, 2, 5 (float32: 16, 4, 12, 8, 20 bytes) ----
@@ -184,6 +185,22 @@ def _train_worker(rank, world):
         out[policy] = {"params": {n: p.detach().clone() for n, p in model.named_parameters()},
                        "metrics": metrics, "owners": owners,
                        "numel": [s.numel for s in shards], "policy_now": opt.policy}
+    # lossless compression inside the sharder, both ways: fp32 gradient messages point to
+    # point to each owner, and the owners' master - replica differences broadcast in fp32,
+    # across a re-shard (masters migrate; the gradient residuals are the sender's and stay)
+    torch.manual_seed(0)
+    model = GPT(CFG)
+    opt = ShardedOptimizer(model.named_parameters(), policy="importance_balanced",
+                           importance="seed", reshard_every=RESHARD_EVERY, compression="fp32",
+                           broadcast_compression="fp32", **HP)
+    metrics, owners = [], [list(opt.owner)]
+    for step in range(STEPS):
+        _loss(model, x[rank * b:(rank + 1) * b], y[rank * b:(rank + 1) * b]).backward()
+        metrics.append(opt.step())
+        owners.append(list(opt.owner))
+        opt.zero_grad()
+    out["compressed_fp32"] = {"params": {n: p.detach().clone() for n, p in model.named_parameters()},
+                              "metrics": metrics, "owners": owners}
     return out
 
 
@@ -215,6 +232,28 @@ def test_sharded_adamw_matches_single_process(runs, reference):
             for name, p in ref.items():
                 torch.testing.assert_close(got[name], p, atol=1e-6, rtol=0,
                                            msg=f"{policy}, world {world}, rank {rank}, {name}")
+
+
+def test_sharder_with_lossless_compression_matches_single_process(runs, reference):
+    world, results = runs
+    for rank, res in enumerate(results):
+        for name, p in reference.items():
+            torch.testing.assert_close(res["compressed_fp32"]["params"][name], p, atol=1e-6,
+                                       rtol=0, msg=f"world {world}, rank {rank}, {name}")
+    r = results[0]["compressed_fp32"]
+    numel = results[0]["size_balanced"]["numel"]
+    total = sum(numel)
+    for step, m in enumerate(r["metrics"]):
+        # fp32 messages hold every gradient byte plus headers: just over the fp32 floors
+        assert 4 * total * (world - 1) < m["comm/reduce_bytes"] < 4 * total * (world - 1) * 1.05
+        if (step + 1) % RESHARD_EVERY:
+            assert 8 * total * (world - 1) < m["comm/bytes"] < 8 * total * (world - 1) * 1.05
+        assert sum(m["shard/opt_state_bytes"]) == 12 * total             # + 4 B master weights
+        moved = [i for i, (a, b) in enumerate(zip(r["owners"][step], r["owners"][step + 1]))
+                 if a != b]
+        # Adam's two moments, importance mean and var, master weights: 5 x 4 B per element
+        assert m["shard/migrated_bytes"] == sum(20 * numel[i] + 16 for i in moved)
+    assert r["metrics"][RESHARD_EVERY - 1]["shard/moved"] > 0
 
 
 def test_params_moved_enough_for_the_check_to_mean_something(reference):
@@ -314,6 +353,10 @@ def test_optimizer_construction_errors(one_rank_group):
     with pytest.raises(ValueError, match="'head.bias' has zero elements"):
         ShardedOptimizer([("w", torch.nn.Parameter(torch.zeros(3))),
                           ("head.bias", torch.nn.Parameter(torch.zeros(0)))])
+    with pytest.raises(ValueError, match="unknown compression preset 'tiny'"):
+        ShardedOptimizer(model.named_parameters(), compression="tiny")
+    with pytest.raises(ValueError, match="unknown compression preset 'tiny'"):
+        ShardedOptimizer(model.named_parameters(), broadcast_compression="tiny")
     with pytest.raises(ValueError, match="re-shards by importance every 5 steps, but importance=None"):
         ShardedOptimizer(model.named_parameters(), policy="importance_round_robin", reshard_every=5)
     opt = ShardedOptimizer(model.named_parameters(), policy="size_balanced")

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from grpo_lab.distributed import wire
+from grpo_lab.distributed.shard_plan import assign, default_max_shard_numel, make_shards
 from grpo_lab.distributed.train_dist import (EXCHANGES, DistConfig, make_policy, run_all,
                                              summary, train)
 
@@ -29,6 +30,13 @@ CASES = {
     "sharded_rr": dict(exchange="sharded", policy="importance_round_robin", importance="seed",
                        reshard_every=2),
     "grpo": dict(exchange="allreduce", objective="grpo", batch_size=4, group_size=4, steps=2),
+    "sharded_fp32": dict(exchange="sharded_compressed", preset="fp32"),
+    "sharded_seed_whole": dict(exchange="sharded_compressed", preset="seed", max_shard_numel=10**9),
+    "sharded_aggressive_rr": dict(exchange="sharded_compressed", preset="aggressive",
+                                  policy="importance_round_robin", importance="seed",
+                                  reshard_every=2),
+    "sharded_seed_both": dict(exchange="sharded_compressed", preset="seed",
+                              broadcast_preset="seed"),
 }
 
 
@@ -72,6 +80,18 @@ def test_sharded_equals_allreduce_adamw(runs):
             _close(runs[case][rank]["params"], runs["allreduce"][rank]["params"], atol=1e-6)
 
 
+def test_sharder_with_lossless_compression_equals_sharder(runs):
+    for rank in range(WORLD):
+        _close(runs["sharded_fp32"][rank]["params"], runs["sharded"][rank]["params"], atol=0)
+
+
+def test_sharder_with_whole_tensor_shards_equals_the_compressed_exchange(runs):
+    # one shard per tensor: the same records as comm.compressed_all_reduce, averaged in rank
+    # order, then the sharder's AdamW, line for line torch's: bitwise the same parameters
+    for rank in range(WORLD):
+        _close(runs["sharded_seed_whole"][rank]["params"], runs["seed"][rank]["params"], atol=0)
+
+
 def test_every_rank_holds_the_same_params(runs):
     for case, res in runs.items():
         _close(res[1]["params"], res[0]["params"], atol=0)
@@ -79,7 +99,7 @@ def test_every_rank_holds_the_same_params(runs):
 
 def test_lossy_exchanges_stay_near_allreduce(runs):
     ref = runs["allreduce"][0]["params"]
-    for case in ("seed", "ddp_fp16", "powersgd"):
+    for case in ("seed", "ddp_fp16", "powersgd", "sharded_seed_both"):
         got = runs[case][0]["params"]
         assert any(not torch.equal(got[n], ref[n]) for n in ref), case     # really lossy
         _close(got, ref, atol=0.01)                                        # 3 steps at lr 1e-3
@@ -114,12 +134,34 @@ def test_bytes_by_hand(runs):
     # sharder: reduce + broadcast of every byte, 2 (N-1) * 4n over both ranks, 4n per rank
     assert [m["comm/bytes"] for m in runs["sharded"][0]["history"]] == [4 * n] * STEPS
     assert runs["sharded_rr"][0]["history"][1]["comm/bytes"] > 4 * n       # re-shard migrates
+    # sharder + fp32 messages: each rank sends the other owner one message holding that
+    # owner's shards (flat, ndim 1), plus the (N, N) length table all-gathered (2 x 16 B)
+    tiny = make_policy(DistConfig(**TINY))
+    shards = make_shards(list(tiny.named_parameters()),
+                         default_max_shard_numel(n, WORLD))
+    owner = assign("size_balanced", shards, WORLD)
+    msg = [16 + sum(26 + len(s.name) + 4 + 4 * s.numel for s, o in zip(shards, owner) if o == r)
+           for r in range(WORLD)]
+    for m in runs["sharded_fp32"][0]["history"]:
+        assert m["comm/reduce_bytes"] == (sum(msg) + 2 * 16) // WORLD
+        assert m["comm/bytes"] == m["comm/reduce_bytes"] + 4 * n // WORLD  # + fp32 broadcast
 
 
 def test_compressed_seed_sends_fewer_bytes(runs):
     n = _numel(runs["seed"][0])
     for m in runs["seed"][0]["history"]:
         assert m["comm/bytes"] < 4 * n / 4                                 # more than 4x smaller
+    # in the sharder only the reduce shrinks: the fp32 parameter broadcast (2n B per rank at
+    # N=2) stays, so a step sends more than half of the uncompressed sharder's 4n
+    for m in runs["sharded_seed_whole"][0]["history"]:
+        assert m["comm/reduce_bytes"] < 4 * n / 2 / 4                      # reduce > 4x smaller
+        assert m["comm/bytes"] - m["comm/reduce_bytes"] == 2 * n           # broadcast, fp32
+    # EF21-P broadcast with the seed preset: the broadcast shrinks as much as the reduce
+    for m in runs["sharded_seed_both"][0]["history"]:
+        assert m["comm/bytes"] - m["comm/reduce_bytes"] < 2 * n / 4
+    # the tiny model's tensors are mostly under aggressive's dense_small (1024): e4m3, ~4x
+    for m in runs["sharded_aggressive_rr"][0]["history"]:
+        assert m["comm/reduce_bytes"] < 4 * n / 2 / 2
 
 
 def test_metrics_and_summary(runs):
@@ -143,9 +185,19 @@ def test_bad_options_are_named():
         DistConfig(objective="rlhf")
     with pytest.raises(ValueError, match="grad_clip=1.0 .* 'sharded'"):
         DistConfig(exchange="sharded", grad_clip=1.0)
+    with pytest.raises(ValueError, match="grad_clip=1.0 .* 'sharded_compressed'"):
+        DistConfig(exchange="sharded_compressed", grad_clip=1.0)
+    with pytest.raises(ValueError, match="unknown compression preset 'tiny'"):
+        DistConfig(exchange="sharded_compressed", preset="tiny")
+    with pytest.raises(ValueError, match="unknown broadcast_preset 'tiny'"):
+        DistConfig(exchange="sharded_compressed", broadcast_preset="tiny")
+    with pytest.raises(ValueError, match="broadcast_preset='seed' .* not 'sharded'"):
+        DistConfig(exchange="sharded", broadcast_preset="seed")
+    with pytest.raises(ValueError, match="max_shard_numel must be >= 0, got -1"):
+        DistConfig(exchange="sharded", max_shard_numel=-1)
     with pytest.raises(ValueError, match="batch_size=8 is not divisible by 3 ranks"):
         train(DistConfig(**TINY), rank=0, world=3)
     with pytest.raises(ValueError, match="exchange 'sharded' needs a process group"):
         train(DistConfig(**{**TINY, "exchange": "sharded"}))
     assert set(EXCHANGES) == {"allreduce", "compressed", "ddp_fp16_hook", "ddp_powersgd_hook",
-                              "sharded"}
+                              "sharded", "sharded_compressed"}

@@ -33,14 +33,17 @@ Mechanisms and papers:
 Deviations: the fp8/top-k split is per tensor (whole tensors, never a tensor cut in two);
 top-k values travel as fp32; DGC's local gradient clipping is left out.
 
-The ``aggressive`` preset (issue 5): top-k 0.3% of every tensor of more than 1024 elements
-with error feedback, ANS-coded indices, DGC density warm-up 25% -> 0.3% over 100 steps, the
-small tensors (biases, norm gains: 3,280 of the toy's 240,160 elements) dense in e4m3, as
-DGC's reference code leaves them uncompressed, and a receiver AdamW with beta1 = 0
-(``adam_beta1``). Per step after warm-up, for the toy: ~720 values x (32 + ~9.9) bits +
-3,280 x 8 bits + ~50 B a tensor x 40 = ~9.1 kB against 960 kB in fp32, about 105x (about 41x
-averaged over a 400-step run, warm-up included).
-Why (until issue 5 it was 0.1%, DGC momentum correction m = 0.9, everything top-k, AdamW beta1
+The ``aggressive`` preset: top-k 0.3% of every tensor of more than 1024 elements with error
+feedback, ANS-coded indices, the small tensors (biases, norm gains: 3,280 of the toy's 240,160
+elements) dense in e4m3, as DGC's reference code leaves them uncompressed, a receiver AdamW
+with beta1 = 0 (``adam_beta1``), and no density warm-up. Per step, for the toy: ~720 values x
+(32 + ~9.9) bits + 3,280 x 8 bits + ~50 B a tensor x 40 = ~9.1 kB against 960 kB in fp32,
+about 105x. DGC's density warm-up stays an option (``warmup_steps``): 25% -> 0.3% over 100
+steps cost 2.5x the bytes of a 400-step run (41x instead of 105x) for no accuracy (94.0% with
+and without it, bench/RESULTS_train_dist.md); DGC trains from scratch, the bench fine-tunes
+a trained base.
+
+Why (the first version was 0.1%, DGC momentum correction m = 0.9, everything top-k, AdamW beta1
 0.9; 28% held-out accuracy against 94.5% for fp32 in the 400-step supervised bench): DGC's
 momentum correction sends momentum-accumulated values and assumes the receiver applies plain
 SGD (Lin et al. 2018, sec. 3.2); AdamW then adds its own momentum on top. Even without the
@@ -259,7 +262,7 @@ PRESETS = {
     "fp32": CompressionConfig(dense_fraction=1.0, dense_format="fp32"),
     "fp16": CompressionConfig(dense_fraction=1.0, dense_format="fp16"),
     "aggressive": CompressionConfig(dense_fraction=0.0, dense_small=1024, density=0.003,
-                                    topk="sampled", index_codec="ans", warmup_steps=100,
+                                    topk="sampled", index_codec="ans", warmup_steps=0,
                                     adam_beta1=0.0),
 }
 
@@ -314,35 +317,57 @@ class Compressor:
         self.stats = {"comm/bytes": 0, "comm/raw_bytes": 0, "comm/messages": 0}
 
     def encode(self, named_grads: dict[str, torch.Tensor], importance: dict | None = None) -> bytes:
+        """All of ``named_grads`` in one message; one step of residuals and density warm-up."""
+        return self.encode_split(named_grads, [list(named_grads)], importance)[0]
+
+    def encode_split(self, named_grads: dict[str, torch.Tensor], groups: list[list[str]],
+                     importance: dict | None = None) -> list[bytes]:
+        """One message per group of names (the sharder: one per owner), as one step: the
+        dense/top-k plan and the density are computed over all ``named_grads`` together, and
+        tensors are encoded in ``named_grads`` order, so the sampled top-k draws, residuals
+        and step counter do not depend on how the names are grouped. An empty group gives
+        b"" (nothing to send)."""
         cfg = self.cfg
+        where = {}
+        for gi, names in enumerate(groups):
+            for name in names:
+                if name not in named_grads or name in where:
+                    raise ValueError(f"group {gi} names {name!r}, which is "
+                                     f"{'in another group too' if name in where else 'not a gradient'}")
+                where[name] = gi
+        if len(where) != len(named_grads):
+            raise ValueError(f"tensors in no group: {sorted(set(named_grads) - set(where))}")
         kinds = plan(named_grads, importance, cfg.dense_fraction, cfg.dense_small)
         density = density_at(self.step, cfg)
-        records = []
+        records = [[] for _ in groups]
         for name, g in named_grads.items():
-            shape, n = tuple(g.shape), g.numel()
-            if kinds[name] == "dense" or n == 0:
-                try:
-                    values, scales = dense_encode(g, cfg.dense_format, cfg.fp8_block)
-                except ValueError as e:
-                    raise ValueError(f"gradient {name!r}: {e}") from None
-                records.append(TensorRecord(name, "dense", cfg.dense_format, None, shape,
-                                            cfg.fp8_block, scales, n, values, b""))
-                continue
-            k = min(n, max(1, round(density * n)))
-            idx, vals = self._sparsify(name, g, k)
-            if not torch.isfinite(vals).all():                             # top-k picks inf/nan first
-                raise ValueError(f"gradient {name!r}: top-k met {int((~torch.isfinite(g)).sum())} "
-                                 f"non-finite values (residual included)")
-            index = codecs.get_codec(cfg.index_codec).encode(idx.numpy(), n)
-            records.append(TensorRecord(name, "topk", "fp32", cfg.index_codec, shape, 0,
-                                        np.zeros(0, np.float32), len(idx),
-                                        vals.numpy().astype("<f4").tobytes(), index))
-        payload = wire.pack(records, self.step)
+            records[where[name]].append(self._record(name, g, kinds[name], density))
+        payloads = [wire.pack(r, self.step) if r else b"" for r in records]
         self.step += 1
-        self.stats["comm/bytes"] += len(payload)
+        self.stats["comm/bytes"] += sum(len(m) for m in payloads)
         self.stats["comm/raw_bytes"] += 4 * sum(g.numel() for g in named_grads.values())
-        self.stats["comm/messages"] += 1
-        return payload
+        self.stats["comm/messages"] += sum(1 for m in payloads if m)
+        return payloads
+
+    def _record(self, name: str, g: torch.Tensor, kind: str, density: float) -> TensorRecord:
+        cfg = self.cfg
+        shape, n = tuple(g.shape), g.numel()
+        if kind == "dense" or n == 0:
+            try:
+                values, scales = dense_encode(g, cfg.dense_format, cfg.fp8_block)
+            except ValueError as e:
+                raise ValueError(f"gradient {name!r}: {e}") from None
+            return TensorRecord(name, "dense", cfg.dense_format, None, shape, cfg.fp8_block,
+                                scales, n, values, b"")
+        k = min(n, max(1, round(density * n)))
+        idx, vals = self._sparsify(name, g, k)
+        if not torch.isfinite(vals).all():                                 # top-k picks inf/nan first
+            raise ValueError(f"gradient {name!r}: top-k met {int((~torch.isfinite(g)).sum())} "
+                             f"non-finite values (residual included)")
+        index = codecs.get_codec(cfg.index_codec).encode(idx.numpy(), n)
+        return TensorRecord(name, "topk", "fp32", cfg.index_codec, shape, 0,
+                            np.zeros(0, np.float32), len(idx),
+                            vals.numpy().astype("<f4").tobytes(), index)
 
     def _sparsify(self, name: str, g: torch.Tensor, k: int):
         flat = g.detach().reshape(-1).float()                              # (n,)

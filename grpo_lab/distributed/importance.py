@@ -31,7 +31,7 @@ Where the popular formula deserves a warning: its two terms have different units
 gradient units squared and the norm in gradient units summed over the shard (it grows as
 sqrt(numel)); for typical gradients (|g| ~ 1e-3) 0.7 * var is ~1e-6 against a norm of
 ~1e-3 * sqrt(n), so ``seed`` ranks shards almost exactly as ``norm`` does, and larger shards
-look "more important" because they are larger. Equal-sized shards (see sharder.make_shards)
+look "more important" because they are larger. Equal-sized shards (see shard_plan.make_shards)
 make the norm comparable; the 0.7 weight stays mostly decorative. tests/test_sharder.py
 checks the formula on hand-worked values; bench/bench_sharder.py shows the ranking.
 """

@@ -5,7 +5,7 @@ history, so to *see* a policy at work we record the gradients of a few real trai
 once (``record_gradients``: single process, the full batch's gradient, which is what the
 owners of a real sharded run score) and replay them (``replay_sharding``): for each step,
 ``importance.update_moments`` folds the gradient of every shard into its running moments and
-scores it; every ``reshard_every`` steps ``sharder.assign`` reruns the policy. Pure and fast
+scores it; every ``reshard_every`` steps ``shard_plan.assign`` reruns the policy. Pure and fast
 (no process group), so a widget can replay on every change of a control.
 
 Cost of a recording: 4 B x numel x steps (the shipped base policy, 240,160 elements, 30 steps:
@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from grpo_lab.distributed.importance import DEFAULT_DECAY, get_importance, init_moments, update_moments
-from grpo_lab.distributed.sharder import (assign, default_max_shard_numel, imbalance,
-                                          make_shards, rank_bytes)
+from grpo_lab.distributed.shard_plan import (assign, default_max_shard_numel, imbalance,
+                                             make_shards, rank_bytes)
 from grpo_lab.distributed.train_dist import DistConfig, train
 
 

@@ -37,25 +37,35 @@ a shard moves its Adam state, 8 B per element, twice its gradient, plus the impo
 moments (8 B per element) when they are kept. ``comm/bytes`` and ``shard/migrated_bytes``
 measure exactly these, per step, for every policy (see bench/RESULTS_sharder.md).
 
-Shards. A whole tensor per owner (torch's ZeroRedundancyOptimizer) lets one big tensor
-unbalance the ranks. ``make_shards`` cuts each parameter larger than ``max_shard_numel``
-into near-equal contiguous blocks of its row-major flattened elements (not column blocks:
-a flat slice is a zero-copy view and AdamW is elementwise, so the cut changes nothing in
-the math, and for a row-major (out, in) weight it is a block of whole rows when sizes
-divide).
+Shards and assignment policies (``POLICIES``: importance_round_robin, size_balanced,
+importance_balanced, capacity_weighted) live in ``shard_plan``, pure functions.
 
-Assignment policies, one signature ``(shards, n_ranks, importance, capacities) -> owner
-per shard``, in ``POLICIES``; ties always go to the lower shard index / lower rank, so every
-rank computes the same assignment from the same inputs:
+Compression inside the sharder (``compression=`` and ``broadcast_compression=``, each a
+``compression.PRESETS`` name or a ``CompressionConfig``; the codecs run on the CPU):
 
-  * ``importance_round_robin``: sort by score, deal round-robin (the popular description;
-    ignores sizes).
-  * ``size_balanced``: longest-processing-time greedy by bytes (Graham 1969), ZeRO's rule
-    applied to blocks instead of whole tensors.
-  * ``importance_balanced``: LPT by bytes, but among ranks within ``IMPORTANCE_SLACK`` of
-    the least loaded, the one holding the least importance so far.
-  * ``capacity_weighted``: LPT on machines of different speed: a shard goes to the rank
-    that would finish it first, load / capacity (capacities from ``hardware_capacity``).
+  reduce:     every rank encodes all shards as one step of its ``Compressor``
+              (``encode_split``: one message per owner; the fp8/top-k plan over all shards,
+              ranked by the sharder's importance scores once a re-shard has gathered them,
+              by each gradient's RMS before), sends each message to its owner point to point
+              (after all-gathering an (N, N) int64 table of lengths), and the owner decodes
+              the N messages and averages them in rank order, as comm.compressed_all_reduce
+              does. Error-feedback residuals are the sender's memory of what it has not sent
+              yet, kept per shard name: they stay with the sender, nothing migrates.
+  broadcast:  fp32 unless ``broadcast_compression``: replicas must stay identical, and a
+              lossy copy of the parameters would drift. With it, EF21-P (Gruntkowska, Tyurin
+              and Richtarik 2023): the owner keeps exact master weights w (4 B per owned
+              element, migrated with the shard), AdamW updates w, and the owner broadcasts
+              C(w - x), the compressed difference to the replica x that forward uses; every
+              rank, the owner too, adds the decoded difference to x. What was not sent stays
+              in w - x and goes out later, so the preset's own residual is turned off.
+
+Bytes per step, all ranks, for a gradient of M fp32 bytes whose compressed message is C
+bytes: reduce (N-1) * C (each rank sends its N-1 other owners their part) + N(N-1) * 8N
+for the table; broadcast (N-1) * M in fp32, or (N-1) * P for P bytes of compressed
+differences + N(N-1) * 8 for their lengths. An all_gather of compressed messages (comm.py)
+costs N(N-1) * C: every rank receives every message, because top-k messages cannot be summed
+in flight; sending each part to one owner costs N times less. With an fp32 broadcast,
+compressing the reduce can at best halve the sharder's bytes: (N-1) * M of 2(N-1) * M stays.
 
 Deviations from ZeRO-2 proper: gradients are reduced after backward, not bucket by bucket
 during it, so the full local gradient exists until ``zero_grad`` (``shard/grad_bytes``
@@ -63,181 +73,31 @@ reports the reduced, owned part). A parameter without a gradient is treated as a
 gradient (torch's AdamW would skip it, so weight decay and momentum differ for it).
 
 Metrics, one dict per ``step()``, identical on every rank:
-  shard/opt_state_bytes   per-rank list: Adam state actually allocated (exp_avg + exp_avg_sq)
+  shard/opt_state_bytes   per-rank list: optimizer state actually allocated (exp_avg,
+                          exp_avg_sq, and master weights with a compressed broadcast)
   shard/importance_bytes  per-rank list: running moments allocated (0 without importance)
   shard/grad_bytes        per-rank list: reduced gradient bytes each rank owns
   shard/imbalance         max / mean of shard/opt_state_bytes
   comm/bytes              floor bytes on the wire this step, all ranks (re-shard included)
+  comm/reduce_bytes       the part of comm/bytes spent on the gradient reduce
   shard/migrated_bytes    state bytes moved by this step's re-shard (0 without one)
   shard/moved             shards that changed owner in this step's re-shard
   time/step_s             wall time of step(): reduce, update, broadcast, re-shard
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from grpo_lab.distributed.compression import PRESETS, Compressor, decode_message
 from grpo_lab.distributed.importance import (DEFAULT_DECAY, RunningMoments, get_importance,
                                              init_moments, update_moments)
-
-IMPORTANCE_SLACK = 0.02  # importance_balanced: rank loads within 2% of the mean count as equal
-USES_IMPORTANCE = {"importance_round_robin", "importance_balanced"}
-
-
-@dataclass(frozen=True)
-class ShardInfo:
-    index: int
-    """Position in the shard list."""
-    name: str
-    """Parameter name, with [start:stop] when the parameter is cut into blocks."""
-    param: int
-    """Index of the parameter in the optimizer's parameter list."""
-    start: int
-    """First element in the parameter's flattened (row-major) elements."""
-    numel: int
-    """Elements in the shard."""
-    element_size: int = 4
-    """Bytes per element (4 for float32)."""
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * self.element_size
-
-
-def default_max_shard_numel(total_numel: int, n_ranks: int, blocks_per_rank: int = 8) -> int:
-    """Block size that gives each rank about ``blocks_per_rank`` of the largest blocks."""
-    return max(1, math.ceil(total_numel / (n_ranks * blocks_per_rank)))
-
-
-def make_shards(named_params, max_shard_numel: int) -> list[ShardInfo]:
-    """[(name, tensor)] -> shards; tensors over ``max_shard_numel`` cut into near-equal blocks."""
-    if max_shard_numel < 1:
-        raise ValueError(f"max_shard_numel must be >= 1, got {max_shard_numel}")
-    shards = []
-    for pi, (name, p) in enumerate(named_params):
-        n = p.numel()
-        if n == 0:
-            raise ValueError(f"parameter {name!r} has zero elements (shape {tuple(p.shape)}); "
-                             f"nothing to shard: drop it or give it a size")
-        k = math.ceil(n / max_shard_numel)                                 # blocks
-        bounds = [n * j // k for j in range(k + 1)]                        # near-equal cuts
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            label = name if k == 1 else f"{name}[{a}:{b}]"
-            shards.append(ShardInfo(len(shards), label, pi, a, b - a, p.element_size()))
-    return shards
-
-
-# ---- assignment policies: (shards, n_ranks, importance, capacities) -> owner per shard ----
-
-def importance_round_robin(shards, n_ranks, importance, capacities):
-    order = sorted(range(len(shards)), key=lambda i: (-importance[i], i))
-    owner = [0] * len(shards)
-    for k, i in enumerate(order):
-        owner[i] = k % n_ranks
-    return owner
-
-
-def size_balanced(shards, n_ranks, importance, capacities):
-    load, owner = [0] * n_ranks, [0] * len(shards)
-    for i in sorted(range(len(shards)), key=lambda i: (-shards[i].nbytes, i)):
-        r = min(range(n_ranks), key=lambda r: (load[r], r))
-        owner[i], load[r] = r, load[r] + shards[i].nbytes
-    return owner
-
-
-def importance_balanced(shards, n_ranks, importance, capacities):
-    slack = IMPORTANCE_SLACK * sum(s.nbytes for s in shards) / n_ranks
-    load, imp, owner = [0] * n_ranks, [0.0] * n_ranks, [0] * len(shards)
-    for i in sorted(range(len(shards)), key=lambda i: (-shards[i].nbytes, -importance[i], i)):
-        lightest = min(load)
-        near = [r for r in range(n_ranks) if load[r] <= lightest + slack]
-        r = min(near, key=lambda r: (imp[r], load[r], r))
-        owner[i], load[r], imp[r] = r, load[r] + shards[i].nbytes, imp[r] + importance[i]
-    return owner
-
-
-def capacity_weighted(shards, n_ranks, importance, capacities):
-    total = sum(capacities)
-    share = [c / total for c in capacities]                                # target fractions
-    load, owner = [0] * n_ranks, [0] * len(shards)
-    for i in sorted(range(len(shards)), key=lambda i: (-shards[i].nbytes, i)):
-        r = min(range(n_ranks), key=lambda r: ((load[r] + shards[i].nbytes) / share[r], r))
-        owner[i], load[r] = r, load[r] + shards[i].nbytes
-    return owner
-
-
-POLICIES = {
-    "importance_round_robin": importance_round_robin,
-    "size_balanced": size_balanced,
-    "importance_balanced": importance_balanced,
-    "capacity_weighted": capacity_weighted,
-}
-
-
-def hardware_capacity(flops, bandwidth, latency, alpha=1.0, beta=1.0, gamma=1.0) -> list[float]:
-    """Per-rank capacity = alpha*FLOPS + beta*bandwidth - gamma*latency (the popular model).
-
-    A linear score, not a time model: give each term in units that make it O(1) (TFLOPS,
-    GB/s, microseconds) and choose the weights. An AdamW update is memory-bound (about 7
-    float32 reads and writes per element), so beta matters more than alpha for the update;
-    latency matters for many small messages. Raises if a capacity is not positive.
-    """
-    if not (len(flops) == len(bandwidth) == len(latency)):
-        raise ValueError(f"flops, bandwidth, latency need one entry per rank, got lengths "
-                         f"{len(flops)}, {len(bandwidth)}, {len(latency)}")
-    caps = [alpha * f + beta * b - gamma * l for f, b, l in zip(flops, bandwidth, latency)]
-    for r, c in enumerate(caps):
-        if not c > 0:
-            raise ValueError(f"capacity of rank {r} is {c} (alpha*{flops[r]} + beta*{bandwidth[r]}"
-                             f" - gamma*{latency[r]}); it must be positive")
-    return caps
-
-
-def assign(policy: str, shards: list[ShardInfo], n_ranks: int, importance=None,
-           capacities=None) -> list[int]:
-    """Validate the inputs, run ``POLICIES[policy]`` -> owner rank per shard."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown shard policy {policy!r}; known: {sorted(POLICIES)}")
-    if not isinstance(n_ranks, int) or n_ranks < 1:
-        raise ValueError(f"n_ranks must be a positive int, got {n_ranks!r}")
-    if len(shards) < n_ranks:
-        raise ValueError(f"{n_ranks} ranks but only {len(shards)} shards: some rank would own "
-                         f"nothing; use fewer ranks or a smaller max_shard_numel")
-    importance = [0.0] * len(shards) if importance is None else [float(x) for x in importance]
-    if len(importance) != len(shards):
-        raise ValueError(f"{len(importance)} importance scores for {len(shards)} shards")
-    for i, x in enumerate(importance):
-        if not (math.isfinite(x) and x >= 0):
-            raise ValueError(f"importance of shard {i} ({shards[i].name}) is {x}; "
-                             f"scores must be finite and >= 0")
-    capacities = [1.0] * n_ranks if capacities is None else [float(c) for c in capacities]
-    if len(capacities) != n_ranks:
-        raise ValueError(f"{len(capacities)} capacities for {n_ranks} ranks")
-    for r, c in enumerate(capacities):
-        if not (math.isfinite(c) and c > 0):
-            raise ValueError(f"capacity of rank {r} is {c}; capacities must be finite and > 0")
-    owner = POLICIES[policy](shards, n_ranks, importance, capacities)
-    assert len(owner) == len(shards) and all(0 <= o < n_ranks for o in owner), owner
-    return owner
-
-
-def rank_bytes(shards: list[ShardInfo], owner: list[int], n_ranks: int, per_element: int = 8):
-    """Bytes each rank holds at ``per_element`` bytes per owned element (8: Adam's state)."""
-    out = [0] * n_ranks
-    for s, o in zip(shards, owner):
-        out[o] += s.numel * per_element
-    return out
-
-
-def imbalance(loads) -> float:
-    """max / mean of per-rank loads: 1.0 is perfect, N means one rank holds everything."""
-    mean = sum(loads) / len(loads)
-    return max(loads) / mean if mean > 0 else 1.0
-
+from grpo_lab.distributed.shard_plan import (USES_IMPORTANCE, assign, default_max_shard_numel,
+                                             imbalance, make_shards)
 
 # ---- AdamW on one flat shard: torch.optim.AdamW's single-tensor path, line for line ----
 
@@ -249,6 +109,8 @@ class AdamState:
     """(n,) second moment."""
     step: int = 0
     """Updates applied."""
+    master: torch.Tensor | None = None
+    """(n,) the owner's exact parameters when the broadcast is compressed (else None)."""
 
 
 def adamw_update(param, grad, st: AdamState, lr, betas, eps, weight_decay) -> None:
@@ -276,13 +138,16 @@ class ShardedOptimizer:
     k-th step, migrating the state of shards that change owner; ``reshard()`` does it now.
     ``importance`` names a score in ``IMPORTANCE`` (None: track none). Tracking costs 8 B per
     owned element (running mean and variance), so it is off unless asked for; the policies
-    in ``USES_IMPORTANCE`` refuse to re-shard without it.
+    in ``USES_IMPORTANCE`` refuse to re-shard without it. ``compression`` compresses the
+    gradient reduce, ``broadcast_compression`` the parameter broadcast (EF21-P), each a preset
+    name or a ``CompressionConfig`` (module docstring); ``compression_seed`` seeds the sampled
+    top-k (give each rank its own).
     """
 
     def __init__(self, named_params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  policy="size_balanced", importance=None, reshard_every=0,
                  max_shard_numel=None, capacities=None, importance_decay=DEFAULT_DECAY,
-                 group=None):
+                 compression=None, broadcast_compression=None, compression_seed=0, group=None):
         named = [(n, p) for n, p in named_params if p.requires_grad]
         if not named:
             raise ValueError("no parameters that require grad")
@@ -308,11 +173,22 @@ class ShardedOptimizer:
         self.shards = make_shards(named, max_shard_numel or default_max_shard_numel(total, self.world))
         self.owner = assign(policy, self.shards, self.world, None, capacities)
         self.device, self.dtype = self.params[0].device, self.params[0].dtype
+        self.compressor = None if compression is None else Compressor(compression, compression_seed)
+        self.bcompressor = None
+        if broadcast_compression is not None:                # EF21-P: no residual of its own
+            bcfg = PRESETS[broadcast_compression] if isinstance(broadcast_compression, str) \
+                and broadcast_compression in PRESETS else broadcast_compression
+            if isinstance(bcfg, str):
+                raise ValueError(f"unknown compression preset {bcfg!r}; known: {sorted(PRESETS)}")
+            self.bcompressor = Compressor(dataclasses.replace(bcfg, error_feedback=False,
+                                                              momentum=0.0), compression_seed)
+        self.shard_index = {s.name: s.index for s in self.shards}
         self.state: dict[int, AdamState] = {}
         self.moments: dict[int, RunningMoments] = {}
         for i in self._owned(self.rank):
             self._new_state(i)
         self.scores: dict[int, float] = {}
+        self.global_scores: list[float] | None = None      # every shard's score, after a re-shard
         self.steps = 0
         self.reshard_count = 0
         self._measure_memory()
@@ -324,12 +200,15 @@ class ShardedOptimizer:
         n = self.shards[i].numel
         z = lambda: torch.zeros(n, device=self.device, dtype=self.dtype)  # noqa: E731
         self.state[i] = AdamState(z(), z())
+        if self.bcompressor is not None:                   # a migrated shard overwrites it
+            self.state[i].master = self._slice(self.params[self.shards[i].param], i).clone()
         if self.score_fn is not None:
             self.moments[i] = init_moments(n, self.device, self.dtype)
 
     def _state_tensors(self, i) -> list[torch.Tensor]:  # what migrates with shard i
         extra = [self.moments[i].mean, self.moments[i].var] if self.score_fn else []
-        return [self.state[i].exp_avg, self.state[i].exp_avg_sq] + extra
+        master = [self.state[i].master] if self.bcompressor is not None else []
+        return [self.state[i].exp_avg, self.state[i].exp_avg_sq] + extra + master
 
     def _slice(self, t, i):  # (numel,) view of shard i inside tensor t shaped like its param
         s = self.shards[i]
@@ -337,7 +216,9 @@ class ShardedOptimizer:
 
     def _measure_memory(self) -> int:
         """All-gather the bytes each rank actually holds -> comm bytes spent doing it."""
-        mine = torch.tensor([sum(st.exp_avg.nbytes + st.exp_avg_sq.nbytes for st in self.state.values()),
+        mine = torch.tensor([sum(st.exp_avg.nbytes + st.exp_avg_sq.nbytes +
+                                 (0 if st.master is None else st.master.nbytes)
+                                 for st in self.state.values()),
                              sum(m.nbytes for m in self.moments.values()),
                              sum(self.shards[i].nbytes for i in self._owned(self.rank))],
                             dtype=torch.int64, device=self.device)         # (3,)
@@ -356,13 +237,10 @@ class ShardedOptimizer:
             elif p.grad is not None:
                 p.grad.zero_()
 
-    @torch.no_grad()
-    def step(self) -> dict:
-        t0 = time.perf_counter()
-        N, comm = self.world, 0
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        reduced = None
-        for o in range(N):                                  # 1. reduce each owner's buffer to it
+    def _reduce(self, grads) -> tuple[torch.Tensor, int]:
+        """fp32: one dist.reduce per owner -> (this rank's owned shards averaged, flat; bytes)."""
+        N, comm, reduced = self.world, 0, None
+        for o in range(N):
             idx = self._owned(o)
             if not idx:
                 continue
@@ -371,16 +249,54 @@ class ShardedOptimizer:
             comm += (N - 1) * buf.nbytes
             if o == self.rank:
                 reduced = buf.div_(N)                                      # mean over ranks
-        off = 0
-        for i in self._owned(self.rank):                    # 2. AdamW on owned shards
-            g = reduced[off:off + self.shards[i].numel]                    # (n_i,)
-            off += self.shards[i].numel
-            adamw_update(self._slice(self.params[self.shards[i].param], i), g, self.state[i],
-                         self.lr, self.betas, self.eps, self.weight_decay)
-            if self.score_fn is not None:
-                self.scores[i] = self.score_fn(update_moments(self.moments[i], g,
-                                                              self.importance_decay), g)
-        for o in range(N):                                  # 3. owners broadcast new params
+        return reduced, comm
+
+    def _reduce_compressed(self, grads) -> tuple[torch.Tensor, int]:
+        """Each rank encodes every shard (one step of its Compressor), one message per owner,
+        sends each message to its owner point to point; owners decode the N messages and
+        average them in rank order (as comm.compressed_all_reduce does)."""
+        N = self.world
+        named = {s.name: self._slice(grads[s.param], s.index).cpu() for s in self.shards}
+        groups = [[self.shards[i].name for i in self._owned(o)] for o in range(N)]
+        importance = None if self.global_scores is None else \
+            {s.name: self.global_scores[s.index] for s in self.shards}
+        messages = self.compressor.encode_split(named, groups, importance)  # N x bytes
+        lengths = torch.tensor([len(m) for m in messages], dtype=torch.int64,
+                               device=self.device)                         # (N,) to each owner
+        table = [torch.zeros_like(lengths) for _ in range(N)]
+        dist.all_gather(table, lengths, group=self.group)                  # table[src][dst]
+        table = torch.stack(table).tolist()                                # (N, N)
+        ops, inbox = [], {}
+        for o in range(N):
+            if o != self.rank and messages[o]:
+                ops.append(dist.P2POp(dist.isend, torch.frombuffer(bytearray(messages[o]),
+                                      dtype=torch.uint8).to(self.device), o, self.group, 2))
+            if o != self.rank and table[o][self.rank]:
+                inbox[o] = torch.empty(table[o][self.rank], dtype=torch.uint8, device=self.device)
+                ops.append(dist.P2POp(dist.irecv, inbox[o], o, self.group, 2))
+        if ops:
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+        comm = sum(table[src][dst] for src in range(N) for dst in range(N) if src != dst) \
+            + N * (N - 1) * lengths.nbytes                                 # + the length table
+        idx = self._owned(self.rank)
+        if not idx:
+            return None, comm
+        decoded = [decode_message(messages[src] if src == self.rank else
+                                  bytes(inbox[src].cpu().numpy())) for src in range(N)]
+        parts = []
+        for i in idx:
+            name = self.shards[i].name
+            total = decoded[0][name].clone()
+            for d in decoded[1:]:
+                total += d[name]
+            parts.append(total / N)
+        return torch.cat(parts).to(self.device, self.dtype), comm
+
+    def _broadcast(self) -> int:
+        """fp32: each owner broadcasts its updated parameter slices -> bytes on the wire."""
+        N, comm = self.world, 0
+        for o in range(N):
             idx = self._owned(o)
             if not idx:
                 continue
@@ -397,6 +313,57 @@ class ShardedOptimizer:
                     self._slice(self.params[self.shards[i].param], i).copy_(
                         buf[off:off + self.shards[i].numel])
                     off += self.shards[i].numel
+        return comm
+
+    def _broadcast_compressed(self) -> int:
+        """EF21-P: each owner encodes master - replica of its shards, every rank (the owner
+        too) adds the decoded difference to its replica; what was not sent stays in the
+        difference and goes out in a later step -> bytes on the wire."""
+        N = self.world
+        named = {self.shards[i].name: (self.state[i].master - self._slice(
+            self.params[self.shards[i].param], i)).cpu() for i in self._owned(self.rank)}
+        mine = self.bcompressor.encode(named)                              # b"" if it owns none
+        length = torch.tensor([len(mine)], dtype=torch.int64, device=self.device)
+        lengths = [torch.zeros_like(length) for _ in range(N)]
+        dist.all_gather(lengths, length, group=self.group)
+        comm = N * (N - 1) * length.nbytes
+        for o, n in enumerate(int(x) for x in lengths):
+            if not n:
+                continue
+            buf = torch.frombuffer(bytearray(mine), dtype=torch.uint8).to(self.device) \
+                if o == self.rank else torch.empty(n, dtype=torch.uint8, device=self.device)
+            dist.broadcast(buf, src=o, group=self.group)
+            comm += (N - 1) * n
+            for name, delta in decode_message(bytes(buf.cpu().numpy())).items():
+                i = self.shard_index[name]
+                self._slice(self.params[self.shards[i].param], i).add_(
+                    delta.to(self.device, self.dtype))
+        return comm
+
+    @torch.no_grad()
+    def step(self) -> dict:
+        t0 = time.perf_counter()
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        if self.compressor is None:                         # 1. reduce each owner's buffer to it
+            reduced, comm = self._reduce(grads)
+        else:
+            reduced, comm = self._reduce_compressed(grads)
+        reduce_bytes = comm
+        off = 0
+        for i in self._owned(self.rank):                    # 2. AdamW on owned shards
+            g = reduced[off:off + self.shards[i].numel]                    # (n_i,)
+            off += self.shards[i].numel
+            st = self.state[i]
+            target = self._slice(self.params[self.shards[i].param], i) if st.master is None \
+                else st.master
+            adamw_update(target, g, st, self.lr, self.betas, self.eps, self.weight_decay)
+            if self.score_fn is not None:
+                self.scores[i] = self.score_fn(update_moments(self.moments[i], g,
+                                                              self.importance_decay), g)
+        if self.bcompressor is None:                        # 3. owners broadcast new params
+            comm += self._broadcast()
+        else:
+            comm += self._broadcast_compressed()
         self.steps += 1
         migrated = moved = 0
         if self.reshard_every and self.steps % self.reshard_every == 0:
@@ -407,7 +374,8 @@ class ShardedOptimizer:
                 "shard/grad_bytes": list(self.grad_bytes),
                 "shard/imbalance": imbalance(self.opt_state_bytes),
                 "shard/migrated_bytes": migrated, "shard/moved": moved,
-                "comm/bytes": comm, "time/step_s": time.perf_counter() - t0}
+                "comm/bytes": comm, "comm/reduce_bytes": reduce_bytes,
+                "time/step_s": time.perf_counter() - t0}
 
     @torch.no_grad()
     def reshard(self, policy: str | None = None, capacities=None) -> dict:
@@ -424,6 +392,7 @@ class ShardedOptimizer:
         for i, v in self.scores.items():
             scores[i] = v                                                  # owners fill theirs
         dist.all_reduce(scores, group=self.group)                          # exact: x + 0 + ...
+        self.global_scores = scores.tolist()
         comm = 2 * (N - 1) * scores.nbytes
         new_owner = assign(policy, self.shards, N, scores.tolist(), capacities)
         self.policy, self.capacities = policy, capacities
@@ -442,7 +411,7 @@ class ShardedOptimizer:
                 moves.setdefault((a, b), []).append(i)
         ops, inbox, migrated = [], [], 0
         for (src, dst), idx in moves.items():
-            per = 4 if self.score_fn else 2                                # tensors per shard
+            per = 2 + 2 * bool(self.score_fn) + (self.bcompressor is not None)  # tensors per shard
             n_float = per * sum(self.shards[i].numel for i in idx)
             migrated += n_float * self.dtype.itemsize + len(idx) * 2 * 8   # + steps (int64)
             if self.rank == src:

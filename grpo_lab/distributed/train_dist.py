@@ -15,6 +15,9 @@ ranks then agree on the *average* gradient before the optimizer steps. How they 
   * ``ddp_fp16_hook``:    torch DDP with torch's ``default_hooks.fp16_compress_hook``.
   * ``ddp_powersgd_hook``: torch DDP with torch's ``powerSGD_hook`` (rank ``powersgd_rank``).
   * ``sharded``:          ``sharder.ShardedOptimizer``: reduce to owners, owner AdamW, broadcast.
+  * ``sharded_compressed``: the same, each rank's gradients encoded with ``preset`` (and
+                          ``error_feedback``, ``momentum``, ``beta1`` as for ``compressed``), one
+                          message per owner; the parameter broadcast stays fp32.
 
 Byte accounting. ``comm/bytes`` is what this rank sends per step, counted from the tensors it
 hands to each collective under the bandwidth-optimal algorithm of that collective:
@@ -40,9 +43,10 @@ metrics)``. Compression acts on gradients, whichever loss made them:
     policy was made. Every rank draws the same global batch (seeded by (seed, step)) and takes
     its rows; its loss is (sum of its token losses) * N / (tokens in the global batch), so
     the rank-average gradient is exactly the full-batch mean gradient.
-  * ``grpo``: GRPO (DeepSeekMath): each rank samples G completions for its 1/N of the step's
-    prompts (sampling seeded by (seed, step, rank)), rewards, group-relative advantages by
-    prompt, ``loss.grpo_loss`` (outcome supervision, mu = 1). The honest target, but the toy
+  * ``grpo``: GRPO (DeepSeekMath): each rank runs ``trainer.rollout_batch`` on its 1/N of the
+    step's prompts (sampling seeded by (seed, step, rank); ``grpo`` overrides TrainConfig
+    fields, dynamic sampling included), group-relative advantages by prompt,
+    ``loss.grpo_loss`` (outcome supervision, mu = 1). The honest target, but the toy
     moves slowly under GRPO, so the accuracy-vs-bytes comparisons use ``supervised``.
 
 Deviations: evaluation runs on rank 0 only (all ranks hold the same parameters); gradient
@@ -71,9 +75,9 @@ from grpo_lab.distributed.sharder import ShardedOptimizer
 from grpo_lab.loss import grpo_loss
 from grpo_lab.model import GPT, GPTConfig, load_policy
 from grpo_lab.pretrain import demo_batch
-from grpo_lab.rollout import completion_logprobs, positions, sample
-from grpo_lab.tasks import decode, encode, get_task, load_eval, sample_examples, weighted_reward
-from grpo_lab.trainer import evaluate, learning_rate, max_new_tokens
+from grpo_lab.rollout import completion_logprobs, positions
+from grpo_lab.tasks import get_task, load_eval, sample_examples
+from grpo_lab.trainer import evaluate, learning_rate, max_new_tokens, rollout_batch
 
 
 @dataclass
@@ -83,23 +87,32 @@ class DistConfig:
     exchange: str = "allreduce"
     """How ranks average gradients: a key of EXCHANGES."""
     preset: str = "seed"
-    """exchange=compressed: a key of compression.PRESETS (seed | fp32 | fp16 | aggressive)."""
+    """exchange=compressed | sharded_compressed: a key of compression.PRESETS (seed | fp32 |
+    fp16 | aggressive)."""
     error_feedback: bool = True
-    """exchange=compressed: keep what top-k did not send (False also turns DGC momentum off)."""
+    """Compressed exchanges: keep what top-k did not send (False also turns DGC momentum off)."""
     momentum: float | None = None
-    """exchange=compressed: override the preset's DGC momentum correction (None: the preset's)."""
+    """Compressed exchanges: override the preset's DGC momentum correction (None: the preset's)."""
     beta1: float | None = None
-    """exchange=compressed: override the AdamW beta1 of the preset (None: its ``adam_beta1``)."""
+    """Compressed exchanges: override the AdamW beta1 of the preset (None: its ``adam_beta1``)."""
+    density_warmup: int | None = None
+    """Compressed exchanges: override the preset's DGC density warm-up steps (None: the preset's)."""
     powersgd_rank: int = 2
     """exchange=ddp_powersgd_hook: matrix_approximation_rank."""
     powersgd_start: int = 2
     """exchange=ddp_powersgd_hook: steps of vanilla all_reduce first (torch's minimum is 2)."""
     policy: str = "size_balanced"
-    """exchange=sharded: a key of sharder.POLICIES."""
+    """exchange=sharded: a key of shard_plan.POLICIES."""
     importance: str | None = None
     """exchange=sharded: importance score tracked by the owners (None: none)."""
     reshard_every: int = 0
     """exchange=sharded: re-shard every this many steps (0: never)."""
+    broadcast_preset: str | None = None
+    """exchange=sharded_compressed: also compress the owners' parameter broadcast with this
+    preset, EF21-P style (owners keep exact master weights; None: broadcast fp32)."""
+    max_shard_numel: int = 0
+    """Sharded exchanges: cut tensors into blocks of at most this many elements (0: the
+    sharder's default, about 8 blocks per rank)."""
     steps: int = 300
     """Optimizer steps."""
     batch_size: int = 64
@@ -147,13 +160,23 @@ class DistConfig:
             raise ValueError(f"unknown objective {self.objective!r}; known: {sorted(OBJECTIVES)}")
         if self.exchange not in EXCHANGES:
             raise ValueError(f"unknown exchange {self.exchange!r}; known: {sorted(EXCHANGES)}")
-        if self.exchange == "compressed" and self.preset not in PRESETS:
+        if self.exchange in ("compressed", "sharded_compressed") and self.preset not in PRESETS:
             raise ValueError(f"unknown compression preset {self.preset!r}; known: {sorted(PRESETS)}")
         if self.lr_schedule not in ("cosine", "constant"):
             raise ValueError(f"lr_schedule must be 'cosine' or 'constant', got {self.lr_schedule!r}")
-        if self.grad_clip and self.exchange == "sharded":
+        if self.grad_clip and self.exchange.startswith("sharded"):
             raise ValueError(f"grad_clip={self.grad_clip} needs the averaged gradient before the "
-                             f"step; exchange 'sharded' reduces inside its step: use grad_clip=0")
+                             f"step; exchange {self.exchange!r} reduces inside its step: use "
+                             f"grad_clip=0")
+        if self.broadcast_preset is not None and self.broadcast_preset not in PRESETS:
+            raise ValueError(f"unknown broadcast_preset {self.broadcast_preset!r}; known: "
+                             f"{sorted(PRESETS)}")
+        if self.broadcast_preset is not None and self.exchange != "sharded_compressed":
+            raise ValueError(f"broadcast_preset={self.broadcast_preset!r} compresses the sharder's "
+                             f"broadcast: it needs exchange='sharded_compressed', not "
+                             f"{self.exchange!r}")
+        if self.max_shard_numel < 0:
+            raise ValueError(f"max_shard_numel must be >= 0, got {self.max_shard_numel}")
         for name in ("steps", "batch_size", "group_size", "eval_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DistConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -222,12 +245,20 @@ def make_allreduce(model, cfg, world, rank) -> Exchange:
                     set_lr, lambda b: ring_allreduce_bytes(b, world))
 
 
-def make_compressed(model, cfg, world, rank) -> Exchange:
+def compression_config(cfg: DistConfig):
+    """The preset of ``cfg`` with its momentum, density_warmup and error_feedback overrides."""
     ccfg = PRESETS[cfg.preset]
     if cfg.momentum is not None:
         ccfg = dataclasses.replace(ccfg, momentum=cfg.momentum)
+    if cfg.density_warmup is not None:
+        ccfg = dataclasses.replace(ccfg, warmup_steps=cfg.density_warmup)
     if not cfg.error_feedback:
         ccfg = dataclasses.replace(ccfg, error_feedback=False, momentum=0.0)
+    return ccfg
+
+
+def make_compressed(model, cfg, world, rank) -> Exchange:
+    ccfg = compression_config(cfg)
     compressor = Compressor(ccfg, seed=1000 * cfg.seed + rank)
     named = [(n, p) for n, p in model.named_parameters()]
     opt, set_lr = _adamw(model, cfg, ccfg.adam_beta1 if cfg.beta1 is None else cfg.beta1)
@@ -298,21 +329,32 @@ def _powersgd_state(cfg):
                          start_powerSGD_iter=cfg.powersgd_start, random_seed=cfg.seed)
 
 
-def make_sharded(model, cfg, world, rank) -> Exchange:
-    opt = ShardedOptimizer(model.named_parameters(), lr=cfg.lr, eps=cfg.eps,
+def make_sharded(model, cfg, world, rank, compression=None) -> Exchange:
+    beta1 = 0.9
+    if compression is not None:
+        beta1 = compression.adam_beta1 if cfg.beta1 is None else cfg.beta1
+    opt = ShardedOptimizer(model.named_parameters(), lr=cfg.lr, betas=(beta1, 0.999), eps=cfg.eps,
                            weight_decay=cfg.weight_decay, policy=cfg.policy,
-                           importance=cfg.importance, reshard_every=cfg.reshard_every)
+                           importance=cfg.importance, reshard_every=cfg.reshard_every,
+                           max_shard_numel=cfg.max_shard_numel or None, compression=compression,
+                           broadcast_compression=compression and cfg.broadcast_preset,
+                           compression_seed=1000 * cfg.seed + rank)
     last = {"bytes": 0}
 
     def step():
         m = opt.step()                                # reduce, owner AdamW, broadcast, re-shard
         last["bytes"] = m["comm/bytes"] // world      # the sharder counts all ranks together
-        return {k: v for k, v in m.items() if k.startswith("shard/")}
+        return {"comm/reduce_bytes": m["comm/reduce_bytes"] // world,
+                **{k: v for k, v in m.items() if k.startswith("shard/")}}
 
     def set_lr(lr):
         opt.lr = lr
     return Exchange(model, lambda: 0, step, lambda: opt.zero_grad(True), set_lr,
                     lambda b: last["bytes"])
+
+
+def make_sharded_compressed(model, cfg, world, rank) -> Exchange:
+    return make_sharded(model, cfg, world, rank, compression_config(cfg))
 
 
 EXCHANGES = {
@@ -321,6 +363,7 @@ EXCHANGES = {
     "ddp_fp16_hook": _make_ddp(fp16_counted_hook, lambda cfg: None),
     "ddp_powersgd_hook": _make_ddp(powersgd_counted_hook, _powersgd_state),
     "sharded": make_sharded,
+    "sharded_compressed": make_sharded_compressed,
 }
 
 
@@ -343,17 +386,14 @@ def supervised_loss(module, policy, ctx, step, rank, world):
 
 
 def grpo_objective_loss(module, policy, ctx, step, rank, world):
-    cfg, tcfg = ctx["cfg"], ctx["tcfg"]
-    rng = random.Random(f"{cfg.seed}-prompts-{step}")
-    examples = sample_examples([cfg.task], cfg.batch_size, rng, ctx["held_out"])
+    cfg, tcfg = ctx["cfg"], ctx["tcfg"]                # tcfg: this rank's B/N prompts and seed
     b = cfg.batch_size // world
-    mine = examples[rank * b:(rank + 1) * b]
-    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step * 1009 + rank)
-    r = sample(policy, [encode(e.prompt) for e in mine], cfg.group_size, max_new_tokens(tcfg),
-               tcfg.temperature, tcfg.top_k or None, generator=gen)       # N = b*G rows
-    rows = [mine[i] for i in r.prompt_index.tolist()]
-    texts = [decode(c) for c in r.completion_ids.tolist()]
-    rewards, _ = weighted_reward(texts, rows, tcfg.reward_weights, r.stopped.tolist())  # (N,)
+
+    def draw(_rng, n):                                 # this rank's rows of the global batch
+        rng = random.Random(f"{cfg.seed}-prompts-{step}")
+        return sample_examples([cfg.task], cfg.batch_size, rng, ctx["held_out"])[rank * b:(rank + 1) * b]
+
+    (examples, r, rewards, _, _), _ = rollout_batch(policy, tcfg, step, draw)  # N = b*G rows
     adv = ADVANTAGES[tcfg.advantage](rewards, r.prompt_index)             # (N,)
     ref_logp = None
     if tcfg.beta:
@@ -393,7 +433,10 @@ def train(cfg: DistConfig, rank: int = 0, world: int = 1, on_grads=None) -> dict
     policy = make_policy(cfg)
     eval_set = load_eval(cfg.task)[:cfg.eval_size]
     ctx = {"cfg": cfg, "held_out": {e.prompt for e in load_eval(cfg.task)},
-           "tcfg": TrainConfig(**{"task": cfg.task, **cfg.grpo}) if cfg.objective == "grpo" else None,
+           "tcfg": (TrainConfig(**{"task": cfg.task, "prompts_per_step": cfg.batch_size // world,
+                                   "group_size": cfg.group_size, **cfg.grpo,
+                                   "seed": 1000 * cfg.seed + rank})   # per-rank sampling
+                    if cfg.objective == "grpo" else None),
            "ref": (make_policy(cfg).eval().requires_grad_(False)
                    if cfg.objective == "grpo" else None)}
     ex = EXCHANGES[cfg.exchange](policy, cfg, world, rank)

@@ -2,7 +2,7 @@
 
 Pick the assignment policy, the number of ranks and how often to re-shard; the explorer replays
 recorded gradients of the toy policy (``replay.record_gradients``) through
-``replay.replay_sharding`` (importance.update_moments + sharder.assign, pure) and shows, at the
+``replay.replay_sharding`` (importance.update_moments + shard_plan.assign, pure) and shows, at the
 chosen step, which rank owns which shard, and over all steps the per-rank Adam bytes, the
 importance each rank holds, the imbalance and the bytes migrated by re-shards. Every number is
 in ``parts["data"]``; the widget only wires controls to the replay and draws with matplotlib.
@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from grpo_lab.distributed.importance import IMPORTANCE
 from grpo_lab.distributed.replay import record_gradients, replay_sharding
-from grpo_lab.distributed.sharder import POLICIES
+from grpo_lab.distributed.shard_plan import POLICIES
 
 
 def sharder_explorer(recording: dict | None = None, steps: int = 30, plots: bool = True):
