@@ -42,10 +42,11 @@ import numpy as np
 import torch
 
 from grpo_lab.embeddings import cached, fit_tfidf, tfidf_embed
-from grpo_lab.grouping import (PromptBatch, Reclusterer, cluster_diagnostics, grouped_advantages,
+from grpo_lab.grouping import (PromptBatch, cluster_diagnostics, grouped_advantages,
                                kmeans_semantic, reward_group_diagnostics)
 from grpo_lab.loss import grpo_loss
 from grpo_lab.model import GPT, GPTConfig
+from grpo_lab.reclustering import Reclusterer
 from grpo_lab.rollout import completion_logprobs, sample
 from grpo_lab.tasks import decode, encode, load_mixture, weighted_reward
 
@@ -196,7 +197,7 @@ def main(argv=None):
         "Notes: the uncached TF-IDF embedder is refitted on every batch (its vectors live in a "
         "new space each step); the cached one is fitted once on the mixture, so a prompt's "
         "vector is computed once. K-means and the silhouette run on one thread "
-        "(grouping._kmeans explains why); the step uses the torch threads named above.",
+        "(grouping.kmeans_fit explains why); the step uses the torch threads named above.",
     ]
     text = "\n".join(lines) + "\n"
     Path(args.out).write_text(text)

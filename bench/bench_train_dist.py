@@ -41,6 +41,8 @@ VARIANTS = {
         dict(exchange="compressed", preset="aggressive", beta1=0.9),
     "compressed aggressive, with DGC density warm-up (25% -> 0.3% over 100 steps)":
         dict(exchange="compressed", preset="aggressive", density_warmup=100),
+    "compressed dgc (DGC as published: 0.1%, momentum correction 0.9, warm-up; AdamW receiver)":
+        dict(exchange="compressed", preset="dgc"),
     "DDP fp16_compress_hook": dict(exchange="ddp_fp16_hook"),
     "DDP powerSGD_hook rank 2": dict(exchange="ddp_powersgd_hook", powersgd_rank=2),
     "sharded size_balanced": dict(exchange="sharded", policy="size_balanced"),

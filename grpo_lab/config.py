@@ -99,7 +99,7 @@ class TrainConfig:
     centres on the prompt's mean and scales by the cluster's pooled within-prompt std."""
     recluster_every: int = 0
     """kmeans_semantic only: 0 = fit K-means afresh on every step's prompts; N > 0 = keep
-    clusters across steps (grouping.Reclusterer), re-fitted warm every N steps."""
+    clusters across steps (reclustering.Reclusterer), re-fitted warm every N steps."""
     group_schedule: bool = False
     """With recluster_every: grow k coarse to fine, group_count_schedule from
     max(1, group_k // 4), 1.2x per re-fit, up to group_k."""

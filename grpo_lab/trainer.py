@@ -37,11 +37,12 @@ from tqdm.auto import tqdm
 from grpo_lab.advantages import process_advantages
 from grpo_lab.checkpoint import CheckpointError, atomic_save_tensors, read_tensors
 from grpo_lab.config import TrainConfig, to_dict
-from grpo_lab.grouping import (StepGrouper, advantage_diagnostics, advantage_split,
-                               cluster_diagnostics, fill_informative_groups,
-                               grouped_advantages, informative_rows, reward_group_diagnostics)
+from grpo_lab.grouping import (advantage_diagnostics, advantage_split, cluster_diagnostics,
+                               fill_informative_groups, grouped_advantages, informative_rows,
+                               reward_group_diagnostics)
 from grpo_lab.loss import grpo_loss
 from grpo_lab.model import GPT, load_policy, policy_from_tensors
+from grpo_lab.reclustering import StepGrouper
 from grpo_lab.rollout import Rollout, cat_rollouts, completion_logprobs, sample, take_rows
 from grpo_lab.tasks import (accuracy_reward, decode, encode, get_task, load_eval,
                             sample_examples, step_rewards, weighted_reward)

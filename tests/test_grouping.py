@@ -7,11 +7,11 @@ import torch
 
 from grpo_lab.advantages import ADVANTAGES, EPS
 from grpo_lab.embeddings import fit_tfidf
-from grpo_lab.grouping import (GROUPERS, PromptBatch, Reclusterer, advantage_diagnostics,
-                               cluster_diagnostics, fill_informative_groups, group_count_schedule,
-                               grouped_advantages, informative_groups, informative_rows,
-                               match_clusters, mixed, prompt_reward_stats,
+from grpo_lab.grouping import (GROUPERS, PromptBatch, advantage_diagnostics,
+                               cluster_diagnostics, fill_informative_groups, grouped_advantages,
+                               informative_groups, informative_rows, mixed, prompt_reward_stats,
                                reward_group_diagnostics)
+from grpo_lab.reclustering import Reclusterer, group_count_schedule, match_clusters
 from grpo_lab.tasks import load_mixture
 
 T = torch.tensor
@@ -201,11 +201,11 @@ def test_reclustering_ids_follow_permuted_prompts():
 def test_refit_that_renames_clusters_is_matched_back(monkeypatch):
     # K-means names its clusters arbitrarily; simulate a fit that returns them permuted
     from types import SimpleNamespace
-    from grpo_lab import grouping
+    from grpo_lab import reclustering
     _, X = mixture_embeddings()
     rc = Reclusterer(k=7, every=1, seed=0)
     first = rc(X)
-    real = grouping._kmeans
+    real = reclustering.kmeans_fit
     perm = np.array([3, 6, 0, 5, 1, 2, 4])                    # new name of old cluster j
 
     def renaming_kmeans(X, k, seed, init="k-means++"):
@@ -214,7 +214,7 @@ def test_refit_that_renames_clusters_is_matched_back(monkeypatch):
         centers[perm] = km.cluster_centers_
         return SimpleNamespace(cluster_centers_=centers, labels_=perm[km.labels_])
 
-    monkeypatch.setattr(grouping, "_kmeans", renaming_kmeans)
+    monkeypatch.setattr(reclustering, "kmeans_fit", renaming_kmeans)
     np.testing.assert_array_equal(rc(X), first)
 
 

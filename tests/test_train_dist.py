@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from grpo_lab.distributed import wire
+from grpo_lab.distributed.exchanges import EXCHANGES
 from grpo_lab.distributed.shard_plan import assign, default_max_shard_numel, make_shards
-from grpo_lab.distributed.train_dist import (EXCHANGES, DistConfig, make_policy, run_all,
-                                             summary, train)
+from grpo_lab.distributed.train_dist import DistConfig, make_policy, run_all, summary, train
 
 WORLD, STEPS = 2, 3
 # eps=1e-6 as in tests/test_sharder.py: the attention key bias has an exactly-zero true

@@ -93,7 +93,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from grpo_lab.distributed.compression import PRESETS, Compressor, decode_message
+from grpo_lab.distributed.compression import Compressor, decode_message, get_config
 from grpo_lab.distributed.importance import (DEFAULT_DECAY, RunningMoments, get_importance,
                                              init_moments, update_moments)
 from grpo_lab.distributed.shard_plan import (USES_IMPORTANCE, assign, default_max_shard_numel,
@@ -176,12 +176,9 @@ class ShardedOptimizer:
         self.compressor = None if compression is None else Compressor(compression, compression_seed)
         self.bcompressor = None
         if broadcast_compression is not None:                # EF21-P: no residual of its own
-            bcfg = PRESETS[broadcast_compression] if isinstance(broadcast_compression, str) \
-                and broadcast_compression in PRESETS else broadcast_compression
-            if isinstance(bcfg, str):
-                raise ValueError(f"unknown compression preset {bcfg!r}; known: {sorted(PRESETS)}")
-            self.bcompressor = Compressor(dataclasses.replace(bcfg, error_feedback=False,
-                                                              momentum=0.0), compression_seed)
+            self.bcompressor = Compressor(dataclasses.replace(
+                get_config(broadcast_compression), error_feedback=False, momentum=0.0),
+                compression_seed)
         self.shard_index = {s.name: s.index for s in self.shards}
         self.state: dict[int, AdamState] = {}
         self.moments: dict[int, RunningMoments] = {}
