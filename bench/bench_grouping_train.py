@@ -17,6 +17,8 @@ diagnostics are properties of the grouping and much steadier.
 
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python bench/bench_grouping_train.py
         # writes bench/RESULTS_grouping_train.md
+    ... bench_grouping_train.py --base data/base_mixture.safetensors \
+        --out bench/RESULTS_grouping_train_mixture_base.md   # a base that knows every family
 """
 from __future__ import annotations
 
@@ -72,6 +74,8 @@ def main(argv=None):
     ap.add_argument("--G", type=int, default=8)
     ap.add_argument("--eval-size", type=int, default=100, help="held-out examples per task")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--base", default="data/base_policy.safetensors",
+                    help="policy to start from (data/base_mixture.safetensors: all 7 families)")
     ap.add_argument("--only", default="", help="strategy names separated by ; (default all)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("RESULTS_grouping_train.md")))
     args = ap.parse_args(argv)
@@ -79,7 +83,8 @@ def main(argv=None):
     names = [n for n in STRATEGIES if not args.only or n in args.only.split(";")]
     rows, base = {}, dict(task="mixture", steps=args.steps, prompts_per_step=args.prompts,
                           group_size=args.G, eval_size=args.eval_size, eval_every=0,
-                          time_budget_s=0.0, ckpt_every=10_000, seed=args.seed, threads=1)
+                          time_budget_s=0.0, ckpt_every=10_000, seed=args.seed, threads=1,
+                          base_checkpoint=args.base)
     load0 = os.getloadavg()[0]
     for name in names:
         with tempfile.TemporaryDirectory() as tmp:
@@ -103,7 +108,7 @@ def main(argv=None):
         f"(1 thread), Python {platform.python_version()}. Load average (1 min) "
         f"{load0:.1f} before, {os.getloadavg()[0]:.1f} after (other processes shared the CPUs "
         f"when above 2: wall times are indicative).", "",
-        f"Run: base policy `data/base_policy.safetensors`, task `mixture` "
+        f"Run: base policy `{args.base}`, task `mixture` "
         f"({len(cfg.task_names)} families), {args.steps} steps x {args.prompts} prompts x "
         f"G={args.G}, seed {args.seed}, TrainConfig defaults otherwise ({hyper}, "
         f"reward weights {cfg.reward_weights}; k = {len(cfg.task_names)} groups unless "

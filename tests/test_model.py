@@ -69,3 +69,21 @@ def test_config_errors():
     m = GPT(GPTConfig(block_size=8, n_layer=1, n_embd=16))
     with pytest.raises(ValueError, match="past block_size=8"):
         m(torch.ones(1, 9, dtype=torch.long))
+
+
+@pytest.mark.parametrize("path", ["data/base_policy.safetensors",
+                                  "data/base_mixture.safetensors"])
+def test_shipped_policies_load_and_run(path):
+    from grpo_lab.tasks import encode
+    model = load_policy(path)
+    logits, _ = model(torch.tensor([encode("12+34=")]))                 # (1, 6, V)
+    assert logits.shape == (1, 6, model.cfg.vocab_size) and torch.isfinite(logits).all()
+
+
+def test_mixture_base_names_its_recipe():
+    import json
+    from grpo_lab.checkpoint import read_tensors
+    recipe = json.loads(read_tensors("data/base_mixture.safetensors")[1]["pretrain_config"])
+    assert recipe["tasks"].split(",") == ["addition", "sort", "reverse", "count", "compare",
+                                          "max", "min"]
+    assert (recipe["steps"], recipe["stop_after"], recipe["seed"]) == (3000, 1800, 0)
