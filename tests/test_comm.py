@@ -86,6 +86,7 @@ def _worker(rank: int, port: int):
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60))
     try:
         torch.set_num_threads(1)
+        assert comm.comm_device() == torch.device("cpu")                  # gloo: host tensors
         check_exchange(rank)
         check_ddp_hook(rank)
     finally:

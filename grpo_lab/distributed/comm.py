@@ -37,10 +37,18 @@ def new_stats() -> dict:
             "comm/exchanges": 0}
 
 
+def comm_device(group=None) -> torch.device:
+    """Where the group's collectives take their tensors: the current CUDA device with NCCL
+    (which cannot send CPU tensors), the CPU otherwise."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def all_gather_bytes(payload: bytes, group=None, stats: dict | None = None) -> list[bytes]:
     """Every rank's ``payload``, in rank order, on every rank."""
-    world = dist.get_world_size(group)
-    length = torch.tensor([len(payload)], dtype=torch.int64)
+    world, dev = dist.get_world_size(group), comm_device(group)
+    length = torch.tensor([len(payload)], dtype=torch.int64, device=dev)
     lengths = [torch.zeros_like(length) for _ in range(world)]
     dist.all_gather(lengths, length, group=group)                          # W x (1,)
     lengths = [int(x) for x in lengths]
@@ -48,28 +56,31 @@ def all_gather_bytes(payload: bytes, group=None, stats: dict | None = None) -> l
     buf = torch.zeros(longest, dtype=torch.uint8)                          # (max_len,)
     if payload:
         buf[:len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-    bufs = [torch.empty(longest, dtype=torch.uint8) for _ in range(world)]
+    buf = buf.to(dev)
+    bufs = [torch.empty(longest, dtype=torch.uint8, device=dev) for _ in range(world)]
     dist.all_gather(bufs, buf, group=group)                                # W x (max_len,)
     if stats is not None:
         stats["comm/payload_bytes"] += len(payload)
         stats["comm/sent_bytes"] += (world - 1) * (8 + longest)
         stats["comm/padding_bytes"] += (world - 1) * (longest - len(payload))
         stats["comm/exchanges"] += 1
-    return [bytes(b[:n].numpy()) for b, n in zip(bufs, lengths)]
+    return [bytes(b[:n].cpu().numpy()) for b, n in zip(bufs, lengths)]
 
 
 def compressed_all_reduce(named_grads: dict[str, torch.Tensor], compressor: Compressor,
                           importance: dict | None = None, group=None, average: bool = True,
                           stats: dict | None = None) -> dict[str, torch.Tensor]:
-    """Encode here, exchange, decode every rank's message, sum (or average) in rank order."""
-    messages = all_gather_bytes(compressor.encode(named_grads, importance), group, stats)
+    """Encode here, exchange, decode every rank's message, sum (or average) in rank order.
+    The codecs run on the CPU: gradients on a GPU are copied to the host and back."""
+    host = {name: g.detach().cpu() for name, g in named_grads.items()}
+    messages = all_gather_bytes(compressor.encode(host, importance), group, stats)
     decoded = [compressor.decode(m) for m in messages]                     # W x {name: tensor}
     out = {}
     for name, g in named_grads.items():
         total = decoded[0][name].clone()
         for d in decoded[1:]:
             total += d[name]
-        out[name] = (total / len(decoded) if average else total).to(g.dtype)
+        out[name] = (total / len(decoded) if average else total).to(g.device, g.dtype)
     return out
 
 
