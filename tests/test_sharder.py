@@ -344,6 +344,40 @@ def test_one_rank_is_bitwise_torch_adamw(one_rank_group):
         assert torch.equal(p, q), name                                     # same ops, same order
 
 
+def test_ef21p_broadcast_masters_follow_adamw_and_replicas_receive_top_k(one_rank_group):
+    # EF21-P: the owner's master weights take exact AdamW steps on the gradients computed at
+    # the replicas; the replicas move only where the compressed difference was sent
+    from grpo_lab.distributed.compression import CompressionConfig
+    x, y = _batch()
+    torch.manual_seed(0)
+    model = GPT(CFG)
+    torch.manual_seed(0)
+    shadow = GPT(CFG)                                                   # torch AdamW on masters
+    density = 0.01
+    opt = ShardedOptimizer(model.named_parameters(), max_shard_numel=10**9, **HP,
+                           broadcast_compression=CompressionConfig(dense_fraction=0.0,
+                                                                   density=density))
+    ref_opt = torch.optim.AdamW(shadow.parameters(), **HP)
+    for step in range(3):
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        _loss(model, x, y).backward()
+        for p, q in zip(model.parameters(), shadow.parameters()):
+            q.grad = p.grad.clone()                                     # gradient at the replica
+        opt.step()
+        ref_opt.step()
+        opt.zero_grad()
+        for (name, p), q in zip(model.named_parameters(), shadow.parameters()):
+            master = opt.state[opt.shard_index[name]].master
+            assert torch.equal(master, q.detach().reshape(-1)), (step, name)
+            moved = int((p.detach() != before[name]).sum())
+            assert 0 < moved <= max(1, round(density * p.numel())), (step, name, moved)
+            sent = p.detach() != before[name]                         # sent: replica == master
+            torch.testing.assert_close(p.detach()[sent], q.detach()[sent], rtol=0, atol=1e-7)
+    lag = max(float((p.detach() - q.detach()).abs().max())
+              for p, q in zip(model.parameters(), shadow.parameters()))
+    assert lag > 1e-4                                                   # the rest is still owed
+
+
 def test_optimizer_construction_errors(one_rank_group):
     model = GPT(CFG)
     with pytest.raises(ValueError, match="unknown shard policy 'fastest'"):
