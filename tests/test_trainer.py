@@ -236,3 +236,17 @@ def test_time_budget_stops_after_the_step_with_eval_and_checkpoint(tmp_path):
     step, saved, _ = load_checkpoint(tmp_path / "run" / "checkpoint.safetensors", policy,
                                      torch.optim.AdamW(policy.parameters()))
     assert step == 0 and len(saved) == 2
+
+
+def test_mixture_preset_starts_from_the_mixture_base(tmp_path):
+    c = preset("mixture_cpu", steps=2, eval_size=10, eval_every=0, out_dir=str(tmp_path / "mix"),
+               threads=1, time_budget_s=0.0)
+    assert c.base_checkpoint.endswith("base_mixture.safetensors")
+    history = train(c, progress=False)
+    before = history[0]                                                   # step -1: the base
+    assert before["step"] == -1
+    per_task = {k[len("eval/accuracy/"):] for k in before if k.startswith("eval/accuracy/")}
+    assert per_task == {"addition", "sort", "reverse", "count", "compare", "max", "min"}
+    # the mixture base knows every family a little (data/README.md): compare well, max some
+    assert before["eval/accuracy/compare"] >= 0.5 and before["eval/accuracy/max"] > 0.0
+    assert [h["step"] for h in history if h["step"] >= 0][:2] == [0, 1]
