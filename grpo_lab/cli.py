@@ -6,13 +6,21 @@ docstring under the field, so the CLI and the configs cannot drift apart.
     grpo-lab train [--preset tiny_cpu] [--resume] [--FIELD VALUE ...]
     grpo-lab eval --checkpoint PATH [--task addition]
     grpo-lab pretrain [--FIELD VALUE ...]
+    grpo-lab bench [NAME [ARGS ...]]     # list bench/ scripts, or run bench/bench_NAME.py
+    grpo-lab lab                         # JupyterLab on notebooks/
+
+``bench`` and ``lab`` need a checkout of the repository (bench/ and notebooks/ sit beside
+the package, not inside it).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 from grpo_lab.config import PRESETS, PretrainConfig, TrainConfig, field_docs, preset, to_dict
 
@@ -64,7 +72,38 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--eval_size", type=int, default=200)
     pre = sub.add_parser("pretrain", help="supervised warm-up of the base policy")
     add_config_args(pre, PretrainConfig)
+    b = sub.add_parser("bench", help="list the bench/ scripts, or run bench/bench_NAME.py")
+    b.add_argument("name", nargs="?", help="e.g. codecs, sharder, train_dist")
+    b.add_argument("bench_args", nargs=argparse.REMAINDER, help="passed to the script")
+    sub.add_parser("lab", help="open JupyterLab on notebooks/")
     return p
+
+
+def checkout_dir(name: str) -> Path:
+    """``name`` (bench or notebooks) beside the installed package, in a repository checkout."""
+    path = Path(__file__).resolve().parent.parent / name
+    if not path.is_dir():
+        raise FileNotFoundError(f"no {name}/ directory at {path}: 'grpo-lab {name}' needs a "
+                                f"checkout of the grpo_lab repository (pip install -e .)")
+    return path
+
+
+def bench_scripts() -> dict[str, Path]:
+    return {p.stem[len("bench_"):]: p for p in sorted(checkout_dir("bench").glob("bench_*.py"))}
+
+
+def run_bench(name: str | None, bench_args: list[str]) -> int:
+    scripts = bench_scripts()
+    if name is None:
+        for n, p in scripts.items():
+            print(f"{n:16s} {p}")
+        return 0
+    if name not in scripts:
+        raise ValueError(f"unknown bench {name!r}; known: {sorted(scripts)}")
+    root = scripts[name].parent.parent                                     # run from the checkout
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    return subprocess.call([sys.executable, str(scripts[name]), *bench_args], cwd=root, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
             from grpo_lab.pretrain import main as pretrain_main
 
             pretrain_main(PretrainConfig(**overrides(args, PretrainConfig)))
+        elif args.command == "bench":
+            return run_bench(args.name, args.bench_args)
+        elif args.command == "lab":
+            notebooks = checkout_dir("notebooks")
+            return subprocess.call([sys.executable, "-m", "jupyterlab", str(notebooks)])
     except (ValueError, FileNotFoundError) as e:
         print(f"grpo-lab: error: {e}", file=sys.stderr)
         return 2

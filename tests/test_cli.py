@@ -40,3 +40,21 @@ def test_bad_values_exit_2_with_message(tmp_path, capsys):
     assert "group_size (G) must be >= 2 for a group-relative baseline, got 1" in capsys.readouterr().err
     assert main(["eval", "--checkpoint", str(tmp_path / "nope.safetensors")]) == 2
     assert "no checkpoint file" in capsys.readouterr().err
+
+
+def test_bench_lists_runs_and_rejects_unknown(capsys):
+    assert main(["bench"]) == 0
+    listed = capsys.readouterr().out
+    for name in ("codecs", "sharder", "train_dist", "grouping_train", "kv_cache"):
+        assert f"bench_{name}.py" in listed
+    assert main(["bench", "kv_cache", "--help"]) == 0                       # the script's own help
+    assert main(["bench", "nope"]) == 2
+    assert "unknown bench 'nope'; known: ['codecs'" in capsys.readouterr().err
+
+
+def test_lab_opens_jupyterlab_on_the_notebooks(monkeypatch):
+    import subprocess
+    calls = []
+    monkeypatch.setattr(subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+    assert main(["lab"]) == 0
+    assert calls[0][1:3] == ["-m", "jupyterlab"] and calls[0][3].endswith("notebooks")
