@@ -39,12 +39,26 @@ def parse_weights(text: str) -> dict[str, float]:
     return out
 
 
-def add_config_args(parser: argparse.ArgumentParser, cls) -> None:
+def field_type(f: dataclasses.Field, default):
+    """The type a flag's text converts to: the default's, or for ``X | None = None`` X."""
+    if default is not None:
+        return type(default)
+    name = str(f.type).split("|")[0].strip()                               # "float | None"
+    types = {"int": int, "float": float, "str": str}
+    if name not in types:
+        raise TypeError(f"field {f.name!r} of type {f.type!r} has no command-line form")
+    return types[name]
+
+
+def add_config_args(parser: argparse.ArgumentParser, cls, skip=()) -> None:
+    """One ``--flag`` per field of ``cls`` (but ``skip``), default None (= the config's)."""
     docs = field_docs(cls)
     for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         kind = {dict: parse_weights, bool: lambda s: s.lower() in ("1", "true", "yes")}.get(
-            type(default), type(default))
+            type(default), field_type(f, default))
         shown = ",".join(f"{k}={v}" for k, v in default.items()) if isinstance(default, dict) \
             else default
         parser.add_argument(f"--{f.name}", type=kind, default=None,
@@ -53,7 +67,7 @@ def add_config_args(parser: argparse.ArgumentParser, cls) -> None:
 
 def overrides(args, cls) -> dict:
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
-            if getattr(args, f.name) is not None}
+            if getattr(args, f.name, None) is not None}
 
 
 def build_parser() -> argparse.ArgumentParser:

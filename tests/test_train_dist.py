@@ -201,3 +201,19 @@ def test_bad_options_are_named():
         train(DistConfig(**{**TINY, "exchange": "sharded"}))
     assert set(EXCHANGES) == {"allreduce", "compressed", "ddp_fp16_hook", "ddp_powersgd_hook",
                               "sharded", "sharded_compressed"}
+
+
+def test_command_line_sets_every_kind_of_field():
+    # the torchrun entry point: ints, floats, bools, strings and the "X | None" overrides
+    from grpo_lab.distributed.train_dist import parse_args
+    cfg = parse_args(["--exchange", "sharded_compressed", "--preset", "aggressive",
+                      "--broadcast_preset", "seed", "--density_warmup", "0", "--beta1", "0",
+                      "--momentum", "0.5", "--error_feedback", "false", "--steps", "5",
+                      "--lr", "3e-4"])
+    assert (cfg.exchange, cfg.preset, cfg.broadcast_preset) == ("sharded_compressed",
+                                                                "aggressive", "seed")
+    assert (cfg.density_warmup, cfg.beta1, cfg.momentum) == (0, 0.0, 0.5)
+    assert (cfg.error_feedback, cfg.steps, cfg.lr) == (False, 5, 3e-4)
+    assert parse_args([]) == DistConfig()                                  # defaults untouched
+    with pytest.raises(ValueError, match="unknown exchange 'pigeon'"):
+        parse_args(["--exchange", "pigeon"])

@@ -289,18 +289,18 @@ def summary(history: list[dict]) -> dict:
             "eval/accuracy": accs[-1] if accs else None}
 
 
+def parse_args(argv=None) -> DistConfig:
+    """Command line -> DistConfig: one ``--flag`` per field (help: its docstring), but
+    ``grpo`` (a dict of TrainConfig overrides: build the config in Python for it)."""
+    from grpo_lab.cli import add_config_args, overrides
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_config_args(p, DistConfig, skip={"grpo"})
+    return DistConfig(**overrides(p.parse_args(argv), DistConfig))
+
+
 def main(argv=None):
     """``torchrun --nproc_per_node=2 -m grpo_lab.distributed.train_dist --exchange compressed``"""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    for f in dataclasses.fields(DistConfig):
-        if f.name == "grpo":
-            continue
-        default = f.default
-        kind = {bool: lambda s: s.lower() in ("1", "true", "yes")}.get(type(default), type(default))
-        if default is None:                                   # "float | None" -> float
-            kind = {"float": float, "str": str}[str(f.type).split("|")[0].strip()]
-        p.add_argument(f"--{f.name}", type=kind, default=default)
-    cfg = DistConfig(**vars(p.parse_args(argv)))
+    cfg = parse_args(argv)
     rank, world, _ = launch.init_from_env(backend="gloo")
     try:
         s = summary(train(cfg, rank, world)["history"])
