@@ -101,12 +101,15 @@ def make_allreduce(model, cfg, world, rank) -> Exchange:
 
 
 def compression_config(cfg) -> CompressionConfig:
-    """The preset of ``cfg`` with its momentum, density_warmup and error_feedback overrides."""
+    """The preset of ``cfg`` with its momentum, density_warmup, beta1 and error_feedback
+    overrides."""
     ccfg = PRESETS[cfg.preset]
     if cfg.momentum is not None:
         ccfg = dataclasses.replace(ccfg, momentum=cfg.momentum)
     if cfg.density_warmup is not None:
         ccfg = dataclasses.replace(ccfg, warmup_steps=cfg.density_warmup)
+    if cfg.beta1 is not None:
+        ccfg = dataclasses.replace(ccfg, adam_beta1=cfg.beta1)
     if not cfg.error_feedback:
         ccfg = dataclasses.replace(ccfg, error_feedback=False, momentum=0.0)
     return ccfg
@@ -116,7 +119,7 @@ def make_compressed(model, cfg, world, rank) -> Exchange:
     ccfg = compression_config(cfg)
     compressor = Compressor(ccfg, seed=1000 * cfg.seed + rank)
     named = [(n, p) for n, p in model.named_parameters()]
-    opt, set_lr = _adamw(model, cfg, ccfg.adam_beta1 if cfg.beta1 is None else cfg.beta1)
+    opt, set_lr = _adamw(model, cfg, ccfg.adam_beta1)
     stats = comm.new_stats()
     sent = {"bytes": 0}
 
@@ -185,14 +188,12 @@ def _powersgd_state(cfg):
 
 
 def make_sharded(model, cfg, world, rank, compression=None) -> Exchange:
-    beta1 = 0.9
-    if compression is not None:
-        beta1 = compression.adam_beta1 if cfg.beta1 is None else cfg.beta1
+    beta1 = 0.9 if compression is None else compression.adam_beta1
     opt = ShardedOptimizer(model.named_parameters(), lr=cfg.lr, betas=(beta1, 0.999), eps=cfg.eps,
                            weight_decay=cfg.weight_decay, policy=cfg.policy,
                            importance=cfg.importance, reshard_every=cfg.reshard_every,
                            max_shard_numel=cfg.max_shard_numel or None, compression=compression,
-                           broadcast_compression=compression and cfg.broadcast_preset,
+                           broadcast_compression=cfg.broadcast_preset,
                            compression_seed=1000 * cfg.seed + rank)
     last = {"bytes": 0}
 

@@ -18,7 +18,7 @@ import torch
 
 from grpo_lab.distributed.importance import DEFAULT_DECAY, get_importance, init_moments, update_moments
 from grpo_lab.distributed.shard_plan import (assign, default_max_shard_numel, imbalance,
-                                             make_shards, rank_bytes)
+                                             make_shards, migration_bytes, rank_bytes)
 from grpo_lab.distributed.train_dist import DistConfig, train
 
 
@@ -62,7 +62,7 @@ def replay_sharding(recording: dict, policy: str = "size_balanced", n_ranks: int
         if reshard_every and (step + 1) % reshard_every == 0:
             new = assign(policy, shards, n_ranks, scores)
             changed = [i for i, (a, b) in enumerate(zip(owner, new)) if a != b]
-            migrated = sum(16 * shards[i].numel + 16 for i in changed)
+            migrated = sum(migration_bytes(shards[i].numel, 4) for i in changed)  # as the sharder
             moved, owner = len(changed), new
         loads = rank_bytes(shards, owner, n_ranks)                         # Adam state, 8 B/elt
         held = [0.0] * n_ranks

@@ -178,6 +178,12 @@ def rank_bytes(shards: list[ShardInfo], owner: list[int], n_ranks: int, per_elem
     return out
 
 
+def migration_bytes(numel: int, tensors: int, element_size: int = 4) -> int:
+    """Bytes that move with a shard changing owner: ``tensors`` state tensors of ``numel``
+    elements (Adam's 2, + 2 importance moments, + master weights) and two int64 counters."""
+    return tensors * numel * element_size + 2 * 8
+
+
 def imbalance(loads) -> float:
     """max / mean of per-rank loads: 1.0 is perfect, N means one rank holds everything."""
     mean = sum(loads) / len(loads)

@@ -97,7 +97,7 @@ from grpo_lab.distributed.compression import Compressor, decode_message, get_con
 from grpo_lab.distributed.importance import (DEFAULT_DECAY, RunningMoments, get_importance,
                                              init_moments, update_moments)
 from grpo_lab.distributed.shard_plan import (USES_IMPORTANCE, assign, default_max_shard_numel,
-                                             imbalance, make_shards)
+                                             imbalance, make_shards, migration_bytes)
 
 # ---- AdamW on one flat shard: torch.optim.AdamW's single-tensor path, line for line ----
 
@@ -410,7 +410,8 @@ class ShardedOptimizer:
         for (src, dst), idx in moves.items():
             per = 2 + 2 * bool(self.score_fn) + (self.bcompressor is not None)  # tensors per shard
             n_float = per * sum(self.shards[i].numel for i in idx)
-            migrated += n_float * self.dtype.itemsize + len(idx) * 2 * 8   # + steps (int64)
+            migrated += sum(migration_bytes(self.shards[i].numel, per, self.dtype.itemsize)
+                            for i in idx)
             if self.rank == src:
                 payload = torch.cat([t for i in idx for t in self._state_tensors(i)])    # (n_float,)
                 steps = torch.tensor([v for i in idx for v in (

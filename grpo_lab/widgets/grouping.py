@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from grpo_lab.advantages import ADVANTAGES, group_stats
+from grpo_lab.config import TrainConfig
 from grpo_lab.embeddings import EMBEDDERS, get_embedder
 from grpo_lab.grouping import (COMBINE, GROUPERS, PromptBatch, advantage_diagnostics,
                                advantage_split, cluster_diagnostics, grouped_advantages,
@@ -32,7 +33,7 @@ from grpo_lab.tasks import (DATA_DIR, Example, decode, encode, load_mixture, sam
                             weighted_reward)
 
 BASE = str(DATA_DIR / "base_policy.safetensors")    # absolute: kernels may run in notebooks/
-WEIGHTS = {"accuracy": 1.0, "partial": 0.5, "format": 0.1}       # TrainConfig's default
+WEIGHTS = TrainConfig().reward_weights                          # the trainer's default
 NEED_K = ("random", "kmeans_semantic", "mixed")
 
 
@@ -67,15 +68,19 @@ def project_2d(X: np.ndarray, seed: int = 0) -> np.ndarray:
     return PCA(2, random_state=seed).fit_transform(np.asarray(X, dtype=np.float64))
 
 
+def _check_rewards(rewards: torch.Tensor, B: int, G: int) -> None:
+    if rewards.shape != (B * G,):
+        raise ValueError(f"rewards of shape {tuple(rewards.shape)} for {B} prompts x G={G}: "
+                         f"expected ({B * G},)")
+
+
 def explore_grouping(prompts, tasks, rewards: torch.Tensor, G: int, X: np.ndarray,
                      strategy: str = "kmeans_semantic", k: int = 7, combine: str = "cluster",
                      estimator: str = "grpo", seed: int = 0) -> dict:
     """Group B prompts with ``GROUPERS[strategy]`` on embeddings X (B, d), then compute the
     advantages of their B*G rewards -> dict of plain numbers (what the widget draws)."""
     B = len(prompts)
-    if rewards.shape != (B * G,):
-        raise ValueError(f"rewards of shape {tuple(rewards.shape)} for {B} prompts x G={G}: "
-                         f"expected ({B * G},)")
+    _check_rewards(rewards, B, G)
     prompt_index = torch.arange(B).repeat_interleave(G)                   # (N,)
     mean, std = prompt_reward_stats(rewards, prompt_index, B)             # (B,) each
     batch = PromptBatch(list(prompts), list(tasks), X, mean, std)
@@ -109,9 +114,7 @@ def grouping_explorer(prompts=None, tasks=None, rewards=None, G: int = 4, n: int
     if len(tasks) != len(prompts):
         raise ValueError(f"{len(tasks)} task labels for {len(prompts)} prompts")
     rewards = torch.as_tensor(rewards, dtype=torch.float32)
-    if rewards.shape != (len(prompts) * G,):
-        raise ValueError(f"rewards of shape {tuple(rewards.shape)} for {len(prompts)} prompts "
-                         f"x G={G}: expected ({len(prompts) * G},)")
+    _check_rewards(rewards, len(prompts), G)                              # fail before drawing
     parts: dict = {
         "embedder": W.Dropdown(options=sorted(EMBEDDERS), value=embedder, description="embedder"),
         "strategy": W.Dropdown(options=list(GROUPERS), value=strategy, description="strategy"),
