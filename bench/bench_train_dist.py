@@ -75,20 +75,9 @@ def main():
     args = ap.parse_args()
     if args.only:
         return rerun(args)
-    base = dict(init="data/base_policy.safetensors", steps=args.steps, batch_size=64, lr=1e-3,
-                warmup_steps=20,
-                eval_every=args.eval_every, eval_size=200, seed=0, threads=1)
-    cfgs = [DistConfig(**{**base, **v}) for v in VARIANTS.values()]
     t0, load0 = time.time(), os.getloadavg()[0]
-    results = run_all(cfgs, 2)
+    rows, results = run_variants(list(VARIANTS), args)
     wall, load1 = time.time() - t0, os.getloadavg()[0]
-    rows = []
-    for name, res in zip(VARIANTS, results):
-        h = res[0]["history"]
-        s = summary(h)
-        tail = h[-args.steps // 4:]                                        # last quarter
-        rows.append(dict(name=name, s=s, tail=sum(m["comm/bytes"] for m in tail) / len(tail),
-                         curve=[(m["step"] + 1, m["eval/accuracy"]) for m in h if "eval/accuracy" in m]))
     ref = rows[0]
     numel = sum(p.numel() for p in results[0][0]["params"].values())
     lines = [
@@ -186,12 +175,11 @@ def main():
     print(text)
 
 
-def rerun(args):
-    """--only: the reference plus the chosen variants, appended to ``args.out`` with the date."""
-    names = [n for i, n in enumerate(VARIANTS) if i == 0 or any(o in n for o in args.only)]
+def run_variants(names: list[str], args) -> tuple[list[dict], list]:
+    """Train the named VARIANTS on 2 processes, same base settings -> (one row per variant:
+    summary, mean bytes of the last quarter, accuracy curve [(step, acc)]; run_all's results)."""
     base = dict(init="data/base_policy.safetensors", steps=args.steps, batch_size=64, lr=1e-3,
                 warmup_steps=20, eval_every=args.eval_every, eval_size=200, seed=0, threads=1)
-    t0 = time.time()
     results = run_all([DistConfig(**{**base, **VARIANTS[n]}) for n in names], 2)
     rows = []
     for name, res in zip(names, results):
@@ -199,7 +187,16 @@ def rerun(args):
         tail = h[-args.steps // 4:]                                        # last quarter
         rows.append(dict(name=name, s=summary(h),
                          tail=sum(m["comm/bytes"] for m in tail) / len(tail),
-                         curve=[100 * m["eval/accuracy"] for m in h if "eval/accuracy" in m]))
+                         curve=[(m["step"] + 1, m["eval/accuracy"]) for m in h
+                                if "eval/accuracy" in m]))
+    return rows, results
+
+
+def rerun(args):
+    """--only: the reference plus the chosen variants, appended to ``args.out`` with the date."""
+    names = [n for i, n in enumerate(VARIANTS) if i == 0 or any(o in n for o in args.only)]
+    t0 = time.time()
+    rows, _ = run_variants(names, args)
     ref = rows[0]
     lines = ["", f"## Re-run {time.strftime('%Y-%m-%d', time.gmtime())}: "
              f"`.venv/bin/python bench/bench_train_dist.py --steps {args.steps} --only "
@@ -208,7 +205,7 @@ def rerun(args):
              f"Presets as in compression.py at the time of this run.", "",
              "| variant | bytes/step (mean) | vs fp32 (mean) | vs fp32 (last quarter) | wchar/step "
              "| final accuracy | vs fp32 (points) | accuracy after " +
-             ", ".join(str(args.eval_every * (i + 1)) for i in range(len(ref["curve"]))) + " |",
+             ", ".join(str(step) for step, _ in ref["curve"]) + " |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s = r["s"]
@@ -218,7 +215,7 @@ def rerun(args):
             f"| {ref['tail'] / r['tail']:.1f}x | {s['comm/wchar_per_step']:,.0f} "
             f"| {100 * s['eval/accuracy']:.1f}% "
             f"| {100 * (s['eval/accuracy'] - ref['s']['eval/accuracy']):+.1f} "
-            f"| " + " / ".join(f"{a:.1f}" for a in r["curve"]) + " |")
+            f"| " + " / ".join(f"{100 * a:.1f}" for _, a in r["curve"]) + " |")
     text = "\n".join(lines) + "\n"
     with open(args.out, "a") as f:
         f.write(text)
