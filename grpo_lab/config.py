@@ -14,7 +14,7 @@ import textwrap
 from dataclasses import dataclass, field
 
 from grpo_lab.advantages import ADVANTAGES
-from grpo_lab.grouping import COMBINE, GROUPERS
+from grpo_lab.grouping import COMBINE, GROUPERS, TAKES_K
 from grpo_lab.loss import AGGREGATIONS
 from grpo_lab.tasks import MIXTURE_TASKS, REWARDS, TASKS
 
@@ -155,7 +155,7 @@ class TrainConfig:
         _member(self.grouping, GROUPERS, "grouping")
         _member(self.combine, COMBINE, "combine option")
         _nonnegative(self, "group_k", "recluster_every")
-        if self.grouping in ("random", "kmeans_semantic", "mixed") and \
+        if self.grouping in TAKES_K and \
                 self.n_groups > self.prompts_per_step:
             raise ValueError(f"{self.n_groups} groups (group_k={self.group_k}) is more than the "
                              f"prompts_per_step={self.prompts_per_step} prompts to group")

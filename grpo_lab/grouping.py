@@ -170,6 +170,8 @@ GROUPERS: dict[str, Callable[..., np.ndarray]] = {
     "kmeans_semantic": kmeans_semantic,
     "mixed": mixed,
 }
+TAKES_K = frozenset({"random", "kmeans_semantic", "mixed"})   # the others ignore k
+EMBEDS = frozenset({"kmeans_semantic", "mixed"})              # need prompt embeddings
 
 
 # ---------------------------------------------------------------- prompt clusters -> advantages

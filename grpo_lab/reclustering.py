@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from grpo_lab.embeddings import fit_tfidf
-from grpo_lab.grouping import GROUPERS, PromptBatch, check_k, kmeans_fit, prompt_reward_stats
+from grpo_lab.grouping import (EMBEDS, GROUPERS, PromptBatch, check_k, kmeans_fit,
+                               prompt_reward_stats)
 
 
 def group_count_schedule(round_: int, start: int = 5, stop: int = 20, growth: float = 0.2) -> int:
@@ -128,7 +129,7 @@ class StepGrouper:
             raise ValueError(f"unknown grouping {grouping!r}; known: {sorted(GROUPERS)}")
         self.grouping, self.k, self.seed = grouping, k, seed
         self.embed = None
-        if grouping in ("kmeans_semantic", "mixed"):
+        if grouping in EMBEDS:
             if corpus is None:
                 raise ValueError(f"grouping {grouping!r} needs a corpus to fit its embedder on")
             self.embed = fit_tfidf(corpus)

@@ -37,9 +37,9 @@ from tqdm.auto import tqdm
 from grpo_lab.advantages import process_advantages
 from grpo_lab.checkpoint import CheckpointError, atomic_save_tensors, read_tensors
 from grpo_lab.config import TrainConfig, to_dict
-from grpo_lab.grouping import (advantage_diagnostics, advantage_split, cluster_diagnostics,
-                               fill_informative_groups, grouped_advantages, informative_rows,
-                               reward_group_diagnostics)
+from grpo_lab.grouping import (EMBEDS, advantage_diagnostics, advantage_split,
+                               cluster_diagnostics, fill_informative_groups, grouped_advantages,
+                               informative_rows, reward_group_diagnostics)
 from grpo_lab.loss import grpo_loss
 from grpo_lab.model import GPT, load_policy, policy_from_tensors
 from grpo_lab.reclustering import StepGrouper
@@ -100,7 +100,7 @@ def prompt_source(cfg: TrainConfig, held_out: set[str]):
 def make_grouper(cfg: TrainConfig) -> StepGrouper:
     """The run's grouper; the embedding groupers fit TF-IDF once on 512 seeded prompts."""
     corpus = None
-    if cfg.grouping in ("kmeans_semantic", "mixed"):
+    if cfg.grouping in EMBEDS:
         corpus = [e.prompt for e in sample_examples(cfg.task_names, 512,
                                                     random.Random(f"{cfg.seed}-embed"))]
     return StepGrouper(cfg.grouping, cfg.n_groups, cfg.seed, corpus, cfg.recluster_every,

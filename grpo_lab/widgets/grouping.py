@@ -24,9 +24,9 @@ import torch
 from grpo_lab.advantages import ADVANTAGES, group_stats
 from grpo_lab.config import TrainConfig
 from grpo_lab.embeddings import EMBEDDERS, get_embedder
-from grpo_lab.grouping import (COMBINE, GROUPERS, PromptBatch, advantage_diagnostics,
-                               advantage_split, cluster_diagnostics, grouped_advantages,
-                               prompt_reward_stats, reward_group_diagnostics)
+from grpo_lab.grouping import (COMBINE, EMBEDS, GROUPERS, TAKES_K, PromptBatch,
+                               advantage_diagnostics, advantage_split, cluster_diagnostics,
+                               grouped_advantages, prompt_reward_stats, reward_group_diagnostics)
 from grpo_lab.loss import grpo_loss
 from grpo_lab.rollout import completion_logprobs, sample
 from grpo_lab.tasks import (DATA_DIR, Example, decode, encode, load_mixture, sample_examples,
@@ -34,7 +34,6 @@ from grpo_lab.tasks import (DATA_DIR, Example, decode, encode, load_mixture, sam
 
 BASE = str(DATA_DIR / "base_policy.safetensors")    # absolute: kernels may run in notebooks/
 WEIGHTS = TrainConfig().reward_weights                          # the trainer's default
-NEED_K = ("random", "kmeans_semantic", "mixed")
 
 
 @functools.lru_cache(maxsize=1)
@@ -84,7 +83,7 @@ def explore_grouping(prompts, tasks, rewards: torch.Tensor, G: int, X: np.ndarra
     prompt_index = torch.arange(B).repeat_interleave(G)                   # (N,)
     mean, std = prompt_reward_stats(rewards, prompt_index, B)             # (B,) each
     batch = PromptBatch(list(prompts), list(tasks), X, mean, std)
-    ids = GROUPERS[strategy](batch, k if strategy in NEED_K else None, seed)  # (B,)
+    ids = GROUPERS[strategy](batch, k if strategy in TAKES_K else None, seed)  # (B,)
     adv = grouped_advantages(ids, prompt_index, rewards, combine, estimator)  # (N,)
     row_ids = torch.as_tensor(ids)[prompt_index]                          # (N,)
     _, count, g_mean, g_std = group_stats(rewards, row_ids)               # (K,) each
@@ -205,9 +204,9 @@ def grpo_step_stages(policy, examples, G: int = 4, grouping: str = "kmeans_seman
     rewards, parts = weighted_reward(texts, rows, WEIGHTS, r.stopped.tolist())  # (N,)
     prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
     mean, std = prompt_reward_stats(rewards, r.prompt_index, len(examples))
-    X = EMBEDDERS["tfidf"](prompts) if grouping in ("kmeans_semantic", "mixed") else None
+    X = EMBEDDERS["tfidf"](prompts) if grouping in EMBEDS else None
     ids = GROUPERS[grouping](PromptBatch(prompts, tasks, X, mean, std),
-                             min(k, len(examples)) if grouping in NEED_K else None, seed)
+                             min(k, len(examples)) if grouping in TAKES_K else None, seed)
     adv = grouped_advantages(ids, r.prompt_index, rewards, combine, estimator)  # (N,)
     policy.zero_grad(set_to_none=True)
     logp = completion_logprobs(policy, r, temperature)                    # (N, Tc)
