@@ -34,9 +34,13 @@ def sharder_explorer(recording: dict | None = None, steps: int = 30, plots: bool
         "summary": W.HTML(), "out": W.Output(), "data": {},
     }
 
+    last = {}                                         # the replay of the current controls
+
     def refresh(_=None):
-        r = replay_sharding(rec, parts["policy"].value, parts["ranks"].value,
-                            parts["interval"].value, parts["score"].value)
+        key = tuple(parts[k].value for k in ("policy", "ranks", "interval", "score"))
+        if last.get("key") != key:                    # moving the step slider replays nothing
+            last.update(key=key, replay=replay_sharding(rec, *key))
+        r = last["replay"]
         t = parts["step"].value
         data = parts["data"]
         data.clear()
