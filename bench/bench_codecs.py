@@ -9,7 +9,7 @@
 (2) Speed, one core (torch.set_num_threads(1)). Encode + decode of the 5% index set of a
     1e6-element fp32 gradient (4 MB), reported as MB/s of that gradient, next to a plain
     memory copy of the same 4 MB (np.copy and torch clone) measured in the same run: the
-    physical ceiling. Also the whole protocol (``Compressor``, seed preset and top-k only:
+    physical ceiling. Also the whole protocol (``Compressor``, fp8_topk5 preset and top-k only:
     selection, error feedback, values, indices, wire format, decode) on the same gradient.
     Each figure is the median of ``--repeats`` timings; the machine is shared, so read the
     ratios to the memory copy, not the absolute MB/s.
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from grpo_lab.distributed import codecs
-from grpo_lab.distributed.compression import CompressionConfig, Compressor
+from grpo_lab.distributed.compression import CompressionConfig, Compressor, decode_message
 
 N = 1_000_000
 DENSITIES = (0.05, 0.01, 0.001)
@@ -84,13 +84,13 @@ def speed_table(repeats: int) -> list[str]:
         td = median_time(lambda: codec.decode(payload, N), repeats)
         rows.append(f"| index codec {name} (5%) | {1e3 * te:.2f} | {1e3 * td:.2f} | "
                     f"{mb / (te + td):.0f} | {ceiling / (te + td):.3f} |")
-    for label, cfg in [("protocol, seed preset", CompressionConfig(dense_fraction=0.0)),
+    for label, cfg in [("protocol, fp8_topk5 preset", CompressionConfig(dense_fraction=0.0)),
                        ("protocol, fp8 e4m3", CompressionConfig(dense_fraction=1.0))]:
         comp = Compressor(cfg)
         named = {"w": grad}
         payload = comp.encode(named)
         te = median_time(lambda: comp.encode(named), repeats)
-        td = median_time(lambda: comp.decode(payload), repeats)
+        td = median_time(lambda: decode_message(payload), repeats)
         rows.append(f"| {label} ({4 * N / len(payload):.1f}x smaller) | {1e3 * te:.2f} | "
                     f"{1e3 * td:.2f} | {mb / (te + td):.0f} | {ceiling / (te + td):.3f} |")
     return rows

@@ -2,6 +2,10 @@
 
     .venv/bin/python bench/bench_train_dist.py [--steps 400] [--out bench/RESULTS_train_dist.md]
     .venv/bin/python bench/bench_train_dist.py --only aggressive    # re-run some rows, appended
+    .venv/bin/python bench/bench_train_dist.py --objective grpo --steps 300 --seeds 0 1 2 \
+        --out bench/RESULTS_train_dist_grpo.md                      # the byte table on GRPO
+
+Every variant runs through the one trainer (``trainer.spawn_train``; ``TrainConfig.exchange``).
 
 ``--only S [S ...]`` runs the fp32 reference and the variants whose name contains one of the
 strings, and *appends* their table (dated, with the command) to ``--out`` instead of rewriting it.
@@ -18,49 +22,52 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import tempfile
 import time
 
 import torch
 
-from grpo_lab.distributed.train_dist import DistConfig, run_all, summary
+from grpo_lab.config import preset
+from grpo_lab.report import comm_summary
+from grpo_lab.trainer import spawn_train
 
 CLAIM_TB, CLAIM_GB = 1.2e12, 280e9            # "1.2 TB -> 280 GB"
 
 VARIANTS = {
-    "allreduce fp32 (reference)": dict(exchange="allreduce"),
-    "compressed seed": dict(exchange="compressed", preset="seed"),
-    "compressed seed, no error feedback": dict(exchange="compressed", preset="seed",
+    "allreduce fp32 (reference)": dict(name="allreduce"),
+    "compressed fp8_topk5": dict(name="compressed", preset="fp8_topk5"),
+    "compressed fp8_topk5, no error feedback": dict(name="compressed", preset="fp8_topk5",
                                                error_feedback=False),
-    "compressed fp16": dict(exchange="compressed", preset="fp16"),
-    "compressed aggressive": dict(exchange="compressed", preset="aggressive"),
+    "compressed fp16": dict(name="compressed", preset="fp16"),
+    "compressed aggressive": dict(name="compressed", preset="aggressive"),
     "compressed aggressive, no error feedback":
-        dict(exchange="compressed", preset="aggressive", error_feedback=False),
+        dict(name="compressed", preset="aggressive", error_feedback=False),
     "compressed aggressive, with DGC momentum correction 0.9":
-        dict(exchange="compressed", preset="aggressive", momentum=0.9),
+        dict(name="compressed", preset="aggressive", momentum=0.9),
     "compressed aggressive, AdamW beta1 0.9 (as the other variants)":
-        dict(exchange="compressed", preset="aggressive", beta1=0.9),
+        dict(name="compressed", preset="aggressive", beta1=0.9),
     "compressed aggressive, with DGC density warm-up (25% -> 0.3% over 100 steps)":
-        dict(exchange="compressed", preset="aggressive", density_warmup=100),
+        dict(name="compressed", preset="aggressive", density_warmup=100),
     "compressed dgc (DGC as published: 0.1%, momentum correction 0.9, warm-up; AdamW receiver)":
-        dict(exchange="compressed", preset="dgc"),
-    "DDP fp16_compress_hook": dict(exchange="ddp_fp16_hook"),
-    "DDP powerSGD_hook rank 2": dict(exchange="ddp_powersgd_hook", powersgd_rank=2),
-    "sharded size_balanced": dict(exchange="sharded", policy="size_balanced"),
+        dict(name="compressed", preset="dgc"),
+    "DDP fp16_compress_hook": dict(name="ddp_fp16_hook"),
+    "DDP powerSGD_hook rank 2": dict(name="ddp_powersgd_hook", powersgd_rank=2),
+    "sharded size_balanced": dict(name="sharded", policy="size_balanced"),
     "sharded importance_round_robin, re-shard every 50":
-        dict(exchange="sharded", policy="importance_round_robin", importance="seed",
+        dict(name="sharded", policy="importance_round_robin", importance="seed",
              reshard_every=50),
-    "sharded + seed (reduce compressed, broadcast fp32)":
-        dict(exchange="sharded_compressed", preset="seed"),
-    "sharded + seed, broadcast seed (EF21-P)":
-        dict(exchange="sharded_compressed", preset="seed", broadcast_preset="seed"),
-    "sharded + seed, broadcast seed (EF21-P), AdamW beta1 0":
-        dict(exchange="sharded_compressed", preset="seed", broadcast_preset="seed", beta1=0.0),
+    "sharded + fp8_topk5 (reduce compressed, broadcast fp32)":
+        dict(name="sharded_compressed", preset="fp8_topk5"),
+    "sharded + fp8_topk5, broadcast fp8_topk5 (EF21-P)":
+        dict(name="sharded_compressed", preset="fp8_topk5", broadcast_preset="fp8_topk5"),
+    "sharded + fp8_topk5, broadcast fp8_topk5 (EF21-P), AdamW beta1 0":
+        dict(name="sharded_compressed", preset="fp8_topk5", broadcast_preset="fp8_topk5", beta1=0.0),
     "sharded + aggressive (reduce compressed, broadcast fp32)":
-        dict(exchange="sharded_compressed", preset="aggressive"),
+        dict(name="sharded_compressed", preset="aggressive"),
     "sharded + aggressive, broadcast aggressive (EF21-P)":
-        dict(exchange="sharded_compressed", preset="aggressive", broadcast_preset="aggressive"),
+        dict(name="sharded_compressed", preset="aggressive", broadcast_preset="aggressive"),
     "sharded importance_balanced + aggressive, broadcast aggressive, re-shard every 50":
-        dict(exchange="sharded_compressed", preset="aggressive", broadcast_preset="aggressive",
+        dict(name="sharded_compressed", preset="aggressive", broadcast_preset="aggressive",
              policy="importance_balanced", importance="seed", reshard_every=50),
 }
 
@@ -70,9 +77,14 @@ def main():
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--eval_every", type=int, default=100)
     ap.add_argument("--out", default="bench/RESULTS_train_dist.md")
+    ap.add_argument("--objective", choices=("supervised", "grpo"), default="supervised")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0],
+                    help="grpo: seeds per variant (mean and 95%% interval over them)")
     ap.add_argument("--only", nargs="+", default=None,
                     help="run the reference and variants whose name contains one of these; append")
     args = ap.parse_args()
+    if args.objective == "grpo":
+        return grpo_table(args)
     if args.only:
         return rerun(args)
     t0, load0 = time.time(), os.getloadavg()[0]
@@ -123,13 +135,13 @@ def main():
     acc = lambda n: 100 * by[n]["s"]["eval/accuracy"]                     # noqa: E731
     ratio = lambda n, k="mean": (ref["s"]["comm/bytes_per_step"] / by[n]["s"]["comm/bytes_per_step"]  # noqa: E731
                                  if k == "mean" else ref["tail"] / by[n]["tail"])
-    seed, aggr = "compressed seed", "compressed aggressive"
+    seed, aggr = "compressed fp8_topk5", "compressed aggressive"
     seed_ok = abs(acc(seed) - acc(rows[0]["name"])) <= 2
     aggr_ok = ratio(aggr) >= 100 and abs(acc(aggr) - acc(rows[0]["name"])) <= 2
     warm = "compressed aggressive, with DGC density warm-up (25% -> 0.3% over 100 steps)"
     lines += [
         "", "## What the numbers say", "",
-        f"* `seed` preset within 2 points of fp32: **{'yes' if seed_ok else 'no'}** "
+        f"* `fp8_topk5` preset within 2 points of fp32: **{'yes' if seed_ok else 'no'}** "
         f"({acc(seed):.1f}% vs {acc(rows[0]['name']):.1f}%), at {ratio(seed):.1f}x fewer bytes.",
         f"* `aggressive` preset at >= 100x fewer bytes with accuracy within 2 points: "
         f"**{'yes' if aggr_ok else 'no'}** ({ratio(aggr):.0f}x over the whole run, "
@@ -137,14 +149,14 @@ def main():
         f"density warm-up: {ratio(warm):.0f}x over the run ({ratio(warm, 'tail'):.0f}x after it), "
         f"{acc(warm):.1f}%: the warm-up costs bytes and, fine-tuning a trained base, buys nothing "
         f"here.",
-        f"* Error feedback: seed {acc(seed):.1f}% with, "
-        f"{acc('compressed seed, no error feedback'):.1f}% without; aggressive {acc(aggr):.1f}% "
+        f"* Error feedback: fp8_topk5 {acc(seed):.1f}% with, "
+        f"{acc('compressed fp8_topk5, no error feedback'):.1f}% without; aggressive {acc(aggr):.1f}% "
         f"with (the preset, no DGC momentum correction), "
         f"{acc('compressed aggressive, no error feedback'):.1f}% without, "
         f"{acc('compressed aggressive, with DGC momentum correction 0.9'):.1f}% with error "
         f"feedback and DGC momentum correction 0.9. DGC's momentum correction assumes the "
         f"receiver runs plain SGD (compression.py's docstring); every variant here feeds AdamW.",
-        f"* \"1.2 TB -> 280 GB\" is a {CLAIM_TB / CLAIM_GB:.2f}x reduction. The seed preset "
+        f"* \"1.2 TB -> 280 GB\" is a {CLAIM_TB / CLAIM_GB:.2f}x reduction. The fp8_topk5 preset "
         f"sends {ratio(seed):.1f}x fewer bytes than fp32 here (measured: "
         f"{ref['s']['comm/wchar_per_step'] / by[seed]['s']['comm/wchar_per_step']:.1f}x in "
         f"wchar); a run that sent 1.2 TB in fp32 would send about "
@@ -154,16 +166,16 @@ def main():
         "* Sharding moves the same bytes per step as all_reduce (no re-shard: equal to the byte); "
         "re-sharding adds migration. Assignment cannot reduce gradient traffic.",
         f"* Compression inside the sharder: compressing only the reduce leaves the fp32 parameter "
-        f"broadcast, half of the sharder's bytes, so `seed` gives "
-        f"{ratio('sharded + seed (reduce compressed, broadcast fp32)'):.1f}x "
-        f"({acc('sharded + seed (reduce compressed, broadcast fp32)'):.1f}%) and `aggressive` "
+        f"broadcast, half of the sharder's bytes, so `fp8_topk5` gives "
+        f"{ratio('sharded + fp8_topk5 (reduce compressed, broadcast fp32)'):.1f}x "
+        f"({acc('sharded + fp8_topk5 (reduce compressed, broadcast fp32)'):.1f}%) and `aggressive` "
         f"{ratio('sharded + aggressive (reduce compressed, broadcast fp32)'):.1f}x "
         f"({acc('sharded + aggressive (reduce compressed, broadcast fp32)'):.1f}%). Compressing "
         f"the broadcast too (EF21-P: owners keep exact master weights and send the compressed "
-        f"difference to the replicas): `seed` both ways "
-        f"{ratio('sharded + seed, broadcast seed (EF21-P)'):.1f}x at "
-        f"{acc('sharded + seed, broadcast seed (EF21-P)'):.1f}% "
-        f"({acc('sharded + seed, broadcast seed (EF21-P), AdamW beta1 0'):.1f}% with AdamW beta1 "
+        f"difference to the replicas): `fp8_topk5` both ways "
+        f"{ratio('sharded + fp8_topk5, broadcast fp8_topk5 (EF21-P)'):.1f}x at "
+        f"{acc('sharded + fp8_topk5, broadcast fp8_topk5 (EF21-P)'):.1f}% "
+        f"({acc('sharded + fp8_topk5, broadcast fp8_topk5 (EF21-P), AdamW beta1 0'):.1f}% with AdamW beta1 "
         f"0), `aggressive` both ways "
         f"{ratio('sharded + aggressive, broadcast aggressive (EF21-P)'):.0f}x at "
         f"{acc('sharded + aggressive, broadcast aggressive (EF21-P)'):.1f}%: the replicas lag "
@@ -175,21 +187,84 @@ def main():
     print(text)
 
 
+def make_cfg(args, exchange: dict, i: int, seed: int):
+    """The bench's settings: supervised (global batch 64, lr 1e-3, 20 warm-up steps, cosine,
+    weight decay 0.01, no clipping) or GRPO (the demo's settings, 16 prompts x 8)."""
+    out = f"{tempfile.gettempdir()}/bench_train_dist/{args.objective}{i}-{seed}"
+    if args.objective == "supervised":
+        return preset("tiny_cpu", objective="supervised", steps=args.steps, prompts_per_step=64,
+                      lr=1e-3, warmup_steps=20, weight_decay=0.01, grad_clip=0.0,
+                      eval_every=args.eval_every, eval_size=200, time_budget_s=0.0, threads=1,
+                      seed=seed, out_dir=out, exchange=exchange)
+    return preset("tiny_cpu", steps=args.steps, eval_every=args.eval_every, time_budget_s=0.0,
+                  threads=1, seed=seed, out_dir=out, exchange=exchange)
+
+
 def run_variants(names: list[str], args) -> tuple[list[dict], list]:
     """Train the named VARIANTS on 2 processes, same base settings -> (one row per variant:
     summary, mean bytes of the last quarter, accuracy curve [(step, acc)]; run_all's results)."""
-    base = dict(init="data/base_policy.safetensors", steps=args.steps, batch_size=64, lr=1e-3,
-                warmup_steps=20, eval_every=args.eval_every, eval_size=200, seed=0, threads=1)
-    results = run_all([DistConfig(**{**base, **VARIANTS[n]}) for n in names], 2)
+    results = spawn_train([make_cfg(args, VARIANTS[n], i, 0) for i, n in enumerate(names)], 2)
     rows = []
     for name, res in zip(names, results):
-        h = res[0]["history"]
+        h = res[0]["history"][1:]
         tail = h[-args.steps // 4:]                                        # last quarter
-        rows.append(dict(name=name, s=summary(h),
+        rows.append(dict(name=name, s=comm_summary(h),
                          tail=sum(m["comm/bytes"] for m in tail) / len(tail),
                          curve=[(m["step"] + 1, m["eval/accuracy"]) for m in h
                                 if "eval/accuracy" in m]))
     return rows, results
+
+
+GRPO_VARIANTS = ["allreduce fp32 (reference)", "compressed fp8_topk5",
+                 "compressed fp8_topk5, no error feedback", "compressed aggressive",
+                 "DDP fp16_compress_hook", "DDP powerSGD_hook rank 2", "sharded size_balanced",
+                 "sharded + fp8_topk5 (reduce compressed, broadcast fp32)",
+                 "sharded + aggressive, broadcast aggressive (EF21-P)"]
+
+
+def mean_ci(xs: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t-interval (0 for one value)."""
+    from statistics import mean, stdev
+    t95 = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 8: 2.36, 10: 2.26}
+    n = len(xs)
+    return mean(xs), (t95.get(n, 2.0) * stdev(xs) / n ** 0.5 if n > 1 else 0.0)
+
+
+def grpo_table(args):
+    """The byte table on the GRPO objective: each variant x each seed, on 2 processes; bytes
+    (deterministic) and final held-out accuracy, mean and 95% interval over seeds, and the
+    paired difference to fp32 (same seed: same prompts, same sampling)."""
+    t0, load0 = time.time(), os.getloadavg()[0]
+    cfgs = [make_cfg(args, VARIANTS[n], i, s) for s in args.seeds for i, n in enumerate(GRPO_VARIANTS)]
+    results = spawn_train(cfgs, 2)
+    k = len(GRPO_VARIANTS)
+    S = {n: [comm_summary(results[j * k + i][0]["history"]) for j in range(len(args.seeds))]
+         for i, n in enumerate(GRPO_VARIANTS)}
+    base = [x["eval/accuracy"] for x in S[GRPO_VARIANTS[0]]]
+    ref_bytes = S[GRPO_VARIANTS[0]][0]["comm/bytes_per_step"]
+    lines = ["# The exchanges on the GRPO objective (2 gloo processes)", "",
+             f"Command: `.venv/bin/python bench/bench_train_dist.py --objective grpo --steps "
+             f"{args.steps} --seeds {' '.join(map(str, args.seeds))} --out {args.out}`", "",
+             f"The demo's GRPO settings (16 prompts x G=8 per step, 8 prompts per rank, lr 1e-4, "
+             f"cosine, beta 0.02) from `data/base_policy.safetensors`, {args.steps} steps, seeds "
+             f"{args.seeds}; accuracy: greedy on the 200 held-out prompts. Intervals: 95% t over "
+             f"seeds; the difference to fp32 is paired by seed. A 2-core machine shared with other "
+             f"jobs (load {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end); "
+             f"torch {torch.__version__}. Whole bench: {time.time() - t0:.0f} s.", "",
+             "| variant | bytes/step | vs fp32 | final accuracy (mean ± 95%) | minus fp32 (paired) "
+             "| time vs fp32 |", "|---|---|---|---|---|---|"]
+    for n in GRPO_VARIANTS:
+        acc = [x["eval/accuracy"] for x in S[n]]
+        m, h = mean_ci([100 * a for a in acc])
+        dm, dh = mean_ci([100 * (a - b) for a, b in zip(acc, base)])
+        b = sum(x["comm/bytes_per_step"] for x in S[n]) / len(S[n])
+        tm = sum(x["time/train_s"] for x in S[n]) / sum(x["time/train_s"] for x in S[GRPO_VARIANTS[0]])
+        lines.append(f"| {n} | {b:,.0f} | {ref_bytes / b:.1f}x | {m:.1f}% ± {h:.1f} "
+                     f"| {dm:+.1f} ± {dh:.1f} | {tm:.2f}x |")
+    text = "\n".join(lines) + "\n"
+    with open(args.out, "w") as f:
+        f.write(text)
+    print(text)
 
 
 def rerun(args):

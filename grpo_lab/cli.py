@@ -1,9 +1,11 @@
 """``grpo-lab`` command line, generated from the config dataclasses.
 
 Every field of ``TrainConfig`` / ``PretrainConfig`` becomes a ``--flag`` whose help is the
-docstring under the field, so the CLI and the configs cannot drift apart.
+docstring under the field, so the CLI and the configs cannot drift apart; a sub-config's
+fields are dotted (``--exchange.name sharded``).
 
-    grpo-lab train [--preset tiny_cpu] [--resume] [--FIELD VALUE ...]
+    grpo-lab train [--preset tiny_cpu] [--resume] [--nproc N] [--FIELD VALUE ...]
+    torchrun --nproc_per_node=N -m grpo_lab.cli train [...]   # the same run, N processes
     grpo-lab eval --checkpoint PATH [--task addition]
     grpo-lab pretrain [--FIELD VALUE ...]
     grpo-lab bench [NAME [ARGS ...]]     # list bench/ scripts, or run bench/bench_NAME.py
@@ -39,6 +41,16 @@ def parse_weights(text: str) -> dict[str, float]:
     return out
 
 
+def parse_bool(text: str) -> bool:
+    """true/false, 1/0, yes/no (any case) -> bool; anything else is an error naming the text."""
+    t = text.strip().lower()
+    if t in ("1", "true", "yes"):
+        return True
+    if t in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, 1/0 or yes/no, got {text!r}")
+
+
 def field_type(f: dataclasses.Field, default):
     """The type a flag's text converts to: the default's, or for ``X | None = None`` X."""
     if default is not None:
@@ -50,24 +62,36 @@ def field_type(f: dataclasses.Field, default):
     return types[name]
 
 
-def add_config_args(parser: argparse.ArgumentParser, cls, skip=()) -> None:
-    """One ``--flag`` per field of ``cls`` (but ``skip``), default None (= the config's)."""
+def add_config_args(parser: argparse.ArgumentParser, cls, skip=(), prefix: str = "") -> None:
+    """One ``--flag`` per field of ``cls`` (but ``skip``), default None (= the config's); the
+    fields of a sub-config dataclass become ``--field.sub``."""
     docs = field_docs(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        kind = {dict: parse_weights, bool: lambda s: s.lower() in ("1", "true", "yes")}.get(
-            type(default), field_type(f, default))
+        if dataclasses.is_dataclass(default):
+            add_config_args(parser, type(default), prefix=f"{prefix}{f.name}.")
+            continue
+        kind = {dict: parse_weights, bool: parse_bool}.get(type(default), field_type(f, default))
         shown = ",".join(f"{k}={v}" for k, v in default.items()) if isinstance(default, dict) \
             else default
-        parser.add_argument(f"--{f.name}", type=kind, default=None,
+        parser.add_argument(f"--{prefix}{f.name}", type=kind, default=None,
                             help=f"{docs.get(f.name, '')} (default: {shown})".replace("%", "%%"))
 
 
-def overrides(args, cls) -> dict:
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
-            if getattr(args, f.name, None) is not None}
+def overrides(args, cls, prefix: str = "") -> dict:
+    """The flags given on the command line -> {field: value}, sub-configs as nested dicts."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if dataclasses.is_dataclass(default):
+            sub = overrides(args, type(default), f"{prefix}{f.name}.")
+            if sub:
+                out[f.name] = sub
+        elif getattr(args, prefix + f.name, None) is not None:
+            out[f.name] = getattr(args, prefix + f.name)
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="named preset whose values the other flags override")
     t.add_argument("--resume", action="store_true",
                    help="continue exactly from out_dir/checkpoint.safetensors")
+    t.add_argument("--nproc", type=int, default=None,
+                   help="run on N local processes through torch's launcher (torchrun "
+                        "--standalone --nproc_per_node=N); results do not depend on N")
     add_config_args(t, TrainConfig)
     e = sub.add_parser("eval", help="held-out greedy accuracy of a policy or training checkpoint")
     e.add_argument("--checkpoint", default="data/base_policy.safetensors")
@@ -120,21 +147,66 @@ def run_bench(name: str | None, bench_args: list[str]) -> int:
     return subprocess.call([sys.executable, str(scripts[name]), *bench_args], cwd=root, env=env)
 
 
+def launch_torchrun(nproc: int, argv: list[str]) -> int:
+    """``grpo-lab train --nproc N ...`` -> torch's own launcher running ``-m grpo_lab.cli
+    train ...`` on N local processes (``torch.distributed.run``, what ``torchrun`` calls)."""
+    if nproc < 1:
+        raise ValueError(f"--nproc must be >= 1, got {nproc}")
+    from torch.distributed import run as torchrun
+
+    rest, skip = [], False
+    for a in argv:                                    # drop --nproc N / --nproc=N
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            rest.append(a)
+    try:
+        torchrun.main(["--standalone", f"--nproc_per_node={nproc}", "-m", "grpo_lab.cli", *rest])
+    except Exception as e:                            # ChildFailedError: a rank failed
+        print(f"grpo-lab: error: a training process failed: {type(e).__name__}: {e}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_train(cfg: TrainConfig, resume: bool) -> int:
+    """Train in this process; under torchrun (RANK in the environment) join its group first."""
+    from grpo_lab.report import write_report
+    from grpo_lab.trainer import train
+
+    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    rank = 0
+    if distributed:
+        import torch.distributed as dist
+
+        from grpo_lab.distributed.launch import init_from_env
+        rank, _, _ = init_from_env(timeout_s=cfg.exchange.timeout_s)
+    try:
+        history = train(cfg, resume=resume)
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+    if rank == 0:
+        md = write_report(history, cfg.out_dir, to_dict(cfg))
+        print(md.read_text().split("![")[0].strip())
+        print(f"report: {md} and {md.with_suffix('.png')}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "train":
-            from grpo_lab.report import write_report
-            from grpo_lab.trainer import train
-
             cfg = preset(args.preset, **overrides(args, TrainConfig))
-            history = train(cfg, resume=args.resume)
-            md = write_report(history, cfg.out_dir, to_dict(cfg))
-            print(md.read_text().split("![")[0].strip())
-            print(f"report: {md} and {md.with_suffix('.png')}")
+            if args.nproc is not None:
+                return launch_torchrun(args.nproc, argv if argv is not None else sys.argv[1:])
+            return run_train(cfg, args.resume)
         elif args.command == "eval":
             from grpo_lab.tasks import load_eval
-            from grpo_lab.trainer import evaluate_tasks, load_policy_any, max_new_tokens
+            from grpo_lab.checkpoint import load_policy_any
+            from grpo_lab.trainer import evaluate_tasks, max_new_tokens
 
             cfg = TrainConfig(task=args.task)
             model = load_policy_any(args.checkpoint)

@@ -1,9 +1,12 @@
-"""Configs: one flat dataclass per concern, a docstring under each field.
+"""Configs: one dataclass per concern, a docstring under each field.
 
 The docstrings are the documentation: ``grpo-lab train --help`` prints them (the CLI is
 generated from these classes by ``cli.py``) and notebooks build the same objects.
-Presets give sizes for scale: ``tiny_cpu`` (the default demo), ``quick`` (tests and
-notebooks in CI).
+``TrainConfig`` holds its gradient exchange as a typed sub-config
+(``exchanges.ExchangeConfig``: ``cfg.exchange.name``, ``--exchange.name`` on the command
+line); a plain dict is turned into one when the config is built, so presets and saved
+configs (JSON) round-trip. Presets give sizes for scale: ``tiny_cpu`` (the default demo),
+``quick`` (tests and notebooks in CI), ``mixture_cpu``.
 """
 from __future__ import annotations
 
@@ -14,13 +17,20 @@ import textwrap
 from dataclasses import dataclass, field
 
 from grpo_lab.advantages import ADVANTAGES
+from grpo_lab.distributed.exchanges import ExchangeConfig
 from grpo_lab.grouping import COMBINE, GROUPERS, TAKES_K
 from grpo_lab.loss import AGGREGATIONS
 from grpo_lab.tasks import MIXTURE_TASKS, REWARDS, TASKS
 
 
+OBJECTIVES = ("grpo", "supervised")
+
+
 @dataclass
 class TrainConfig:
+    objective: str = "grpo"
+    """"grpo"; or "supervised": cross-entropy on task demonstrations (answers only), as the
+    base policy was made, through the same loop (the compression benchmarks' control)."""
     task: str = "addition"
     """Task to train and evaluate on: one of tasks.TASKS, several joined by commas
     ("count,compare"), or "mixture" (the families of tasks.MIXTURE_TASKS). With several,
@@ -56,6 +66,8 @@ class TrainConfig:
     """"constant", or "cosine": decay to 10% of lr over `steps` (after the warm-up)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
+    adam_eps: float = 1e-8
+    """AdamW eps."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this (0 = off)."""
     mu: int = 1
@@ -109,6 +121,9 @@ class TrainConfig:
     rollouts; any shortfall is topped up with uninformative prompts)."""
     dynamic_max_draws: int = 4
     """Most rollouts of prompts_per_step prompts drawn per step by dynamic sampling."""
+    # ---- data parallel (distributed/exchanges.py): N processes, one global batch
+    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
 
     @property
     def task_names(self) -> list[str]:
@@ -121,6 +136,11 @@ class TrainConfig:
         return self.group_k or len(self.task_names)
 
     def __post_init__(self):
+        if isinstance(self.exchange, dict):
+            self.exchange = ExchangeConfig(**self.exchange)
+        _member(self.objective, OBJECTIVES, "objective")
+        if not self.adam_eps > 0:
+            raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
         _positive(self, "steps", "prompts_per_step", "mu", "eval_size", "ckpt_every",
                   "dynamic_max_draws")
         _nonnegative(self, "time_budget_s", "warmup_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
@@ -221,9 +241,18 @@ PRESETS: dict[str, dict] = {
 
 
 def preset(name: str, **overrides) -> TrainConfig:
-    """A TrainConfig from a named preset, with field overrides."""
+    """A TrainConfig from a named preset, with field overrides (``exchange`` a dict or an
+    ExchangeConfig; a dict is merged into the preset's)."""
     _member(name, PRESETS, "preset")
-    return TrainConfig(**{**PRESETS[name], **overrides})
+    fields = {**PRESETS[name], **overrides}
+    if isinstance(overrides.get("exchange"), dict):
+        fields["exchange"] = {**PRESETS[name].get("exchange", {}), **overrides["exchange"]}
+    return TrainConfig(**fields)
+
+
+def from_dict(d: dict) -> TrainConfig:
+    """A TrainConfig from ``to_dict``'s output (a checkpoint's or a report's config)."""
+    return TrainConfig(**d)
 
 
 def field_docs(cls) -> dict[str, str]:

@@ -17,22 +17,9 @@ from tqdm.auto import tqdm
 
 from grpo_lab.config import PretrainConfig
 from grpo_lab.model import GPT, GPTConfig, save_policy
-from grpo_lab.rollout import left_pad, positions
-from grpo_lab.tasks import EOS, encode, load_eval, sample_examples
-
-
-def demo_batch(examples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Examples -> ids (B, T), key mask (B, T), loss mask (B, T) on answer + <eos> targets."""
-    seqs, n_answer = [], []
-    for ex in examples:
-        seqs.append(encode(ex.prompt) + encode(ex.answer) + [EOS])
-        n_answer.append(len(ex.answer) + 1)
-    ids, mask = left_pad(seqs)                                             # (B, T)
-    T = ids.shape[1]
-    target_mask = torch.zeros_like(mask)
-    for i, n in enumerate(n_answer):
-        target_mask[i, T - n:] = True                                      # predict these
-    return ids, mask, target_mask
+from grpo_lab.rollout import positions
+from grpo_lab.step import demo_batch
+from grpo_lab.tasks import load_eval, sample_examples
 
 
 def pretrain(cfg: PretrainConfig, progress: bool = True) -> tuple[GPT, list[dict]]:

@@ -15,10 +15,6 @@ PANELS = [  # (metric, title)
 ]
 
 
-def read_history(path: str | Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
 def running_mean(y: list[float], window: int = 0) -> list[float]:
     """Trailing mean over ``window`` points (default: 2% of the run, at least 1)."""
     window = window or max(1, len(y) // 50)
@@ -88,3 +84,17 @@ def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None
         lines += ["## Config", "", "```json", json.dumps(cfg_dict, indent=1), "```", ""]
     (out / "report.md").write_text("\n".join(lines))
     return out / "report.md"
+
+
+def comm_summary(history: list[dict]) -> dict:
+    """Totals of a data-parallel run's steps: bytes per step (mean), total bytes, bytes the
+    process wrote (wchar, mean), training time, final held-out accuracy."""
+    steps = [h for h in history if h.get("step", -1) >= 0]
+    n = len(steps)
+    wc = [h["comm/wchar_bytes"] for h in steps if h.get("comm/wchar_bytes") is not None]
+    accs = [h["eval/accuracy"] for h in history if "eval/accuracy" in h]
+    return {"comm/bytes_per_step": sum(h.get("comm/bytes", 0) for h in steps) / n,
+            "comm/bytes_total": sum(h.get("comm/bytes", 0) for h in steps),
+            "comm/wchar_per_step": sum(wc) / len(wc) if wc else None,
+            "time/train_s": sum(h["time/step_s"] for h in steps),
+            "eval/accuracy": accs[-1] if accs else None}

@@ -85,9 +85,15 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
-           generator: torch.Generator | None = None, use_cache: bool = True) -> Rollout:
+           generator: torch.Generator | list[torch.Generator] | None = None,
+           use_cache: bool = True) -> Rollout:
     """Sample G completions for each of B prompts -> Rollout with N = B*G rows.
 
+    Sampling is the exponential race (equivalent to ``torch.multinomial``): token =
+    argmax_v log p_v - log E_v with E_v ~ Exp(1). ``generator`` is one torch.Generator for
+    the whole batch, or a list of B, one per prompt: then a prompt's G completions depend
+    only on its own generator, not on which other prompts share the batch, which is what
+    makes a data-parallel run sample the same tokens on 1 or N processes.
     ``use_cache=False`` recomputes the whole sequence every step (for benchmarks and
     equivalence tests; the result is the same).
     """
@@ -101,6 +107,8 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
     p_ids, p_mask = left_pad(prompts)                                      # (B, Tp)
     B, Tp = p_ids.shape
+    if isinstance(generator, (list, tuple)) and len(generator) != B:
+        raise ValueError(f"{len(generator)} generators for {B} prompts: give one per prompt")
     if Tp + max_new_tokens > model.cfg.block_size:
         raise ValueError(f"prompt length {Tp} + max_new_tokens {max_new_tokens} exceeds "
                          f"the model's block_size {model.cfg.block_size}")
@@ -125,7 +133,8 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
             if top_k is not None and top_k < logp.shape[-1]:
                 kth = logp.topk(top_k, dim=-1).values[:, -1:]              # (N, 1)
                 filt = logp.masked_fill(logp < kth, float("-inf"))
-            tok = torch.multinomial(filt.exp(), 1, generator=generator).squeeze(1)
+            E = exponential_noise(filt.shape, G, generator).clamp_min(1e-30)  # (N, V), never 0
+            tok = (filt - E.log()).argmax(-1)                              # (N,) ~ softmax(filt)
         live = ~done                                                       # (N,)
         tok = torch.where(live, tok, torch.full_like(tok, PAD))
         toks.append(tok)
@@ -149,6 +158,14 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
         completion_ids=torch.stack(toks, 1), completion_mask=torch.stack(masks, 1),
         logprobs=torch.stack(lps, 1),
         prompt_index=torch.arange(B).repeat_interleave(G), stopped=done)
+
+
+def exponential_noise(shape, G: int, generator) -> torch.Tensor:
+    """Exp(1) noise (N, V) for the exponential race: from one generator, or row block
+    [i*G, (i+1)*G) from the i-th generator of a list (one per prompt)."""
+    if not isinstance(generator, (list, tuple)):
+        return torch.empty(shape).exponential_(generator=generator)       # (N, V)
+    return torch.cat([torch.empty(G, shape[1]).exponential_(generator=g) for g in generator])
 
 
 def completion_logprobs(model, r: Rollout, temperature: float = 1.0,

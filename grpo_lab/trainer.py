@@ -1,12 +1,16 @@
-"""The GRPO training loop: one plain ``for`` loop (DeepSeekMath, Algorithm 1).
+"""The training loop: one plain ``for`` loop, on one process or N (DeepSeekMath, Algorithm 1).
 
     for step:
-        draw B prompts; sample G completions each with the old policy   (rollout.py)
-        score them with the task's reward functions                     (tasks.py)
-        [dynamic sampling: drop prompts whose G rewards are all equal, refill (DAPO)]
-        group ids (by prompt, or a grouping strategy) -> advantages     (grouping.py)
-        mu times: clipped surrogate + beta * k3 KL, backward, clip, step (loss.py)
-        log one metrics dict; evaluate and checkpoint now and then
+        batch = collect(policy, cfg, step, ctx)        prompts -> rollouts -> rewards ->
+                                                       group ids -> advantages (step.py, no grad)
+        mu times: loss = objective(policy, batch)       clipped surrogate + beta * k3 KL
+                  backward; exchange.reduce()          ranks agree on the mean gradient
+                  exchange.step()                      clip, AdamW (exchanges.py)
+        log one metrics dict; evaluate and checkpoint now and then (rank 0)
+
+The same function runs on one CPU process and under ``torchrun`` (``grpo-lab train --nproc N``):
+``Group.current()`` is a group of one without a process group, and every collective is then
+the identity. The global batch does not depend on N (step.py), so neither do the results.
 
 Deviations from the paper's Algorithm 1, on purpose:
   * The reference policy is the base checkpoint for the whole run (no reference reset).
@@ -16,42 +20,38 @@ Deviations from the paper's Algorithm 1, on purpose:
   * Dynamic sampling (DAPO, Yu et al. 2025, sec. 3.2) is bounded: after
     ``dynamic_max_draws`` rollouts a short batch is topped up with uninformative prompts,
     so every step trains on prompts_per_step prompts.
-Exact resume: every random draw of step s comes from seeds derived from (seed, s), and
-the checkpoint holds the policy, the optimizer state, the grouper's re-clustering state
-and the metrics so far, so a run resumed from step s computes the same numbers as one
-that never stopped.
+Exact resume: every random draw of step s comes from seeds derived from (seed, s), and the
+checkpoint holds the policy, the optimizer state (whole, gathered from the owners when it is
+sharded), the grouper's re-clustering state and the metrics so far, so a run resumed from
+step s, on the same or another number of processes, computes the same numbers as one that
+never stopped. Compressed exchanges also keep per-rank residuals that are not saved: their
+resume is approximate, and says so.
 """
 from __future__ import annotations
 
 import json
 import math
 import random
+import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 from tqdm.auto import tqdm
 
-from grpo_lab.advantages import process_advantages
-from grpo_lab.checkpoint import CheckpointError, atomic_save_tensors, read_tensors
-from grpo_lab.config import TrainConfig, to_dict
-from grpo_lab.grouping import (EMBEDS, advantage_diagnostics, advantage_split,
-                               cluster_diagnostics, fill_informative_groups, grouped_advantages,
-                               informative_rows, reward_group_diagnostics)
-from grpo_lab.loss import grpo_loss
-from grpo_lab.model import GPT, load_policy, policy_from_tensors
+from grpo_lab.checkpoint import load_policy_any, read_training_checkpoint, save_training_checkpoint
+from grpo_lab.config import TrainConfig, preset, to_dict
+from grpo_lab.distributed.exchanges import AdamW, make_exchange
+from grpo_lab.distributed.group import Group
+from grpo_lab.grouping import EMBEDS
+from grpo_lab.model import GPT, load_policy
 from grpo_lab.reclustering import StepGrouper
-from grpo_lab.rollout import Rollout, cat_rollouts, completion_logprobs, sample, take_rows
-from grpo_lab.tasks import (accuracy_reward, decode, encode, get_task, load_eval,
-                            sample_examples, step_rewards, weighted_reward)
+from grpo_lab.step import OBJECTIVES, StepContext, max_new_tokens, sample_and_score
+from grpo_lab.tasks import accuracy_reward, load_eval, sample_examples
 
-CKPT_TAG = "grpo_lab.train_checkpoint.v1"
-
-
-def max_new_tokens(cfg: TrainConfig) -> int:
-    return cfg.max_new_tokens or max(get_task(t).max_answer_len for t in cfg.task_names) + 2
+__all__ = ["train", "evaluate", "evaluate_tasks", "learning_rate", "prompt_source",
+           "make_grouper", "record_gradients", "max_new_tokens", "load_policy_any"]
 
 
 @torch.no_grad()
@@ -59,12 +59,9 @@ def evaluate(model: GPT, examples, weights: dict, max_new: int, batch: int = 256
     """Greedy decoding on ``examples`` -> {"eval/accuracy", "eval/reward"}."""
     acc, rew = [], []
     for i in range(0, len(examples), batch):
-        exs = examples[i:i + batch]
-        r = sample(model, [encode(e.prompt) for e in exs], 1, max_new, greedy=True)
-        texts = [decode(c) for c in r.completion_ids.tolist()]
-        total, _ = weighted_reward(texts, exs, weights, r.stopped.tolist())
-        acc += accuracy_reward(texts, exs, r.stopped.tolist())
-        rew += total.tolist()
+        s = sample_and_score(model, examples[i:i + batch], 1, max_new, weights, greedy=True)
+        acc += accuracy_reward(s.texts, s.examples, s.rollout.stopped.tolist())
+        rew += s.rewards.tolist()
     return {"eval/accuracy": sum(acc) / len(acc), "eval/reward": sum(rew) / len(rew)}
 
 
@@ -107,264 +104,191 @@ def make_grouper(cfg: TrainConfig) -> StepGrouper:
                        cfg.group_schedule)
 
 
-class Scored(NamedTuple):
-    """One step's batch, sampled and scored: B prompts, N = B*G rows (row i from prompt
-    ``rollout.prompt_index[i]``)."""
-    examples: list                # (B,) Example
-    rollout: Rollout              # N rows
-    rewards: torch.Tensor         # (N,) weighted reward
-    parts: dict                   # reward function name -> (N,)
-    texts: list                   # (N,) decoded completions
+def _check_resumable(path, saved: dict, cfg: TrainConfig) -> None:
+    keys = ("seed", "task", "grouping", "objective")
+    have = {k: saved.get(k, {"grouping": "by_prompt", "objective": "grpo"}.get(k)) for k in keys}
+    want = {k: getattr(cfg, k) for k in keys}
+    if have != want:
+        raise ValueError(f"cannot resume {path}: it was run with {have}, not {want}")
 
 
-def rollout_batch(policy, cfg: TrainConfig, step: int, draw) -> tuple[Scored, dict]:
-    """Draw B prompts, sample G completions each, score them -> (Scored, metrics).
-
-    With ``cfg.dynamic_sampling``: DAPO's filter, bounded. Draw until B prompts with
-    reward variance are kept (``grouping.fill_informative_groups``) or
-    ``dynamic_max_draws`` rollouts are spent; a shortfall is topped up with the first
-    draw's uninformative prompts, so the batch always holds B prompts.
-    """
-    rng = random.Random(f"{cfg.seed}-prompts-{step}")
-    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-    drawn: list[Scored] = []
-
-    def one_draw():
-        examples = draw(rng, cfg.prompts_per_step)
-        r = sample(policy, [encode(e.prompt) for e in examples], cfg.group_size,
-                   max_new_tokens(cfg), cfg.temperature, cfg.top_k or None, generator=gen)
-        row_examples = [examples[i] for i in r.prompt_index.tolist()]      # N = B*G
-        texts = [decode(c) for c in r.completion_ids.tolist()]
-        rewards, parts = weighted_reward(texts, row_examples, cfg.reward_weights,
-                                         r.stopped.tolist())
-        drawn.append(Scored(examples, r, rewards, parts, texts))
-        return rewards, r.prompt_index, len(drawn) - 1                    # payload: draw index
-
-    if not cfg.dynamic_sampling:
-        one_draw()
-        return drawn[0], {}
-    with warnings.catch_warnings():               # a shortfall is expected: topped up below
-        warnings.simplefilter("ignore", RuntimeWarning)
-        kept = dict(fill_informative_groups(one_draw, cfg.prompts_per_step,
-                                            cfg.dynamic_max_draws, strict=False))
-    G = cfg.group_size                                                    # kept: draw -> (N,) mask
-    short = cfg.prompts_per_step - sum(int(m.sum()) // G for m in kept.values())
-    if short:
-        first = drawn[0]
-        dull = (~informative_rows(first.rewards, first.rollout.prompt_index)).nonzero()
-        rows = kept.get(0, torch.zeros_like(first.rewards, dtype=torch.bool))
-        kept[0] = rows.index_fill(0, dull.flatten()[:short * G], True)
-    informative = sum(int(informative_rows(d.rewards, d.rollout.prompt_index).sum())
-                      for d in drawn) // G
-    metrics = {"sample/draws": len(drawn),
-               "sample/informative_frac": informative / (len(drawn) * cfg.prompts_per_step)}
-    return _cat_scored([_take_rows(drawn[i], kept[i]) for i in sorted(kept)]), metrics
+def _reduce_shares(shares: dict, group: Group) -> dict:
+    """Sum each rank's share of the step's statistics over ranks (step.py's ``shares``)."""
+    keys = sorted(shares)
+    t = group.sum_(torch.tensor([shares[k] for k in keys], dtype=torch.float64))
+    return dict(zip(keys, t.tolist()))
 
 
-def _take_rows(d: Scored, rows: torch.Tensor) -> Scored:
-    """Keep the rows (N,) bool of one batch; kept prompts renumbered 0..B'-1 in order."""
-    sub, kept_prompts = take_rows(d.rollout, rows)
-    return Scored([d.examples[i] for i in kept_prompts.tolist()], sub, d.rewards[rows],
-                  {k: v[rows] for k, v in d.parts.items()},
-                  [d.texts[i] for i in rows.nonzero().flatten().tolist()])
-
-
-def _cat_scored(ds: list[Scored]) -> Scored:
-    """Stack batches (``rollout.cat_rollouts``), their prompts, rewards and texts."""
-    r = cat_rollouts([d.rollout for d in ds], [len(d.examples) for d in ds])
-    return Scored([e for d in ds for e in d.examples], r, torch.cat([d.rewards for d in ds]),
-                  {k: torch.cat([d.parts[k] for d in ds]) for k in ds[0].parts},
-                  [t for d in ds for t in d.texts])
-
-
-def grpo_step(policy, ref, opt, cfg: TrainConfig, step: int, draw,
-              grouper: StepGrouper | None = None) -> dict:
-    """One GRPO step (rollout, rewards, groups, advantages, mu updates) -> metrics dict.
-
-    ``grouper`` (``make_grouper(cfg)``) maps the step's prompts to group ids; None = by prompt.
-    """
-    t0 = time.perf_counter()
-    batch, sample_metrics = rollout_batch(policy, cfg, step, draw)
-    examples, r, rewards, parts, texts = batch
-    t_rollout = time.perf_counter() - t0
-    row_examples = [examples[i] for i in r.prompt_index.tolist()]           # N = B*G
-    prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
-    grouper = grouper or StepGrouper("by_prompt")
-    cluster_ids = grouper(prompts, tasks, rewards, r.prompt_index, step)    # (B,)
-    group_ids = torch.as_tensor(cluster_ids)[r.prompt_index]               # (N,)
-    if cfg.supervision == "process":
-        steps = step_rewards(texts, row_examples, r.stopped.tolist())
-        sr = torch.zeros(r.completion_mask.shape)                          # (N, Tc)
-        for i, row in enumerate(steps):
-            sr[i, :len(row)] = torch.tensor(row)
-        adv = process_advantages(sr, r.completion_mask, group_ids)         # (N, Tc)
-    else:
-        adv = grouped_advantages(cluster_ids, r.prompt_index, rewards,
-                                 cfg.combine, cfg.advantage)               # (N,)
-    for g in opt.param_groups:
-        g["lr"] = learning_rate(cfg, step)
-    ref_logp = None
-    if cfg.beta:
-        with torch.no_grad():
-            ref_logp = completion_logprobs(ref, r, cfg.temperature)        # (N, Tc)
-    policy.train()
-    for _ in range(cfg.mu):
-        logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True)
-        loss, stats = grpo_loss(logp, r.logprobs, ref_logp, adv, r.completion_mask,
-                                cfg.eps_low, cfg.eps_high, cfg.beta, cfg.aggregation,
-                                max_new_tokens(cfg))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(
-            policy.parameters(), cfg.grad_clip if cfg.grad_clip else float("inf"))
-        if not torch.isfinite(gnorm):
-            raise FloatingPointError(f"step {step}: gradient norm is {float(gnorm)}; "
-                                     f"lower lr={cfg.lr} or check the rewards")
-        opt.step()
-    m = r.completion_mask.float()
-    # one prompt per group (by prompt): pure, the rest undefined; skip the ~15 ms of TF-IDF
-    quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == len(prompts)
-               else cluster_diagnostics(prompts, cluster_ids, tasks))      # NaN if undefined
-    metrics = {
-        "step": step,
-        "reward/mean": float(rewards.mean()),
-        "reward/std": float(rewards.std()),
-        **{f"reward/{k}": float(v.mean()) for k, v in parts.items()},
-        **reward_group_diagnostics(rewards, group_ids),
-        **{k: v for k, v in quality.items() if not math.isnan(v)},
-        "adv/abs_mean": float(adv.abs().mean()),
-        **advantage_diagnostics(adv if adv.dim() == 1 else adv[r.completion_mask]),
-        **(advantage_split(adv, r.prompt_index) if adv.dim() == 1 else {}),
-        **sample_metrics,
-        **stats,
-        "policy/entropy": float((entropy.detach() * m).sum() / m.sum()),
-        "completion/mean_len": float(m.sum(1).mean()),
-        "completion/stopped_frac": float(r.stopped.float().mean()),
-        "grad/norm": float(gnorm),
-        "time/rollout_s": t_rollout,
-        "time/step_s": time.perf_counter() - t0,
-    }
-    return metrics
-
-
-def save_checkpoint(path, policy, opt, cfg: TrainConfig, step: int, history: list[dict],
-                    grouper: StepGrouper | None = None):
-    """Policy + optimizer state + metrics so far (+ the grouper's re-clustering state),
-    one safetensors file, written atomically."""
-    tensors = {f"policy.{k}": v for k, v in policy.state_dict().items() if k != "lm_head.weight"}
-    if grouper is not None:
-        tensors.update({f"grouping.{k}": v for k, v in grouper.state_dict().items()})
-    osd = opt.state_dict()
-    for pid, st in osd["state"].items():
-        for k, v in st.items():
-            tensors[f"optim.{pid}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
-    meta = {"format": CKPT_TAG, "step": str(step), "config": json.dumps(to_dict(cfg)),
-            "model_config": json.dumps(vars(policy.cfg)),
-            "param_groups": json.dumps(osd["param_groups"]), "history": json.dumps(history)}
-    atomic_save_tensors(tensors, path, meta)
-
-
-def load_checkpoint(path, policy, opt, cfg: TrainConfig | None = None,
-                    grouper: StepGrouper | None = None) -> tuple[int, list[dict], dict]:
-    """Restore policy, optimizer (and grouper) from ``path`` -> (step, history, saved config).
-
-    With ``cfg``, first check that the checkpoint's run had the same seed, task and grouping.
-    """
-    tensors, meta = read_tensors(path)
-    if meta.get("format") != CKPT_TAG:
-        raise CheckpointError(f"{path} is not a grpo_lab training checkpoint "
-                              f"(format tag {meta.get('format')!r}, expected {CKPT_TAG!r})")
-    saved_cfg = json.loads(meta["config"])
-    if cfg is not None:
-        saved = {k: saved_cfg.get(k, "by_prompt" if k == "grouping" else None)
-                 for k in ("seed", "task", "grouping")}
-        if saved != {"seed": cfg.seed, "task": cfg.task, "grouping": cfg.grouping}:
-            raise ValueError(f"cannot resume {path}: it was run with {saved}, not "
-                             f"seed={cfg.seed} task={cfg.task!r} grouping={cfg.grouping!r}")
-    if json.loads(meta["model_config"]) != vars(policy.cfg):
-        raise CheckpointError(f"{path} holds a policy of another shape: "
-                              f"{meta['model_config']} vs {vars(policy.cfg)}")
-    policy.load_state_dict(_policy_tensors(tensors), strict=False)
-    state: dict = {}
-    for k, v in tensors.items():
-        if k.startswith("optim."):
-            _, pid, name = k.split(".", 2)
-            state.setdefault(int(pid), {})[name] = v
-    opt.load_state_dict({"state": state, "param_groups": json.loads(meta["param_groups"])})
-    if grouper is not None:
-        grouper.load_state_dict({k[9:]: v for k, v in tensors.items() if k.startswith("grouping.")})
-    return int(meta["step"]), json.loads(meta["history"]), saved_cfg
+def wchar() -> int | None:
+    """Bytes this process has handed to write()/send() so far (Linux /proc/self/io), or None."""
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
 
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
           on_step=None) -> list[dict]:
-    """Run GRPO as ``cfg`` says -> history (one metrics dict per step, eval rows merged).
+    """Run ``cfg`` -> history (one metrics dict per step, eval rows merged).
 
-    Writes ``out_dir/metrics.jsonl`` and ``out_dir/checkpoint.safetensors``. With
-    ``resume``, continues from that checkpoint exactly. ``on_step(metrics)`` is the one
-    hook point (notebooks use it for live plots).
+    Writes ``out_dir/metrics.jsonl`` and ``out_dir/checkpoint.safetensors`` (rank 0). With
+    ``resume``, continues from that checkpoint exactly. ``on_step(metrics, policy)`` is the
+    one hook point (live plots; it sees the averaged gradients of the step's last update).
+    Under a process group (torchrun, ``launch.spawn``) every rank calls this with the same
+    ``cfg``; the gradient exchange is ``cfg.exchange``.
     """
+    group = Group.current()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    if cfg.prompts_per_step < group.world:
+        raise ValueError(f"prompts_per_step={cfg.prompts_per_step} is fewer than the "
+                         f"{group.world} processes: each rank needs at least one prompt")
     out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    lead = group.rank == 0
     ckpt, log_path = out / "checkpoint.safetensors", out / "metrics.jsonl"
+    if lead:
+        out.mkdir(parents=True, exist_ok=True)
     policy = load_policy(cfg.base_checkpoint)
-    ref = load_policy(cfg.base_checkpoint).eval().requires_grad_(False)
-    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    ref = (load_policy(cfg.base_checkpoint).eval().requires_grad_(False)
+           if cfg.beta and cfg.objective == "grpo" else None)
+    ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
+                                                   cfg.grad_clip, cfg.seed),
+                       group.world, group.rank)
     eval_sets = {t: load_eval(t)[:cfg.eval_size] for t in cfg.task_names}
-    draw = prompt_source(cfg, {e.prompt for t in cfg.task_names for e in load_eval(t)})
-    grouper = make_grouper(cfg)
-    evaluate_now = lambda: evaluate_tasks(policy, eval_sets, cfg.reward_weights,
-                                          max_new_tokens(cfg))
+    held_out = {e.prompt for t in cfg.task_names for e in load_eval(t)}
+    ctx = StepContext(prompt_source(cfg, held_out), make_grouper(cfg), ref, group)
+    collect, objective = OBJECTIVES[cfg.objective]
+    max_new = max_new_tokens(cfg)
+    evaluate_now = lambda: evaluate_tasks(policy, eval_sets, cfg.reward_weights, max_new)  # noqa: E731
     start, history = 0, []
     if resume:
-        saved_step, history, _ = load_checkpoint(ckpt, policy, opt, cfg, grouper)
-        start = saved_step + 1
+        c = read_training_checkpoint(ckpt)
+        _check_resumable(ckpt, c["config"], cfg)
+        if c["model_config"] != vars(policy.cfg):
+            raise ValueError(f"{ckpt} holds a policy of another shape: {c['model_config']} "
+                             f"vs {vars(policy.cfg)}")
+        policy.load_state_dict(c["policy"], strict=False)
+        ex.load_state_dict(c["optim"])
+        ctx.grouper.load_state_dict(c["grouping"])
+        if not cfg.exchange.resumes_exactly:
+            warnings.warn(f"exchange {cfg.exchange.name!r} keeps per-rank compression state "
+                          f"that checkpoints do not hold: the resumed run is close to, not "
+                          f"exactly, the one that never stopped", RuntimeWarning, stacklevel=2)
+        start, history = c["step"] + 1, c["history"]
     else:
-        history.append({"step": -1, **evaluate_now(), "time/elapsed_s": 0.0})
-    log_path.write_text("".join(json.dumps(h) + "\n" for h in history))
+        history.append({"step": -1, **(evaluate_now() if lead else {}), "time/elapsed_s": 0.0})
+    if lead:
+        log_path.write_text("".join(json.dumps(h) + "\n" for h in history))
     elapsed0 = history[-1].get("time/elapsed_s", 0.0) if history else 0.0
     t0 = time.perf_counter()
     last = start - 1
-    bar = tqdm(range(start, cfg.steps), desc="grpo", disable=not progress,
+    bar = tqdm(range(start, cfg.steps), desc=cfg.objective, disable=not (progress and lead),
                initial=start, total=cfg.steps)
     for step in bar:
-        metrics = grpo_step(policy, ref, opt, cfg, step, draw, grouper)
+        t_step = time.perf_counter()
+        ex.set_lr(learning_rate(cfg, step))
+        batch = collect(policy, cfg, step, ctx)
+        t_collect = time.perf_counter() - t_step
+        policy.train()
+        w0, payload, sent, shares, ex_metrics = wchar(), 0, 0, {}, {}
+        for _ in range(cfg.mu):
+            loss, shares = objective(ex.module, batch, cfg, group.world)
+            ex.zero_grad()
+            loss.backward()
+            b = ex.reduce()
+            try:
+                ex_metrics = ex.step()
+            except FloatingPointError as e:
+                raise FloatingPointError(f"step {step}: {e}; lower lr={cfg.lr} or check the "
+                                         f"rewards") from None
+            payload, sent = payload + b, sent + ex.wire(b)
+        metrics = {"step": step, **batch.metrics, **_reduce_shares(shares, group), **ex_metrics,
+                   "time/rollout_s": t_collect, "time/step_s": time.perf_counter() - t_step}
+        if group.world > 1:
+            w1 = wchar()
+            metrics.update({"comm/payload_bytes": payload, "comm/bytes": sent,
+                            "comm/wchar_bytes": None if w0 is None or w1 is None else w1 - w0})
         last_step = step == cfg.steps - 1
-        out_of_time = cfg.time_budget_s and elapsed0 + time.perf_counter() - t0 >= cfg.time_budget_s
-        if (cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step or out_of_time:
+        out_of_time = group.agree(bool(cfg.time_budget_s) and elapsed0 + time.perf_counter()
+                                  - t0 >= cfg.time_budget_s)
+        if lead and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step
+                     or out_of_time):
             metrics.update(evaluate_now())
         metrics["time/elapsed_s"] = elapsed0 + time.perf_counter() - t0
         history.append(metrics)
-        with open(log_path, "a") as f:
-            f.write(json.dumps(metrics) + "\n")
+        if lead:
+            with open(log_path, "a") as f:
+                f.write(json.dumps(metrics) + "\n")
         if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time:
-            save_checkpoint(ckpt, policy, opt, cfg, step, history, grouper)
-        bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}",
-                        acc=f"{[h for h in history if 'eval/accuracy' in h][-1]['eval/accuracy']:.2f}")
+            _checkpoint(ckpt, policy, ex, cfg, step, history, ctx.grouper, lead)
+        if lead:
+            accs = [h["eval/accuracy"] for h in history if "eval/accuracy" in h]
+            bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
+                            acc=f"{accs[-1]:.2f}" if accs else "-")
         if on_step is not None:
-            on_step(metrics)
+            on_step(metrics, policy)
         last = step
         if out_of_time:
             break
     if last < start:  # nothing left to run: make sure a checkpoint exists
-        save_checkpoint(ckpt, policy, opt, cfg, last, history, grouper)
+        _checkpoint(ckpt, policy, ex, cfg, last, history, ctx.grouper, lead)
+    group.barrier()
     return history
 
 
-def load_policy_any(path) -> GPT:
-    """A policy from a policy file (``save_policy``) or from a training checkpoint."""
-    tensors, meta = read_tensors(path)
-    if meta.get("format") != CKPT_TAG:
-        return policy_from_tensors(tensors, meta, path)
-    from grpo_lab.model import GPTConfig
-
-    policy = GPT(GPTConfig(**json.loads(meta["model_config"])))
-    policy.load_state_dict(_policy_tensors(tensors), strict=False)
-    return policy
+def _checkpoint(path, policy, ex, cfg, step, history, grouper, lead: bool) -> None:
+    state = ex.state_dict()                          # a collective for sharded exchanges
+    if lead:
+        save_training_checkpoint(path, policy, state, to_dict(cfg), step, history,
+                                 grouper.state_dict())
 
 
-def _policy_tensors(tensors: dict) -> dict:
-    """The policy's weights inside a training checkpoint (keys saved as ``policy.<name>``)."""
-    return {k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")}
+def record_gradients(steps: int = 30, **overrides) -> dict:
+    """Train ``steps`` single-process steps (default: supervised fine-tuning of the base
+    policy, 64 demonstrations a step, lr 1e-3) and keep each step's gradient -> {"names",
+    "shapes", "grads" (steps, numel) float32, "config"}: what the sharder widget replays."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="grpo_lab_record_") as tmp:
+        cfg = preset("tiny_cpu", **{"objective": "supervised", "prompts_per_step": 64,
+                                    "lr": 1e-3, "warmup_steps": 5, "weight_decay": 0.01,
+                                    "grad_clip": 0.0, "eval_every": 0, "eval_size": 1,
+                                    "time_budget_s": 0.0, "threads": 1, **overrides,
+                                    "steps": steps, "out_dir": tmp})
+        policy_ref = {}
+
+        def keep(metrics, policy):
+            policy_ref["p"] = policy
+            rows.append(torch.cat([p.grad.reshape(-1) for p in policy.parameters()]))  # (numel,)
+
+        train(cfg, progress=False, on_step=keep)
+    named = list(policy_ref["p"].named_parameters())
+    return {"names": [n for n, _ in named], "shapes": [tuple(p.shape) for _, p in named],
+            "grads": torch.stack(rows), "config": to_dict(cfg)}            # (steps, numel)
+
+
+def _train_ranks(rank: int, world: int, cfgs: list, resume: bool) -> list[dict]:
+    out = []
+    for c in cfgs:
+        seen = {}
+        history = train(c, resume=resume, progress=False,
+                        on_step=lambda m, policy: seen.setdefault("policy", policy))
+        params = {n: p.detach().clone() for n, p in seen["policy"].named_parameters()} \
+            if seen else {}
+        out.append({"history": history, "params": params})
+    return out
+
+
+def spawn_train(cfgs: list[TrainConfig], nproc: int = 2, resume: bool = False,
+                run_timeout_s: float | None = None) -> list[list[dict]]:
+    """Train every config in turn on ``nproc`` new local processes (gloo on CPU; one spawn
+    for all, ``launch.spawn``) -> results[i][rank] = {"history", "params"} of cfgs[i].
+    What notebooks and tests use; from a shell, ``grpo-lab train --nproc N`` does the same."""
+    from grpo_lab.distributed import launch
+
+    timeout = max(c.exchange.timeout_s for c in cfgs)
+    by_rank = launch.spawn(_train_ranks, nproc, (list(cfgs), resume), timeout_s=timeout,
+                           run_timeout_s=run_timeout_s)
+    return [[by_rank[r][i] for r in range(nproc)] for i in range(len(cfgs))]

@@ -90,8 +90,9 @@ def test_step_stages_agree_with_the_library():
     policy = load_policy("data/base_policy.safetensors")
     exs = sample_examples(["addition", "max", "sort"], 3, random.Random(5))
     d = grpo_step_stages(policy, exs, G=4, grouping="by_task", seed=3)
+    from grpo_lab.step import prompt_generators                           # the trainer's seeding
     r = sample(policy, [encode(e.prompt) for e in exs], 4, 8, 0.7,
-               generator=torch.Generator().manual_seed(3))
+               generator=prompt_generators(3, 0, 0, range(3)))
     texts = [decode(c) for c in r.completion_ids.tolist()]
     assert d["rollout"]["texts"] == texts
     rows = [exs[i] for i in r.prompt_index.tolist()]

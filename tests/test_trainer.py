@@ -4,14 +4,14 @@ import json
 import pytest
 import torch
 
-from grpo_lab.checkpoint import CheckpointError
+from grpo_lab.checkpoint import CheckpointError, load_policy_any, read_training_checkpoint
 from grpo_lab.config import TrainConfig, preset
 from grpo_lab.grouping import informative_rows
 from grpo_lab.model import load_policy
 from grpo_lab.rollout import completion_logprobs
 from grpo_lab.tasks import decode, load_eval, load_mixture, weighted_reward
-from grpo_lab.trainer import (load_checkpoint, load_policy_any, max_new_tokens, prompt_source,
-                              rollout_batch, train)
+from grpo_lab.step import StepContext, collect, max_new_tokens
+from grpo_lab.trainer import make_grouper, prompt_source, train
 
 
 def cfg(tmp_path, **kw):
@@ -38,7 +38,7 @@ def test_short_run_raises_reward_and_moves_every_parameter(tmp_path):
 def test_resume_continues_exactly(tmp_path):
     full = train(cfg(tmp_path / "a", steps=6, ckpt_every=3), progress=False)
 
-    def die(m):  # killed during step 4: the checkpoint holds steps 0-2
+    def die(m, policy):  # killed during step 4: the checkpoint holds steps 0-2
         if m["step"] == 4:
             raise KeyboardInterrupt
 
@@ -57,16 +57,15 @@ def test_resume_continues_exactly(tmp_path):
 def test_kill_loses_only_steps_since_last_checkpoint(tmp_path):
     c = cfg(tmp_path, steps=10, ckpt_every=2)
 
-    def die(m):
+    def die(m, policy):
         if m["step"] == 4:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         train(c, progress=False, on_step=die)
     path = tmp_path / "run" / "checkpoint.safetensors"
-    policy = load_policy(c.base_checkpoint)
-    opt = torch.optim.AdamW(policy.parameters())
-    step, history, _ = load_checkpoint(path, policy, opt)
+    saved = read_training_checkpoint(path)
+    step, history = saved["step"], saved["history"]
     assert step == 3 and history[-1]["step"] == 3                          # step 4 lost, 0-3 kept
     assert not list((tmp_path / "run").glob("*.tmp"))                      # no debris
     resumed = train(c, resume=True, progress=False)
@@ -136,7 +135,7 @@ def test_resume_is_exact_with_reclustering_and_dynamic_sampling(tmp_path):
               group_k=8, dynamic_sampling=True, dynamic_max_draws=2, ckpt_every=3)
     full = train(cfg(tmp_path / "a", steps=5, **kw), progress=False)
 
-    def die(m):
+    def die(m, policy):
         if m["step"] == 3:                                                 # checkpoint at 2
             raise KeyboardInterrupt
 
@@ -155,8 +154,9 @@ def test_dynamic_sampling_keeps_b_prompts_with_reward_variance(tmp_path):
     c = cfg(tmp_path, steps=1, dynamic_sampling=True, dynamic_max_draws=6, **MIX)
     policy = load_policy(c.base_checkpoint)
     held_out = {e.prompt for t in c.task_names for e in load_eval(t)}
-    (examples, r, rewards, parts, texts), m = rollout_batch(policy, c, 0,
-                                                            prompt_source(c, held_out))
+    batch = collect(policy, c, 0, StepContext(prompt_source(c, held_out), make_grouper(c), policy))
+    s, m = batch.scored, batch.metrics
+    examples, r, rewards, parts, texts = s.examples, s.rollout, s.rewards, s.parts, s.texts
     assert len(examples) == 14 and r.prompt_index.tolist() == [i // 4 for i in range(56)]
     assert 1 <= m["sample/draws"] <= 6 and 0 < m["sample/informative_frac"] <= 1
     assert rewards.shape == (56,) and len(texts) == 56 and parts["accuracy"].shape == (56,)
@@ -232,10 +232,8 @@ def test_time_budget_stops_after_the_step_with_eval_and_checkpoint(tmp_path):
     history = train(c, progress=False)
     assert [h["step"] for h in history] == [-1, 0]                         # one step, then stop
     assert "eval/accuracy" in history[-1]
-    policy = load_policy(c.base_checkpoint)
-    step, saved, _ = load_checkpoint(tmp_path / "run" / "checkpoint.safetensors", policy,
-                                     torch.optim.AdamW(policy.parameters()))
-    assert step == 0 and len(saved) == 2
+    saved = read_training_checkpoint(tmp_path / "run" / "checkpoint.safetensors")
+    assert saved["step"] == 0 and len(saved["history"]) == 2
 
 
 def test_mixture_preset_starts_from_the_mixture_base(tmp_path):

@@ -17,19 +17,12 @@ Bytes on the wire (ring all_gather: each rank sends W - 1 chunks of the padded s
 ``stats`` counts ``comm/payload_bytes`` (own messages), ``comm/sent_bytes`` (the formula
 above, padding included) and ``comm/padding_bytes``.
 
-``compressed_allreduce_hook`` plugs the same exchange into DDP
-(``model.register_comm_hook(state, compressed_allreduce_hook)``): each parameter of a bucket is
-one named tensor for the ``Compressor`` (so importance, residuals and momentum are per
-parameter), and the hook returns the *average* over ranks shaped like ``bucket.buffer()``, as
-torch's ``allreduce_hook`` does. Deviation: the exchange runs synchronously inside the hook
-(two blocking collectives) rather than as a chained future; correct, not overlapped.
 """
-from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
-from grpo_lab.distributed.compression import Compressor
+from grpo_lab.distributed.compression import Compressor, decode_message
 
 
 def new_stats() -> dict:
@@ -74,7 +67,7 @@ def compressed_all_reduce(named_grads: dict[str, torch.Tensor], compressor: Comp
     The codecs run on the CPU: gradients on a GPU are copied to the host and back."""
     host = {name: g.detach().cpu() for name, g in named_grads.items()}
     messages = all_gather_bytes(compressor.encode(host, importance), group, stats)
-    decoded = [compressor.decode(m) for m in messages]                     # W x {name: tensor}
+    decoded = [decode_message(m) for m in messages]                     # W x {name: tensor}
     out = {}
     for name, g in named_grads.items():
         total = decoded[0][name].clone()
@@ -82,43 +75,3 @@ def compressed_all_reduce(named_grads: dict[str, torch.Tensor], compressor: Comp
             total += d[name]
         out[name] = (total / len(decoded) if average else total).to(g.device, g.dtype)
     return out
-
-
-@dataclass
-class CompressedHookState:
-    """What the DDP hook needs: the compressor (its residuals persist across steps), the group,
-    readable names per parameter (``for_model``), optional importance by name, and stats."""
-    compressor: Compressor
-    process_group: object = None
-    names: dict = field(default_factory=dict)       # id(parameter) -> name
-    importance: dict | None = None
-    stats: dict = field(default_factory=new_stats)
-
-    @classmethod
-    def for_model(cls, model: torch.nn.Module, compressor: Compressor, process_group=None):
-        return cls(compressor, process_group, {id(p): n for n, p in model.named_parameters()})
-
-
-def bucket_named_grads(state: CompressedHookState, bucket) -> dict[str, torch.Tensor]:
-    """{parameter name: gradient view} for one DDP bucket, in the bucket's order."""
-    return {state.names.get(id(p), f"bucket{bucket.index()}.{i}"): g
-            for i, (p, g) in enumerate(zip(bucket.parameters(), bucket.gradients()))}
-
-
-def compressed_allreduce_hook(state: CompressedHookState,
-                              bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP comm hook: -> Future holding the rank-average of this bucket, like ``bucket.buffer()``.
-
-    (No ``from __future__ import annotations`` in this module: DDP compares these annotations
-    with the real types.)"""
-    buffer = bucket.buffer()                                               # (numel,) flat
-    named = bucket_named_grads(state, bucket)
-    avg = compressed_all_reduce(named, state.compressor, state.importance,
-                                state.process_group, stats=state.stats)
-    out = torch.cat([avg[n].reshape(-1) for n in named]).to(buffer.dtype)  # (numel,)
-    if out.shape != buffer.shape:
-        raise RuntimeError(f"bucket {bucket.index()} holds {buffer.numel()} elements, its "
-                           f"gradients {out.numel()}")
-    fut = torch.futures.Future()
-    fut.set_result(out)
-    return fut

@@ -11,7 +11,7 @@ Byte accounting, per gradient element (what each choice puts on the wire):
                               d = 5%,  coded at the bound 5.73:    1.89 bits     17x
                               d = 0.1%, coded at the bound 11.4:   0.043 bits   737x
 
-The ``seed`` preset sends the top 20% of elements (whole tensors, by importance) in FP8 and
+The ``fp8_topk5`` preset sends the top 20% of elements (whole tensors, by importance) in FP8 and
 top-k 5% of the rest with Huffman-coded indices: 0.2 * 8 + 0.8 * 0.05 * (32 + 5.8) = 3.1
 bits per element, about 10x less than fp32. The indices can never be squeezed 8:1 against
 int32 at 5% density: a random 5% subset of n positions holds n * H(0.05) bits, 5.73 bits per
@@ -259,7 +259,7 @@ class CompressionConfig:
 
 
 PRESETS = {
-    "seed": CompressionConfig(),
+    "fp8_topk5": CompressionConfig(),
     "fp32": CompressionConfig(dense_fraction=1.0, dense_format="fp32"),
     "fp16": CompressionConfig(dense_fraction=1.0, dense_format="fp16"),
     "aggressive": CompressionConfig(dense_fraction=0.0, dense_small=1024, density=0.003,
@@ -318,7 +318,7 @@ class Compressor:
     size of the same gradients), ``comm/messages``.
     """
 
-    def __init__(self, cfg: CompressionConfig | str = "seed", seed: int = 0):
+    def __init__(self, cfg: CompressionConfig | str = "fp8_topk5", seed: int = 0):
         self.cfg = get_config(cfg)
         self.residual: dict[str, torch.Tensor] = {}
         self.momentum: dict[str, torch.Tensor] = {}
@@ -395,8 +395,6 @@ class Compressor:
             self.momentum[name] = mom
         return idx, vals
 
-    def decode(self, payload) -> dict[str, torch.Tensor]:
-        return decode_message(payload)
 
     @property
     def ratio(self) -> float:

@@ -6,7 +6,7 @@ ranks then agree on the *average* gradient before the optimizer steps. How they 
 
   * ``allreduce``:        one fp32 ``all_reduce`` of all gradients (flat), / N. The reference.
   * ``compressed``:       ``comm.compressed_all_reduce`` with a ``compression.PRESETS`` preset
-                          (``seed`` | ``fp16`` | ``aggressive`` | ``dgc`` | ``fp32``);
+                          (``fp8_topk5`` | ``fp16`` | ``aggressive`` | ``dgc`` | ``fp32``);
                           ``error_feedback=False`` drops the residual (and DGC momentum, which
                           needs it); ``momentum`` overrides the preset's DGC momentum
                           correction. Note: DGC's momentum correction assumes the receiver runs
@@ -50,11 +50,88 @@ import torch.distributed as dist
 from grpo_lab.distributed import comm
 from grpo_lab.distributed.compression import PRESETS, CompressionConfig, Compressor
 from grpo_lab.distributed.sharder import ShardedOptimizer
+from grpo_lab.distributed.shard_plan import POLICIES
 
 
 def ring_allreduce_bytes(b: int, world: int) -> int:
     """Bytes one rank sends in a ring all_reduce of b bytes: 2 (N-1)/N * b (rounded down)."""
     return 2 * (world - 1) * b // world
+
+
+@dataclass
+class ExchangeConfig:
+    name: str = "allreduce"
+    """How ranks average gradients: allreduce | compressed | ddp_fp16_hook | ddp_powersgd_hook |
+    sharded | sharded_compressed (on one process without a process group only allreduce,
+    which there is plain AdamW)."""
+    preset: str = "fp8_topk5"
+    """compressed | sharded_compressed: a compression.PRESETS key (fp8_topk5: top 20% of
+    elements in fp8, top-k 5% of the rest with coded indices; fp32 | fp16 | aggressive | dgc)."""
+    error_feedback: bool = True
+    """Compressed exchanges: keep what top-k did not send (False also turns DGC momentum off)."""
+    momentum: float | None = None
+    """Compressed exchanges: override the preset's DGC momentum correction (None: the preset's)."""
+    beta1: float | None = None
+    """Compressed exchanges: override the receiver's AdamW beta1 (None: the preset's adam_beta1)."""
+    density_warmup: int | None = None
+    """Compressed exchanges: override the preset's DGC density warm-up steps (None: the preset's)."""
+    powersgd_rank: int = 2
+    """ddp_powersgd_hook: matrix_approximation_rank."""
+    powersgd_start: int = 2
+    """ddp_powersgd_hook: steps of vanilla all_reduce first (torch's minimum is 2)."""
+    policy: str = "size_balanced"
+    """Sharded exchanges: shard assignment rule, a key of shard_plan.POLICIES."""
+    importance: str | None = None
+    """Sharded exchanges: importance score tracked by the owners (None: none)."""
+    reshard_every: int = 0
+    """Sharded exchanges: re-shard every this many steps (0: never)."""
+    broadcast_preset: str | None = None
+    """sharded_compressed: also compress the owners' parameter broadcast with this preset,
+    EF21-P style (owners keep exact master weights; None: broadcast fp32)."""
+    max_shard_numel: int = 0
+    """Sharded exchanges: cut tensors into blocks of at most this many elements (0: about 8
+    blocks per rank)."""
+    timeout_s: float = 120.0
+    """Seconds a collective may wait for a peer before every rank stops with an error (a dead
+    or stuck rank never hangs the run)."""
+
+    def __post_init__(self):
+        if self.name not in EXCHANGES:
+            raise ValueError(f"unknown exchange {self.name!r}; known: {sorted(EXCHANGES)}")
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown compression preset {self.preset!r}; known: {sorted(PRESETS)}")
+        if self.broadcast_preset is not None and self.broadcast_preset not in PRESETS:
+            raise ValueError(f"unknown broadcast_preset {self.broadcast_preset!r}; known: "
+                             f"{sorted(PRESETS)}")
+        if self.broadcast_preset is not None and self.name != "sharded_compressed":
+            raise ValueError(f"broadcast_preset={self.broadcast_preset!r} compresses the sharder's "
+                             f"broadcast: it needs exchange name 'sharded_compressed', not "
+                             f"{self.name!r}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown shard policy {self.policy!r}; known: {sorted(POLICIES)}")
+        for f in ("max_shard_numel", "reshard_every"):
+            if getattr(self, f) < 0:
+                raise ValueError(f"exchange.{f} must be >= 0, got {getattr(self, f)}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"exchange.timeout_s must be > 0, got {self.timeout_s}")
+
+    @property
+    def resumes_exactly(self) -> bool:
+        """Whether a checkpoint holds all of this exchange's state: compressed exchanges also
+        keep per-rank residuals and sampling generators, and PowerSGD its error feedback."""
+        return self.name in ("allreduce", "sharded")
+
+
+@dataclass
+class AdamW:
+    """The optimizer every exchange steps (torch.optim.AdamW's hyper-parameters)."""
+    lr: float = 1e-4
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    grad_clip: float = 0.0
+    """Clip the rank-averaged gradient's global norm to this (0: off)."""
+    seed: int = 0
+    """Seeds the compressors' sampled top-k (each rank its own: 1000 * seed + rank)."""
 
 
 @dataclass
@@ -64,43 +141,60 @@ class Exchange:
     reduce: Callable[[], int]
     """After backward: make every .grad the rank-average -> payload bytes this rank sent."""
     step: Callable[[], dict]
-    """Optimizer step -> metrics (the sharder's comm and shard/* metrics; {} for AdamW)."""
+    """Clip, optimizer step -> metrics (grad/norm; the sharder's comm and shard/* metrics)."""
     zero_grad: Callable[[], None]
     set_lr: Callable[[float], None]
     wire: Callable[[int], int]
     """payload bytes -> bytes sent under this exchange's collective (see module docstring)."""
+    state_dict: Callable[[], dict]
+    """The optimizer state in torch.optim.AdamW's format, whole on every rank (a collective
+    for the sharded exchanges: every rank calls it)."""
+    load_state_dict: Callable[[dict], None]
 
 
-def _adamw(model, cfg, beta1: float = 0.9):
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.eps, betas=(beta1, 0.999),
-                            weight_decay=cfg.weight_decay)
+def _adamw(model, opt: AdamW, beta1: float = 0.9):
+    adam = torch.optim.AdamW(model.parameters(), lr=opt.lr, eps=opt.eps, betas=(beta1, 0.999),
+                             weight_decay=opt.weight_decay)
+    params = list(model.parameters())
 
     def set_lr(lr):
-        for g in opt.param_groups:
+        for g in adam.param_groups:
             g["lr"] = lr
-    return opt, set_lr
+
+    def step():
+        gnorm = torch.nn.utils.clip_grad_norm_(params, opt.grad_clip or float("inf"))
+        if not torch.isfinite(gnorm):                 # stop before a NaN reaches the weights
+            raise FloatingPointError(f"gradient norm is {float(gnorm)}")
+        adam.step()
+        return {"grad/norm": float(gnorm)}
+    return adam, set_lr, step
 
 
-def make_allreduce(model, cfg, world, rank) -> Exchange:
+def _local(model, adam, set_lr, step, reduce, wire, module=None) -> Exchange:
+    return Exchange(module or model, reduce, step, lambda: adam.zero_grad(True), set_lr, wire,
+                    adam.state_dict, adam.load_state_dict)
+
+
+def make_allreduce(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
     params = list(model.parameters())
-    opt, set_lr = _adamw(model, cfg)
+    adam, set_lr, step = _adamw(model, opt)
 
     def reduce():
+        if world == 1:
+            return 0
         flat = torch.cat([p.grad.reshape(-1) for p in params])             # (numel,) fp32
-        if world > 1:
-            dist.all_reduce(flat)
+        dist.all_reduce(flat)
         flat /= world
         off = 0
         for p in params:
             p.grad.copy_(flat[off:off + p.numel()].view_as(p))
             off += p.numel()
-        return 0 if world == 1 else flat.nbytes
+        return flat.nbytes
 
-    return Exchange(model, reduce, lambda: opt.step() or {}, lambda: opt.zero_grad(True),
-                    set_lr, lambda b: ring_allreduce_bytes(b, world))
+    return _local(model, adam, set_lr, step, reduce, lambda b: ring_allreduce_bytes(b, world))
 
 
-def compression_config(cfg) -> CompressionConfig:
+def compression_config(cfg: ExchangeConfig) -> CompressionConfig:
     """The preset of ``cfg`` with its momentum, density_warmup, beta1 and error_feedback
     overrides."""
     ccfg = PRESETS[cfg.preset]
@@ -115,11 +209,11 @@ def compression_config(cfg) -> CompressionConfig:
     return ccfg
 
 
-def make_compressed(model, cfg, world, rank) -> Exchange:
+def make_compressed(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
     ccfg = compression_config(cfg)
-    compressor = Compressor(ccfg, seed=1000 * cfg.seed + rank)
+    compressor = Compressor(ccfg, seed=1000 * opt.seed + rank)
     named = [(n, p) for n, p in model.named_parameters()]
-    opt, set_lr = _adamw(model, cfg, ccfg.adam_beta1)
+    adam, set_lr, step = _adamw(model, opt, ccfg.adam_beta1)
     stats = comm.new_stats()
     sent = {"bytes": 0}
 
@@ -131,8 +225,7 @@ def make_compressed(model, cfg, world, rank) -> Exchange:
         sent["bytes"] = stats["comm/sent_bytes"] - sent0                   # (N-1)(8 + max_len)
         return stats["comm/payload_bytes"] - own0                          # this rank's message
 
-    return Exchange(model, reduce, lambda: opt.step() or {}, lambda: opt.zero_grad(True),
-                    set_lr, lambda b: sent["bytes"])
+    return _local(model, adam, set_lr, step, reduce, lambda b: sent["bytes"])
 
 
 @dataclass
@@ -165,59 +258,67 @@ def powersgd_counted_hook(state: HookCounter, bucket):
 
 
 def _make_ddp(hook, make_state):
-    def make(model, cfg, world, rank) -> Exchange:
+    def make(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
         ddp = torch.nn.parallel.DistributedDataParallel(model)  # the GPT has no buffers
-        counter = HookCounter(make_state(cfg))
+        counter = HookCounter(make_state(cfg, opt))
         ddp.register_comm_hook(counter, hook)
-        opt, set_lr = _adamw(model, cfg)
+        adam, set_lr, step = _adamw(model, opt)
         seen = {"bytes": 0}
 
         def reduce():                                 # DDP already averaged during backward
             b, seen["bytes"] = counter.payload_bytes - seen["bytes"], counter.payload_bytes
             return b
 
-        return Exchange(ddp, reduce, lambda: opt.step() or {}, lambda: opt.zero_grad(True),
-                        set_lr, lambda b: ring_allreduce_bytes(b, world))
+        return _local(model, adam, set_lr, step, reduce, lambda b: ring_allreduce_bytes(b, world),
+                      module=ddp)
     return make
 
 
-def _powersgd_state(cfg):
+def _powersgd_state(cfg: ExchangeConfig, opt: AdamW):
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
     return PowerSGDState(process_group=None, matrix_approximation_rank=cfg.powersgd_rank,
-                         start_powerSGD_iter=cfg.powersgd_start, random_seed=cfg.seed)
+                         start_powerSGD_iter=cfg.powersgd_start, random_seed=opt.seed)
 
 
-def make_sharded(model, cfg, world, rank, compression=None) -> Exchange:
+def make_sharded(model, cfg: ExchangeConfig, opt: AdamW, world, rank, compression=None) -> Exchange:
     beta1 = 0.9 if compression is None else compression.adam_beta1
-    opt = ShardedOptimizer(model.named_parameters(), lr=cfg.lr, betas=(beta1, 0.999), eps=cfg.eps,
-                           weight_decay=cfg.weight_decay, policy=cfg.policy,
-                           importance=cfg.importance, reshard_every=cfg.reshard_every,
-                           max_shard_numel=cfg.max_shard_numel or None, compression=compression,
-                           broadcast_compression=cfg.broadcast_preset,
-                           compression_seed=1000 * cfg.seed + rank)
+    sharded = ShardedOptimizer(model.named_parameters(), lr=opt.lr, betas=(beta1, 0.999),
+                               eps=opt.eps, weight_decay=opt.weight_decay, policy=cfg.policy,
+                               importance=cfg.importance, reshard_every=cfg.reshard_every,
+                               max_shard_numel=cfg.max_shard_numel or None,
+                               compression=compression, broadcast_compression=cfg.broadcast_preset,
+                               compression_seed=1000 * opt.seed + rank, grad_clip=opt.grad_clip)
     last = {"bytes": 0}
 
     def step():
-        m = opt.step()                                # reduce, owner AdamW, broadcast, re-shard
+        m = sharded.step()                            # reduce, clip, owner AdamW, broadcast
         last["bytes"] = m["comm/bytes"] // world      # the sharder counts all ranks together
-        return {"comm/reduce_bytes": m["comm/reduce_bytes"] // world,
+        return {"comm/reduce_bytes": m["comm/reduce_bytes"] // world, "grad/norm": m["grad/norm"],
                 **{k: v for k, v in m.items() if k.startswith("shard/")}}
 
     def set_lr(lr):
-        opt.lr = lr
-    return Exchange(model, lambda: 0, step, lambda: opt.zero_grad(True), set_lr,
-                    lambda b: last["bytes"])
+        sharded.lr = lr
+    return Exchange(model, lambda: 0, step, lambda: sharded.zero_grad(True), set_lr,
+                    lambda b: last["bytes"], sharded.full_state_dict, sharded.load_full_state_dict)
 
 
-def make_sharded_compressed(model, cfg, world, rank) -> Exchange:
-    return make_sharded(model, cfg, world, rank, compression_config(cfg))
+def make_sharded_compressed(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
+    return make_sharded(model, cfg, opt, world, rank, compression_config(cfg))
 
 
 EXCHANGES = {
     "allreduce": make_allreduce,
     "compressed": make_compressed,
-    "ddp_fp16_hook": _make_ddp(fp16_counted_hook, lambda cfg: None),
+    "ddp_fp16_hook": _make_ddp(fp16_counted_hook, lambda cfg, opt: None),
     "ddp_powersgd_hook": _make_ddp(powersgd_counted_hook, _powersgd_state),
     "sharded": make_sharded,
     "sharded_compressed": make_sharded_compressed,
 }
+
+
+def make_exchange(model, cfg: ExchangeConfig, opt: AdamW, world: int = 1, rank: int = 0) -> Exchange:
+    """``EXCHANGES[cfg.name]`` for this rank; every name but allreduce needs a process group."""
+    if cfg.name != "allreduce" and not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(f"exchange {cfg.name!r} needs a process group: run with "
+                         f"`grpo-lab train --nproc N` or under torchrun")
+    return EXCHANGES[cfg.name](model, cfg, opt, world, rank)

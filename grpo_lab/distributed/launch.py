@@ -117,14 +117,24 @@ def _worker(rank, fn, world_size, port, backend, timeout_s, args, out_dir):
         dist.destroy_process_group()
 
 
-def _first_failure(out_dir, world_size, backend, exc) -> RankFailedError:
+def _first_failure(out_dir, world_size, backend, exc, exitcodes=()) -> RankFailedError:
     """The earliest recorded error is the cause; the others are usually its echo
-    ('Connection closed by peer', 'Timed out waiting ...') in the ranks that waited on it."""
+    ('Connection closed by peer', 'Timed out waiting ...') in the ranks that waited on it.
+    A rank that exited with a non-zero code and recorded nothing died (killed, os._exit,
+    segfault): it is the cause, and the recorded errors are the echo."""
     records = {}
     for r in range(world_size):
         f = Path(out_dir) / f"rank{r}.err.json"
         if f.exists():
             records[r] = json.loads(f.read_text())
+    dead = [r for r, code in enumerate(exitcodes) if code not in (None, 0) and r not in records
+            and code != -15]                                      # -15: terminated by us
+    if dead:
+        echoes = "; ".join(f"rank {r}: {records[r]['type']}: {records[r]['message'][:200]}"
+                           for r in sorted(records))
+        return RankFailedError(dead[0], f"rank {dead[0]} of {world_size} died (exit code "
+                               f"{exitcodes[dead[0]]}, backend {backend})"
+                               + (f"; then {echoes}" if echoes else ""))
     if not records:  # died without raising (killed, segfault, bad import in the child)
         code = getattr(exc, "exit_code", None)
         return RankFailedError(exc.error_index, f"rank {exc.error_index} of {world_size} died "
@@ -172,6 +182,9 @@ def spawn(fn, world_size: int, args: tuple = (), backend: str | None = None,
                                           f"run passed run_timeout_s={run_timeout_s}; "
                                           f"ranks {alive} of {world_size} were still running")
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
-            raise _first_failure(out_dir, world_size, backend, e) from None
+            for p in ctx.processes:                   # let every rank settle, then read codes
+                p.join(timeout=5)
+            codes = [p.exitcode for p in ctx.processes]
+            raise _first_failure(out_dir, world_size, backend, e, codes) from None
         paths = [Path(out_dir) / f"rank{r}.pt" for r in range(world_size)]
         return [torch.load(p, weights_only=False) for p in paths]

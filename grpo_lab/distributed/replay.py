@@ -2,8 +2,8 @@
 
 The dynamic sharder decides owners from importance scores that depend on the gradient
 history, so to *see* a policy at work we record the gradients of a few real training steps
-once (``record_gradients``: single process, the full batch's gradient, which is what the
-owners of a real sharded run score) and replay them (``replay_sharding``): for each step,
+once (``trainer.record_gradients``: single process, the full batch's gradient, which is what
+the owners of a real sharded run score) and replay them (``replay_sharding``): for each step,
 ``importance.update_moments`` folds the gradient of every shard into its running moments and
 scores it; every ``reshard_every`` steps ``shard_plan.assign`` reruns the policy. Pure and fast
 (no process group), so a widget can replay on every change of a control.
@@ -19,22 +19,6 @@ import torch
 from grpo_lab.distributed.importance import DEFAULT_DECAY, get_importance, init_moments, update_moments
 from grpo_lab.distributed.shard_plan import (assign, default_max_shard_numel, imbalance,
                                              make_shards, migration_bytes, rank_bytes)
-from grpo_lab.distributed.train_dist import DistConfig, train
-
-
-def record_gradients(cfg: DistConfig | None = None, steps: int = 30) -> dict:
-    """Train ``steps`` single-process steps as ``cfg`` says (default: supervised fine-tuning of
-    the base policy) -> {"names", "shapes", "grads" (steps, numel) float32, "config"}."""
-    cfg = cfg or DistConfig(init="data/base_policy.safetensors", lr=1e-3, warmup_steps=5)
-    cfg = DistConfig(**{**vars(cfg), "steps": steps, "eval_size": 1})
-    rows = []
-
-    def keep(step, policy):
-        rows.append(torch.cat([p.grad.reshape(-1) for p in policy.parameters()]))  # (numel,)
-
-    res = train(cfg, on_grads=keep)
-    return {"names": list(res["params"]), "shapes": [tuple(p.shape) for p in res["params"].values()],
-            "grads": torch.stack(rows), "config": res["config"]}                  # (steps, numel)
 
 
 def replay_sharding(recording: dict, policy: str = "size_balanced", n_ranks: int = 2,

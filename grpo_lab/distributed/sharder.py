@@ -87,6 +87,7 @@ Metrics, one dict per ``step()``, identical on every rank:
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 
@@ -141,13 +142,17 @@ class ShardedOptimizer:
     in ``USES_IMPORTANCE`` refuse to re-shard without it. ``compression`` compresses the
     gradient reduce, ``broadcast_compression`` the parameter broadcast (EF21-P), each a preset
     name or a ``CompressionConfig`` (module docstring); ``compression_seed`` seeds the sampled
-    top-k (give each rank its own).
+    top-k (give each rank its own). ``grad_clip`` > 0 clips the averaged gradient's global
+    norm as ``torch.nn.utils.clip_grad_norm_`` does (owners sum their squares, one all_reduce).
+    ``full_state_dict`` / ``load_full_state_dict`` gather / scatter the state in
+    ``torch.optim.AdamW``'s format, so a checkpoint resumes on any number of ranks.
     """
 
     def __init__(self, named_params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  policy="size_balanced", importance=None, reshard_every=0,
                  max_shard_numel=None, capacities=None, importance_decay=DEFAULT_DECAY,
-                 compression=None, broadcast_compression=None, compression_seed=0, group=None):
+                 compression=None, broadcast_compression=None, compression_seed=0, group=None,
+                 grad_clip: float = 0.0):
         named = [(n, p) for n, p in named_params if p.requires_grad]
         if not named:
             raise ValueError("no parameters that require grad")
@@ -166,6 +171,7 @@ class ShardedOptimizer:
         self.group, self.rank, self.world = group, dist.get_rank(group), dist.get_world_size(group)
         self.params = [p for _, p in named]
         self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
+        self.grad_clip = grad_clip
         self.policy, self.capacities, self.reshard_every = policy, capacities, reshard_every
         self.score_fn = None if importance is None else get_importance(importance)
         self.importance_decay = importance_decay
@@ -346,6 +352,15 @@ class ShardedOptimizer:
         else:
             reduced, comm = self._reduce_compressed(grads)
         reduce_bytes = comm
+        sq = torch.zeros(1, dtype=torch.float64, device=self.device)
+        if reduced is not None:
+            sq += reduced.double().square().sum()
+        dist.all_reduce(sq, group=self.group)                # global norm of the mean gradient
+        gnorm = float(sq.sqrt())
+        if not math.isfinite(gnorm):                        # every rank sees it: all stop
+            raise FloatingPointError(f"gradient norm is {gnorm}")
+        if self.grad_clip and reduced is not None:
+            reduced.mul_(min(1.0, self.grad_clip / (gnorm + 1e-6)))       # as clip_grad_norm_
         off = 0
         for i in self._owned(self.rank):                    # 2. AdamW on owned shards
             g = reduced[off:off + self.shards[i].numel]                    # (n_i,)
@@ -371,7 +386,7 @@ class ShardedOptimizer:
                 "shard/grad_bytes": list(self.grad_bytes),
                 "shard/imbalance": imbalance(self.opt_state_bytes),
                 "shard/migrated_bytes": migrated, "shard/moved": moved,
-                "comm/bytes": comm, "comm/reduce_bytes": reduce_bytes,
+                "comm/bytes": comm, "comm/reduce_bytes": reduce_bytes, "grad/norm": gnorm,
                 "time/step_s": time.perf_counter() - t0}
 
     @torch.no_grad()
@@ -448,3 +463,52 @@ class ShardedOptimizer:
         comm += migrated + self._measure_memory()
         return {"comm/bytes": comm, "shard/migrated_bytes": migrated,
                 "shard/moved": sum(len(v) for v in moves.values())}
+
+    @torch.no_grad()
+    def full_state_dict(self) -> dict:
+        """Every shard's AdamW state gathered on every rank (a collective), in
+        ``torch.optim.AdamW.state_dict()`` form: {"state": {param index: {"step", "exp_avg",
+        "exp_avg_sq"[, "master"]}}, "param_groups": [...]}."""
+        mine = {i: (st.step, st.exp_avg.cpu(), st.exp_avg_sq.cpu(),
+                    None if st.master is None else st.master.cpu())
+                for i, st in self.state.items()}
+        out = [None] * self.world
+        dist.all_gather_object(out, mine, group=self.group)
+        state = {}
+        for held in out:
+            for i, (step, m, v, master) in held.items():
+                s = self.shards[i]
+                p = self.params[s.param]
+                st = state.setdefault(s.param, {
+                    "step": torch.tensor(float(step)),
+                    "exp_avg": torch.zeros(p.numel(), dtype=p.dtype),
+                    "exp_avg_sq": torch.zeros(p.numel(), dtype=p.dtype),
+                    **({} if master is None else {"master": torch.zeros(p.numel(), dtype=p.dtype)})})
+                st["exp_avg"][s.start:s.start + s.numel] = m
+                st["exp_avg_sq"][s.start:s.start + s.numel] = v
+                if master is not None:
+                    st["master"][s.start:s.start + s.numel] = master
+        for pid, st in state.items():
+            for k in ("exp_avg", "exp_avg_sq", "master"):
+                if k in st:
+                    st[k] = st[k].view_as(self.params[pid])
+        group = {"lr": self.lr, "betas": self.betas, "eps": self.eps,
+                 "weight_decay": self.weight_decay, "params": list(range(len(self.params)))}
+        return {"state": state, "param_groups": [group]}
+
+    @torch.no_grad()
+    def load_full_state_dict(self, sd: dict) -> None:
+        """Take this rank's shards from a whole state (``full_state_dict`` or torch AdamW's)."""
+        steps = {int(st["step"]) for st in sd["state"].values()}
+        self.steps = max(steps, default=0)                  # the re-shard schedule counts these
+        for i in self._owned(self.rank):
+            s = self.shards[i]
+            st = sd["state"].get(s.param) if isinstance(sd["state"], dict) else None
+            if st is None:
+                continue                                   # no step taken yet: zeros, as new
+            own = self.state[i]
+            own.step = int(st["step"])
+            own.exp_avg.copy_(st["exp_avg"].reshape(-1)[s.start:s.start + s.numel])
+            own.exp_avg_sq.copy_(st["exp_avg_sq"].reshape(-1)[s.start:s.start + s.numel])
+            if own.master is not None and "master" in st:
+                own.master.copy_(st["master"].reshape(-1)[s.start:s.start + s.numel])

@@ -24,11 +24,10 @@ import torch
 from grpo_lab.advantages import ADVANTAGES, group_stats
 from grpo_lab.config import TrainConfig
 from grpo_lab.embeddings import EMBEDDERS, get_embedder
-from grpo_lab.grouping import (COMBINE, EMBEDS, GROUPERS, TAKES_K, PromptBatch,
+from grpo_lab.grouping import (COMBINE, GROUPERS, TAKES_K, PromptBatch,
                                advantage_diagnostics, advantage_split, cluster_diagnostics,
                                grouped_advantages, prompt_reward_stats, reward_group_diagnostics)
-from grpo_lab.loss import grpo_loss
-from grpo_lab.rollout import completion_logprobs, sample
+from grpo_lab.rollout import sample
 from grpo_lab.tasks import (DATA_DIR, Example, decode, encode, load_mixture, sample_examples,
                             weighted_reward)
 
@@ -193,34 +192,36 @@ STAGES = ("rollout", "rewards", "groups", "advantages", "loss")
 def grpo_step_stages(policy, examples, G: int = 4, grouping: str = "kmeans_semantic",
                      k: int = 2, combine: str = "cluster", estimator: str = "grpo",
                      temperature: float = 0.7, max_new_tokens: int = 8, beta: float = 0.0,
-                     seed: int = 0) -> dict:
-    """One GRPO step's intermediate values, each computed by the library function the
-    trainer calls -> {stage: dict}. No optimizer step is taken; the loss stage reports the
-    gradient norm that step would use (on-policy: ratio 1, reference = the policy itself)."""
-    r = sample(policy, [encode(e.prompt) for e in examples], G, max_new_tokens, temperature,
-               generator=torch.Generator().manual_seed(seed))             # N = B*G rows
-    texts = [decode(c) for c in r.completion_ids.tolist()]
-    rows = [examples[i] for i in r.prompt_index.tolist()]
-    rewards, parts = weighted_reward(texts, rows, WEIGHTS, r.stopped.tolist())  # (N,)
-    prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
-    mean, std = prompt_reward_stats(rewards, r.prompt_index, len(examples))
-    X = EMBEDDERS["tfidf"](prompts) if grouping in EMBEDS else None
-    ids = GROUPERS[grouping](PromptBatch(prompts, tasks, X, mean, std),
-                             min(k, len(examples)) if grouping in TAKES_K else None, seed)
-    adv = grouped_advantages(ids, r.prompt_index, rewards, combine, estimator)  # (N,)
+                     seed: int = 0, task: str = "mixture") -> dict:
+    """One GRPO step's intermediate values, computed by the trainer's own two halves
+    (``step.collect`` on these examples, then ``step.grpo_objective``) -> {stage: dict}. No
+    optimizer step is taken; the loss stage reports the gradient norm that step would use
+    (on-policy: ratio 1, reference = the policy itself)."""
+    from grpo_lab.config import preset
+    from grpo_lab.step import StepContext, collect, grpo_objective
+    from grpo_lab.trainer import make_grouper
+
+    cfg = preset("quick", task=task, prompts_per_step=len(examples), group_size=G,
+                 grouping=grouping, group_k=min(k, len(examples)), combine=combine,
+                 advantage=estimator, temperature=temperature, max_new_tokens=max_new_tokens,
+                 beta=beta, seed=seed, reward_weights=dict(WEIGHTS))
+    ctx = StepContext(lambda rng, n: list(examples), make_grouper(cfg), policy)
+    batch = collect(policy, cfg, 0, ctx)
+    s, r, adv = batch.scored, batch.scored.rollout, batch.advantages
+    rows = [s.examples[i] for i in r.prompt_index.tolist()]
     policy.zero_grad(set_to_none=True)
-    logp = completion_logprobs(policy, r, temperature)                    # (N, Tc)
-    loss, stats = grpo_loss(logp, r.logprobs, logp.detach() if beta else None, adv,
-                            r.completion_mask, beta=beta, max_len=max_new_tokens)
+    loss, stats = grpo_objective(policy, batch, cfg)
     loss.backward()
     gnorm = torch.sqrt(sum((p.grad ** 2).sum() for p in policy.parameters() if p.grad is not None))
     policy.zero_grad(set_to_none=True)
+    prompts, tasks = [e.prompt for e in s.examples], [e.task for e in s.examples]
+    ids = batch.cluster_ids.tolist()                                       # (B,)
     return {
-        "rollout": {"prompts": prompts, "texts": texts, "prompt_index": r.prompt_index.tolist(),
+        "rollout": {"prompts": prompts, "texts": s.texts, "prompt_index": r.prompt_index.tolist(),
                     "completion_ids": r.completion_ids.tolist(), "logprobs": r.logprobs.tolist(),
                     "stopped": r.stopped.tolist()},
-        "rewards": {"rewards": rewards.tolist(), "answers": [e.answer for e in rows],
-                    **{f"reward/{n}": v.tolist() for n, v in parts.items()}},
+        "rewards": {"rewards": s.rewards.tolist(), "answers": [e.answer for e in rows],
+                    **{f"reward/{n}": v.tolist() for n, v in s.parts.items()}},
         "groups": {"cluster_ids": [int(i) for i in ids], "tasks": tasks,
                    "group_ids": torch.as_tensor(ids)[r.prompt_index].tolist()},
         "advantages": {"advantages": adv.tolist(), **advantage_diagnostics(adv)},
@@ -249,7 +250,7 @@ def grpo_step_explorer(policy=None, task: str = "mixture", B: int = 4, G: int = 
         exs = sample_examples(names, B, random.Random(f"explorer-{parts['batch'][0]}"))
         parts["data"].clear()
         parts["data"].update(grpo_step_stages(policy, exs, G, parts["grouping"].value, k,
-                                              seed=parts["batch"][0]))
+                                              seed=parts["batch"][0], task=task))
         parts["stage"].value = 0
         show()
 

@@ -1,7 +1,7 @@
 """Sharder explorer: a policy, a number of ranks and a re-shard interval, over recorded steps.
 
 Pick the assignment policy, the number of ranks and how often to re-shard; the explorer replays
-recorded gradients of the toy policy (``replay.record_gradients``) through
+recorded gradients of the toy policy (``trainer.record_gradients``) through
 ``replay.replay_sharding`` (importance.update_moments + shard_plan.assign, pure) and shows, at the
 chosen step, which rank owns which shard, and over all steps the per-rank Adam bytes, the
 importance each rank holds, the imbalance and the bytes migrated by re-shards. Every number is
@@ -14,7 +14,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from grpo_lab.distributed.importance import IMPORTANCE
-from grpo_lab.distributed.replay import record_gradients, replay_sharding
+from grpo_lab.distributed.replay import replay_sharding
+from grpo_lab.trainer import record_gradients
 from grpo_lab.distributed.shard_plan import POLICIES
 
 

@@ -1,54 +1,82 @@
-"""Data-parallel training on 2 gloo processes (one spawn for every case) against single-process
-training on the full batch, and the bytes each exchange counts against hand-computed values.
+"""Every gradient exchange through the one trainer (objective supervised, a tiny policy) on 2
+gloo processes (one spawn for every case), against single-process training on the full batch,
+and the bytes each exchange counts against hand-computed values.
 
-Byte convention (train_dist's docstring): ``comm/bytes`` is what one rank sends per step under
+Byte convention (distributed/exchanges.py): ``comm/bytes`` is what one rank sends per step under
 the collective's bandwidth-optimal algorithm; at 2 ranks a ring all_reduce of b bytes sends
 2 (N-1)/N b = b, so fp32 all_reduce is 4 B x numel per rank per step.
 """
 import pytest
 import torch
 
+from grpo_lab.config import TrainConfig, preset
 from grpo_lab.distributed import wire
-from grpo_lab.distributed.exchanges import EXCHANGES
+from grpo_lab.distributed.exchanges import EXCHANGES, ExchangeConfig
 from grpo_lab.distributed.shard_plan import assign, default_max_shard_numel, make_shards
-from grpo_lab.distributed.train_dist import DistConfig, make_policy, run_all, summary, train
+from grpo_lab.model import GPT, GPTConfig, load_policy, save_policy
+from grpo_lab.report import comm_summary
+from grpo_lab.trainer import spawn_train, train
 
 WORLD, STEPS = 2, 3
-# eps=1e-6 as in tests/test_sharder.py: the attention key bias has an exactly-zero true
+# adam_eps=1e-6 as in tests/test_sharder.py: the attention key bias has an exactly-zero true
 # gradient, so its computed gradient is rounding noise that differs between a full-batch and
 # a split backward, and Adam divides it by eps. Adam's first steps move each weight by about
 # lr * g / (|g| + eps): rounding in a tiny g is amplified in proportion to lr, so lr=1e-3.
-TINY = dict(n_layer=1, n_embd=16, n_head=2, block_size=16, batch_size=8, steps=STEPS,
-            lr=1e-3, eps=1e-6, eval_size=20)
+TINY = dict(objective="supervised", prompts_per_step=8, steps=STEPS, lr=1e-3, adam_eps=1e-6,
+            warmup_steps=0, weight_decay=0.01, grad_clip=0.0, eval_every=0, eval_size=20,
+            time_budget_s=0.0, threads=1, beta=0.0)
 CASES = {
-    "allreduce": dict(exchange="allreduce"),
-    "fp32": dict(exchange="compressed", preset="fp32"),
-    "seed": dict(exchange="compressed", preset="seed"),
-    "ddp_fp16": dict(exchange="ddp_fp16_hook"),
-    "powersgd": dict(exchange="ddp_powersgd_hook", powersgd_rank=1, powersgd_start=2),
-    "sharded": dict(exchange="sharded", policy="size_balanced"),
-    "sharded_rr": dict(exchange="sharded", policy="importance_round_robin", importance="seed",
+    "allreduce": dict(name="allreduce"),
+    "fp32": dict(name="compressed", preset="fp32"),
+    "fp8_topk5": dict(name="compressed", preset="fp8_topk5"),
+    "ddp_fp16": dict(name="ddp_fp16_hook"),
+    "powersgd": dict(name="ddp_powersgd_hook", powersgd_rank=1, powersgd_start=2),
+    "sharded": dict(name="sharded", policy="size_balanced"),
+    "sharded_rr": dict(name="sharded", policy="importance_round_robin", importance="seed",
                        reshard_every=2),
-    "grpo": dict(exchange="allreduce", objective="grpo", batch_size=4, group_size=4, steps=2),
-    "sharded_fp32": dict(exchange="sharded_compressed", preset="fp32"),
-    "sharded_seed_whole": dict(exchange="sharded_compressed", preset="seed", max_shard_numel=10**9),
-    "sharded_aggressive_rr": dict(exchange="sharded_compressed", preset="aggressive",
+    "grpo": dict(name="allreduce"),
+    "sharded_fp32": dict(name="sharded_compressed", preset="fp32"),
+    "sharded_topk_whole": dict(name="sharded_compressed", preset="fp8_topk5", max_shard_numel=10**9),
+    "sharded_aggressive_rr": dict(name="sharded_compressed", preset="aggressive",
                                   policy="importance_round_robin", importance="seed",
                                   reshard_every=2),
-    "sharded_seed_both": dict(exchange="sharded_compressed", preset="seed",
-                              broadcast_preset="seed"),
+    "sharded_topk_both": dict(name="sharded_compressed", preset="fp8_topk5",
+                              broadcast_preset="fp8_topk5"),
 }
 
 
 @pytest.fixture(scope="module")
-def runs():
-    cfgs = [DistConfig(**{**TINY, **case}) for case in CASES.values()]
-    return dict(zip(CASES, run_all(cfgs, WORLD, run_timeout_s=240)))
+def tiny_base(tmp_path_factory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny") / "tiny.safetensors"
+    save_policy(GPT(GPTConfig(n_layer=1, n_embd=16, n_head=2, block_size=16)), path)
+    return str(path)
+
+
+def tiny_cfg(base, out, **kw) -> TrainConfig:
+    return preset("tiny_cpu", base_checkpoint=base, out_dir=str(out), **{**TINY, **kw})
 
 
 @pytest.fixture(scope="module")
-def single():
-    return train(DistConfig(**TINY))                                       # in process, world 1
+def runs(tiny_base, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    cfgs = [tiny_cfg(tiny_base, out / name, exchange=case,
+                     **(dict(objective="grpo", prompts_per_step=4, group_size=4, steps=2,
+                             beta=0.02) if name == "grpo" else {}))
+            for name, case in CASES.items()]
+    return dict(zip(CASES, spawn_train(cfgs, WORLD, run_timeout_s=300)))
+
+
+@pytest.fixture(scope="module")
+def single(tiny_base, tmp_path_factory):
+    seen = {}
+    h = train(tiny_cfg(tiny_base, tmp_path_factory.mktemp("single")), progress=False,
+              on_step=lambda m, p: seen.setdefault("p", p))                # in process, world 1
+    return {"history": h, "params": {n: p.detach().clone() for n, p in seen["p"].named_parameters()}}
+
+
+def _steps(res):
+    return [m for m in res["history"] if m["step"] >= 0]
 
 
 def _close(a, b, atol):
@@ -56,17 +84,17 @@ def _close(a, b, atol):
         torch.testing.assert_close(a[name], b[name], atol=atol, rtol=0, msg=name)
 
 
-def test_allreduce_equals_single_process_full_batch(runs, single):
+def test_allreduce_equals_single_process_full_batch(runs, single, tiny_base):
     for rank in range(WORLD):
         _close(runs["allreduce"][rank]["params"], single["params"], atol=1e-6)
-    init = make_policy(DistConfig(**TINY))
+    init = load_policy(tiny_base)
     moved = min(float((single["params"][n] - p.detach()).abs().max())
                 for n, p in init.named_parameters())
     assert moved > 1e-4                                                    # 100x the tolerance
-    # the loss each rank logs is its share: the two add up to the full-batch loss
-    for step in range(STEPS):
-        total = sum(runs["allreduce"][r]["history"][step]["train/loss"] for r in range(WORLD))
-        assert total == pytest.approx(single["history"][step]["train/loss"], abs=1e-5)
+    # every rank logs the global batch's loss (the ranks' shares summed)
+    for rank in range(WORLD):
+        for a, b in zip(_steps(runs["allreduce"][rank]), _steps(single)):
+            assert a["train/loss"] == pytest.approx(b["train/loss"], abs=1e-5)
 
 
 def test_lossless_compression_equals_allreduce(runs):
@@ -89,7 +117,7 @@ def test_sharder_with_whole_tensor_shards_equals_the_compressed_exchange(runs):
     # one shard per tensor: the same records as comm.compressed_all_reduce, averaged in rank
     # order, then the sharder's AdamW, line for line torch's: bitwise the same parameters
     for rank in range(WORLD):
-        _close(runs["sharded_seed_whole"][rank]["params"], runs["seed"][rank]["params"], atol=0)
+        _close(runs["sharded_topk_whole"][rank]["params"], runs["fp8_topk5"][rank]["params"], atol=0)
 
 
 def test_every_rank_holds_the_same_params(runs):
@@ -99,7 +127,7 @@ def test_every_rank_holds_the_same_params(runs):
 
 def test_lossy_exchanges_stay_near_allreduce(runs):
     ref = runs["allreduce"][0]["params"]
-    for case in ("seed", "ddp_fp16", "powersgd", "sharded_seed_both"):
+    for case in ("fp8_topk5", "ddp_fp16", "powersgd", "sharded_topk_both"):
         got = runs[case][0]["params"]
         assert any(not torch.equal(got[n], ref[n]) for n in ref), case     # really lossy
         _close(got, ref, atol=0.01)                                        # 3 steps at lr 1e-3
@@ -109,17 +137,17 @@ def _numel(res):
     return sum(p.numel() for p in res["params"].values())
 
 
-def test_bytes_by_hand(runs):
+def test_bytes_by_hand(runs, tiny_base):
     n = _numel(runs["allreduce"][0])
-    for m in runs["allreduce"][0]["history"]:
+    for m in _steps(runs["allreduce"][0]):
         assert m["comm/payload_bytes"] == m["comm/bytes"] == 4 * n         # fp32, ring at N=2
         assert m["comm/wchar_bytes"] >= 4 * n                              # gloo wrote at least it
-    for m in runs["ddp_fp16"][0]["history"]:
+    for m in _steps(runs["ddp_fp16"][0]):
         assert m["comm/bytes"] == 2 * n                                    # float16 bucket
     # fp32 message: 12 header + 4 crc; per tensor 26 + len(name) + 4 ndim + 4 numel
     params = runs["fp32"][0]["params"]
     msg = 16 + sum(26 + len(k) + 4 * p.dim() + 4 * p.numel() for k, p in params.items())
-    for m in runs["fp32"][0]["history"]:
+    for m in _steps(runs["fp32"][0]):
         assert m["comm/payload_bytes"] == msg
         assert m["comm/bytes"] == 8 + msg                                  # (N-1)(8 + max_len)
     assert wire.FORMAT_BYTES["fp32"] == 4
@@ -128,92 +156,90 @@ def test_bytes_by_hand(runs):
     after = sum((p.shape[0] + p[0].numel()) if p.dim() > 1 and
                 2 * (p.shape[0] + p[0].numel()) < p.numel() else p.numel()
                 for p in params.values())
-    hist = runs["powersgd"][0]["history"]
+    hist = _steps(runs["powersgd"][0])
     assert [m["comm/bytes"] for m in hist] == [4 * n, 4 * n, 4 * after]
     assert after < n / 2
     # sharder: reduce + broadcast of every byte, 2 (N-1) * 4n over both ranks, 4n per rank
-    assert [m["comm/bytes"] for m in runs["sharded"][0]["history"]] == [4 * n] * STEPS
-    assert runs["sharded_rr"][0]["history"][1]["comm/bytes"] > 4 * n       # re-shard migrates
+    assert [m["comm/bytes"] for m in _steps(runs["sharded"][0])] == [4 * n] * STEPS
+    assert _steps(runs["sharded_rr"][0])[1]["comm/bytes"] > 4 * n       # re-shard migrates
     # sharder + fp32 messages: each rank sends the other owner one message holding that
     # owner's shards (flat, ndim 1), plus the (N, N) length table all-gathered (2 x 16 B)
-    tiny = make_policy(DistConfig(**TINY))
+    tiny = load_policy(tiny_base)
     shards = make_shards(list(tiny.named_parameters()),
                          default_max_shard_numel(n, WORLD))
     owner = assign("size_balanced", shards, WORLD)
     msg = [16 + sum(26 + len(s.name) + 4 + 4 * s.numel for s, o in zip(shards, owner) if o == r)
            for r in range(WORLD)]
-    for m in runs["sharded_fp32"][0]["history"]:
+    for m in _steps(runs["sharded_fp32"][0]):
         assert m["comm/reduce_bytes"] == (sum(msg) + 2 * 16) // WORLD
         assert m["comm/bytes"] == m["comm/reduce_bytes"] + 4 * n // WORLD  # + fp32 broadcast
 
 
-def test_compressed_seed_sends_fewer_bytes(runs):
-    n = _numel(runs["seed"][0])
-    for m in runs["seed"][0]["history"]:
+def test_compressed_topk_sends_fewer_bytes(runs):
+    n = _numel(runs["fp8_topk5"][0])
+    for m in _steps(runs["fp8_topk5"][0]):
         assert m["comm/bytes"] < 4 * n / 4                                 # more than 4x smaller
     # in the sharder only the reduce shrinks: the fp32 parameter broadcast (2n B per rank at
     # N=2) stays, so a step sends more than half of the uncompressed sharder's 4n
-    for m in runs["sharded_seed_whole"][0]["history"]:
+    for m in _steps(runs["sharded_topk_whole"][0]):
         assert m["comm/reduce_bytes"] < 4 * n / 2 / 4                      # reduce > 4x smaller
         assert m["comm/bytes"] - m["comm/reduce_bytes"] == 2 * n           # broadcast, fp32
-    # EF21-P broadcast with the seed preset: the broadcast shrinks as much as the reduce
-    for m in runs["sharded_seed_both"][0]["history"]:
+    # EF21-P broadcast with the fp8_topk5 preset: the broadcast shrinks as much as the reduce
+    for m in _steps(runs["sharded_topk_both"][0]):
         assert m["comm/bytes"] - m["comm/reduce_bytes"] < 2 * n / 4
     # the tiny model's tensors are mostly under aggressive's dense_small (1024): e4m3, ~4x
-    for m in runs["sharded_aggressive_rr"][0]["history"]:
+    for m in _steps(runs["sharded_aggressive_rr"][0]):
         assert m["comm/reduce_bytes"] < 4 * n / 2 / 2
 
 
 def test_metrics_and_summary(runs):
     h = runs["allreduce"][0]["history"]
     assert {"step", "train/loss", "comm/bytes", "comm/payload_bytes", "comm/wchar_bytes",
-            "time/step_s"} <= set(h[0])
+            "time/step_s", "grad/norm"} <= set(h[1])
     assert "eval/accuracy" in h[-1] and "eval/accuracy" not in runs["allreduce"][1]["history"][-1]
-    s = summary(h)
+    s = comm_summary(h)
     assert s["comm/bytes_total"] == STEPS * s["comm/bytes_per_step"]
     assert 0.0 <= s["eval/accuracy"] <= 1.0
-    g = runs["grpo"][0]["history"]
-    assert len(g) == 2 and all("reward/mean" in m for m in g)
+    g = _steps(runs["grpo"][0])
+    assert len(g) == 2 and all("reward/mean" in m and "loss/kl" in m for m in g)
 
 
-def test_bad_options_are_named():
+def test_bad_options_are_named(tiny_base, tmp_path):
     with pytest.raises(ValueError, match="unknown exchange 'carrier_pigeon'; known: "):
-        DistConfig(exchange="carrier_pigeon")
+        ExchangeConfig(name="carrier_pigeon")
     with pytest.raises(ValueError, match="unknown compression preset 'tiny'"):
-        DistConfig(exchange="compressed", preset="tiny")
+        ExchangeConfig(name="compressed", preset="tiny")
     with pytest.raises(ValueError, match="unknown objective 'rlhf'"):
-        DistConfig(objective="rlhf")
-    with pytest.raises(ValueError, match="grad_clip=1.0 .* 'sharded'"):
-        DistConfig(exchange="sharded", grad_clip=1.0)
-    with pytest.raises(ValueError, match="grad_clip=1.0 .* 'sharded_compressed'"):
-        DistConfig(exchange="sharded_compressed", grad_clip=1.0)
-    with pytest.raises(ValueError, match="unknown compression preset 'tiny'"):
-        DistConfig(exchange="sharded_compressed", preset="tiny")
+        TrainConfig(objective="rlhf")
     with pytest.raises(ValueError, match="unknown broadcast_preset 'tiny'"):
-        DistConfig(exchange="sharded_compressed", broadcast_preset="tiny")
-    with pytest.raises(ValueError, match="broadcast_preset='seed' .* not 'sharded'"):
-        DistConfig(exchange="sharded", broadcast_preset="seed")
+        ExchangeConfig(name="sharded_compressed", broadcast_preset="tiny")
+    with pytest.raises(ValueError, match="broadcast_preset='fp8_topk5' .* not 'sharded'"):
+        ExchangeConfig(name="sharded", broadcast_preset="fp8_topk5")
     with pytest.raises(ValueError, match="max_shard_numel must be >= 0, got -1"):
-        DistConfig(exchange="sharded", max_shard_numel=-1)
-    with pytest.raises(ValueError, match="batch_size=8 is not divisible by 3 ranks"):
-        train(DistConfig(**TINY), rank=0, world=3)
+        ExchangeConfig(name="sharded", max_shard_numel=-1)
+    with pytest.raises(ValueError, match="unknown shard policy 'fair'"):
+        ExchangeConfig(name="sharded", policy="fair")
     with pytest.raises(ValueError, match="exchange 'sharded' needs a process group"):
-        train(DistConfig(**{**TINY, "exchange": "sharded"}))
+        train(tiny_cfg(tiny_base, tmp_path, exchange={"name": "sharded"}), progress=False)
     assert set(EXCHANGES) == {"allreduce", "compressed", "ddp_fp16_hook", "ddp_powersgd_hook",
                               "sharded", "sharded_compressed"}
 
 
 def test_command_line_sets_every_kind_of_field():
-    # the torchrun entry point: ints, floats, bools, strings and the "X | None" overrides
-    from grpo_lab.distributed.train_dist import parse_args
-    cfg = parse_args(["--exchange", "sharded_compressed", "--preset", "aggressive",
-                      "--broadcast_preset", "seed", "--density_warmup", "0", "--beta1", "0",
-                      "--momentum", "0.5", "--error_feedback", "false", "--steps", "5",
-                      "--lr", "3e-4"])
-    assert (cfg.exchange, cfg.preset, cfg.broadcast_preset) == ("sharded_compressed",
-                                                                "aggressive", "seed")
-    assert (cfg.density_warmup, cfg.beta1, cfg.momentum) == (0, 0.0, 0.5)
-    assert (cfg.error_feedback, cfg.steps, cfg.lr) == (False, 5, 3e-4)
-    assert parse_args([]) == DistConfig()                                  # defaults untouched
+    # ints, floats, bools, strings, the "X | None" overrides and the dotted sub-config flags
+    from grpo_lab.cli import build_parser, overrides
+    args = build_parser().parse_args([
+        "train", "--exchange.name", "sharded_compressed", "--exchange.preset", "aggressive",
+        "--exchange.broadcast_preset", "fp8_topk5", "--exchange.density_warmup", "0",
+        "--exchange.beta1", "0", "--exchange.momentum", "0.5", "--exchange.error_feedback",
+        "false", "--steps", "5", "--lr", "3e-4"])
+    cfg = preset("tiny_cpu", **overrides(args, TrainConfig))
+    x = cfg.exchange
+    assert (x.name, x.preset, x.broadcast_preset) == ("sharded_compressed", "aggressive",
+                                                      "fp8_topk5")
+    assert (x.density_warmup, x.beta1, x.momentum) == (0, 0.0, 0.5)
+    assert (x.error_feedback, cfg.steps, cfg.lr) == (False, 5, 3e-4)
+    assert preset("tiny_cpu", **overrides(build_parser().parse_args(["train"]), TrainConfig)) \
+        == TrainConfig()                                                   # defaults untouched
     with pytest.raises(ValueError, match="unknown exchange 'pigeon'"):
-        parse_args(["--exchange", "pigeon"])
+        preset("tiny_cpu", exchange={"name": "pigeon"})

@@ -1,0 +1,290 @@
+"""One training step in two halves, the same for every caller (trainer, notebooks, widgets).
+
+    collect(policy, cfg, step, ctx) -> Batch                      (no grad)
+        draw B prompts, seeded by (seed, step, draw): the same list on every rank
+        this rank's contiguous slice of them -> G completions each (rollout.sample), prompt i
+            sampled with its own generator seeded by (seed, step, draw, i)
+        score (tasks.weighted_reward; step rewards for process supervision)
+        gather every rank's rewards (distributed/group.py; the identity on one process)
+        [dynamic sampling (DAPO): keep prompts whose G rewards differ, decided on the gathered
+         rewards, so every rank keeps the same prompts]
+        group ids: the grouper on all kept prompts (every rank computes the same ids)
+        advantages on the global batch; this rank keeps the rows it sampled
+    objective(policy, batch, cfg, world) -> (loss, shares)        (with grad)
+        grpo: loss.grpo_loss on this rank's rows, scaled by N * local / global normaliser, so
+        the mean over ranks of the gradients is the gradient of the global batch's loss for
+        every aggregation (token_mean divides by the global token count, not the rank's).
+        supervised: cross-entropy on the answer tokens of demonstrations, likewise.
+        ``shares`` are this rank's shares of the logged statistics: summed over ranks they give
+        the global batch's value (on one process, the value itself).
+
+Everything a step computes depends only on (seed, step) and the global batch, so a run on N
+processes computes what one process does, up to the float rounding of a gradient averaged
+from N parts (tests/test_scaling.py). Metrics in ``Batch.metrics`` are those of the global
+batch, the same on every rank.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from grpo_lab.advantages import process_advantages
+from grpo_lab.distributed.group import Group
+from grpo_lab.grouping import (advantage_diagnostics, advantage_split, cluster_diagnostics,
+                               grouped_advantages, reward_group_diagnostics)
+from grpo_lab.loss import grpo_loss
+from grpo_lab.rollout import Rollout, cat_rollouts, completion_logprobs, positions, sample, take_rows
+from grpo_lab.tasks import EOS, decode, encode, get_task, step_rewards, weighted_reward
+from grpo_lab.rollout import left_pad
+
+
+def max_new_tokens(cfg) -> int:
+    return cfg.max_new_tokens or max(get_task(t).max_answer_len for t in cfg.task_names) + 2
+
+
+class Scored(NamedTuple):
+    """Completions sampled and scored: B prompts, N = B*G rows (row i from prompt
+    ``rollout.prompt_index[i]``)."""
+    examples: list                # (B,) Example
+    rollout: Rollout              # N rows
+    rewards: torch.Tensor         # (N,) weighted reward
+    parts: dict                   # reward function name -> (N,)
+    texts: list                   # (N,) decoded completions
+
+
+@torch.no_grad()
+def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
+                     temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
+                     generator=None) -> Scored:
+    """sample -> decode -> score: the one path from prompts to rewards (training, evaluation,
+    widgets, benches)."""
+    r = sample(policy, [encode(e.prompt) for e in examples], G, max_new, temperature, top_k,
+               greedy=greedy, generator=generator)
+    texts = [decode(c) for c in r.completion_ids.tolist()]
+    rows = [examples[i] for i in r.prompt_index.tolist()]                  # (N,)
+    rewards, parts = weighted_reward(texts, rows, weights, r.stopped.tolist())
+    return Scored(list(examples), r, rewards, parts, texts)
+
+
+def take_scored(s: Scored, rows: torch.Tensor) -> Scored:
+    """Keep the rows (N,) bool; kept prompts renumbered 0..B'-1 in order."""
+    sub, kept = take_rows(s.rollout, rows)
+    return Scored([s.examples[i] for i in kept.tolist()], sub, s.rewards[rows],
+                  {k: v[rows] for k, v in s.parts.items()},
+                  [s.texts[i] for i in rows.nonzero().flatten().tolist()])
+
+
+def cat_scored(ss: list[Scored]) -> Scored:
+    r = cat_rollouts([s.rollout for s in ss], [len(s.examples) for s in ss])
+    return Scored([e for s in ss for e in s.examples], r, torch.cat([s.rewards for s in ss]),
+                  {k: torch.cat([s.parts[k] for s in ss]) for k in ss[0].parts},
+                  [t for s in ss for t in s.texts])
+
+
+def seed_of(*parts) -> int:
+    """A 63-bit seed from any tuple of values (stable across processes and runs)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2 ** 63 - 1)
+
+
+def prompt_generators(seed: int, step: int, draw: int, indices) -> list[torch.Generator]:
+    """One generator per prompt, seeded by (seed, step, draw, prompt index)."""
+    return [torch.Generator().manual_seed(seed_of(seed, step, draw, i)) for i in indices]
+
+
+@dataclass
+class StepContext:
+    """What a step needs besides the policy and the config; built once by the trainer."""
+    draw: Callable                # (rng, n) -> n training examples
+    grouper: Callable             # reclustering.StepGrouper
+    ref: torch.nn.Module | None = None   # frozen reference policy (beta > 0)
+    group: Group = Group()
+
+
+class Batch(NamedTuple):
+    """One GRPO step's data on this rank, plus the global counts the loss normalises by."""
+    scored: Scored                # this rank's prompts and rows (N_r = B_r * G)
+    advantages: torch.Tensor      # (N_r,) outcome, or (N_r, Tc) process supervision
+    ref_logprobs: torch.Tensor | None  # (N_r, Tc), None when beta == 0
+    n_rows: int                   # rows of the global batch (B * G)
+    n_tokens: int                 # completion tokens of the global batch
+    cluster_ids: torch.Tensor     # (B,) group id of each prompt of the global batch
+    metrics: dict                 # reward/, group/, adv/, sample/, completion/ of the global batch
+
+
+def _varies(rewards: torch.Tensor, G: int, tol: float = 1e-8) -> torch.Tensor:
+    """(B*G,) rewards -> (B,) bool: the prompt's G rewards are not all equal (DAPO's filter)."""
+    return rewards.view(-1, G).double().std(1, unbiased=False) > tol if len(rewards) else \
+        torch.zeros(0, dtype=torch.bool)
+
+
+def _draw_prompts(cfg, ctx: StepContext, step: int, policy):
+    """Draws of B prompts (dynamic sampling: until B informative) -> (kept [(draw, index)]
+    sorted, per draw (examples, this rank's Scored), informative flags per draw or None)."""
+    G, B = cfg.group_size, cfg.prompts_per_step
+    mine = ctx.group.slice(B)
+    draws, flags, kept = [], [], []
+    for d in range(cfg.dynamic_max_draws if cfg.dynamic_sampling else 1):
+        examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
+        s = sample_and_score(policy, [examples[i] for i in mine], G, max_new_tokens(cfg),
+                             cfg.reward_weights, cfg.temperature, cfg.top_k or None,
+                             generator=prompt_generators(cfg.seed, step, d, mine))
+        draws.append((examples, s))
+        if not cfg.dynamic_sampling:
+            return [(0, i) for i in range(B)], draws, None
+        f = torch.cat(ctx.group.gather(_varies(s.rewards, G)))             # (B,) rank order
+        flags.append(f)
+        kept += [(d, i) for i in range(B) if f[i]][:B - len(kept)]
+        if len(kept) == B:
+            break
+    if len(kept) < B:                  # bounded: top up with the first draw's dull prompts
+        kept += [(0, i) for i in range(B) if not flags[0][i]][:B - len(kept)]
+    return sorted(kept), draws, flags
+
+
+@torch.no_grad()
+def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
+    """Prompts -> rollouts -> rewards -> group ids -> advantages: one ``Batch``."""
+    G, B, group = cfg.group_size, cfg.prompts_per_step, ctx.group
+    mine = ctx.group.slice(B)
+    kept, draws, flags = _draw_prompts(cfg, ctx, step, policy)
+    parts, positions_ = [], []
+    for d, (_, s) in enumerate(draws):
+        local = [i - mine.start for dd, i in kept if dd == d and i in mine]
+        if local:
+            rows = torch.isin(s.rollout.prompt_index, torch.tensor(local))
+            parts.append(take_scored(s, rows))
+    positions_ = [p for p, (d, i) in enumerate(kept) if i in mine]        # global prompt order
+    scored = cat_scored(parts) if parts else take_scored(draws[0][1], torch.zeros(
+        len(draws[0][1].rewards), dtype=torch.bool))
+    r = scored.rollout
+    lengths = r.completion_mask.sum(1)                                     # (N_r,)
+    steps = (step_rewards(scored.texts, [scored.examples[i] for i in r.prompt_index.tolist()],
+                          r.stopped.tolist()) if cfg.supervision == "process" else None)
+    # ---- the global batch, the same on every rank
+    shared = group.gather((positions_, scored.rewards, scored.parts, lengths, r.stopped, steps))
+    order = [p for pos, *_ in shared for p in pos]                         # prompt of each block
+    rank_of = sorted(range(len(order)), key=order.__getitem__)             # global order
+    cat = lambda i: torch.cat([x[i] for x in shared])                      # noqa: E731
+    blocks = lambda t: t.view(len(order), G, *t.shape[1:])[rank_of].reshape(-1, *t.shape[1:])  # noqa: E731
+    rewards, all_len, stopped = blocks(cat(1)), blocks(cat(3)), blocks(cat(4))   # (N,) each
+    reward_parts = {k: blocks(torch.cat([x[2][k] for x in shared])) for k in shared[0][2]}
+    examples = [draws[d][0][i] for d, i in kept]                            # (B,)
+    prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
+    prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
+    cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, rewards, prompt_index, step))  # (B,)
+    group_ids = cluster_ids[prompt_index]                                  # (N,)
+    my_rows = torch.cat([torch.arange(p * G, (p + 1) * G) for p in positions_]) \
+        if positions_ else torch.zeros(0, dtype=torch.long)                # (N_r,) global rows
+    if cfg.supervision == "process":
+        rows_steps = [row for x in shared for row in x[5]]
+        rows_steps = [rows_steps[i] for p in rank_of for i in range(p * G, (p + 1) * G)]
+        T = max(len(x) for x in rows_steps)
+        sr = torch.zeros(B * G, T)                                          # (N, T)
+        mask = torch.arange(T)[None] < all_len[:, None]                     # (N, T)
+        for i, row in enumerate(rows_steps):
+            sr[i, :len(row)] = torch.tensor(row)
+        adv_all = process_advantages(sr, mask, group_ids)                   # (N, T)
+        adv = adv_all[my_rows][:, :r.completion_ids.shape[1]]              # (N_r, Tc)
+        adv_flat = adv_all[mask]
+    else:
+        adv_all = grouped_advantages(cluster_ids, prompt_index, rewards, cfg.combine,
+                                     cfg.advantage)                        # (N,)
+        adv, adv_flat = adv_all[my_rows], adv_all
+    ref_logp = None
+    if cfg.beta and len(my_rows):
+        ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature)        # (N_r, Tc)
+    quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == B
+               else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks))  # NaN: undefined
+    metrics = {
+        "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
+        **{f"reward/{k}": float(v.mean()) for k, v in reward_parts.items()},
+        **reward_group_diagnostics(rewards, group_ids),
+        **{k: v for k, v in quality.items() if not math.isnan(v)},
+        "adv/abs_mean": float(adv_flat.abs().mean()),
+        **advantage_diagnostics(adv_flat),
+        **(advantage_split(adv_all, prompt_index) if adv_all.dim() == 1 else {}),
+        "completion/mean_len": float(all_len.float().mean()),
+        "completion/stopped_frac": float(stopped.float().mean()),
+    }
+    if flags is not None:
+        metrics.update({"sample/draws": len(draws), "sample/informative_frac":
+                        float(torch.cat(flags).float().mean())})
+    return Batch(scored, adv, ref_logp, B * G, int(all_len.sum()), cluster_ids, metrics)
+
+
+# ---- the objectives: (policy, batch, cfg, world) -> (loss, shares)
+
+GRPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",
+              "policy/entropy")
+ROW_NORMALISED = ("seq_mean_token_mean", "dr_grpo")  # the others divide by tokens (token_mean)
+
+
+def _zero_loss(policy) -> torch.Tensor:
+    """A loss of 0 that still reaches every parameter, so backward gives zero gradients (a
+    rank that holds no prompt this step still takes part in the exchange)."""
+    return sum(p.sum() * 0.0 for p in policy.parameters())
+
+
+def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
+    r = batch.scored.rollout
+    n = r.completion_ids.shape[0]
+    if n == 0:
+        return _zero_loss(policy), dict.fromkeys(GRPO_STATS, 0.0)
+    logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True)
+    loss, stats = grpo_loss(logp, r.logprobs, batch.ref_logprobs, batch.advantages,
+                            r.completion_mask, cfg.eps_low, cfg.eps_high, cfg.beta,
+                            cfg.aggregation, max_new_tokens(cfg))
+    m = r.completion_mask
+    n_tok = int(m.sum())
+    local, glob = (n, batch.n_rows) if cfg.aggregation in ROW_NORMALISED else (n_tok, batch.n_tokens)
+    share = local / glob                                                   # 1.0 on one process
+    tok_share = n_tok / batch.n_tokens
+    stats["policy/entropy"] = float(entropy.detach()[m].sum()) / max(n_tok, 1)
+    shares = {k: stats[k] * (share if k == "loss/total" else tok_share) for k in GRPO_STATS}
+    return loss * (world * share), shares
+
+
+class DemoBatch(NamedTuple):
+    """Supervised step data on this rank: demonstrations, answer tokens as targets."""
+    ids: torch.Tensor             # (B_r, T) long, left-padded
+    mask: torch.Tensor            # (B_r, T) bool, real tokens
+    target_mask: torch.Tensor     # (B_r, T) bool, answer + <eos> tokens (predicted)
+    n_tokens: int                 # target tokens of the global batch
+    metrics: dict
+
+
+def demo_batch(examples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Examples -> ids (B, T), key mask (B, T), loss mask (B, T) on answer + <eos> targets."""
+    seqs, n_answer = [], []
+    for ex in examples:
+        seqs.append(encode(ex.prompt) + encode(ex.answer) + [EOS])
+        n_answer.append(len(ex.answer) + 1)
+    ids, mask = left_pad(seqs)                                             # (B, T)
+    T = ids.shape[1]
+    target_mask = torch.zeros_like(mask)
+    for i, n in enumerate(n_answer):
+        target_mask[i, T - n:] = True                                      # predict these
+    return ids, mask, target_mask
+
+
+def collect_demos(policy, cfg, step: int, ctx: StepContext) -> DemoBatch:
+    examples = ctx.draw(random.Random(f"{cfg.seed}-batch-{step}"), cfg.prompts_per_step)
+    ids, mask, tmask = demo_batch([examples[i] for i in ctx.group.slice(len(examples))])
+    return DemoBatch(ids, mask, tmask, sum(len(e.answer) + 1 for e in examples), {})
+
+
+def supervised_objective(policy, batch: DemoBatch, cfg, world: int = 1):
+    logits, _ = policy(batch.ids, positions(batch.mask), batch.mask)       # (B_r, T, V)
+    t = batch.target_mask[:, 1:]                                           # position t predicts t+1
+    ce = F.cross_entropy(logits[:, :-1][t], batch.ids[:, 1:][t], reduction="sum")
+    return ce * world / batch.n_tokens, {"train/loss": float(ce.detach()) / batch.n_tokens}
+
+
+OBJECTIVES = {"grpo": (collect, grpo_objective), "supervised": (collect_demos, supervised_objective)}
