@@ -16,7 +16,8 @@ bit either breaks the safetensors header (also a ``CheckpointError``) or changes
 hashed. A grpo_lab file (format tag ``grpo_lab.*``) without a checksum (written before
 checksums existed, or its checksum key damaged) is refused unless the caller passes
 ``allow_unsigned=True``; ``add_checksum(path)`` re-saves such a file, tensors bit-identical,
-with one. A foreign file (no grpo_lab tag) is read unverified: callers refuse it by its tag. The shipped ``data/base_*.safetensors`` carry checksums.
+with one. A foreign file (no grpo_lab tag) is read unverified: callers refuse it by its tag.
+The shipped ``data/base_*.safetensors`` carry checksums.
 
 ``load_state_strict`` loads tensors into a module and names every missing or unexpected
 key and every shape mismatch (``load_state_dict(strict=True)`` raises a raw RuntimeError;

@@ -96,21 +96,24 @@ def _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high,
     if logp.shape[0] == 0 or logp.shape[1] == 0:
         raise ValueError(f"no completions to score: logp has shape {tuple(logp.shape)} "
                          f"(N = 0 or T = 0)")
-    advantages = torch.as_tensor(advantages)
+    if not torch.is_tensor(advantages):
+        advantages = torch.as_tensor(advantages, device=logp.device)      # list, numpy
     if not advantages.is_floating_point():
         advantages = advantages.to(logp.dtype)                             # ints, bools -> float
     if advantages.shape not in (logp.shape[:1], logp.shape):
         raise ValueError(f"advantages {tuple(advantages.shape)} must be (N,) or (N, T) = "
                          f"{tuple(logp.shape)}")
-    for name, value, ok in [("beta", beta, lambda v: v >= 0),
-                            ("eps_low", eps_low, lambda v: 0 <= v < 1),
-                            ("eps_high", eps_high, lambda v: v >= 0)]:
-        if not (isinstance(value, numbers.Real) or torch.is_tensor(value) and value.numel() == 1):
-            raise ValueError(f"{name} must be a number, got {value!r}")
-        if not (math.isfinite(float(value)) and ok(float(value))):
-            raise ValueError(f"{name} must be finite and {RANGES[name]}, got {float(value)}")
+    beta, eps_low, eps_high = (_number(n, v) for n, v in
+                               [("beta", beta), ("eps_low", eps_low), ("eps_high", eps_high)])
+    if not (math.isfinite(beta) and beta >= 0):
+        raise ValueError(f"beta must be finite and >= 0, got {beta}")
+    if not 0 <= eps_low < 1:                                               # False for NaN too
+        raise ValueError(f"eps_low must be finite and in [0, 1), got {eps_low}")
+    if not (math.isfinite(eps_high) and eps_high >= 0):
+        raise ValueError(f"eps_high must be finite and >= 0, got {eps_high}")
     if max_len is not None and not (isinstance(max_len, numbers.Integral) and max_len > 0):
-        raise ValueError(f"max_len must be a positive int (the dr_grpo normaliser), got {max_len!r}")
+        raise ValueError(f"max_len must be a positive int (the dr_grpo normaliser), "
+                         f"got {max_len!r}")
     if beta != 0 and (ref_logp is None or ref_logp.shape != logp.shape):
         raise ValueError("beta != 0 needs ref_logp of the same (N, T) shape as logp")
     real = mask.bool()                                                     # (N, T)
@@ -125,7 +128,10 @@ def _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high,
     return advantages
 
 
-RANGES = {"beta": ">= 0", "eps_low": "in [0, 1)", "eps_high": ">= 0"}
+def _number(name: str, value) -> float:
+    if not (isinstance(value, numbers.Real) or torch.is_tensor(value) and value.numel() == 1):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return float(value)
 
 
 def _first_non_finite(name: str, x: torch.Tensor, where: torch.Tensor) -> None:

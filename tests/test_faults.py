@@ -187,6 +187,34 @@ def test_loss_ranges(kw, message):
         grpo_loss(z, z, z, T([1.0, -1.0]), MASK, **kw)
 
 
+def reference_loss(logp, old_logp, ref_logp, adv, mask, eps_low, eps_high, beta, agg, max_len):
+    """grpo_loss as it was before the input checks: padding multiplied by the mask."""
+    from grpo_lab.loss import AGGREGATIONS
+    mask = mask.to(logp.dtype)
+    A = adv[:, None] if adv.dim() == 1 else adv
+    ratio = torch.exp(logp - old_logp)
+    per_tok = -torch.min(ratio * A, ratio.clamp(1 - eps_low, 1 + eps_high) * A)
+    if beta != 0:
+        d = ref_logp - logp
+        per_tok = per_tok + beta * (torch.exp(d) - d - 1)
+    return AGGREGATIONS[agg](per_tok, mask, max_len)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_loss_on_valid_inputs_is_bit_identical_to_the_unchecked_one(seed):
+    from grpo_lab.loss import AGGREGATIONS
+    g = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(8, 7, generator=g) * 3                              # (N, T)
+    old, ref = (logp + torch.randn(8, 7, generator=g) * 0.3 for _ in range(2))
+    mask = torch.rand(8, 7, generator=g) > 0.3
+    for adv in [torch.randn(8, generator=g), torch.randn(8, 7, generator=g)]:
+        for agg in AGGREGATIONS:
+            for beta in (0.0, 0.04):
+                args = (logp, old, ref, adv, mask, 0.2, 0.28, beta, agg, 9)
+                loss, _ = grpo_loss(*args)
+                assert loss.item() == reference_loss(*args).item(), (agg, beta, adv.dim())
+
+
 # =========================================================================== rewards
 
 EX = [Example("12+34=", "46", "addition")] * 2
@@ -225,8 +253,10 @@ def dense(fmt, values: bytes, n, scales=EMPTY, block=0):
 
 
 POISONED = {
-    "fp32_nan": (dense("fp32", np.array([1.0, NAN, 2.0], "<f4").tobytes(), 3), "value 1 decodes to nan"),
-    "fp32_inf": (dense("fp32", np.array([1.0, 2.0, -INF], "<f4").tobytes(), 3), "value 2 decodes to -inf"),
+    "fp32_nan": (dense("fp32", np.array([1.0, NAN, 2.0], "<f4").tobytes(), 3),
+                 "value 1 decodes to nan"),
+    "fp32_inf": (dense("fp32", np.array([1.0, 2.0, -INF], "<f4").tobytes(), 3),
+                 "value 2 decodes to -inf"),
     "fp16_inf": (dense("fp16", np.array([INF, 1.0], "<f2").tobytes(), 2), "value 0 decodes to inf"),
     "bf16_nan": (dense("bf16", struct.pack("<2H", 0x3F80, 0x7FC0), 2), "value 1 decodes to nan"),
     # e4m3 code 0x7F = S.1111.111 is NaN; e5m2 code 0x7C = 0.11111.00 is +inf
