@@ -3,18 +3,35 @@
 GRPO (DeepSeekMath sec. 4.1.2, outcome supervision) sets every token's advantage to the
 sample's normalised reward A_i = (r_i - mean(r_group)) / std(r_group): the group is the
 baseline, so no value network is needed. Siblings with one signature
-``(rewards (N,), group_ids (N,)) -> advantages (N,)``:
+``(rewards (N,), group_ids (N,)) -> advantages (N,)``, collected in ``ADVANTAGES``:
 
-  * ``grpo``:    (r - mean) / (std + eps), std with Bessel's correction (as TRL).
-  * ``dr_grpo``: r - mean (Dr. GRPO, Liu et al. 2025: dividing by std biases towards
-                 questions that are too easy or too hard).
-  * ``rloo``:    r_i - mean of the *other* members (Ahmadian et al. 2024),
-                 equal to n/(n-1) * (r - mean).
+  * ``grpo``:      (r - mean) / (std + eps), std with Bessel's correction (as TRL).
+  * ``dr_grpo``:   r - mean (Dr. GRPO, Liu et al. 2025: dividing by std biases towards
+                   questions that are too easy or too hard).
+  * ``rloo``:      r_i - mean of the *other* members (Ahmadian et al. 2024),
+                   equal to n/(n-1) * (r - mean).
+  * ``rank``:      rank-based, robust to the reward's scale and outliers. Within a group
+                   of n, rank_i = 1 + #{r_j < r_i} + (#{r_j == r_i} - 1) / 2 (ties get
+                   their average rank), then A_i = 2 (rank_i - 1) / (n - 1) - 1 in [-1, 1].
+                   Average ranks sum to n (n + 1) / 2, so A is centred per group. Pairwise
+                   (N, N) comparison: plain, O(N^2) memory, fine for the few thousand rows
+                   of a step.
+  * ``batch_std``: REINFORCE++-baseline (Hu et al. 2025): subtract the group mean, divide
+                   by the std (Bessel) of those centred rewards over the whole batch, so a
+                   group of near-equal rewards is not blown up as by a per-group std.
+                   (Lite PPO, Liu et al. 2025, divides by the batch std of the raw rewards
+                   instead; with per-prompt groups the two differ by the between-group part.)
 
 ``group_ids`` are any integers; samples sharing an id form a group, of any size, so the
 same functions serve canonical per-prompt groups and the grouping strategies of
 ``grouping.py``. A group whose rewards are all equal, or a group of one, gets advantage
 0, never NaN.
+
+Inputs are coerced once (``as_rewards``): tensors, lists and numpy arrays are accepted;
+integer or bool rewards become the default float dtype (float32), float rewards keep
+their dtype. Every estimator computes in float64 and returns the rewards' float dtype;
+a non-finite reward is an error naming its sample, and so is an advantage that does not
+fit the output dtype (rloo of rewards -3e38 and 3e38 is -/+6e38, past float32's 3.4e38).
 """
 from __future__ import annotations
 
@@ -23,9 +40,46 @@ import torch
 EPS = 1e-4
 
 
-def group_stats(rewards: torch.Tensor, group_ids: torch.Tensor):
-    """-> (inverse (N,), count (K,), mean (K,), unbiased std (K,)) per group id."""
-    _check(rewards, group_ids)
+def as_rewards(rewards, group_ids) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (rewards (N,) floating point, group_ids (N,) integer), checked.
+
+    Raises ValueError naming the value on: shapes that are not one (N,), N = 0,
+    non-integer group ids, a NaN or infinite reward (naming the first such sample).
+    """
+    rewards, group_ids = torch.as_tensor(rewards), torch.as_tensor(group_ids)
+    if not rewards.is_floating_point():
+        if rewards.is_complex():
+            raise ValueError(f"rewards must be real numbers, got dtype {rewards.dtype}")
+        rewards = rewards.to(torch.get_default_dtype())                    # ints, bools -> float
+    if rewards.dim() != 1 or group_ids.dim() != 1 or rewards.shape != group_ids.shape:
+        raise ValueError(f"rewards and group_ids must be 1-D of one length, got shapes "
+                         f"{tuple(rewards.shape)} and {tuple(group_ids.shape)}")
+    if rewards.numel() == 0:
+        raise ValueError("no rewards (empty tensor)")
+    if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool:
+        raise ValueError(f"group_ids must be integers, got dtype {group_ids.dtype}")
+    bad = (~torch.isfinite(rewards)).nonzero().flatten()
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"reward of sample {i} is {float(rewards[i])} "
+                         f"({len(bad)} non-finite rewards in all)")
+    return rewards, group_ids
+
+
+def _fit(adv: torch.Tensor, dtype: torch.dtype, name: str) -> torch.Tensor:
+    """float64 advantages -> ``dtype``; an error, not inf, where a value does not fit."""
+    top = torch.finfo(dtype).max
+    bad = (adv.abs() > top).nonzero().flatten()
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"{name} advantage of sample {i} is {float(adv[i]):.4g}, beyond "
+                         f"{dtype}'s range (+-{top:.4g}); rescale the rewards or pass float64")
+    return adv.to(dtype)
+
+
+def group_stats(rewards, group_ids):
+    """-> (inverse (N,), count (K,), mean (K,), unbiased std (K,)) per group id, float64."""
+    rewards, group_ids = as_rewards(rewards, group_ids)
     _, inv = torch.unique(group_ids, return_inverse=True)                 # (N,) in 0..K-1
     K = int(inv.max()) + 1
     r = rewards.double()
@@ -36,85 +90,29 @@ def group_stats(rewards: torch.Tensor, group_ids: torch.Tensor):
     return inv, count, mean, std
 
 
-def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = EPS):
+def grpo_advantages(rewards, group_ids, eps: float = EPS):
+    rewards, group_ids = as_rewards(rewards, group_ids)
     inv, _, mean, std = group_stats(rewards, group_ids)
     adv = (rewards.double() - mean[inv]) / (std[inv] + eps)                # (N,)
-    return adv.to(rewards.dtype)
+    return _fit(adv, rewards.dtype, "grpo")
 
 
-def dr_grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor):
+def dr_grpo_advantages(rewards, group_ids):
+    rewards, group_ids = as_rewards(rewards, group_ids)
     inv, _, mean, _ = group_stats(rewards, group_ids)
-    return (rewards.double() - mean[inv]).to(rewards.dtype)                # (N,)
+    return _fit(rewards.double() - mean[inv], rewards.dtype, "dr_grpo")   # (N,)
 
 
-def rloo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor):
+def rloo_advantages(rewards, group_ids):
+    rewards, group_ids = as_rewards(rewards, group_ids)
     inv, count, mean, _ = group_stats(rewards, group_ids)
     n = count[inv]                                                         # (N,)
     scale = torch.where(n > 1, n / (n - 1).clamp(min=1), torch.zeros_like(n))
-    return (scale * (rewards.double() - mean[inv])).to(rewards.dtype)     # (N,)
+    return _fit(scale * (rewards.double() - mean[inv]), rewards.dtype, "rloo")   # (N,)
 
 
-def process_advantages(step_rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor,
-                       eps: float = EPS) -> torch.Tensor:
-    """Process supervision (DeepSeekMath sec. 4.1.3): a reward per step, not per sample.
-
-    step_rewards, mask: (N, T), one step per completion token. Each step reward is
-    normalised with the mean and std of *all* steps of its group; a token's advantage is
-    the sum of the normalised rewards of its own and all later steps:
-        A_it = sum_{j >= t} (r_ij - mean(R_g)) / (std(R_g) + eps)
-    Returns (N, T), 0 on padding. Not in ``ADVANTAGES``: it needs per-step rewards.
-    """
-    if step_rewards.shape != mask.shape or step_rewards.dim() != 2:
-        raise ValueError(f"step_rewards {tuple(step_rewards.shape)} and mask "
-                         f"{tuple(mask.shape)} must be one (N, T) shape")
-    if group_ids.shape != step_rewards.shape[:1]:
-        raise ValueError(f"group_ids {tuple(group_ids.shape)} must be (N,) = "
-                         f"({step_rewards.shape[0]},)")
-    m = mask.bool()
-    flat_ids = group_ids[:, None].expand_as(step_rewards)[m]               # (S,) real steps
-    inv, _, mean, std = group_stats(step_rewards[m], flat_ids)             # per group
-    norm = torch.zeros_like(step_rewards, dtype=torch.float64)             # (N, T)
-    norm[m] = (step_rewards[m].double() - mean[inv]) / (std[inv] + eps)
-    adv = norm.flip(1).cumsum(1).flip(1)                                   # (N, T) sum_{j>=t}
-    return adv.masked_fill(~m, 0.0).to(step_rewards.dtype)
-
-
-ADVANTAGES = {
-    "grpo": grpo_advantages,
-    "dr_grpo": dr_grpo_advantages,
-    "rloo": rloo_advantages,
-}
-
-
-def _check(rewards: torch.Tensor, group_ids: torch.Tensor) -> None:
-    if rewards.dim() != 1 or group_ids.dim() != 1 or rewards.shape != group_ids.shape:
-        raise ValueError(f"rewards and group_ids must be 1-D of one length, got shapes "
-                         f"{tuple(rewards.shape)} and {tuple(group_ids.shape)}")
-    if rewards.numel() == 0:
-        raise ValueError("no rewards (empty tensor)")
-    if group_ids.is_floating_point():
-        raise ValueError(f"group_ids must be integers, got dtype {group_ids.dtype}")
-    bad = (~torch.isfinite(rewards)).nonzero().flatten()
-    if len(bad):
-        i = int(bad[0])
-        raise ValueError(f"reward of sample {i} is {float(rewards[i])} "
-                         f"({len(bad)} non-finite rewards in all)")
-
-
-# ---------------------------------------------------------------- more estimators
-# Appended for the grouping lab; same signature, registered in ADVANTAGES below.
-#   * ``rank``:      rank-based, robust to the reward's scale and outliers. Within a group
-#                    of n, rank_i = 1 + #{r_j < r_i} + (#{r_j == r_i} - 1) / 2 (ties get
-#                    their average rank), then A_i = 2 (rank_i - 1) / (n - 1) - 1 in [-1, 1].
-#                    Average ranks sum to n (n + 1) / 2, so A is centred per group; all-equal
-#                    rewards and groups of one give 0. Pairwise (N, N) comparison: plain,
-#                    O(N^2) memory, fine for the few thousand rows of a step.
-#   * ``batch_std``: REINFORCE++-baseline (Hu et al. 2025): subtract the group mean, divide
-#                    by the std (Bessel) of those centred rewards over the whole batch, so a
-#                    group of near-equal rewards is not blown up as by a per-group std.
-#                    (Lite PPO, Liu et al. 2025, divides by the batch std of the raw rewards
-#                    instead; with per-prompt groups the two differ by the between-group part.)
-def rank_advantages(rewards: torch.Tensor, group_ids: torch.Tensor):
+def rank_advantages(rewards, group_ids):
+    rewards, group_ids = as_rewards(rewards, group_ids)
     inv, count, _, _ = group_stats(rewards, group_ids)
     r = rewards.double()
     same = inv[:, None] == inv[None, :]                                    # (N, N)
@@ -123,13 +121,54 @@ def rank_advantages(rewards: torch.Tensor, group_ids: torch.Tensor):
     rank = 1 + below + (ties - 1) / 2                                      # (N,) 1..n
     n = count[inv]                                                         # (N,)
     adv = torch.where(n > 1, 2 * (rank - 1) / (n - 1).clamp(min=1) - 1, torch.zeros_like(n))
-    return adv.to(rewards.dtype)                                           # (N,)
+    return adv.to(rewards.dtype)                                           # (N,) in [-1, 1]
 
 
-def batch_std_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = EPS):
+def batch_std_advantages(rewards, group_ids, eps: float = EPS):
+    rewards, group_ids = as_rewards(rewards, group_ids)
     centred = dr_grpo_advantages(rewards, group_ids).double()              # (N,) r - mean_group
     std = centred.std() if centred.numel() > 1 else centred.new_zeros(())  # () over the batch
-    return (centred / (std + eps)).to(rewards.dtype)                       # (N,)
+    return _fit(centred / (std + eps), rewards.dtype, "batch_std")        # (N,)
 
 
-ADVANTAGES.update({"rank": rank_advantages, "batch_std": batch_std_advantages})
+ADVANTAGES = {
+    "grpo": grpo_advantages,
+    "dr_grpo": dr_grpo_advantages,
+    "rloo": rloo_advantages,
+    "rank": rank_advantages,
+    "batch_std": batch_std_advantages,
+}
+
+
+def process_advantages(step_rewards, mask, group_ids, eps: float = EPS) -> torch.Tensor:
+    """Process supervision (DeepSeekMath sec. 4.1.3): a reward per step, not per sample.
+
+    step_rewards, mask: (N, T), one step per completion token. Each step reward is
+    normalised with the mean and std of *all* steps of its group; a token's advantage is
+    the sum of the normalised rewards of its own and all later steps:
+        A_it = sum_{j >= t} (r_ij - mean(R_g)) / (std(R_g) + eps)
+    Returns (N, T), 0 on padding (whatever padding holds, even NaN, is never read).
+    Inputs coerced as ``as_rewards``. Not in ``ADVANTAGES``: it needs per-step rewards.
+    """
+    step_rewards, mask = torch.as_tensor(step_rewards), torch.as_tensor(mask)
+    group_ids = torch.as_tensor(group_ids)
+    if not step_rewards.is_floating_point():
+        step_rewards = step_rewards.to(torch.get_default_dtype())         # ints, bools -> float
+    if step_rewards.shape != mask.shape or step_rewards.dim() != 2:
+        raise ValueError(f"step_rewards {tuple(step_rewards.shape)} and mask "
+                         f"{tuple(mask.shape)} must be one (N, T) shape")
+    if group_ids.shape != step_rewards.shape[:1]:
+        raise ValueError(f"group_ids {tuple(group_ids.shape)} must be (N,) = "
+                         f"({step_rewards.shape[0]},)")
+    m = mask.bool()                                                        # (N, T)
+    bad = (m & ~torch.isfinite(step_rewards)).nonzero()                    # (n_bad, 2)
+    if len(bad):
+        i, t = bad[0].tolist()
+        raise ValueError(f"step reward of sample {i}, token {t} is {float(step_rewards[i, t])} "
+                         f"({len(bad)} non-finite step rewards in all)")
+    flat_ids = group_ids[:, None].expand_as(step_rewards)[m]               # (S,) real steps
+    inv, _, mean, std = group_stats(step_rewards[m], flat_ids)             # per group
+    norm = torch.zeros_like(step_rewards, dtype=torch.float64)             # (N, T)
+    norm[m] = (step_rewards[m].double() - mean[inv]) / (std[inv] + eps)
+    adv = norm.flip(1).cumsum(1).flip(1)                                   # (N, T) sum_{j>=t}
+    return _fit(adv.masked_fill(~m, 0.0), step_rewards.dtype, "process")

@@ -1,11 +1,31 @@
-"""Checkpoint files: safetensors (no pickle), written atomically.
+"""Checkpoint files: safetensors (no pickle), finite, checksummed, written atomically.
 
 A file is written to a temporary name beside its target, flushed to disk and renamed
 over the target with ``os.replace``, which is atomic on POSIX: a run killed mid-write
 leaves the previous checkpoint intact, never a half-written one.
+
+Nothing non-finite is written: ``atomic_save_tensors`` checks every floating tensor
+before it creates the temporary file, so on a NaN or inf it raises ``FloatingPointError``
+naming the tensor and the previous file stays byte for byte as it was.
+
+Every file carries a content checksum in its safetensors metadata (key ``CHECKSUM_KEY``):
+sha256 over, in sorted key order, each tensor's name, dtype, shape and raw bytes, then
+every other metadata entry (so the run's config and history are covered too). ``read_tensors``
+recomputes it and raises ``CheckpointError`` naming the file on a mismatch; a flip of any
+bit either breaks the safetensors header (also a ``CheckpointError``) or changes what is
+hashed. A grpo_lab file (format tag ``grpo_lab.*``) without a checksum (written before
+checksums existed, or its checksum key damaged) is refused unless the caller passes
+``allow_unsigned=True``; ``add_checksum(path)`` re-saves such a file, tensors bit-identical,
+with one. A foreign file (no grpo_lab tag) is read unverified: callers refuse it by its tag.
+The shipped ``data/base_*.safetensors`` carry checksums.
+
+``load_state_strict`` loads tensors into a module and names every missing or unexpected
+key and every shape mismatch (``load_state_dict(strict=True)`` raises a raw RuntimeError;
+``strict=False`` silently keeps the random or base weights).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -17,6 +37,8 @@ from safetensors.torch import load_file, safe_open, save_file
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+CHECKSUM_KEY = "grpo_lab.sha256"
+OUR_TAG_PREFIX = "grpo_lab."      # every file we write has a "format" tag starting so
 
 
 def resolve_path(path: str | Path) -> Path:
@@ -29,17 +51,50 @@ def resolve_path(path: str | Path) -> Path:
 
 
 class CheckpointError(ValueError):
-    """A checkpoint file is missing, truncated, or not one of ours."""
+    """A checkpoint file is missing, truncated, corrupt, or not one of ours."""
+
+
+def content_checksum(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:
+    """sha256 hex of the tensors (name, dtype, shape, bytes; sorted by name) and metadata."""
+    h = hashlib.sha256(b"grpo_lab checkpoint v1\n")
+    for key in sorted(tensors):
+        t = tensors[key].detach().cpu().contiguous()
+        h.update(json.dumps([key, str(t.dtype), list(t.shape), t.numel() * t.element_size()])
+                 .encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy())                 # raw bytes
+    for key in sorted(k for k in metadata if k != CHECKSUM_KEY):
+        h.update(json.dumps([key, metadata[key]]).encode())
+    return h.hexdigest()
+
+
+def check_finite(tensors: dict[str, torch.Tensor], what: str) -> None:
+    """Raise FloatingPointError naming the first tensor holding a NaN or inf."""
+    for key in sorted(tensors):
+        t = tensors[key]
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            flat = t.detach().reshape(-1)
+            bad = (~torch.isfinite(flat)).nonzero().flatten()
+            raise FloatingPointError(f"{what}: tensor {key!r} holds {len(bad)} non-finite values "
+                                     f"(first: {float(flat[bad[0]])} at flat index {int(bad[0])})")
 
 
 def atomic_save_tensors(tensors: dict[str, torch.Tensor], path: str | Path,
                         metadata: dict[str, str]) -> None:
+    """Write ``tensors`` and ``metadata`` (+ the checksum) to ``path`` atomically.
+
+    Raises FloatingPointError, before touching the disk, if any tensor is not finite.
+    """
     path = Path(path)
+    tensors = {k: v.detach().contiguous() for k, v in tensors.items()}
+    check_finite(tensors, f"refusing to write {path} (the previous file is left as it was)")
+    if CHECKSUM_KEY in metadata:
+        raise ValueError(f"metadata key {CHECKSUM_KEY!r} is reserved for the checksum")
+    metadata = {**metadata, CHECKSUM_KEY: content_checksum(tensors, metadata)}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, tmp, metadata)
+        save_file(tensors, tmp, metadata)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -48,7 +103,10 @@ def atomic_save_tensors(tensors: dict[str, torch.Tensor], path: str | Path,
             os.unlink(tmp)
 
 
-def read_tensors(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def read_tensors(path: str | Path, allow_unsigned: bool = False
+                 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """-> (tensors, metadata without the checksum), verified: readable, checksum matches,
+    every floating tensor finite. Any failure is a ``CheckpointError`` naming the file."""
     path = resolve_path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint file at {path}")
@@ -56,10 +114,63 @@ def read_tensors(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, s
         with safe_open(str(path), framework="pt") as f:
             meta = dict(f.metadata() or {})
         tensors = load_file(str(path))
-    except (SafetensorError, OSError, json.JSONDecodeError, RuntimeError) as e:
+    except (SafetensorError, OSError, json.JSONDecodeError, RuntimeError, ValueError) as e:
         raise CheckpointError(f"{path} is not a readable safetensors file "
                               f"(truncated or foreign?): {e}") from e
+    saved = meta.pop(CHECKSUM_KEY, None)
+    ours = str(meta.get("format", "")).startswith(OUR_TAG_PREFIX)
+    if saved is None and ours and not allow_unsigned:
+        raise CheckpointError(f"{path} has no content checksum (written before checksums "
+                              f"existed, or its header is damaged); if you trust the file, "
+                              f"grpo_lab.checkpoint.add_checksum({str(path)!r}) re-saves it "
+                              f"with one")
+    if saved is not None:
+        actual = content_checksum(tensors, meta)
+        if actual != saved:
+            raise CheckpointError(f"{path} is corrupt: content checksum {actual[:16]}... does "
+                                  f"not match the saved {saved[:16]}...")
+    try:
+        check_finite(tensors, f"{path}")
+    except FloatingPointError as e:
+        raise CheckpointError(str(e)) from None
     return tensors, meta
+
+
+def add_checksum(path: str | Path) -> None:
+    """Re-save a file written before checksums existed with one (tensors bit-identical)."""
+    tensors, meta = read_tensors(path, allow_unsigned=True)
+    atomic_save_tensors(tensors, resolve_path(path), meta)
+
+
+def load_state_strict(module: torch.nn.Module, tensors: dict[str, torch.Tensor], path,
+                      prefix: str = "") -> None:
+    """Load the ``prefix``-named entries of ``tensors`` into ``module``, strictly.
+
+    Every state entry of ``module`` must be given, except aliases of a tied parameter
+    already given (the policy's ``lm_head.weight`` is ``wte.weight``); no entry may be
+    unknown; shapes must agree. Otherwise a ``CheckpointError`` naming ``path`` and the
+    keys, and ``module`` is left untouched.
+    """
+    given = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    expected = module.state_dict(keep_vars=True)
+
+    def storage(k):  # tied parameters (lm_head.weight is wte.weight) share one storage
+        v = expected[k]
+        return (v.data_ptr(), tuple(v.shape), v.stride()) if v.numel() else k
+
+    loaded = {storage(k) for k in given if k in expected}
+    missing = [k for k in expected if k not in given and storage(k) not in loaded]
+    unexpected = sorted(k for k in given if k not in expected)
+    shapes = [f"{k}: file {tuple(given[k].shape)} vs module {tuple(expected[k].shape)}"
+              for k in expected if k in given and given[k].shape != expected[k].shape]
+    if missing or unexpected or shapes:
+        parts = [f"{len(missing)} missing {[prefix + k for k in missing[:5]]}" if missing else "",
+                 f"{len(unexpected)} unexpected {[prefix + k for k in unexpected[:5]]}"
+                 if unexpected else "",
+                 f"{len(shapes)} of another shape {shapes[:5]}" if shapes else ""]
+        raise CheckpointError(f"{path} does not fit the {type(module).__name__}: "
+                              + "; ".join(p for p in parts if p))
+    module.load_state_dict(given, strict=False)
 
 
 # ---- training checkpoints: policy + optimizer state + grouper state + metrics so far ----
@@ -111,11 +222,11 @@ def policy_tensors(tensors: dict) -> dict:
 
 def load_policy_any(path):
     """A policy (model.GPT) from a policy file (``model.save_policy``) or a training checkpoint."""
-    from grpo_lab.model import GPT, GPTConfig, policy_from_tensors
+    from grpo_lab.model import GPT, model_config, policy_from_tensors
 
     tensors, meta = read_tensors(path)
     if meta.get("format") != CKPT_TAG:
         return policy_from_tensors(tensors, meta, path)
-    policy = GPT(GPTConfig(**json.loads(meta["model_config"])))
-    policy.load_state_dict(policy_tensors(tensors), strict=False)
+    policy = GPT(model_config(meta, path, "model_config"))
+    load_state_strict(policy, tensors, path, prefix="policy.")
     return policy

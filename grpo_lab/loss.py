@@ -11,8 +11,18 @@ We minimise -J. Deviations, each a documented option:
       ``seq_mean_token_mean`` (the paper), ``token_mean`` (DAPO: every token weighs the
       same), ``dr_grpo`` (Dr. GRPO, Liu et al. 2025: a constant normaliser N * max_len, so
       long and short answers are not re-weighted).
+
+Inputs are checked before any arithmetic, each error naming the value: N = 0 or T = 0,
+a NaN/inf advantage, a non-finite log-prob (logp, old_logp, ref_logp) on a real token,
+beta not finite or < 0, eps_low outside [0, 1), eps_high < 0 or not finite. Padding
+(mask False) may hold anything, NaN and -inf included: it is replaced by 0 with
+``torch.where`` before the arithmetic, never multiplied by the mask (0 x NaN = NaN).
+Advantages may be ints, lists or numpy arrays (ints become logp's dtype).
 """
 from __future__ import annotations
+
+import math
+import numbers
 
 import torch
 
@@ -42,23 +52,20 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     ``ref_logp`` may be None when beta == 0. ``max_len`` is the constant of the dr_grpo
     aggregation (default: T).
     """
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {aggregation!r}; known: {sorted(AGGREGATIONS)}")
-    if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
-        raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and "
-                         f"mask {tuple(mask.shape)} must be one (N, T) shape")
-    if advantages.shape not in (logp.shape[:1], logp.shape):
-        raise ValueError(f"advantages {tuple(advantages.shape)} must be (N,) or (N, T) = "
-                         f"{tuple(logp.shape)}")
-    if beta != 0 and (ref_logp is None or ref_logp.shape != logp.shape):
-        raise ValueError("beta != 0 needs ref_logp of the same (N, T) shape as logp")
+    advantages = _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high,
+                               beta, aggregation, max_len)
+    real = mask.bool()                                                     # (N, T) True = token
+    logp = torch.where(real, logp, 0.0)                                    # (N, T) padding -> 0
+    old_logp = torch.where(real, old_logp, 0.0)                            # (N, T)
     mask = mask.to(logp.dtype)
+    if advantages.dim() == 2:
+        advantages = torch.where(real, advantages, 0.0)                    # (N, T) padding -> 0
     A = advantages[:, None] if advantages.dim() == 1 else advantages       # (N, 1) or (N, T)
     ratio = torch.exp(logp - old_logp)                                     # (N, T)
     surr = torch.min(ratio * A, ratio.clamp(1 - eps_low, 1 + eps_high) * A)  # (N, T)
     per_tok = -surr                                                        # (N, T)
     if beta != 0:
-        d = ref_logp - logp                                                # (N, T) log(pi_ref/pi)
+        d = torch.where(real, ref_logp, 0.0) - logp                        # (N, T) log(pi_ref/pi)
         kl = torch.exp(d) - d - 1                                          # (N, T) eq. 4, k3
         per_tok = per_tok + beta * kl
     else:
@@ -76,3 +83,62 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
             "clip/ratio_mean": float((ratio * mask).sum() / n_tok),
         }
     return loss, stats
+
+
+def _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta,
+                  aggregation, max_len) -> torch.Tensor:
+    """Raise ValueError naming the first bad value; -> advantages as a floating tensor."""
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}; known: {sorted(AGGREGATIONS)}")
+    if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
+        raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and "
+                         f"mask {tuple(mask.shape)} must be one (N, T) shape")
+    if logp.shape[0] == 0 or logp.shape[1] == 0:
+        raise ValueError(f"no completions to score: logp has shape {tuple(logp.shape)} "
+                         f"(N = 0 or T = 0)")
+    if not torch.is_tensor(advantages):
+        advantages = torch.as_tensor(advantages, device=logp.device)      # list, numpy
+    if not advantages.is_floating_point():
+        advantages = advantages.to(logp.dtype)                             # ints, bools -> float
+    if advantages.shape not in (logp.shape[:1], logp.shape):
+        raise ValueError(f"advantages {tuple(advantages.shape)} must be (N,) or (N, T) = "
+                         f"{tuple(logp.shape)}")
+    beta, eps_low, eps_high = (_number(n, v) for n, v in
+                               [("beta", beta), ("eps_low", eps_low), ("eps_high", eps_high)])
+    if not (math.isfinite(beta) and beta >= 0):
+        raise ValueError(f"beta must be finite and >= 0, got {beta}")
+    if not 0 <= eps_low < 1:                                               # False for NaN too
+        raise ValueError(f"eps_low must be finite and in [0, 1), got {eps_low}")
+    if not (math.isfinite(eps_high) and eps_high >= 0):
+        raise ValueError(f"eps_high must be finite and >= 0, got {eps_high}")
+    if max_len is not None and not (isinstance(max_len, numbers.Integral) and max_len > 0):
+        raise ValueError(f"max_len must be a positive int (the dr_grpo normaliser), "
+                         f"got {max_len!r}")
+    if beta != 0 and (ref_logp is None or ref_logp.shape != logp.shape):
+        raise ValueError("beta != 0 needs ref_logp of the same (N, T) shape as logp")
+    real = mask.bool()                                                     # (N, T)
+    if advantages.dim() == 1:
+        _first_non_finite("advantage", advantages, torch.ones_like(advantages, dtype=torch.bool))
+    else:
+        _first_non_finite("advantage", advantages, real)
+    _first_non_finite("logp", logp.detach(), real)
+    _first_non_finite("old_logp", old_logp, real)
+    if beta != 0:
+        _first_non_finite("ref_logp", ref_logp, real)
+    return advantages
+
+
+def _number(name: str, value) -> float:
+    if not (isinstance(value, numbers.Real) or torch.is_tensor(value) and value.numel() == 1):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _first_non_finite(name: str, x: torch.Tensor, where: torch.Tensor) -> None:
+    """Raise naming the first non-finite entry of ``x`` among the ``where`` positions."""
+    bad = (where & ~torch.isfinite(x)).nonzero()                           # (n_bad, x.dim())
+    if len(bad):
+        pos = tuple(bad[0].tolist())
+        at = f"sample {pos[0]}" if len(pos) == 1 else f"sample {pos[0]}, token {pos[1]}"
+        raise ValueError(f"{name} of {at} is {float(x[pos])} "
+                         f"({len(bad)} non-finite {name} values in all)")

@@ -164,14 +164,29 @@ def load_policy(path: str | Path) -> GPT:
 
 
 def policy_from_tensors(tensors: dict, meta: dict, path) -> GPT:
-    """The policy held by an already-read ``save_policy`` file (``path`` names it in errors)."""
+    """The policy held by an already-read ``save_policy`` file (``path`` names it in errors).
+
+    Strict: the config must parse, and every weight must be present with its shape and no
+    other tensor in the file (``checkpoint.load_state_strict``), else a ``CheckpointError``.
+    """
+    from grpo_lab.checkpoint import load_state_strict
+
     if meta.get("format") != FORMAT_TAG:
         raise ValueError(f"{path} is not a grpo_lab policy file "
                          f"(format tag {meta.get('format')!r}, expected {FORMAT_TAG!r})")
-    model = GPT(GPTConfig(**json.loads(meta["config"])))
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    missing = [m for m in missing if m != "lm_head.weight"]
-    if missing or unexpected:
-        raise ValueError(f"{path}: weights do not match the config "
-                         f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+    model = GPT(model_config(meta, path, "config"))
+    load_state_strict(model, tensors, path)
     return model
+
+
+def model_config(meta: dict, path, key: str = "config") -> GPTConfig:
+    """The ``GPTConfig`` stored as JSON under ``meta[key]``; a ``CheckpointError`` naming the
+    file if it is absent or not a valid config. Training checkpoints keep it under
+    ``"model_config"``."""
+    from grpo_lab.checkpoint import CheckpointError
+
+    try:
+        return GPTConfig(**json.loads(meta[key]))
+    except (KeyError, TypeError, ValueError) as e:       # absent, unknown field, bad value
+        raise CheckpointError(f"{path}: metadata {key!r} is not a policy config: "
+                              f"{type(e).__name__}: {e}") from None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,13 +169,24 @@ def write_eval_sets(n: int = 200, seed: int = 1234) -> None:
 # ---------------------------------------------------------------- rewards
 # Every reward function has one signature: (completions, examples, stopped) -> list[float],
 # where ``stopped[i]`` says whether completion i emitted <eos> before the length limit.
+# ``weighted_reward`` turns the lists into float32 tensors and checks every value.
+def check_batch(completions: Sequence, examples: Sequence, stopped: Sequence) -> None:
+    """Raise ValueError unless completions, examples and stopped have one length
+    (``zip`` would silently drop the tail of the longer ones)."""
+    if not len(completions) == len(examples) == len(stopped):
+        raise ValueError(f"{len(completions)} completions, {len(examples)} examples and "
+                         f"{len(stopped)} stopped flags: need one of each per completion")
+
+
 def accuracy_reward(completions: Sequence[str], examples: Sequence[Example],
                     stopped: Sequence[bool]) -> list[float]:
+    check_batch(completions, examples, stopped)
     return [float(s and c == ex.answer) for c, ex, s in zip(completions, examples, stopped)]
 
 
 def partial_reward(completions: Sequence[str], examples: Sequence[Example],
                    stopped: Sequence[bool]) -> list[float]:
+    check_batch(completions, examples, stopped)
     out = []
     for c, ex in zip(completions, examples):
         hits = sum(a == b for a, b in zip(c, ex.answer))
@@ -184,6 +196,7 @@ def partial_reward(completions: Sequence[str], examples: Sequence[Example],
 
 def format_reward(completions: Sequence[str], examples: Sequence[Example],
                   stopped: Sequence[bool]) -> list[float]:
+    check_batch(completions, examples, stopped)
     out = []
     for c, ex, s in zip(completions, examples, stopped):
         chars = get_task(ex.task).answer_chars
@@ -199,6 +212,7 @@ def step_rewards(completions: Sequence[str], examples: Sequence[Example],
     the completion stopped at exactly the answer's length. A completion cut off at the
     length limit has no <eos> token and so no reward for it.
     """
+    check_batch(completions, examples, stopped)
     out = []
     for c, ex, s in zip(completions, examples, stopped):
         row = [float(j < len(ex.answer) and ch == ex.answer[j]) for j, ch in enumerate(c)]
@@ -216,22 +230,31 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Weighted sum of the named rewards -> (total (N,), {name: (N,)}).
 
-    Raises if a reward function returns a NaN or infinite value, naming the function
-    and the sample, so a broken reward never reaches the advantages.
+    Raises if a weight is not a finite number, or a reward function returns a value that
+    is not a finite number, naming the function and the sample, so a broken reward never
+    reaches the advantages; and if the weighted sum overflows float32.
     """
     if len(completions) != len(examples):
         raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
     unknown = set(weights) - set(REWARDS)
     if unknown:
         raise ValueError(f"unknown reward functions {sorted(unknown)}; known: {sorted(REWARDS)}")
+    for name, w in weights.items():
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
+            raise ValueError(f"reward weight {name!r} must be a finite number, got {w!r}")
     stopped = [True] * len(completions) if stopped is None else list(stopped)
+    check_batch(completions, examples, stopped)
     parts = {}
     total = torch.zeros(len(completions))
     for name, w in weights.items():
         vals = REWARDS[name](completions, examples, stopped)
         check_finite_rewards(name, vals, completions)
-        parts[name] = torch.tensor(vals, dtype=torch.float32)
+        parts[name] = torch.tensor([float(v) for v in vals], dtype=torch.float32)   # (N,)
         total += w * parts[name]
+    bad = (~torch.isfinite(total)).nonzero().flatten()
+    if len(bad):
+        raise ValueError(f"weighted reward of sample {int(bad[0])} is {float(total[bad[0]])}: "
+                         f"weights {weights} overflow float32")
     return total, parts
 
 
@@ -241,7 +264,12 @@ def check_finite_rewards(name: str, values: Sequence[float], completions: Sequen
         raise ValueError(f"reward function {name!r} returned {len(values)} values "
                          f"for {len(completions)} completions")
     for i, v in enumerate(values):
-        if not math.isfinite(float(v)):
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"reward function {name!r} returned {v!r} for sample {i} "
+                             f"(completion {completions[i]!r}), not a number") from None
+        if not math.isfinite(v):
             raise ValueError(f"reward function {name!r} returned {v} for sample {i} "
                              f"(completion {completions[i]!r})")
 

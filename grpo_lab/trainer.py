@@ -40,7 +40,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from grpo_lab.checkpoint import load_policy_any, read_training_checkpoint, save_training_checkpoint
+from grpo_lab.checkpoint import (load_policy_any, load_state_strict, read_training_checkpoint,
+                                 save_training_checkpoint)
 from grpo_lab.config import TrainConfig, preset, to_dict
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
 from grpo_lab.distributed.group import Group
@@ -170,7 +171,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
         if c["model_config"] != vars(policy.cfg):
             raise ValueError(f"{ckpt} holds a policy of another shape: {c['model_config']} "
                              f"vs {vars(policy.cfg)}")
-        policy.load_state_dict(c["policy"], strict=False)
+        load_state_strict(policy, c["policy"], ckpt)
         ex.load_state_dict(c["optim"])
         ctx.grouper.load_state_dict(c["grouping"])
         if not cfg.exchange.resumes_exactly:

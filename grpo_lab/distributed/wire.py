@@ -15,7 +15,10 @@ plus 26 + len(name) + 4 * (ndim + scales) bytes a tensor: about 50 bytes for a 2
 
 ``unpack`` checks, before trusting any field: length, magic, version, the CRC-32 (which catches
 every burst error up to 32 bits and all but 2^-32 of random corruption), then every field's
-range and every length against the bytes present; any failure raises ``WireError`` naming the
+range and every length against the bytes present, and last every value as the receiver will
+decode it: a NaN or infinity (an fp32/fp16/bf16 NaN or inf pattern, an FP8 NaN/inf code, or an
+FP8 code times its scale that overflows float32) is rejected, so a buggy or hostile peer cannot
+poison every replica behind a valid CRC; any failure raises ``WireError`` naming the
 offending value. The ids below are part of the format: append, never reorder (bump VERSION).
 """
 from __future__ import annotations
@@ -145,6 +148,7 @@ def unpack(payload) -> tuple[int, list[TensorRecord]]:
             raise WireError(f"tensor {name!r}: FP8 scale {scales[~(scales > 0)][:1]} is not "
                             f"a positive finite number")
         values = rd.take(nvalues, f"tensor {name!r} values")
+        _check_values(name, fmt, values, scales, block)
         index = rd.take(nindex, f"tensor {name!r} index")
         records.append(TensorRecord(name, kind, fmt, None if codec == NO_CODEC else CODEC_IDS[codec],
                                     tuple(shape), block, scales.astype(np.float32), k, values, index))
@@ -166,3 +170,48 @@ def _check_sizes(name, kind, fmt, numel, block, nscales, k, nvalues) -> None:
     if nvalues != k * FORMAT_BYTES[fmt]:
         raise WireError(f"tensor {name!r}: {nvalues} value bytes, expected "
                         f"{k} x {FORMAT_BYTES[fmt]}")
+
+
+def fp8_table(fmt: str) -> np.ndarray:
+    """The 256 values of an FP8 format as float32, by the bit arithmetic (OCP FP8, 2022).
+
+    e4m3 (``float8_e4m3fn``): sign | 4 exponent bits, bias 7 | 3 mantissa bits; no inf, the
+    codes S.1111.111 are NaN, largest finite 1.75 * 2^8 = 448. e5m2: sign | 5 exponent bits,
+    bias 15 | 2 mantissa bits; exponent 11111 is inf (mantissa 0) or NaN, largest 57344.
+    Exponent 0 is subnormal: m / 2^M * 2^(1 - bias).
+    """
+    E, M, bias = {"e4m3": (4, 3, 7), "e5m2": (5, 2, 15)}[fmt]
+    code = np.arange(256)
+    sign = np.where(code & 0x80, -1.0, 1.0)                                # (256,)
+    e, m = (code >> M) & ((1 << E) - 1), code & ((1 << M) - 1)             # (256,) each
+    value = sign * np.where(e == 0, m / 2 ** M * 2.0 ** (1 - bias),
+                            (1 + m / 2 ** M) * 2.0 ** (e - bias))          # (256,)
+    top = (1 << E) - 1
+    if fmt == "e4m3":
+        value[(e == top) & (m == (1 << M) - 1)] = np.nan
+    else:
+        value[e == top] = np.where(m[e == top] == 0, sign[e == top] * np.inf, np.nan)
+    return value.astype(np.float32)
+
+
+_FP8_TABLES = {f: fp8_table(f) for f in ("e4m3", "e5m2")}
+
+
+def _check_values(name, fmt, values: bytes, scales: np.ndarray, block: int) -> None:
+    """Raise WireError if any value decodes (as ``compression.dense_decode`` / ``topk_decode``
+    will) to NaN or inf."""
+    if fmt == "fp32":
+        x = np.frombuffer(values, "<f4")
+    elif fmt == "fp16":
+        x = np.frombuffer(values, "<f2")
+    elif fmt == "bf16":                                                    # the top half of fp32
+        x = (np.frombuffer(values, "<u2").astype(np.uint32) << 16).view(np.float32)
+    else:                                                                  # FP8 code x its scale
+        codes = np.frombuffer(values, np.uint8)                            # (n,)
+        B = block or max(len(codes), 1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = _FP8_TABLES[fmt][codes] * scales[np.arange(len(codes)) // B]   # (n,) float32
+    bad = np.flatnonzero(~np.isfinite(x))
+    if len(bad):
+        raise WireError(f"tensor {name!r}: value {bad[0]} decodes to {x[bad[0]]} in {fmt} "
+                        f"({len(bad)} non-finite values); refusing NaN/inf from a peer")
