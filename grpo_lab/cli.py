@@ -98,10 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="grpo-lab", description="GRPO workbench")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train the policy with GRPO and write its report")
-    t.add_argument("--preset", default="tiny_cpu", choices=sorted(PRESETS),
-                   help="named preset whose values the other flags override")
+    t.add_argument("--preset", default=None, choices=sorted(PRESETS),
+                   help="named preset whose values the other flags override (default tiny_cpu)")
     t.add_argument("--resume", action="store_true",
-                   help="continue exactly from out_dir/checkpoint.safetensors")
+                   help="continue exactly from out_dir/checkpoint.safetensors, with the config "
+                        "saved there (a flag that changes it is an error, unless --override)")
+    t.add_argument("--override", action="store_true",
+                   help="with --resume: let the flags given change the saved config (recorded "
+                        "in metrics.jsonl as resume/overrides and in the report)")
     t.add_argument("--nproc", type=int, default=None,
                    help="run on N local processes through torch's launcher (torchrun "
                         "--standalone --nproc_per_node=N); results do not depend on N")
@@ -117,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("name", nargs="?", help="e.g. codecs, sharder, train_dist")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="passed to the script")
     sub.add_parser("lab", help="open JupyterLab on notebooks/")
+    for cmd in (t, e, pre):
+        cmd.add_argument("--debug", action="store_true",
+                         help="show the full traceback of an error (default: one clear line)")
     return p
 
 
@@ -171,7 +178,26 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
     return 0
 
 
-def run_train(cfg: TrainConfig, resume: bool) -> int:
+def train_config(args) -> TrainConfig:
+    """The run's config: preset + flags, or with --resume the saved config + flags."""
+    given = overrides(args, TrainConfig)
+    if not args.resume:
+        return preset(args.preset or "tiny_cpu", **given)
+    from grpo_lab.checkpoint import read_training_checkpoint
+    from grpo_lab.config import from_dict
+
+    if args.preset is not None:
+        raise ValueError(f"--preset {args.preset} with --resume: a resumed run takes its saved "
+                         f"config; change fields with flags and --override")
+    out_dir = given.get("out_dir", TrainConfig().out_dir)
+    saved = read_training_checkpoint(Path(out_dir) / "checkpoint.safetensors")["config"]
+    merged = {**saved, **given}
+    if "exchange" in given:
+        merged["exchange"] = {**saved.get("exchange", {}), **given["exchange"]}
+    return from_dict(merged)
+
+
+def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False) -> int:
     """Train in this process; under torchrun (RANK in the environment) join its group first."""
     from grpo_lab.report import write_report
     from grpo_lab.trainer import train
@@ -184,7 +210,7 @@ def run_train(cfg: TrainConfig, resume: bool) -> int:
         from grpo_lab.distributed.launch import init_from_env
         rank, _, _ = init_from_env(timeout_s=cfg.exchange.timeout_s)
     try:
-        history = train(cfg, resume=resume)
+        history = train(cfg, resume=resume, allow_override=allow_override)
     finally:
         if distributed:
             dist.destroy_process_group()
@@ -199,16 +225,20 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "train":
-            cfg = preset(args.preset, **overrides(args, TrainConfig))
+            if args.override and not args.resume:
+                raise ValueError("--override only applies with --resume")
+            cfg = train_config(args)
             if args.nproc is not None:
                 return launch_torchrun(args.nproc, argv if argv is not None else sys.argv[1:])
-            return run_train(cfg, args.resume)
+            return run_train(cfg, args.resume, args.override)
         elif args.command == "eval":
             from grpo_lab.tasks import load_eval
             from grpo_lab.checkpoint import load_policy_any
             from grpo_lab.trainer import evaluate_tasks, max_new_tokens
 
             cfg = TrainConfig(task=args.task)
+            if args.eval_size < 1:
+                raise ValueError(f"--eval_size must be >= 1, got {args.eval_size}")
             model = load_policy_any(args.checkpoint)
             sets = {t: load_eval(t)[:args.eval_size] for t in cfg.task_names}
             res = evaluate_tasks(model, sets, cfg.reward_weights, max_new_tokens(cfg))
@@ -222,8 +252,16 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "lab":
             notebooks = checkout_dir("notebooks")
             return subprocess.call([sys.executable, "-m", "jupyterlab", str(notebooks)])
-    except (ValueError, FileNotFoundError) as e:
-        print(f"grpo-lab: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("grpo-lab: interrupted; the last checkpoint (if any) is intact: continue with "
+              "--resume", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, FloatingPointError, RuntimeError) as e:
+        if getattr(args, "debug", False):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"grpo-lab: error: {type(e).__name__}: {first} (--debug shows the traceback)",
+              file=sys.stderr)
         return 2
     return 0
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import math
 import textwrap
 from dataclasses import dataclass, field
 
@@ -92,7 +93,8 @@ class TrainConfig:
     eval_every: int = 100
     """Evaluate greedy accuracy on the held-out set every this many steps (0 = only at the ends)."""
     eval_size: int = 200
-    """How many held-out examples to evaluate on (from data/eval_<task>.jsonl)."""
+    """How many held-out examples to evaluate on per task (from data/eval_<task>.jsonl; at
+    most the set's size); 0 = no evaluation."""
     ckpt_every: int = 250
     """Write the checkpoint every this many steps (and at the end)."""
     seed: int = 0
@@ -141,10 +143,11 @@ class TrainConfig:
         _member(self.objective, OBJECTIVES, "objective")
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
-        _positive(self, "steps", "prompts_per_step", "mu", "eval_size", "ckpt_every",
-                  "dynamic_max_draws")
+        _finite(self, "lr", "temperature", "weight_decay", "adam_eps", "grad_clip", "eps_low",
+                "eps_high", "beta", "time_budget_s")
+        _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
         _nonnegative(self, "time_budget_s", "warmup_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
-                     "grad_clip", "beta", "eval_every", "threads")
+                     "grad_clip", "beta", "eval_every", "eval_size", "threads")
         if self.group_size < 2:
             raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
                              f"got {self.group_size}")
@@ -167,8 +170,10 @@ class TrainConfig:
         _member(self.lr_schedule, ("constant", "cosine"), "lr_schedule")
         if not self.reward_weights:
             raise ValueError("reward_weights is empty")
-        for name in self.reward_weights:
+        for name, w in self.reward_weights.items():
             _member(name, REWARDS, "reward function")
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
+                raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
         self._check_grouping()
 
     def _check_grouping(self):
@@ -255,6 +260,25 @@ def from_dict(d: dict) -> TrainConfig:
     return TrainConfig(**d)
 
 
+# fields a resumed run may change freely: how it runs, not what it computes
+RUNTIME_FIELDS = ("out_dir", "threads", "time_budget_s", "exchange.timeout_s")
+
+
+def config_changes(saved: dict, cfg: TrainConfig) -> dict:
+    """{field: [saved value, given value]} for every field of ``cfg`` that differs from the
+    saved config (sub-configs dotted: "exchange.name"), runtime fields left out."""
+    now, out = to_dict(cfg), {}
+    for k, v in now.items():
+        if isinstance(v, dict) and k != "reward_weights":
+            for sk, sv in v.items():
+                old = (saved.get(k) or {}).get(sk, sv)
+                if old != sv and f"{k}.{sk}" not in RUNTIME_FIELDS:
+                    out[f"{k}.{sk}"] = [old, sv]
+        elif k in saved and saved[k] != v and k not in RUNTIME_FIELDS:
+            out[k] = [saved[k], v]
+    return out
+
+
 def field_docs(cls) -> dict[str, str]:
     """Field name -> the docstring written under it in the class body."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
@@ -269,6 +293,13 @@ def field_docs(cls) -> dict[str, str]:
 
 def to_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
+
+
+def _finite(cfg, *names):
+    for n in names:
+        v = getattr(cfg, n)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{type(cfg).__name__}.{n} must be a finite number, got {v!r}")
 
 
 def _positive(cfg, *names):

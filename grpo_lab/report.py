@@ -53,9 +53,9 @@ def summary(history: list[dict]) -> dict:
     evals = [h for h in history if "eval/accuracy" in h]
     train = [h for h in history if "reward/mean" in h]
     return {
-        "base_accuracy": evals[0]["eval/accuracy"],
-        "final_accuracy": evals[-1]["eval/accuracy"],
-        "best_accuracy": max(h["eval/accuracy"] for h in evals),
+        "base_accuracy": evals[0]["eval/accuracy"] if evals else None,
+        "final_accuracy": evals[-1]["eval/accuracy"] if evals else None,
+        "best_accuracy": max(h["eval/accuracy"] for h in evals) if evals else None,
         "steps": len(train),
         "wall_time_s": history[-1].get("time/elapsed_s", 0.0),
         "first_reward": train[0]["reward/mean"] if train else None,
@@ -70,16 +70,23 @@ def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None
     fig = plot_history(history, f"GRPO on {cfg_dict.get('task', '?') if cfg_dict else '?'}")
     fig.savefig(out / "report.png", dpi=110)
     plt.close(fig)
-    lines = [
-        "# GRPO run report", "",
-        "| held-out greedy accuracy | value |", "|---|---|",
-        f"| base checkpoint | {s['base_accuracy']:.1%} |",
-        f"| after training | {s['final_accuracy']:.1%} |",
-        f"| best during training | {s['best_accuracy']:.1%} |",
-        f"| change | {100 * (s['final_accuracy'] - s['base_accuracy']):+.1f} points |", "",
-        f"{s['steps']} steps in {s['wall_time_s']:.0f} s of training.", "",
-        "![curves](report.png)", "",
-    ]
+    lines = ["# GRPO run report", ""]
+    if s["base_accuracy"] is None:
+        lines += ["No held-out evaluation (eval_size=0).", ""]
+    else:
+        lines += [
+            "| held-out greedy accuracy | value |", "|---|---|",
+            f"| base checkpoint | {s['base_accuracy']:.1%} |",
+            f"| after training | {s['final_accuracy']:.1%} |",
+            f"| best during training | {s['best_accuracy']:.1%} |",
+            f"| change | {100 * (s['final_accuracy'] - s['base_accuracy']):+.1f} points |", ""]
+    lines += [f"{s['steps']} steps in {s['wall_time_s']:.0f} s of training.", ""]
+    for h in history:
+        if "resume/overrides" in h:
+            changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in h["resume/overrides"].items())
+            lines += [f"**Resumed at step {h['step']} with a changed config** ({changed}): the "
+                      f"steps before and after it ran under different settings.", ""]
+    lines += ["![curves](report.png)", ""]
     if cfg_dict:
         lines += ["## Config", "", "```json", json.dumps(cfg_dict, indent=1), "```", ""]
     (out / "report.md").write_text("\n".join(lines))

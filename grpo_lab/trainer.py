@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 
 from grpo_lab.checkpoint import (load_policy_any, load_state_strict, read_training_checkpoint,
                                  save_training_checkpoint)
-from grpo_lab.config import TrainConfig, preset, to_dict
+from grpo_lab.config import TrainConfig, config_changes, preset, to_dict
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
 from grpo_lab.distributed.group import Group
 from grpo_lab.grouping import EMBEDS
@@ -105,12 +105,43 @@ def make_grouper(cfg: TrainConfig) -> StepGrouper:
                        cfg.group_schedule)
 
 
-def _check_resumable(path, saved: dict, cfg: TrainConfig) -> None:
+def _check_resumable(path, saved: dict, cfg: TrainConfig, allow_override: bool) -> dict:
+    """-> the fields that differ from the saved run ({field: [saved, given]}); an error if
+    any does without ``allow_override``, and always for what the saved state depends on."""
     keys = ("seed", "task", "grouping", "objective")
     have = {k: saved.get(k, {"grouping": "by_prompt", "objective": "grpo"}.get(k)) for k in keys}
     want = {k: getattr(cfg, k) for k in keys}
     if have != want:
         raise ValueError(f"cannot resume {path}: it was run with {have}, not {want}")
+    changes = config_changes(saved, cfg)
+    if changes and not allow_override:
+        listed = "; ".join(f"{k}: saved {a!r}, given {b!r}" for k, (a, b) in changes.items())
+        raise ValueError(f"cannot resume {path} with a different config ({listed}); resume "
+                         f"with the saved config (grpo-lab train --out_dir DIR --resume), or "
+                         f"pass --override (allow_override=True) to change it on purpose: the "
+                         f"change is then recorded in metrics.jsonl and the report")
+    return changes
+
+
+def _prepare_out_dir(out: Path) -> None:
+    """Create ``out`` and prove it is writable before any work is done."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise ValueError(f"out_dir {str(out)!r} is not a writable folder: "
+                         f"{type(e).__name__}: {e.strerror or e}") from None
+
+
+def _check_finite(ex, step: int, ckpt: Path, group: Group) -> None:
+    """Stop every rank if any holds a non-finite parameter or optimizer state."""
+    bad = ex.bad_state()
+    if group.agree(bad is not None):
+        where = bad or "a tensor of another rank"
+        raise FloatingPointError(f"step {step}: {where} is not finite after the optimizer "
+                                 f"step; nothing was saved, the last good checkpoint ({ckpt}, "
+                                 f"if any) is kept")
 
 
 def _reduce_shares(shares: dict, group: Group) -> dict:
@@ -132,14 +163,15 @@ def wchar() -> int | None:
 
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
-          on_step=None) -> list[dict]:
+          on_step=None, allow_override: bool = False) -> list[dict]:
     """Run ``cfg`` -> history (one metrics dict per step, eval rows merged).
 
     Writes ``out_dir/metrics.jsonl`` and ``out_dir/checkpoint.safetensors`` (rank 0). With
     ``resume``, continues from that checkpoint exactly. ``on_step(metrics, policy)`` is the
     one hook point (live plots; it sees the averaged gradients of the step's last update).
     Under a process group (torchrun, ``launch.spawn``) every rank calls this with the same
-    ``cfg``; the gradient exchange is ``cfg.exchange``.
+    ``cfg``; the gradient exchange is ``cfg.exchange``. A resumed run must have the saved
+    config (but its runtime fields: config.RUNTIME_FIELDS) unless ``allow_override``.
     """
     group = Group.current()
     if cfg.threads:
@@ -151,23 +183,29 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     lead = group.rank == 0
     ckpt, log_path = out / "checkpoint.safetensors", out / "metrics.jsonl"
     if lead:
-        out.mkdir(parents=True, exist_ok=True)
+        _prepare_out_dir(out)
+    eval_sets = {t: load_eval(t) for t in cfg.task_names}
+    for t, exs in eval_sets.items():
+        if cfg.eval_size > len(exs):
+            raise ValueError(f"eval_size={cfg.eval_size} but the held-out set of {t!r} has "
+                             f"{len(exs)} examples; use at most {len(exs)} (0: no evaluation)")
+    held_out = {e.prompt for exs in eval_sets.values() for e in exs}
+    eval_sets = {t: exs[:cfg.eval_size] for t, exs in eval_sets.items()}
     policy = load_policy(cfg.base_checkpoint)
     ref = (load_policy(cfg.base_checkpoint).eval().requires_grad_(False)
            if cfg.beta and cfg.objective == "grpo" else None)
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
                                                    cfg.grad_clip, cfg.seed),
                        group.world, group.rank)
-    eval_sets = {t: load_eval(t)[:cfg.eval_size] for t in cfg.task_names}
-    held_out = {e.prompt for t in cfg.task_names for e in load_eval(t)}
     ctx = StepContext(prompt_source(cfg, held_out), make_grouper(cfg), ref, group)
     collect, objective = OBJECTIVES[cfg.objective]
     max_new = max_new_tokens(cfg)
-    evaluate_now = lambda: evaluate_tasks(policy, eval_sets, cfg.reward_weights, max_new)  # noqa: E731
-    start, history = 0, []
+    evaluate_now = lambda: (evaluate_tasks(policy, eval_sets, cfg.reward_weights, max_new)  # noqa: E731
+                            if cfg.eval_size else {})
+    start, history, changes = 0, [], {}
     if resume:
         c = read_training_checkpoint(ckpt)
-        _check_resumable(ckpt, c["config"], cfg)
+        changes = _check_resumable(ckpt, c["config"], cfg, allow_override)
         if c["model_config"] != vars(policy.cfg):
             raise ValueError(f"{ckpt} holds a policy of another shape: {c['model_config']} "
                              f"vs {vars(policy.cfg)}")
@@ -206,8 +244,11 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
                 raise FloatingPointError(f"step {step}: {e}; lower lr={cfg.lr} or check the "
                                          f"rewards") from None
             payload, sent = payload + b, sent + ex.wire(b)
+        _check_finite(ex, step, ckpt, group)
         metrics = {"step": step, **batch.metrics, **_reduce_shares(shares, group), **ex_metrics,
                    "time/rollout_s": t_collect, "time/step_s": time.perf_counter() - t_step}
+        if changes and step == start:
+            metrics["resume/overrides"] = changes                # recorded once, where it began
         if group.world > 1:
             w1 = wchar()
             metrics.update({"comm/payload_bytes": payload, "comm/bytes": sent,

@@ -150,6 +150,17 @@ class Exchange:
     """The optimizer state in torch.optim.AdamW's format, whole on every rank (a collective
     for the sharded exchanges: every rank calls it)."""
     load_state_dict: Callable[[dict], None]
+    bad_state: Callable[[], str | None]
+    """The name of the first parameter or optimizer state tensor this rank holds that is not
+    finite, or None (checked after every step, so nothing non-finite is ever saved)."""
+
+
+def first_non_finite(named) -> str | None:
+    """The name of the first tensor in ``named`` ((name, tensor) pairs) with a NaN or inf."""
+    for name, t in named:
+        if torch.is_tensor(t) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return name
+    return None
 
 
 def _adamw(model, opt: AdamW, beta1: float = 0.9):
@@ -171,8 +182,14 @@ def _adamw(model, opt: AdamW, beta1: float = 0.9):
 
 
 def _local(model, adam, set_lr, step, reduce, wire, module=None) -> Exchange:
+    names = {id(p): n for n, p in model.named_parameters()}
+
+    def bad_state():
+        return first_non_finite([*model.named_parameters(),
+                                 *((f"optimizer {k} of {names.get(id(p), '?')}", v)
+                                   for p, st in adam.state.items() for k, v in st.items())])
     return Exchange(module or model, reduce, step, lambda: adam.zero_grad(True), set_lr, wire,
-                    adam.state_dict, adam.load_state_dict)
+                    adam.state_dict, adam.load_state_dict, bad_state)
 
 
 def make_allreduce(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
@@ -298,8 +315,14 @@ def make_sharded(model, cfg: ExchangeConfig, opt: AdamW, world, rank, compressio
 
     def set_lr(lr):
         sharded.lr = lr
+    def bad_state():
+        return first_non_finite([*model.named_parameters(),
+                                 *((f"optimizer {k} of shard {sharded.shards[i].name}", v)
+                                   for i, st in sharded.state.items()
+                                   for k, v in vars(st).items())])
     return Exchange(model, lambda: 0, step, lambda: sharded.zero_grad(True), set_lr,
-                    lambda b: last["bytes"], sharded.full_state_dict, sharded.load_full_state_dict)
+                    lambda b: last["bytes"], sharded.full_state_dict, sharded.load_full_state_dict,
+                    bad_state)
 
 
 def make_sharded_compressed(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
