@@ -47,8 +47,9 @@ from grpo_lab.grouping import (PromptBatch, cluster_diagnostics, grouped_advanta
 from grpo_lab.loss import grpo_loss
 from grpo_lab.model import GPT, GPTConfig
 from grpo_lab.reclustering import Reclusterer
-from grpo_lab.rollout import completion_logprobs, sample
-from grpo_lab.tasks import decode, encode, load_mixture, weighted_reward
+from grpo_lab.rollout import completion_logprobs
+from grpo_lab.step import sample_and_score
+from grpo_lab.tasks import load_mixture
 
 
 def timed(fn, reps: int):
@@ -91,12 +92,9 @@ def main(argv=None):
     gen = torch.Generator().manual_seed(args.seed)
 
     def grpo_step(examples):
-        r = sample(model, [encode(e.prompt) for e in examples], args.G, args.max_new_tokens,
-                   generator=gen)                                          # N = P*G rows
-        rows = [examples[i] for i in r.prompt_index.tolist()]
-        texts = [decode(c) for c in r.completion_ids.tolist()]
-        rewards, _ = weighted_reward(texts, rows, {"partial": 1.0, "format": 0.1},
-                                     r.stopped.tolist())                   # (N,)
+        s = sample_and_score(model, examples, args.G, args.max_new_tokens,
+                             {"partial": 1.0, "format": 0.1}, generator=gen)  # N = P*G rows
+        r, rewards = s.rollout, s.rewards                                  # (N,)
         adv = grouped_advantages(np.arange(len(examples)), r.prompt_index, rewards)  # (N,)
         logp = completion_logprobs(model.train(), r)                      # (N, Tc)
         loss, _ = grpo_loss(logp, r.logprobs, None, adv, r.completion_mask)

@@ -229,9 +229,11 @@ def reward_group_diagnostics(rewards: torch.Tensor, group_ids: torch.Tensor) -> 
 
 
 def cluster_diagnostics(prompts: Sequence[str], cluster_ids, tasks: Sequence[str] | None = None,
-                        embeddings: np.ndarray | None = None) -> dict:
+                        embeddings: np.ndarray | None = None,
+                        tfidf: np.ndarray | None = None) -> dict:
     """Prompt-level clusters (B,) -> ``group/tfidf_cosine`` (mean over clusters of >= 2
-    prompts of the mean pairwise cosine of their TF-IDF vectors, fitted on ``prompts``),
+    prompts of the mean pairwise cosine of their TF-IDF vectors: ``tfidf``, unit rows (B, V)
+    already computed, e.g. by the trainer's fixed embedder, or fitted here on ``prompts``),
     ``group/silhouette`` (cosine silhouette on ``embeddings``, default the TF-IDF vectors),
     ``group/purity`` (share of prompts whose cluster's majority task is their own).
     A value is NaN where it is undefined (no cluster of 2, one cluster, no task labels)."""
@@ -243,7 +245,7 @@ def cluster_diagnostics(prompts: Sequence[str], cluster_ids, tasks: Sequence[str
     ids = np.asarray(cluster_ids)
     if ids.shape != (len(prompts),):
         raise ValueError(f"{ids.shape} cluster ids for {len(prompts)} prompts")
-    T = tfidf_embed(list(prompts))                                          # (B, V) unit rows
+    T = tfidf_embed(list(prompts)) if tfidf is None else np.asarray(tfidf)  # (B, V) unit rows
     X = T if embeddings is None else np.asarray(embeddings)
     labels = np.unique(ids)
     with threadpool_limits(1):                                              # see _kmeans

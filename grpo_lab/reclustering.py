@@ -128,7 +128,7 @@ class StepGrouper:
         if grouping not in GROUPERS:
             raise ValueError(f"unknown grouping {grouping!r}; known: {sorted(GROUPERS)}")
         self.grouping, self.k, self.seed = grouping, k, seed
-        self.embed = None
+        self.embed = self.last_embeddings = None
         if grouping in EMBEDS:
             if corpus is None:
                 raise ValueError(f"grouping {grouping!r} needs a corpus to fit its embedder on")
@@ -142,6 +142,7 @@ class StepGrouper:
                  prompt_index: torch.Tensor, step: int) -> np.ndarray:
         B = len(prompts)
         X = self.embed(list(prompts)) if self.embed is not None else None   # (B, d)
+        self.last_embeddings = X                 # diagnostics reuse them (no second TF-IDF fit)
         if self.reclusterer is not None:
             return self.reclusterer(X)                                      # (B,)
         mean = std = None

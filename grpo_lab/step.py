@@ -201,7 +201,8 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     if cfg.beta and len(my_rows):
         ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature)        # (N_r, Tc)
     quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == B
-               else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks))  # NaN: undefined
+               else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks,
+                                        tfidf=getattr(ctx.grouper, "last_embeddings", None)))
     metrics = {
         "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
         **{f"reward/{k}": float(v.mean()) for k, v in reward_parts.items()},

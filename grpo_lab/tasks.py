@@ -2,7 +2,15 @@
 
 A task makes prompts with known answers, so a reward is a plain function of the
 completion text: no learned reward model (DeepSeekMath sec. 4 uses rule-based
-rewards the same way). Every task has the form ``"<prompt>="`` -> ``"<answer><eos>"``.
+rewards the same way). Every task has the form ``"<prompt>="`` -> ``"<answer><eos>"``:
+
+  * ``addition``: "12+34=" -> "46" (operands 0-99)
+  * ``sort``:     "sort:3102=" -> "0123" (3-6 digits)
+  * ``reverse``:  "rev:abc=" -> "cba" (3-6 letters)
+  * ``count``:    "count:a,banana=" -> "3" (how often the letter occurs; 0 allowed)
+  * ``compare``:  "cmp:37,52=" -> "<" (one prompt in eight compares a number with itself)
+  * ``max``, ``min``: "max:12,7,40=" -> "40" (2-4 numbers 0-99)
+The last four and the first three form the grouping lab's mixture (``MIXTURE_TASKS``).
 
 Rewards (each returns floats in [0, 1], one per completion):
   * ``accuracy``: 1 if the completion equals the answer exactly.
@@ -91,10 +99,45 @@ def _reverse(rng: random.Random) -> Example:
     return Example(f"rev:{s}=", s[::-1], "reverse")
 
 
+# The grouping lab's families (grouping.py): prompts look alike within a family and differ
+# across families, so a prompt embedder has structure to find. Each prompt fits in 16
+# characters, each answer in 6, using only ``ALPHABET``.
+def _count_letter(rng: random.Random) -> Example:
+    # "count:a,banana=" -> "3": how often the letter occurs in the word (0 allowed).
+    word = "".join(rng.choice("abcde") for _ in range(rng.randint(3, 6)))
+    letter = rng.choice("abcde")
+    return Example(f"count:{letter},{word}=", str(word.count(letter)), "count")
+
+
+def _compare(rng: random.Random) -> Example:
+    # "cmp:37,52=" -> "<"; about one prompt in eight compares a number with itself.
+    a = rng.randrange(100)
+    b = a if rng.random() < 0.125 else rng.randrange(100)
+    return Example(f"cmp:{a},{b}=", "<" if a < b else ">" if a > b else "=", "compare")
+
+
+def _number_list(rng: random.Random) -> list[int]:
+    return [rng.randrange(100) for _ in range(rng.randint(2, 4))]   # "max:" + 11 + "=" <= 16
+
+
+def _max(rng: random.Random) -> Example:
+    xs = _number_list(rng)
+    return Example(f"max:{','.join(map(str, xs))}=", str(max(xs)), "max")
+
+
+def _min(rng: random.Random) -> Example:
+    xs = _number_list(rng)
+    return Example(f"min:{','.join(map(str, xs))}=", str(min(xs)), "min")
+
+
 TASKS: dict[str, Task] = {
     "addition": Task("addition", _addition, "0123456789", 3),
     "sort": Task("sort", _sort_digits, "0123456789", 6),
     "reverse": Task("reverse", _reverse, "abcdefghijklmnopqrstuvwxyz", 6),
+    "count": Task("count", _count_letter, "0123456789", 1),
+    "compare": Task("compare", _compare, "<>=", 1),
+    "max": Task("max", _max, "0123456789", 2),
+    "min": Task("min", _min, "0123456789", 2),
 }
 
 
@@ -273,45 +316,6 @@ def check_finite_rewards(name: str, values: Sequence[float], completions: Sequen
             raise ValueError(f"reward function {name!r} returned {v} for sample {i} "
                              f"(completion {completions[i]!r})")
 
-
-# ---------------------------------------------------------------- more task families
-# Added for the grouping lab (grouping.py): families whose prompts look alike within a
-# family and differ across families, so a prompt embedder has structure to find. Each
-# prompt fits in 16 characters, each answer in 6, using only ``ALPHABET``.
-def _count_letter(rng: random.Random) -> Example:
-    # "count:a,banana=" -> "3": how often the letter occurs in the word (0 allowed).
-    word = "".join(rng.choice("abcde") for _ in range(rng.randint(3, 6)))
-    letter = rng.choice("abcde")
-    return Example(f"count:{letter},{word}=", str(word.count(letter)), "count")
-
-
-def _compare(rng: random.Random) -> Example:
-    # "cmp:37,52=" -> "<"; about one prompt in eight compares a number with itself.
-    a = rng.randrange(100)
-    b = a if rng.random() < 0.125 else rng.randrange(100)
-    return Example(f"cmp:{a},{b}=", "<" if a < b else ">" if a > b else "=", "compare")
-
-
-def _number_list(rng: random.Random) -> list[int]:
-    return [rng.randrange(100) for _ in range(rng.randint(2, 4))]   # "max:" + 11 + "=" <= 16
-
-
-def _max(rng: random.Random) -> Example:
-    xs = _number_list(rng)
-    return Example(f"max:{','.join(map(str, xs))}=", str(max(xs)), "max")
-
-
-def _min(rng: random.Random) -> Example:
-    xs = _number_list(rng)
-    return Example(f"min:{','.join(map(str, xs))}=", str(min(xs)), "min")
-
-
-TASKS.update({
-    "count": Task("count", _count_letter, "0123456789", 1),
-    "compare": Task("compare", _compare, "<>=", 1),
-    "max": Task("max", _max, "0123456789", 2),
-    "min": Task("min", _min, "0123456789", 2),
-})
 
 # ---------------------------------------------------------------- task mixture
 MIXTURE_TASKS = ("addition", "sort", "reverse", "count", "compare", "max", "min")

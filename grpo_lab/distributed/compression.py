@@ -43,19 +43,10 @@ steps cost 2.5x the bytes of a 400-step run (41x instead of 105x) for no accurac
 and without it, bench/RESULTS_train_dist.md); DGC trains from scratch, the bench fine-tunes
 a trained base.
 
-Why (the ``dgc`` preset, DGC as published and this preset's first version, is 0.1%, DGC
-momentum correction m = 0.9, warm-up, everything top-k; with AdamW beta1 0.9 it reached 28%
-held-out accuracy against 94.5% for fp32 in the 400-step supervised bench): DGC's
-momentum correction sends momentum-accumulated values and assumes the receiver applies plain
-SGD (Lin et al. 2018, sec. 3.2); AdamW then adds its own momentum on top. Even without the
-correction, error feedback already sums a coordinate's gradients until it is sent, i.e. it is
-a delayed momentum, and Adam's beta1 = 0.9 smears each rare, large sent value over ~10 more
-steps in the direction it had when sent: stale. Single-process simulations of the two ranks
-(same seeds and batches as the bench, which they reproduce), final accuracy after 400 steps:
-m = 0.9 + AdamW 28%; no correction 72.5%; + small tensors dense 79.5%; + AdamW beta1 = 0
-90% (beta1 0.5: 89.5%; lr 2e-3: 92%; lr 3e-3: 94.5%); + density 0.3% 94% at lr 1e-3. DGC's
-own setting (correction, plain SGD receiver) reached 76.5% at its best lr; without error
-feedback 74.5-80%. Beta1 = 0 costs fp32 itself 1.5 points (93%): it is for this preset only.
+Why ``aggressive`` departs from DGC as published (the ``dgc`` preset): DGC's momentum
+correction assumes a plain-SGD receiver, and AdamW's beta1 = 0.9 smears each rare sent value
+over later steps; the measurements that led there are in BENCHMARKS.md (section 4,
+"how the aggressive preset was found").
 """
 from __future__ import annotations
 

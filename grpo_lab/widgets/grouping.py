@@ -27,9 +27,7 @@ from grpo_lab.embeddings import EMBEDDERS, get_embedder
 from grpo_lab.grouping import (COMBINE, GROUPERS, TAKES_K, PromptBatch,
                                advantage_diagnostics, advantage_split, cluster_diagnostics,
                                grouped_advantages, prompt_reward_stats, reward_group_diagnostics)
-from grpo_lab.rollout import sample
-from grpo_lab.tasks import (DATA_DIR, Example, decode, encode, load_mixture, sample_examples,
-                            weighted_reward)
+from grpo_lab.tasks import DATA_DIR, Example, load_mixture, sample_examples
 
 BASE = str(DATA_DIR / "base_policy.safetensors")    # absolute: kernels may run in notebooks/
 WEIGHTS = TrainConfig().reward_weights                          # the trainer's default
@@ -44,13 +42,11 @@ def _base_policy(path: str = BASE):
 @functools.lru_cache(maxsize=4)
 def _cached_rollout_rewards(prompts: tuple, answers: tuple, tasks: tuple, G: int, seed: int,
                             temperature: float) -> tuple:
+    from grpo_lab.step import sample_and_score
     examples = [Example(p, a, t) for p, a, t in zip(prompts, answers, tasks)]
-    r = sample(_base_policy(), [encode(e.prompt) for e in examples], G, 8, temperature,
-               generator=torch.Generator().manual_seed(seed))
-    texts = [decode(c) for c in r.completion_ids.tolist()]
-    rows = [examples[i] for i in r.prompt_index.tolist()]
-    rewards, _ = weighted_reward(texts, rows, WEIGHTS, r.stopped.tolist())
-    return tuple(rewards.tolist())
+    s = sample_and_score(_base_policy(), examples, G, 8, WEIGHTS, temperature,
+                         generator=torch.Generator().manual_seed(seed))
+    return tuple(s.rewards.tolist())
 
 
 def base_rollout_rewards(examples, G: int = 4, seed: int = 0, temperature: float = 0.7):
