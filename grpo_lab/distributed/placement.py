@@ -63,7 +63,7 @@ def metis_groups(latency: np.ndarray, n_groups: int, seed: int = 0) -> list[list
     if n_groups == 1:
         return [list(range(P))]
     xadj, adjncy, eweights = latency_graph(latency)
-    _, part = pymetis.part_graph(n_groups, xadj=xadj, adjncy=adjncy, eweights=eweights,
+    _, part = pymetis.part_graph(n_groups, pymetis.CSRAdjacency(xadj, adjncy), eweights=eweights,
                                  options=pymetis.Options(seed=seed))
     groups = [[r for r in range(P) if part[r] == k] for k in range(n_groups)]
     sizes = sorted(len(x) for x in groups)
