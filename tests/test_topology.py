@@ -188,3 +188,22 @@ def test_explorer_renders_png():
     parts["gpus"].value = 2
     parts["nodes"].value = 1                                          # 2 ranks: still a power of 2
     assert "error" not in parts["data"]
+
+
+def test_scaling_arithmetic_by_hand():
+    from grpo_lab.distributed import scaling as S
+    assert S.allgather_time(4, 100, 1.0, 0.01) == pytest.approx(3 * 2)
+    assert S.zero_memory(175e9, 1, 0) == pytest.approx(2800e9)       # 16 B/param: "FP32 2800 GB"
+    assert S.zero_memory(175e9, 4, 3) == pytest.approx(700e9)        # ZeRO-3 over 4 GPUs
+    assert S.zero_memory(175e9, 1024, 3, extra_bytes_per_param=4) == pytest.approx(175e9 * (16 / 1024 + 4))
+    assert S.compute_time(1e9, 1e3, 2, 1e12, 0.5) == pytest.approx(6.0)
+    c = T.Cluster(4, 1, 1.0, 0.01, 1.0, 0.01)                         # 4 ranks, uniform links
+    params = 100                                                     # 400 B of fp32 gradient
+    assert S.exchange_time(c, "ring", params, "fp32") == pytest.approx(T.ring_time(4, 400, 1, 0.01))
+    assert S.exchange_time(c, "ring", params, "fp16") == pytest.approx(T.ring_time(4, 200, 1, 0.01))
+    assert S.exchange_time(c, "ring", params, "seed") == pytest.approx(3 * (1 + 400 / 10.1 * 0.01))
+    assert S.bandwidth_floor(T.Cluster(2, 8, 0, 0, 0, 1e-9), 1e9) == pytest.approx(2 * 0.5 * 4e9 * 1e-9 / 8)
+    with pytest.raises(ValueError, match="unknown preset 'int4'"):
+        S.exchange_time(c, "ring", params, "int4")
+    with pytest.raises(ValueError, match="stage must be 0..3 and N >= 1, got stage=4"):
+        S.zero_memory(1, 1, 4)
