@@ -1,6 +1,6 @@
 """Measure alpha and beta of gloo on this machine's processes, and fit the cost model to them.
 
-Two sweeps over message sizes, in one ``launch.spawn`` of ``world`` processes (2-4):
+Two sweeps over message sizes, each group size its own ``launch.spawn`` (2-4 processes):
 
   * ping-pong between ranks 0 and 1: ``send`` n bytes, ``recv`` them back; one-way time =
     round trip / 2, fitted to ``t = alpha + n beta`` (Hockney 1994);
@@ -8,8 +8,8 @@ Two sweeps over message sizes, in one ``launch.spawn`` of ``world`` processes (2
     ring model ``t = 2 (p-1) alpha + 2 (p-1)/p n beta`` (topology.ring_time; gloo's default
     all_reduce algorithm is a ring of reduce-scatter + all-gather).
 
-Each point is the median over ``repeats`` of the mean of ``inner`` back-to-back operations
-(more for small messages). The fit minimises the *relative* squared error (rows divided by the
+Each point is the minimum (or median, ``stat``) over ``repeats`` of the mean of ``inner``
+back-to-back operations (more for small messages). The fit minimises the *relative* squared error (rows divided by the
 measured time), so 30 us and 30 ms points weigh alike; ``rel_errors`` reports
 |predicted - measured| / measured per point. What the fitted numbers mean here: all ranks are
 processes on one machine talking over loopback TCP, so beta includes memory copies and the
@@ -45,52 +45,66 @@ def _timed(fn, inner: int) -> float:
     return (time.perf_counter() - t0) / inner
 
 
-def _measure(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
-    """Runs in every spawned rank; rank 0's timings are returned (all ranks take part)."""
+def _pingpong(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
+    """Ranks 0 and 1 (the only ranks): one-way time per size = round trip / 2."""
     torch.set_num_threads(1)
-    pingpong = {}
+    out = {}
     for n in sizes:
         buf = torch.zeros(max(1, n // 4))                               # n bytes of float32
-        inner, times = _inner(n), []
 
         def rt():
             if rank == 0:
                 dist.send(buf, 1)
                 dist.recv(buf, 1)
-            elif rank == 1:
+            else:
                 dist.recv(buf, 0)
                 dist.send(buf, 0)
-        for r in range(repeats + 1):                                    # the first is warm-up
-            t = _timed(rt, inner) / 2 if rank < 2 else 0.0
-            if r:
-                times.append(t)
-        pingpong[n] = float(np.median(times))
-    dist.barrier()
-    groups = {p: dist.new_group(list(range(p))) for p in range(2, world + 1)}  # every rank calls
-    allreduce = {}
-    for p, grp in groups.items():
-        allreduce[p] = {}
-        if rank < p:
-            for n in sizes:
-                x = torch.zeros(max(1, n // 4))
-                times = []
-                for r in range(repeats + 1):
-                    dist.barrier(group=grp)
-                    t = _timed(lambda: dist.all_reduce(x, group=grp), _inner(n))
-                    if r:
-                        times.append(t)
-                allreduce[p][n] = float(np.median(times))
-        dist.barrier()
-    return {"pingpong": pingpong, "allreduce": allreduce}
+        times = [_timed(rt, _inner(n)) / 2 for _ in range(repeats + 1)][1:]   # first: warm-up
+        out[n] = [float(np.min(times)), float(np.median(times))]
+    return out
 
 
-def measure(world: int = 4, sizes: list[int] | None = None, repeats: int = 5) -> dict:
-    """Spawn ``world`` gloo processes and run both sweeps -> {"pingpong": {n: s},
-    "allreduce": {p: {n: s}}} (rank 0's timings)."""
+def _allreduce(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
+    """Every rank: seconds per all_reduce of each size (each rank's own clock)."""
+    torch.set_num_threads(1)
+    out = {}
+    for n in sizes:
+        x = torch.zeros(max(1, n // 4))
+        times = []
+        for r in range(repeats + 1):
+            dist.barrier()
+            times.append(_timed(lambda: dist.all_reduce(x), _inner(n)))
+        out[n] = [float(np.min(times[1:])), float(np.median(times[1:]))]
+    return out
+
+
+def _sweep(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
+    return {"pingpong": _pingpong(rank, world, sizes, repeats) if world == 2 else None,
+            "allreduce": _allreduce(rank, world, sizes, repeats)}
+
+
+def measure(world: int = 4, sizes: list[int] | None = None, repeats: int = 5,
+            stat: str = "min") -> dict:
+    """Ping-pong and all_reduce on 2 gloo processes, all_reduce on 3, .. ``world`` (one spawn
+    per group size, so no idle rank competes for the cores) -> {"pingpong": {n: s},
+    "allreduce": {p: {n: s}}}, rank 0's timings, the ``stat`` ("min" or "median") over the
+    repeats. The minimum is the default: on a machine shared with other jobs it is the
+    repeat least disturbed by them (the median is kept under "median")."""
     if not 2 <= world <= 8:
         raise ValueError(f"world must be 2..8 processes, got {world}")
+    if stat not in ("min", "median"):
+        raise ValueError(f"stat must be 'min' or 'median', got {stat!r}")
+    k = 0 if stat == "min" else 1
     sizes = sorted(sizes or QUICK_SIZES)
-    return spawn(_measure, world, (sizes, repeats), backend="gloo", run_timeout_s=600)[0]
+    out = {"allreduce": {}, "median": {"allreduce": {}}, "stat": stat}
+    for p in range(2, world + 1):
+        r = spawn(_sweep, p, (sizes, repeats), backend="gloo", run_timeout_s=600)[0]
+        out["allreduce"][p] = {n: v[k] for n, v in r["allreduce"].items()}
+        out["median"]["allreduce"][p] = {n: v[1] for n, v in r["allreduce"].items()}
+        if p == 2:
+            out["pingpong"] = {n: v[k] for n, v in r["pingpong"].items()}
+            out["median"]["pingpong"] = {n: v[1] for n, v in r["pingpong"].items()}
+    return out
 
 
 def fit(a_coef, b_coef, t) -> tuple[float, float]:
@@ -143,6 +157,15 @@ def rel_errors(cal: Calibration, which: str = "allreduce", p: int | None = None,
                      if r["bytes"] >= min_bytes and (p is None or r["p"] == p)])
 
 
-def quick_calibrate(world: int = 3, extra_sizes=(), repeats: int = 3) -> Calibration:
+def quick_calibrate(world: int = 2, extra_sizes=(), repeats: int = 3) -> Calibration:
     """The notebook's short run: QUICK_SIZES (+ ``extra_sizes``, e.g. the toy's gradient bytes)."""
     return calibrate(measure(world, sorted(set(QUICK_SIZES) | set(extra_sizes)), repeats))
+
+
+def toy_sizes() -> dict[str, int]:
+    """Bytes the toy policy's reductions move: its whole fp32 gradient, its largest and its
+    median tensor (the sizes a flat exchange and a per-tensor exchange send)."""
+    from grpo_lab.distributed.overlap import toy_policy
+    model, _ = toy_policy()
+    b = sorted(4 * p.numel() for p in model.parameters())
+    return {"whole gradient": sum(b), "largest tensor": b[-1], "median tensor": b[len(b) // 2]}
