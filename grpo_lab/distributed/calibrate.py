@@ -35,7 +35,7 @@ FULL_SIZES = [4 * 2 ** k for k in range(0, 22)]                      # 4 B .. 8 
 
 def _inner(n: int) -> int:
     """Back-to-back operations per timing: many for tiny messages, few for large ones."""
-    return int(max(2, min(50, 2e6 // max(n, 1))))
+    return int(max(2, min(10, 2e6 // max(n, 1))))
 
 
 def _timed(fn, inner: int) -> float:
@@ -157,7 +157,7 @@ def rel_errors(cal: Calibration, which: str = "allreduce", p: int | None = None,
                      if r["bytes"] >= min_bytes and (p is None or r["p"] == p)])
 
 
-def quick_calibrate(world: int = 2, extra_sizes=(), repeats: int = 3) -> Calibration:
+def quick_calibrate(world: int = 2, extra_sizes=(), repeats: int = 9) -> Calibration:
     """The notebook's short run: QUICK_SIZES (+ ``extra_sizes``, e.g. the toy's gradient bytes)."""
     return calibrate(measure(world, sorted(set(QUICK_SIZES) | set(extra_sizes)), repeats))
 
