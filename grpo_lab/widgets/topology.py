@@ -31,14 +31,16 @@ def explorer_cluster(nodes: int, gpus: int, alpha_us: float, gbps: float) -> Clu
 def topology_explorer(plots: bool = True):
     """-> (box, parts). parts: schedule, nodes, gpus, alpha_us, gbps, size, phase (controls);
     summary (HTML); phase_image, curve_image (PNG images, drawn when ``plots``); data."""
+    wide = {"style": {"description_width": "initial"}}
     parts = {
         "schedule": W.Dropdown(options=list(SCHEDULES), value="ring", description="schedule"),
-        "nodes": W.SelectionSlider(options=[1, 2, 4, 8, 16], value=4, description="nodes M"),
-        "gpus": W.SelectionSlider(options=[1, 2, 4, 8], value=4, description="GPUs/node g"),
-        "alpha_us": W.FloatLogSlider(value=5, base=10, min=-1, max=3, description="alpha (us)"),
-        "gbps": W.FloatLogSlider(value=50, base=10, min=0, max=3, description="GB/s between"),
-        "size": W.FloatLogSlider(value=1e6, base=10, min=2, max=11, description="message B"),
-        "phase": W.IntSlider(value=0, min=0, max=0, description="phase"),
+        "nodes": W.SelectionSlider(options=[1, 2, 4, 8, 16], value=4, description="nodes M", **wide),
+        "gpus": W.SelectionSlider(options=[1, 2, 4, 8], value=4, description="GPUs/node g", **wide),
+        "alpha_us": W.FloatLogSlider(value=5, base=10, min=-1, max=3, description="alpha between (us)",
+                                     **wide),
+        "gbps": W.FloatLogSlider(value=50, base=10, min=0, max=3, description="GB/s between", **wide),
+        "size": W.FloatLogSlider(value=1e6, base=10, min=2, max=11, description="message (B)", **wide),
+        "phase": W.IntSlider(value=0, min=0, max=0, description="phase", **wide),
         "summary": W.HTML(), "phase_image": W.Image(format="png"),
         "curve_image": W.Image(format="png"), "data": {},
     }
