@@ -20,7 +20,8 @@ backward with the hooks + the wait for the last bucket, T_exposed = that wait:
 They agree only when communication costs the computation nothing. On GPUs NCCL runs on its own
 SMs and copy engines; on a CPU gloo's thread takes cores from backward, so backward slows down
 and the step time can stay the same (ratio ~0, even < 0 on a loaded machine) while the
-concurrency looks high. The last bucket (the first layers' gradients, produced last) can
+concurrency looks high. T_comm includes waiting for the other rank to finish its own backward
+(skew), in both modes. The last bucket (the first layers' gradients, produced last) can
 never be hidden: its all_reduce starts when backward ends.
 
 ``OverlappedAllReduce(model)`` is self-contained: after ``loss.backward()``, ``finish()``
