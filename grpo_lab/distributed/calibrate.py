@@ -9,7 +9,8 @@ Two sweeps over message sizes, each group size its own ``launch.spawn`` (2-4 pro
     all_reduce algorithm is a ring of reduce-scatter + all-gather).
 
 Each point is the minimum (or median, ``stat``) over ``repeats`` of the mean of ``inner``
-back-to-back operations (more for small messages). The fit minimises the *relative* squared error (rows divided by the
+back-to-back operations (more for small messages); the repeats sweep all sizes in turn, so a
+burst of load from another job spoils one repeat of each size, not every repeat of one. The fit minimises the *relative* squared error (rows divided by the
 measured time), so 30 us and 30 ms points weigh alike; ``rel_errors`` reports
 |predicted - measured| / measured per point. What the fitted numbers mean here: all ranks are
 processes on one machine talking over loopback TCP, so beta includes memory copies and the
@@ -48,34 +49,36 @@ def _timed(fn, inner: int) -> float:
 def _pingpong(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
     """Ranks 0 and 1 (the only ranks): one-way time per size = round trip / 2."""
     torch.set_num_threads(1)
-    out = {}
-    for n in sizes:
-        buf = torch.zeros(max(1, n // 4))                               # n bytes of float32
+    bufs = {n: torch.zeros(max(1, n // 4)) for n in sizes}               # n bytes of float32
 
-        def rt():
-            if rank == 0:
-                dist.send(buf, 1)
-                dist.recv(buf, 1)
-            else:
-                dist.recv(buf, 0)
-                dist.send(buf, 0)
-        times = [_timed(rt, _inner(n)) / 2 for _ in range(repeats + 1)][1:]   # first: warm-up
-        out[n] = [float(np.min(times)), float(np.median(times))]
-    return out
+    def rt(buf):
+        if rank == 0:
+            dist.send(buf, 1)
+            dist.recv(buf, 1)
+        else:
+            dist.recv(buf, 0)
+            dist.send(buf, 0)
+    times = {n: [] for n in sizes}
+    for r in range(repeats + 1):                  # sizes interleaved: a burst of load from
+        for n in sizes:                           # another job hits one repeat of each size
+            t = _timed(lambda: rt(bufs[n]), _inner(n)) / 2
+            if r:                                 # r = 0 is warm-up
+                times[n].append(t)
+    return {n: [float(np.min(v)), float(np.median(v))] for n, v in times.items()}
 
 
 def _allreduce(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
     """Every rank: seconds per all_reduce of each size (each rank's own clock)."""
     torch.set_num_threads(1)
-    out = {}
-    for n in sizes:
-        x = torch.zeros(max(1, n // 4))
-        times = []
-        for r in range(repeats + 1):
+    bufs = {n: torch.zeros(max(1, n // 4)) for n in sizes}
+    times = {n: [] for n in sizes}
+    for r in range(repeats + 1):
+        for n in sizes:
             dist.barrier()
-            times.append(_timed(lambda: dist.all_reduce(x), _inner(n)))
-        out[n] = [float(np.min(times[1:])), float(np.median(times[1:]))]
-    return out
+            t = _timed(lambda: dist.all_reduce(bufs[n]), _inner(n))
+            if r:
+                times[n].append(t)
+    return {n: [float(np.min(v)), float(np.median(v))] for n, v in times.items()}
 
 
 def _sweep(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
