@@ -1,6 +1,5 @@
 """The alpha-beta cost model, the schedule simulator, METIS placement, value-ordered sends,
 the calibration fit and the topology explorer: hand-worked values, tight tolerances, no timing."""
-import math
 
 import numpy as np
 import pytest
