@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     pre = sub.add_parser("pretrain", help="supervised warm-up of the base policy")
     add_config_args(pre, PretrainConfig)
     b = sub.add_parser("bench", help="list the bench/ scripts, or run bench/bench_NAME.py")
-    b.add_argument("name", nargs="?", help="e.g. codecs, sharder, train_dist")
+    b.add_argument("name", nargs="?", help="e.g. codecs, sharder, train_dist, scaling")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="passed to the script")
     sub.add_parser("lab", help="open JupyterLab on notebooks/")
     for cmd in (t, e, pre):

@@ -223,7 +223,7 @@ class CompressionConfig:
     warmup_density: float = 0.25
     """Density at step 0 of the warm-up."""
     adam_beta1: float = 0.9
-    """AdamW beta1 the receiver should use with this config (train_dist reads it): 0 turns
+    """AdamW beta1 the receiver should use with this config (the exchanges read it): 0 turns
     Adam's momentum off, for sparse error feedback whose residual already delays and sums."""
 
     def __post_init__(self):

@@ -1,0 +1,224 @@
+"""Reduce gradients *during* backward: bucketed asynchronous all_reduce from per-parameter hooks.
+
+Post-backward reduction waits for the whole backward pass, then all-reduces every gradient:
+step time = backward + communication. DDP (Li et al. 2020, "PyTorch Distributed", VLDB,
+sec. 3.2.3) overlaps the two: parameters are grouped into buckets of about ``bucket_bytes`` in
+*reverse* registration order (backward produces the last layers' gradients first), and as
+soon as every gradient of a bucket has been accumulated, that bucket's all_reduce is started
+asynchronously while backward carries on with earlier layers. Here the trigger is torch's
+``Tensor.register_post_accumulate_grad_hook`` (fires once a parameter's .grad is final for
+this backward).
+
+Two ratios, measured side by side by ``measure_overlap`` (``_overlap_worker``), with T_post =
+backward + the same buckets all-reduced after it, T_comm its communication part, T_overlapped =
+backward with the hooks + the wait for the last bucket, T_exposed = that wait:
+
+    concurrency   = 1 - T_exposed / T_comm              (share of comm that ran during backward;
+                                                         what a profiler timeline shows)
+    overlap ratio = (T_post - T_overlapped) / T_comm    (comm time actually hidden: time saved)
+
+They agree only when communication costs the computation nothing. On GPUs NCCL runs on its own
+SMs and copy engines; on a CPU gloo's thread takes cores from backward, so backward slows down
+and the step time can stay the same (ratio ~0, even < 0 on a loaded machine) while the
+concurrency looks high. T_comm includes waiting for the other rank to finish its own backward
+(skew), in both modes. The last bucket (the first layers' gradients, produced last) can
+never be hidden: its all_reduce starts when backward ends.
+
+``OverlappedAllReduce(model)`` is self-contained: after ``loss.backward()``, ``finish()``
+waits for every bucket and leaves each ``.grad`` equal to the average over ranks, exactly
+what ``allreduce_grads`` (one all_reduce per tensor after backward, the reference) gives, up
+to the summation order of 3+ ranks. Deviations from DDP: one backward per ``finish()`` (no
+gradient accumulation, no ``no_sync``), buckets fixed at construction (DDP rebuilds them from
+the first iteration's order), a flat copy per bucket (DDP's gradients are views into the
+bucket), no unused-parameter detection: a parameter that gets no gradient holds its bucket
+back until ``finish()``, which then reduces zeros for it.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from grpo_lab.distributed.launch import spawn
+
+DEFAULT_BUCKET_BYTES = 256 * 1024
+
+
+def allreduce_grads(model: torch.nn.Module, group=None) -> None:
+    """Reference, post-backward: one all_reduce per gradient, then / world size."""
+    world = dist.get_world_size(group)
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad, group=group)
+            p.grad.div_(world)
+
+
+class OverlappedAllReduce:
+    """Bucketed async all_reduce started by grad hooks; ``finish()`` makes each .grad the average."""
+
+    def __init__(self, model: torch.nn.Module, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                 group=None, overlap: bool = True):
+        if bucket_bytes <= 0:
+            raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+        self.group, self.overlap = group, overlap
+        self.world = dist.get_world_size(group)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.buckets, cur, size = [], [], 0
+        for p in reversed(params):                       # backward order, as DDP assumes
+            cur.append(p)
+            size += p.numel() * p.element_size()
+            if size >= bucket_bytes:
+                self.buckets.append(cur)
+                cur, size = [], 0
+        if cur:
+            self.buckets.append(cur)
+        self.bucket_of = {p: b for b, ps in enumerate(self.buckets) for p in ps}
+        self.hooks = [p.register_post_accumulate_grad_hook(self._ready) for p in params]
+        self.enabled = True
+        """False: the hooks do nothing (another reducer of the same model is in use)."""
+        self._reset()
+
+    def _reset(self):
+        self.pending = [len(ps) for ps in self.buckets]
+        self.works = [None] * len(self.buckets)
+        self.flats = [None] * len(self.buckets)
+        self.launched_at = [None] * len(self.buckets)        # perf_counter when started
+
+    def _ready(self, p: torch.Tensor):
+        if not self.enabled:
+            return
+        b = self.bucket_of[p]
+        self.pending[b] -= 1
+        if self.pending[b] < 0:
+            raise RuntimeError("a second backward before finish(): gradient accumulation is "
+                               "not supported by OverlappedAllReduce")
+        if self.pending[b] == 0 and self.overlap:
+            self._launch(b)
+
+    def _launch(self, b: int):
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.buckets[b]]
+        self.flats[b] = torch.cat([g.reshape(-1) for g in grads])              # (bucket numel,)
+        self.launched_at[b] = time.perf_counter()
+        self.works[b] = dist.all_reduce(self.flats[b], group=self.group, async_op=True)
+
+    def finish(self) -> None:
+        """Start what has not started, wait for every bucket, write the averages into .grad."""
+        for b in range(len(self.buckets)):
+            if self.works[b] is None:
+                self._launch(b)
+        for b, ps in enumerate(self.buckets):
+            self.works[b].wait()
+            flat = self.flats[b].div_(self.world)
+            offset = 0
+            for p in ps:
+                g = flat[offset:offset + p.numel()].view_as(p)
+                if p.grad is None:
+                    p.grad = g.clone()
+                else:
+                    p.grad.copy_(g)
+                offset += p.numel()
+        self._reset()
+
+    def remove(self) -> None:
+        for h in self.hooks:
+            h.remove()
+
+
+# --------------------------------------------------------------------------- measuring it
+
+def toy_policy(seed: int = 0, tiny: bool = False):
+    """The shipped base policy (or a tiny random GPT, for tests) and its vocabulary size."""
+    from grpo_lab.model import GPT, GPTConfig, load_policy
+    path = Path(__file__).resolve().parents[2] / "data" / "base_policy.safetensors"
+    torch.manual_seed(seed)
+    if tiny or not path.exists():
+        model = GPT(GPTConfig(n_layer=2, n_embd=32, n_head=2, block_size=16))
+    else:
+        model = load_policy(path)
+    return model, model.cfg.vocab_size
+
+
+def lm_loss(model, tokens: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy of tokens (B, T): a fixed, deterministic workload."""
+    logits, _ = model(tokens[:, :-1])                                           # (B, T-1, V)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+
+def _batch(rank: int, step: int, vocab: int, batch: int, seq: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 * step + rank)                        # per rank data
+    return torch.randint(0, vocab, (batch, seq), generator=g)                     # (B, T)
+
+
+def _overlap_worker(rank: int, world: int, batch: int, seq: int, reps: int,
+                    bucket_bytes: int, tiny: bool) -> dict:
+    torch.set_num_threads(1)
+    model, vocab = toy_policy(tiny=tiny)
+    seq = min(seq, model.cfg.block_size + 1)
+    post = OverlappedAllReduce(model, bucket_bytes, overlap=False)   # same buckets, started after
+    ovl = OverlappedAllReduce(model, bucket_bytes)
+    rows = []
+    for r in range(reps + 1):                                          # rep 0 is warm-up
+        x = _batch(rank, r, vocab, batch, seq)
+        row = {}
+        for mode in (("post", "overlap") if r % 2 else ("overlap", "post")):   # alternate
+            red = post if mode == "post" else ovl
+            post.enabled, ovl.enabled = mode == "post", mode == "overlap"
+            model.zero_grad(set_to_none=True)
+            loss = lm_loss(model, x)
+            dist.barrier()
+            t0 = time.perf_counter()
+            loss.backward()
+            t1 = time.perf_counter()
+            early = sum(1 for t in red.launched_at if t is not None and t < t1)   # during backward
+            red.finish()
+            t2 = time.perf_counter()
+            row[mode] = (t1 - t0, t2 - t1, t2 - t0, early)               # backward, after, total
+        if r:
+            rows.append(row)
+    med = lambda mode, i: float(np.median([r[mode][i] for r in rows]))
+    comm, exposed = med("post", 1), med("overlap", 1)
+    saved = float(np.median([r["post"][2] - r["overlap"][2] for r in rows]))   # paired
+    return {"backward_s": med("post", 0), "backward_overlapped_s": med("overlap", 0),
+            "comm_s": comm, "post_total_s": med("post", 2), "overlap_total_s": med("overlap", 2),
+            "exposed_s": exposed, "concurrency": 1 - exposed / comm, "overlap_ratio": saved / comm,
+            "launched_during_backward": med("overlap", 3), "buckets": len(ovl.buckets), "grad_bytes": sum(4 * p.numel() for p in model.parameters()),
+            "rows": rows}
+
+
+def measure_overlap(world: int = 2, batch: int = 4, seq: int = 24, reps: int = 20,
+                    bucket_bytes: int = DEFAULT_BUCKET_BYTES, tiny: bool = False) -> list[dict]:
+    """Post-backward vs overlapped reduction of the toy policy, side by side (alternating), on
+    ``world`` gloo processes -> each rank's medians: ``overlap_ratio`` (median of the paired
+    time saved / comm), ``concurrency``, ``comm_s``, ``backward_s`` ..."""
+    return spawn(_overlap_worker, world, (batch, seq, reps, bucket_bytes, tiny), backend="gloo",
+                 run_timeout_s=600)
+
+
+def _equivalence_worker(rank: int, world: int, steps: int, bucket_bytes: int) -> dict:
+    """Gradients of one step and parameters after ``steps`` AdamW steps, reduced both ways."""
+    torch.set_num_threads(1)
+    out = {}
+    for mode in ("post", "overlap"):
+        model, vocab = toy_policy(seed=0, tiny=True)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        red = OverlappedAllReduce(model, bucket_bytes) if mode == "overlap" else None
+        grads = None
+        for step in range(steps):
+            model.zero_grad(set_to_none=True)
+            lm_loss(model, _batch(rank, step, vocab, 4, 12)).backward()
+            red.finish() if red else allreduce_grads(model)
+            if step == 0:
+                grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+            opt.step()
+        out[mode] = {"grads": grads, "params": {n: p.detach().clone() for n, p in model.named_parameters()},
+                     "buckets": len(red.buckets) if red else None}
+    return out
+
+
+def check_equivalence(world: int = 2, steps: int = 3, bucket_bytes: int = 4096) -> list[dict]:
+    """Run both reductions on ``world`` processes -> per rank {"post": ..., "overlap": ...}."""
+    return spawn(_equivalence_worker, world, (steps, bucket_bytes), backend="gloo", run_timeout_s=300)
