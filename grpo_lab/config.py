@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from grpo_lab.advantages import ADVANTAGES
 from grpo_lab.distributed.exchanges import ExchangeConfig
-from grpo_lab.grouping import COMBINE, GROUPERS, TAKES_K
+from grpo_lab.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.loss import AGGREGATIONS
 from grpo_lab.tasks import MIXTURE_TASKS, REWARDS, TASKS
 
@@ -103,7 +103,8 @@ class TrainConfig:
     """torch CPU threads (0 = torch's default)."""
     # ---- grouping (grouping.py): which completions share a baseline
     grouping: str = "by_prompt"
-    """Grouper (one of grouping.GROUPERS); "by_prompt" is canonical GRPO."""
+    """Grouper: a name in grouping.GROUPERS (register your own with register_grouper, or pass
+    the function or record itself from Python); "by_prompt" is canonical GRPO."""
     group_k: int = 0
     """Groups per step for random, kmeans_semantic and mixed (0 = the number of tasks
     trained, e.g. 7 for "mixture"); at most prompts_per_step."""
@@ -177,17 +178,18 @@ class TrainConfig:
         self._check_grouping()
 
     def _check_grouping(self):
-        _member(self.grouping, GROUPERS, "grouping")
+        record = get_grouper(self.grouping)          # a function or record is registered
+        self.grouping = record.name                  # the config keeps names (JSON, CLI)
         _member(self.combine, COMBINE, "combine option")
         _nonnegative(self, "group_k", "recluster_every")
-        if self.grouping in TAKES_K and \
-                self.n_groups > self.prompts_per_step:
+        if record.takes_k and self.n_groups > self.prompts_per_step:
             raise ValueError(f"{self.n_groups} groups (group_k={self.group_k}) is more than the "
                              f"prompts_per_step={self.prompts_per_step} prompts to group")
-        if self.recluster_every and self.grouping != "kmeans_semantic":
+        if self.recluster_every and not record.reclusterable:
+            reclusterable = sorted(n for n, g in GROUPERS.items() if g.reclusterable)
             raise ValueError(f"recluster_every={self.recluster_every} keeps K-means clusters "
-                             f"across steps: it needs grouping='kmeans_semantic', "
-                             f"got {self.grouping!r}")
+                             f"across steps: it needs a reclusterable grouping "
+                             f"({reclusterable}), got {self.grouping!r}")
         if self.group_schedule and not self.recluster_every:
             raise ValueError("group_schedule grows k at each re-fit: set recluster_every > 0")
         if self.supervision == "process" and self.combine != "cluster":

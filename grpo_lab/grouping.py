@@ -12,6 +12,9 @@ prompts to a cluster id per prompt; one signature
                          2007) on prompt embeddings (``embeddings.py``), seeded.
   * ``mixed``:           K-means on embeddings joined with per-prompt reward statistics.
 
+Each is a ``Grouper`` record in ``GROUPERS`` (what it takes and needs); add your own with
+``register_grouper`` (a function or a decorator), from a notebook or a plugin module.
+
 A prompt-level cluster then meets the G completions of each prompt in one of two ways
 (``COMBINE``, siblings with one signature):
 
@@ -42,14 +45,44 @@ from grpo_lab.advantages import ADVANTAGES, EPS, group_stats
 from grpo_lab.embeddings import EMBEDDERS, check_prompts
 
 
-@dataclass(frozen=True)
 class PromptBatch:
-    """What a grouper may look at, one entry per prompt (B prompts)."""
-    prompts: list[str]                       # (B,) prompt texts
-    tasks: list[str] | None = None           # (B,) task labels (by_task, purity)
-    embeddings: np.ndarray | None = None     # (B, d) precomputed (e.g. cached) embeddings
-    reward_mean: np.ndarray | None = None    # (B,) mean reward of the prompt's completions
-    reward_std: np.ndarray | None = None     # (B,) std of the prompt's completion rewards
+    """What a grouper may look at, one entry per prompt (B prompts).
+
+    ``embeddings`` and ``reward_mean`` / ``reward_std`` are given, or computed on first use
+    from ``embed`` (a fixed embedder, prompts -> (B, d)) and from ``rewards`` (N,) with
+    ``prompt_index`` (N,): a grouper pays only for what it reads, whatever its name.
+    """
+
+    def __init__(self, prompts, tasks=None, embeddings=None, reward_mean=None, reward_std=None,
+                 *, embed: Callable | None = None, rewards=None, prompt_index=None):
+        self.prompts: list[str] = list(prompts)                     # (B,) prompt texts
+        self.tasks: list[str] | None = None if tasks is None else list(tasks)  # (B,) labels
+        self._embeddings, self._embed = embeddings, embed
+        self._mean, self._std = reward_mean, reward_std
+        self._rewards, self._prompt_index = rewards, prompt_index
+
+    @property
+    def embeddings(self) -> np.ndarray | None:
+        """(B, d) prompt embeddings, or None when the batch has no way to make them."""
+        if self._embeddings is None and self._embed is not None:
+            self._embeddings = self._embed(self.prompts)
+        return self._embeddings
+
+    def _stats(self):
+        if self._mean is None and self._rewards is not None:
+            self._mean, self._std = prompt_reward_stats(self._rewards, self._prompt_index,
+                                                        len(self.prompts))
+        return self._mean, self._std
+
+    @property
+    def reward_mean(self) -> np.ndarray | None:
+        """(B,) mean reward of each prompt's completions."""
+        return self._stats()[0]
+
+    @property
+    def reward_std(self) -> np.ndarray | None:
+        """(B,) unbiased std of each prompt's completion rewards."""
+        return self._stats()[1]
 
 
 def prompt_reward_stats(rewards: torch.Tensor, prompt_index: torch.Tensor, B: int):
@@ -163,15 +196,104 @@ def mixed(batch: PromptBatch, k: int | None, seed: int = 0, embedder: str | Call
     return kmeans_fit(F, k, seed).labels_.astype(np.int64)
 
 
-GROUPERS: dict[str, Callable[..., np.ndarray]] = {
-    "by_prompt": by_prompt,
-    "random": random_groups,
-    "by_task": by_task,
-    "kmeans_semantic": kmeans_semantic,
-    "mixed": mixed,
-}
-TAKES_K = frozenset({"random", "kmeans_semantic", "mixed"})   # the others ignore k
-EMBEDS = frozenset({"kmeans_semantic", "mixed"})              # need prompt embeddings
+@dataclass(frozen=True)
+class Grouper:
+    """One grouping strategy and what it needs (the registry ``GROUPERS`` holds these).
+
+    Called like its function, ``grouper(batch, k, seed) -> ids (B,)``, it passes k only when
+    ``takes_k`` and checks the answer: one integer id per prompt.
+    """
+    name: str
+    fn: Callable[..., np.ndarray]
+    """(batch: PromptBatch, k: int | None, seed: int) -> (B,) integer group ids."""
+    takes_k: bool = False
+    """It uses k, the number of groups (config group_k); the others get None."""
+    needs_embeddings: bool = False
+    """It reads batch.embeddings (computed lazily, so this is documentation)."""
+    needs_reward_stats: bool = False
+    """It reads batch.reward_mean / reward_std (computed lazily too)."""
+    reclusterable: bool = False
+    """reclustering.Reclusterer can keep its clusters across steps (recluster_every)."""
+    description: str = ""
+
+    def __call__(self, batch: PromptBatch, k: int | None = None, seed: int = 0,
+                 **options) -> np.ndarray:
+        ids = np.asarray(self.fn(batch, k if self.takes_k else None, seed, **options))
+        B = len(batch.prompts)
+        if ids.shape != (B,):
+            raise ValueError(f"grouper {self.name!r} returned {ids.shape[0] if ids.ndim else 0} "
+                             f"ids of shape {ids.shape} for {B} prompts: it must return one "
+                             f"integer group id per prompt, shape ({B},)")
+        if ids.dtype.kind not in "iu":
+            raise ValueError(f"grouper {self.name!r} returned ids of dtype {ids.dtype}: group "
+                             f"ids must be integers")
+        return ids.astype(np.int64)
+
+
+GROUPERS: dict[str, Grouper] = {}
+
+
+def register_grouper(name: str | Callable | None = None, fn: Callable | None = None, *,
+                     takes_k: bool = False, needs_embeddings: bool = False,
+                     needs_reward_stats: bool = False, reclusterable: bool = False,
+                     description: str = ""):
+    """Add a grouper to ``GROUPERS`` -> its record; as a decorator, returns the function.
+
+        register_grouper("by_difficulty", my_fn, takes_k=True, needs_reward_stats=True)
+        @register_grouper("by_difficulty", takes_k=True)
+        def my_fn(batch, k, seed): ...
+
+    Re-running a notebook cell that defines the same function again replaces it; another
+    function under a taken name is an error naming both.
+    """
+    if callable(name) and fn is None:                        # register_grouper(my_fn)
+        name, fn = name.__name__, name
+    if fn is None:                                           # decorator form
+        return lambda f: (register_grouper(name or f.__name__, f, takes_k=takes_k,
+                                           needs_embeddings=needs_embeddings,
+                                           needs_reward_stats=needs_reward_stats,
+                                           reclusterable=reclusterable,
+                                           description=description), f)[1]
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a grouper needs a non-empty name, got {name!r}")
+    if not callable(fn):
+        raise ValueError(f"grouper {name!r}: {fn!r} is not callable")
+    old = GROUPERS.get(name)
+    if old is not None and _ident(old.fn) != _ident(fn):
+        raise ValueError(f"grouping {name!r} is already registered ({_ident(old.fn)}); pick "
+                         f"another name for {_ident(fn)}")
+    rec = Grouper(name, fn, takes_k, needs_embeddings, needs_reward_stats, reclusterable,
+                  description or (fn.__doc__ or "").strip().split("\n")[0])
+    GROUPERS[name] = rec
+    return rec
+
+
+def _ident(fn) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def get_grouper(grouping) -> Grouper:
+    """A name, a ``Grouper`` record or a bare function -> its record (a function or record
+    not yet registered is registered under its name; a bare function is given k)."""
+    if isinstance(grouping, Grouper):
+        GROUPERS.setdefault(grouping.name, grouping)
+        return GROUPERS[grouping.name]
+    if callable(grouping):
+        return register_grouper(grouping.__name__, grouping, takes_k=True)
+    if grouping not in GROUPERS:
+        raise ValueError(f"unknown grouping {grouping!r}; known: {sorted(GROUPERS)} "
+                         f"(register your own with grouping.register_grouper)")
+    return GROUPERS[grouping]
+
+
+register_grouper("by_prompt", by_prompt, description="one group per prompt (canonical GRPO)")
+register_grouper("random", random_groups, takes_k=True,
+                 description="k balanced random groups (a control: groups with no meaning)")
+register_grouper("by_task", by_task, description="one group per task family")
+register_grouper("kmeans_semantic", kmeans_semantic, takes_k=True, needs_embeddings=True,
+                 reclusterable=True, description="K-means on prompt embeddings")
+register_grouper("mixed", mixed, takes_k=True, needs_embeddings=True, needs_reward_stats=True,
+                 description="K-means on embeddings joined with reward statistics")
 
 
 # ---------------------------------------------------------------- prompt clusters -> advantages

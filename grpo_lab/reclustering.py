@@ -3,8 +3,8 @@
 ``Reclusterer`` re-fits K-means every N steps, warm-started from the previous centroids, and
 keeps cluster ids stable by Hungarian matching of centroids (Kuhn 1955), so an id keeps
 meaning the same region of prompt space; ``group_count_schedule`` grows k coarse to fine.
-``StepGrouper`` is the trainer's glue: a ``grouping.GROUPERS`` entry by name, a fixed
-embedder and an optional Reclusterer, called once per step.
+``StepGrouper`` is the trainer's glue: a ``grouping.GROUPERS`` record, a fixed embedder
+(fitted when first needed) and an optional Reclusterer, called once per step.
 """
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ import numpy as np
 import torch
 
 from grpo_lab.embeddings import fit_tfidf
-from grpo_lab.grouping import (EMBEDS, GROUPERS, PromptBatch, check_k, kmeans_fit,
-                               prompt_reward_stats)
+from grpo_lab.grouping import PromptBatch, check_k, get_grouper, kmeans_fit
 
 
 def group_count_schedule(round_: int, start: int = 5, stop: int = 20, growth: float = 0.2) -> int:
@@ -112,45 +111,60 @@ class Reclusterer:
 
 
 class StepGrouper:
-    """One step's prompts -> a cluster id per prompt (B,), for ``trainer.py``.
+    """One step's prompts -> a cluster id per prompt (B,), for ``step.collect``.
 
-    ``grouping`` names a ``GROUPERS`` entry. The embedding groupers embed with one TF-IDF
-    fit on ``corpus`` (fixed, so vectors of different steps share a space); with
-    ``recluster_every`` > 0 a ``Reclusterer`` keeps K-means clusters across steps, its k
+    ``grouping`` is a ``grouping.GROUPERS`` name, a ``Grouper`` record or a function. The
+    grouper sees a ``PromptBatch`` whose embeddings (one TF-IDF fit on ``corpus``, fixed so
+    vectors of different steps share a space, fitted on first use) and per-prompt reward
+    statistics are computed only if it reads them. With ``recluster_every`` > 0 (groupers
+    marked ``reclusterable``) a ``Reclusterer`` keeps K-means clusters across steps, its k
     following ``group_count_schedule`` from max(1, k // 4) up to k when ``schedule``.
     Every other draw depends only on (seed, step), so a resumed run regroups the same way
     once ``load_state_dict`` has restored the Reclusterer.
     """
 
-    def __init__(self, grouping: str = "by_prompt", k: int | None = None, seed: int = 0,
-                 corpus: Sequence[str] | None = None, recluster_every: int = 0,
-                 schedule: bool = False):
-        if grouping not in GROUPERS:
-            raise ValueError(f"unknown grouping {grouping!r}; known: {sorted(GROUPERS)}")
-        self.grouping, self.k, self.seed = grouping, k, seed
-        self.embed = self.last_embeddings = None
-        if grouping in EMBEDS:
-            if corpus is None:
-                raise ValueError(f"grouping {grouping!r} needs a corpus to fit its embedder on")
-            self.embed = fit_tfidf(corpus)
+    def __init__(self, grouping="by_prompt", k: int | None = None, seed: int = 0,
+                 corpus: Sequence[str] | Callable[[], Sequence[str]] | None = None,
+                 recluster_every: int = 0, schedule: bool = False):
+        self.record = get_grouper(grouping)
+        self.grouping, self.k, self.seed = self.record.name, k, seed
+        self._corpus, self._embed = corpus, None
+        if self.record.needs_embeddings and corpus is None:
+            raise ValueError(f"grouping {self.grouping!r} needs a corpus to fit its embedder on")
+        self.last_batch: PromptBatch | None = None
         self.reclusterer = None
         if recluster_every:
+            if not self.record.reclusterable:
+                raise ValueError(f"recluster_every={recluster_every} keeps K-means clusters "
+                                 f"across steps; grouping {self.grouping!r} is not reclusterable")
             k_of = (lambda r: group_count_schedule(r, max(1, k // 4), k)) if schedule else k
             self.reclusterer = Reclusterer(k_of, recluster_every, seed)
 
+    def embed(self, prompts: Sequence[str]) -> np.ndarray:
+        """The fixed TF-IDF embedder (fitted on the corpus on first use) -> (B, d)."""
+        if self._embed is None:
+            if self._corpus is None:
+                raise ValueError(f"grouping {self.grouping!r} read embeddings, but no corpus "
+                                 f"was given to fit the embedder on")
+            corpus = self._corpus() if callable(self._corpus) else self._corpus
+            self._embed = fit_tfidf(list(corpus))
+        return self._embed(list(prompts))
+
+    @property
+    def last_embeddings(self) -> np.ndarray | None:
+        """The last batch's embeddings if the grouper computed them (diagnostics reuse them)."""
+        b = self.last_batch
+        return None if b is None else b._embeddings
+
     def __call__(self, prompts: Sequence[str], tasks: Sequence[str], rewards: torch.Tensor,
                  prompt_index: torch.Tensor, step: int) -> np.ndarray:
-        B = len(prompts)
-        X = self.embed(list(prompts)) if self.embed is not None else None   # (B, d)
-        self.last_embeddings = X                 # diagnostics reuse them (no second TF-IDF fit)
+        embed = self.embed if self._corpus is not None else None
+        batch = PromptBatch(list(prompts), list(tasks), embed=embed, rewards=rewards,
+                            prompt_index=prompt_index)
+        self.last_batch = batch
         if self.reclusterer is not None:
-            return self.reclusterer(X)                                      # (B,)
-        mean = std = None
-        if self.grouping == "mixed":
-            mean, std = prompt_reward_stats(rewards, prompt_index, B)       # (B,) each
-        batch = PromptBatch(list(prompts), list(tasks), X, mean, std)
-        k = min(self.k, B) if self.k else None
-        return GROUPERS[self.grouping](batch, k, self.seed * 1_000_003 + step)  # (B,)
+            return self.reclusterer(batch.embeddings)                       # (B,)
+        return self.record(batch, self.k, self.seed * 1_000_003 + step)     # (B,)
 
     def state_dict(self) -> dict:
         """The Reclusterer's state (empty without one), for the training checkpoint."""

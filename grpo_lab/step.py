@@ -148,6 +148,12 @@ def _draw_prompts(cfg, ctx: StepContext, step: int, policy):
     return sorted(kept), draws, flags
 
 
+def _vectors(ctx: StepContext):
+    """The step's prompt vectors from the grouper's fixed embedder (None: fit per batch)."""
+    batch = getattr(ctx.grouper, "last_batch", None)
+    return None if batch is None else batch.embeddings
+
+
 @torch.no_grad()
 def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     """Prompts -> rollouts -> rewards -> group ids -> advantages: one ``Batch``."""
@@ -201,8 +207,7 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     if cfg.beta and len(my_rows):
         ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature)        # (N_r, Tc)
     quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == B
-               else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks,
-                                        tfidf=getattr(ctx.grouper, "last_embeddings", None)))
+               else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks, tfidf=_vectors(ctx)))
     metrics = {
         "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
         **{f"reward/{k}": float(v.mean()) for k, v in reward_parts.items()},

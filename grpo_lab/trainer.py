@@ -45,7 +45,6 @@ from grpo_lab.checkpoint import (load_policy_any, load_state_strict, read_traini
 from grpo_lab.config import TrainConfig, config_changes, preset, to_dict
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
 from grpo_lab.distributed.group import Group
-from grpo_lab.grouping import EMBEDS
 from grpo_lab.model import GPT, load_policy
 from grpo_lab.reclustering import StepGrouper
 from grpo_lab.step import OBJECTIVES, StepContext, max_new_tokens, sample_and_score
@@ -96,11 +95,11 @@ def prompt_source(cfg: TrainConfig, held_out: set[str]):
 
 
 def make_grouper(cfg: TrainConfig) -> StepGrouper:
-    """The run's grouper; the embedding groupers fit TF-IDF once on 512 seeded prompts."""
-    corpus = None
-    if cfg.grouping in EMBEDS:
-        corpus = [e.prompt for e in sample_examples(cfg.task_names, 512,
-                                                    random.Random(f"{cfg.seed}-embed"))]
+    """The run's grouper; its embedder is TF-IDF fitted once on 512 seeded prompts, when a
+    grouper (or the cluster diagnostics) first reads embeddings."""
+    def corpus():
+        return [e.prompt for e in sample_examples(cfg.task_names, 512,
+                                                  random.Random(f"{cfg.seed}-embed"))]
     return StepGrouper(cfg.grouping, cfg.n_groups, cfg.seed, corpus, cfg.recluster_every,
                        cfg.group_schedule)
 

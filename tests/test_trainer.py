@@ -178,7 +178,7 @@ def test_dynamic_sampling_keeps_b_prompts_with_reward_variance(tmp_path):
     (dict(combine="median"), "unknown combine option 'median'"),
     (dict(grouping="kmeans_semantic", group_k=9), "9 groups \\(group_k=9\\) is more than"),
     (dict(grouping="kmeans_semantic", task="mixture", prompts_per_step=4), "7 groups"),
-    (dict(recluster_every=5), "needs grouping='kmeans_semantic'"),
+    (dict(recluster_every=5), "needs a reclusterable grouping \\(\\['kmeans_semantic'\\]\\), got 'by_prompt'"),
     (dict(grouping="kmeans_semantic", group_schedule=True), "set recluster_every > 0"),
     (dict(supervision="process", combine="within_prompt_pooled_std"), "combine='cluster'"),
     (dict(task="mixture,count"), "unknown task 'mixture' in task='mixture,count'"),

@@ -24,9 +24,9 @@ import torch
 from grpo_lab.advantages import ADVANTAGES, group_stats
 from grpo_lab.config import TrainConfig
 from grpo_lab.embeddings import EMBEDDERS, get_embedder
-from grpo_lab.grouping import (COMBINE, GROUPERS, TAKES_K, PromptBatch,
+from grpo_lab.grouping import (COMBINE, GROUPERS, PromptBatch, get_grouper,
                                advantage_diagnostics, advantage_split, cluster_diagnostics,
-                               grouped_advantages, prompt_reward_stats, reward_group_diagnostics)
+                               grouped_advantages, reward_group_diagnostics)
 from grpo_lab.tasks import DATA_DIR, Example, load_mixture, sample_examples
 
 BASE = str(DATA_DIR / "base_policy.safetensors")    # absolute: kernels may run in notebooks/
@@ -71,14 +71,14 @@ def _check_rewards(rewards: torch.Tensor, B: int, G: int) -> None:
 def explore_grouping(prompts, tasks, rewards: torch.Tensor, G: int, X: np.ndarray,
                      strategy: str = "kmeans_semantic", k: int = 7, combine: str = "cluster",
                      estimator: str = "grpo", seed: int = 0) -> dict:
-    """Group B prompts with ``GROUPERS[strategy]`` on embeddings X (B, d), then compute the
+    """Group B prompts with the grouper ``strategy`` (a ``GROUPERS`` name, record or function)
+    on embeddings X (B, d), then compute the
     advantages of their B*G rewards -> dict of plain numbers (what the widget draws)."""
     B = len(prompts)
     _check_rewards(rewards, B, G)
     prompt_index = torch.arange(B).repeat_interleave(G)                   # (N,)
-    mean, std = prompt_reward_stats(rewards, prompt_index, B)             # (B,) each
-    batch = PromptBatch(list(prompts), list(tasks), X, mean, std)
-    ids = GROUPERS[strategy](batch, k if strategy in TAKES_K else None, seed)  # (B,)
+    batch = PromptBatch(list(prompts), list(tasks), X, rewards=rewards, prompt_index=prompt_index)
+    ids = get_grouper(strategy)(batch, k, seed)                           # (B,) k if it takes k
     adv = grouped_advantages(ids, prompt_index, rewards, combine, estimator)  # (N,)
     row_ids = torch.as_tensor(ids)[prompt_index]                          # (N,)
     _, count, g_mean, g_std = group_stats(rewards, row_ids)               # (K,) each
@@ -136,6 +136,8 @@ def grouping_explorer(prompts=None, tasks=None, rewards=None, G: int = 4, n: int
                                  parts["estimator"].value, seed)
         except (ImportError, ValueError) as e:                             # e.g. minilm missing
             parts["summary"].value = f"<b>cannot group:</b> {html.escape(str(e))}"
+            parts["data"].clear()                        # no stale result from the last strategy
+            parts["plot"].clear_output()
             return
         parts["data"].clear()
         parts["data"].update(d, xy=xy.tolist())
