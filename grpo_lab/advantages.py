@@ -140,6 +140,20 @@ ADVANTAGES = {
 }
 
 
+def register_advantage(name: str, fn=None):
+    """Add an estimator ``(rewards (N,), group_ids (N,)) -> advantages (N,)`` to ``ADVANTAGES``
+    (``TrainConfig(advantage=name)``); as a decorator, ``@register_advantage("mine")``.
+    Its inputs arrive coerced (float tensors); its output is checked finite by the trainer's
+    loss. Re-defining the same function replaces it; another function under a taken name
+    is an error."""
+    from grpo_lab.registry import check_new
+    if fn is None:
+        return lambda f: (register_advantage(name, f), f)[1]
+    check_new(ADVANTAGES, "advantage estimator", name, fn)
+    ADVANTAGES[name] = fn
+    return fn
+
+
 def process_advantages(step_rewards, mask, group_ids, eps: float = EPS) -> torch.Tensor:
     """Process supervision (DeepSeekMath sec. 4.1.3): a reward per step, not per sample.
 

@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--override", action="store_true",
                    help="with --resume: let the flags given change the saved config (recorded "
                         "in metrics.jsonl as resume/overrides and in the report)")
+    t.add_argument("--plugin", action="append", default=None, metavar="MODULE",
+                   help="import this module (a name or a .py path) first, so the groupers, "
+                        "tasks, rewards and estimators it registers can be named; repeatable")
     t.add_argument("--nproc", type=int, default=None,
                    help="run on N local processes through torch's launcher (torchrun "
                         "--standalone --nproc_per_node=N); results do not depend on N")
@@ -181,6 +184,8 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
 def train_config(args) -> TrainConfig:
     """The run's config: preset + flags, or with --resume the saved config + flags."""
     given = overrides(args, TrainConfig)
+    if args.plugin:                                   # --plugin a --plugin b -> plugins "a,b"
+        given["plugins"] = ",".join(filter(None, [given.get("plugins", ""), *args.plugin]))
     if not args.resume:
         return preset(args.preset or "tiny_cpu", **given)
     from grpo_lab.checkpoint import read_training_checkpoint

@@ -21,6 +21,7 @@ from grpo_lab.advantages import ADVANTAGES
 from grpo_lab.distributed.exchanges import ExchangeConfig
 from grpo_lab.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.loss import AGGREGATIONS
+from grpo_lab.registry import load_plugins
 from grpo_lab.tasks import MIXTURE_TASKS, REWARDS, TASKS
 
 
@@ -29,6 +30,10 @@ OBJECTIVES = ("grpo", "supervised")
 
 @dataclass
 class TrainConfig:
+    plugins: str = ""
+    """Modules (names or .py paths, comma-separated) imported before the config is checked:
+    their register_grouper / register_task / register_reward / register_advantage calls
+    add what this run uses (grpo-lab train --plugin my_module)."""
     objective: str = "grpo"
     """"grpo"; or "supervised": cross-entropy on task demonstrations (answers only), as the
     base policy was made, through the same loop (the compression benchmarks' control)."""
@@ -139,6 +144,7 @@ class TrainConfig:
         return self.group_k or len(self.task_names)
 
     def __post_init__(self):
+        load_plugins(self.plugins)
         if isinstance(self.exchange, dict):
             self.exchange = ExchangeConfig(**self.exchange)
         _member(self.objective, OBJECTIVES, "objective")

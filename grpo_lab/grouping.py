@@ -43,6 +43,7 @@ import torch
 
 from grpo_lab.advantages import ADVANTAGES, EPS, group_stats
 from grpo_lab.embeddings import EMBEDDERS, check_prompts
+from grpo_lab.registry import check_new
 
 
 class PromptBatch:
@@ -218,8 +219,10 @@ class Grouper:
 
     def __call__(self, batch: PromptBatch, k: int | None = None, seed: int = 0,
                  **options) -> np.ndarray:
-        ids = np.asarray(self.fn(batch, k if self.takes_k else None, seed, **options))
         B = len(batch.prompts)
+        if self.takes_k:
+            k = check_k(k, B)                        # a clear error, never a silent clamp
+        ids = np.asarray(self.fn(batch, k if self.takes_k else None, seed, **options))
         if ids.shape != (B,):
             raise ValueError(f"grouper {self.name!r} returned {ids.shape[0] if ids.ndim else 0} "
                              f"ids of shape {ids.shape} for {B} prompts: it must return one "
@@ -254,22 +257,11 @@ def register_grouper(name: str | Callable | None = None, fn: Callable | None = N
                                            needs_reward_stats=needs_reward_stats,
                                            reclusterable=reclusterable,
                                            description=description), f)[1]
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"a grouper needs a non-empty name, got {name!r}")
-    if not callable(fn):
-        raise ValueError(f"grouper {name!r}: {fn!r} is not callable")
-    old = GROUPERS.get(name)
-    if old is not None and _ident(old.fn) != _ident(fn):
-        raise ValueError(f"grouping {name!r} is already registered ({_ident(old.fn)}); pick "
-                         f"another name for {_ident(fn)}")
+    check_new(GROUPERS, "grouping", name, fn, lambda rec: rec.fn)
     rec = Grouper(name, fn, takes_k, needs_embeddings, needs_reward_stats, reclusterable,
                   description or (fn.__doc__ or "").strip().split("\n")[0])
     GROUPERS[name] = rec
     return rec
-
-
-def _ident(fn) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 def get_grouper(grouping) -> Grouper:

@@ -82,6 +82,11 @@ class Task:
     make: Callable[[random.Random], Example]
     answer_chars: str
     max_answer_len: int
+    eval_file: str | None = None
+    """Held-out set (JSONL: prompt, answer, task); None: data/eval_<name>.jsonl if shipped."""
+    eval_fn: Callable[[], list] | None = None
+    """Or a function making the held-out examples (seeded, so the same list every call)."""
+    description: str = ""
 
 
 def _addition(rng: random.Random) -> Example:
@@ -143,8 +148,62 @@ TASKS: dict[str, Task] = {
 
 def get_task(name: str) -> Task:
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {sorted(TASKS)}")
+        raise ValueError(f"unknown task {name!r}; known tasks: {sorted(TASKS)} (register your "
+                         f"own with tasks.register_task)")
     return TASKS[name]
+
+
+def register_task(name: str, make: Callable[[random.Random], Example], answer_chars: str,
+                  max_answer_len: int, eval_file: str | None = None,
+                  eval_fn: Callable[[], list] | None = None, description: str = "",
+                  check: int = 200) -> Task:
+    """Add a task to ``TASKS`` -> its record. ``make(rng) -> Example(prompt, answer, name)``.
+
+    Checked now, on ``check`` seeded draws, rather than at sampling time: every prompt and
+    answer character is in the tokenizer's ``ALPHABET``, prompts end with "=", answers use
+    ``answer_chars`` and fit ``max_answer_len``, each example names this task. The held-out
+    set is ``eval_file`` (JSONL) or ``eval_fn()``; without either, training needs
+    ``eval_size=0`` (no evaluation)."""
+    from grpo_lab.registry import check_new
+    check_new(TASKS, "task", name, make, lambda t: t.make)
+    if max_answer_len < 1:
+        raise ValueError(f"task {name!r}: max_answer_len must be >= 1, got {max_answer_len}")
+    for c in answer_chars:
+        if c not in STOI:
+            raise ValueError(f"task {name!r}: answer character {c!r} is not in the alphabet "
+                             f"{ALPHABET!r}")
+    rng = random.Random(f"check-{name}")
+    for _ in range(check):
+        ex = make(rng)
+        if not isinstance(ex, Example) or ex.task != name:
+            raise ValueError(f"task {name!r}: make(rng) must return Example(prompt, answer, "
+                             f"{name!r}), got {ex!r}")
+        for text, what in ((ex.prompt, "prompt"), (ex.answer, "answer")):
+            bad = [c for c in text if c not in STOI]
+            if bad:
+                raise ValueError(f"task {name!r}: {what} {text!r} has character {bad[0]!r}, "
+                                 f"which is not in the alphabet {ALPHABET!r}")
+        if not ex.prompt.endswith("="):
+            raise ValueError(f"task {name!r}: prompt {ex.prompt!r} must end with '='")
+        if len(ex.answer) > max_answer_len or any(c not in answer_chars for c in ex.answer):
+            raise ValueError(f"task {name!r}: answer {ex.answer!r} is longer than "
+                             f"max_answer_len={max_answer_len} or uses characters outside "
+                             f"answer_chars={answer_chars!r}")
+    TASKS[name] = Task(name, make, answer_chars, max_answer_len, eval_file, eval_fn,
+                       description or (make.__doc__ or "").strip().split("\n")[0])
+    return TASKS[name]
+
+
+def register_reward(name: str, fn=None):
+    """Add a reward ``(completions, examples, stopped) -> list of floats`` to ``REWARDS``
+    (use it with ``reward_weights={name: w}``); as a decorator too. Values are checked
+    finite at every call (``weighted_reward``)."""
+    from grpo_lab.registry import check_new
+    if fn is None:
+        return lambda f: (register_reward(name, f), f)[1]
+    check_new(REWARDS, "reward", name, fn)
+    REWARDS[name] = fn
+    return fn
 
 
 def sample_examples(task_names: Sequence[str], n: int, rng: random.Random,
@@ -192,13 +251,32 @@ def load_jsonl(path: str | Path) -> list[Example]:
     return out
 
 
+def has_eval(task: str) -> bool:
+    t = get_task(task)
+    return bool(t.eval_file or t.eval_fn or eval_path(t.name).exists())
+
+
 def load_eval(task: str) -> list[Example]:
-    return load_jsonl(eval_path(get_task(task).name))
+    """The task's held-out examples: its ``eval_file``, its ``eval_fn()``, or the shipped
+    data/eval_<task>.jsonl."""
+    from grpo_lab.checkpoint import resolve_path
+    t = get_task(task)
+    if t.eval_file:
+        return load_jsonl(resolve_path(t.eval_file))
+    if t.eval_fn is not None:
+        out = list(t.eval_fn())
+        if not out:
+            raise ValueError(f"task {task!r}: eval_fn() returned no examples")
+        return out
+    if not eval_path(t.name).exists():
+        raise ValueError(f"task {task!r} has no held-out set: register it with eval_file=... "
+                         f"or eval_fn=..., or train with eval_size=0 (no evaluation)")
+    return load_jsonl(eval_path(t.name))
 
 
 def write_eval_sets(n: int = 200, seed: int = 1234) -> None:
-    """Rebuild ``data/eval_<task>.jsonl`` (the shipped files were made with the defaults)."""
-    for name in TASKS:
+    """Rebuild ``data/eval_<task>.jsonl`` for the shipped tasks (made with the defaults)."""
+    for name in MIXTURE_TASKS:
         rng = random.Random(f"{seed}-{name}")
         seen: dict[str, Example] = {}
         while len(seen) < n:

@@ -48,7 +48,8 @@ from grpo_lab.distributed.group import Group
 from grpo_lab.model import GPT, load_policy
 from grpo_lab.reclustering import StepGrouper
 from grpo_lab.step import OBJECTIVES, StepContext, max_new_tokens, sample_and_score
-from grpo_lab.tasks import accuracy_reward, load_eval, sample_examples
+from grpo_lab.registry import load_plugins
+from grpo_lab.tasks import accuracy_reward, has_eval, load_eval, sample_examples
 
 __all__ = ["train", "evaluate", "evaluate_tasks", "learning_rate", "prompt_source",
            "make_grouper", "record_gradients", "max_new_tokens", "load_policy_any"]
@@ -183,7 +184,8 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     ckpt, log_path = out / "checkpoint.safetensors", out / "metrics.jsonl"
     if lead:
         _prepare_out_dir(out)
-    eval_sets = {t: load_eval(t) for t in cfg.task_names}
+    load_plugins(cfg.plugins)                   # a spawned or torchrun rank needs them too
+    eval_sets = {t: load_eval(t) for t in cfg.task_names if cfg.eval_size or has_eval(t)}
     for t, exs in eval_sets.items():
         if cfg.eval_size > len(exs):
             raise ValueError(f"eval_size={cfg.eval_size} but the held-out set of {t!r} has "
