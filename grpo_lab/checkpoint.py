@@ -183,11 +183,12 @@ def save_training_checkpoint(path, policy, optim_state: dict, cfg: dict, step: i
     """One safetensors file, written atomically: ``policy.*`` (the tied lm_head left out),
     ``optim.<param index>.<name>`` (torch.optim.AdamW's state_dict form, whole on any number
     of ranks), ``grouping.*``; the config, step, param groups and metrics as metadata."""
-    tensors = {f"policy.{k}": v for k, v in policy.state_dict().items() if k != "lm_head.weight"}
+    tensors = {f"policy.{k}": v.cpu() for k, v in policy.state_dict().items()
+               if k != "lm_head.weight"}
     tensors.update({f"grouping.{k}": v for k, v in (grouper_state or {}).items()})
     for pid, st in optim_state["state"].items():
         for k, v in st.items():
-            tensors[f"optim.{pid}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+            tensors[f"optim.{pid}.{k}"] = v.cpu() if torch.is_tensor(v) else torch.tensor(v)
     meta = {"format": CKPT_TAG, "step": str(step), "config": json.dumps(cfg),
             "model_config": json.dumps(vars(policy.cfg)),
             "param_groups": json.dumps(optim_state["param_groups"]), "history": json.dumps(history)}

@@ -105,7 +105,8 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
         raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
-    p_ids, p_mask = left_pad(prompts)                                      # (B, Tp)
+    dev = next(model.parameters()).device       # computed where the model is, returned on the CPU
+    p_ids, p_mask = (t.to(dev) for t in left_pad(prompts))                 # (B, Tp)
     B, Tp = p_ids.shape
     if isinstance(generator, (list, tuple)) and len(generator) != B:
         raise ValueError(f"{len(generator)} generators for {B} prompts: give one per prompt")
@@ -122,7 +123,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     next_pos = p_pos[:, -1].repeat_interleave(G, 0) + 1                    # (N,)
     cache = [(k.repeat_interleave(G, 0), v.repeat_interleave(G, 0)) for k, v in cache]
     last = logits[:, -1].repeat_interleave(G, 0)                           # (N, V)
-    done = torch.zeros(N, dtype=torch.bool)
+    done = torch.zeros(N, dtype=torch.bool, device=dev)
     toks, lps, masks = [], [], []
     for _ in range(max_new_tokens):
         logp = F.log_softmax(last.float() / temperature, dim=-1)           # (N, V)
@@ -133,7 +134,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
             if top_k is not None and top_k < logp.shape[-1]:
                 kth = logp.topk(top_k, dim=-1).values[:, -1:]              # (N, 1)
                 filt = logp.masked_fill(logp < kth, float("-inf"))
-            E = exponential_noise(filt.shape, G, generator).clamp_min(1e-30)  # (N, V), never 0
+            E = exponential_noise(filt.shape, G, generator).to(dev).clamp_min(1e-30)  # (N, V) > 0
             tok = (filt - E.log()).argmax(-1)                              # (N,) ~ softmax(filt)
         live = ~done                                                       # (N,)
         tok = torch.where(live, tok, torch.full_like(tok, PAD))
@@ -154,10 +155,10 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     if was_training:
         model.train()
     return Rollout(
-        prompt_ids=p_ids.repeat_interleave(G, 0), prompt_mask=p_mask.repeat_interleave(G, 0),
-        completion_ids=torch.stack(toks, 1), completion_mask=torch.stack(masks, 1),
-        logprobs=torch.stack(lps, 1),
-        prompt_index=torch.arange(B).repeat_interleave(G), stopped=done)
+        prompt_ids=p_ids.repeat_interleave(G, 0).cpu(), prompt_mask=p_mask.repeat_interleave(G, 0).cpu(),
+        completion_ids=torch.stack(toks, 1).cpu(), completion_mask=torch.stack(masks, 1).cpu(),
+        logprobs=torch.stack(lps, 1).cpu(),
+        prompt_index=torch.arange(B).repeat_interleave(G), stopped=done.cpu())
 
 
 def exponential_noise(shape, G: int, generator) -> torch.Tensor:
@@ -174,15 +175,17 @@ def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
 
     With ``return_entropy`` also returns the per-token entropy (N, Tc) of the policy.
     """
-    ids = torch.cat([r.prompt_ids, r.completion_ids], 1)                   # (N, Tp+Tc)
-    mask = torch.cat([r.prompt_mask, r.completion_mask], 1)                # (N, Tp+Tc)
+    dev = next(model.parameters()).device                                  # result lives there
+    ids = torch.cat([r.prompt_ids, r.completion_ids], 1).to(dev)           # (N, Tp+Tc)
+    mask = torch.cat([r.prompt_mask, r.completion_mask], 1).to(dev)        # (N, Tp+Tc)
     logits, _ = model(ids, positions(mask), mask)                          # (N, Tp+Tc, V)
     Tp = r.prompt_ids.shape[1]
     logits = logits[:, Tp - 1:-1].float() / temperature                    # (N, Tc, V)
     logp = F.log_softmax(logits, dim=-1)                                   # (N, Tc, V)
-    tok_logp = logp.gather(2, r.completion_ids[..., None]).squeeze(2)      # (N, Tc)
-    tok_logp = tok_logp.masked_fill(~r.completion_mask, 0.0)
+    c_ids, c_mask = r.completion_ids.to(dev), r.completion_mask.to(dev)
+    tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2)                 # (N, Tc)
+    tok_logp = tok_logp.masked_fill(~c_mask, 0.0)
     if not return_entropy:
         return tok_logp
-    entropy = -(logp.exp() * logp).sum(-1).masked_fill(~r.completion_mask, 0.0)  # (N, Tc)
+    entropy = -(logp.exp() * logp).sum(-1).masked_fill(~c_mask, 0.0)     # (N, Tc)
     return tok_logp, entropy

@@ -244,10 +244,11 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     if n == 0:
         return _zero_loss(policy), dict.fromkeys(GRPO_STATS, 0.0)
     logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True)
-    loss, stats = grpo_loss(logp, r.logprobs, batch.ref_logprobs, batch.advantages,
-                            r.completion_mask, cfg.eps_low, cfg.eps_high, cfg.beta,
+    dev = logp.device                                    # the batch is kept on the CPU
+    m = r.completion_mask.to(dev)
+    loss, stats = grpo_loss(logp, r.logprobs.to(dev), batch.ref_logprobs,
+                            batch.advantages.to(dev), m, cfg.eps_low, cfg.eps_high, cfg.beta,
                             cfg.aggregation, max_new_tokens(cfg))
-    m = r.completion_mask
     n_tok = int(m.sum())
     local, glob = (n, batch.n_rows) if cfg.aggregation in ROW_NORMALISED else (n_tok, batch.n_tokens)
     share = local / glob                                                   # 1.0 on one process
@@ -287,9 +288,10 @@ def collect_demos(policy, cfg, step: int, ctx: StepContext) -> DemoBatch:
 
 
 def supervised_objective(policy, batch: DemoBatch, cfg, world: int = 1):
-    logits, _ = policy(batch.ids, positions(batch.mask), batch.mask)       # (B_r, T, V)
-    t = batch.target_mask[:, 1:]                                           # position t predicts t+1
-    ce = F.cross_entropy(logits[:, :-1][t], batch.ids[:, 1:][t], reduction="sum")
+    dev = next(policy.parameters()).device
+    ids, mask, t = batch.ids.to(dev), batch.mask.to(dev), batch.target_mask[:, 1:].to(dev)
+    logits, _ = policy(ids, positions(mask), mask)                         # (B_r, T, V)
+    ce = F.cross_entropy(logits[:, :-1][t], ids[:, 1:][t], reduction="sum")  # t predicts t+1
     return ce * world / batch.n_tokens, {"train/loss": float(ce.detach()) / batch.n_tokens}
 
 

@@ -192,8 +192,9 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
                              f"{len(exs)} examples; use at most {len(exs)} (0: no evaluation)")
     held_out = {e.prompt for exs in eval_sets.values() for e in exs}
     eval_sets = {t: exs[:cfg.eval_size] for t, exs in eval_sets.items()}
-    policy = load_policy(cfg.base_checkpoint)
-    ref = (load_policy(cfg.base_checkpoint).eval().requires_grad_(False)
+    device = group.device                      # the rank's GPU under NCCL, else the CPU
+    policy = load_policy(cfg.base_checkpoint).to(device)
+    ref = (load_policy(cfg.base_checkpoint).to(device).eval().requires_grad_(False)
            if cfg.beta and cfg.objective == "grpo" else None)
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
                                                    cfg.grad_clip, cfg.seed),
