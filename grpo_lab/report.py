@@ -63,6 +63,21 @@ def summary(history: list[dict]) -> dict:
     }
 
 
+def budget_note(history: list[dict], cfg: dict) -> list[str]:
+    """Lines saying that the time budget, not the step count, ended the run, with the step
+    reached and the median seconds per step (a busy machine shows up here)."""
+    steps = [h for h in history if h.get("step", -1) >= 0]
+    budget, planned = cfg.get("time_budget_s") or 0, cfg.get("steps")
+    if not steps or not budget or planned is None or steps[-1]["step"] + 1 >= planned:
+        return []
+    times = sorted(h["time/step_s"] for h in steps if "time/step_s" in h)
+    median = times[len(times) // 2] if times else float("nan")
+    return [f"**Stopped by the time budget** ({budget:.0f} s) after step {steps[-1]['step']} of "
+            f"{planned}: {median:.3f} s per step (median). If that is slower than usual, the "
+            f"machine was busy (other processes, or more torch threads than free cores); "
+            f"`--resume --time_budget_s 0` continues the run.", ""]
+
+
 def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None = None) -> Path:
     """Write ``report.png`` and ``report.md`` into ``out_dir`` -> path of the markdown."""
     out = Path(out_dir)
@@ -81,6 +96,7 @@ def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None
             f"| best during training | {s['best_accuracy']:.1%} |",
             f"| change | {100 * (s['final_accuracy'] - s['base_accuracy']):+.1f} points |", ""]
     lines += [f"{s['steps']} steps in {s['wall_time_s']:.0f} s of training.", ""]
+    lines += budget_note(history, cfg_dict or {})
     for h in history:
         if "resume/overrides" in h:
             changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in h["resume/overrides"].items())

@@ -1,5 +1,5 @@
 """Report helpers: running mean by hand, summary of a history."""
-from grpo_lab.report import running_mean, summary
+from grpo_lab.report import running_mean, summary, write_report
 
 
 def test_running_mean_by_hand():
@@ -14,3 +14,15 @@ def test_summary():
     s = summary(h)
     assert (s["base_accuracy"], s["final_accuracy"], s["steps"], s["wall_time_s"]) == \
         (0.5, 0.75, 2, 2.0)
+
+
+def test_report_says_when_the_time_budget_ended_the_run(tmp_path):
+    from grpo_lab.report import budget_note
+    h = [{"step": -1, "eval/accuracy": 0.5}, {"step": 0, "time/step_s": 0.5, "reward/mean": 0.1},
+         {"step": 1, "time/step_s": 0.9, "reward/mean": 0.2, "eval/accuracy": 0.6}]
+    note = budget_note(h, {"time_budget_s": 300.0, "steps": 3000})
+    assert "Stopped by the time budget** (300 s) after step 1 of 3000: 0.900 s per step" in note[0]
+    assert budget_note(h, {"time_budget_s": 300.0, "steps": 2}) == []     # it finished
+    assert budget_note(h, {"time_budget_s": 0.0, "steps": 3000}) == []    # no budget
+    md = write_report(h, tmp_path, {"time_budget_s": 300.0, "steps": 3000, "task": "addition"})
+    assert "Stopped by the time budget" in md.read_text()
