@@ -154,75 +154,101 @@ def _vectors(ctx: StepContext):
     return None if batch is None else batch.embeddings
 
 
-@torch.no_grad()
-def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
-    """Prompts -> rollouts -> rewards -> group ids -> advantages: one ``Batch``."""
-    G, B, group = cfg.group_size, cfg.prompts_per_step, ctx.group
-    mine = ctx.group.slice(B)
-    kept, draws, flags = _draw_prompts(cfg, ctx, step, policy)
-    parts, positions_ = [], []
+class Gathered(NamedTuple):
+    """Every rank's rows put together in global prompt order (N = B*G rows, G per prompt)."""
+    rewards: torch.Tensor         # (N,)
+    parts: dict                   # reward function name -> (N,)
+    lengths: torch.Tensor         # (N,) completion tokens
+    stopped: torch.Tensor         # (N,) bool
+    step_rewards: list | None     # (N,) lists of per-token rewards (process supervision)
+
+
+def _my_rows(kept, draws, mine: range) -> tuple[Scored, list[int]]:
+    """This rank's kept rows (it sampled them) and their prompts' places in the global batch."""
+    parts = []
     for d, (_, s) in enumerate(draws):
         local = [i - mine.start for dd, i in kept if dd == d and i in mine]
         if local:
-            rows = torch.isin(s.rollout.prompt_index, torch.tensor(local))
-            parts.append(take_scored(s, rows))
-    positions_ = [p for p, (d, i) in enumerate(kept) if i in mine]        # global prompt order
-    scored = cat_scored(parts) if parts else take_scored(draws[0][1], torch.zeros(
-        len(draws[0][1].rewards), dtype=torch.bool))
+            parts.append(take_scored(s, torch.isin(s.rollout.prompt_index, torch.tensor(local))))
+    places = [p for p, (d, i) in enumerate(kept) if i in mine]            # ascending
+    empty = take_scored(draws[0][1], torch.zeros(len(draws[0][1].rewards), dtype=torch.bool))
+    return (cat_scored(parts) if parts else empty), places
+
+
+def _gather(group: Group, places: list[int], s: Scored, G: int, process: bool) -> Gathered:
+    """All ranks' (places, rewards, ...) -> the global batch's rows, in prompt order."""
+    r = s.rollout
+    steps = (step_rewards(s.texts, [s.examples[i] for i in r.prompt_index.tolist()],
+                          r.stopped.tolist()) if process else None)
+    shared = group.gather((places, s.rewards, s.parts, r.completion_mask.sum(1), r.stopped, steps))
+    order = [p for pl, *_ in shared for p in pl]                          # place of each block
+    by_place = sorted(range(len(order)), key=order.__getitem__)           # blocks in place order
+
+    def rows(tensors):                                                    # (N, ...) in place order
+        t = torch.cat(tensors)
+        return t.view(len(order), G, *t.shape[1:])[by_place].reshape(-1, *t.shape[1:])
+    parts = {k: rows([x[2][k] for x in shared]) for k in shared[0][2]}
+    steps_all = None
+    if process:
+        flat = [row for x in shared for row in x[5]]
+        steps_all = [flat[i] for b in by_place for i in range(b * G, (b + 1) * G)]
+    return Gathered(rows([x[1] for x in shared]), parts, rows([x[3] for x in shared]),
+                    rows([x[4] for x in shared]), steps_all)
+
+
+def _advantages(cfg, g: Gathered, cluster_ids, prompt_index, group_ids):
+    """-> (advantages of the global batch: (N,) or (N, T), their values over real tokens)."""
+    if cfg.supervision != "process":
+        adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
+                                 cfg.advantage)                           # (N,)
+        return adv, adv
+    T = max(len(x) for x in g.step_rewards)
+    sr = torch.zeros(len(g.step_rewards), T)                              # (N, T)
+    mask = torch.arange(T)[None] < g.lengths[:, None]                     # (N, T)
+    for i, row in enumerate(g.step_rewards):
+        sr[i, :len(row)] = torch.tensor(row)
+    adv = process_advantages(sr, mask, group_ids)                         # (N, T)
+    return adv, adv[mask]
+
+
+@torch.no_grad()
+def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
+    """Prompts -> rollouts -> rewards -> group ids -> advantages: one ``Batch``."""
+    G, B = cfg.group_size, cfg.prompts_per_step
+    kept, draws, flags = _draw_prompts(cfg, ctx, step, policy)
+    scored, places = _my_rows(kept, draws, ctx.group.slice(B))
     r = scored.rollout
-    lengths = r.completion_mask.sum(1)                                     # (N_r,)
-    steps = (step_rewards(scored.texts, [scored.examples[i] for i in r.prompt_index.tolist()],
-                          r.stopped.tolist()) if cfg.supervision == "process" else None)
-    # ---- the global batch, the same on every rank
-    shared = group.gather((positions_, scored.rewards, scored.parts, lengths, r.stopped, steps))
-    order = [p for pos, *_ in shared for p in pos]                         # prompt of each block
-    rank_of = sorted(range(len(order)), key=order.__getitem__)             # global order
-    cat = lambda i: torch.cat([x[i] for x in shared])                      # noqa: E731
-    blocks = lambda t: t.view(len(order), G, *t.shape[1:])[rank_of].reshape(-1, *t.shape[1:])  # noqa: E731
-    rewards, all_len, stopped = blocks(cat(1)), blocks(cat(3)), blocks(cat(4))   # (N,) each
-    reward_parts = {k: blocks(torch.cat([x[2][k] for x in shared])) for k in shared[0][2]}
-    examples = [draws[d][0][i] for d, i in kept]                            # (B,)
+    g = _gather(ctx.group, places, scored, G, cfg.supervision == "process")   # global, N rows
+    examples = [draws[d][0][i] for d, i in kept]                           # (B,)
     prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
     prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
-    cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, rewards, prompt_index, step))  # (B,)
+    cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index, step))  # (B,)
     group_ids = cluster_ids[prompt_index]                                  # (N,)
-    my_rows = torch.cat([torch.arange(p * G, (p + 1) * G) for p in positions_]) \
-        if positions_ else torch.zeros(0, dtype=torch.long)                # (N_r,) global rows
-    if cfg.supervision == "process":
-        rows_steps = [row for x in shared for row in x[5]]
-        rows_steps = [rows_steps[i] for p in rank_of for i in range(p * G, (p + 1) * G)]
-        T = max(len(x) for x in rows_steps)
-        sr = torch.zeros(B * G, T)                                          # (N, T)
-        mask = torch.arange(T)[None] < all_len[:, None]                     # (N, T)
-        for i, row in enumerate(rows_steps):
-            sr[i, :len(row)] = torch.tensor(row)
-        adv_all = process_advantages(sr, mask, group_ids)                   # (N, T)
-        adv = adv_all[my_rows][:, :r.completion_ids.shape[1]]              # (N_r, Tc)
-        adv_flat = adv_all[mask]
-    else:
-        adv_all = grouped_advantages(cluster_ids, prompt_index, rewards, cfg.combine,
-                                     cfg.advantage)                        # (N,)
-        adv, adv_flat = adv_all[my_rows], adv_all
+    adv_all, adv_flat = _advantages(cfg, g, cluster_ids, prompt_index, group_ids)
+    my_rows = torch.tensor([p * G + j for p in places for j in range(G)], dtype=torch.long)
+    adv = adv_all[my_rows]                                                 # (N_r,) or (N_r, T)
+    if adv.dim() == 2:
+        adv = adv[:, :r.completion_ids.shape[1]]                           # (N_r, Tc)
     ref_logp = None
     if cfg.beta and len(my_rows):
         ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature)        # (N_r, Tc)
     quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == B
                else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks, tfidf=_vectors(ctx)))
     metrics = {
-        "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
-        **{f"reward/{k}": float(v.mean()) for k, v in reward_parts.items()},
-        **reward_group_diagnostics(rewards, group_ids),
+        "reward/mean": float(g.rewards.mean()), "reward/std": float(g.rewards.std()),
+        **{f"reward/{k}": float(v.mean()) for k, v in g.parts.items()},
+        **reward_group_diagnostics(g.rewards, group_ids),
         **{k: v for k, v in quality.items() if not math.isnan(v)},
         "adv/abs_mean": float(adv_flat.abs().mean()),
         **advantage_diagnostics(adv_flat),
         **(advantage_split(adv_all, prompt_index) if adv_all.dim() == 1 else {}),
-        "completion/mean_len": float(all_len.float().mean()),
-        "completion/stopped_frac": float(stopped.float().mean()),
+        "completion/mean_len": float(g.lengths.float().mean()),
+        "completion/stopped_frac": float(g.stopped.float().mean()),
     }
     if flags is not None:
         metrics.update({"sample/draws": len(draws), "sample/informative_frac":
                         float(torch.cat(flags).float().mean())})
-    return Batch(scored, adv, ref_logp, B * G, int(all_len.sum()), cluster_ids, metrics)
+    return Batch(scored, adv, ref_logp, B * G, int(g.lengths.sum()), cluster_ids, metrics)
 
 
 # ---- the objectives: (policy, batch, cfg, world) -> (loss, shares)

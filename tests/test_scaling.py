@@ -153,3 +153,15 @@ def test_command_lines_run_two_processes(tmp_path, how):
     assert "report:" in r.stdout and (out / "report.md").exists()
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["step"] == 2 and last["comm/bytes"] > 0 and "shard/imbalance" in last
+
+
+def test_process_supervision_is_the_same_on_2_processes(tmp_path):
+    # per-token advantages normalised over a group's steps: gathered ragged step rewards
+    kw = dict(supervision="process", grouping="by_task", dynamic_sampling=False, mu=1,
+              task="addition,sort", steps=2, ckpt_every=2)
+    one = train(cfg(tmp_path / "one", **kw), progress=False)
+    spawn_train([cfg(tmp_path / "two", **kw)], 2, run_timeout_s=300)
+    close(params_of(tmp_path / "two"), params_of(tmp_path / "one"), atol=1e-5)
+    two = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    for a, b in zip(one[1:], two[1:]):
+        assert a["adv/var"] == pytest.approx(b["adv/var"], abs=1e-9)
