@@ -7,7 +7,9 @@ Writes bench/RESULTS_topology.md:
   1. calibration: ping-pong and all_reduce sweeps (2, 3, 4 gloo processes), the fitted alpha
      and beta (calibrate.py), measured vs predicted for the toy's sizes, each fit's error;
   2. overlap: post-backward vs overlapped bucketed reduction of the toy (overlap.py), side by
-     side in one run, for a few batch sizes (the comm:compute ratio sets what can be hidden);
+     side in one run, for a few batch sizes (the comm:compute ratio sets what can be hidden),
+     for DDP's all_reduce and for the sharder's reduce to owners (``--only overlap``: this
+     part alone, replacing its section of the results);
   3. 1024 GPUs: one gradient exchange of a 175B model and of the toy per cluster, schedule and
      compression preset (scaling.py), with the node bandwidth floor;
   4. placement: METIS vs rank order vs the true layout on a scrambled 1024-rank cluster;
@@ -18,6 +20,7 @@ repeats; parts 3-5 are the cost model (no timing).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -65,24 +68,32 @@ def part_calibration(quick: bool) -> tuple[list[str], C.Calibration]:
 
 
 def part_overlap(quick: bool) -> list[str]:
-    out = ["", "## 2. Overlap: bucketed all_reduce started during backward, 2 gloo processes", "",
-           "Toy policy (960,640 B of gradient, 4 buckets of >= 256 KiB), sequence 24; per rank, medians "
-           "over repeats that alternate the two modes; concurrency = 1 - exposed / comm, overlap ratio = "
-           "median paired (post total - overlapped total) / comm (overlap.py).", "",
-           "| batch | run | rank | backward (ms) | backward with hooks (ms) | comm after backward (ms) | "
+    out = ["", "## 2. Overlap: bucketed reduction started during backward, 2 gloo processes", "",
+           "Toy policy (960,640 B of gradient), sequence 24; per rank, medians over repeats that "
+           "alternate the two modes; concurrency = 1 - exposed / comm, overlap ratio = median paired "
+           "(post total - overlapped total) / comm (overlap.py). `all_reduce`: OverlappedAllReduce, "
+           "buckets of >= 256 KiB (as DDP). `reduce`: the sharder's reduce to its owners "
+           "(OverlappedReduce, 16 size_balanced shards cut into groups of >= 256 KiB, one reduce per "
+           "owner in each; AdamW and broadcast left out, they are the same in both modes). "
+           "Re-run this section alone: `bench/bench_topology.py --only overlap`. Load average when "
+           f"it started: {os.getloadavg()[0]:.1f} on 2 cores; timings are indicative.", "",
+           "| batch | run | collective | rank | backward (ms) | backward with hooks (ms) | comm after backward (ms) | "
            "exposed wait (ms) | buckets started in backward | concurrency | overlap ratio | bound backward/comm |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for batch in ((4, 16) if quick else (2, 8, 32)):
         for run in range(1 if quick else 2):
-            t0 = time.time()
-            res = measure_overlap(2, batch=batch, seq=24, reps=15 if quick else 40)
-            for rank, r in enumerate(res):
-                out.append(f"| {batch} | {run + 1} | {rank} | {r['backward_s'] * 1e3:.2f} | "
-                           f"{r['backward_overlapped_s'] * 1e3:.2f} | {r['comm_s'] * 1e3:.2f} | "
-                           f"{r['exposed_s'] * 1e3:.2f} | {r['launched_during_backward']:.0f} of {r['buckets']} | "
-                           f"{r['concurrency']:.0%} | {r['overlap_ratio']:+.0%} | "
-                           f"{min(1.0, r['backward_s'] / r['comm_s']):.0%} |")
-            print(f"overlap batch {batch} run {run + 1}: {time.time() - t0:.0f} s", flush=True)
+            for collective in ("all_reduce", "reduce"):
+                t0 = time.time()
+                res = measure_overlap(2, batch=batch, seq=24, reps=15 if quick else 40,
+                                      collective=collective)
+                for rank, r in enumerate(res):
+                    out.append(f"| {batch} | {run + 1} | {collective} | {rank} | {r['backward_s'] * 1e3:.2f} | "
+                               f"{r['backward_overlapped_s'] * 1e3:.2f} | {r['comm_s'] * 1e3:.2f} | "
+                               f"{r['exposed_s'] * 1e3:.2f} | {r['launched_during_backward']:.0f} of {r['buckets']} | "
+                               f"{r['concurrency']:.0%} | {r['overlap_ratio']:+.0%} | "
+                               f"{min(1.0, r['backward_s'] / r['comm_s']):.0%} |")
+                print(f"overlap {collective} batch {batch} run {run + 1}: {time.time() - t0:.0f} s",
+                      flush=True)
     return out
 
 
@@ -159,16 +170,25 @@ def part_value_order(cal: C.Calibration) -> list[str]:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer sizes, repeats and batch sizes")
+    ap.add_argument("--only", choices=["overlap"],
+                    help="re-run one part and replace its section of RESULTS_topology.md")
     args = ap.parse_args()
     torch.set_num_threads(1)
     t0 = time.time()
+    results = Path(__file__).parent / "RESULTS_topology.md"
+    if args.only == "overlap":
+        old, part = results.read_text(), part_overlap(args.quick)
+        start, end = old.index("## 2. Overlap"), old.index("## 3. ")
+        results.write_text(old[:start] + "\n".join(part[1:]) + "\n\n" + old[end:])
+        print("\n".join(part))
+        return
     cmd = "bench/bench_topology.py" + (" --quick" if args.quick else "")
     text, cal = part_calibration(args.quick)
     print("calibration done", flush=True)
     text += part_overlap(args.quick) + part_scale() + part_placement() + part_value_order(cal)
     head = ["# Topology results", "", f"Command: `.venv/bin/python {cmd}` ({time.time() - t0:.0f} s; "
             f"torch {torch.__version__}, 2 shared CPU cores, other jobs running)", ""]
-    (Path(__file__).parent / "RESULTS_topology.md").write_text("\n".join(head + text) + "\n")
+    results.write_text("\n".join(head + text) + "\n")
     print("\n".join(head + text))
 
 

@@ -42,6 +42,8 @@ CASES = {
                                   reshard_every=2),
     "sharded_topk_both": dict(name="sharded_compressed", preset="fp8_topk5",
                               broadcast_preset="fp8_topk5"),
+    "allreduce_overlap": dict(name="allreduce", overlap=True),
+    "sharded_overlap": dict(name="sharded", policy="size_balanced", overlap=True),
 }
 
 
@@ -118,6 +120,16 @@ def test_sharder_with_whole_tensor_shards_equals_the_compressed_exchange(runs):
     # order, then the sharder's AdamW, line for line torch's: bitwise the same parameters
     for rank in range(WORLD):
         _close(runs["sharded_topk_whole"][rank]["params"], runs["fp8_topk5"][rank]["params"], atol=0)
+
+
+def test_overlapped_reduction_trains_as_the_post_backward_one(runs):
+    # buckets reduced during backward from grad hooks: at 2 ranks the same sums, bitwise
+    for case, ref in (("allreduce_overlap", "allreduce"), ("sharded_overlap", "sharded")):
+        for rank in range(WORLD):
+            _close(runs[case][rank]["params"], runs[ref][rank]["params"], atol=0)
+            for a, b in zip(_steps(runs[case][rank]), _steps(runs[ref][rank])):
+                for k in ("train/loss", "grad/norm", "comm/bytes", "comm/payload_bytes"):
+                    assert a[k] == b[k], (case, k)
 
 
 def test_every_rank_holds_the_same_params(runs):
@@ -217,6 +229,11 @@ def test_bad_options_are_named(tiny_base, tmp_path):
         ExchangeConfig(name="sharded", broadcast_preset="fp8_topk5")
     with pytest.raises(ValueError, match="max_shard_numel must be >= 0, got -1"):
         ExchangeConfig(name="sharded", max_shard_numel=-1)
+    with pytest.raises(ValueError, match="overlap=True .* 'allreduce' and 'sharded' only, not "
+                                         "'sharded_compressed'"):
+        ExchangeConfig(name="sharded_compressed", preset="fp32", overlap=True)
+    with pytest.raises(ValueError, match="overlap=True .* not 'ddp_fp16_hook'"):
+        ExchangeConfig(name="ddp_fp16_hook", overlap=True)
     with pytest.raises(ValueError, match="unknown shard policy 'fair'"):
         ExchangeConfig(name="sharded", policy="fair")
     with pytest.raises(ValueError, match="exchange 'sharded' needs a process group"):

@@ -49,6 +49,7 @@ import torch.distributed as dist
 
 from grpo_lab.distributed import comm
 from grpo_lab.distributed.compression import PRESETS, CompressionConfig, Compressor
+from grpo_lab.distributed.overlap import OverlappedAllReduce
 from grpo_lab.distributed.sharder import ShardedOptimizer
 from grpo_lab.distributed.shard_plan import POLICIES
 
@@ -91,6 +92,10 @@ class ExchangeConfig:
     max_shard_numel: int = 0
     """Sharded exchanges: cut tensors into blocks of at most this many elements (0: about 8
     blocks per rank)."""
+    overlap: bool = False
+    """allreduce | sharded: start the reduction during backward, in buckets from grad hooks
+    (distributed/overlap.py, as DDP's buckets), instead of after it; same gradients and bytes.
+    The DDP exchanges overlap anyway; the compressed ones cannot (an error)."""
     timeout_s: float = 120.0
     """Seconds a collective may wait for a peer before every rank stops with an error (a dead
     or stuck rank never hangs the run)."""
@@ -107,6 +112,9 @@ class ExchangeConfig:
             raise ValueError(f"broadcast_preset={self.broadcast_preset!r} compresses the sharder's "
                              f"broadcast: it needs exchange name 'sharded_compressed', not "
                              f"{self.name!r}")
+        if self.overlap and self.name not in ("allreduce", "sharded"):
+            raise ValueError(f"overlap=True starts the reduction during backward for exchanges "
+                             f"'allreduce' and 'sharded' only, not {self.name!r}")
         if self.policy not in POLICIES:
             raise ValueError(f"unknown shard policy {self.policy!r}; known: {sorted(POLICIES)}")
         for f in ("max_shard_numel", "reshard_every"):
@@ -195,10 +203,14 @@ def _local(model, adam, set_lr, step, reduce, wire, module=None) -> Exchange:
 def make_allreduce(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
     params = list(model.parameters())
     adam, set_lr, step = _adamw(model, opt)
+    overlapped = OverlappedAllReduce(model) if cfg.overlap and world > 1 else None
 
     def reduce():
         if world == 1:
             return 0
+        if overlapped is not None:                    # buckets started during backward
+            overlapped.finish()
+            return sum(p.grad.nbytes for p in params)
         flat = torch.cat([p.grad.reshape(-1) for p in params])             # (numel,) fp32
         dist.all_reduce(flat)
         flat /= world
@@ -304,7 +316,8 @@ def make_sharded(model, cfg: ExchangeConfig, opt: AdamW, world, rank, compressio
                                importance=cfg.importance, reshard_every=cfg.reshard_every,
                                max_shard_numel=cfg.max_shard_numel or None,
                                compression=compression, broadcast_compression=cfg.broadcast_preset,
-                               compression_seed=1000 * opt.seed + rank, grad_clip=opt.grad_clip)
+                               compression_seed=1000 * opt.seed + rank, grad_clip=opt.grad_clip,
+                               overlap=cfg.overlap)
     last = {"bytes": 0}
 
     def step():

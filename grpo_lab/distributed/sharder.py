@@ -67,8 +67,15 @@ costs N(N-1) * C: every rank receives every message, because top-k messages cann
 in flight; sending each part to one owner costs N times less. With an fp32 broadcast,
 compressing the reduce can at best halve the sharder's bytes: (N-1) * M of 2(N-1) * M stays.
 
-Deviations from ZeRO-2 proper: gradients are reduced after backward, not bucket by bucket
-during it, so the full local gradient exists until ``zero_grad`` (``shard/grad_bytes``
+Overlap (``overlap=True``, uncompressed reduce only): ``overlap.OverlappedReduce`` registers a
+grad hook on every parameter and starts the reduce during backward, bucket by bucket (shards
+cut in backward order into groups of about ``bucket_bytes``, one async ``dist.reduce`` per
+owner in each), as DDP's buckets do; ``step()`` waits for the last buckets, then AdamW and
+the broadcast run as without it. Same sums, so the same parameters (bitwise at N=2), and the
+same ``comm/bytes``: (N-1) * b per b-byte reduce adds up to (N-1) * M in either case.
+
+Deviations from ZeRO-2 proper: gradients are reduced after backward unless ``overlap=True``,
+and even then the full local gradient exists until ``zero_grad`` (``shard/grad_bytes``
 reports the reduced, owned part). A parameter without a gradient is treated as a zero
 gradient (torch's AdamW would skip it, so weight decay and momentum differ for it).
 
@@ -97,6 +104,7 @@ import torch.distributed as dist
 from grpo_lab.distributed.compression import Compressor, decode_message, get_config
 from grpo_lab.distributed.importance import (DEFAULT_DECAY, RunningMoments, get_importance,
                                              init_moments, update_moments)
+from grpo_lab.distributed.overlap import DEFAULT_BUCKET_BYTES, OverlappedReduce
 from grpo_lab.distributed.shard_plan import (USES_IMPORTANCE, assign, default_max_shard_numel,
                                              imbalance, make_shards, migration_bytes)
 
@@ -146,13 +154,16 @@ class ShardedOptimizer:
     norm as ``torch.nn.utils.clip_grad_norm_`` does (owners sum their squares, one all_reduce).
     ``full_state_dict`` / ``load_full_state_dict`` gather / scatter the state in
     ``torch.optim.AdamW``'s format, so a checkpoint resumes on any number of ranks.
+    ``overlap=True`` starts the fp32 reduce during backward in buckets of about
+    ``bucket_bytes`` (grad hooks on the parameters; ``remove_hooks()`` takes them off).
     """
 
     def __init__(self, named_params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  policy="size_balanced", importance=None, reshard_every=0,
                  max_shard_numel=None, capacities=None, importance_decay=DEFAULT_DECAY,
                  compression=None, broadcast_compression=None, compression_seed=0, group=None,
-                 grad_clip: float = 0.0):
+                 grad_clip: float = 0.0, overlap: bool = False,
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES):
         named = [(n, p) for n, p in named_params if p.requires_grad]
         if not named:
             raise ValueError("no parameters that require grad")
@@ -168,6 +179,9 @@ class ShardedOptimizer:
             raise ValueError(f"policy {policy!r} re-shards by importance every {reshard_every} "
                              f"steps, but importance=None: pass importance='seed' (or one of "
                              f"'norm', 'variance', 'snr')")
+        if overlap and compression is not None:
+            raise ValueError(f"overlap=True overlaps the fp32 reduce only, but compression="
+                             f"{compression!r}: use one or the other")
         self.group, self.rank, self.world = group, dist.get_rank(group), dist.get_world_size(group)
         self.params = [p for _, p in named]
         self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
@@ -194,6 +208,8 @@ class ShardedOptimizer:
         self.global_scores: list[float] | None = None      # every shard's score, after a re-shard
         self.steps = 0
         self.reshard_count = 0
+        self.overlapped = None if not overlap else \
+            OverlappedReduce(self.params, self.shards, self.owner, bucket_bytes, group)
         self._measure_memory()
 
     def _owned(self, rank) -> list[int]:
@@ -232,6 +248,11 @@ class ShardedOptimizer:
         self.importance_bytes = [row[1] for row in table]
         self.grad_bytes = [row[2] for row in table]
         return self.world * (self.world - 1) * mine.nbytes
+
+    def remove_hooks(self) -> None:
+        """Take the overlap's grad hooks off the parameters (no-op without overlap)."""
+        if self.overlapped is not None:
+            self.overlapped.remove()
 
     def zero_grad(self, set_to_none: bool = True):
         for p in self.params:
@@ -347,7 +368,9 @@ class ShardedOptimizer:
     def step(self) -> dict:
         t0 = time.perf_counter()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        if self.compressor is None:                         # 1. reduce each owner's buffer to it
+        if self.overlapped is not None:                     # 1. started during backward: wait
+            reduced, comm = self.overlapped.finish()
+        elif self.compressor is None:                       # 1. reduce each owner's buffer to it
             reduced, comm = self._reduce(grads)
         else:
             reduced, comm = self._reduce_compressed(grads)
@@ -459,6 +482,8 @@ class ShardedOptimizer:
                 if self.score_fn:
                     self.moments[i].steps = int(steps[2 * k + 1])
         self.owner = new_owner
+        if self.overlapped is not None:
+            self.overlapped.set_owner(new_owner)            # buckets follow the new owners
         self.reshard_count += 1
         comm += migrated + self._measure_memory()
         return {"comm/bytes": comm, "shard/migrated_bytes": migrated,
