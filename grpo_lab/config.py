@@ -269,7 +269,8 @@ def from_dict(d: dict) -> TrainConfig:
 
 
 # fields a resumed run may change freely: how it runs, not what it computes
-RUNTIME_FIELDS = ("out_dir", "threads", "time_budget_s", "exchange.timeout_s")
+RUNTIME_FIELDS = ("out_dir", "threads", "time_budget_s", "exchange.timeout_s",
+                  "exchange.overlap")  # overlap changes when bytes move, not what is computed
 
 
 def config_changes(saved: dict, cfg: TrainConfig) -> dict:
