@@ -226,8 +226,8 @@ CLAIMS = [
     Claim(1, 'importance-aware gradient sharding: "key gradients computed locally 3x more", "communication -58%"', "toy",
           "bytes per step per assignment policy vs size-balanced ZeRO / DDP (done: ~0%)",
           "does not hold", "",
-          "Every gradient byte must reach its one owner and every updated parameter must come back, whoever owns it; "
-          "re-sharding adds migration.",
+          "Every rank's backward computes every gradient once, whatever the sharding; every gradient byte must reach "
+          "its one owner and every updated parameter must come back, whoever owns it; re-sharding adds migration.",
           "Who owns a shard changes memory and update work, never the bytes on the wire.",
           measured="1.921 MB/step for DDP and every policy (0% saved); re-sharding every 10 steps: 2.100-2.114 MB (+9-10%)",
           source="bench/RESULTS_sharder.md (bench/bench_sharder.py)",
@@ -237,7 +237,8 @@ CLAIMS = [
           "e4m3 round-trip relative error on real gradients, per tensor",
           "does not hold", "",
           "e4m3 keeps 3 mantissa bits: rounding alone is up to 2^-4 = 6.25% per value, so a tensor's error is "
-          "percents, not 0.3%. Training still tolerates it (fp8_topk5 on GRPO: -0.2 ± 2.6 points, 3 seeds).",
+          "percents, not 0.3%, for every tensor, so whichever 20% is chosen. Training still tolerates it "
+          "(fp8_topk5 on GRPO: -0.2 ± 2.6 points, 3 seeds).",
           "3 mantissa bits cannot give 0.3% error; training survives the error, it does not remove it.",
           source="computed: claims.fp8_errors(claims.real_gradient()) (notebook 08)"),
     Claim(3, 'Top-K 5% + Huffman-coded indices, "8:1 index compression"', "toy",
