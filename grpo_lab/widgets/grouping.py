@@ -31,6 +31,7 @@ from grpo_lab.loss import grpo_loss
 from grpo_lab.rollout import completion_logprobs, sample
 from grpo_lab.tasks import (DATA_DIR, Example, decode, encode, load_mixture, sample_examples,
                             weighted_reward)
+from grpo_lab.widgets import show_figure
 
 BASE = str(DATA_DIR / "base_policy.safetensors")    # absolute: kernels may run in notebooks/
 WEIGHTS = TrainConfig().reward_weights                          # the trainer's default
@@ -148,7 +149,7 @@ def grouping_explorer(prompts=None, tasks=None, rewards=None, G: int = 4, n: int
         with parts["plot"]:
             parts["plot"].clear_output(wait=True)
             _plot(d, xy, tasks)
-            plt.show()
+            show_figure(plt.gcf())
 
     for name in ("embedder", "strategy", "k", "combine", "estimator"):
         parts[name].observe(update, names="value")
