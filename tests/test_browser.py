@@ -308,7 +308,8 @@ def run_notebooks(base: str, token: str, chromium: str, out: str, *paths: str) -
                     time.sleep(0.5)
                 return False
 
-            page.goto(f"{base}/lab/workspaces/nb{i}/tree/{path}?token={token}", timeout=60_000)
+            page.goto(f"{base}/lab/workspaces/nb{os.getpid()}-{i}/tree/{path}?token={token}",
+                      timeout=60_000)                           # a fresh workspace each
             if not wait("p => __nb.kernel(p) === 'idle'"):
                 res["status"] = "kernel did not start"
             else:
