@@ -345,6 +345,20 @@ def problems(res: dict) -> list[str]:
     return out
 
 
+def test_problems_catch_what_a_room_must_not_see():
+    """The verdict of the run-all test, without a browser: each defect is named."""
+    clean = {"status": "ok", "errors": [], "tracebacks": [], "widget_views": 2,
+             "widgets_rendered": 2, "images_broken": 0, "executed": 5, "code_cells": 5,
+             "texts": ["a table", "✅ check_advantages: ..."]}
+    assert problems(clean) == []
+    bad = {**clean, "texts": ["<Figure size 1200x600 with 6 Axes>", "VBox(children=(...))"],
+           "widgets_rendered": 1, "errors": [{"cell": 3, "ename": "ValueError", "evalue": "x"}]}
+    found = " | ".join(problems(bad))
+    for what in ("figure shown as text", "widget shown as text", "2 widget outputs but 1 rendered",
+                 "error in cell 3: ValueError"):
+        assert what in found, found
+
+
 @pytest.fixture(scope="module")
 def checkout_lab(tmp_path_factory):
     chromium = _require_browser()
