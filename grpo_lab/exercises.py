@@ -96,6 +96,16 @@ def _close(a, b, tol: float = 1e-3) -> bool:
         torch.allclose(a, b.double(), rtol=tol, atol=tol))
 
 
+def _best_mistake(mistakes, matches) -> str | None:
+    """The hint of the mistake that explains the learner's output: among those matching the
+    failing case, the first that matches every case (cases tell mistakes apart), else the first."""
+    fitting = [(kind, hint) for kind, hint in mistakes if matches(kind, failing_only=True)]
+    for kind, hint in fitting:
+        if matches(kind, failing_only=False):
+            return hint
+    return fitting[0][1] if fitting else None
+
+
 # ---------------------------------------------------------------- advantages
 def _population_std_advantages(rewards, group_ids):
     out = torch.zeros_like(rewards, dtype=torch.float64)
@@ -153,6 +163,7 @@ def _advantage_hint(r, g, got, outputs) -> str:
                     "clamp n - 1 to at least 1")
         return ("a group whose rewards are all equal must get advantage 0, not NaN: divide by "
                 "std + eps (eps = 1e-4)")
+
     def matches(variant, failing_only):
         pairs = [((r, g), got)] if failing_only else outputs
         return all(_close(o, variant(*a)) for a, o in pairs)
@@ -260,16 +271,6 @@ def _loss_cases(n_random: int = 4):
         A = torch.randn(N, generator=gen, dtype=torch.float64)
         cases.append((f"random #{i + 1} (N={N}, T={T})", (logp, old, ref, A, mask, 0.2, 0.04)))
     return cases
-
-
-def _best_mistake(mistakes, matches) -> str | None:
-    """The hint of the mistake that explains the learner's output: among those matching the
-    failing case, the first that matches every case (cases tell mistakes apart), else the first."""
-    fitting = [(kind, hint) for kind, hint in mistakes if matches(kind, failing_only=True)]
-    for kind, hint in fitting:
-        if matches(kind, failing_only=False):
-            return hint
-    return fitting[0][1] if fitting else None
 
 
 def _loss_hint(args, got, outputs) -> str:
