@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import time
 from datetime import datetime, timezone
@@ -91,7 +92,8 @@ def render(data: dict) -> str:
                 cells.append("not measured")
                 continue
             totals[mode] += r["seconds"]
-            note = "" if r["status"] == "ok" else f" ({r['status']})"
+            status = re.sub(r"\x1b\[[0-9;]*m", "", r["status"])            # no terminal colours
+            note = "" if status == "ok" else f" ({status})"
             cells.append(f"{fmt_time(r['seconds'])} (slowest cell {r['slowest_cell']}: "
                           f"{fmt_time(r['slowest_cell_s'])}; load {r['load_before']:.1f}){note}")
         rows.append(f"| `{n}` | {cells[0]} | {cells[1]} |")

@@ -59,9 +59,9 @@ def _fmt(x, n: int = 8) -> str:
 
 def _report(name: str, failure: Failure | None, n_cases: int, reference: str) -> bool:
     if failure is None:
-        print(f"✅ {name}: your function agrees with {reference} on all {n_cases} cases.")
+        print(f"PASS {name}: your function agrees with {reference} on all {n_cases} cases.")
         return True
-    print(f"❌ {name}: case {failure.case}\n   expected {failure.expected}\n"
+    print(f"FAIL {name}: case {failure.case}\n   expected {failure.expected}\n"
           f"   got      {failure.got}\n   hint: {failure.hint}")
     return False
 
