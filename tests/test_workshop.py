@@ -55,3 +55,35 @@ def test_workshop_guide_has_a_measured_timing_table_that_fits_three_hours():
     assert minutes < 60, f"quick mode of every notebook takes {minutes:.0f} min of a 3-hour class"
     plan = re.findall(r"^\| (\d+):(\d\d)", text, flags=re.M)              # the plan's start times
     assert plan and all(int(h) * 60 + int(m) < 180 for h, m in plan), plan
+
+
+def _bench():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_notebooks",
+                                                  ROOT / "bench" / "bench_notebooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_notebooks_names_an_unknown_notebook():
+    with pytest.raises(SystemExit, match="'99_nothing'"):
+        _bench().main(["--only", "99_nothing", "--render"])
+
+
+def test_bench_notebooks_needs_the_guide_markers(monkeypatch, tmp_path):
+    bench = _bench()
+    monkeypatch.setattr(bench, "GUIDE", tmp_path / "WORKSHOP.md")
+    bench.GUIDE.write_text("# no table block\n")
+    with pytest.raises(ValueError, match="timings:begin"):
+        bench.write_guide("| table |")
+
+
+def test_every_notebook_fits_its_quick_budget():
+    """The guide's promise: each notebook's quick mode within 2 minutes (measured on a shared
+    machine; an idle laptop is faster)."""
+    runs = __import__("json").loads((ROOT / "bench" / "RESULTS_notebooks.json").read_text())["runs"]
+    quick = {k: r for k, r in runs.items() if k.endswith("|quick")}
+    assert quick and all(r["status"] == "ok" for r in quick.values()), quick
+    slow = {k: r["seconds"] for k, r in quick.items() if r["seconds"] > 120}
+    assert not slow, slow
