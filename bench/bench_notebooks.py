@@ -53,8 +53,12 @@ def run_one(path: Path, quick: bool, timeout: float) -> dict:
     try:
         NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=True,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
-    except Exception as e:                                                 # still report the time
-        status = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:120] if str(e).strip() else ''}"
+    except Exception as e:                                 # still report the time, and where
+        status = f"{type(e).__name__}"
+        for i, cell in enumerate(nb.cells):
+            for o in cell.get("outputs", []):
+                if o.get("output_type") == "error":
+                    status = f"stopped at cell {i}: {o['ename']}: {str(o['evalue'])[:100]}"
     wall = time.perf_counter() - t0
     slowest, cell_s = None, 0.0
     for i, cell in enumerate(nb.cells):
