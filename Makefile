@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 # one torch thread per process: pytest-xdist already runs two processes on two cores
 TEST_ENV := GRPO_LAB_QUICK=1 OMP_NUM_THREADS=1 MPLBACKEND=Agg
 
-.PHONY: demo test env bench pretrain lab clean
+.PHONY: demo test env bench pretrain lab workshop clean
 
 env: $(STAMP)
 
@@ -38,6 +38,13 @@ bench: $(STAMP)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/
+
+# Before a workshop (notebooks/WORKSHOP.md): the exercises match their solutions, every lesson
+# and solution runs in quick mode, every exercise stub fails its checks with a hint.
+workshop: $(STAMP)
+	$(BIN)/python notebooks/exercises/make_exercises.py --check
+	$(TEST_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_exercise_notebooks.py \
+		notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900
 
 clean:
 	rm -rf runs .pytest_cache

@@ -123,7 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="list the bench/ scripts, or run bench/bench_NAME.py")
     b.add_argument("name", nargs="?", help="e.g. codecs, sharder, train_dist, scaling")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="passed to the script")
-    sub.add_parser("lab", help="open JupyterLab on notebooks/")
+    lab = sub.add_parser("lab", help="open JupyterLab on notebooks/")
+    lab.add_argument("--workshop", action="store_true",
+                     help="open fresh copies of the exercises (runs/workshop/) in a reset workspace")
     for cmd in (t, e, pre):
         cmd.add_argument("--debug", action="store_true",
                          help="show the full traceback of an error (default: one clear line)")
@@ -256,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
             return run_bench(args.name, args.bench_args)
         elif args.command == "lab":
             notebooks = checkout_dir("notebooks")
+            if args.workshop:
+                from grpo_lab.workshop import lab_command
+                return subprocess.call(lab_command(notebooks))
             return subprocess.call([sys.executable, "-m", "jupyterlab", str(notebooks)])
     except KeyboardInterrupt:
         print("grpo-lab: interrupted; the last checkpoint (if any) is intact: continue with "

@@ -51,7 +51,8 @@ def test_environment_yml_agrees_with_pyproject():
 
 
 def test_notebooks_are_stored_stripped():
-    nbs = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    nbs = sorted(p for p in (ROOT / "notebooks").rglob("*.ipynb")
+                 if ".ipynb_checkpoints" not in p.parts)                  # exercises included
     assert nbs, "no notebooks found"
     for nb_path in nbs:
         nb = json.loads(nb_path.read_text())

@@ -11,6 +11,7 @@ import torch
 
 from grpo_lab.advantages import ADVANTAGES
 from grpo_lab.loss import AGGREGATIONS, grpo_loss
+from grpo_lab.widgets import show_figure
 
 
 def explain_group(rewards, lengths, estimator="grpo", aggregation="seq_mean_token_mean",
@@ -81,7 +82,7 @@ def advantage_explorer(rewards=(1.0, 0.0, 0.0, 1.0, 0.5, 0.0), lengths=None,
             a2.set(title="per-token push  -dL/dlogp", xlabel="token", ylabel="completion")
             fig.colorbar(im, ax=a2)
             fig.tight_layout()
-            plt.show()
+            show_figure(fig)
 
     for k, w in parts.items():
         if isinstance(w, (W.FloatSlider, W.Dropdown)):

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 
 from grpo_lab.distributed.codecs import CODECS
 from grpo_lab.distributed.compression import FP8_FORMATS, trace_step
+from grpo_lab.widgets import show_figure
 
 
 def default_tensor(seed: int = 0) -> torch.Tensor:
@@ -65,8 +66,7 @@ def compression_explorer(tensor: torch.Tensor | None = None, seed: int = 0, plot
             return
         parts["out"].clear_output(wait=True)
         with parts["out"]:
-            from IPython.display import display
-            display(_figure(tr))
+            show_figure(_figure(tr))
 
     def refresh(_=None):
         show(current())

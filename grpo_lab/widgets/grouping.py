@@ -28,6 +28,7 @@ from grpo_lab.grouping import (COMBINE, GROUPERS, PromptBatch, get_grouper,
                                advantage_diagnostics, advantage_split, cluster_diagnostics,
                                grouped_advantages, reward_group_diagnostics)
 from grpo_lab.tasks import DATA_DIR, Example, load_mixture, sample_examples
+from grpo_lab.widgets import show_figure
 
 BASE = str(DATA_DIR / "base_policy.safetensors")    # absolute: kernels may run in notebooks/
 WEIGHTS = TrainConfig().reward_weights                          # the trainer's default
@@ -145,7 +146,7 @@ def grouping_explorer(prompts=None, tasks=None, rewards=None, G: int = 4, n: int
         with parts["plot"]:
             parts["plot"].clear_output(wait=True)
             _plot(d, xy, tasks)
-            plt.show()
+            show_figure(plt.gcf())
 
     for name in ("embedder", "strategy", "k", "combine", "estimator"):
         parts[name].observe(update, names="value")

@@ -17,6 +17,7 @@ from grpo_lab.distributed.importance import IMPORTANCE
 from grpo_lab.distributed.replay import replay_sharding
 from grpo_lab.trainer import record_gradients
 from grpo_lab.distributed.shard_plan import POLICIES
+from grpo_lab.widgets import show_figure
 
 
 def sharder_explorer(recording: dict | None = None, steps: int = 30, plots: bool = True):
@@ -58,8 +59,7 @@ def sharder_explorer(recording: dict | None = None, steps: int = 30, plots: bool
         if plots:
             parts["out"].clear_output(wait=True)
             with parts["out"]:
-                from IPython.display import display
-                display(_figure(r, t, parts["ranks"].value))
+                show_figure(_figure(r, t, parts["ranks"].value))
 
     for name in ("policy", "ranks", "interval", "score", "step"):
         parts[name].observe(refresh, names="value")
