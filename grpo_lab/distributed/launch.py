@@ -38,6 +38,7 @@ import socket
 import tempfile
 import time
 import traceback
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -108,6 +109,7 @@ def _worker(rank, fn, world_size, port, backend, timeout_s, args, out_dir):
     try:
         result = fn(rank, world_size, *args)
         torch.save(result, Path(out_dir) / f"rank{rank}.pt")
+        dist.barrier()              # leave together: a peer tearing down early can abort gloo
     except BaseException as e:  # record before the socket closes: the parent needs the first cause
         record = {"time": time.time(), "type": type(e).__name__, "message": str(e),
                   "traceback": traceback.format_exc()}
@@ -185,6 +187,11 @@ def spawn(fn, world_size: int, args: tuple = (), backend: str | None = None,
             for p in ctx.processes:                   # let every rank settle, then read codes
                 p.join(timeout=5)
             codes = [p.exitcode for p in ctx.processes]
-            raise _first_failure(out_dir, world_size, backend, e, codes) from None
+            done = all((Path(out_dir) / f"rank{r}.pt").exists() for r in range(world_size))
+            if not (done and isinstance(e, mp.ProcessExitedException)):
+                raise _first_failure(out_dir, world_size, backend, e, codes) from None
+            warnings.warn(f"every rank finished and saved its result, then exit codes were "
+                          f"{codes} (a crash while tearing down the process group); the results "
+                          f"are kept", RuntimeWarning, stacklevel=2)
         paths = [Path(out_dir) / f"rank{r}.pt" for r in range(world_size)]
         return [torch.load(p, weights_only=False) for p in paths]
