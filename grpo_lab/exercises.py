@@ -384,6 +384,12 @@ def check_grouper(fn: Callable, strategy: str = "kmeans_semantic") -> bool:
         expected = ref(batch, k, 0)
         got, err = _call(fn, batch, k, seed=0)
         hint = err or _grouper_contract(got, batch, k, takes_k)
+        if hint is None:                    # first: a result that changes is judged by chance
+            again, err = _call(fn, batch, k, seed=0)
+            if err or not _same_partition(got, again):
+                hint = err or ("the same seed must give the same groups: pass seed to your "
+                               "random generator (np.random.default_rng(seed), "
+                               "KMeans(random_state=seed))")
         if hint is None and strategy == "by_task" and not _same_partition(got, expected):
             hint = ("prompts with the same task label must share one group, and different labels "
                     "different groups" + (": you made one group per prompt (that is by_prompt)"
@@ -402,12 +408,6 @@ def check_grouper(fn: Callable, strategy: str = "kmeans_semantic") -> bool:
                 hint = (f"your clusters recover the task families less well than the library's "
                         f"(purity {mine:.2f} vs {theirs:.2f}): embed the prompts with "
                         f"grpo_lab.embeddings.tfidf_embed and run K-means on those vectors")
-        if hint is None:
-            again, err = _call(fn, batch, k, seed=0)
-            if err or not _same_partition(got, again):
-                hint = err or ("the same seed must give the same groups: pass seed to your "
-                               "random generator (np.random.default_rng(seed), "
-                               "KMeans(random_state=seed))")
         if hint is not None:
             failure = Failure(name, f"{_fmt(expected, 14)} (or any relabelling)",
                               "an error" if err else _fmt(got, 14), hint)

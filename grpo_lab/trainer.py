@@ -326,13 +326,31 @@ def _train_ranks(rank: int, world: int, cfgs: list, resume: bool) -> list[dict]:
 
 
 def spawn_train(cfgs: list[TrainConfig], nproc: int = 2, resume: bool = False,
-                run_timeout_s: float | None = None) -> list[list[dict]]:
+                run_timeout_s: float | None = None, progress: bool = True) -> list[list[dict]]:
     """Train every config in turn on ``nproc`` new local processes (gloo on CPU; one spawn
     for all, ``launch.spawn``) -> results[i][rank] = {"history", "params"} of cfgs[i].
-    What notebooks and tests use; from a shell, ``grpo-lab train --nproc N`` does the same."""
+    What notebooks and tests use; from a shell, ``grpo-lab train --nproc N`` does the same.
+    ``progress``: a bar in this process over all configs' steps, read from the runs'
+    metrics.jsonl files (rank 0 writes one line per step)."""
     from grpo_lab.distributed import launch
 
     timeout = max(c.exchange.timeout_s for c in cfgs)
-    by_rank = launch.spawn(_train_ranks, nproc, (list(cfgs), resume), timeout_s=timeout,
-                           run_timeout_s=run_timeout_s)
+    bar = tqdm(total=sum(c.steps for c in cfgs), desc=f"{len(cfgs)} run(s) x {nproc} processes",
+               disable=not progress)
+    logs = [Path(c.out_dir) / "metrics.jsonl" for c in cfgs]
+    seen = {"t": 0.0}
+
+    def poll():                                   # at most once a second: count logged steps
+        if time.monotonic() - seen["t"] < 1.0:
+            return
+        seen["t"] = time.monotonic()
+        done = sum(max(0, len(f.read_text().splitlines()) - 1) for f in logs if f.exists())
+        bar.update(min(done, bar.total) - bar.n)
+
+    try:
+        by_rank = launch.spawn(_train_ranks, nproc, (list(cfgs), resume), timeout_s=timeout,
+                               run_timeout_s=run_timeout_s, on_poll=poll)
+        bar.update(bar.total - bar.n)
+    finally:
+        bar.close()
     return [[by_rank[r][i] for r in range(nproc)] for i in range(len(cfgs))]

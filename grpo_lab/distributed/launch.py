@@ -156,12 +156,14 @@ def _first_failure(out_dir, world_size, backend, exc, exitcodes=()) -> RankFaile
 
 
 def spawn(fn, world_size: int, args: tuple = (), backend: str | None = None,
-          timeout_s: float = 60.0, run_timeout_s: float | None = None) -> list:
+          timeout_s: float = 60.0, run_timeout_s: float | None = None, on_poll=None) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` new processes -> results by rank.
 
     ``fn`` must be importable (a module-level function): processes are started with the
     'spawn' method. ``timeout_s`` bounds each collective; ``run_timeout_s`` (None: no bound)
     bounds the whole run. Raises ``RankFailedError`` naming the first rank that failed.
+    ``on_poll()``, if given, is called in this process about 5 times a second while the ranks
+    run (a progress bar: the children's own output does not reach a notebook).
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
@@ -175,6 +177,8 @@ def spawn(fn, world_size: int, args: tuple = (), backend: str | None = None,
         deadline = None if run_timeout_s is None else time.monotonic() + run_timeout_s
         try:
             while not ctx.join(timeout=0.2):
+                if on_poll is not None:
+                    on_poll()
                 if deadline is not None and time.monotonic() > deadline:
                     alive = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
                     for p in ctx.processes:
