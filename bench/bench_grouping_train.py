@@ -141,6 +141,14 @@ def main(argv=None):
             f"is within seed noise at {n} seeds.") + " The diagnostics columns show which "
             "differences in the training signal are real.", ""]
         lines += [f"- {t}" for t in sentences]
+    tasks = [k[14:] for k in by[names[0]][0][-1] if k.startswith("eval/accuracy/")]
+    lines += ["", "Per-family held-out accuracy at the end, mean over seeds (base: "
+              + ", ".join(f"{t} {by[names[0]][0][0]['eval/accuracy/' + t]:.2f}" for t in tasks)
+              + "):", "", "| strategy | " + " | ".join(tasks) + " |",
+              "|---|" + "---:|" * len(tasks)]
+    for s in names:
+        means = [mean_ci([h[-1]["eval/accuracy/" + t] for h in by[s]])[0] for t in tasks]
+        lines.append(f"| {s} | " + " | ".join(f"{m:.2f}" for m in means) + " |")
     lines += ["", "Per run (seed: final accuracy):", ""]
     for s in names:
         lines.append(f"- {s}: " + ", ".join(
