@@ -51,14 +51,17 @@ METRICS = {  # name -> (what it is, format); the per-run summary of one history
 }
 
 
-def t_quantile(df: int) -> float:
-    """t(0.975, df): the two-sided 95% quantile of Student's t (scipy, a scikit-learn dep)."""
+def t_quantile(df: int, level: float = 0.95) -> float:
+    """t(1 - (1 - level) / 2, df): Student's t two-sided quantile (scipy, a scikit-learn dep);
+    t(0.975, 2) = 4.303."""
     from scipy.stats import t
-    return float(t.ppf(0.975, df))
+    return float(t.ppf(1 - (1 - level) / 2, df))
 
 
-def mean_ci(values) -> tuple[float, float, float]:
-    """-> (mean, ci_low, ci_high): the 95% t-interval of the mean (NaN bounds for n < 2)."""
+def mean_ci(values, level: float = 0.95) -> tuple[float, float, float]:
+    """-> (mean, ci_low, ci_high): the t-interval of the mean at ``level`` (NaN bounds for
+    n < 2). For k comparisons at once, level = 1 - 0.05 / k keeps the chance of any false
+    "real difference" under 5% (Bonferroni)."""
     v = [float(x) for x in values]
     n = len(v)
     if n == 0:
@@ -67,7 +70,7 @@ def mean_ci(values) -> tuple[float, float, float]:
     if n < 2:
         return m, math.nan, math.nan
     sd = math.sqrt(sum((x - m) ** 2 for x in v) / (n - 1))
-    half = t_quantile(n - 1) * sd / math.sqrt(n)
+    half = t_quantile(n - 1, level) * sd / math.sqrt(n)
     return m, m - half, m + half
 
 

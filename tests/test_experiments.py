@@ -31,6 +31,9 @@ def test_mean_ci_by_hand():
     assert m == 2
     assert (hi - lo) / 2 == pytest.approx(4.302653 / math.sqrt(3), abs=1e-5)
     assert (hi - lo) / 2 == pytest.approx(2.48414, abs=1e-4)
+    # Bonferroni for 7 comparisons: t(1 - 0.05/14, 2) = 11.7687, half-width 6.7947
+    m, lo, hi = mean_ci([1, 2, 3], level=1 - 0.05 / 7)
+    assert (hi - lo) / 2 == pytest.approx(11.768678 / math.sqrt(3), abs=1e-5)
     assert mean_ci([5, 5])[1:] == (5, 5)            # no spread, no width
     assert math.isnan(mean_ci([0.4])[1])            # one value: no interval
 
