@@ -146,12 +146,14 @@ class Results:
     def compare(self, a: str, b: str, metric: str = "eval/accuracy") -> dict:
         """Paired difference a - b on ``metric`` over the seeds both have -> {a, b, metric,
         mean, ci_low, ci_high, n, values, excludes_zero}."""
-        per = {(r["strategy"], r["seed"]): r.get(metric) for r in self.per_run()}
         for s in (a, b):
             if s not in self.strategies:
                 raise ValueError(f"unknown strategy {s!r}; known: {self.strategies}")
-        diffs = [per[a, seed] - per[b, seed] for (s, seed) in per
-                 if s == a and per.get((b, seed)) is not None and per[a, seed] is not None]
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; known: {list(METRICS)}")
+        per = {(r["strategy"], r["seed"]): r.get(metric) for r in self.per_run()}
+        pairs = [(per[a, seed], per.get((b, seed))) for (s, seed) in per if s == a]
+        diffs = [x - y for x, y in pairs if x is not None and y is not None]  # same seed
         mean, lo, hi = mean_ci(diffs)
         return {"a": a, "b": b, "metric": metric, "mean": mean, "ci_low": lo, "ci_high": hi,
                 "n": len(diffs), "values": diffs, "excludes_zero": lo > 0 or hi < 0}
@@ -179,7 +181,7 @@ class Results:
         head, body = self._table()
         th = "".join(f"<th>{h}</th>" for h in head)
         tr = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in body)
-        n = len({r['seed'] for r in self.runs})
+        n = len({r["seed"] for r in self.runs})
         return (f"<table><thead><tr>{th}</tr></thead><tbody>{tr}</tbody></table>"
                 f"<p>mean ± half-width of the 95% t-interval over {n} seeds</p>")
 

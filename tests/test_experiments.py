@@ -72,6 +72,8 @@ def test_rows_compare_and_tables_by_hand():
     assert "1 ± 0 (2/3)" in md                                # b: 2 of 3 seeds reached it
     with pytest.raises(ValueError, match="'c'"):
         res.compare("c", "a")
+    with pytest.raises(ValueError, match="'accuracy'"):
+        res.compare("a", "b", "accuracy")
 
 
 def test_parallel_equals_sequential_and_plots(tmp_path):
