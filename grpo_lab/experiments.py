@@ -216,6 +216,17 @@ def _cell(r: dict | None, fmt: str, seeds: int) -> str:
     return text + (f" ({r['n']}/{seeds})" if r["n"] < seeds else "")
 
 
+def _die_with_parent() -> None:
+    """Pool initializer: a worker ends when the experiment's process is killed (Linux
+    prctl(PR_SET_PDEATHSIG, SIGTERM)); otherwise it would wait for work forever."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))
+    except (OSError, AttributeError):
+        pass
+
+
 _JOBS: list = []  # (strategy, seed, config) of the running experiment; forked workers read it
 
 
@@ -256,7 +267,7 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     threads = torch.get_num_threads()     # train() sets 1; give the caller back its own
     try:
         if processes > 1 and fork:
-            with multiprocessing.get_context("fork").Pool(processes) as pool:
+            with multiprocessing.get_context("fork").Pool(processes, _die_with_parent) as pool:
                 done = pool.imap_unordered(_run_one, range(len(jobs)))
                 for i, hist, err in done:
                     _store(histories, i, hist, err, jobs)
