@@ -1,0 +1,112 @@
+"""The experiment harness: intervals and paired differences by hand, targets on a synthetic
+history, parallel runs equal to sequential ones, clear errors, a table that renders."""
+import math
+
+import matplotlib
+import pytest
+
+from grpo_lab.experiments import (Results, difference_sentence, mean_ci, run_experiment,
+                                  run_metrics, time_to_target)
+
+matplotlib.use("Agg")
+
+TINY = {"steps": 3, "prompts_per_step": 4, "group_size": 4, "eval_every": 2, "eval_size": 10,
+        "ckpt_every": 10}
+STRATEGIES = {"by_prompt": {}, "random": {"grouping": "random", "group_k": 2}}
+
+
+def history(accs, seconds, draws=None):
+    """A synthetic history: step -1 then one row per step with an evaluation."""
+    rows = []
+    for i, (a, t) in enumerate(zip(accs, seconds)):
+        rows.append({"step": i - 1, "eval/accuracy": a, "time/elapsed_s": t,
+                     **({} if i == 0 else {"group/zero_std_frac": 0.5 * i, "adv/var": 1.0,
+                                           **({"sample/draws": draws} if draws else {})})})
+    return rows
+
+
+def test_mean_ci_by_hand():
+    # values 1, 2, 3: mean 2, sd 1, half-width t(0.975, 2) / sqrt(3) = 4.3027 * 0.57735 = 2.4841
+    m, lo, hi = mean_ci([1, 2, 3])
+    assert m == 2
+    assert (hi - lo) / 2 == pytest.approx(4.302653 / math.sqrt(3), abs=1e-5)
+    assert (hi - lo) / 2 == pytest.approx(2.48414, abs=1e-4)
+    # Bonferroni for 7 comparisons: t(1 - 0.05/14, 2) = 11.7687, half-width 6.7947
+    m, lo, hi = mean_ci([1, 2, 3], level=1 - 0.05 / 7)
+    assert (hi - lo) / 2 == pytest.approx(11.768678 / math.sqrt(3), abs=1e-5)
+    assert mean_ci([5, 5])[1:] == (5, 5)            # no spread, no width
+    assert math.isnan(mean_ci([0.4])[1])            # one value: no interval
+
+
+def test_time_to_target_and_run_metrics_by_hand():
+    h = history([0.50, 0.55, 0.62, 0.61], [0.0, 1.5, 3.0, 4.5])
+    assert time_to_target(h, 0.60) == (2, 3.0)      # step 1 evaluated -> 2 steps trained
+    assert time_to_target(h, 0.50) == (0, 0.0)      # the base already has it
+    assert time_to_target(h, 0.70) == (None, None)
+    m = run_metrics(h, target=0.6)
+    assert m["eval/accuracy"] == 0.61 and m["eval/gain"] == pytest.approx(0.11)
+    assert m["group/zero_std_frac"] == pytest.approx((0.5 + 1.0 + 1.5) / 3)
+    assert m["target/steps"] == 2 and "sample/draws" not in m
+
+
+def test_rows_compare_and_tables_by_hand():
+    runs = [{"strategy": s, "seed": seed, "history": history([0.5, a], [0, 2.0])}
+            for s, accs in {"a": [0.60, 0.70, 0.80], "b": [0.58, 0.66, 0.78]}.items()
+            for seed, a in enumerate(accs)]
+    res = Results(runs, target=0.65)
+    row = next(r for r in res.rows() if r["strategy"] == "a" and r["metric"] == "eval/gain")
+    assert row["mean"] == pytest.approx(0.2) and row["n"] == 3
+    assert (row["ci_high"] - row["ci_low"]) / 2 == pytest.approx(2.48414 * 0.1, abs=1e-5)
+    steps = next(r for r in res.rows() if r["strategy"] == "b" and r["metric"] == "target/steps")
+    assert steps["n"] == 2 and steps["values"] == [1, 1]      # seed 0 (0.58) never got there
+    # paired differences a - b: 0.02, 0.04, 0.02 -> mean 0.02667, sd 0.011547,
+    # half-width 4.302653 * 0.011547 / sqrt(3) = 0.028685 -> [-0.0020, 0.0554]: includes 0
+    d = res.compare("a", "b", "eval/accuracy")
+    assert d["values"] == pytest.approx([0.02, 0.04, 0.02])
+    assert d["mean"] == pytest.approx(0.026667, abs=1e-6)
+    assert d["ci_high"] - d["mean"] == pytest.approx(0.028685, abs=1e-5)
+    assert not d["excludes_zero"] and "includes 0" in difference_sentence(d)
+    html, md = res._repr_html_(), res.to_markdown()
+    assert "<table>" in html and "0.700 ± 0.248" in html
+    assert md.splitlines()[0].startswith("| strategy | eval/accuracy | eval/gain")
+    assert "1 ± 0 (2/3)" in md                                # b: 2 of 3 seeds reached it
+    with pytest.raises(ValueError, match="'c'"):
+        res.compare("c", "a")
+    with pytest.raises(ValueError, match="'accuracy'"):
+        res.compare("a", "b", "accuracy")
+
+
+def test_parallel_equals_sequential_and_plots(tmp_path):
+    kw = dict(seeds=(0, 1), base=TINY, progress=False)
+    par = run_experiment(STRATEGIES, processes=2, **kw)
+    seq = run_experiment(STRATEGIES, processes=1, **kw)
+    assert [(r["strategy"], r["seed"]) for r in par.runs] == \
+        [("by_prompt", 0), ("by_prompt", 1), ("random", 0), ("random", 1)]
+    keys = ["reward/mean", "loss/total", "eval/accuracy", "adv/var"]
+    for a, b in zip(par.runs, seq.runs):
+        assert len(a["history"]) == 4                           # step -1 and 3 steps
+        assert [[h.get(k) for k in keys] for h in a["history"]] == \
+            [[h.get(k) for k in keys] for h in b["history"]]
+    assert par.runs[0]["history"] != par.runs[1]["history"]  # seeds differ
+    fig = par.plot("eval/accuracy")
+    assert len(fig.axes[0].lines) == 2
+    fig.savefig(tmp_path / "curves.png")
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+
+
+def test_bad_strategy_names_itself():
+    with pytest.raises(ValueError, match="strategy 'oops'.*grouping"):
+        run_experiment({"ok": {}, "oops": {"grouping": "no_such_grouper"}}, base=TINY,
+                       progress=False)
+    with pytest.raises(ValueError, match="strategy 'typo'"):
+        run_experiment({"typo": {"groupin": "random"}}, base=TINY, progress=False)
+    with pytest.raises(ValueError, match="seed"):
+        run_experiment({"s": {"seed": 3}}, base=TINY, progress=False)
+
+
+def test_failing_run_names_strategy_and_seed():
+    # a valid config that fails inside train(): an eval set larger than the held-out file
+    with pytest.raises(RuntimeError, match="strategy 'big', seed 1"):
+        run_experiment({"big": {"eval_size": 10**6}}, seeds=(1,), base=TINY, processes=1,
+                       progress=False)
