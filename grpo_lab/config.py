@@ -21,6 +21,7 @@ from grpo_lab.advantages import ADVANTAGES
 from grpo_lab.distributed.exchanges import ExchangeConfig
 from grpo_lab.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.loss import AGGREGATIONS
+from grpo_lab.policy import POLICIES
 from grpo_lab.registry import load_plugins
 from grpo_lab.tasks import MIXTURE_TASKS, REWARDS, TASKS
 
@@ -42,7 +43,27 @@ class TrainConfig:
     ("count,compare"), or "mixture" (the families of tasks.MIXTURE_TASKS). With several,
     prompts are drawn uniformly over them and eval/accuracy/<task> is logged per task."""
     base_checkpoint: str = "data/base_policy.safetensors"
-    """Policy to start from; also the frozen reference policy for the KL term."""
+    """Policy to start from; also the frozen reference policy for the KL term. With
+    policy="hf": a folder holding a transformers model and its tokenizer, or a hub id
+    (downloaded by transformers on your machine; nothing here ever downloads)."""
+    policy: str = "toy"
+    """"toy": the char-level GPT (model.py); "hf": any transformers causal LM with its
+    tokenizer (hf.py; pip install -e ".[hf]"). Both go through policy.py's interface."""
+    hf_dtype: str = "float32"
+    """policy="hf": dtype the weights are loaded and trained in ("float32", "bfloat16",
+    "float16"); bfloat16 halves memory, AdamW then updates bf16 weights."""
+    hf_autocast: bool = False
+    """policy="hf": run every forward under torch.autocast to bfloat16 (weights stay in
+    hf_dtype); log-probs are computed in float32 either way."""
+    hf_chat_template: bool = False
+    """policy="hf": wrap each prompt in the tokenizer's chat template as one user turn,
+    with the generation prompt (for instruct models)."""
+    hf_trust_remote_code: bool = False
+    """policy="hf": let transformers run model code shipped with the checkpoint (off:
+    only architectures transformers itself implements)."""
+    hf_gradient_checkpointing: bool = False
+    """policy="hf": recompute activations in backward (less memory, about a third more
+    compute per training forward)."""
     out_dir: str = "runs/demo"
     """Folder for metrics.jsonl, checkpoint.safetensors, report.png and report.md."""
     steps: int = 3000
@@ -148,6 +169,7 @@ class TrainConfig:
         if isinstance(self.exchange, dict):
             self.exchange = ExchangeConfig(**self.exchange)
         _member(self.objective, OBJECTIVES, "objective")
+        self._check_policy()
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
         _finite(self, "lr", "temperature", "weight_decay", "adam_eps", "grad_clip", "eps_low",
@@ -182,6 +204,14 @@ class TrainConfig:
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
                 raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
         self._check_grouping()
+
+    def _check_policy(self):
+        _member(self.policy, POLICIES, "policy")
+        _member(self.hf_dtype, ("float32", "bfloat16", "float16"), "hf_dtype")
+        if self.policy == "hf" and self.base_checkpoint.endswith(".safetensors"):
+            raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
+                             f"base_checkpoint={self.base_checkpoint!r} is a grpo_lab file "
+                             f"(a toy policy: policy='toy')")
 
     def _check_grouping(self):
         record = get_grouper(self.grouping)          # a function or record is registered
