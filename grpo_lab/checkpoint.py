@@ -224,12 +224,23 @@ def policy_tensors(tensors: dict) -> dict:
 
 
 def load_policy_any(path):
-    """A policy (model.GPT) from a policy file (``model.save_policy``) or a training checkpoint."""
+    """A policy from a policy file (``model.save_policy``), a transformers model folder
+    (hf.py), or a training checkpoint of either."""
     from grpo_lab.model import GPT, model_config, policy_from_tensors
 
+    if resolve_path(path).is_dir():
+        from grpo_lab.hf import load_hf_policy
+        return load_hf_policy(path)
     tensors, meta = read_tensors(path)
     if meta.get("format") != CKPT_TAG:
         return policy_from_tensors(tensors, meta, path)
+    hf = json.loads(meta.get("model_config", "{}"))
+    if "path" in hf:                                   # an HF run: hf.HFPolicyConfig
+        from grpo_lab.hf import load_hf_policy
+        keep = ("dtype", "autocast", "chat_template", "trust_remote_code")
+        policy = load_hf_policy(hf["path"], **{k: hf[k] for k in keep if k in hf})
+        load_state_strict(policy, tensors, path, prefix="policy.")
+        return policy
     policy = GPT(model_config(meta, path, "model_config"))
     load_state_strict(policy, tensors, path, prefix="policy.")
     return policy

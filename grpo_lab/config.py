@@ -6,7 +6,8 @@ generated from these classes by ``cli.py``) and notebooks build the same objects
 (``exchanges.ExchangeConfig``: ``cfg.exchange.name``, ``--exchange.name`` on the command
 line); a plain dict is turned into one when the config is built, so presets and saved
 configs (JSON) round-trip. Presets give sizes for scale: ``tiny_cpu`` (the default demo),
-``quick`` (tests and notebooks in CI), ``mixture_cpu``.
+``quick`` (tests and notebooks in CI), ``mixture_cpu``, ``hf_tiny_cpu`` (a transformers
+model on the CPU), ``hf_gpu`` (a real model on GPUs).
 """
 from __future__ import annotations
 
@@ -235,6 +236,10 @@ class TrainConfig:
 
 @dataclass
 class PretrainConfig:
+    policy: str = "toy"
+    """"toy": the char-level GPT, written as one safetensors file; "hf": a tiny Llama-style
+    transformers model with a BPE tokenizer trained here (hf.build_tiny; no download),
+    written as a transformers folder (out is then a folder, e.g. data/hf_tiny)."""
     tasks: str = "addition,sort,reverse"
     """Comma-separated tasks whose demonstrations the base policy is trained on."""
     out: str = "data/base_policy.safetensors"
@@ -262,6 +267,10 @@ class PretrainConfig:
     """torch CPU threads (0 = torch's default)."""
 
     def __post_init__(self):
+        _member(self.policy, POLICIES, "policy")
+        if self.policy == "hf" and self.out.endswith(".safetensors"):
+            raise ValueError(f"policy='hf' writes a transformers folder; out={self.out!r} "
+                             f"names a file (e.g. --out data/hf_tiny)")
         _positive(self, "steps", "batch_size", "n_layer", "n_head", "n_embd", "block_size")
         if not 0 <= self.stop_after <= self.steps:
             raise ValueError(f"stop_after must be in [0, steps={self.steps}], got {self.stop_after}")
@@ -280,6 +289,19 @@ PRESETS: dict[str, dict] = {
     # (grouping kmeans_semantic)
     "mixture_cpu": {"task": "mixture", "base_checkpoint": "data/base_mixture.safetensors",
                     "prompts_per_step": 28, "steps": 300, "eval_every": 50, "eval_size": 100},
+    # the tiny offline transformers model (Llama-style, data/hf_tiny, data/README.md) through
+    # hf.py: the HF code path end to end on a laptop CPU, nothing downloaded
+    "hf_tiny_cpu": {"policy": "hf", "base_checkpoint": "data/hf_tiny", "steps": 300,
+                    "eval_every": 50, "eval_size": 200},
+    # a real model on GPUs: grpo-lab train --preset hf_gpu --nproc <GPUs> (torchrun, NCCL;
+    # README "Hugging Face models"); bf16 weights, chat template, activation checkpointing.
+    # Untested here (no GPU, no network): the numbers are a starting point, not a result.
+    "hf_gpu": {"policy": "hf", "base_checkpoint": "Qwen/Qwen2.5-0.5B-Instruct",
+               "hf_dtype": "bfloat16", "hf_chat_template": True,
+               "hf_gradient_checkpointing": True, "max_new_tokens": 16, "temperature": 1.0,
+               "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "beta": 0.0,
+               "steps": 500, "time_budget_s": 0.0, "eval_every": 50, "eval_size": 200,
+               "ckpt_every": 100, "adam_eps": 1e-6},
 }
 
 
