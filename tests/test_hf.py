@@ -153,3 +153,23 @@ def test_grpo_lab_imports_without_transformers():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert 'IMPORT-ERROR policy="hf" needs transformers' in out.stdout
+
+
+def test_hf_run_is_the_same_on_1_and_2_processes(tmp_path):
+    from grpo_lab.trainer import spawn_train
+
+    kw = dict(threads=1, steps=3, prompts_per_step=5, group_size=4, eval_every=0, eval_size=10,
+              time_budget_s=0.0, lr=3e-4, warmup_steps=0, adam_eps=1e-6, beta=0.05)
+    one = train(preset("hf_tiny_cpu", out_dir=str(tmp_path / "one"), **kw), progress=False)
+    spawn_train([preset("hf_tiny_cpu", out_dir=str(tmp_path / "two"), **kw)], 2,
+                run_timeout_s=300)
+    a = load_policy_any(tmp_path / "one" / "checkpoint.safetensors").state_dict()
+    b = load_policy_any(tmp_path / "two" / "checkpoint.safetensors").state_dict()
+    assert max(float((a[k] - load_hf_policy(TINY).state_dict()[k]).abs().max()) for k in a) > 1e-4
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=0, msg=k)
+    import json
+    two = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    for x, y in zip(one[1:], two[1:]):                                    # same tokens sampled
+        assert x["reward/mean"] == y["reward/mean"]
+        assert x["completion/mean_len"] == y["completion/mean_len"]
