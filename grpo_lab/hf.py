@@ -120,15 +120,19 @@ class HFPolicy(nn.Module):
         return cache
 
     def forward(self, idx: torch.Tensor, pos: torch.Tensor | None = None,
-                key_mask: torch.Tensor | None = None, cache=None):
+                key_mask: torch.Tensor | None = None, cache=None, return_hidden: bool = False):
         """Logits for ``idx`` (B, T) -> ((B, T, V), cache): the toy GPT's signature.
 
         pos: (B, T) position ids; key_mask: (B, Tk) bool over cached + new keys. A cache is
-        built only in eval mode (sampling); a training forward keeps no KV cache."""
+        built only in eval mode (sampling); a training forward keeps no KV cache.
+        ``return_hidden`` adds the last hidden states (B, T, C) (embeddings.policy_embed)."""
         mask = None if key_mask is None else key_mask.long()              # (B, Tk)
         with torch.autocast(idx.device.type, torch.bfloat16, enabled=self.cfg.autocast):
             out = self.model(input_ids=idx, attention_mask=mask, position_ids=pos,
-                             use_cache=not self.training, **{self._cache_arg: cache})
+                             use_cache=not self.training, output_hidden_states=return_hidden,
+                             **{self._cache_arg: cache})
+        if return_hidden:
+            return out.logits, getattr(out, self._cache_arg), out.hidden_states[-1]
         return out.logits, getattr(out, self._cache_arg)                   # (B, T, V)
 
     def num_params(self) -> int:

@@ -173,3 +173,11 @@ def test_hf_run_is_the_same_on_1_and_2_processes(tmp_path):
     for x, y in zip(one[1:], two[1:]):                                    # same tokens sampled
         assert x["reward/mean"] == y["reward/mean"]
         assert x["completion/mean_len"] == y["completion/mean_len"]
+
+
+def test_policy_embedder_reads_the_hf_model(tiny):
+    from grpo_lab.embeddings import policy_embed
+
+    z = policy_embed(["12+34=", "1+2=", "99+99="], model=tiny)
+    assert z.shape == (3, 96) and abs(float((z ** 2).sum(1).mean()) - 1) < 1e-6
+    assert tiny.training                                                  # mode restored
