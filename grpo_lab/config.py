@@ -52,10 +52,12 @@ class TrainConfig:
     tokenizer (hf.py; pip install -e ".[hf]"). Both go through policy.py's interface."""
     hf_dtype: str = "float32"
     """policy="hf": dtype the weights are loaded and trained in ("float32", "bfloat16",
-    "float16"); bfloat16 halves memory, AdamW then updates bf16 weights."""
+    "float16"). bfloat16 halves memory but AdamW then updates bf16 weights, which keep about
+    3 significant digits: a step of lr 1e-6 on a weight of 1e-2 rounds to no change. To
+    train, keep float32 weights and set hf_autocast."""
     hf_autocast: bool = False
-    """policy="hf": run every forward under torch.autocast to bfloat16 (weights stay in
-    hf_dtype); log-probs are computed in float32 either way."""
+    """policy="hf": run every forward under torch.autocast to bfloat16 (mixed precision:
+    weights and AdamW stay in hf_dtype); log-probs are computed in float32 either way."""
     hf_chat_template: bool = False
     """policy="hf": wrap each prompt in the tokenizer's chat template as one user turn,
     with the generation prompt (for instruct models)."""
@@ -294,10 +296,11 @@ PRESETS: dict[str, dict] = {
     "hf_tiny_cpu": {"policy": "hf", "base_checkpoint": "data/hf_tiny", "steps": 300,
                     "eval_every": 50, "eval_size": 200},
     # a real model on GPUs: grpo-lab train --preset hf_gpu --nproc <GPUs> (torchrun, NCCL;
-    # README "Hugging Face models"); bf16 weights, chat template, activation checkpointing.
+    # README "Hugging Face models"); bf16 autocast over fp32 weights and AdamW (0.5B: 8 GB),
+    # chat template, activation checkpointing.
     # Untested here (no GPU, no network): the numbers are a starting point, not a result.
     "hf_gpu": {"policy": "hf", "base_checkpoint": "Qwen/Qwen2.5-0.5B-Instruct",
-               "hf_dtype": "bfloat16", "hf_chat_template": True,
+               "hf_autocast": True, "hf_chat_template": True,
                "hf_gradient_checkpointing": True, "max_new_tokens": 16, "temperature": 1.0,
                "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "beta": 0.0,
                "steps": 500, "time_budget_s": 0.0, "eval_every": 50, "eval_size": 200,
