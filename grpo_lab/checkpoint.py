@@ -180,11 +180,13 @@ CKPT_TAG = "grpo_lab.train_checkpoint.v1"
 
 def save_training_checkpoint(path, policy, optim_state: dict, cfg: dict, step: int,
                              history: list[dict], grouper_state: dict | None = None) -> None:
-    """One safetensors file, written atomically: ``policy.*`` (the tied lm_head left out),
+    """One safetensors file, written atomically: ``policy.*`` (tied aliases such as the toy's
+    lm_head left out),
     ``optim.<param index>.<name>`` (torch.optim.AdamW's state_dict form, whole on any number
     of ranks), ``grouping.*``; the config, step, param groups and metrics as metadata."""
-    tensors = {f"policy.{k}": v.cpu() for k, v in policy.state_dict().items()
-               if k != "lm_head.weight"}
+    from grpo_lab.policy import state_without_aliases
+
+    tensors = {f"policy.{k}": v.cpu() for k, v in state_without_aliases(policy).items()}
     tensors.update({f"grouping.{k}": v for k, v in (grouper_state or {}).items()})
     for pid, st in optim_state["state"].items():
         for k, v in st.items():
@@ -222,12 +224,23 @@ def policy_tensors(tensors: dict) -> dict:
 
 
 def load_policy_any(path):
-    """A policy (model.GPT) from a policy file (``model.save_policy``) or a training checkpoint."""
+    """A policy from a policy file (``model.save_policy``), a transformers model folder
+    (hf.py), or a training checkpoint of either."""
     from grpo_lab.model import GPT, model_config, policy_from_tensors
 
+    if resolve_path(path).is_dir():
+        from grpo_lab.hf import load_hf_policy
+        return load_hf_policy(path)
     tensors, meta = read_tensors(path)
     if meta.get("format") != CKPT_TAG:
         return policy_from_tensors(tensors, meta, path)
+    hf = json.loads(meta.get("model_config", "{}"))
+    if "path" in hf:                                   # an HF run: hf.HFPolicyConfig
+        from grpo_lab.hf import load_hf_policy
+        keep = ("dtype", "autocast", "chat_template", "trust_remote_code")
+        policy = load_hf_policy(hf["path"], **{k: hf[k] for k in keep if k in hf})
+        load_state_strict(policy, tensors, path, prefix="policy.")
+        return policy
     policy = GPT(model_config(meta, path, "model_config"))
     load_state_strict(policy, tensors, path, prefix="policy.")
     return policy

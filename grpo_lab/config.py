@@ -6,7 +6,8 @@ generated from these classes by ``cli.py``) and notebooks build the same objects
 (``exchanges.ExchangeConfig``: ``cfg.exchange.name``, ``--exchange.name`` on the command
 line); a plain dict is turned into one when the config is built, so presets and saved
 configs (JSON) round-trip. Presets give sizes for scale: ``tiny_cpu`` (the default demo),
-``quick`` (tests and notebooks in CI), ``mixture_cpu``.
+``quick`` (tests and notebooks in CI), ``mixture_cpu``, ``hf_tiny_cpu`` (a transformers
+model on the CPU), ``hf_gpu`` (a real model on GPUs).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from grpo_lab.advantages import ADVANTAGES
 from grpo_lab.distributed.exchanges import ExchangeConfig
 from grpo_lab.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.loss import AGGREGATIONS
+from grpo_lab.policy import POLICIES
 from grpo_lab.registry import load_plugins
 from grpo_lab.tasks import MIXTURE_TASKS, REWARDS, TASKS
 
@@ -42,7 +44,29 @@ class TrainConfig:
     ("count,compare"), or "mixture" (the families of tasks.MIXTURE_TASKS). With several,
     prompts are drawn uniformly over them and eval/accuracy/<task> is logged per task."""
     base_checkpoint: str = "data/base_policy.safetensors"
-    """Policy to start from; also the frozen reference policy for the KL term."""
+    """Policy to start from; also the frozen reference policy for the KL term. With
+    policy="hf": a folder holding a transformers model and its tokenizer, or a hub id
+    (downloaded by transformers on your machine; nothing here ever downloads)."""
+    policy: str = "toy"
+    """"toy": the char-level GPT (model.py); "hf": any transformers causal LM with its
+    tokenizer (hf.py; pip install -e ".[hf]"). Both go through policy.py's interface."""
+    hf_dtype: str = "float32"
+    """policy="hf": dtype the weights are loaded and trained in ("float32", "bfloat16",
+    "float16"). bfloat16 halves memory but AdamW then updates bf16 weights, which keep about
+    3 significant digits: a step of lr 1e-6 on a weight of 1e-2 rounds to no change. To
+    train, keep float32 weights and set hf_autocast."""
+    hf_autocast: bool = False
+    """policy="hf": run every forward under torch.autocast to bfloat16 (mixed precision:
+    weights and AdamW stay in hf_dtype); log-probs are computed in float32 either way."""
+    hf_chat_template: bool = False
+    """policy="hf": wrap each prompt in the tokenizer's chat template as one user turn,
+    with the generation prompt (for instruct models)."""
+    hf_trust_remote_code: bool = False
+    """policy="hf": let transformers run model code shipped with the checkpoint (off:
+    only architectures transformers itself implements)."""
+    hf_gradient_checkpointing: bool = False
+    """policy="hf": recompute activations in backward (less memory, about a third more
+    compute per training forward)."""
     out_dir: str = "runs/demo"
     """Folder for metrics.jsonl, checkpoint.safetensors, report.png and report.md."""
     steps: int = 3000
@@ -148,6 +172,7 @@ class TrainConfig:
         if isinstance(self.exchange, dict):
             self.exchange = ExchangeConfig(**self.exchange)
         _member(self.objective, OBJECTIVES, "objective")
+        self._check_policy()
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
         _finite(self, "lr", "temperature", "weight_decay", "adam_eps", "grad_clip", "eps_low",
@@ -183,6 +208,14 @@ class TrainConfig:
                 raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
         self._check_grouping()
 
+    def _check_policy(self):
+        _member(self.policy, POLICIES, "policy")
+        _member(self.hf_dtype, ("float32", "bfloat16", "float16"), "hf_dtype")
+        if self.policy == "hf" and self.base_checkpoint.endswith(".safetensors"):
+            raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
+                             f"base_checkpoint={self.base_checkpoint!r} is a grpo_lab file "
+                             f"(a toy policy: policy='toy')")
+
     def _check_grouping(self):
         record = get_grouper(self.grouping)          # a function or record is registered
         self.grouping = record.name                  # the config keeps names (JSON, CLI)
@@ -205,6 +238,10 @@ class TrainConfig:
 
 @dataclass
 class PretrainConfig:
+    policy: str = "toy"
+    """"toy": the char-level GPT, written as one safetensors file; "hf": a tiny Llama-style
+    transformers model with a BPE tokenizer trained here (hf.build_tiny; no download),
+    written as a transformers folder (out is then a folder, e.g. data/hf_tiny)."""
     tasks: str = "addition,sort,reverse"
     """Comma-separated tasks whose demonstrations the base policy is trained on."""
     out: str = "data/base_policy.safetensors"
@@ -232,6 +269,10 @@ class PretrainConfig:
     """torch CPU threads (0 = torch's default)."""
 
     def __post_init__(self):
+        _member(self.policy, POLICIES, "policy")
+        if self.policy == "hf" and self.out.endswith(".safetensors"):
+            raise ValueError(f"policy='hf' writes a transformers folder; out={self.out!r} "
+                             f"names a file (e.g. --out data/hf_tiny)")
         _positive(self, "steps", "batch_size", "n_layer", "n_head", "n_embd", "block_size")
         if not 0 <= self.stop_after <= self.steps:
             raise ValueError(f"stop_after must be in [0, steps={self.steps}], got {self.stop_after}")
@@ -250,6 +291,20 @@ PRESETS: dict[str, dict] = {
     # (grouping kmeans_semantic)
     "mixture_cpu": {"task": "mixture", "base_checkpoint": "data/base_mixture.safetensors",
                     "prompts_per_step": 28, "steps": 300, "eval_every": 50, "eval_size": 100},
+    # the tiny offline transformers model (Llama-style, data/hf_tiny, data/README.md) through
+    # hf.py: the HF code path end to end on a laptop CPU, nothing downloaded
+    "hf_tiny_cpu": {"policy": "hf", "base_checkpoint": "data/hf_tiny", "steps": 300,
+                    "eval_every": 50, "eval_size": 200},
+    # a real model on GPUs: grpo-lab train --preset hf_gpu --nproc <GPUs> (torchrun, NCCL;
+    # README "Hugging Face models"); bf16 autocast over fp32 weights and AdamW (0.5B: 8 GB),
+    # chat template, activation checkpointing.
+    # Untested here (no GPU, no network): the numbers are a starting point, not a result.
+    "hf_gpu": {"policy": "hf", "base_checkpoint": "Qwen/Qwen2.5-0.5B-Instruct",
+               "hf_autocast": True, "hf_chat_template": True,
+               "hf_gradient_checkpointing": True, "max_new_tokens": 16, "temperature": 1.0,
+               "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "beta": 0.0,
+               "steps": 500, "time_budget_s": 0.0, "eval_every": 50, "eval_size": 200,
+               "ckpt_every": 100, "adam_eps": 1e-6},
 }
 
 

@@ -123,7 +123,6 @@ def minilm_embed(prompts: list[str], batch_size: int = 64) -> np.ndarray:
 def policy_embed(prompts: list[str], model=None, batch_size: int = 256) -> np.ndarray:
     """Mean of the policy's final hidden states over each prompt's real tokens -> (n, C)."""
     from grpo_lab.rollout import left_pad, positions
-    from grpo_lab.tasks import encode
 
     prompts = check_prompts(prompts)
     if model is None:
@@ -133,7 +132,8 @@ def policy_embed(prompts: list[str], model=None, batch_size: int = 256) -> np.nd
     model.eval()
     out = []
     for s in range(0, len(prompts), batch_size):
-        ids, mask = left_pad([encode(p) for p in prompts[s:s + batch_size]])  # (b, T)
+        ids, mask = left_pad([model.encode(p) for p in prompts[s:s + batch_size]],
+                             model.pad_id)                                   # (b, T)
         _, _, h = model(ids, positions(mask), mask, return_hidden=True)      # (b, T, C)
         m = mask[..., None].to(h.dtype)                                      # (b, T, 1)
         out.append((h * m).sum(1) / m.sum(1))                                # (b, C)

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from grpo_lab.tasks import VOCAB_SIZE
+from grpo_lab.tasks import EOS, PAD, VOCAB_SIZE, decode, encode
 
 FORMAT_TAG = "grpo_lab.policy.v1"
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: k, v each (B, nh, T, hs)
@@ -83,6 +83,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    """The toy policy; it implements policy.Policy with the char tokenizer of tasks.py."""
+    pad_id, eos_id = PAD, EOS
+    encode = staticmethod(encode)
+    decode = staticmethod(decode)
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
@@ -105,6 +110,11 @@ class GPT(nn.Module):
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, 0.0, 0.02)
+
+    @staticmethod
+    def repeat_cache(cache: KVCache, G: int) -> KVCache:
+        """Each row's (k, v) repeated G times in place order: (B, ...) -> (B*G, ...)."""
+        return [(k.repeat_interleave(G, 0), v.repeat_interleave(G, 0)) for k, v in cache]
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -3,13 +3,17 @@
 DeepSeekMath runs GRPO on a model that already half-knows the task (an SFT model). The
 toy equivalent: train the char-level GPT on task demonstrations ("12+34=" -> "46<eos>"),
 with the loss on answer tokens only, and stop early so the policy is partly competent.
-``grpo-lab pretrain`` with the defaults reproduces ``data/base_policy.safetensors``.
+``grpo-lab pretrain`` with the defaults reproduces ``data/base_policy.safetensors``;
+``--policy hf`` warms up the tiny transformers model (hf.build_tiny) through the same loop
+(data/README.md has the command that made ``data/hf_tiny``).
 """
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -29,8 +33,12 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> tuple[GPT, list[dict
     rng = random.Random(cfg.seed)
     tasks = cfg.tasks.split(",")
     held_out = {ex.prompt for t in tasks for ex in load_eval(t)}
-    model = GPT(GPTConfig(block_size=cfg.block_size, n_layer=cfg.n_layer, n_head=cfg.n_head,
-                          n_embd=cfg.n_embd))
+    if cfg.policy == "hf":                    # the same loop through policy.py's interface
+        from grpo_lab.hf import build_tiny
+        model = build_tiny(tasks, cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.seed)
+    else:
+        model = GPT(GPTConfig(block_size=cfg.block_size, n_layer=cfg.n_layer,
+                              n_head=cfg.n_head, n_embd=cfg.n_embd))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     history = []
     t0 = time.perf_counter()
@@ -38,7 +46,8 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> tuple[GPT, list[dict
         lr = cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / cfg.steps)))
         for g in opt.param_groups:
             g["lr"] = lr
-        ids, mask, tmask = demo_batch(sample_examples(tasks, cfg.batch_size, rng, held_out))
+        ids, mask, tmask = demo_batch(sample_examples(tasks, cfg.batch_size, rng, held_out),
+                                      model)
         logits, _ = model(ids, positions(mask), mask)                      # (B, T, V)
         # position t predicts token t+1: shift the targets left by one
         loss = F.cross_entropy(logits[:, :-1][tmask[:, 1:]], ids[:, 1:][tmask[:, 1:]])
@@ -52,7 +61,11 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> tuple[GPT, list[dict
 
 def main(cfg: PretrainConfig) -> None:
     model, history = pretrain(cfg)
-    save_policy(model, cfg.out, {"pretrain_config": vars(cfg),
-                                 "final_sft_loss": history[-1]["sft/loss"]})
+    extra = {"pretrain_config": vars(cfg), "final_sft_loss": history[-1]["sft/loss"]}
+    if cfg.policy == "hf":
+        model.save_pretrained(cfg.out)
+        (Path(cfg.out) / "grpo_lab_pretrain.json").write_text(json.dumps(extra, indent=1) + "\n")
+    else:
+        save_policy(model, cfg.out, extra)
     print(f"wrote {cfg.out} ({model.num_params():,} parameters, "
           f"final loss {history[-1]['sft/loss']:.3f}, {history[-1]['time/elapsed_s']:.0f} s)")

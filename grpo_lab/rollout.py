@@ -18,15 +18,15 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from grpo_lab.tasks import EOS, PAD
+from grpo_lab.tasks import PAD   # batch padding under a False mask (any valid id)
 
 
 @dataclass
 class Rollout:
     """One batch of sampled completions; N = B * G rows, completion i from prompt i // G."""
-    prompt_ids: torch.Tensor       # (N, Tp) long, left-padded with PAD
+    prompt_ids: torch.Tensor       # (N, Tp) long, left-padded (the policy's pad_id)
     prompt_mask: torch.Tensor      # (N, Tp) bool, True on real prompt tokens
-    completion_ids: torch.Tensor   # (N, Tc) long, PAD after <eos>
+    completion_ids: torch.Tensor   # (N, Tc) long, the policy's pad_id after <eos>
     completion_mask: torch.Tensor  # (N, Tc) bool, True on sampled tokens (<eos> included)
     logprobs: torch.Tensor         # (N, Tc) float, log-prob of each sampled token, 0 on padding
     prompt_index: torch.Tensor     # (N,) long, index of the prompt (0..B-1) of each row
@@ -63,18 +63,23 @@ def cat_rollouts(rs: list[Rollout], n_prompts: list[int]) -> Rollout:
         stopped=torch.cat([r.stopped for r in rs]))                             # (N,)
 
 
-def left_pad(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token lists -> ids (B, Tp) left-padded with PAD, mask (B, Tp) bool."""
+def left_pad(prompts: list[list[int]], pad: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists -> ids (B, Tp) left-padded with ``pad``, mask (B, Tp) bool.
+
+    The mask comes from the lengths, not from ``ids != pad``: an HF tokenizer's pad may be
+    its <eos>, which a demonstration ends with."""
     if not prompts:
         raise ValueError("no prompts to sample from (empty prompt list)")
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"prompt {i} is empty")
     Tp = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), Tp), PAD, dtype=torch.long)
+    ids = torch.full((len(prompts), Tp), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), Tp), dtype=torch.bool)
     for i, p in enumerate(prompts):
         ids[i, Tp - len(p):] = torch.tensor(p, dtype=torch.long)
-    return ids, ids != PAD
+        mask[i, Tp - len(p):] = True
+    return ids, mask
 
 
 def positions(mask: torch.Tensor) -> torch.Tensor:
@@ -95,7 +100,8 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     only on its own generator, not on which other prompts share the batch, which is what
     makes a data-parallel run sample the same tokens on 1 or N processes.
     ``use_cache=False`` recomputes the whole sequence every step (for benchmarks and
-    equivalence tests; the result is the same).
+    equivalence tests; the result is the same). ``model`` is any policy.Policy: its
+    ``pad_id`` fills rows after their <eos> (``eos_id``), ``repeat_cache`` shares the cache.
     """
     if G < 1:
         raise ValueError(f"group size G must be >= 1, got {G}")
@@ -106,13 +112,15 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
     dev = next(model.parameters()).device       # computed where the model is, returned on the CPU
-    p_ids, p_mask = (t.to(dev) for t in left_pad(prompts))                 # (B, Tp)
+    pad, eos = model.pad_id, model.eos_id                                  # the policy's
+    p_ids, p_mask = (t.to(dev) for t in left_pad(prompts, pad))            # (B, Tp)
     B, Tp = p_ids.shape
     if isinstance(generator, (list, tuple)) and len(generator) != B:
         raise ValueError(f"{len(generator)} generators for {B} prompts: give one per prompt")
     if Tp + max_new_tokens > model.cfg.block_size:
         raise ValueError(f"prompt length {Tp} + max_new_tokens {max_new_tokens} exceeds "
-                         f"the model's block_size {model.cfg.block_size}")
+                         f"the model's block_size {model.cfg.block_size} (its longest "
+                         f"context); shorten the prompt or max_new_tokens")
     was_training = model.training
     model.eval()
     p_pos = positions(p_mask)                                              # (B, Tp)
@@ -121,7 +129,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     ids = p_ids.repeat_interleave(G, 0)                                    # (N, Tp)
     key_mask = p_mask.repeat_interleave(G, 0)                              # (N, Tp)
     next_pos = p_pos[:, -1].repeat_interleave(G, 0) + 1                    # (N,)
-    cache = [(k.repeat_interleave(G, 0), v.repeat_interleave(G, 0)) for k, v in cache]
+    cache = model.repeat_cache(cache, G)                                   # (N, ...) per layer
     last = logits[:, -1].repeat_interleave(G, 0)                           # (N, V)
     done = torch.zeros(N, dtype=torch.bool, device=dev)
     toks, lps, masks = [], [], []
@@ -137,11 +145,11 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
             E = exponential_noise(filt.shape, G, generator).to(dev).clamp_min(1e-30)  # (N, V) > 0
             tok = (filt - E.log()).argmax(-1)                              # (N,) ~ softmax(filt)
         live = ~done                                                       # (N,)
-        tok = torch.where(live, tok, torch.full_like(tok, PAD))
+        tok = torch.where(live, tok, torch.full_like(tok, pad))
         toks.append(tok)
         lps.append(torch.where(live, logp.gather(1, tok[:, None]).squeeze(1), 0.0))
         masks.append(live)
-        done = done | (tok == EOS)
+        done = done | (tok == eos)
         if bool(done.all()):
             break
         ids = torch.cat([ids, tok[:, None]], 1)                            # (N, T+1)

@@ -40,7 +40,7 @@ from grpo_lab.grouping import (advantage_diagnostics, advantage_split, cluster_d
                                grouped_advantages, reward_group_diagnostics)
 from grpo_lab.loss import grpo_loss
 from grpo_lab.rollout import Rollout, cat_rollouts, completion_logprobs, positions, sample, take_rows
-from grpo_lab.tasks import EOS, decode, encode, get_task, step_rewards, weighted_reward
+from grpo_lab.tasks import EOS, PAD, encode, get_task, step_rewards, weighted_reward
 from grpo_lab.rollout import left_pad
 
 
@@ -64,9 +64,9 @@ def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
                      generator=None) -> Scored:
     """sample -> decode -> score: the one path from prompts to rewards (training, evaluation,
     widgets, benches)."""
-    r = sample(policy, [encode(e.prompt) for e in examples], G, max_new, temperature, top_k,
-               greedy=greedy, generator=generator)
-    texts = [decode(c) for c in r.completion_ids.tolist()]
+    r = sample(policy, [policy.encode(e.prompt) for e in examples], G, max_new, temperature,
+               top_k, greedy=greedy, generator=generator)
+    texts = [policy.decode(c) for c in r.completion_ids.tolist()]
     rows = [examples[i] for i in r.prompt_index.tolist()]                  # (N,)
     rewards, parts = weighted_reward(texts, rows, weights, r.stopped.tolist())
     return Scored(list(examples), r, rewards, parts, texts)
@@ -293,13 +293,20 @@ class DemoBatch(NamedTuple):
     metrics: dict
 
 
-def demo_batch(examples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Examples -> ids (B, T), key mask (B, T), loss mask (B, T) on answer + <eos> targets."""
+def demo_batch(examples, policy=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Examples -> ids (B, T), key mask (B, T), loss mask (B, T) on answer + <eos> targets.
+
+    Prompt and answer are tokenized apart, as sampling sees them (a BPE merge across the
+    "=" would teach tokens the sampler never starts from); ``policy`` gives the tokenizer
+    (default: the toy char tokenizer)."""
+    enc, eos, pad = (encode, EOS, PAD) if policy is None else \
+        (policy.encode, policy.eos_id, policy.pad_id)
     seqs, n_answer = [], []
     for ex in examples:
-        seqs.append(encode(ex.prompt) + encode(ex.answer) + [EOS])
-        n_answer.append(len(ex.answer) + 1)
-    ids, mask = left_pad(seqs)                                             # (B, T)
+        answer = enc(ex.answer) + [eos]
+        seqs.append(enc(ex.prompt) + answer)
+        n_answer.append(len(answer))
+    ids, mask = left_pad(seqs, pad)                                        # (B, T)
     T = ids.shape[1]
     target_mask = torch.zeros_like(mask)
     for i, n in enumerate(n_answer):
@@ -309,8 +316,9 @@ def demo_batch(examples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 def collect_demos(policy, cfg, step: int, ctx: StepContext) -> DemoBatch:
     examples = ctx.draw(random.Random(f"{cfg.seed}-batch-{step}"), cfg.prompts_per_step)
-    ids, mask, tmask = demo_batch([examples[i] for i in ctx.group.slice(len(examples))])
-    return DemoBatch(ids, mask, tmask, sum(len(e.answer) + 1 for e in examples), {})
+    ids, mask, tmask = demo_batch([examples[i] for i in ctx.group.slice(len(examples))], policy)
+    n_tokens = sum(len(policy.encode(e.answer)) + 1 for e in examples)      # global targets
+    return DemoBatch(ids, mask, tmask, n_tokens, {})
 
 
 def supervised_objective(policy, batch: DemoBatch, cfg, world: int = 1):

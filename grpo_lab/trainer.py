@@ -45,7 +45,8 @@ from grpo_lab.checkpoint import (load_policy_any, load_state_strict, read_traini
 from grpo_lab.config import TrainConfig, config_changes, preset, to_dict
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
 from grpo_lab.distributed.group import Group
-from grpo_lab.model import GPT, load_policy
+from grpo_lab.model import GPT
+from grpo_lab.policy import frozen, load_for
 from grpo_lab.reclustering import StepGrouper
 from grpo_lab.step import OBJECTIVES, StepContext, max_new_tokens, sample_and_score
 from grpo_lab.registry import load_plugins
@@ -193,8 +194,8 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     held_out = {e.prompt for exs in eval_sets.values() for e in exs}
     eval_sets = {t: exs[:cfg.eval_size] for t, exs in eval_sets.items()}
     device = group.device                      # the rank's GPU under NCCL, else the CPU
-    policy = load_policy(cfg.base_checkpoint).to(device)
-    ref = (load_policy(cfg.base_checkpoint).to(device).eval().requires_grad_(False)
+    policy = load_for(cfg).to(device)                       # policy.py: toy GPT or HF model
+    ref = (frozen(load_for(cfg).to(device))                  # a second, frozen copy
            if cfg.beta and cfg.objective == "grpo" else None)
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
                                                    cfg.grad_clip, cfg.seed),

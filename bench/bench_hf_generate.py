@@ -1,0 +1,112 @@
+"""Rollout throughput: grpo_lab's sampler (rollout.sample) vs transformers' ``model.generate``,
+side by side in one run, on the same HF model, prompts, G, lengths and temperature.
+
+Both sample B prompts x G completions of at most --max_new tokens at --temperature, top-k off,
+stop a row at <eos>, and reuse a KV cache. grpo_lab runs the prompt once and repeats its cache
+G times; ``generate`` repeats the prompt G times (num_return_sequences) and runs it B*G times.
+Timed: wall time of the whole call, median of --repeats, the two interleaved so load drifts
+hit both. Tokens: sampled tokens up to and with <eos> (what a GRPO step trains on).
+
+    python bench/bench_hf_generate.py --threads 1                       # data/hf_tiny
+    python bench/bench_hf_generate.py --random_width 512 --layers 8     # a bigger random model
+
+The random model never learned to stop, so both sides then run every row to --max_new.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from grpo_lab.hf import HFPolicy, HFPolicyConfig, load_hf_policy
+from grpo_lab.rollout import sample
+from grpo_lab.step import prompt_generators
+from grpo_lab.tasks import load_eval
+
+
+def random_policy(tiny: HFPolicy, width: int, layers: int) -> HFPolicy:
+    """A randomly initialised Llama of another size, with the tiny model's tokenizer."""
+    import transformers as tf
+
+    c = tf.LlamaConfig(vocab_size=tiny.cfg.vocab_size, hidden_size=width,
+                       intermediate_size=8 * width // 3 // 8 * 8, num_hidden_layers=layers,
+                       num_attention_heads=max(1, width // 64), num_key_value_heads=max(1, width // 128),
+                       max_position_embeddings=tiny.cfg.block_size, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = tf.LlamaForCausalLM(c).eval()
+    return HFPolicy(model, tiny.tokenizer, HFPolicyConfig("random", c.max_position_embeddings,
+                                                          c.vocab_size))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="data/hf_tiny")
+    ap.add_argument("--random_width", type=int, default=0, help="0: the model as loaded")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--G", type=int, default=8)
+    ap.add_argument("--max_new", type=int, default=6)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=0)
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    import transformers
+
+    policy = load_hf_policy(a.model)
+    if a.random_width:
+        policy = random_policy(policy, a.random_width, a.layers)
+    policy.eval()
+    exs = load_eval("addition")[:a.prompts]
+    ids = [policy.encode(e.prompt) for e in exs]
+    tok = policy.tokenizer
+    tok.padding_side = "left"
+    batch = tok([e.prompt for e in exs], return_tensors="pt", padding=True,
+                add_special_tokens=False)
+
+    def ours(rep):
+        r = sample(policy, ids, a.G, a.max_new, a.temperature,
+                   generator=prompt_generators(0, rep, 0, range(len(ids))))
+        return int(r.completion_mask.sum())
+
+    def theirs(rep):
+        torch.manual_seed(rep)
+        with torch.no_grad():
+            out = policy.model.generate(**batch, do_sample=True, temperature=a.temperature,
+                                        top_k=0, top_p=1.0, max_new_tokens=a.max_new,
+                                        num_return_sequences=a.G, eos_token_id=policy.eos_id,
+                                        pad_token_id=policy.pad_id)
+        new = out[:, batch["input_ids"].shape[1]:]                          # (N, <=max_new)
+        stopped = (new == policy.eos_id).cumsum(1)
+        return int(((stopped == 0) | ((stopped == 1) & (new == policy.eos_id))).sum())
+
+    times = {"grpo_lab sample": [], "transformers generate": []}
+    tokens = {k: [] for k in times}
+    for rep in range(a.repeats + 2):                                        # 2 warm-up rounds
+        for name, fn in (("grpo_lab sample", ours), ("transformers generate", theirs)):
+            t0 = time.perf_counter()
+            n = fn(rep)
+            if rep >= 2:
+                times[name].append(time.perf_counter() - t0)
+                tokens[name].append(n)
+    n_params = sum(p.numel() for p in policy.parameters())
+    print(f"model {a.model if not a.random_width else f'random Llama {a.random_width}x{a.layers}'}"
+          f" ({n_params:,} params), B={a.prompts} G={a.G} max_new={a.max_new} "
+          f"T={a.temperature}, torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"threads {torch.get_num_threads()}, median of {a.repeats}")
+    print("| sampler | s per rollout (median) | tokens per rollout (mean) | tokens/s |")
+    print("|---|---|---|---|")
+    rate = {}
+    for k in times:
+        med, tok_mean = statistics.median(times[k]), statistics.mean(tokens[k])
+        rate[k] = tok_mean / med
+        print(f"| {k} | {med:.4f} | {tok_mean:.1f} | {rate[k]:.0f} |")
+    print(f"ratio grpo_lab / generate (tokens/s): "
+          f"{rate['grpo_lab sample'] / rate['transformers generate']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
