@@ -101,7 +101,8 @@ def measure(world: int = 4, sizes: list[int] | None = None, repeats: int = 5,
     sizes = sorted(sizes or QUICK_SIZES)
     out = {"allreduce": {}, "median": {"allreduce": {}}, "stat": stat}
     for p in range(2, world + 1):
-        r = spawn(_sweep, p, (sizes, repeats), backend="gloo", run_timeout_s=600)[0]
+        r = spawn(_sweep, p, (sizes, repeats), backend="gloo", run_timeout_s=600,
+                  progress="timing gloo collectives")[0]
         out["allreduce"][p] = {n: v[k] for n, v in r["allreduce"].items()}
         out["median"]["allreduce"][p] = {n: v[1] for n, v in r["allreduce"].items()}
         if p == 2:

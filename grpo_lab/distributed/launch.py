@@ -156,14 +156,16 @@ def _first_failure(out_dir, world_size, backend, exc, exitcodes=()) -> RankFaile
 
 
 def spawn(fn, world_size: int, args: tuple = (), backend: str | None = None,
-          timeout_s: float = 60.0, run_timeout_s: float | None = None, on_poll=None) -> list:
+          timeout_s: float = 60.0, run_timeout_s: float | None = None, on_poll=None,
+          progress: str | None = None) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` new processes -> results by rank.
 
     ``fn`` must be importable (a module-level function): processes are started with the
     'spawn' method. ``timeout_s`` bounds each collective; ``run_timeout_s`` (None: no bound)
     bounds the whole run. Raises ``RankFailedError`` naming the first rank that failed.
     ``on_poll()``, if given, is called in this process about 5 times a second while the ranks
-    run (a progress bar: the children's own output does not reach a notebook).
+    run (a progress bar: the children's own output does not reach a notebook). ``progress``:
+    a label for a bar showing the time elapsed while the ranks run (None: no bar).
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
@@ -175,8 +177,14 @@ def spawn(fn, world_size: int, args: tuple = (), backend: str | None = None,
                                  args=(fn, world_size, free_port(), backend, timeout_s,
                                        tuple(args), out_dir))
         deadline = None if run_timeout_s is None else time.monotonic() + run_timeout_s
+        bar = None
+        if progress is not None:
+            from tqdm.auto import tqdm
+            bar = tqdm(desc=f"{progress} ({world_size} processes)", bar_format="{desc}: {elapsed}")
         try:
             while not ctx.join(timeout=0.2):
+                if bar is not None:
+                    bar.refresh()
                 if on_poll is not None:
                     on_poll()
                 if deadline is not None and time.monotonic() > deadline:
@@ -197,5 +205,8 @@ def spawn(fn, world_size: int, args: tuple = (), backend: str | None = None,
             warnings.warn(f"every rank finished and saved its result, then exit codes were "
                           f"{codes} (a crash while tearing down the process group); the results "
                           f"are kept", RuntimeWarning, stacklevel=2)
+        finally:
+            if bar is not None:
+                bar.close()
         paths = [Path(out_dir) / f"rank{r}.pt" for r in range(world_size)]
         return [torch.load(p, weights_only=False) for p in paths]

@@ -314,7 +314,7 @@ def measure_overlap(world: int = 2, batch: int = 4, seq: int = 24, reps: int = 2
     if collective not in ("all_reduce", "reduce"):
         raise ValueError(f"unknown collective {collective!r}; known: 'all_reduce', 'reduce'")
     return spawn(_overlap_worker, world, (batch, seq, reps, bucket_bytes, tiny, collective),
-                 backend="gloo", run_timeout_s=600)
+                 backend="gloo", run_timeout_s=600, progress=f"measuring {collective} overlap")
 
 
 def _equivalence_worker(rank: int, world: int, steps: int, bucket_bytes: int) -> dict:
