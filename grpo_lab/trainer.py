@@ -271,8 +271,11 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
             _checkpoint(ckpt, policy, ex, cfg, step, history, ctx.grouper, lead)
         if lead:
             accs = [h["eval/accuracy"] for h in history if "eval/accuracy" in h]
+            budget = (f"{metrics['time/elapsed_s']:.0f}/{cfg.time_budget_s:.0f}s"
+                      if cfg.time_budget_s else None)                # progress against the budget
             bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
-                            acc=f"{accs[-1]:.2f}" if accs else "-")
+                            acc=f"{accs[-1]:.2f}" if accs else "-",
+                            **({"budget": budget} if budget else {}))
         if on_step is not None:
             on_step(metrics, policy)
         last = step
