@@ -1,0 +1,75 @@
+"""PPO's critic pieces: GAE on a hand-worked example, the clipped value loss by hand, and a value
+head whose loss falls on a fixed batch."""
+import pytest
+import torch
+
+from grpo_lab.model import load_policy
+from grpo_lab.ppo import ValueHead, gae, value_loss
+from grpo_lab.rollout import positions, sample
+from grpo_lab.tasks import accuracy_reward, decode, encode, sample_examples
+
+
+def test_gae_by_hand():
+    # one completion of 3 tokens, outcome reward 1 on the last; V = .5, .6, .7; gamma 1, lambda .5
+    # deltas: .6 - .5 = .1, .7 - .6 = .1, 1 - .7 = .3 (V after the end is 0)
+    # A2 = .3, A1 = .1 + .5 * .3 = .25, A0 = .1 + .5 * .25 = .225; returns = A + V
+    # second row: 2 real tokens then padding; reward 1 on token 1, V = .2, .4
+    # deltas .4 - .2 = .2, 1 - .4 = .6 -> A1 = .6, A0 = .2 + .5 * .6 = .5
+    r = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 9.0]])
+    v = torch.tensor([[0.5, 0.6, 0.7], [0.2, 0.4, 9.0]])
+    m = torch.tensor([[True, True, True], [True, True, False]])
+    adv, ret = gae(r, v, m, gamma=1.0, lam=0.5)
+    torch.testing.assert_close(adv, torch.tensor([[0.225, 0.25, 0.3], [0.5, 0.6, 0.0]]))
+    torch.testing.assert_close(ret, torch.tensor([[0.725, 0.85, 1.0], [0.7, 1.0, 0.0]]))
+    # lambda 1, gamma 1: A_t = R - V_t (Monte Carlo); lambda 0: A_t = delta_t (one step)
+    adv1, _ = gae(r, v, m, 1.0, 1.0)
+    torch.testing.assert_close(adv1[0], torch.tensor([0.5, 0.4, 0.3]))
+    adv0, _ = gae(r, v, m, 1.0, 0.0)
+    torch.testing.assert_close(adv0[0], torch.tensor([0.1, 0.1, 0.3]))
+
+
+def test_value_loss_by_hand_and_bad_input():
+    v, old, ret = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 0.0]]), torch.tensor([[0.5, 1.0]])
+    m = torch.tensor([[True, True]])
+    # token 0: unclipped (1 - .5)^2 = .25, clipped to .2: (.2 - .5)^2 = .09 -> max .25
+    # token 1: (0 - 1)^2 = 1 both ways; mean .625, times 1/2
+    assert float(value_loss(v, old, ret, m, clip=0.2)) == pytest.approx(0.3125)
+    with pytest.raises(ValueError, match="value clip must be >= 0, got -1"):
+        value_loss(v, old, ret, m, clip=-1)
+    with pytest.raises(ValueError, match="must be one \\(N, T\\) shape"):
+        gae(torch.zeros(2, 3), torch.zeros(2, 2), torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="gamma and lambda in \\[0, 1\\]"):
+        gae(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool), lam=2.0)
+
+
+def test_critic_loss_falls_on_a_fixed_batch():
+    import random
+    torch.manual_seed(0)
+    policy = load_policy("data/base_policy.safetensors").eval()
+    exs = sample_examples(["addition"], 16, random.Random(0))
+    r = sample(policy, [encode(e.prompt) for e in exs], 2, 5, 0.7,
+               generator=torch.Generator().manual_seed(0))                 # N = 32 rows
+    ids = torch.cat([r.prompt_ids, r.completion_ids], 1)
+    mask = torch.cat([r.prompt_mask, r.completion_mask], 1)
+    with torch.no_grad():
+        _, _, h = policy(ids, positions(mask), mask, return_hidden=True)  # (N, T, C)
+    Tp = r.prompt_ids.shape[1]
+    hid = h[:, Tp - 1:-1]                                                  # state before each token
+    texts = [decode(c) for c in r.completion_ids.tolist()]
+    correct = accuracy_reward(texts, [exs[i] for i in r.prompt_index.tolist()], r.stopped.tolist())
+    rewards = torch.zeros(r.completion_mask.shape)                         # outcome on the last token
+    last = r.completion_mask.sum(1) - 1
+    rewards[torch.arange(len(last)), last] = torch.tensor(correct)
+    head = ValueHead(hid.shape[-1])
+    opt = torch.optim.Adam(head.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(60):
+        with torch.no_grad():
+            _, ret = gae(rewards, head(hid), r.completion_mask, 1.0, 1.0)  # Monte Carlo targets
+        values = head(hid)
+        loss = value_loss(values, values.detach(), ret, r.completion_mask, clip=10.0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], (losses[0], losses[-1])
