@@ -225,6 +225,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     if lead:
         log_path.write_text("".join(json.dumps(h) + "\n" for h in history))
     elapsed0 = history[-1].get("time/elapsed_s", 0.0) if history else 0.0
+    acc = next((h["eval/accuracy"] for h in reversed(history) if "eval/accuracy" in h), None)
     t0 = time.perf_counter()
     last = start - 1
     bar = tqdm(range(start, cfg.steps), desc=cfg.objective, disable=not (progress and lead),
@@ -270,11 +271,11 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
         if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time:
             _checkpoint(ckpt, policy, ex, cfg, step, history, ctx.grouper, lead)
         if lead:
-            accs = [h["eval/accuracy"] for h in history if "eval/accuracy" in h]
+            acc = metrics.get("eval/accuracy", acc)
             budget = (f"{metrics['time/elapsed_s']:.0f}/{cfg.time_budget_s:.0f}s"
                       if cfg.time_budget_s else None)                # progress against the budget
             bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
-                            acc=f"{accs[-1]:.2f}" if accs else "-",
+                            acc="-" if acc is None else f"{acc:.2f}",
                             **({"budget": budget} if budget else {}))
         if on_step is not None:
             on_step(metrics, policy)
