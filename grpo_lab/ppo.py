@@ -129,9 +129,10 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tens
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
-    """1 - var(returns - values) / var(returns) over real tokens (1: perfect, 0: a constant)."""
+    """1 - var(returns - values) / var(returns) over real tokens (1: perfect, 0: a constant);
+    0 when the returns do not vary (up to float rounding: the ratio would be noise)."""
     var = returns[mask].var(unbiased=False)
-    return float(1 - (returns - values)[mask].var(unbiased=False) / var) if var > 0 else 0.0
+    return float(1 - (returns - values)[mask].var(unbiased=False) / var) if var > 1e-8 else 0.0
 
 
 @torch.no_grad()

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from grpo_lab.model import load_policy
-from grpo_lab.ppo import ValueHead, gae, value_loss
+from grpo_lab.ppo import ValueHead, explained_variance, gae, value_loss
 from grpo_lab.rollout import positions, sample
 from grpo_lab.tasks import accuracy_reward, decode, encode, sample_examples
 
@@ -126,3 +126,11 @@ def test_ppo_bad_config_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="ppo_gamma and ppo_lambda in \\[0, 1\\]"):
         _ppo_cfg(tmp_path, ppo_lambda=1.5)
     _ppo_cfg(tmp_path, group_size=1)                              # the critic needs no group
+
+
+def test_explained_variance_by_hand():
+    ret = torch.tensor([[1.0, 2.0, 9.0], [3.0, 4.0, 9.0]])
+    m = torch.tensor([[True, True, False], [True, True, False]])          # var(1, 2, 3, 4) = 1.25
+    assert explained_variance(ret, ret, m) == pytest.approx(1.0)                # perfect critic
+    assert explained_variance(torch.full_like(ret, 7.0), ret, m) == pytest.approx(0.0)  # constant
+    assert explained_variance(torch.zeros_like(ret), torch.full_like(ret, 1.5), m) == 0.0  # flat
