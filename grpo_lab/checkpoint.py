@@ -242,5 +242,8 @@ def load_policy_any(path):
         load_state_strict(policy, tensors, path, prefix="policy.")
         return policy
     policy = GPT(model_config(meta, path, "model_config"))
+    if "policy.value_head.proj.weight" in tensors:      # a PPO run's critic (ppo.py)
+        from grpo_lab.ppo import ValueHead
+        policy.value_head = ValueHead(policy.cfg.n_embd)
     load_state_strict(policy, tensors, path, prefix="policy.")
     return policy

@@ -27,7 +27,7 @@ from grpo_lab.registry import load_plugins
 from grpo_lab.tasks import MIXTURE_TASKS, REWARDS, TASKS
 
 
-OBJECTIVES = ("grpo", "supervised")
+OBJECTIVES = ("grpo", "supervised", "ppo")
 
 
 @dataclass
@@ -38,7 +38,9 @@ class TrainConfig:
     add what this run uses (grpo-lab train --plugin my_module)."""
     objective: str = "grpo"
     """"grpo"; or "supervised": cross-entropy on task demonstrations (answers only), as the
-    base policy was made, through the same loop (the compression benchmarks' control)."""
+    base policy was made, through the same loop (the compression benchmarks' control); or
+    "ppo": PPO with a learned critic, a value head on the policy's hidden states (ppo.py),
+    GAE advantages instead of the group baseline (toy policy, one process, by_prompt)."""
     task: str = "addition"
     """Task to train and evaluate on: one of tasks.TASKS, several joined by commas
     ("count,compare"), or "mixture" (the families of tasks.MIXTURE_TASKS). With several,
@@ -153,6 +155,15 @@ class TrainConfig:
     rollouts; any shortfall is topped up with uninformative prompts)."""
     dynamic_max_draws: int = 4
     """Most rollouts of prompts_per_step prompts drawn per step by dynamic sampling."""
+    # ---- PPO with a critic (objective="ppo", ppo.py)
+    ppo_gamma: float = 1.0
+    """objective="ppo": discount of GAE (1.0: an outcome reward counts fully at every token)."""
+    ppo_lambda: float = 0.95
+    """objective="ppo": GAE's lambda (0: one-step TD advantages, 1: Monte Carlo returns - V)."""
+    vf_coef: float = 0.5
+    """objective="ppo": weight of the value loss added to the policy loss."""
+    vf_clip: float = 0.2
+    """objective="ppo": the value loss's clip range around the rollout's values (PPO2)."""
     # ---- data parallel (distributed/exchanges.py): N processes, one global batch
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
@@ -176,13 +187,16 @@ class TrainConfig:
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
         _finite(self, "lr", "temperature", "weight_decay", "adam_eps", "grad_clip", "eps_low",
-                "eps_high", "beta", "time_budget_s")
+                "eps_high", "beta", "time_budget_s", "ppo_gamma", "ppo_lambda", "vf_coef",
+                "vf_clip")
         _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
         _nonnegative(self, "time_budget_s", "warmup_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
                      "grad_clip", "beta", "eval_every", "eval_size", "threads")
-        if self.group_size < 2:
+        if self.group_size < 2 and self.objective != "ppo":     # PPO's critic needs no group
             raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
                              f"got {self.group_size}")
+        if self.group_size < 1:
+            raise ValueError(f"group_size (G) must be >= 1, got {self.group_size}")
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if not self.lr > 0:
@@ -207,6 +221,24 @@ class TrainConfig:
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
                 raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
         self._check_grouping()
+        self._check_ppo()
+
+    def _check_ppo(self):
+        _nonnegative(self, "vf_coef", "vf_clip")
+        if not (0 <= self.ppo_gamma <= 1 and 0 <= self.ppo_lambda <= 1):
+            raise ValueError(f"need ppo_gamma and ppo_lambda in [0, 1], got "
+                             f"{self.ppo_gamma}, {self.ppo_lambda}")
+        if self.objective != "ppo":
+            return
+        for name, bad in (("dynamic_sampling", self.dynamic_sampling),
+                          ("grouping", self.grouping != "by_prompt"),
+                          ("supervision", self.supervision != "outcome"),
+                          ("policy", self.policy != "toy")):
+            if bad:
+                raise ValueError(f"objective='ppo' does not support {name}="
+                                 f"{getattr(self, name)!r} (yet): the critic, not a group, gives "
+                                 f"the baseline; PPO runs the toy policy, outcome rewards, "
+                                 f"grouping='by_prompt', no dynamic sampling")
 
     def _check_policy(self):
         _member(self.policy, POLICIES, "policy")

@@ -14,14 +14,21 @@ and trains the critic with a clipped value loss (as PPO2 / TRL's PPOTrainer):
 
 GRPO replaces V by the group's mean reward (advantages.py): no critic to hold, train or run,
 which is its real saving (claims 10 and 21 measure what that costs or buys). This module holds
-the pure functions and the critic's head; training PPO through the one trainer is open work.
+the pure functions, the critic's head and PPO as an objective of the one trainer
+(``objective="ppo"``: ``collect_ppo`` and ``ppo_objective``, registered in step.OBJECTIVES).
+The critic is a ``ValueHead`` on the policy's own final hidden states (shared body, the classic
+design): the trainer attaches it as ``policy.value_head``, so the one optimizer trains it and
+checkpoints hold it. One process, the toy policy.
 Shapes: N completions, T completion tokens; ``mask`` (N, T) True on real tokens, a completion's
 tokens first and padding after them.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
@@ -70,3 +77,116 @@ class ValueHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.proj(hidden).squeeze(-1)                                      # (B, T)
+
+
+# ---- PPO through the one trainer: objective="ppo" (step.OBJECTIVES)
+
+PPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",
+             "policy/entropy", "ppo/value_loss", "ppo/explained_variance")
+
+
+class PPOBatch(NamedTuple):
+    """One PPO step's data (one process): completions and the critic's view of them."""
+    scored: object                # step.Scored: N = B*G rows
+    advantages: torch.Tensor      # (N, Tc) GAE, whitened over the batch's real tokens
+    returns: torch.Tensor         # (N, Tc) the critic's targets
+    old_values: torch.Tensor      # (N, Tc) the critic's values at sampling time
+    ref_logprobs: torch.Tensor | None  # (N, Tc), None when beta == 0
+    n_rows: int
+    n_tokens: int
+    metrics: dict
+
+
+def logprobs_and_values(policy, r, temperature: float = 1.0):
+    """One forward over prompt+completion -> per-token log-probs, entropy and values, each
+    (N, Tc); the value of token t is V(prefix before t), read at the position predicting t."""
+    from grpo_lab.rollout import positions
+    dev = next(policy.parameters()).device
+    ids = torch.cat([r.prompt_ids, r.completion_ids], 1).to(dev)           # (N, Tp+Tc)
+    mask = torch.cat([r.prompt_mask, r.completion_mask], 1).to(dev)        # (N, Tp+Tc)
+    logits, _, h = policy(ids, positions(mask), mask, return_hidden=True)  # (N, Tp+Tc, V|C)
+    Tp = r.prompt_ids.shape[1]
+    logp = F.log_softmax(logits[:, Tp - 1:-1].float() / temperature, -1)   # (N, Tc, V)
+    c_ids, c_mask = r.completion_ids.to(dev), r.completion_mask.to(dev)
+    tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2).masked_fill(~c_mask, 0.0)
+    entropy = -(logp.exp() * logp).sum(-1).masked_fill(~c_mask, 0.0)      # (N, Tc)
+    values = policy.value_head(h[:, Tp - 1:-1].float()).masked_fill(~c_mask, 0.0)  # (N, Tc)
+    return tok_logp, entropy, values
+
+
+def outcome_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(N,) rewards -> (N, T): each on its completion's last real token."""
+    out = torch.zeros(mask.shape, dtype=torch.float32)
+    last = (mask.sum(1) - 1).clamp(min=0)
+    out[torch.arange(len(last)), last] = rewards.float()
+    return torch.where(mask, out, 0.0)
+
+
+def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / std over the real tokens; 0 on padding."""
+    real = x[mask]
+    return torch.where(mask, (x - real.mean()) / (real.std(unbiased=False) + eps), 0.0)
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - var(returns - values) / var(returns) over real tokens (1: perfect, 0: a constant);
+    0 when the returns do not vary (up to float rounding: the ratio would be noise)."""
+    var = returns[mask].var(unbiased=False)
+    return float(1 - (returns - values)[mask].var(unbiased=False) / var) if var > 1e-8 else 0.0
+
+
+@torch.no_grad()
+def collect_ppo(policy, cfg, step: int, ctx) -> PPOBatch:
+    """B prompts, G completions each (as GRPO samples them) -> rewards on the last token ->
+    the critic's values -> GAE -> whitened advantages."""
+    from grpo_lab.rollout import completion_logprobs
+    from grpo_lab.step import _draw_prompts
+
+    if ctx.group.world > 1:
+        raise ValueError(f"objective='ppo' runs on one process for now, not {ctx.group.world}")
+    if not hasattr(policy, "value_head"):
+        raise ValueError("objective='ppo' needs policy.value_head (the trainer attaches one)")
+    _, draws, _ = _draw_prompts(cfg, ctx, step, policy)   # no dynamic sampling (config.py)
+    scored = draws[0][1]
+    r = scored.rollout
+    mask = r.completion_mask                                               # (N, Tc)
+    _, _, values = logprobs_and_values(policy, r, cfg.temperature)
+    values = values.cpu()
+    adv, ret = gae(outcome_rewards(scored.rewards, mask), values, mask, cfg.ppo_gamma,
+                   cfg.ppo_lambda)
+    ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature).cpu() if cfg.beta else None
+    lengths = mask.sum(1)
+    metrics = {
+        "reward/mean": float(scored.rewards.mean()),
+        "reward/std": float(scored.rewards.std()) if len(scored.rewards) > 1 else 0.0,
+        **{f"reward/{k}": float(v.mean()) for k, v in scored.parts.items()},
+        "adv/abs_mean": float(adv[mask].abs().mean()),
+        "completion/mean_len": float(lengths.float().mean()),
+        "completion/stopped_frac": float(r.stopped.float().mean()),
+    }
+    return PPOBatch(scored, whiten(adv, mask), ret, values, ref_logp, len(lengths),
+                    int(lengths.sum()), metrics)
+
+
+def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
+    """Clipped surrogate on the GAE advantages (loss.grpo_loss, (N, T) advantages, optional
+    beta KL as GRPO) + vf_coef * the clipped value loss -> (loss, shares)."""
+    from grpo_lab.loss import grpo_loss
+    from grpo_lab.step import max_new_tokens
+
+    r = batch.scored.rollout
+    logp, entropy, values = logprobs_and_values(policy, r, cfg.temperature)
+    dev = logp.device
+    m = r.completion_mask.to(dev)
+    pg_loss, stats = grpo_loss(logp, r.logprobs.to(dev), batch.ref_logprobs,
+                               batch.advantages.to(dev), m, cfg.eps_low, cfg.eps_high,
+                               cfg.beta, cfg.aggregation, max_new_tokens(cfg))
+    returns = batch.returns.to(dev)
+    vf_loss = value_loss(values, batch.old_values.to(dev), returns, m, cfg.vf_clip)
+    loss = pg_loss + cfg.vf_coef * vf_loss
+    n_tok = int(m.sum())
+    stats.update({"loss/total": float(loss.detach()),
+                  "policy/entropy": float(entropy.detach()[m].sum()) / max(n_tok, 1),
+                  "ppo/value_loss": float(vf_loss.detach()),
+                  "ppo/explained_variance": explained_variance(values.detach(), returns, m)})
+    return loss * world, {k: stats[k] for k in PPO_STATS}     # one process: shares = values

@@ -329,4 +329,7 @@ def supervised_objective(policy, batch: DemoBatch, cfg, world: int = 1):
     return ce * world / batch.n_tokens, {"train/loss": float(ce.detach()) / batch.n_tokens}
 
 
-OBJECTIVES = {"grpo": (collect, grpo_objective), "supervised": (collect_demos, supervised_objective)}
+from grpo_lab.ppo import collect_ppo, ppo_objective  # noqa: E402  (ppo.py imports step lazily)
+
+OBJECTIVES = {"grpo": (collect, grpo_objective), "supervised": (collect_demos, supervised_objective),
+              "ppo": (collect_ppo, ppo_objective)}

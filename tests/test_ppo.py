@@ -1,10 +1,11 @@
-"""PPO's critic pieces: GAE on a hand-worked example, the clipped value loss by hand, and a value
-head whose loss falls on a fixed batch."""
+"""PPO's critic pieces: GAE on a hand-worked example, the clipped value loss by hand, a value
+head whose loss falls on a fixed batch; PPO through the one trainer (objective="ppo"): it learns,
+trains the critic, resumes exactly and refuses what it does not support."""
 import pytest
 import torch
 
 from grpo_lab.model import load_policy
-from grpo_lab.ppo import ValueHead, gae, value_loss
+from grpo_lab.ppo import ValueHead, explained_variance, gae, value_loss
 from grpo_lab.rollout import positions, sample
 from grpo_lab.tasks import accuracy_reward, decode, encode, sample_examples
 
@@ -73,3 +74,63 @@ def test_critic_loss_falls_on_a_fixed_batch():
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0], (losses[0], losses[-1])
+
+
+# ---- PPO through the one trainer (objective="ppo")
+
+def _ppo_cfg(tmp_path, **kw):
+    from grpo_lab.config import preset
+    return preset("quick", out_dir=str(tmp_path / "run"), threads=1, objective="ppo", **kw)
+
+
+def test_ppo_run_raises_reward_and_trains_the_critic(tmp_path):
+    from grpo_lab.checkpoint import load_policy_any, read_training_checkpoint
+    from grpo_lab.trainer import train
+    c = _ppo_cfg(tmp_path, steps=40, prompts_per_step=16, group_size=6, eval_every=0, lr=1e-4,
+                 train_pool=16)
+    history = train(c, progress=False)
+    rewards = [h["reward/mean"] for h in history if "reward/mean" in h]
+    assert len(rewards) == 40
+    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    assert last > first + 0.1, (first, last)
+    assert all("ppo/value_loss" in h and "ppo/explained_variance" in h for h in history[1:])
+    saved = read_training_checkpoint(tmp_path / "run" / "checkpoint.safetensors")["policy"]
+    head = {k: v for k, v in saved.items() if k.startswith("value_head.")}
+    assert set(head) == {"value_head.proj.weight", "value_head.proj.bias"}
+    assert all(v.abs().sum() > 0 for v in head.values())      # moved from its zero init
+    assert hasattr(load_policy_any(tmp_path / "run" / "checkpoint.safetensors"), "value_head")
+
+
+def test_ppo_resume_is_exact(tmp_path):
+    from grpo_lab.trainer import train
+    full = train(_ppo_cfg(tmp_path / "a", steps=4, ckpt_every=2, eval_size=5), progress=False)
+
+    def die(m, policy):  # killed during step 2: the checkpoint holds steps 0-1, critic included
+        if m["step"] == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(_ppo_cfg(tmp_path / "b", steps=4, ckpt_every=2, eval_size=5), progress=False,
+              on_step=die)
+    resumed = train(_ppo_cfg(tmp_path / "b", steps=4, ckpt_every=2, eval_size=5), resume=True,
+                    progress=False)                               # steps 2, 3
+    keys = ["loss/total", "ppo/value_loss", "reward/mean"]
+    assert [[h[k] for k in keys] for h in full[1:]] == [[h[k] for k in keys] for h in resumed[1:]]
+
+
+def test_ppo_bad_config_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="objective='ppo' does not support dynamic_sampling"):
+        _ppo_cfg(tmp_path, dynamic_sampling=True)
+    with pytest.raises(ValueError, match="vf_coef must be >= 0, got -1"):
+        _ppo_cfg(tmp_path, vf_coef=-1.0)
+    with pytest.raises(ValueError, match="ppo_gamma and ppo_lambda in \\[0, 1\\]"):
+        _ppo_cfg(tmp_path, ppo_lambda=1.5)
+    _ppo_cfg(tmp_path, group_size=1)                              # the critic needs no group
+
+
+def test_explained_variance_by_hand():
+    ret = torch.tensor([[1.0, 2.0, 9.0], [3.0, 4.0, 9.0]])
+    m = torch.tensor([[True, True, False], [True, True, False]])          # var(1, 2, 3, 4) = 1.25
+    assert explained_variance(ret, ret, m) == pytest.approx(1.0)                # perfect critic
+    assert explained_variance(torch.full_like(ret, 7.0), ret, m) == pytest.approx(0.0)  # constant
+    assert explained_variance(torch.zeros_like(ret), torch.full_like(ret, 1.5), m) == 0.0  # flat
