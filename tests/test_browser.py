@@ -91,8 +91,13 @@ def _start_lab(folder: Path, port: int, token: str) -> subprocess.Popen:
            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={folder}",
            "--LabApp.expose_app_in_browser=True",
            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    return _start_and_wait(cmd, env, folder, port, token)
+
+
+def _start_and_wait(cmd, env, folder: Path, port: int, token: str, cwd=None) -> subprocess.Popen:
+    """Start JupyterLab (log in folder/jupyter.log) and wait up to 90 s for its API to answer."""
     log = open(folder / "jupyter.log", "w")
-    lab = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+    lab = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
                            start_new_session=True)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -265,22 +270,7 @@ def _start_checkout_lab(tmp: Path, port: int, token: str) -> subprocess.Popen:
            f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
            f"--FileCheckpoints.checkpoint_dir={tmp / 'checkpoints'}",
            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
-    log = open(tmp / "jupyter.log", "w")
-    lab = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                           start_new_session=True)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if lab.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited: {(tmp / 'jupyter.log').read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}",
-                                        timeout=2) as r:
-                if r.status == 200:
-                    return lab
-        except OSError:
-            time.sleep(0.5)
-    _stop(lab)
-    raise RuntimeError(f"jupyter lab did not answer on port {port} within 90 s")
+    return _start_and_wait(cmd, env, tmp, port, token, cwd=ROOT)
 
 
 def run_notebooks(base: str, token: str, chromium: str, out: str, *paths: str) -> list:
