@@ -28,6 +28,7 @@ import time
 import torch
 
 from grpo_lab.config import preset
+from grpo_lab.experiments import mean_ci
 from grpo_lab.report import comm_summary
 from grpo_lab.trainer import spawn_train
 
@@ -222,12 +223,10 @@ GRPO_VARIANTS = ["allreduce fp32 (reference)", "compressed fp8_topk5",
                  "sharded + aggressive, broadcast aggressive (EF21-P)"]
 
 
-def mean_ci(xs: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval (0 for one value)."""
-    from statistics import mean, stdev
-    t95 = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 8: 2.36, 10: 2.26}
-    n = len(xs)
-    return mean(xs), (t95.get(n, 2.0) * stdev(xs) / n ** 0.5 if n > 1 else 0.0)
+def half_ci(xs: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t-interval (experiments.mean_ci; NaN for one value)."""
+    m, lo, hi = mean_ci(xs)
+    return m, (hi - lo) / 2
 
 
 def grpo_table(args):
@@ -255,8 +254,8 @@ def grpo_table(args):
              "| time vs fp32 |", "|---|---|---|---|---|---|"]
     for n in GRPO_VARIANTS:
         acc = [x["eval/accuracy"] for x in S[n]]
-        m, h = mean_ci([100 * a for a in acc])
-        dm, dh = mean_ci([100 * (a - b) for a, b in zip(acc, base)])
+        m, h = half_ci([100 * a for a in acc])
+        dm, dh = half_ci([100 * (a - b) for a, b in zip(acc, base)])
         b = sum(x["comm/bytes_per_step"] for x in S[n]) / len(S[n])
         tm = sum(x["time/train_s"] for x in S[n]) / sum(x["time/train_s"] for x in S[GRPO_VARIANTS[0]])
         lines.append(f"| {n} | {b:,.0f} | {ref_bytes / b:.1f}x | {m:.1f}% ± {h:.1f} "

@@ -39,9 +39,9 @@ from grpo_lab.distributed.group import Group
 from grpo_lab.grouping import (advantage_diagnostics, advantage_split, cluster_diagnostics,
                                grouped_advantages, reward_group_diagnostics)
 from grpo_lab.loss import grpo_loss
-from grpo_lab.rollout import Rollout, cat_rollouts, completion_logprobs, positions, sample, take_rows
+from grpo_lab.rollout import (Rollout, cat_rollouts, completion_logprobs, left_pad, positions,
+                              sample, take_rows)
 from grpo_lab.tasks import EOS, PAD, encode, get_task, step_rewards, weighted_reward
-from grpo_lab.rollout import left_pad
 
 
 def max_new_tokens(cfg) -> int:
