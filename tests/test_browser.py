@@ -172,27 +172,11 @@ def test_grouping_explorer_renders_and_reacts_in_a_real_browser(tmp_path):
     name = _write_notebook(folder)
     token, port = secrets.token_hex(16), _free_port()
     lab = _start_lab(folder, port, token)
-    errors = []
     try:
-        for attempt in (1, 2):                                             # one retry
-            driver = subprocess.Popen(
-                [sys.executable, __file__, f"http://127.0.0.1:{port}/lab/tree/{name}?token={token}",
-                 chromium, str(shot)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                start_new_session=True)
-            try:
-                out, err = driver.communicate(timeout=DRIVER_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                _stop(driver)
-                errors.append(f"attempt {attempt}: no result within {DRIVER_TIMEOUT_S} s")
-                continue
-            if driver.returncode == 0:
-                break
-            errors.append(f"attempt {attempt}: exit {driver.returncode}: {err[-3000:]}")
-        else:
-            pytest.fail("the browser check failed twice:\n" + "\n".join(errors))
+        result = _drive([f"http://127.0.0.1:{port}/lab/tree/{name}?token={token}", chromium,
+                         str(shot)], DRIVER_TIMEOUT_S)
     finally:
         _stop(lab)
-    result = json.loads(out.strip().splitlines()[-1])
     assert result["src_changed"], result                       # the plot was redrawn
     assert result["text0"] != result["text1"], result          # and the summary changed
     assert "groups" in result["text1"] and result["img_bytes"] > 5_000
@@ -360,13 +344,13 @@ def checkout_lab(tmp_path_factory):
     _stop(lab)
 
 
-def _drive_notebooks(lab, paths: list[str], timeout: float) -> list[dict]:
-    base, token, chromium = lab
+def _drive(args: list[str], timeout: float):
+    """Run this file as the browser driver with ``args`` (one retry: a run was once seen to
+    hang) -> the JSON of its last output line."""
     errors = []
-    for attempt in (1, 2):                                                 # one retry
-        driver = subprocess.Popen(
-            [sys.executable, __file__, "notebooks", base, token, chromium, str(ARTIFACTS), *paths],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    for attempt in (1, 2):
+        driver = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             out, err = driver.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -377,6 +361,11 @@ def _drive_notebooks(lab, paths: list[str], timeout: float) -> list[dict]:
             return json.loads(out.strip().splitlines()[-1])
         errors.append(f"attempt {attempt}: exit {driver.returncode}: {err[-3000:]}")
     pytest.fail("the browser run failed twice:\n" + "\n".join(errors))
+
+
+def _drive_notebooks(lab, paths: list[str], timeout: float) -> list[dict]:
+    base, token, chromium = lab
+    return _drive(["notebooks", base, token, chromium, str(ARTIFACTS), *paths], timeout)
 
 
 def test_an_exercise_shows_its_verdict_in_jupyterlab(checkout_lab):
