@@ -75,6 +75,9 @@ class TrainConfig:
     """Number of GRPO steps (each: one rollout, mu policy updates)."""
     time_budget_s: float = 300.0
     """Stop after this many seconds of training (0 = no limit); the last step finishes."""
+    target_accuracy: float = 0.0
+    """Stop at the first evaluation whose held-out accuracy reaches this (0 = run all steps):
+    time to accuracy. The report says which ended the run: steps, target or budget."""
     train_pool: int = 0
     """Draw training prompts from a fixed pool of this many (a finite training set, as
     GSM8K is); 0 = fresh prompts from the task's generator every step."""
@@ -131,7 +134,8 @@ class TrainConfig:
     seed: int = 0
     """Seed of prompt draws and sampling; step s uses seeds derived from (seed, s)."""
     threads: int = 0
-    """torch CPU threads (0 = torch's default)."""
+    """torch CPU threads (0 = the cores other processes leave free: CPU count minus the load
+    average, at least 1; trainer.free_cores)."""
     # ---- grouping (grouping.py): which completions share a baseline
     grouping: str = "by_prompt"
     """Grouper: a name in grouping.GROUPERS (register your own with register_grouper, or pass
@@ -186,7 +190,7 @@ class TrainConfig:
         self._check_policy()
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
-        _finite(self, "lr", "temperature", "weight_decay", "adam_eps", "grad_clip", "eps_low",
+        _finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps", "grad_clip", "eps_low",
                 "eps_high", "beta", "time_budget_s", "ppo_gamma", "ppo_lambda", "vf_coef",
                 "vf_clip")
         _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
@@ -199,6 +203,9 @@ class TrainConfig:
             raise ValueError(f"group_size (G) must be >= 1, got {self.group_size}")
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 <= self.target_accuracy <= 1:
+            raise ValueError(f"target_accuracy must be in [0, 1] (0 = off), got "
+                             f"{self.target_accuracy}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
@@ -356,7 +363,7 @@ def from_dict(d: dict) -> TrainConfig:
 
 
 # fields a resumed run may change freely: how it runs, not what it computes
-RUNTIME_FIELDS = ("out_dir", "threads", "time_budget_s", "exchange.timeout_s",
+RUNTIME_FIELDS = ("out_dir", "threads", "time_budget_s", "target_accuracy", "exchange.timeout_s",
                   "exchange.overlap")  # overlap changes when bytes move, not what is computed
 
 

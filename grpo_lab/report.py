@@ -64,18 +64,30 @@ def summary(history: list[dict]) -> dict:
 
 
 def budget_note(history: list[dict], cfg: dict) -> list[str]:
-    """Lines saying that the time budget, not the step count, ended the run, with the step
-    reached and the median seconds per step (a busy machine shows up here)."""
+    """Lines saying what ended the run when it was not the step count: the target accuracy
+    (``target_accuracy``: at which step and second), or the time budget, with the step reached,
+    the median seconds per step (a busy machine shows up here) and the target missed."""
     steps = [h for h in history if h.get("step", -1) >= 0]
     budget, planned = cfg.get("time_budget_s") or 0, cfg.get("steps")
-    if not steps or not budget or planned is None or steps[-1]["step"] + 1 >= planned:
+    target = cfg.get("target_accuracy") or 0
+    if not steps or planned is None:
+        return []
+    last = steps[-1]
+    if target and last.get("eval/accuracy", -1.0) >= target:
+        return [f"**Reached the target** held-out accuracy {target:.0%} ({last['eval/accuracy']:.1%}) "
+                f"at step {last['step']} after {last.get('time/elapsed_s', 0.0):.0f} s of "
+                f"training, and stopped there (target_accuracy).", ""]
+    if not budget or last["step"] + 1 >= planned:
         return []
     times = sorted(h["time/step_s"] for h in steps if "time/step_s" in h)
     median = times[len(times) // 2] if times else float("nan")
-    return [f"**Stopped by the time budget** ({budget:.0f} s) after step {steps[-1]['step']} of "
+    missed = (f" The target {target:.0%} was not reached (best "
+              f"{max(h['eval/accuracy'] for h in history if 'eval/accuracy' in h):.1%})."
+              if target and any("eval/accuracy" in h for h in history) else "")
+    return [f"**Stopped by the time budget** ({budget:.0f} s) after step {last['step']} of "
             f"{planned}: {median:.3f} s per step (median). If that is slower than usual, the "
             f"machine was busy (other processes, or more torch threads than free cores); "
-            f"`--resume --time_budget_s 0` continues the run.", ""]
+            f"`--resume --time_budget_s 0` continues the run.{missed}", ""]
 
 
 def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None = None) -> Path:

@@ -181,7 +181,8 @@ def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
                         return_entropy: bool = False):
     """Full forward over prompt+completion -> per-token log-probs (N, Tc) of the completion.
 
-    With ``return_entropy`` also returns the per-token entropy (N, Tc) of the policy.
+    With ``return_entropy`` also returns the per-token entropy (N, Tc) of the policy, computed
+    outside the autograd graph (it is logged, never differentiated).
     """
     dev = next(model.parameters()).device                                  # result lives there
     ids = torch.cat([r.prompt_ids, r.completion_ids], 1).to(dev)           # (N, Tp+Tc)
@@ -195,5 +196,7 @@ def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
     tok_logp = tok_logp.masked_fill(~c_mask, 0.0)
     if not return_entropy:
         return tok_logp
-    entropy = -(logp.exp() * logp).sum(-1).masked_fill(~c_mask, 0.0)     # (N, Tc)
+    with torch.no_grad():
+        lp = logp.detach()
+        entropy = -(lp.exp() * lp).sum(-1).masked_fill(~c_mask, 0.0)       # (N, Tc)
     return tok_logp, entropy

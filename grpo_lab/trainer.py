@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import tempfile
 import time
@@ -164,6 +165,18 @@ def wchar() -> int | None:
     return None
 
 
+def free_cores() -> int:
+    """torch threads for ``threads=0``: the cores other processes leave free (CPU count minus
+    the 1-minute load average, rounded), at least 1, at most torch's default. On a busy 2-core
+    machine a second thread fights the other process for a core: steps took up to 2 s instead
+    of 0.05 s (BENCHMARKS.md section 10)."""
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:                                       # no load average on this platform
+        return torch.get_num_threads()
+    return max(1, min(torch.get_num_threads(), round((os.cpu_count() or 1) - busy)))
+
+
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
           on_step=None, allow_override: bool = False) -> list[dict]:
     """Run ``cfg`` -> history (one metrics dict per step, eval rows merged).
@@ -176,8 +189,8 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     config (but its runtime fields: config.RUNTIME_FIELDS) unless ``allow_override``.
     """
     group = Group.current()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    threads = cfg.threads or free_cores()
+    torch.set_num_threads(threads)
     if cfg.prompts_per_step < group.world:
         raise ValueError(f"prompts_per_step={cfg.prompts_per_step} is fewer than the "
                          f"{group.world} processes: each rank needs at least one prompt")
@@ -224,7 +237,8 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
                           f"exactly, the one that never stopped", RuntimeWarning, stacklevel=2)
         start, history = c["step"] + 1, c["history"]
     else:
-        history.append({"step": -1, **(evaluate_now() if lead else {}), "time/elapsed_s": 0.0})
+        history.append({"step": -1, **(evaluate_now() if lead else {}), "time/elapsed_s": 0.0,
+                        "time/threads": threads})
     if lead:
         log_path.write_text("".join(json.dumps(h) + "\n" for h in history))
     elapsed0 = history[-1].get("time/elapsed_s", 0.0) if history else 0.0
@@ -267,11 +281,13 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
                      or out_of_time):
             metrics.update(evaluate_now())
         metrics["time/elapsed_s"] = elapsed0 + time.perf_counter() - t0
+        reached = group.agree(bool(cfg.target_accuracy) and
+                              metrics.get("eval/accuracy", -1.0) >= cfg.target_accuracy)
         history.append(metrics)
         if lead:
             with open(log_path, "a") as f:
                 f.write(json.dumps(metrics) + "\n")
-        if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time:
+        if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time or reached:
             _checkpoint(ckpt, policy, ex, cfg, step, history, ctx.grouper, lead)
         if lead:
             acc = metrics.get("eval/accuracy", acc)
@@ -283,7 +299,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
         if on_step is not None:
             on_step(metrics, policy)
         last = step
-        if out_of_time:
+        if out_of_time or reached:
             break
     if last < start:  # nothing left to run: make sure a checkpoint exists
         _checkpoint(ckpt, policy, ex, cfg, last, history, ctx.grouper, lead)

@@ -26,3 +26,16 @@ def test_report_says_when_the_time_budget_ended_the_run(tmp_path):
     assert budget_note(h, {"time_budget_s": 0.0, "steps": 3000}) == []    # no budget
     md = write_report(h, tmp_path, {"time_budget_s": 300.0, "steps": 3000, "task": "addition"})
     assert "Stopped by the time budget" in md.read_text()
+
+
+def test_report_says_whether_the_target_was_reached():
+    from grpo_lab.report import budget_note
+    h = [{"step": -1, "eval/accuracy": 0.5}, {"step": 0, "time/step_s": 0.5},
+         {"step": 1, "time/step_s": 0.9, "eval/accuracy": 0.91, "time/elapsed_s": 1.4}]
+    cfg = {"time_budget_s": 300.0, "steps": 3000, "target_accuracy": 0.9}
+    assert budget_note(h, cfg)[0].startswith(
+        "**Reached the target** held-out accuracy 90% (91.0%) at step 1 after 1 s")
+    h[-1]["eval/accuracy"] = 0.8                     # the budget ended it before the target
+    note = budget_note(h, cfg)[0]
+    assert "Stopped by the time budget** (300 s) after step 1 of 3000: 0.900 s" in note
+    assert note.endswith("The target 90% was not reached (best 80.0%).")

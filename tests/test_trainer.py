@@ -236,6 +236,18 @@ def test_time_budget_stops_after_the_step_with_eval_and_checkpoint(tmp_path):
     assert saved["step"] == 0 and len(saved["history"]) == 2
 
 
+def test_target_accuracy_stops_at_the_first_evaluation_that_reaches_it(tmp_path):
+    # the base is at ~0.58 on these 50 prompts: a target of 0.05 is met at the first evaluation
+    c = cfg(tmp_path, steps=50, eval_every=2, ckpt_every=100, target_accuracy=0.05)
+    history = train(c, progress=False)
+    assert [h["step"] for h in history] == [-1, 0, 1]            # evaluated after step 1, stop
+    assert history[-1]["eval/accuracy"] >= 0.05
+    saved = read_training_checkpoint(tmp_path / "run" / "checkpoint.safetensors")
+    assert saved["step"] == 1
+    with pytest.raises(ValueError, match="target_accuracy must be in \\[0, 1\\].*got 90"):
+        cfg(tmp_path, target_accuracy=90)
+
+
 def test_mixture_preset_starts_from_the_mixture_base(tmp_path):
     c = preset("mixture_cpu", steps=2, eval_size=10, eval_every=0, out_dir=str(tmp_path / "mix"),
                threads=1, time_budget_s=0.0)
@@ -248,3 +260,15 @@ def test_mixture_preset_starts_from_the_mixture_base(tmp_path):
     # the mixture base knows every family a little (data/README.md): compare well, max some
     assert before["eval/accuracy/compare"] >= 0.5 and before["eval/accuracy/max"] > 0.0
     assert [h["step"] for h in history if h["step"] >= 0][:2] == [0, 1]
+
+
+def test_free_cores_leaves_the_busy_cores_alone(monkeypatch):
+    import grpo_lab.trainer as tr
+    monkeypatch.setattr(tr.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    for load, want in ((0.1, 2), (0.9, 1), (1.2, 1), (7.0, 1)):   # one busy core -> one thread
+        monkeypatch.setattr(tr.os, "getloadavg", lambda load=load: (load, load, load))
+        assert tr.free_cores() == want, load
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)      # never more than torch's default
+    monkeypatch.setattr(tr.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert tr.free_cores() == 1
