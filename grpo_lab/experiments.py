@@ -11,7 +11,8 @@ the differences between the built-in groupers. So a comparison is a small experi
     res.plot("eval/accuracy")             # mean curve per strategy, min-max band over seeds
 
 Every (strategy, seed) run is ``trainer.train`` (the one loop) on
-``preset("tiny_cpu", **base, **strategy, seed=s)`` with one thread and no time budget, in its
+``preset("tiny_cpu", **base, **strategy, seed=s)`` with one thread, no time budget and no
+target stop unless the strategy sets target_accuracy, in its
 own temporary out_dir. Runs share the base policy and held-out sets, so seed s of two
 strategies draws the same prompts at step s: differences are paired by seed.
 
@@ -254,8 +255,8 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     jobs = []
     for name, overrides in strategies.items():
         try:
-            cfg = preset("tiny_cpu", **{**base, **overrides, "threads": 1, "time_budget_s": 0.0,
-                                        "out_dir": "unused"})
+            cfg = preset("tiny_cpu", **{"target_accuracy": 0.0, **base, **overrides, "threads": 1,
+                                        "time_budget_s": 0.0, "out_dir": "unused"})
         except (TypeError, ValueError) as e:
             raise ValueError(f"strategy {name!r} ({overrides}): {e}") from None
         jobs += [(name, s, dataclasses.replace(cfg, seed=s)) for s in seeds]
