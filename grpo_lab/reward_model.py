@@ -204,5 +204,44 @@ def learned_reward(completions, examples, stopped) -> list[float]:
     return ACTIVE["learned"].score(completions, examples, stopped).tolist()
 
 
+# ---- the figure (bench/bench_reward_hacking.py writes the curves; notebooks load them)
+def _band(ax, x, runs, label, color=None, smooth: int = 1):
+    """Mean of ``runs`` (seeds, len(x)) with a min-max band; a trailing moving average of
+    ``smooth`` points first (per seed)."""
+    v = torch.tensor(runs, dtype=torch.float64)                            # (seeds, T)
+    if smooth > 1:
+        c = torch.cat([torch.zeros(len(v), 1, dtype=v.dtype), v.cumsum(1)], 1)
+        k = torch.arange(1, v.shape[1] + 1).clamp(max=smooth)              # (T,) window
+        v = (c[:, 1:] - c[:, torch.arange(v.shape[1]) + 1 - k]) / k        # (seeds, T)
+    line, = ax.plot(x, v.mean(0), label=label, color=color)
+    ax.fill_between(x, v.min(0).values, v.max(0).values, color=line.get_color(), alpha=0.2)
+
+
+def plot_reward_hacking(results: dict, smooth: int = 20):
+    """One panel per variant: the learned reward the policy optimises (training samples,
+    moving average of ``smooth`` steps) and the true accuracy (held-out, greedy), mean over
+    seeds with a min-max band -> Figure. ``results``: bench/RESULTS_reward_hacking.json."""
+    import matplotlib.pyplot as plt
+    variants = results["variants"]
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.6), sharey=True,
+                             squeeze=False)
+    for ax, (name, v) in zip(axes[0], variants.items()):
+        n = len(v["seeds"])
+        _band(ax, v["steps"], v["learned"], f"learned reward (train, avg {smooth})", "C1",
+              smooth)
+        _band(ax, v["steps"], v["train_accuracy"], f"true accuracy (train, avg {smooth})",
+              "C0", smooth)
+        _band(ax, v["eval_steps"], v["eval_accuracy"], "true accuracy (held-out)", "C2")
+        ax.set_title(f"{name} (n={n})", fontsize=9)
+        ax.set_xlabel("GRPO step")
+    axes[0][0].set_ylabel("reward / accuracy (mean, min-max band)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("GRPO against a learned reward model: proxy vs true reward "
+                 "(Gao et al. 2022)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 __all__ = ["RMData", "RewardModel", "collect_scored", "rm_inputs", "split", "train_reward_model",
-           "default_reward_model", "use_reward_model", "learned_reward"]
+           "default_reward_model", "use_reward_model", "learned_reward",
+           "plot_reward_hacking"]
