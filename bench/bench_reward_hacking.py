@@ -26,13 +26,20 @@ import os
 import platform
 import shlex
 import sys
+import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
 
+from grpo_lab.checkpoint import load_policy_any
+from grpo_lab.config import preset
 from grpo_lab.experiments import difference_sentence, mean_ci, run_experiment
 from grpo_lab.reward_model import default_reward_model, plot_reward_hacking, use_reward_model
+from grpo_lab.step import sample_and_score
+from grpo_lab.tasks import load_eval
+from grpo_lab.trainer import train
 
 LEARNED_ONLY = {"learned": 1.0, "accuracy": 0.0}
 VARIANTS = {  # name -> TrainConfig overrides
@@ -64,6 +71,31 @@ def curves(res, variant: str) -> dict:
         out["eval_learned"] = [[round((h["eval/reward"] - w["accuracy"] * h["eval/accuracy"])
                                       / w["learned"], 4) for h in eval_rows(r)] for r in runs]
     return out
+
+
+def greedy_completions(policy, n: int = 200) -> dict:
+    """The policy's greedy answers to the first n held-out prompts: accuracy, learned reward,
+    the most common answers and the share of the most common last digit (about 0.1 for
+    correct sums)."""
+    exs = load_eval("addition")[:n]
+    s = sample_and_score(policy, exs, 1, 5, LEARNED_ONLY, greedy=True)
+    last = Counter(t[-1:] for t in s.texts).most_common(1)[0]
+    return {"accuracy": float(s.parts["accuracy"].mean()),
+            "learned": round(float(s.parts["learned"].mean()), 4),
+            "most_common": Counter(s.texts).most_common(8),
+            "last_digit": [last[0], last[1] / n],
+            "examples": [[e.prompt, t] for e, t in zip(exs[:8], s.texts)]}
+
+
+def hacked(base: dict) -> dict:
+    """Seed 0 of "learned" once more, here, to look at what the policy learned to write."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = preset("tiny_cpu", **base, **VARIANTS["learned"], seed=0, threads=1,
+                     time_budget_s=0.0, out_dir=tmp)
+        train(cfg, progress=False)
+        after = load_policy_any(Path(tmp) / "checkpoint.safetensors").eval()
+    return {"base policy": greedy_completions(load_policy_any(cfg.base_checkpoint).eval()),
+            "after GRPO on learned (seed 0)": greedy_completions(after)}
 
 
 def ci(values, fmt="+.3f") -> str:
@@ -102,11 +134,13 @@ def main(argv=None) -> None:
     base = {"task": "addition", "steps": args.steps, "eval_every": 25, "eval_size": 200}
     res = run_experiment(VARIANTS, seeds=tuple(args.seeds), base=base,
                          processes=args.processes)
+    looks = hacked(base)
     data = {"meta": {"command": "PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python "
                                 + shlex.join(["bench/bench_reward_hacking.py", *(argv or sys.argv[1:])]),
                      "base": base, "torch": torch.__version__,
                      "reward_model": {k: v for k, v in log.items() if k != "train_loss"},
-                     "seconds": round(time.time() - t0, 1), "rm_seconds": round(t_rm, 1)},
+                     "seconds": round(time.time() - t0, 1), "rm_seconds": round(t_rm, 1),
+                     "greedy_completions": looks},
             "variants": {v: curves(res, v) for v in VARIANTS}}
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
@@ -135,6 +169,16 @@ def main(argv=None) -> None:
         "Paired by seed, final held-out accuracy:", "",
         *(f"- {difference_sentence(res.compare(a, 'learned'))}"
           for a in VARIANTS if a != "learned"), "",
+        "What the policy learned to write (greedy, first 200 held-out prompts; seed 0 of "
+        "'learned' trained again in this process; its held-out accuracy "
+        + ("equals that run's final eval/accuracy: the same run"
+           if abs(looks["after GRPO on learned (seed 0)"]["accuracy"]
+                  - data["variants"]["learned"]["eval_accuracy"][0][-1]) < 1e-4 else
+           "DIFFERS from that run's final eval/accuracy: not reproducible") + "):", "",
+        *(f"- {who}: accuracy {g['accuracy']:.3f}, learned reward {g['learned']:.3f}, most "
+          f"common last digit {g['last_digit'][0]!r} in {g['last_digit'][1]:.0%} of answers; "
+          f"most common answers {g['most_common'][:6]}; e.g. "
+          + ", ".join(f"{p}{t}" for p, t in g["examples"]) for who, g in looks.items()), "",
         "Curves: bench/reward_hacking.png; per-step data: bench/RESULTS_reward_hacking.json "
         "(`reward_model.plot_reward_hacking(json.load(...))` redraws the figure).", ""]
     out.with_suffix(".md").write_text("\n".join(lines))

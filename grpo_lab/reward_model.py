@@ -19,7 +19,10 @@ Here the reward model is the cheapest thing that shows the effect honestly:
     reward: ``learned_reward(completions, examples, stopped)``, registered as "learned"
             (tasks.register_reward), so GRPO trains against it through the one trainer:
             ``reward_weights={"learned": 1.0, "accuracy": 0.0}`` (weight 0 still logs
-            reward/accuracy, the true reward of the same samples)
+            reward/accuracy, the true reward of the same samples). ``use_reward_model(m)``
+            picks the model (forked workers, as run_experiment's, inherit it); without one,
+            the first call trains ``default_reward_model()`` (seeded, seconds), so
+            ``plugins="grpo_lab.reward_model"`` is enough in any process
 
 Why from scratch and small, not the base policy's body (the usual RLHF choice): a body that
 already computes sums would make a reward model close to the verifiable one on this toy task,
