@@ -24,13 +24,16 @@ Here the reward model is the cheapest thing that shows the effect honestly:
             the first call trains ``default_reward_model()`` (seeded, seconds), so
             ``plugins="grpo_lab.reward_model"`` is enough in any process
 
-Why from scratch and small, not the base policy's body (the usual RLHF choice): a body that
-already computes sums would make a reward model close to the verifiable one on this toy task,
-and hacking would need far more optimisation than a CPU run gives. A small model trained on
-about a thousand on-distribution samples is what a large RM is relative to a large policy
-(Gao et al.: smaller RMs and less RM data over-optimise sooner), and it is trained in seconds.
-It sees only the base policy's completions, so a completion the base never wrote is scored
-by extrapolation: that is where the policy finds reward it did not earn.
+Why this model (measured, BENCHMARKS.md "Learned reward model and reward hacking"): no
+variant tried learns to check a sum from a few thousand samples. From scratch, 2 x 48, 300
+steps: 256 prompts x 4 samples, held-out BCE 0.789 -> 0.759; 1024 x 4 (the default, 7 s)
+0.772 -> 0.663, 60% agreement with the label; 4096 x 4, 1000 steps, 0.652, 62%. Starting
+from the base policy's own body (the usual RLHF choice: it already computes sums), 1024 x 4:
+0.698 (lr 3e-4, 300 steps), 0.775 (lr 1e-3, 600 steps). Predicting the base rate scores 0.685. So the reward model learns surface
+features of the base policy's answers, as a small RM on little data does (Gao et al.: smaller
+RMs and less RM data over-optimise sooner), and it has only ever seen the base policy's
+completions: an answer the base never wrote is scored by extrapolation, which is where GRPO
+finds reward it did not earn.
 """
 from __future__ import annotations
 
@@ -135,7 +138,8 @@ def bce(model: RewardModel, ids, mask, labels) -> torch.Tensor:
 def train_reward_model(data: RMData, steps: int = 300, lr: float = 1e-3, batch: int = 64,
                        held_out: float = 0.25, seed: int = 0,
                        body: GPT | None = None) -> tuple[RewardModel, dict]:
-    """Fit r_phi to the labels by BCE with AdamW -> (model in eval mode, log).
+    """Fit r_phi to the labels by BCE with AdamW -> (model in eval mode, log). ``body``: a
+    GPT to start from (copied; e.g. the base policy); default a fresh 2-layer, width-48 GPT.
 
     log: train_loss (per step), heldout_loss_before / heldout_loss_after (BCE on the held-out
     prompts), heldout_acc_after (sigmoid > 0.5 agrees with the label), base_rate (mean train
