@@ -18,7 +18,7 @@ from grpo_lab.trainer import train
 def data():
     policy = load_policy_any("data/base_policy.safetensors").eval()
     held = {e.prompt for e in load_eval("addition")}
-    return rm.collect_scored(policy, n_prompts=512, G=4, seed=0, exclude=held)   # 2048 rows
+    return rm.collect_scored(policy, n_prompts=1024, G=4, seed=0, exclude=held)  # 4096 rows
 
 
 @pytest.fixture(scope="module")
@@ -28,18 +28,20 @@ def trained(data):
 
 
 def test_dataset_is_the_base_policys_scored_samples(data):
-    assert len(data.completions) == 2048 and data.labels.shape == (2048,)
+    assert len(data.completions) == 4096 and data.labels.shape == (4096,)
     right = [float(s and c == e.answer) for c, e, s in
              zip(data.completions, data.examples, data.stopped)]
     assert data.labels.tolist() == right                    # the verifiable accuracy, 0/1
     assert 0.2 < float(data.labels.mean()) < 0.8            # both labels present (base ~58%)
 
 
-def test_training_lowers_the_held_out_bce(trained):
+def test_training_lowers_the_held_out_bce(data, trained):
     model, log = trained
-    p = log["base_rate"]
-    constant = -(p * math.log(p) + (1 - p) * math.log(1 - p))   # BCE of predicting the rate
-    assert log["n_train"] == 1536 and log["n_heldout"] == 512      # 384 / 128 prompts x 4
+    p = log["base_rate"]                                  # the train split's mean label
+    _, ho = rm.split(data, 0.25, seed=0)
+    q = float(data.labels[ho].mean())
+    constant = -(q * math.log(p) + (1 - q) * math.log(1 - p))   # held-out BCE of predicting p
+    assert log["n_train"] == 3072 and log["n_heldout"] == 1024     # 768 / 256 prompts x 4
     assert log["heldout_loss_after"] < log["heldout_loss_before"] - 0.05
     assert log["heldout_loss_after"] < constant                    # it learned something
     assert not any(p.requires_grad for p in model.parameters())
@@ -47,7 +49,7 @@ def test_training_lowers_the_held_out_bce(trained):
 
 def test_split_is_by_prompt(data):
     tr, ho = rm.split(data, 0.25, seed=0)
-    assert len(tr) + len(ho) == 2048
+    assert len(tr) + len(ho) == 4096
     assert not set(data.groups[tr].tolist()) & set(data.groups[ho].tolist())
 
 
@@ -98,3 +100,18 @@ def test_grpo_trains_against_the_learned_reward(trained, tmp_path, monkeypatch):
     assert [h["step"] for h in evals] == [-1, 1, 3]
     # eval/reward is the learned reward of the greedy held-out completions (weight 1)
     assert all(0 <= h["eval/reward"] <= 1 for h in evals)
+
+
+def test_plot_draws_the_mean_of_the_moving_averages():
+    import matplotlib
+    matplotlib.use("Agg")
+    v = {"seeds": [0, 1], "steps": [0, 1, 2, 3], "eval_steps": [-1, 3],
+         "learned": [[0, 1, 2, 3], [2, 3, 4, 5]], "train_accuracy": [[1, 1, 1, 1], [0, 0, 0, 0]],
+         "eval_accuracy": [[0.5, 0.25], [0.5, 0.75]]}
+    fig = rm.plot_reward_hacking({"variants": {"a": v, "b": v}}, smooth=2)
+    assert len(fig.axes) == 2
+    learned, train_acc, held = fig.axes[0].lines
+    # trailing average of 2: seed 0 -> 0, .5, 1.5, 2.5; seed 1 -> 2, 2.5, 3.5, 4.5; mean of both
+    assert learned.get_ydata().tolist() == pytest.approx([1.0, 1.5, 2.5, 3.5])
+    assert train_acc.get_ydata().tolist() == pytest.approx([0.5] * 4)
+    assert held.get_ydata().tolist() == pytest.approx([0.5, 0.5])     # not smoothed
