@@ -36,7 +36,8 @@ import torch
 from grpo_lab.checkpoint import load_policy_any
 from grpo_lab.config import preset
 from grpo_lab.experiments import difference_sentence, mean_ci, run_experiment
-from grpo_lab.reward_model import default_reward_model, plot_reward_hacking, use_reward_model
+from grpo_lab.reward_model import (default_data, default_reward_model, plot_reward_hacking,
+                                   use_reward_model)
 from grpo_lab.step import sample_and_score
 from grpo_lab.tasks import load_eval
 from grpo_lab.trainer import train
@@ -87,6 +88,26 @@ def greedy_completions(policy, n: int = 200) -> dict:
             "examples": [[e.prompt, t] for e, t in zip(exs[:8], s.texts)]}
 
 
+def probe(model) -> dict:
+    """What the reward model rewards: on its training data (the base policy's samples,
+    ``default_data``), per last digit: rows, true accuracy, mean learned score; on the held-out
+    prompts: the mean score of the correct answer, of the correct answer with its last digit
+    made 7, and of "157" for every prompt."""
+    exs, d = load_eval("addition"), default_data()
+    sc = model.score(d.completions, d.examples, d.stopped)                 # (N,)
+    by_digit = {}
+    for digit in "0123456789":
+        rows = [i for i, c in enumerate(d.completions) if c[-1:] == digit]
+        by_digit[digit] = [len(rows), round(float(d.labels[rows].mean()), 3),
+                           round(float(sc[rows].mean()), 3)]
+    ok = [True] * len(exs)
+    held = {name: round(float(model.score(comps, exs, ok).mean()), 3) for name, comps in
+            (("correct", [e.answer for e in exs]),
+             ("correct, last digit 7", [e.answer[:-1] + "7" for e in exs]),
+             ("'157' for every prompt", ["157"] * len(exs)))}
+    return {"by_last_digit": by_digit, "held_out": held}
+
+
 def hacked(base: dict) -> dict:
     """Seed 0 of "learned" once more, here, to look at what the policy learned to write."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -134,13 +155,13 @@ def main(argv=None) -> None:
     base = {"task": "addition", "steps": args.steps, "eval_every": 25, "eval_size": 200}
     res = run_experiment(VARIANTS, seeds=tuple(args.seeds), base=base,
                          processes=args.processes)
-    looks = hacked(base)
-    data = {"meta": {"command": "PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python "
-                                + shlex.join(["bench/bench_reward_hacking.py", *(argv or sys.argv[1:])]),
+    looks, probed = hacked(base), probe(rm)
+    cmd = shlex.join(["bench/bench_reward_hacking.py", *(argv or sys.argv[1:])])
+    data = {"meta": {"command": "PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python " + cmd,
                      "base": base, "torch": torch.__version__,
                      "reward_model": {k: v for k, v in log.items() if k != "train_loss"},
                      "seconds": round(time.time() - t0, 1), "rm_seconds": round(t_rm, 1),
-                     "greedy_completions": looks},
+                     "greedy_completions": looks, "probe": probed},
             "variants": {v: curves(res, v) for v in VARIANTS}}
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
@@ -179,6 +200,15 @@ def main(argv=None) -> None:
           f"common last digit {g['last_digit'][0]!r} in {g['last_digit'][1]:.0%} of answers; "
           f"most common answers {g['most_common'][:6]}; e.g. "
           + ", ".join(f"{p}{t}" for p, t in g["examples"]) for who, g in looks.items()), "",
+        "What the reward model rewards. On its training data (the base policy's samples), "
+        "by the answer's last digit: rows, true accuracy, mean learned score:", "",
+        "| last digit | " + " | ".join(probed["by_last_digit"]) + " |",
+        "|---" + "|---:" * 10 + "|",
+        *("| " + row + " | " + " | ".join(fmt(v[j]) for v in probed["by_last_digit"].values())
+          + " |" for j, row, fmt in ((0, "rows", str), (1, "accuracy", "{:.3f}".format),
+                                     (2, "learned", "{:.3f}".format))),
+        "", "On the 200 held-out prompts, mean learned score of: "
+        + "; ".join(f"{k} {v:.3f}" for k, v in probed["held_out"].items()) + ".", "",
         "Curves: bench/reward_hacking.png; per-step data: bench/RESULTS_reward_hacking.json "
         "(`reward_model.plot_reward_hacking(json.load(...))` redraws the figure).", ""]
     out.with_suffix(".md").write_text("\n".join(lines))

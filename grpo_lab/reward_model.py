@@ -27,13 +27,13 @@ Here the reward model is the cheapest thing that shows the effect honestly:
 Why this model (measured, BENCHMARKS.md "Learned reward model and reward hacking"): no
 variant tried learns to check a sum from a few thousand samples. From scratch, 2 x 48, 300
 steps: 256 prompts x 4 samples, held-out BCE 0.789 -> 0.759; 1024 x 4 (the default, 7 s)
-0.772 -> 0.663, 60% agreement with the label; 4096 x 4, 1000 steps, 0.652, 62%. Starting
-from the base policy's own body (the usual RLHF choice: it already computes sums), 1024 x 4:
-0.698 (lr 3e-4, 300 steps), 0.775 (lr 1e-3, 600 steps). Predicting the base rate scores 0.685. So the reward model learns surface
-features of the base policy's answers, as a small RM on little data does (Gao et al.: smaller
-RMs and less RM data over-optimise sooner), and it has only ever seen the base policy's
-completions: an answer the base never wrote is scored by extrapolation, which is where GRPO
-finds reward it did not earn.
+0.772 -> 0.663, 60% agreement with the label; 4096 x 4, 1000 steps, 0.652, 62%. From the
+base policy's own body (the usual RLHF choice: it already computes sums), 1024 x 4: 0.698
+(lr 3e-4, 300 steps), 0.775 (lr 1e-3, 600 steps). Predicting the base rate scores 0.685.
+So the reward model learns surface features of the base policy's answers, as a small RM on
+little data does (Gao et al.: smaller RMs and less RM data over-optimise sooner): the base
+is right more often on answers ending in 5-7 (55%) than in 0-3 (37%), and the RM scores a
+held-out correct answer below the same answer with its last digit made 7. GRPO finds that.
 """
 from __future__ import annotations
 
@@ -185,14 +185,21 @@ ACTIVE: dict[str, RewardModel] = {}
 else trained on first use by ``default_reward_model``."""
 
 
-def default_reward_model(base: str = "data/base_policy.safetensors", **kw) -> tuple[RewardModel, dict]:
-    """The bench's reward model, deterministic: 1024 addition prompts x 4 base-policy samples
-    at temperature 1 (none from the held-out set), 300 AdamW steps (seconds on one thread)."""
+def default_data(base: str = "data/base_policy.safetensors") -> RMData:
+    """The bench's reward-model data, seeded: 1024 addition prompts x 4 samples of the base
+    policy at temperature 1, none from the held-out set."""
     from grpo_lab.checkpoint import load_policy_any
     from grpo_lab.tasks import load_eval
     policy = load_policy_any(base).eval()
     held = {e.prompt for e in load_eval("addition")}
-    return train_reward_model(collect_scored(policy, n_prompts=1024, exclude=held), **kw)
+    return collect_scored(policy, n_prompts=1024, exclude=held)
+
+
+def default_reward_model(base: str = "data/base_policy.safetensors",
+                         **kw) -> tuple[RewardModel, dict]:
+    """The bench's reward model, deterministic: ``default_data``, 300 AdamW steps (seconds on
+    one thread)."""
+    return train_reward_model(default_data(base), **kw)
 
 
 def use_reward_model(model: RewardModel) -> None:
@@ -250,5 +257,5 @@ def plot_reward_hacking(results: dict, smooth: int = 20):
 
 
 __all__ = ["RMData", "RewardModel", "collect_scored", "rm_inputs", "split", "train_reward_model",
-           "default_reward_model", "use_reward_model", "learned_reward",
+           "default_data", "default_reward_model", "use_reward_model", "learned_reward",
            "plot_reward_hacking"]

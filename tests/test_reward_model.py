@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from grpo_lab import reward_model as rm
-from grpo_lab.checkpoint import load_policy_any
 from grpo_lab.config import preset
 from grpo_lab.tasks import REWARDS, Example, load_eval, weighted_reward
 from grpo_lab.trainer import train
@@ -16,9 +15,7 @@ from grpo_lab.trainer import train
 
 @pytest.fixture(scope="module")
 def data():
-    policy = load_policy_any("data/base_policy.safetensors").eval()
-    held = {e.prompt for e in load_eval("addition")}
-    return rm.collect_scored(policy, n_prompts=1024, G=4, seed=0, exclude=held)  # 4096 rows
+    return rm.default_data()             # 1024 prompts x 4 samples of the base policy, seeded
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +26,7 @@ def trained(data):
 
 def test_dataset_is_the_base_policys_scored_samples(data):
     assert len(data.completions) == 4096 and data.labels.shape == (4096,)
+    assert not {e.prompt for e in data.examples} & {e.prompt for e in load_eval("addition")}
     right = [float(s and c == e.answer) for c, e, s in
              zip(data.completions, data.examples, data.stopped)]
     assert data.labels.tolist() == right                    # the verifiable accuracy, 0/1
