@@ -146,6 +146,10 @@ def train_reward_model(data: RMData, steps: int = 300, lr: float = 1e-3, batch: 
     label: the BCE of always predicting it is the bar to beat), n_train, n_heldout."""
     if steps < 1 or batch < 1 or not lr > 0:
         raise ValueError(f"need steps >= 1, batch >= 1, lr > 0; got {steps}, {batch}, {lr}")
+    lo, hi = float(data.labels.min()), float(data.labels.max())
+    if not (0 <= lo and hi <= 1):
+        raise ValueError(f"BCE needs labels in [0, 1], got values from {lo} to {hi} (divide a "
+                         f"weighted reward by its largest possible value first)")
     torch.manual_seed(seed)
     model = RewardModel(copy.deepcopy(body) if body is not None else
                         GPT(GPTConfig(n_layer=2, n_head=4, n_embd=48)))

@@ -20,7 +20,6 @@ def data():
 
 @pytest.fixture(scope="module")
 def trained(data):
-    torch.set_num_threads(1)
     return rm.train_reward_model(data, steps=300, lr=1e-3, seed=0)
 
 
@@ -78,6 +77,10 @@ def test_bad_input_is_refused(data):
         rm.learned_reward(["1", "2"], data.examples[:1], [True, True])
     with pytest.raises(ValueError, match="held_out must be a fraction in \\(0, 1\\), got 1.5"):
         rm.train_reward_model(data, held_out=1.5)
+    twos = rm.RMData(data.examples[:4], data.completions[:4], data.stopped[:4],
+                     torch.full((4,), 2.0), torch.arange(4))
+    with pytest.raises(ValueError, match="BCE needs labels in \\[0, 1\\], got values from 2.0"):
+        rm.train_reward_model(twos)
     one_prompt = rm.RMData(data.examples[:4], data.completions[:4], data.stopped[:4],
                            data.labels[:4], torch.zeros(4, dtype=torch.long))
     with pytest.raises(ValueError, match="1 prompt\\(s\\) cannot be split"):
