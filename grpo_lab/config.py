@@ -164,6 +164,9 @@ class TrainConfig:
     """objective="ppo": weight of the value loss added to the policy loss."""
     vf_clip: float = 0.2
     """objective="ppo": the value loss's clip range around the rollout's values (PPO2)."""
+    vf_lr: float = 0.0
+    """objective="ppo": the critic's AdamW learning rate, its own parameter group, with lr's
+    warm-up and schedule (0: lr). A critic starting from zero usually wants more than lr."""
     # ---- data parallel (distributed/exchanges.py): N processes, one global batch
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
@@ -188,7 +191,7 @@ class TrainConfig:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
         _finite(self, "lr", "temperature", "weight_decay", "adam_eps", "grad_clip", "eps_low",
                 "eps_high", "beta", "time_budget_s", "ppo_gamma", "ppo_lambda", "vf_coef",
-                "vf_clip")
+                "vf_clip", "vf_lr")
         _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
         _nonnegative(self, "time_budget_s", "warmup_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
                      "grad_clip", "beta", "eval_every", "eval_size", "threads")
@@ -224,7 +227,10 @@ class TrainConfig:
         self._check_ppo()
 
     def _check_ppo(self):
-        _nonnegative(self, "vf_coef", "vf_clip")
+        _nonnegative(self, "vf_coef", "vf_clip", "vf_lr")
+        if self.vf_lr and self.objective != "ppo":
+            raise ValueError(f"vf_lr={self.vf_lr} is the critic's learning rate: it needs "
+                             f"objective='ppo', not {self.objective!r}")
         if not (0 <= self.ppo_gamma <= 1 and 0 <= self.ppo_lambda <= 1):
             raise ValueError(f"need ppo_gamma and ppo_lambda in [0, 1], got "
                              f"{self.ppo_gamma}, {self.ppo_lambda}")

@@ -200,8 +200,9 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
         policy.value_head = ValueHead(policy.cfg.n_embd).to(device)
     ref = (frozen(load_for(cfg).to(device))                  # a second, frozen copy
            if cfg.beta and cfg.objective in ("grpo", "ppo") else None)
+    scales = {"value_head.": cfg.vf_lr / cfg.lr} if cfg.vf_lr else {}   # the critic's own lr
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
-                                                   cfg.grad_clip, cfg.seed),
+                                                   cfg.grad_clip, cfg.seed, scales),
                        group.world, group.rank)
     ctx = StepContext(prompt_source(cfg, held_out), make_grouper(cfg), ref, group)
     collect, objective = OBJECTIVES[cfg.objective]
