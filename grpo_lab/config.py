@@ -164,6 +164,10 @@ class TrainConfig:
     """objective="ppo": weight of the value loss added to the policy loss."""
     vf_clip: float = 0.2
     """objective="ppo": the value loss's clip range around the rollout's values (PPO2)."""
+    ppo_critic: str = "head"
+    """objective="ppo": "head", a value head on the policy's hidden states (shared body), or
+    "network", a second GPT from base_checkpoint with its own value head (the classic RLHF
+    critic, as big as the policy: twice the parameters and optimizer state)."""
     vf_lr: float = 0.0
     """objective="ppo": the critic's AdamW learning rate, its own parameter group, with lr's
     warm-up and schedule (0: lr). A critic starting from zero usually wants more than lr."""
@@ -228,6 +232,7 @@ class TrainConfig:
 
     def _check_ppo(self):
         _nonnegative(self, "vf_coef", "vf_clip", "vf_lr")
+        _member(self.ppo_critic, ("head", "network"), "ppo_critic")
         if self.vf_lr and self.objective != "ppo":
             raise ValueError(f"vf_lr={self.vf_lr} is the critic's learning rate: it needs "
                              f"objective='ppo', not {self.objective!r}")
