@@ -229,6 +229,39 @@ def paired_ratios(rows: list[dict], a: str, b: str, key: str) -> list[float]:
     return [by[b, s] / by[a, s] for (v, s) in by if v == a and by.get((b, s)) and by[a, s]]
 
 
+def verdict(lo: float, hi: float, claimed_lo: float, claimed_hi: float) -> str:
+    """A claimed range against a measured 95% interval."""
+    if hi < claimed_lo or lo > claimed_hi:
+        return "does not hold"
+    if claimed_lo <= lo and hi <= claimed_hi:
+        return "holds"
+    if claimed_lo == claimed_hi:
+        return "not ruled out (the interval contains it)"
+    return "not settled (the interval overlaps the claim but is wider)"
+
+
+def claim_lines(rows: list[dict], target: float, ppo: str) -> list[str]:
+    """The two quotable verdict lines, from paired per-seed ratios (PPO / GRPO)."""
+    samples = paired_ratios(rows, REFERENCE, ppo, "samples_to_target")        # PPO / GRPO
+    seconds = paired_ratios(rows, REFERENCE, ppo, "seconds_to_target")
+    if len(samples) < 2:
+        return [f"- Claims 10 and 21: fewer than 2 seeds where both reached {target:.0%}: "
+                f"no interval, no verdict."]
+    saving = [1 - 1 / r for r in samples]                                     # GRPO's saving
+    m, lo, hi = mean_ci(saving)
+    rm, rlo, rhi = mean_ci(samples)
+    sm, slo, shi = mean_ci([r - 1 for r in seconds])
+    n = f"{len(samples)} paired seeds, {target:.0%} held-out target, {REFERENCE} vs {ppo}"
+    return [
+        f"- **Claim 10** (group sampling cuts samples 50-70% vs PPO): GRPO needs "
+        f"{m:+.0%} [{lo:+.0%}, {hi:+.0%}] fewer samples to the target than PPO with a critic "
+        f"({n}): {verdict(lo, hi, 0.5, 0.7)}.",
+        f"- **Claim 21** (GRPO vs PPO: convergence +40%, sample efficiency 2.3x): sample "
+        f"efficiency {rm:.2f}x [{rlo:.2f}, {rhi:.2f}] (PPO samples / GRPO samples; claim 2.3x: "
+        f"{verdict(rlo, rhi, 2.3, 2.3)}); wall time to the target {sm:+.0%} [{slo:+.0%}, "
+        f"{shi:+.0%}] longer for PPO (claim +40%: {verdict(slo, shi, 0.4, 0.4)}) ({n})."]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=600)
@@ -248,7 +281,11 @@ def main(argv=None):
                     help="variants trained over seeds (the critic network: memory and time only "
                          "by default, it is the slowest)")
     ap.add_argument("--out", default="bench/RESULTS_grpo_vs_ppo.md")
+    ap.add_argument("--from_json", help="only re-render --out from this saved JSON")
     args = ap.parse_args(argv)
+    if args.from_json:
+        Path(args.out).write_text(write_report(json.loads(Path(args.from_json).read_text())))
+        return
     torch.set_num_threads(1)
     variants = {n: VARIANTS[n] for n in args.variants}
     load0, t_start = os.getloadavg()[0], time.time()
@@ -278,48 +315,54 @@ def main(argv=None):
     for m in mem:
         m["rss_before"], m["rss_peak"] = peak_rss(tuned[m["variant"]], args.rss_steps)
     times = step_times(tuned, args.time_steps, args.time_rounds)
-    load1 = os.getloadavg()[0]
-
-    report = write_report(args, tuned, vf_lr, tune_rows, mean_final, rows, mem, times,
-                          load0, load1, time.time() - t_start)
-    Path(args.out).write_text(report)
-    Path(args.out).with_suffix(".json").write_text(json.dumps(
-        {"args": vars(args), "vf_lr": vf_lr, "variants": tuned, "tuning": tune_rows,
-         "runs": rows, "memory": mem,
-         "step_time_median_s": {n: statistics.median(t) for n, t in times.items()}}, indent=1))
-    print(report)
+    data = {"argv": sys.argv[1:], "args": vars(args), "when": time.strftime(
+                "%Y-%m-%d %H:%M UTC", time.gmtime()), "versions": versions(),
+            "load": [load0, os.getloadavg()[0]], "wall_s": time.time() - t_start,
+            "vf_lr": vf_lr, "variants": tuned, "tuning": tune_rows, "runs": rows,
+            "memory": mem, "step_times_s": times}
+    Path(args.out).with_suffix(".json").write_text(json.dumps(data, indent=1))
+    Path(args.out).write_text(write_report(data))
+    print(Path(args.out).read_text())
 
 
-def write_report(args, tuned, vf_lr, tune_rows, mean_final, rows, mem, times, load0, load1,
-                 wall) -> str:
+def versions() -> str:
+    return (f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+            f"Python {platform.python_version()}")
+
+
+def write_report(d: dict) -> str:
+    """The RESULTS markdown from the bench's JSON (``--from_json`` re-renders a saved run)."""
+    a, times = d["args"], d["step_times_s"]
     ref_t = statistics.median(times[REFERENCE])
-    n_seeds = len(args.seeds)
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    L = [f"# GRPO vs PPO with a critic (issue 14): {when}",
+    n_seeds = len(a["seeds"])
+    L = [f"# GRPO vs PPO with a critic (issue 14): {d['when']}",
          "",
          "```bash", "PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python bench/bench_grpo_vs_ppo.py "
-         + shlex.join(sys.argv[1:]), "```", "",
-         f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-         f"Python {platform.python_version()}. Load average (1 min) {load0:.1f} before, "
-         f"{load1:.1f} after (shared machine). Wall time {wall / 60:.1f} min.",
-         f"Task addition, base data/base_policy.safetensors, tiny_cpu defaults, {args.steps} steps "
+         + shlex.join(d["argv"]), "```", "",
+         f"Machine: {d['versions']}. Load average (1 min) {d['load'][0]:.1f} before, "
+         f"{d['load'][1]:.1f} after (shared machine). Wall time {d['wall_s'] / 60:.1f} min.",
+         f"Task addition, base data/base_policy.safetensors, tiny_cpu defaults, {a['steps']} steps "
          f"(cosine over them), 128 completions per step in every variant, held-out greedy "
-         f"accuracy on 200 prompts every {args.eval_every} steps, target {args.target:.0%}.", ""]
+         f"accuracy on 200 prompts every {a['eval_every']} steps, target {a['target']:.0%}.", ""]
     L += ["## Tuning the critic's learning rate (PPO 128x1, seeds "
-          f"{' '.join(map(str, args.tune_seeds))})", "",
-          "| vf_lr | final accuracy | best accuracy | steps to target |", "|---|---|---|---|"]
-    for k, acc in mean_final.items():
-        rs = [r for r in tune_rows if r["variant"] == k]
-        v = k.split("=")[1]
-        L.append(f"| {v + ' (= lr)' if v == '0' else v} | {acc:.3f} | "
+          f"{' '.join(map(str, a['tune_seeds']))})", "",
+          "| vf_lr | final accuracy | best accuracy | steps to target | explained variance, "
+          "mean of the last 100 steps |", "|---|---|---|---|---|"]
+    for k in dict.fromkeys(r["variant"] for r in d["tuning"]):
+        rs = [r for r in d["tuning"] if r["variant"] == k]
+        v, ev = k.split("=")[1], [statistics.mean(r["explained_variance"][-100:]) for r in rs]
+        L.append(f"| {v + ' (= lr)' if v == '0' else v} | "
+                 f"{statistics.mean(r['final_accuracy'] for r in rs):.3f} | "
                  f"{statistics.mean(r['best_accuracy'] for r in rs):.3f} | "
-                 f"{', '.join(str(r['steps_to_target']) for r in rs)} |")
-    L += ["", f"Chosen: vf_lr = {vf_lr:g} (best mean final accuracy), used by every PPO variant "
-          "below.", ""]
+                 f"{', '.join(str(r['steps_to_target']) for r in rs)} | "
+                 f"{statistics.mean(ev):.3f} |")
+    L += ["", f"Chosen: vf_lr = {d['vf_lr']:g} (best mean final accuracy), used by every PPO "
+          "variant below.", ""]
+    rows, mem = d["runs"], d["memory"]
     L += [f"## Learning over {n_seeds} seeds (mean [95% interval])", "",
           "| variant | final accuracy | samples to target | steps to target | "
           "wall s to target | run wall s |", "|---|---|---|---|---|---|"]
-    for n in args.learn_variants:
+    for n in a["learn_variants"]:
         rs = [r for r in rows if r["variant"] == n]
         L.append(f"| {n} | {ci_text([r['final_accuracy'] for r in rs])} | "
                  f"{ci_text([r['samples_to_target'] for r in rs], '.0f', n_seeds)} | "
@@ -327,15 +370,16 @@ def write_report(args, tuned, vf_lr, tune_rows, mean_final, rows, mem, times, lo
                  f"{ci_text([r['seconds_to_target'] for r in rs], '.1f', n_seeds)} | "
                  f"{ci_text([r['wall_s'] for r in rs], '.1f')} |")
     L += ["", "Per seed (samples to target, final accuracy):", ""]
-    for n in args.learn_variants:
+    for n in a["learn_variants"]:
         rs = [r for r in rows if r["variant"] == n]
         L.append(f"- {n}: " + "; ".join(f"seed {r['seed']}: {r['samples_to_target']}, "
                                          f"{r['final_accuracy']:.3f}" for r in rs))
     L += ["", "Paired by seed, PPO samples to target / GRPO's (> 1: GRPO needs fewer):", ""]
-    for n in args.learn_variants:
+    for n in a["learn_variants"]:
         if n != REFERENCE:
             rat = paired_ratios(rows, REFERENCE, n, "samples_to_target")
             L.append(f"- {n}: {ci_text(rat, '.2f')} over {len(rat)} seed(s) where both reached")
+    L += ["", "## Claims 10 and 21, measured", "", *claim_lines(rows, a["target"], TUNED)]
     L += ["", "## Memory, counted from tensors (bytes)", "",
           "| variant | trainable params (critic) | grads | AdamW state | frozen reference | "
           "saved for backward (peak step) | sum | RSS before -> peak, fresh process |",
@@ -345,7 +389,7 @@ def write_report(args, tuned, vf_lr, tune_rows, mean_final, rows, mem, times, lo
         L.append(f"| {m['variant']} | {m['params']:,} ({m['critic_params']:,}) | {m['grads']:,} | "
                  f"{m['adam_state']:,} | {m['reference']:,} | {m['saved_activations']:,} | "
                  f"{total:,} | {m['rss_before'] / 2**20:.0f} -> {m['rss_peak'] / 2**20:.0f} MiB |")
-    L += ["", f"## Time per step, interleaved ({args.time_rounds} rounds x {args.time_steps} "
+    L += ["", f"## Time per step, interleaved ({a['time_rounds']} rounds x {a['time_steps']} "
           "steps, medians)", "", "| variant | median s/step | ratio to GRPO |", "|---|---|---|"]
     for n, t in times.items():
         L.append(f"| {n} | {statistics.median(t):.4f} | {statistics.median(t) / ref_t:.2f}x |")
