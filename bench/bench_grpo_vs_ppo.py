@@ -388,6 +388,14 @@ def write_report(d: dict) -> str:
             L.append(f"- {n}: {ci_text(rat, '.2f')} over {len(rat)} seed(s) where both reached")
     L += ["", "## Claims 10 and 21, measured", "", *claim_lines(rows, a["target"], TUNED)]
     L += ["", "## Memory, counted from tensors (bytes)", "",
+          f"Method: after {a['mem_steps']} training steps (no evaluation), the bytes of the "
+          "distinct storages of the trainable parameters (tied weights once), their gradients, "
+          "the AdamW state tensors (from the run's checkpoint) and the frozen reference policy; "
+          "'saved for backward' sums the distinct non-parameter storages that "
+          "torch.autograd.graph.saved_tensors_hooks saw during one training forward (the largest "
+          "step). RSS: VmHWM (/proc/self/status) of a fresh Python process that imports, builds "
+          f"the config and trains {a['rss_steps']} steps, read before training and at the end; "
+          "most of it is torch itself.", "",
           "| variant | trainable params (critic) | grads | AdamW state | frozen reference | "
           "saved for backward (peak step) | sum | RSS before -> peak, fresh process |",
           "|---|---|---|---|---|---|---|---|"]
