@@ -350,7 +350,8 @@ def write_report(d: dict) -> str:
          f"{d['load'][1]:.1f} after (shared machine). Wall time {d['wall_s'] / 60:.1f} min.",
          f"Task addition, base data/base_policy.safetensors, tiny_cpu defaults, {a['steps']} steps "
          f"(cosine over them), 128 completions per step in every variant, held-out greedy "
-         f"accuracy on 200 prompts every {a['eval_every']} steps, target {a['target']:.0%}.", ""]
+         f"accuracy on 200 prompts every {a['eval_every']} steps, target {a['target']:.0%}.",
+         *([f"Note: {d['note']}."] if d.get("note") else []), ""]
     L += ["## Tuning the critic's learning rate (PPO 128x1, seeds "
           f"{' '.join(map(str, a['tune_seeds']))})", "",
           "| vf_lr | final accuracy | best accuracy | steps to target | explained variance, "
