@@ -39,8 +39,9 @@ class TrainConfig:
     objective: str = "grpo"
     """"grpo"; or "supervised": cross-entropy on task demonstrations (answers only), as the
     base policy was made, through the same loop (the compression benchmarks' control); or
-    "ppo": PPO with a learned critic, a value head on the policy's hidden states (ppo.py),
-    GAE advantages instead of the group baseline (toy policy, one process, by_prompt)."""
+    "ppo": PPO with a learned critic (ppo.py; ppo_critic: a value head on the policy's hidden
+    states, or a critic network of its own), GAE advantages instead of the group baseline
+    (toy policy, one process, by_prompt)."""
     task: str = "addition"
     """Task to train and evaluate on: one of tasks.TASKS, several joined by commas
     ("count,compare"), or "mixture" (the families of tasks.MIXTURE_TASKS). With several,
