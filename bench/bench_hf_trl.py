@@ -346,6 +346,8 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(a.out or f"bench/RESULTS_hf_trl{'_cuda' if a.device == 'cuda' else ''}.md")
     out.write_text(f"# grpo_lab vs TRL GRPOTrainer (bench/bench_hf_trl.py)\n\n{text}")
     if a.accuracy_steps:                            # every row, to recompute any threshold
+        done = {k: [[{f: round(v, 5) if isinstance(v, float) else v for f, v in r.items()}
+                     for r in rows] for rows in seeds] for k, seeds in done.items()}
         out.with_suffix(".json").write_text(json.dumps({"args": vars(a), "runs": done}))
 
 
