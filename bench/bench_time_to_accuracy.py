@@ -55,6 +55,17 @@ VARIANTS = {
                          "reward_weights": {"accuracy": 1.0, "format": 0.1}},
     "demo": {k: v for k, v in PRESETS["tiny_cpu"].items() if k != "target_accuracy"},  # now
 }
+NEW_DEMO = {**OLD_DEMO, "lr": 3e-4, "beta": 0.0}         # = "lr3e-4_beta0" = "demo"
+VARIANTS.update({                                        # one change each against the new demo
+    "demo_mu2": {**NEW_DEMO, "mu": 2},
+    "demo_G16_B8": {**NEW_DEMO, "prompts_per_step": 8, "group_size": 16},
+    "demo_B32": {**NEW_DEMO, "prompts_per_step": 32},
+    "demo_T1.0": {**NEW_DEMO, "temperature": 1.0},
+    "demo_dapo": {**NEW_DEMO, "dynamic_sampling": True},
+    "demo_dr_grpo": {**NEW_DEMO, "advantage": "dr_grpo", "aggregation": "dr_grpo"},
+    "demo_token_mean": {**NEW_DEMO, "aggregation": "token_mean"},
+    "demo_accuracy_only": {**NEW_DEMO, "reward_weights": {"accuracy": 1.0, "format": 0.1}},
+})
 
 
 def summarize(res, targets) -> list[dict]:
