@@ -30,30 +30,40 @@ from grpo_lab.trainer import evaluate, train
 WEIGHTS = {"accuracy": 1.0, "partial": 0.5}
 
 
-def grpo_lab_steps(a, beta: float, eval_every: int = 0) -> list[dict]:
+def grpo_lab_steps(a, beta: float, eval_every: int = 0, preset_name: str = "hf_tiny_cpu",
+                   **overrides) -> list[dict]:
     """-> one row per step: {"step_s", "elapsed_s" (training time so far), "acc" (held-out
-    greedy accuracy, on evaluation steps)}."""
+    greedy accuracy, on evaluation steps), "rollout_s" (sampling, rewards, reference forward),
+    "mean_len" (completion tokens, <eos> included)}. ``overrides``: more TrainConfig fields."""
     with tempfile.TemporaryDirectory() as d:
-        c = preset("hf_tiny_cpu", out_dir=d, steps=a.steps, prompts_per_step=a.B, group_size=a.G,
-                   max_new_tokens=a.max_new, temperature=0.7, lr=a.lr, warmup_steps=0,
-                   lr_schedule="constant", beta=beta, eval_size=a.eval_size if eval_every else 0,
-                   eval_every=eval_every, reward_weights=WEIGHTS, time_budget_s=0.0,
-                   ckpt_every=10 ** 6, threads=a.threads)
+        c = preset(preset_name, **{
+            "out_dir": d, "steps": a.steps, "prompts_per_step": a.B, "group_size": a.G,
+            "max_new_tokens": a.max_new, "temperature": 0.7, "lr": a.lr, "warmup_steps": 0,
+            "lr_schedule": "constant", "beta": beta,
+            "eval_size": a.eval_size if eval_every else 0, "eval_every": eval_every,
+            "reward_weights": WEIGHTS, "time_budget_s": 0.0, "ckpt_every": 10 ** 6,
+            "threads": a.threads, **overrides})
         h = train(c, progress=False)
     rows, spent = [], 0.0
     for x in h[1:]:
         spent += x["time/step_s"]                       # evaluation time left out, as for TRL
         rows.append({"step_s": x["time/step_s"], "elapsed_s": spent,
-                     "acc": x.get("eval/accuracy")})
+                     "acc": x.get("eval/accuracy"), "rollout_s": x["time/rollout_s"],
+                     "mean_len": x["completion/mean_len"]})
     return rows
 
 
-def trl_steps(a, beta: float, eval_every: int = 0, lr: float | None = None) -> list[dict]:
+def trl_steps(a, beta: float, eval_every: int = 0, lr: float | None = None,
+              model_dir: str = "data/hf_tiny", lr_schedule: str = "constant",
+              probe=None) -> list[dict]:
+    """-> one row per step, as grpo_lab_steps (no "rollout_s", "mean_len"), from TRL's
+    GRPOTrainer on the transformers model in ``model_dir``. ``probe(trainer)`` is called
+    before training (to wrap its methods with timers, or read its logged metrics after)."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    policy = load_hf_policy("data/hf_tiny")
+    policy = load_hf_policy(model_dir)
     held_out = {e.prompt for e in load_eval("addition")}              # as grpo_lab: never these
     exs = sample_examples(["addition"], a.B * a.steps, random.Random(0), held_out)
     data = Dataset.from_dict({"prompt": [e.prompt for e in exs], "answer": [e.answer for e in exs],
@@ -88,13 +98,15 @@ def trl_steps(a, beta: float, eval_every: int = 0, lr: float | None = None) -> l
         cfg = GRPOConfig(output_dir=d, per_device_train_batch_size=a.B * a.G,
                          num_generations=a.G, max_completion_length=a.max_new, temperature=0.7,
                          learning_rate=a.lr if lr is None else lr,
-                         lr_scheduler_type="constant", warmup_steps=0,
+                         lr_scheduler_type=lr_schedule, warmup_steps=0,
                          beta=beta, max_steps=a.steps, logging_steps=10 ** 6, save_strategy="no",
                          report_to="none", use_cpu=True, seed=0, top_k=0,
                          dataloader_num_workers=0)
         trainer = GRPOTrainer(model=policy.model, reward_funcs=reward, args=cfg,
                               train_dataset=data, processing_class=policy.tokenizer,
                               callbacks=[Clock()])
+        if probe is not None:
+            probe(trainer)
         trainer.train()
     return rows
 

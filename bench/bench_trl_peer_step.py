@@ -1,0 +1,211 @@
+"""Seconds per step: the toy demo (grpo_lab's 240k-parameter char GPT, preset tiny_cpu) vs TRL's
+GRPOTrainer on issue 13's peer, a 605k-parameter GPT-2 with a 16-token char vocabulary.
+
+Issue 13 asks that grpo_lab's step stay at least 1.5x faster than TRL's on that spec. The peer
+is built here, nothing downloaded: a char-level WordLevel tokenizer (``tokenizers``: the 10
+digits, "+", "=", and <pad>, <eos>, <bos>, <unk>; no special token is added to a prompt, as for
+the toy) and ``transformers.GPT2Config`` 3 layers x 128 wide, 4 heads, 64 positions, tied
+embeddings: 605,312 parameters. Randomly initialised it would rarely stop (<eos> is 1 of 16
+tokens), so its completions would run to the cap while the toy's stop after answer + <eos>;
+it is first warmed up on demonstrations with plain cross-entropy (grpo_lab's
+objective="supervised" through ``train``, answer + <eos> targets, ``--warmup_steps`` steps),
+so both sides stop after about the same number of tokens (the table reports each side's mean
+completion length). The weights' values barely change the cost of a step; lengths do.
+
+Both sides: 16 prompts x G=8 completions of at most 5 tokens (addition's longest answer + 2,
+grpo_lab's default), temperature 0.7, lr 1e-4 with cosine decay, mu = 1, rewards accuracy
++ 0.5 * partial (bench_hf_trl's reward; TRL's reward functions do not see whether a
+completion stopped, so the format reward is left out of both), beta 0.02 (issue 13's demo
+settings; a reference model on both sides) and beta 0. grpo_lab gets these explicitly
+(warm-up 20 steps, the old demo's), so retuned preset defaults do not move the comparison.
+One torch thread. The sides alternate in rounds (a fresh run of ``--steps`` steps per side,
+beta and round; the first 3 steps of each run dropped); the table gives the median over the
+rounds' steps and the ratio TRL / grpo_lab with a 95% t-interval over the rounds' ratios of
+medians. Where each step goes: grpo_lab logs time/rollout_s (sampling, rewards, reference
+forward); TRL's generation, its whole rollout (generation, rewards, reference forward) and
+its loss forward are timed by wrapping its methods; the rest is backward, optimizer and the
+Trainer's own overhead.
+
+    python bench/bench_trl_peer_step.py --rounds 3 --steps 30     # needs trl (bench venv)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from bench_hf_trl import grpo_lab_steps, trl_steps
+from grpo_lab.config import preset
+from grpo_lab.experiments import mean_ci
+from grpo_lab.hf import HFPolicy, HFPolicyConfig, transformers_module
+from grpo_lab.trainer import train
+
+CHARS = "0123456789+="
+SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>")
+
+
+def char_tokenizer():
+    """A 16-token char-level tokenizer: <pad>=0, <eos>=1, <bos>=2, <unk>=3, then CHARS."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {t: i for i, t in enumerate(SPECIALS + tuple(CHARS))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")   # one per char
+    tok.decoder = decoders.Fuse()                         # tokens are characters: concatenate
+    return transformers_module().PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
+        unk_token="<unk>")
+
+
+def build_peer(out_dir: str, warmup_steps: int, threads: int) -> dict:
+    """Write the peer GPT-2 and its tokenizer to ``out_dir``, warmed up on addition
+    demonstrations -> {"params", "vocab", "warmup_s", "warmup_acc"}."""
+    tf = transformers_module()
+    tokenizer = char_tokenizer()
+    config = tf.GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=128, n_layer=3,
+                           n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                           bos_token_id=tokenizer.bos_token_id,
+                           eos_token_id=tokenizer.eos_token_id,
+                           pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    policy = HFPolicy(tf.GPT2LMHeadModel(config), tokenizer,
+                      HFPolicyConfig(out_dir, 64, len(tokenizer)))
+    policy.save_pretrained(out_dir)
+    info = {"params": policy.num_params(), "vocab": len(tokenizer), "warmup_s": 0.0,
+            "warmup_acc": None}
+    if not warmup_steps:
+        return info
+    seen = {}
+    with tempfile.TemporaryDirectory() as d:
+        c = preset("hf_tiny_cpu", base_checkpoint=out_dir, out_dir=d, objective="supervised",
+                   steps=warmup_steps, prompts_per_step=64, lr=2e-3, warmup_steps=0,
+                   weight_decay=0.01, eval_every=0, eval_size=200, time_budget_s=0.0,
+                   ckpt_every=10 ** 6, threads=threads)
+        h = train(c, progress=False, on_step=lambda m, p: seen.update(policy=p))
+    seen["policy"].save_pretrained(out_dir)
+    info.update(warmup_s=h[-1]["time/elapsed_s"], warmup_acc=h[-1]["eval/accuracy"])
+    return info
+
+
+def trl_timers(log: dict):
+    """-> probe(trainer): wraps TRL's generation, rollout and loss forward with timers that
+    append each call's seconds to log["gen_s"], log["rollout_s"], log["loss_s"], and each
+    rollout's mean completion length to log["mean_len"]."""
+    def timed(fn, key):
+        def wrapper(*args, **kw):
+            t = time.perf_counter()
+            out = fn(*args, **kw)
+            log.setdefault(key, []).append(time.perf_counter() - t)
+            return out
+        return wrapper
+
+    def probe(trainer):
+        rollout = timed(trainer._generate_and_score_completions, "rollout_s")
+
+        def rollout_and_length(*args, **kw):                 # completion tokens, <eos> included
+            out = rollout(*args, **kw)
+            log.setdefault("mean_len", []).append(float(out["completion_mask"].sum(1).float()
+                                                        .mean()))
+            return out
+        trainer._generate_single_turn = timed(trainer._generate_single_turn, "gen_s")
+        trainer._generate_and_score_completions = rollout_and_length
+        trainer.compute_loss = timed(trainer.compute_loss, "loss_s")
+    return probe
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=30, help="steps per side, beta and round")
+    ap.add_argument("--warmup_steps", type=int, default=300,
+                    help="cross-entropy steps on demonstrations for the peer GPT-2 (0: random)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=str(Path(__file__).with_name("RESULTS_trl_peer_step.md")))
+    a = ap.parse_args()
+    a.B, a.G, a.max_new, a.lr, a.eval_size, drop = 16, 8, 5, 1e-4, 0, 3
+    torch.set_num_threads(a.threads)
+    import transformers
+    import trl
+
+    t0, load0 = time.perf_counter(), os.getloadavg()[0]
+    side = {}                                      # (beta, side) -> {"step_s": [...], ...}
+    ratios, per_round = {}, []                     # beta -> [per-round ratio of medians]
+    with tempfile.TemporaryDirectory() as peer:
+        info = build_peer(peer, a.warmup_steps, a.threads)
+        for r in range(a.rounds):
+            for beta in (0.02, 0.0):
+                runs = {}
+                for name in (("grpo_lab", "TRL") if r % 2 == 0 else ("TRL", "grpo_lab")):
+                    if name == "grpo_lab":
+                        rows = grpo_lab_steps(a, beta, preset_name="tiny_cpu", warmup_steps=20,
+                                              lr_schedule="cosine")[drop:]
+                        cols = {k: [x[k] for x in rows] for k in ("step_s", "rollout_s",
+                                                                  "mean_len")}
+                    else:
+                        log = {}
+                        rows = trl_steps(a, beta, model_dir=peer, lr_schedule="cosine",
+                                         probe=trl_timers(log))[drop:]
+                        cols = {"step_s": [x["step_s"] for x in rows],
+                                **{k: log[k][drop:] for k in ("gen_s", "rollout_s", "loss_s",
+                                                              "mean_len")}}
+                    runs[name] = cols
+                    for k, v in cols.items():
+                        side.setdefault((beta, name), {}).setdefault(k, []).extend(v)
+                med = {n: statistics.median(c["step_s"]) for n, c in runs.items()}
+                ratios.setdefault(beta, []).append(med["TRL"] / med["grpo_lab"])
+                per_round.append(f"| {r} | {beta} | {med['grpo_lab']:.4f} | {med['TRL']:.4f} | "
+                                 f"{ratios[beta][-1]:.2f} |")
+                print(per_round[-1], flush=True)
+    m = lambda beta, name, k: statistics.median(side[(beta, name)][k])  # noqa: E731
+    mean_len = lambda beta, name: statistics.mean(side[(beta, name)]["mean_len"])  # noqa: E731
+    acc = "-" if info["warmup_acc"] is None else f"{info['warmup_acc']:.1%}"
+    lines = [
+        "# The toy demo's step vs TRL's GRPOTrainer on the issue-13 peer spec", "",
+        f"Command: `PYTHONPATH=. /work/benchvenv/bin/python bench/bench_trl_peer_step.py "
+        f"--rounds {a.rounds} --steps {a.steps} --warmup_steps {a.warmup_steps} "
+        f"--threads {a.threads}`", "",
+        f"torch {torch.__version__}, transformers {transformers.__version__}, trl "
+        f"{trl.__version__}; {a.threads} torch thread(s); 2-core machine shared with other "
+        f"jobs (load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end); "
+        f"whole bench {time.perf_counter() - t0:.0f} s.", "",
+        f"2-digit addition, B={a.B} prompts x G={a.G}, at most {a.max_new} new tokens, "
+        f"temperature 0.7, lr {a.lr:g} cosine, rewards accuracy + 0.5 partial. grpo_lab: preset "
+        f"tiny_cpu, data/base_policy.safetensors (240k-parameter char GPT). TRL: GPT-2, "
+        f"{info['params']:,} parameters, {info['vocab']}-token char vocabulary, warmed up "
+        f"{a.warmup_steps} cross-entropy steps on demonstrations ({info['warmup_s']:.0f} s; "
+        f"held-out greedy accuracy {acc}). {a.rounds} rounds x {a.steps} steps per side and "
+        f"beta, sides alternating, first {drop} steps of each run dropped; medians; the ratio's "
+        f"interval is the 95% t-interval over the rounds' ratios of medians.", "",
+        "| beta | grpo_lab s/step | TRL s/step | TRL / grpo_lab (95% CI) | "
+        "mean completion tokens (<eos> included), grpo_lab / TRL |",
+        "|---|---|---|---|---|"]
+    for beta in (0.02, 0.0):
+        mean, lo, hi = mean_ci(ratios[beta])
+        lines.append(f"| {beta} | {m(beta, 'grpo_lab', 'step_s'):.4f} | "
+                     f"{m(beta, 'TRL', 'step_s'):.4f} | {mean:.2f} [{lo:.2f}, {hi:.2f}] | "
+                     f"{mean_len(beta, 'grpo_lab'):.2f} / {mean_len(beta, 'TRL'):.2f} |")
+    lines += ["", "Per round (median s/step):", "",
+              "| round | beta | grpo_lab | TRL | TRL / grpo_lab |", "|---|---|---|---|---|",
+              *per_round, "", "Where the step goes (medians, s; the columns' medians need not "
+              "add up to the step's):", "",
+              "| beta | side | step | rollout | of which generation | loss forward | "
+              "rest: backward, optimizer, overhead |", "|---|---|---|---|---|---|---|"]
+    for beta in (0.02, 0.0):
+        g, t = (lambda k: m(beta, "grpo_lab", k)), (lambda k: m(beta, "TRL", k))  # noqa: E731
+        lines += [f"| {beta} | grpo_lab | {g('step_s'):.4f} | {g('rollout_s'):.4f} | - | - | "
+                  f"{g('step_s') - g('rollout_s'):.4f} (loss forward included) |",
+                  f"| {beta} | TRL | {t('step_s'):.4f} | {t('rollout_s'):.4f} | "
+                  f"{t('gen_s'):.4f} | {t('loss_s'):.4f} | "
+                  f"{t('step_s') - t('rollout_s') - t('loss_s'):.4f} |"]
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    Path(a.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
