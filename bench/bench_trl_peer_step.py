@@ -35,17 +35,20 @@ import os
 import statistics
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from bench_hf_trl import grpo_lab_steps, trl_steps
+from grpo_lab import step
 from grpo_lab.config import preset
 from grpo_lab.experiments import mean_ci
 from grpo_lab.hf import HFPolicy, HFPolicyConfig, transformers_module
 from grpo_lab.trainer import train
 
 CHARS = "0123456789+="
+SIDES = ("grpo_lab", "grpo_lab hf", "TRL")     # the demo; grpo_lab on the peer GPT-2; TRL
 SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>")
 
 
@@ -92,30 +95,46 @@ def build_peer(out_dir: str, warmup_steps: int, threads: int) -> dict:
     return info
 
 
+def timed(fn, log: dict, key: str):
+    """``fn`` that appends each call's seconds to log[key]."""
+    def wrapper(*args, **kw):
+        t = time.perf_counter()
+        out = fn(*args, **kw)
+        log.setdefault(key, []).append(time.perf_counter() - t)
+        return out
+    return wrapper
+
+
 def trl_timers(log: dict):
     """-> probe(trainer): wraps TRL's generation, rollout and loss forward with timers that
     append each call's seconds to log["gen_s"], log["rollout_s"], log["loss_s"], and each
     rollout's mean completion length to log["mean_len"]."""
-    def timed(fn, key):
-        def wrapper(*args, **kw):
-            t = time.perf_counter()
-            out = fn(*args, **kw)
-            log.setdefault(key, []).append(time.perf_counter() - t)
-            return out
-        return wrapper
-
     def probe(trainer):
-        rollout = timed(trainer._generate_and_score_completions, "rollout_s")
+        rollout = timed(trainer._generate_and_score_completions, log, "rollout_s")
 
         def rollout_and_length(*args, **kw):                 # completion tokens, <eos> included
             out = rollout(*args, **kw)
             log.setdefault("mean_len", []).append(float(out["completion_mask"].sum(1).float()
                                                         .mean()))
             return out
-        trainer._generate_single_turn = timed(trainer._generate_single_turn, "gen_s")
+        trainer._generate_single_turn = timed(trainer._generate_single_turn, log, "gen_s")
         trainer._generate_and_score_completions = rollout_and_length
-        trainer.compute_loss = timed(trainer.compute_loss, "loss_s")
+        trainer.compute_loss = timed(trainer.compute_loss, log, "loss_s")
     return probe
+
+
+@contextmanager
+def grpo_lab_timers(log: dict):
+    """Time grpo_lab's sampler (step.sample) and GRPO loss forward (the objective) into
+    log["gen_s"], log["loss_s"] while inside; restored on exit."""
+    collect, objective = step.OBJECTIVES["grpo"]
+    sample = step.sample
+    step.OBJECTIVES["grpo"] = (collect, timed(objective, log, "loss_s"))
+    step.sample = timed(sample, log, "gen_s")
+    try:
+        yield
+    finally:
+        step.OBJECTIVES["grpo"], step.sample = (collect, objective), sample
 
 
 def main() -> None:
@@ -134,35 +153,39 @@ def main() -> None:
 
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
     side = {}                                      # (beta, side) -> {"step_s": [...], ...}
-    ratios, per_round = {}, []                     # beta -> [per-round ratio of medians]
+    ratios, per_round = {}, []           # (beta, side) -> [per-round TRL / side medians]
     with tempfile.TemporaryDirectory() as peer:
         info = build_peer(peer, a.warmup_steps, a.threads)
         for r in range(a.rounds):
             for beta in (0.02, 0.0):
                 runs = {}
-                for name in (("grpo_lab", "TRL") if r % 2 == 0 else ("TRL", "grpo_lab")):
-                    if name == "grpo_lab":
-                        rows = grpo_lab_steps(a, beta, preset_name="tiny_cpu", warmup_steps=20,
-                                              lr_schedule="cosine")[drop:]
-                        cols = {k: [x[k] for x in rows] for k in ("step_s", "rollout_s",
-                                                                  "mean_len")}
-                    else:
-                        log = {}
+                for name in (SIDES if r % 2 == 0 else SIDES[::-1]):
+                    log = {}
+                    if name == "TRL":
                         rows = trl_steps(a, beta, model_dir=peer, lr_schedule="cosine",
-                                         probe=trl_timers(log))[drop:]
-                        cols = {"step_s": [x["step_s"] for x in rows],
-                                **{k: log[k][drop:] for k in ("gen_s", "rollout_s", "loss_s",
-                                                              "mean_len")}}
+                                         probe=trl_timers(log))
+                    else:
+                        where = ({"preset_name": "tiny_cpu"} if name == "grpo_lab" else
+                                 {"preset_name": "hf_tiny_cpu", "base_checkpoint": peer})
+                        with grpo_lab_timers(log):
+                            rows = grpo_lab_steps(a, beta, warmup_steps=20, lr_schedule="cosine",
+                                                  **where)
+                    cols = {"step_s": [x["step_s"] for x in rows],
+                            **{k: log[k] for k in ("gen_s", "loss_s")},
+                            **{k: (log[k] if name == "TRL" else [x[k] for x in rows])
+                               for k in ("rollout_s", "mean_len")}}
+                    cols = {k: v[drop:] for k, v in cols.items()}
                     runs[name] = cols
                     for k, v in cols.items():
                         side.setdefault((beta, name), {}).setdefault(k, []).extend(v)
                 med = {n: statistics.median(c["step_s"]) for n, c in runs.items()}
-                ratios.setdefault(beta, []).append(med["TRL"] / med["grpo_lab"])
-                per_round.append(f"| {r} | {beta} | {med['grpo_lab']:.4f} | {med['TRL']:.4f} | "
-                                 f"{ratios[beta][-1]:.2f} |")
+                for n in SIDES[:2]:
+                    ratios.setdefault((beta, n), []).append(med["TRL"] / med[n])
+                per_round.append(f"| {r} | {beta} | " + " | ".join(f"{med[n]:.4f}" for n in SIDES)
+                                 + f" | {ratios[(beta, SIDES[0])][-1]:.2f} | "
+                                   f"{ratios[(beta, SIDES[1])][-1]:.2f} |")
                 print(per_round[-1], flush=True)
     m = lambda beta, name, k: statistics.median(side[(beta, name)][k])  # noqa: E731
-    mean_len = lambda beta, name: statistics.mean(side[(beta, name)]["mean_len"])  # noqa: E731
     acc = "-" if info["warmup_acc"] is None else f"{info['warmup_acc']:.1%}"
     lines = [
         "# The toy demo's step vs TRL's GRPOTrainer on the issue-13 peer spec", "",
@@ -174,34 +197,40 @@ def main() -> None:
         f"jobs (load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end); "
         f"whole bench {time.perf_counter() - t0:.0f} s.", "",
         f"2-digit addition, B={a.B} prompts x G={a.G}, at most {a.max_new} new tokens, "
-        f"temperature 0.7, lr {a.lr:g} cosine, rewards accuracy + 0.5 partial. grpo_lab: preset "
-        f"tiny_cpu, data/base_policy.safetensors (240k-parameter char GPT). TRL: GPT-2, "
-        f"{info['params']:,} parameters, {info['vocab']}-token char vocabulary, warmed up "
-        f"{a.warmup_steps} cross-entropy steps on demonstrations ({info['warmup_s']:.0f} s; "
-        f"held-out greedy accuracy {acc}). {a.rounds} rounds x {a.steps} steps per side and "
-        f"beta, sides alternating, first {drop} steps of each run dropped; medians; the ratio's "
+        f"temperature 0.7, lr {a.lr:g} cosine, rewards accuracy + 0.5 partial. "
+        f"`grpo_lab`: the demo, preset tiny_cpu, data/base_policy.safetensors (240k-parameter "
+        f"char GPT). `TRL`: GRPOTrainer on the peer GPT-2, {info['params']:,} parameters, "
+        f"{info['vocab']}-token char vocabulary, warmed up {a.warmup_steps} cross-entropy steps "
+        f"on demonstrations ({info['warmup_s']:.0f} s; held-out greedy accuracy {acc}). "
+        f"`grpo_lab hf`: grpo_lab's train (preset hf_tiny_cpu's HF path) on that same GPT-2, "
+        f"the like-for-like control. {a.rounds} rounds x {a.steps} steps per side and beta, "
+        f"sides alternating, first {drop} steps of each run dropped; medians; the ratio's "
         f"interval is the 95% t-interval over the rounds' ratios of medians.", "",
-        "| beta | grpo_lab s/step | TRL s/step | TRL / grpo_lab (95% CI) | "
-        "mean completion tokens (<eos> included), grpo_lab / TRL |",
+        "| beta | side | s/step | TRL / side (95% CI) | mean completion tokens (<eos> in) |",
         "|---|---|---|---|---|"]
     for beta in (0.02, 0.0):
-        mean, lo, hi = mean_ci(ratios[beta])
-        lines.append(f"| {beta} | {m(beta, 'grpo_lab', 'step_s'):.4f} | "
-                     f"{m(beta, 'TRL', 'step_s'):.4f} | {mean:.2f} [{lo:.2f}, {hi:.2f}] | "
-                     f"{mean_len(beta, 'grpo_lab'):.2f} / {mean_len(beta, 'TRL'):.2f} |")
+        for n in SIDES:
+            ci = "-"
+            if (beta, n) in ratios:
+                mean, lo, hi = mean_ci(ratios[(beta, n)])
+                ci = f"{mean:.2f} [{lo:.2f}, {hi:.2f}]"
+            lines.append(f"| {beta} | {n} | {m(beta, n, 'step_s'):.4f} | {ci} | "
+                         f"{statistics.mean(side[(beta, n)]['mean_len']):.2f} |")
     lines += ["", "Per round (median s/step):", "",
-              "| round | beta | grpo_lab | TRL | TRL / grpo_lab |", "|---|---|---|---|---|",
-              *per_round, "", "Where the step goes (medians, s; the columns' medians need not "
-              "add up to the step's):", "",
-              "| beta | side | step | rollout | of which generation | loss forward | "
-              "rest: backward, optimizer, overhead |", "|---|---|---|---|---|---|---|"]
+              "| round | beta | " + " | ".join(SIDES) + " | TRL / grpo_lab | TRL / grpo_lab hf |",
+              "|---|---|---|---|---|---|---|", *per_round, "",
+              "Where the step goes (medians, s; medians need not add up). rollout: sampling, "
+              "rewards, reference forward (beta > 0), advantages; loss forward: the GRPO "
+              "objective's forward (grpo_lab's objective, TRL's compute_loss); rest: step - "
+              "rollout - loss forward = backward, optimizer, the loop's overhead.", "",
+              "| beta | side | step | rollout | of which generation | loss forward | rest |",
+              "|---|---|---|---|---|---|---|"]
     for beta in (0.02, 0.0):
-        g, t = (lambda k: m(beta, "grpo_lab", k)), (lambda k: m(beta, "TRL", k))  # noqa: E731
-        lines += [f"| {beta} | grpo_lab | {g('step_s'):.4f} | {g('rollout_s'):.4f} | - | - | "
-                  f"{g('step_s') - g('rollout_s'):.4f} (loss forward included) |",
-                  f"| {beta} | TRL | {t('step_s'):.4f} | {t('rollout_s'):.4f} | "
-                  f"{t('gen_s'):.4f} | {t('loss_s'):.4f} | "
-                  f"{t('step_s') - t('rollout_s') - t('loss_s'):.4f} |"]
+        for n in SIDES:
+            v = {k: m(beta, n, k) for k in ("step_s", "rollout_s", "gen_s", "loss_s")}
+            lines.append(f"| {beta} | {n} | {v['step_s']:.4f} | {v['rollout_s']:.4f} | "
+                         f"{v['gen_s']:.4f} | {v['loss_s']:.4f} | "
+                         f"{v['step_s'] - v['rollout_s'] - v['loss_s']:.4f} |")
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     Path(a.out).write_text(text)
