@@ -55,7 +55,7 @@ def grpo_lab_steps(a, beta: float, eval_every: int = 0, preset_name: str = "hf_t
 
 def trl_steps(a, beta: float, eval_every: int = 0, lr: float | None = None,
               model_dir: str = "data/hf_tiny", lr_schedule: str = "constant",
-              probe=None) -> list[dict]:
+              probe=None, seed: int = 0) -> list[dict]:
     """-> one row per step, as grpo_lab_steps (no "rollout_s", "mean_len"), from TRL's
     GRPOTrainer on the transformers model in ``model_dir``. ``probe(trainer)`` is called
     before training (to wrap its methods with timers, or read its logged metrics after)."""
@@ -65,7 +65,7 @@ def trl_steps(a, beta: float, eval_every: int = 0, lr: float | None = None,
 
     policy = load_hf_policy(model_dir)
     held_out = {e.prompt for e in load_eval("addition")}              # as grpo_lab: never these
-    exs = sample_examples(["addition"], a.B * a.steps, random.Random(0), held_out)
+    exs = sample_examples(["addition"], a.B * a.steps, random.Random(seed), held_out)
     data = Dataset.from_dict({"prompt": [e.prompt for e in exs], "answer": [e.answer for e in exs],
                               "task": [e.task for e in exs]})
 
@@ -100,7 +100,7 @@ def trl_steps(a, beta: float, eval_every: int = 0, lr: float | None = None,
                          learning_rate=a.lr if lr is None else lr,
                          lr_scheduler_type=lr_schedule, warmup_steps=0,
                          beta=beta, max_steps=a.steps, logging_steps=10 ** 6, save_strategy="no",
-                         report_to="none", use_cpu=True, seed=0, top_k=0,
+                         report_to="none", use_cpu=True, seed=seed, top_k=0,
                          dataloader_num_workers=0)
         trainer = GRPOTrainer(model=policy.model, reward_funcs=reward, args=cfg,
                               train_dataset=data, processing_class=policy.tokenizer,

@@ -12,21 +12,24 @@ objective="supervised" through ``train``, answer + <eos> targets, ``--warmup_ste
 so both sides stop after about the same number of tokens (the table reports each side's mean
 completion length). The weights' values barely change the cost of a step; lengths do.
 
-Both sides: 16 prompts x G=8 completions of at most 5 tokens (addition's longest answer + 2,
-grpo_lab's default), temperature 0.7, lr 1e-4 with cosine decay, mu = 1, rewards accuracy
-+ 0.5 * partial (bench_hf_trl's reward; TRL's reward functions do not see whether a
-completion stopped, so the format reward is left out of both), beta 0.02 (issue 13's demo
-settings; a reference model on both sides) and beta 0. grpo_lab gets these explicitly
+Three sides: ``grpo_lab`` (the demo: preset tiny_cpu, data/base_policy.safetensors),
+``TRL`` (GRPOTrainer on the peer) and ``grpo_lab hf`` (grpo_lab's train on the same peer
+GPT-2 through its HF path: the like-for-like control, which separates the framework from the
+model's size). All: 16 prompts x G=8 completions of at most 5 tokens (addition's longest
+answer + 2, grpo_lab's default), temperature 0.7, lr 1e-4 with cosine decay, mu = 1, rewards
+accuracy + 0.5 * partial (bench_hf_trl's reward; TRL's reward functions do not see whether a
+completion stopped, so the format reward is left out of all), beta 0.02 (issue 13's demo
+settings; a reference model on every side) and beta 0. grpo_lab gets these explicitly
 (warm-up 20 steps, the old demo's), so retuned preset defaults do not move the comparison.
 One torch thread. The sides alternate in rounds (a fresh run of ``--steps`` steps per side,
-beta and round; the first 3 steps of each run dropped); the table gives the median over the
-rounds' steps and the ratio TRL / grpo_lab with a 95% t-interval over the rounds' ratios of
-medians. Where each step goes: grpo_lab logs time/rollout_s (sampling, rewards, reference
-forward); TRL's generation, its whole rollout (generation, rewards, reference forward) and
-its loss forward are timed by wrapping its methods; the rest is backward, optimizer and the
-Trainer's own overhead.
+beta and round, seed = round; the first 3 steps of each run dropped); the table gives the
+median over the rounds' steps and TRL / side with a 95% t-interval over the rounds' ratios
+of medians. Where each step goes: grpo_lab logs time/rollout_s (sampling, rewards, reference
+forward, advantages) and its sampler and loss forward are timed by wrapping them; TRL's
+generation, its whole rollout and its loss forward (compute_loss) are timed by wrapping its
+methods; the rest is backward, optimizer and the loop's own overhead.
 
-    python bench/bench_trl_peer_step.py --rounds 3 --steps 30     # needs trl (bench venv)
+    PYTHONPATH=. python bench/bench_trl_peer_step.py --rounds 5 --steps 30   # trl: bench venv
 """
 from __future__ import annotations
 
@@ -139,7 +142,7 @@ def grpo_lab_timers(log: dict):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30, help="steps per side, beta and round")
     ap.add_argument("--warmup_steps", type=int, default=300,
                     help="cross-entropy steps on demonstrations for the peer GPT-2 (0: random)")
@@ -163,13 +166,13 @@ def main() -> None:
                     log = {}
                     if name == "TRL":
                         rows = trl_steps(a, beta, model_dir=peer, lr_schedule="cosine",
-                                         probe=trl_timers(log))
+                                         probe=trl_timers(log), seed=r)
                     else:
                         where = ({"preset_name": "tiny_cpu"} if name == "grpo_lab" else
                                  {"preset_name": "hf_tiny_cpu", "base_checkpoint": peer})
                         with grpo_lab_timers(log):
                             rows = grpo_lab_steps(a, beta, warmup_steps=20, lr_schedule="cosine",
-                                                  **where)
+                                                  seed=r, **where)
                     cols = {"step_s": [x["step_s"] for x in rows],
                             **{k: log[k] for k in ("gen_s", "loss_s")},
                             **{k: (log[k] if name == "TRL" else [x[k] for x in rows])
@@ -204,8 +207,8 @@ def main() -> None:
         f"on demonstrations ({info['warmup_s']:.0f} s; held-out greedy accuracy {acc}). "
         f"`grpo_lab hf`: grpo_lab's train (preset hf_tiny_cpu's HF path) on that same GPT-2, "
         f"the like-for-like control. {a.rounds} rounds x {a.steps} steps per side and beta, "
-        f"sides alternating, first {drop} steps of each run dropped; medians; the ratio's "
-        f"interval is the 95% t-interval over the rounds' ratios of medians.", "",
+        f"sides alternating, round r runs seed r on every side, first {drop} steps of "
+        f"each run dropped; medians; the ratio's interval is the 95% t-interval over the rounds' ratios of medians.", "",
         "| beta | side | s/step | TRL / side (95% CI) | mean completion tokens (<eos> in) |",
         "|---|---|---|---|---|"]
     for beta in (0.02, 0.0):
