@@ -208,7 +208,8 @@ def main() -> None:
         f"`grpo_lab hf`: grpo_lab's train (preset hf_tiny_cpu's HF path) on that same GPT-2, "
         f"the like-for-like control. {a.rounds} rounds x {a.steps} steps per side and beta, "
         f"sides alternating, round r runs seed r on every side, first {drop} steps of "
-        f"each run dropped; medians; the ratio's interval is the 95% t-interval over the rounds' ratios of medians.", "",
+        f"each run dropped; medians; the ratio's interval is the 95% t-interval over the "
+        f"rounds' ratios of medians.", "",
         "| beta | side | s/step | TRL / side (95% CI) | mean completion tokens (<eos> in) |",
         "|---|---|---|---|---|"]
     for beta in (0.02, 0.0):
