@@ -150,6 +150,8 @@ def main() -> None:
     ap.add_argument("--warmup_steps", type=int, default=300,
                     help="cross-entropy steps on demonstrations for the peer GPT-2 (0: random)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--trl_checkpointing", choices=("shipped", "off"), default="shipped",
+                    help="TRL's activation checkpointing: as TRL 1.16 ships it (on), or off")
     ap.add_argument("--out", default=str(Path(__file__).with_name("RESULTS_trl_peer_step.md")))
     a = ap.parse_args()
     a.B, a.G, a.max_new, a.lr, a.eval_size, drop = 16, 8, 5, 1e-4, 0, 3
@@ -173,7 +175,9 @@ def main() -> None:
                     if name == "TRL":
                         rows = trl_steps(a, beta, a.steps, seed=r, shipped=True,
                                          probe=trl_timers(log), learning_rate=a.lr,
-                                         lr_scheduler_type="cosine", warmup_steps=0)
+                                         lr_scheduler_type="cosine", warmup_steps=0,
+                                         **({"gradient_checkpointing": False}
+                                            if a.trl_checkpointing == "off" else {}))
                     else:
                         where = demo if name == "grpo_lab" else {}      # else: a.model, HF
                         with grpo_lab_timers(log):
@@ -200,7 +204,7 @@ def main() -> None:
         "# The toy demo's step vs TRL's GRPOTrainer on the issue-13 peer spec", "",
         f"Command: `PYTHONPATH=. /work/benchvenv/bin/python bench/bench_trl_peer_step.py "
         f"--rounds {a.rounds} --steps {a.steps} --warmup_steps {a.warmup_steps} "
-        f"--threads {a.threads}`", "",
+        f"--threads {a.threads} --trl_checkpointing {a.trl_checkpointing}`", "",
         f"torch {torch.__version__}, transformers {transformers.__version__}, trl "
         f"{trl.__version__}; {a.threads} torch thread(s); 2-core machine shared with other "
         f"jobs (load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end); "
