@@ -4,7 +4,8 @@
         batch = collect(policy, cfg, step, ctx)        prompts -> rollouts -> rewards ->
                                                        group ids -> advantages (step.py, no grad)
         mu times: loss = objective(policy, batch)       clipped surrogate + beta * k3 KL
-                  backward; exchange.reduce()          ranks agree on the mean gradient
+                  backward                             (per micro-batch: they accumulate)
+                  exchange.reduce()                    ranks agree on the mean gradient
                   exchange.step()                      clip, AdamW (exchanges.py)
         log one metrics dict; evaluate and checkpoint now and then (rank 0)
 
@@ -50,7 +51,8 @@ from grpo_lab.model import GPT
 from grpo_lab.policy import frozen, load_for
 from grpo_lab.ppo import ValueHead
 from grpo_lab.reclustering import StepGrouper
-from grpo_lab.step import OBJECTIVES, StepContext, max_new_tokens, sample_and_score
+from grpo_lab.step import (OBJECTIVES, StepContext, backward, max_new_tokens, sample_and_score,
+                           split_batch)
 from grpo_lab.registry import load_plugins
 from grpo_lab.tasks import accuracy_reward, has_eval, load_eval, sample_examples
 
@@ -254,10 +256,10 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
         t_collect = time.perf_counter() - t_step
         policy.train()
         w0, payload, sent, shares, ex_metrics = wchar(), 0, 0, {}, {}
+        parts = split_batch(batch, cfg.micro_batches) if cfg.micro_batches > 1 else [batch]
         for _ in range(cfg.mu):
-            loss, shares = objective(ex.module, batch, cfg, group.world)
             ex.zero_grad()
-            loss.backward()
+            shares = backward(objective, ex.module, parts, cfg, group.world)  # accumulates
             b = ex.reduce()
             try:
                 ex_metrics = ex.step()
