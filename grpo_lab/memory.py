@@ -21,12 +21,12 @@ A checkpointed block keeps one C-wide input, 1/16 of that, and recomputes the re
 backward (one more block forward: about a third more compute for that block).
 
 Both count tensors, not the allocator: process memory (RSS) adds the allocator's caching,
-Python and the libraries; ``peak_rss_bytes`` reads that for the benchmark's fresh processes.
+Python and the libraries; ``rss_bytes`` reads it (Linux) for the benchmark's fresh processes.
 """
 from __future__ import annotations
 
-import resource
 import weakref
+from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -89,9 +89,18 @@ def peak_bytes(fn) -> tuple[int, int]:
     return m.peak, m.now
 
 
-def peak_rss_bytes() -> int:
-    """This process's peak resident set size so far (Linux: ru_maxrss is in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def rss_bytes(peak: bool = False) -> int:
+    """This process's resident set size now (VmRSS), or its peak since the start or the last
+    ``reset_peak_rss`` (VmHWM), from Linux's /proc/self/status."""
+    key = "VmHWM:" if peak else "VmRSS:"
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines()
+                if x.startswith(key))
+    return int(line.split()[1]) * 1024                                    # kB -> bytes
+
+
+def reset_peak_rss() -> None:
+    """Set the peak RSS to the current RSS (Linux: write 5 to /proc/self/clear_refs)."""
+    Path("/proc/self/clear_refs").write_text("5")
 
 
 def tensor_bytes(tensors) -> int:

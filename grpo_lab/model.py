@@ -12,7 +12,9 @@ Deviations from nanoGPT, all for RL sampling:
     from ``TrainConfig``:
     ``checkpoint_every = k``: block i runs under ``torch.utils.checkpoint`` when i % k == 0
     (transformers' ``every_n_layers`` rule, so k means the same for policy="hf"): it keeps
-    only its input and recomputes its activations in backward (Chen et al. 2016).
+    only its input and recomputes its activations in backward (Chen et al. 2016); the cache
+    returned then holds None for it (a training forward's keys and values are not needed,
+    and keeping them would cost two inputs' worth per block).
     ``autocast``: bf16 autocast (mixed precision; weights stay float32); the callers take
     log-probs in float32 (``logits.float()``).
 Weights are saved and loaded with safetensors, never pickle.
@@ -160,8 +162,8 @@ class GPT(nn.Module):
             x = self.wte(idx) + self.wpe(pos)                              # (B, T, C)
             new_cache = []
             for i, block in enumerate(self.blocks):
-                if k and i % k == 0:                  # keep x only; recompute in backward
-                    x, kv = checkpoint(block, x, mask, None, use_reentrant=False)
+                if k and i % k == 0:    # keep x only, recompute in backward; no k, v kept
+                    x, kv = checkpoint(block, x, mask, None, use_reentrant=False)[0], None
                 else:
                     x, kv = block(x, mask, None if cache is None else cache[i])
                 new_cache.append(kv)
