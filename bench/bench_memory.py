@@ -17,10 +17,10 @@ A. The default GRPO step of the toy policy (``tiny_cpu``: 3 blocks, 16 prompts x
    (seed, variant) runs ``--steps`` steps of ``trainer.train`` (no evaluation): peak RSS
    (ru_maxrss) less the RSS after imports; ``step``: median ``time/step_s`` (rollout included)
    as a ratio to the default's (processes interleaved: seed by seed, every variant).
-B. A deeper toy: 12 blocks, random weights, next-token cross-entropy on random tokens (rows x
+B. A deeper toy: 16 blocks, random weights, next-token cross-entropy on random tokens (rows x
    24), two batch sizes. ``every k``: the config field (block i checkpointed when i % k == 0,
    transformers' every_n_layers); ``segments of s``: Chen et al. 2016's scheme (consecutive
-   runs of s blocks under one checkpoint: keeps 12/s inputs, recomputes s blocks at a time),
+   runs of s blocks under one checkpoint: keeps 16/s inputs, recomputes s blocks at a time),
    built here from the same blocks. Peak bytes and time ratio to no checkpointing.
 C. The tiny transformers model (data/hf_tiny, 3 layers) on its preset's step: checkpoint_every
    0-3 through transformers' every_n_layers.
@@ -198,8 +198,8 @@ def segmented(model: GPT, s: int) -> GPT:
     return m
 
 
-def table_b(seeds, reps, n_layer=12, sizes=(32, 128), T=24):
-    ks, ss = (0, 1, 2, 3, 4, 6, 12), (1, 2, 3, 4, 6, 12)
+def table_b(seeds, reps, n_layer=16, sizes=(32, 128), T=24):
+    ks, ss = (0, 1, 2, 3, 4, 8, 16), (1, 2, 3, 4, 8, 16)
     out = {}
     for seed in seeds:
         torch.manual_seed(seed)
@@ -299,7 +299,7 @@ def write(args, a, runs, b, c, wall, load0, load1):
             f"| {ci_text([x / MB for x in runs[name]['rss']], '{:.1f}')} "
             f"| {ci_text([x / MB for x in runs[name]['growth']], '{:.1f}')} "
             f"| {ci_text(r['update'])} | {ci_text(runs[name]['step'])} |")
-    lines += ["", "## B. A 12-block toy (random weights), rows x 24 tokens", "",
+    lines += ["", "## B. A 16-block toy (random weights), rows x 24 tokens", "",
               "| scheme | rows | peak fwd+bwd (MB) | vs none | time vs none |", "|---|---|---|---|---|"]
     for (N, name), r in b.items():
         lines.append(f"| {name} | {N} | {ci_text([x / MB for x in r['peak']])} "
@@ -329,17 +329,17 @@ def verdicts(a, b, c) -> list[str]:
         f"toy's GRPO step changes peak forward+backward tensor memory by "
         f"{pct(one['peak'], d['peak'])} and the bytes saved for backward by "
         f"{pct(one['saved'], d['saved'])}, for {ci_text(one['update'])}x the update time; "
-        f"on the 12-block toy ({big} rows) peak {pct(b[(big, 'every 1')]['peak'], none['peak'])} "
+        f"on the 16-block toy ({big} rows) peak {pct(b[(big, 'every 1')]['peak'], none['peak'])} "
         f"for {ci_text(b[(big, 'every 1')]['time'])}x the time; on data/hf_tiny peak "
         f"{pct(c[1]['peak'], c[0]['peak'])} for {ci_text(c[1]['update'])}x.",
-        f"- Claim 22 (\"every 4 layers: memory -60%, compute +12%\"), 12 blocks, {big} rows: "
+        f"- Claim 22 (\"every 4 layers: memory -60%, compute +12%\"), 16 blocks, {big} rows: "
         f"every 4th block checkpointed: peak {pct(e4['peak'], none['peak'])}, time "
         f"{ci_text(e4['time'])}x; segments of 4 blocks (Chen et al.): peak "
         f"{pct(s4['peak'], none['peak'])}, time {ci_text(s4['time'])}x.",
-        "- Claim 9 (\"checkpoint interval = sqrt(batch size)\"), 12 blocks: the segment length "
+        "- Claim 9 (\"checkpoint interval = sqrt(batch size)\"), 16 blocks: the segment length "
         "with the least peak memory is " + ", ".join(
             f"{best[N].split()[-1]} at {N} rows (sqrt(rows) = {N ** 0.5:.1f})" for N in sorted(best))
-        + f"; sqrt(layers) = {12 ** 0.5:.1f}. " + (
+        + f"; sqrt(layers) = {16 ** 0.5:.0f}. " + (
             "It does not move with the batch size (a block's inputs and its activations both "
             "grow with the rows, so the batch cancels): not sqrt(batch size). "
             if len(set(best.values())) == 1 else "It moved with the batch size. ") + (

@@ -14,11 +14,13 @@ Two measures, both counted tensor by tensor (deterministic, so tests can compare
                         cannot: temporaries, the recomputation inside a checkpointed backward,
                         the gradients.
 
-Byte arithmetic for one toy GPT block on N rows of T tokens, width C, float32 (4 B): the
-block saves about 4 B x N x T x (C [ln1 in] + 3C [qkv] + C [attention out] + C [proj in] + C
-[ln2 in] + 4C [fc] + 4C [gelu]) + attention's (N, nh, T, T) bits: about 16 C floats per token.
-A checkpointed block keeps one C-wide input, 1/16 of that, and recomputes the rest in
-backward (one more block forward: about a third more compute for that block).
+Byte arithmetic for one toy GPT block (width C, float32, 4 B a float): per token autograd
+keeps what each LayerNorm, Linear, attention and GELU needs in backward: ln1 in, qkv in, q k v
+(3C), attention out, ln2 in, fc in, fc out (4C), GELU out (4C): about 16 C floats, plus the
+attention weights (nh x T floats). Measured at C = 80, T = 24 (tests/test_memory.py): about
+4,830 B a token in all, 15 C. A checkpointed block keeps its input only, C floats (1/15 of that), and
+recomputes the rest in backward: one more forward of the block, about a third of its
+forward + backward.
 
 Both count tensors, not the allocator: process memory (RSS) adds the allocator's caching,
 Python and the libraries; ``rss_bytes`` reads it (Linux) for the benchmark's fresh processes.

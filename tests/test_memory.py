@@ -183,7 +183,7 @@ def test_autocast_loss_is_finite_and_close_to_float32():
         policy.zero_grad(set_to_none=True)
         loss, _ = grpo_objective(policy, batch, c)
         loss.backward()
-        out[ac] = (float(loss), grads(policy))
+        out[ac] = (float(loss.detach()), grads(policy))
     assert torch.isfinite(torch.tensor(out[True][0])) and out[True][1].isfinite().all()
     assert out[True][0] == pytest.approx(out[False][0], abs=2e-3)
     cos = torch.nn.functional.cosine_similarity(out[True][1], out[False][1], dim=0)
