@@ -105,8 +105,10 @@ def ratios(times: dict, base: str) -> dict:
 
 
 def ci_text(values, fmt="{:.2f}") -> str:
+    """Mean [95% interval] over seeds; the mean alone when every seed gave the same number."""
     m, lo, hi = mean_ci(values)
-    return fmt.format(m) + (f" [{fmt.format(lo)}, {fmt.format(hi)}]" if len(values) > 1 else "")
+    same = max(values) - min(values) <= 1e-9 * max(1.0, abs(m))
+    return fmt.format(m) + ("" if same else f" [{fmt.format(lo)}, {fmt.format(hi)}]")
 
 
 # ---- A: the levers on the default GRPO step
@@ -283,12 +285,22 @@ def write(args, a, runs, b, c, wall, load0, load1):
         f"with other jobs (1-minute load {load0:.1f} at the start, {load1:.1f} at the end); "
         f"whole bench {wall:.0f} s. Memory columns count tensors (deterministic); RSS is the "
         f"process's. Each cell: mean over seeds {args.seeds} with its 95% t-interval "
-        "[low, high]; a ratio or change is per seed against the default of the same seed.", "",
+        "[low, high] (no interval: every seed gave that number); a ratio or change is per seed "
+        "against the default of the same seed.", "",
         "## A. The default GRPO step (toy, 3 blocks, 16 prompts x 8)", "",
+        "Saved: `memory.saved_bytes` of the objective's forward (the largest micro-batch's). "
+        "Peak: `memory.PeakMemory` over the objective's forward and backward (every micro-batch), "
+        "tensors created in it, gradients included. Weights+grads+AdamW+ref: bytes of those "
+        "tensors after one AdamW step. RSS: a fresh process per (seed, variant) trains "
+        f"{args.steps} steps (no evaluation): its peak RSS (VmHWM) through step 0, then the peak "
+        "reset (`memory.reset_peak_rss`) and the rise above the RSS after step 0 over the later "
+        "steps. Update time: the objective's forward + backward on the collected batch, variants "
+        f"interleaved {args.reps} times, median, over the default's. Step time: the fresh "
+        "processes' median `time/step_s` (rollout included) over the default's.", "",
         "| variant | saved for backward (MB) | vs default | peak fwd+bwd (MB) | vs default "
-        "| weights+grads+AdamW+ref (MB) | peak RSS to step 0 (MB) | RSS after step 0 (MB) "
-        "| RSS rise in steps 1+ (MB) | update time vs default | step time vs default |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| weights+grads+AdamW+ref (MB) | peak RSS to step 0 (MB) | RSS rise in steps 1+ (MB) "
+        "| update time vs default | step time vs default |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in a.items():
         lines.append(
@@ -296,7 +308,6 @@ def write(args, a, runs, b, c, wall, load0, load1):
             f"| {ci_text([x / MB for x in r['peak']])} | {pct(r['peak'], d['peak'])} "
             f"| {ci_text([x / MB for x in r['state']])} "
             f"| {ci_text([x / MB for x in runs[name]['peak0']], '{:.1f}')} "
-            f"| {ci_text([x / MB for x in runs[name]['rss']], '{:.1f}')} "
             f"| {ci_text([x / MB for x in runs[name]['growth']], '{:.1f}')} "
             f"| {ci_text(r['update'])} | {ci_text(runs[name]['step'])} |")
     lines += ["", "## B. A 16-block toy (random weights), rows x 24 tokens", "",
