@@ -266,9 +266,17 @@ def test_free_cores_leaves_the_busy_cores_alone(monkeypatch):
     import grpo_lab.trainer as tr
     monkeypatch.setattr(tr.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    for load, want in ((0.1, 2), (0.9, 1), (1.2, 1), (7.0, 1)):   # one busy core -> one thread
-        monkeypatch.setattr(tr.os, "getloadavg", lambda load=load: (load, load, load))
-        assert tr.free_cores() == want, load
+    for busy, want in ((0, 2), (1, 1), (3, 1)):                   # one busy core -> one thread
+        monkeypatch.setattr(tr, "busy_cores", lambda busy=busy: busy)
+        assert tr.free_cores() == want, busy
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)      # never more than torch's default
-    monkeypatch.setattr(tr.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(tr, "busy_cores", lambda: 0)
     assert tr.free_cores() == 1
+
+
+def test_busy_cores_reads_the_runnable_count_without_this_process(monkeypatch):
+    import io
+    import grpo_lab.trainer as tr
+    readings = iter(["0.5 0.4 0.3 2/90 1\n", "0.5 0.4 0.3 4/90 1\n", "0.5 0.4 0.3 2/90 1\n"])
+    monkeypatch.setattr("builtins.open", lambda path: io.StringIO(next(readings)))
+    assert tr.busy_cores(samples=3, interval_s=0.0) == 1           # median 2 running, minus us
