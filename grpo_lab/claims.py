@@ -298,11 +298,9 @@ CLAIMS = [
     Claim(9, "activation checkpoint interval = sqrt(batch size)", "toy",
           "memory/time sweep over the interval; the classic result (Chen et al. 2016) is about sqrt(number of layers)",
           "does not hold", "",
-          "On a 16-block toy, checkpointing segments of s blocks (Chen et al. 2016), the least peak memory is at s = 1 "
-          "for 32 and for 128 rows alike: a block's input and its activations both grow with the rows, so the batch "
-          "size cancels. Not sqrt(layers) = 4 either: a transformer block's activations are many times its input, "
-          "so keeping every block's input is cheapest here (Chen et al.'s sqrt(n) assumes a layer's activations cost "
-          "what its output does).",
+          "16-block toy, segments of s blocks (Chen et al. 2016): the least peak memory is at s = 1 for 32 and for "
+          "128 rows alike. A block's input and its activations both grow with the rows, so the batch cancels. Not "
+          "sqrt(layers) = 4 either: a block's activations are many times its input, so keeping every input is cheapest.",
           "Batch size scales every layer's activations alike, so it cannot set the checkpoint interval.",
           measured="16 blocks: least peak at segments of 1 for 32 rows (sqrt = 5.7) and for 128 rows (sqrt = 11.3)",
           source=_MEM,
@@ -357,9 +355,8 @@ CLAIMS = [
                            "the step's peak tensor memory here, for about 1.4x the update time); the 175B figures "
                            "have no setup to check",
           "Checkpointing every block keeps each block's input and recomputes the rest in backward: the toy's GRPO step "
-          "peaks 56% lower (89% less saved for backward), a 16-block toy 86% lower, data/hf_tiny 57% lower, for "
-          "1.35-1.41x the update time. Weights, gradients, AdamW state and the reference do not shrink, so the share "
-          "of a whole training process saved depends on how much of it is activations.",
+          "peaks 56% lower, a 16-block toy 86%, data/hf_tiny 57%, for 1.35-1.41x the update time. Weights, gradients "
+          "and AdamW state do not shrink, so a whole process saves what its activations were.",
           "Checkpointing saves activations only; weights, gradients and optimizer state stay.",
           measured="checkpoint_every 1: peak fwd+bwd -56% (toy step), -86% (16 blocks), -57% (hf_tiny); "
                    "update time 1.38 [1.24, 1.52]x",
