@@ -242,8 +242,9 @@ def load_policy_any(path):
         load_state_strict(policy, tensors, path, prefix="policy.")
         return policy
     policy = GPT(model_config(meta, path, "model_config"))
-    if "policy.value_head.proj.weight" in tensors:      # a PPO run's critic (ppo.py)
-        from grpo_lab.ppo import ValueHead
-        policy.value_head = ValueHead(policy.cfg.n_embd)
+    if any(k.startswith("policy.value_head.") for k in tensors):   # a PPO run's critic (ppo.py)
+        from grpo_lab.ppo import ValueHead, ValueNetwork
+        policy.value_head = (ValueHead(policy.cfg.n_embd) if "policy.value_head.proj.weight"
+                             in tensors else ValueNetwork(GPT(policy.cfg)))
     load_state_strict(policy, tensors, path, prefix="policy.")
     return policy

@@ -39,8 +39,9 @@ class TrainConfig:
     objective: str = "grpo"
     """"grpo"; or "supervised": cross-entropy on task demonstrations (answers only), as the
     base policy was made, through the same loop (the compression benchmarks' control); or
-    "ppo": PPO with a learned critic, a value head on the policy's hidden states (ppo.py),
-    GAE advantages instead of the group baseline (toy policy, one process, by_prompt)."""
+    "ppo": PPO with a learned critic (ppo.py; ppo_critic: a value head on the policy's hidden
+    states, or a critic network of its own), GAE advantages instead of the group baseline
+    (toy policy, one process, by_prompt)."""
     task: str = "addition"
     """Task to train and evaluate on: one of tasks.TASKS, several joined by commas
     ("count,compare"), or "mixture" (the families of tasks.MIXTURE_TASKS). With several,
@@ -168,6 +169,13 @@ class TrainConfig:
     """objective="ppo": weight of the value loss added to the policy loss."""
     vf_clip: float = 0.2
     """objective="ppo": the value loss's clip range around the rollout's values (PPO2)."""
+    ppo_critic: str = "head"
+    """objective="ppo": "head", a value head on the policy's hidden states (shared body), or
+    "network", a second GPT from base_checkpoint with its own value head (the classic RLHF
+    critic, as big as the policy: twice the parameters and optimizer state)."""
+    vf_lr: float = 0.0
+    """objective="ppo": the critic's AdamW learning rate, its own parameter group, with lr's
+    warm-up and schedule (0: lr). A critic starting from zero usually wants more than lr."""
     # ---- data parallel (distributed/exchanges.py): N processes, one global batch
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
@@ -192,7 +200,7 @@ class TrainConfig:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
         _finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps", "grad_clip", "eps_low",
                 "eps_high", "beta", "time_budget_s", "ppo_gamma", "ppo_lambda", "vf_coef",
-                "vf_clip")
+                "vf_clip", "vf_lr")
         _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
         _nonnegative(self, "time_budget_s", "warmup_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
                      "grad_clip", "beta", "eval_every", "eval_size", "threads")
@@ -231,7 +239,11 @@ class TrainConfig:
         self._check_ppo()
 
     def _check_ppo(self):
-        _nonnegative(self, "vf_coef", "vf_clip")
+        _nonnegative(self, "vf_coef", "vf_clip", "vf_lr")
+        _member(self.ppo_critic, ("head", "network"), "ppo_critic")
+        if self.vf_lr and self.objective != "ppo":
+            raise ValueError(f"vf_lr={self.vf_lr} is the critic's learning rate: it needs "
+                             f"objective='ppo', not {self.objective!r}")
         if not (0 <= self.ppo_gamma <= 1 and 0 <= self.ppo_lambda <= 1):
             raise ValueError(f"need ppo_gamma and ppo_lambda in [0, 1], got "
                              f"{self.ppo_gamma}, {self.ppo_lambda}")

@@ -16,9 +16,12 @@ GRPO replaces V by the group's mean reward (advantages.py): no critic to hold, t
 which is its real saving (claims 10 and 21 measure what that costs or buys). This module holds
 the pure functions, the critic's head and PPO as an objective of the one trainer
 (``objective="ppo"``: ``collect_ppo`` and ``ppo_objective``, registered in step.OBJECTIVES).
-The critic is a ``ValueHead`` on the policy's own final hidden states (shared body, the classic
-design): the trainer attaches it as ``policy.value_head``, so the one optimizer trains it and
-checkpoints hold it. One process, the toy policy.
+The critic (``cfg.ppo_critic``) is a ``ValueHead`` on the policy's own final hidden states
+("head": a shared body, nearly free) or a ``ValueNetwork``, a second GPT started from the base
+checkpoint with its own head ("network": the classic RLHF setup of Ouyang et al. 2022, a critic
+as big as the policy, whose parameters, AdamW state and activations GRPO does not hold). The
+trainer attaches either as ``policy.value_head``, so the one optimizer trains it (its own lr:
+``cfg.vf_lr``) and checkpoints hold it. One process, the toy policy.
 Shapes: N completions, T completion tokens; ``mask`` (N, T) True on real tokens, a completion's
 tokens first and padding after them.
 """
@@ -79,6 +82,19 @@ class ValueHead(nn.Module):
         return self.proj(hidden).squeeze(-1)                                      # (B, T)
 
 
+class ValueNetwork(nn.Module):
+    """A critic with a body of its own: (ids, pos, key mask) (B, T) -> values (B, T)."""
+
+    def __init__(self, body: nn.Module):
+        super().__init__()
+        self.body = body                            # a toy GPT, e.g. a copy of the base policy
+        self.head = ValueHead(body.cfg.n_embd)
+
+    def forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        _, _, h = self.body(ids, pos, mask, return_hidden=True)               # (B, T, C)
+        return self.head(h.float())                                           # (B, T)
+
+
 # ---- PPO through the one trainer: objective="ppo" (step.OBJECTIVES)
 
 PPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",
@@ -104,13 +120,16 @@ def logprobs_and_values(policy, r, temperature: float = 1.0):
     dev = next(policy.parameters()).device
     ids = torch.cat([r.prompt_ids, r.completion_ids], 1).to(dev)           # (N, Tp+Tc)
     mask = torch.cat([r.prompt_mask, r.completion_mask], 1).to(dev)        # (N, Tp+Tc)
-    logits, _, h = policy(ids, positions(mask), mask, return_hidden=True)  # (N, Tp+Tc, V|C)
+    pos = positions(mask)                                                  # (N, Tp+Tc)
+    logits, _, h = policy(ids, pos, mask, return_hidden=True)              # (N, Tp+Tc, V|C)
+    critic = policy.value_head
+    v_all = critic(h.float()) if isinstance(critic, ValueHead) else critic(ids, pos, mask)
     Tp = r.prompt_ids.shape[1]
     logp = F.log_softmax(logits[:, Tp - 1:-1].float() / temperature, -1)   # (N, Tc, V)
     c_ids, c_mask = r.completion_ids.to(dev), r.completion_mask.to(dev)
     tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2).masked_fill(~c_mask, 0.0)
     entropy = -(logp.exp() * logp).sum(-1).masked_fill(~c_mask, 0.0)      # (N, Tc)
-    values = policy.value_head(h[:, Tp - 1:-1].float()).masked_fill(~c_mask, 0.0)  # (N, Tc)
+    values = v_all[:, Tp - 1:-1].masked_fill(~c_mask, 0.0)                 # (N, Tc)
     return tok_logp, entropy, values
 
 

@@ -48,7 +48,7 @@ from grpo_lab.distributed.exchanges import AdamW, make_exchange
 from grpo_lab.distributed.group import Group
 from grpo_lab.model import GPT
 from grpo_lab.policy import frozen, load_for
-from grpo_lab.ppo import ValueHead
+from grpo_lab.ppo import ValueHead, ValueNetwork
 from grpo_lab.reclustering import StepGrouper
 from grpo_lab.step import OBJECTIVES, StepContext, max_new_tokens, sample_and_score
 from grpo_lab.registry import load_plugins
@@ -209,12 +209,14 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     eval_sets = {t: exs[:cfg.eval_size] for t, exs in eval_sets.items()}
     device = group.device                      # the rank's GPU under NCCL, else the CPU
     policy = load_for(cfg).to(device)                       # policy.py: toy GPT or HF model
-    if cfg.objective == "ppo":       # the critic: a head on the policy's body, one optimizer
-        policy.value_head = ValueHead(policy.cfg.n_embd).to(device)
+    if cfg.objective == "ppo":       # the critic (ppo.py), trained by the one optimizer
+        policy.value_head = (ValueHead(policy.cfg.n_embd) if cfg.ppo_critic == "head"
+                             else ValueNetwork(load_for(cfg))).to(device)
     ref = (frozen(load_for(cfg).to(device))                  # a second, frozen copy
            if cfg.beta and cfg.objective in ("grpo", "ppo") else None)
+    scales = {"value_head.": cfg.vf_lr / cfg.lr} if cfg.vf_lr else {}   # the critic's own lr
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
-                                                   cfg.grad_clip, cfg.seed),
+                                                   cfg.grad_clip, cfg.seed, scales),
                        group.world, group.rank)
     ctx = StepContext(prompt_source(cfg, held_out), make_grouper(cfg), ref, group)
     collect, objective = OBJECTIVES[cfg.objective]

@@ -80,7 +80,8 @@ def test_critic_loss_falls_on_a_fixed_batch():
 
 def _ppo_cfg(tmp_path, **kw):
     from grpo_lab.config import preset
-    return preset("quick", out_dir=str(tmp_path / "run"), threads=1, objective="ppo", **kw)
+    return preset("quick", **{"out_dir": str(tmp_path / "run"), "threads": 1, "objective": "ppo",
+                              **kw})
 
 
 def test_ppo_run_raises_reward_and_trains_the_critic(tmp_path):
@@ -101,19 +102,19 @@ def test_ppo_run_raises_reward_and_trains_the_critic(tmp_path):
     assert hasattr(load_policy_any(tmp_path / "run" / "checkpoint.safetensors"), "value_head")
 
 
-def test_ppo_resume_is_exact(tmp_path):
+@pytest.mark.parametrize("critic,vf_lr", [("head", 0.0), ("head", 1e-3), ("network", 1e-3)])
+def test_ppo_resume_is_exact(tmp_path, critic, vf_lr):     # vf_lr 1e-3: the critic's own group
     from grpo_lab.trainer import train
-    full = train(_ppo_cfg(tmp_path / "a", steps=4, ckpt_every=2, eval_size=5), progress=False)
+    kw = dict(steps=4, ckpt_every=2, eval_size=5, vf_lr=vf_lr, ppo_critic=critic)
+    full = train(_ppo_cfg(tmp_path / "a", **kw), progress=False)
 
     def die(m, policy):  # killed during step 2: the checkpoint holds steps 0-1, critic included
         if m["step"] == 2:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train(_ppo_cfg(tmp_path / "b", steps=4, ckpt_every=2, eval_size=5), progress=False,
-              on_step=die)
-    resumed = train(_ppo_cfg(tmp_path / "b", steps=4, ckpt_every=2, eval_size=5), resume=True,
-                    progress=False)                               # steps 2, 3
+        train(_ppo_cfg(tmp_path / "b", **kw), progress=False, on_step=die)
+    resumed = train(_ppo_cfg(tmp_path / "b", **kw), resume=True, progress=False)  # steps 2, 3
     keys = ["loss/total", "ppo/value_loss", "reward/mean"]
     assert [[h[k] for k in keys] for h in full[1:]] == [[h[k] for k in keys] for h in resumed[1:]]
 
@@ -125,7 +126,60 @@ def test_ppo_bad_config_is_a_clear_error(tmp_path):
         _ppo_cfg(tmp_path, vf_coef=-1.0)
     with pytest.raises(ValueError, match="ppo_gamma and ppo_lambda in \\[0, 1\\]"):
         _ppo_cfg(tmp_path, ppo_lambda=1.5)
+    with pytest.raises(ValueError, match="vf_lr must be >= 0, got -0.001"):
+        _ppo_cfg(tmp_path, vf_lr=-1e-3)
+    with pytest.raises(ValueError, match="vf_lr must be a finite number, got nan"):
+        _ppo_cfg(tmp_path, vf_lr=float("nan"))
+    with pytest.raises(ValueError, match="vf_lr=0.001 is the critic's learning rate: it needs "
+                                         "objective='ppo', not 'grpo'"):
+        _ppo_cfg(tmp_path, objective="grpo", vf_lr=1e-3)
+    with pytest.raises(ValueError, match="unknown ppo_critic 'mlp'"):
+        _ppo_cfg(tmp_path, ppo_critic="mlp")
     _ppo_cfg(tmp_path, group_size=1)                              # the critic needs no group
+
+
+def _first_step(tmp_path, steps=1, **kw) -> dict:
+    """Train PPO steps (constant lr, no warm-up: the step's lr is lr) -> the parameters."""
+    from grpo_lab.trainer import train
+    seen = {}
+    train(_ppo_cfg(tmp_path, steps=steps, eval_size=0, warmup_steps=0, lr_schedule="constant",
+                   beta=0.0, **kw), progress=False,
+          on_step=lambda m, p: seen.update({n: t.detach().clone()
+                                            for n, t in p.named_parameters()}))
+    return seen
+
+
+def _base_params() -> dict:
+    policy = load_policy("data/base_policy.safetensors")
+    return {n: p.detach() for n, p in policy.named_parameters()}
+
+
+def test_vf_lr_changes_the_critics_step_and_nothing_else(tmp_path):
+    base = _base_params()
+    same = _first_step(tmp_path / "a", lr=1e-4)                   # vf_lr 0: the critic at lr
+    own = _first_step(tmp_path / "b", lr=1e-4, vf_lr=3e-3)
+    head = {n for n in same if n.startswith("value_head.")}
+    assert head == {"value_head.proj.weight", "value_head.proj.bias"} and set(own) == set(same)
+    for n in set(same) - head:                          # the policy's step does not see vf_lr
+        assert torch.equal(own[n], same[n]), n
+        assert not torch.equal(same[n], base[n]), n                # and it did move
+    # Adam's first step from the head's zero init: m = g, v = g^2, so each weight moves by
+    # lr * g / (|g| + eps), i.e. by lr (|g| >> eps here) and by vf_lr with its own group
+    for n in head:
+        torch.testing.assert_close(same[n].abs(), torch.full_like(same[n], 1e-4))
+        torch.testing.assert_close(own[n], same[n] * 30)
+
+
+def test_lr_scales_bad_input():
+    from grpo_lab.distributed.exchanges import AdamW, ExchangeConfig, make_sharded, param_groups
+    head = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    groups, scales = param_groups(head, {"1.": 5.0})
+    assert [len(g) for g in groups] == [2, 2] and scales == [1.0, 5.0]
+    assert groups[1][0] is head[1].weight
+    with pytest.raises(ValueError, match="lr_scales prefix 'value_head.' names no parameter"):
+        param_groups(head, {"value_head.": 2.0})
+    with pytest.raises(ValueError, match="exchange 'sharded' steps one learning rate"):
+        make_sharded(head, ExchangeConfig(name="sharded"), AdamW(lr_scales={"1.": 5.0}), 1, 0)
 
 
 def test_explained_variance_by_hand():
@@ -134,3 +188,60 @@ def test_explained_variance_by_hand():
     assert explained_variance(ret, ret, m) == pytest.approx(1.0)                # perfect critic
     assert explained_variance(torch.full_like(ret, 7.0), ret, m) == pytest.approx(0.0)  # constant
     assert explained_variance(torch.zeros_like(ret), torch.full_like(ret, 1.5), m) == 0.0  # flat
+
+
+def test_value_network_on_the_policys_body_equals_the_head():
+    # equivalence: a ValueNetwork whose body is the policy itself and whose head has the
+    # ValueHead's weights gives the same values (the two critics differ only in the body)
+    import random
+    from grpo_lab.ppo import ValueNetwork, logprobs_and_values
+    torch.manual_seed(0)
+    policy = load_policy("data/base_policy.safetensors").eval()
+    exs = sample_examples(["addition"], 4, random.Random(0))
+    r = sample(policy, [encode(e.prompt) for e in exs], 2, 5, 0.7,
+               generator=torch.Generator().manual_seed(0))
+    head = ValueHead(policy.cfg.n_embd)
+    torch.nn.init.normal_(head.proj.weight)
+    net = ValueNetwork(policy)
+    net.head.load_state_dict(head.state_dict())
+    with torch.no_grad():
+        a = logprobs_and_values(_with(policy, head), r)
+        b = logprobs_and_values(_with(policy, net), r)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y)
+    assert a[2].abs().sum() > 0
+
+
+def _with(policy, critic):
+    """The policy's forward with ``critic`` as its value head (a thin wrapper, no copy)."""
+    class P(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.policy, self.value_head = policy, critic
+
+        def forward(self, *a, **kw):
+            return self.policy(*a, **kw)
+    return P()
+
+
+def test_ppo_with_a_critic_network_trains_both_networks(tmp_path):
+    from grpo_lab.checkpoint import load_policy_any
+    from grpo_lab.ppo import ValueNetwork
+    # two steps: the head starts at zero, so the critic's body gets its first gradient in step 1
+    seen = _first_step(tmp_path, steps=2, ppo_critic="network", lr=1e-4, vf_lr=1e-3)
+    base = _base_params()
+    body = {n[len("value_head.body."):]: t for n, t in seen.items()
+            if n.startswith("value_head.body.")}
+    assert set(body) == set(base) and {n for n in seen if not n.startswith("value_head.")} == \
+        set(base)                                      # a whole second GPT, the policy's shape
+    for n, t in base.items():                          # both moved off the base, differently
+        assert not torch.equal(seen[n], t) and not torch.equal(body[n], t), n
+        assert not torch.equal(seen[n], body[n]), n
+    # the body's one Adam step at vf_lr, from zero moments after a zero gradient in step 0:
+    # m_hat = .1 g / (1 - .9^2), v_hat = .001 g^2 / (1 - .999^2), so a weight moves by
+    # vf_lr * .5263 / .7069 = .7445 vf_lr (|g| >> eps), well past lr's 1e-4
+    moved = max(float((body[n] - t).abs().max()) for n, t in base.items())
+    assert moved == pytest.approx(0.7445e-3, rel=1e-3), moved
+    loaded = load_policy_any(tmp_path / "run" / "checkpoint.safetensors")
+    assert isinstance(loaded.value_head, ValueNetwork)
+    torch.testing.assert_close(loaded.value_head.body.wte.weight, body["wte.weight"])

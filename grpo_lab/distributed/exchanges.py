@@ -41,7 +41,7 @@ and optimizer step (the bytes gloo handed the kernel's sockets; Linux only, else
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -140,6 +140,10 @@ class AdamW:
     """Clip the rank-averaged gradient's global norm to this (0: off)."""
     seed: int = 0
     """Seeds the compressors' sampled top-k (each rank its own: 1000 * seed + rank)."""
+    lr_scales: dict = field(default_factory=dict)
+    """Parameter-name prefix -> multiplier of the scheduled lr: those parameters get their own
+    AdamW parameter group (PPO's critic: {"value_head.": vf_lr / lr}); {}: one group. Only
+    the exchanges that step a torch AdamW (all but the sharded ones)."""
 
 
 @dataclass
@@ -180,14 +184,30 @@ def first_non_finite(named) -> str | None:
     return None
 
 
+def param_groups(model, lr_scales: dict) -> tuple[list[list], list[float]]:
+    """-> (parameter groups, lr multiplier of each): first the parameters no prefix of
+    ``lr_scales`` names (multiplier 1), then one group per prefix, in model order."""
+    named = list(model.named_parameters())
+    prefix = [next((k for k in lr_scales if n.startswith(k)), None) for n, _ in named]
+    groups = [[p for (_, p), k in zip(named, prefix) if k is None]]
+    for k in lr_scales:
+        groups.append([p for (_, p), kk in zip(named, prefix) if kk == k])
+        if not groups[-1]:
+            raise ValueError(f"lr_scales prefix {k!r} names no parameter of the model")
+    return groups, [1.0, *(float(s) for s in lr_scales.values())]
+
+
 def _adamw(model, opt: AdamW, beta1: float = 0.9):
-    adam = torch.optim.AdamW(model.parameters(), lr=opt.lr, eps=opt.eps, betas=(beta1, 0.999),
+    groups, scales = param_groups(model, opt.lr_scales)      # the scales stay out of the
+    adam = torch.optim.AdamW([{"params": g, "lr": opt.lr * s}   # saved state: a resume with
+                              for g, s in zip(groups, scales)],  # another vf_lr uses its own
+                             lr=opt.lr, eps=opt.eps, betas=(beta1, 0.999),
                              weight_decay=opt.weight_decay)
     params = list(model.parameters())
 
     def set_lr(lr):
-        for g in adam.param_groups:
-            g["lr"] = lr
+        for g, s in zip(adam.param_groups, scales):
+            g["lr"] = lr * s
 
     def step():
         gnorm = torch.nn.utils.clip_grad_norm_(params, opt.grad_clip or float("inf"))
@@ -319,6 +339,9 @@ def _powersgd_state(cfg: ExchangeConfig, opt: AdamW):
 
 
 def make_sharded(model, cfg: ExchangeConfig, opt: AdamW, world, rank, compression=None) -> Exchange:
+    if opt.lr_scales:
+        raise ValueError(f"exchange {cfg.name!r} steps one learning rate for all parameters: "
+                         f"lr_scales={opt.lr_scales} needs an exchange that steps torch's AdamW")
     beta1 = 0.9 if compression is None else compression.adam_beta1
     sharded = ShardedOptimizer(model.named_parameters(), lr=opt.lr, betas=(beta1, 0.999),
                                eps=opt.eps, weight_decay=opt.weight_decay, policy=cfg.policy,
