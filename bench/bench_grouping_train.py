@@ -90,7 +90,7 @@ def main(argv=None):
                          processes=args.processes)
     wall, load1 = time.perf_counter() - t0, os.getloadavg()[0]
     by = {n: [r["history"] for r in res.runs if r["strategy"] == n] for n in names}
-    cfg = preset("tiny_cpu", **base)
+    cfg = preset("defaults", **base)
     hyper = ", ".join(f"{k} {getattr(cfg, k)}" for k in
                       ("lr", "lr_schedule", "warmup_steps", "temperature", "beta", "mu",
                        "eps_low", "eps_high", "advantage", "aggregation"))

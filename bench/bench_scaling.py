@@ -34,7 +34,7 @@ def main():
     load0, t0 = os.getloadavg()[0], time.time()
     rows = []
     for n, threads in [(n, 1) for n in args.procs] + [(1, 2)]:
-        cfg = preset("tiny_cpu", steps=args.steps, eval_every=0, eval_size=20, time_budget_s=0.0,
+        cfg = preset("defaults", steps=args.steps, eval_every=0, eval_size=20, time_budget_s=0.0,
                      threads=threads, out_dir=f"{tmp}/{n}-{threads}")
         h = spawn_train([cfg], n)[0][0]["history"]
         times = [m["time/step_s"] for m in h if m["step"] >= 5]

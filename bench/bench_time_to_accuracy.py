@@ -1,6 +1,6 @@
 """Time to accuracy: steps and seconds until held-out greedy accuracy first reaches 85% / 90%.
 
-Each variant is TrainConfig overrides on top of the tiny_cpu preset (the demo), run over
+Each variant is TrainConfig overrides of the field defaults ("defaults" preset), run over
 several seeds by ``experiments.run_experiment`` (the one trainer, one thread per run, runs
 in parallel worker processes). Per variant: steps to each target (mean and 95% t-interval
 over the seeds that reached it, and how many did), the training seconds at that evaluation,
@@ -27,11 +27,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from grpo_lab.config import preset  # noqa: E402
+from grpo_lab.config import PRESETS, preset  # noqa: E402
 from grpo_lab.experiments import mean_ci, run_experiment, time_to_target  # noqa: E402
 from grpo_lab.trainer import train  # noqa: E402
 
-# The variants measured (BENCHMARKS.md section 10); every one is overrides of tiny_cpu.
+# The variants measured (BENCHMARKS.md section 12); overrides of the field defaults.
 OLD_DEMO = dict(lr=1e-4, steps=3000, beta=0.02, warmup_steps=20, lr_schedule="cosine",
                 prompts_per_step=16, group_size=8, temperature=0.7, mu=1)
 VARIANTS = {
@@ -53,8 +53,19 @@ VARIANTS = {
     "dr_grpo_beta0": {**OLD_DEMO, "beta": 0.0, "advantage": "dr_grpo", "aggregation": "dr_grpo"},
     "no_partial_beta0": {**OLD_DEMO, "beta": 0.0,
                          "reward_weights": {"accuracy": 1.0, "format": 0.1}},
-    "demo": {},                                                     # the preset as it is now
+    "demo": {k: v for k, v in PRESETS["tiny_cpu"].items() if k != "target_accuracy"},  # now
 }
+NEW_DEMO = {**OLD_DEMO, "lr": 3e-4, "beta": 0.0}         # = "lr3e-4_beta0" = "demo"
+VARIANTS.update({                                        # one change each against the new demo
+    "demo_mu2": {**NEW_DEMO, "mu": 2},
+    "demo_G16_B8": {**NEW_DEMO, "prompts_per_step": 8, "group_size": 16},
+    "demo_B32": {**NEW_DEMO, "prompts_per_step": 32},
+    "demo_T1.0": {**NEW_DEMO, "temperature": 1.0},
+    "demo_dapo": {**NEW_DEMO, "dynamic_sampling": True},
+    "demo_dr_grpo": {**NEW_DEMO, "advantage": "dr_grpo", "aggregation": "dr_grpo"},
+    "demo_token_mean": {**NEW_DEMO, "aggregation": "token_mean"},
+    "demo_accuracy_only": {**NEW_DEMO, "reward_weights": {"accuracy": 1.0, "format": 0.1}},
+})
 
 
 def summarize(res, targets) -> list[dict]:
@@ -108,7 +119,7 @@ def time_steps(variants: dict, steps: int, threads: int) -> dict:
     for _ in range(3):
         for name, ov in variants.items():
             with tempfile.TemporaryDirectory() as d:
-                cfg = preset("tiny_cpu", **{**ov, "steps": max(steps // 3, 5), "eval_size": 0,
+                cfg = preset("defaults", **{**ov, "steps": max(steps // 3, 5), "eval_size": 0,
                                             "time_budget_s": 0.0, "threads": threads,
                                             "ckpt_every": 10 ** 6, "out_dir": d})
                 h = train(cfg, progress=False)
@@ -153,7 +164,7 @@ def main() -> None:
         text = markdown(summarize(res, a.targets), a.targets) + \
             f"\n\n({len(res.runs)} runs in {time.time() - t0:.0f} s wall, {a.processes} processes)"
     header = (f"\n## {time.strftime('%Y-%m-%d %H:%M')}: `{command}`\n\n"
-              f"torch {torch.__version__}; tiny_cpu overrides per variant: "
+              f"torch {torch.__version__}; overrides per variant: "
               + "; ".join(f"{n} = {VARIANTS[n]}" for n in names) + "\n\n")
     print(header + text)
     with open(a.out, "a") as f:

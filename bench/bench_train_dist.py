@@ -197,7 +197,7 @@ def make_cfg(args, exchange: dict, i: int, seed: int):
                       lr=1e-3, warmup_steps=20, weight_decay=0.01, grad_clip=0.0,
                       eval_every=args.eval_every, eval_size=200, time_budget_s=0.0, threads=1,
                       seed=seed, out_dir=out, exchange=exchange)
-    return preset("tiny_cpu", steps=args.steps, eval_every=args.eval_every, time_budget_s=0.0,
+    return preset("defaults", steps=args.steps, eval_every=args.eval_every, time_budget_s=0.0,
                   threads=1, seed=seed, out_dir=out, exchange=exchange)
 
 

@@ -11,8 +11,8 @@ the differences between the built-in groupers. So a comparison is a small experi
     res.plot("eval/accuracy")             # mean curve per strategy, min-max band over seeds
 
 Every (strategy, seed) run is ``trainer.train`` (the one loop) on
-``preset("tiny_cpu", **base, **strategy, seed=s)`` with one thread, no time budget and no
-target stop unless the strategy sets target_accuracy, in its
+``preset("defaults", **base, **strategy, seed=s)`` (the field defaults: lr 1e-4, beta 0.02,
+not the time-tuned demo) with one thread and no time budget, in its
 own temporary out_dir. Runs share the base policy and held-out sets, so seed s of two
 strategies draws the same prompts at step s: differences are paired by seed.
 
@@ -245,7 +245,7 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
                    processes: int | None = None, target: float | None = None,
                    progress: bool = True) -> Results:
     """Train every strategy (TrainConfig overrides on top of ``base``, itself overrides of
-    the tiny_cpu preset) with every seed -> Results. Runs go to ``processes`` forked worker
+    the "defaults" preset) with every seed -> Results. Runs go to ``processes`` forked worker
     processes (default: the CPU count; 1, or no fork, runs them here one after the other).
     ``target``: a held-out accuracy; the target/* metrics measure steps and seconds to it."""
     base = dict(base or {})
@@ -255,7 +255,7 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     jobs = []
     for name, overrides in strategies.items():
         try:
-            cfg = preset("tiny_cpu", **{"target_accuracy": 0.0, **base, **overrides, "threads": 1,
+            cfg = preset("defaults", **{ **base, **overrides, "threads": 1,
                                         "time_budget_s": 0.0, "out_dir": "unused"})
         except (TypeError, ValueError) as e:
             raise ValueError(f"strategy {name!r} ({overrides}): {e}") from None

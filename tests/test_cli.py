@@ -1,5 +1,8 @@
 """The CLI is generated from the configs: help shows field docstrings; errors are clear."""
 import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +53,19 @@ def test_bench_lists_runs_and_rejects_unknown(capsys):
     assert main(["bench", "kv_cache", "--help"]) == 0                       # the script's own help
     assert main(["bench", "nope"]) == 2
     assert "unknown bench 'nope'; known: ['codecs'" in capsys.readouterr().err
+
+
+def test_trl_bench_gpu_recipe_parses_help_without_trl_or_a_gpu():
+    """bench_hf_trl.py's GPU recipe (--device cuda --model ...) is untested here; its --help
+    must still run on a CPU machine without the optional bench packages (trl imports lazily)."""
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "bench/bench_hf_trl.py", "--help"], cwd=root,
+                         capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr
+    for flag in ("--device {cpu,cuda}", "--model", "--seeds", "--accuracy_steps"):
+        assert flag in out.stdout, flag
 
 
 def test_lab_opens_jupyterlab_on_the_notebooks(monkeypatch):

@@ -85,6 +85,20 @@ def test_rank_owns_a_contiguous_slice():
     assert [list(Group(r, 2).slice(7)) for r in range(2)] == [[0, 1, 2, 3], [4, 5, 6]]
 
 
+@pytest.mark.parametrize("initialised,backend,expected", [
+    (True, "nccl", torch.device("cuda", 0)),     # a group of one under torchrun on one GPU
+    (True, "gloo", torch.device("cpu")),
+    (False, None, torch.device("cpu"))])         # no group: a plain process
+def test_group_of_one_under_nccl_trains_on_its_gpu(monkeypatch, initialised, backend, expected):
+    """The trainer puts the policy on Group.device: a one-process NCCL group (one GPU) must
+    get the GPU, not the CPU (it did get the CPU while the check was world > 1)."""
+    from grpo_lab.distributed import group as g
+    monkeypatch.setattr(g.dist, "is_initialized", lambda: initialised)
+    monkeypatch.setattr(g.dist, "get_backend", lambda *a: backend)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert g.Group(0, 1).device == expected
+
+
 # ---------------------------------------------------------------- kill, resume, dead ranks
 def _train_with_fault(rank, world, c, fault, step_at, copy_to):
     def hook(m, policy):

@@ -169,15 +169,8 @@ class Exchange:
 
 def first_non_finite(named) -> str | None:
     """The name of the first tensor in ``named`` ((name, tensor) pairs) with a NaN or inf.
-
-    One fused max-norm over all tensors first (a NaN or inf in a tensor makes its inf-norm
-    non-finite): per-tensor checks cost ~170 small kernel calls a step on the toy policy."""
-    named = [(n, t) for n, t in named if torch.is_tensor(t) and t.is_floating_point() and t.numel()]
-    if not named:
-        return None
-    norms = torch._foreach_norm([t.detach() for _, t in named], float("inf"))
-    if bool(torch.isfinite(torch.stack([x.float().cpu() for x in norms])).all()):
-        return None
+    (A fused check, torch._foreach_norm(inf) over all tensors, measured no faster on the CPU:
+    BENCHMARKS.md section 12.)"""
     for name, t in named:
         if torch.is_tensor(t) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
             return name

@@ -33,8 +33,9 @@ class Group:
 
     @property
     def device(self) -> torch.device:
-        """Where collective tensors live: the rank's GPU under NCCL, else the CPU."""
-        if self.world > 1 and dist.get_backend() == "nccl":
+        """Where collective tensors (and the trainer's policy) live: the rank's GPU under
+        NCCL, also for a group of one (``torchrun --nproc_per_node=1``: one GPU), else the CPU."""
+        if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
 
