@@ -68,7 +68,7 @@ TUNED = "ppo 128x1"                     # the variant the critic's lr is tuned o
 
 
 def samples_per_step(overrides: dict) -> int:
-    c = preset("tiny_cpu", **overrides)
+    c = preset("defaults", **overrides)
     return c.prompts_per_step * c.group_size
 
 
@@ -121,7 +121,7 @@ def memory_row(name: str, overrides: dict, steps: int) -> dict:
     reference and saved activations, each counted from the tensors."""
     held = {}
     with tempfile.TemporaryDirectory() as tmp, SavedForBackward() as saved:
-        cfg = preset("tiny_cpu", **{**overrides, "steps": steps, "eval_size": 0, "threads": 1,
+        cfg = preset("defaults", **{**overrides, "steps": steps, "eval_size": 0, "threads": 1,
                                     "time_budget_s": 0.0, "out_dir": tmp})
         train(cfg, progress=False, on_step=lambda m, p: held.update(policy=p))
         optim = read_training_checkpoint(Path(tmp) / "checkpoint.safetensors")["optim"]
@@ -150,7 +150,7 @@ def hwm():   # this process image's peak RSS in KiB (ru_maxrss would carry the p
 
 overrides, steps = json.loads(sys.argv[1]), int(sys.argv[2])
 with tempfile.TemporaryDirectory() as tmp:
-    cfg = preset("tiny_cpu", **{**overrides, "steps": steps, "eval_size": 0, "threads": 1,
+    cfg = preset("defaults", **{**overrides, "steps": steps, "eval_size": 0, "threads": 1,
                                 "time_budget_s": 0.0, "out_dir": tmp})
     before = hwm()
     train(cfg, progress=False)
@@ -177,7 +177,7 @@ def step_times(variants: dict, steps: int, rounds: int) -> dict:
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:      # rotate the order
             with tempfile.TemporaryDirectory() as tmp:
-                cfg = preset("tiny_cpu", **{**variants[name], "steps": steps, "eval_size": 0,
+                cfg = preset("defaults", **{**variants[name], "steps": steps, "eval_size": 0,
                                             "threads": 1, "time_budget_s": 0.0,
                                             "out_dir": tmp, "seed": 100 + r})
                 h = train(cfg, progress=False)

@@ -78,29 +78,34 @@ def one_gpu_group(a):
         dist.destroy_process_group()
 
 
-def grpo_lab_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0) -> list[dict]:
+def grpo_lab_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
+                   preset_name: str = "hf_tiny_cpu", **overrides) -> list[dict]:
     """-> one row per step: {"step_s", "rollout_s", "elapsed_s" (training time so far),
-    "acc" (held-out greedy accuracy, on evaluation steps)}."""
+    "acc" (held-out greedy accuracy, on evaluation steps), "mean_len" (completion tokens,
+    <eos> included)}. ``overrides``: more TrainConfig fields, on top of these (another
+    preset's policy needs its own base_checkpoint)."""
     with tempfile.TemporaryDirectory() as d, one_gpu_group(a):
-        c = preset("hf_tiny_cpu", base_checkpoint=a.model, out_dir=d, steps=steps, lr=a.lr,
-                   prompts_per_step=a.B, group_size=a.G, max_new_tokens=a.max_new,
-                   temperature=a.temperature, beta=beta, seed=seed,
-                   eval_size=a.eval_size if eval_every else 0, eval_every=eval_every,
-                   reward_weights=WEIGHTS, time_budget_s=0.0, ckpt_every=10 ** 6,
-                   threads=a.threads, hf_autocast=a.device == "cuda",
-                   hf_chat_template=a.chat_template)
+        c = preset(preset_name, **{
+            "base_checkpoint": a.model, "out_dir": d, "steps": steps, "lr": a.lr,
+            "prompts_per_step": a.B, "group_size": a.G, "max_new_tokens": a.max_new,
+            "temperature": a.temperature, "beta": beta, "seed": seed,
+            "eval_size": a.eval_size if eval_every else 0, "eval_every": eval_every,
+            "reward_weights": WEIGHTS, "time_budget_s": 0.0, "ckpt_every": 10 ** 6,
+            "threads": a.threads, "hf_autocast": a.device == "cuda",
+            "hf_chat_template": a.chat_template, **overrides})
         h = train(c, progress=False)
     rows, spent = [], 0.0
     for x in h[1:]:
         spent += x["time/step_s"]                       # evaluation time left out, as for TRL
         rows.append({"step_s": x["time/step_s"], "rollout_s": x["time/rollout_s"],
-                     "elapsed_s": spent, "acc": x.get("eval/accuracy")})
+                     "elapsed_s": spent, "acc": x.get("eval/accuracy"),
+                     "mean_len": x["completion/mean_len"]})
     return rows
 
 
-def trl_config(a, d: str, beta: float, steps: int, seed: int, shipped: bool):
+def trl_config(a, d: str, beta: float, steps: int, seed: int, shipped: bool, **overrides):
     """TRL's GRPOConfig: grpo_lab's lr, schedule and loss knobs, or (``shipped``) its defaults;
-    the sampling settings are shared either way."""
+    the sampling settings are shared either way; ``overrides``: GRPOConfig fields on top."""
     from trl import GRPOConfig
 
     same = {} if shipped else dict(
@@ -112,13 +117,16 @@ def trl_config(a, d: str, beta: float, steps: int, seed: int, shipped: bool):
                       top_p=1.0, beta=beta, max_steps=steps, logging_steps=10 ** 6,
                       save_strategy="no", report_to="none", disable_tqdm=True,
                       use_cpu=a.device == "cpu",
-                      bf16=a.device == "cuda", seed=seed, dataloader_num_workers=0, **same)
+                      bf16=a.device == "cuda", seed=seed, dataloader_num_workers=0,
+                      **{**same, **overrides})
 
 
 def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
-              shipped: bool = False) -> list[dict]:
+              shipped: bool = False, probe=None, **overrides) -> list[dict]:
     """TRL's GRPOTrainer on the same model, prompts never from the held-out set -> rows as
-    grpo_lab_steps (rollout_s: its _generate_and_score_completions)."""
+    grpo_lab_steps (rollout_s: its _generate_and_score_completions; no "mean_len").
+    ``overrides``: GRPOConfig fields (trl_config); ``probe(trainer)`` is called before
+    training (to wrap its methods with timers)."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOTrainer
@@ -160,7 +168,7 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
 
     with tempfile.TemporaryDirectory() as d:
         trainer = GRPOTrainer(model=policy.model, reward_funcs=reward,
-                              args=trl_config(a, d, beta, steps, seed, shipped),
+                              args=trl_config(a, d, beta, steps, seed, shipped, **overrides),
                               train_dataset=data, processing_class=policy.tokenizer,
                               callbacks=[Clock()])
         generate = trainer._generate_and_score_completions
@@ -173,6 +181,8 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
             return out
 
         trainer._generate_and_score_completions = timed
+        if probe is not None:
+            probe(trainer)
         trainer.train()
     return rows
 

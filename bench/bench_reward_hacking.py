@@ -111,7 +111,7 @@ def probe(model) -> dict:
 def hacked(base: dict) -> dict:
     """Seed 0 of "learned" once more, here, to look at what the policy learned to write."""
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = preset("tiny_cpu", **base, **VARIANTS["learned"], seed=0, threads=1,
+        cfg = preset("defaults", **base, **VARIANTS["learned"], seed=0, threads=1,
                      time_budget_s=0.0, out_dir=tmp)
         train(cfg, progress=False)
         after = load_policy_any(Path(tmp) / "checkpoint.safetensors").eval()

@@ -31,7 +31,7 @@ from grpo_lab.config import PRESETS, preset  # noqa: E402
 from grpo_lab.experiments import mean_ci, run_experiment, time_to_target  # noqa: E402
 from grpo_lab.trainer import train  # noqa: E402
 
-# The variants measured (BENCHMARKS.md section 12); overrides of the field defaults.
+# The variants measured (BENCHMARKS.md section 13); overrides of the field defaults.
 OLD_DEMO = dict(lr=1e-4, steps=3000, beta=0.02, warmup_steps=20, lr_schedule="cosine",
                 prompts_per_step=16, group_size=8, temperature=0.7, mu=1)
 VARIANTS = {

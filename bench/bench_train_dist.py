@@ -193,7 +193,7 @@ def make_cfg(args, exchange: dict, i: int, seed: int):
     weight decay 0.01, no clipping) or GRPO (the demo's settings, 16 prompts x 8)."""
     out = f"{tempfile.gettempdir()}/bench_train_dist/{args.objective}{i}-{seed}"
     if args.objective == "supervised":
-        return preset("tiny_cpu", objective="supervised", steps=args.steps, prompts_per_step=64,
+        return preset("defaults", objective="supervised", steps=args.steps, prompts_per_step=64,
                       lr=1e-3, warmup_steps=20, weight_decay=0.01, grad_clip=0.0,
                       eval_every=args.eval_every, eval_size=200, time_budget_s=0.0, threads=1,
                       seed=seed, out_dir=out, exchange=exchange)

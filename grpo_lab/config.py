@@ -69,7 +69,8 @@ class TrainConfig:
     only architectures transformers itself implements)."""
     hf_gradient_checkpointing: bool = False
     """policy="hf": recompute activations in backward (less memory, about a third more
-    compute per training forward)."""
+    compute per training forward): checkpoint_every=1; checkpoint_every=k > 1 checkpoints
+    every k-th layer instead."""
     out_dir: str = "runs/demo"
     """Folder for metrics.jsonl, checkpoint.safetensors, report.png and report.md."""
     steps: int = 3000
@@ -176,6 +177,21 @@ class TrainConfig:
     vf_lr: float = 0.0
     """objective="ppo": the critic's AdamW learning rate, its own parameter group, with lr's
     warm-up and schedule (0: lr). A critic starting from zero usually wants more than lr."""
+    # ---- memory levers (issue 14; memory.py measures them, bench/bench_memory.py)
+    checkpoint_every: int = 0
+    """Activation checkpointing of the training forward: block i keeps only its input and
+    recomputes its activations in backward when i % k == 0 (1: every block; 0: off). Same
+    gradients, less activation memory, one more forward of those blocks. policy="hf":
+    transformers' every_n_layers, the same rule (hf_gradient_checkpointing is k = 1)."""
+    micro_batches: int = 1
+    """Gradient accumulation: the step's prompts split into this many micro-batches (whole
+    prompts), objective and backward on each; their losses keep the global batch's
+    normaliser, so the gradients add up to the whole batch's. At most prompts_per_step; not
+    with objective="ppo", the DDP exchanges or exchange.overlap (they reduce during backward)."""
+    autocast: bool = False
+    """Toy policy: bf16 autocast of the training forward (mixed precision: weights, AdamW,
+    sampling, the reference and evaluation stay float32; log-probs are taken in float32).
+    policy="hf" has hf_autocast (every forward) instead."""
     # ---- data parallel (distributed/exchanges.py): N processes, one global batch
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
@@ -237,6 +253,30 @@ class TrainConfig:
                 raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
         self._check_grouping()
         self._check_ppo()
+        self._check_memory()
+
+    def _check_memory(self):
+        _nonnegative(self, "checkpoint_every")
+        _positive(self, "micro_batches")
+        if self.micro_batches > self.prompts_per_step:
+            raise ValueError(f"micro_batches={self.micro_batches} is more than the "
+                             f"prompts_per_step={self.prompts_per_step} prompts to split "
+                             f"(a micro-batch holds whole prompts)")
+        why = ("objective='ppo' (its loss is not normalised by global counts yet)"
+               if self.objective == "ppo" else
+               f"exchange.name={self.exchange.name!r} (DDP reduces during each backward)"
+               if self.exchange.name.startswith("ddp_") else
+               "exchange.overlap=True (it reduces during each backward)"
+               if self.exchange.overlap else None)
+        if self.micro_batches > 1 and why:
+            raise ValueError(f"micro_batches={self.micro_batches} does not work with {why}")
+        if self.hf_gradient_checkpointing and self.checkpoint_every > 1:
+            raise ValueError(f"hf_gradient_checkpointing=True checkpoints every layer, "
+                             f"checkpoint_every={self.checkpoint_every} every "
+                             f"{self.checkpoint_every}-th: set one of them")
+        if self.autocast and self.policy == "hf":
+            raise ValueError("autocast=True is the toy policy's training-forward autocast; "
+                             "for policy='hf' set hf_autocast=True (every forward)")
 
     def _check_ppo(self):
         _nonnegative(self, "vf_coef", "vf_clip", "vf_lr")
@@ -337,7 +377,7 @@ PRESETS: dict[str, dict] = {
     # the field defaults as they are (lr 1e-4, beta 0.02, evaluation every 100 steps, no target):
     # the experiments harness and the benches' control, so their recorded results keep meaning
     "defaults": {},
-    # the README's demo (`make demo`), tuned for time to accuracy (BENCHMARKS.md section 12):
+    # the README's demo (`make demo`), tuned for time to accuracy (BENCHMARKS.md section 13):
     # lr 3e-4 with beta 0 reached 90% held-out in 2200 +- 250 steps over 3 seeds where the
     # field defaults (lr 1e-4, beta 0.02) took ~2800-3000; no reference policy to run; stops
     # at the first evaluation at 90% (or after 3000 steps, or 5 minutes)

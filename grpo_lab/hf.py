@@ -47,7 +47,7 @@ class HFPolicyConfig:
     autocast: bool = False
     chat_template: bool = False
     trust_remote_code: bool = False
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: int = 0  # k: checkpoint every k-th layer (True, from older runs, is 1)
 
 
 def transformers_module():
@@ -154,9 +154,11 @@ def no_dropout(model: nn.Module) -> None:
 
 def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = False,
                    chat_template: bool = False, trust_remote_code: bool = False,
-                   gradient_checkpointing: bool = False) -> HFPolicy:
+                   gradient_checkpointing: int = 0) -> HFPolicy:
     """An HFPolicy from a local folder (or a hub id: transformers downloads it on your
-    machine), in training mode on the CPU, dropout off."""
+    machine), in training mode on the CPU, dropout off. ``gradient_checkpointing`` k > 0:
+    activation checkpointing of layers 0, k, 2k, ... (transformers' ``every_n_layers``; True
+    is 1, every layer), the toy GPT's ``checkpoint_every`` rule."""
     tf = transformers_module()
     tf.utils.logging.disable_progress_bar()             # no "Loading weights" bar per load
     where = model_location(path)
@@ -174,12 +176,20 @@ def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = Fa
         raise FileNotFoundError(f"could not load a transformers model from {str(path)!r}: "
                                 f"{e}") from None
     no_dropout(model)
-    if gradient_checkpointing:                          # the old name is deprecated in 5.x
-        (getattr(model, "activation_checkpointing_enable", None)
-         or model.gradient_checkpointing_enable)()
+    k = int(gradient_checkpointing)
+    if k:
+        enable = getattr(model, "activation_checkpointing_enable", None)   # transformers >= 5
+        if enable is not None and "every_n_layers" in inspect.signature(enable).parameters:
+            enable(every_n_layers=k)
+        elif k == 1:                                    # the old name, every layer
+            model.gradient_checkpointing_enable()
+        else:
+            raise ValueError(f"checkpointing every {k}-th layer needs transformers' "
+                             f"every_n_layers (transformers >= 5.24); this one checkpoints "
+                             f"every layer only: use checkpoint_every=1")
     block = getattr(model.config, "max_position_embeddings", None) or tokenizer.model_max_length
     cfg = HFPolicyConfig(str(path), int(block), int(model.get_output_embeddings().weight.shape[0]),
-                         dtype, autocast, chat_template, trust_remote_code, gradient_checkpointing)
+                         dtype, autocast, chat_template, trust_remote_code, k)
     return HFPolicy(model, tokenizer, cfg).train()
 
 

@@ -7,6 +7,16 @@ Deviations from nanoGPT, all for RL sampling:
     sampling a new token costs one position, not the whole sequence. The full forward and
     the cached path compute the same numbers (tests/test_model.py checks allclose).
   * No dropout by default: RL needs the sampling policy and the trained policy to agree.
+  * Two memory levers act on a training forward only (``self.training`` and grad enabled), so
+    sampling, the reference and evaluation never see them; ``policy.load_for`` sets both
+    from ``TrainConfig``:
+    ``checkpoint_every = k``: block i runs under ``torch.utils.checkpoint`` when i % k == 0
+    (transformers' ``every_n_layers`` rule, so k means the same for policy="hf"): it keeps
+    only its input and recomputes its activations in backward (Chen et al. 2016); the cache
+    returned then holds None for it (a training forward's keys and values are not needed,
+    and keeping them would cost two inputs' worth per block).
+    ``autocast``: bf16 autocast (mixed precision; weights stay float32); the callers take
+    log-probs in float32 (``logits.float()``).
 Weights are saved and loaded with safetensors, never pickle.
 """
 from __future__ import annotations
@@ -19,6 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from grpo_lab.tasks import EOS, PAD, VOCAB_SIZE, decode, encode
 
@@ -87,6 +98,8 @@ class GPT(nn.Module):
     pad_id, eos_id = PAD, EOS
     encode = staticmethod(encode)
     decode = staticmethod(decode)
+    checkpoint_every = 0          # training forward: checkpoint block i if i % k == 0 (0: off)
+    autocast = False              # training forward: bf16 autocast
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -143,13 +156,19 @@ class GPT(nn.Module):
         if key_mask is not None:
             mask = mask & key_mask[:, None, :] | (kj == qi)[None]          # (B, T, Tk)
         mask = mask[:, None]                                               # (B|1, 1, T, Tk)
-        x = self.wte(idx) + self.wpe(pos)                                  # (B, T, C)
-        new_cache = []
-        for i, block in enumerate(self.blocks):
-            x, kv = block(x, mask, None if cache is None else cache[i])
-            new_cache.append(kv)
-        h = self.ln_f(x)                                                   # (B, T, C)
-        logits = self.lm_head(h)                                           # (B, T, V)
+        train = self.training and torch.is_grad_enabled()
+        k = self.checkpoint_every if train and cache is None else 0
+        with torch.autocast(idx.device.type, torch.bfloat16, enabled=self.autocast and train):
+            x = self.wte(idx) + self.wpe(pos)                              # (B, T, C)
+            new_cache = []
+            for i, block in enumerate(self.blocks):
+                if k and i % k == 0:    # keep x only, recompute in backward; no k, v kept
+                    x, kv = checkpoint(block, x, mask, None, use_reentrant=False)[0], None
+                else:
+                    x, kv = block(x, mask, None if cache is None else cache[i])
+                new_cache.append(kv)
+            h = self.ln_f(x)                                               # (B, T, C)
+            logits = self.lm_head(h)                                       # (B, T, V)
         if return_hidden:
             return logits, new_cache, h
         return logits, new_cache

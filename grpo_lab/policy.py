@@ -43,16 +43,22 @@ class Policy(Protocol):
 
 def load_for(cfg, path: str | None = None) -> torch.nn.Module:
     """The policy ``cfg`` names (``cfg.policy``), loaded from ``path`` (default
-    ``cfg.base_checkpoint``) on the CPU, in training mode."""
+    ``cfg.base_checkpoint``) on the CPU, in training mode, with the config's memory levers:
+    ``checkpoint_every`` (toy: ``GPT.checkpoint_every``; hf: transformers' activation
+    checkpointing of every k-th layer, ``hf_gradient_checkpointing`` meaning k = 1) and
+    ``autocast`` (toy only; hf has ``hf_autocast``)."""
     path = cfg.base_checkpoint if path is None else path
     if cfg.policy == "toy":
         from grpo_lab.model import load_policy
-        return load_policy(path)
+        model = load_policy(path)
+        model.checkpoint_every, model.autocast = cfg.checkpoint_every, cfg.autocast
+        return model
     from grpo_lab.hf import load_hf_policy     # lazy: transformers is an optional extra
     return load_hf_policy(path, dtype=cfg.hf_dtype, autocast=cfg.hf_autocast,
                           chat_template=cfg.hf_chat_template,
                           trust_remote_code=cfg.hf_trust_remote_code,
-                          gradient_checkpointing=cfg.hf_gradient_checkpointing)
+                          gradient_checkpointing=cfg.checkpoint_every
+                          or int(cfg.hf_gradient_checkpointing))
 
 
 def frozen(policy: torch.nn.Module) -> torch.nn.Module:

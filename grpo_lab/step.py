@@ -17,6 +17,10 @@
         supervised: cross-entropy on the answer tokens of demonstrations, likewise.
         ``shares`` are this rank's shares of the logged statistics: summed over ranks they give
         the global batch's value (on one process, the value itself).
+    backward(objective, policy, split_batch(batch, m), cfg, world) -> shares
+        gradient accumulation: the same decomposition inside a rank. A micro-batch of whole
+        prompts keeps the global counts, so its loss is its share of the global loss, and the
+        m backwards add up to the gradient (and the shares to the statistics) of the batch.
 
 Everything a step computes depends only on (seed, step) and the global batch, so a run on N
 processes computes what one process does, up to the float rounding of a gradient averaged
@@ -325,8 +329,41 @@ def supervised_objective(policy, batch: DemoBatch, cfg, world: int = 1):
     dev = next(policy.parameters()).device
     ids, mask, t = batch.ids.to(dev), batch.mask.to(dev), batch.target_mask[:, 1:].to(dev)
     logits, _ = policy(ids, positions(mask), mask)                         # (B_r, T, V)
-    ce = F.cross_entropy(logits[:, :-1][t], ids[:, 1:][t], reduction="sum")  # t predicts t+1
+    ce = F.cross_entropy(logits[:, :-1][t].float(), ids[:, 1:][t], reduction="sum")  # t -> t+1
     return ce * world / batch.n_tokens, {"train/loss": float(ce.detach()) / batch.n_tokens}
+
+
+def split_batch(batch, m: int) -> list:
+    """This rank's ``Batch`` or ``DemoBatch`` -> up to ``m`` micro-batches of whole prompts
+    (contiguous, sizes differing by at most one; fewer when the rank holds fewer prompts),
+    each keeping the global counts (n_rows, n_tokens) that the objectives normalise by."""
+    if isinstance(batch, DemoBatch):
+        chunks = [c for c in torch.arange(batch.ids.shape[0]).tensor_split(m) if len(c)]
+        return [batch._replace(ids=batch.ids[c], mask=batch.mask[c],
+                               target_mask=batch.target_mask[c]) for c in chunks] or [batch]
+    if not isinstance(batch, Batch):
+        raise ValueError(f"micro-batches split a GRPO Batch or a DemoBatch, not a "
+                         f"{type(batch).__name__}")
+    index = batch.scored.rollout.prompt_index                              # (N_r,)
+    chunks = [c for c in torch.arange(len(batch.scored.examples)).tensor_split(m) if len(c)]
+    parts = []
+    for c in chunks:
+        rows = torch.isin(index, c)                                        # (N_r,) bool
+        ref = None if batch.ref_logprobs is None else batch.ref_logprobs[rows]
+        parts.append(batch._replace(scored=take_scored(batch.scored, rows),
+                                    advantages=batch.advantages[rows], ref_logprobs=ref))
+    return parts or [batch]
+
+
+def backward(objective, policy, parts: list, cfg, world: int = 1) -> dict:
+    """objective -> backward on each micro-batch (``split_batch``): the gradients accumulate
+    in ``.grad`` to the whole batch's -> the shares, summed over the micro-batches."""
+    shares = {}
+    for part in parts:
+        loss, s = objective(policy, part, cfg, world)
+        loss.backward()
+        shares = {k: shares.get(k, 0.0) + v for k, v in s.items()}
+    return shares
 
 
 from grpo_lab.ppo import collect_ppo, ppo_objective  # noqa: E402  (ppo.py imports step lazily)

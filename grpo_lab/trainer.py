@@ -4,7 +4,8 @@
         batch = collect(policy, cfg, step, ctx)        prompts -> rollouts -> rewards ->
                                                        group ids -> advantages (step.py, no grad)
         mu times: loss = objective(policy, batch)       clipped surrogate + beta * k3 KL
-                  backward; exchange.reduce()          ranks agree on the mean gradient
+                  backward                             (per micro-batch: they accumulate)
+                  exchange.reduce()                    ranks agree on the mean gradient
                   exchange.step()                      clip, AdamW (exchanges.py)
         log one metrics dict; evaluate and checkpoint now and then (rank 0)
 
@@ -50,7 +51,8 @@ from grpo_lab.model import GPT
 from grpo_lab.policy import frozen, load_for
 from grpo_lab.ppo import ValueHead, ValueNetwork
 from grpo_lab.reclustering import StepGrouper
-from grpo_lab.step import OBJECTIVES, StepContext, max_new_tokens, sample_and_score
+from grpo_lab.step import (OBJECTIVES, StepContext, backward, max_new_tokens, sample_and_score,
+                           split_batch)
 from grpo_lab.registry import load_plugins
 from grpo_lab.tasks import accuracy_reward, has_eval, load_eval, sample_examples
 
@@ -169,7 +171,7 @@ def free_cores() -> int:
     """torch threads for ``threads=0``: the cores other processes leave free (CPU count minus
     the 1-minute load average, rounded), at least 1, at most torch's default. On a busy 2-core
     machine a second thread fights the other process for a core: steps took up to 2 s instead
-    of 0.05 s (BENCHMARKS.md section 10)."""
+    of 0.05 s (BENCHMARKS.md section 13)."""
     try:
         busy = os.getloadavg()[0]
     except OSError:                                       # no load average on this platform
@@ -256,10 +258,10 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
         t_collect = time.perf_counter() - t_step
         policy.train()
         w0, payload, sent, shares, ex_metrics = wchar(), 0, 0, {}, {}
+        parts = split_batch(batch, cfg.micro_batches) if cfg.micro_batches > 1 else [batch]
         for _ in range(cfg.mu):
-            loss, shares = objective(ex.module, batch, cfg, group.world)
             ex.zero_grad()
-            loss.backward()
+            shares = backward(objective, ex.module, parts, cfg, group.world)  # accumulates
             b = ex.reduce()
             try:
                 ex_metrics = ex.step()
@@ -322,7 +324,7 @@ def record_gradients(steps: int = 30, **overrides) -> dict:
     "shapes", "grads" (steps, numel) float32, "config"}: what the sharder widget replays."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="grpo_lab_record_") as tmp:
-        cfg = preset("tiny_cpu", **{"objective": "supervised", "prompts_per_step": 64,
+        cfg = preset("defaults", **{"objective": "supervised", "prompts_per_step": 64,
                                     "lr": 1e-3, "warmup_steps": 5, "weight_decay": 0.01,
                                     "grad_clip": 0.0, "eval_every": 0, "eval_size": 1,
                                     "time_budget_s": 0.0, "threads": 1, **overrides,

@@ -170,7 +170,7 @@ class Exchange:
 def first_non_finite(named) -> str | None:
     """The name of the first tensor in ``named`` ((name, tensor) pairs) with a NaN or inf.
     (A fused check, torch._foreach_norm(inf) over all tensors, measured no faster on the CPU:
-    BENCHMARKS.md section 12.)"""
+    BENCHMARKS.md section 13.)"""
     for name, t in named:
         if torch.is_tensor(t) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
             return name

@@ -1,0 +1,231 @@
+"""Memory levers: the same gradients with less memory (checkpointing, micro-batches), bf16
+autocast close to float32, and the measures themselves checked on values worked out by hand."""
+import copy
+
+import pytest
+import torch
+
+import grpo_lab.model
+from grpo_lab.config import preset
+from grpo_lab.memory import peak_bytes, saved_bytes, tensor_bytes
+from grpo_lab.model import GPT, GPTConfig
+from grpo_lab.policy import frozen, load_for
+from grpo_lab.rollout import sample
+from grpo_lab.step import (StepContext, backward, collect, collect_demos, grpo_objective,
+                           split_batch, supervised_objective)
+from grpo_lab.tasks import load_eval
+from grpo_lab.trainer import make_grouper, prompt_source, train
+
+
+def cfg(tmp_path=None, **kw):
+    return preset("quick", out_dir=str(tmp_path or "runs/unused"), threads=1, **kw)
+
+
+def grads(model) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() for p in model.parameters()])        # (numel,)
+
+
+# ---- the measures, on values worked out by hand
+
+def test_peak_bytes_and_saved_bytes_by_hand():
+    def f():
+        a = torch.ones(1000)                  # 4000 B alive
+        b = a * 2                             # 8000 B: the peak
+        del a                                 # 4000 B
+        c = b[:10]                            # a view: no new storage
+        d = torch.zeros(500)                  # 6000 B
+        return c, d                           # b (4000) and d (2000) outlive f
+    assert peak_bytes(lambda: f()) == (8000, 0)
+    w, x = torch.nn.Parameter(torch.ones(100)), torch.ones(100)
+    assert saved_bytes(lambda: (x * w).sum(), [w]) == 400        # x (the param is left out)
+    assert saved_bytes(lambda: (x * w * w).sum(), [w]) == 800    # x and x * w
+    m = GPT(GPTConfig())                                         # lm_head ties wte: once
+    assert tensor_bytes(m.parameters()) == 4 * m.num_params()
+
+
+# ---- activation checkpointing
+
+def deep_gpt(n_layer=3, seed=0):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(n_layer=n_layer))
+
+
+def train_forward(model, ids):
+    logits, _ = model(ids)                                                  # (N, T, V)
+    return logits.float().log_softmax(-1)[..., 0].sum()
+
+
+def test_checkpointing_gives_the_same_gradients_with_less_memory():
+    ids = torch.randint(0, 20, (64, 24))                                    # (N, T)
+    out = {}
+    for k in (0, 1, 2, 3):
+        m = deep_gpt()
+        m.checkpoint_every = k
+        peak, end = peak_bytes(lambda: train_forward(m, ids).backward())
+        saved = saved_bytes(lambda: train_forward(m, ids), list(m.parameters()))
+        out[k] = (grads(m), peak, saved, end)
+    for k in (1, 2, 3):
+        torch.testing.assert_close(out[k][0], out[0][0], rtol=1e-6, atol=1e-8)
+        assert out[k][3] == out[0][3] == 4 * out[0][0].numel()            # only the grads left
+    # 3 blocks: k=1 checkpoints 0,1,2; k=2 blocks 0,2; k=3 block 0: fewer kept, less memory
+    peaks, saved = [out[k][1] for k in (1, 2, 3, 0)], [out[k][2] for k in (1, 2, 3, 0)]
+    assert peaks == sorted(peaks) and peaks[0] < peaks[1] and peaks[2] < peaks[3], peaks
+    assert saved == sorted(saved) and len(set(saved)) == 4, saved
+    # each checkpointed block saves its (N, T, C) input instead of its activations: the three
+    # steps of `saved` are one block's activations less its input, up to the (1, 1, T, T)
+    # bool mask, saved once by whichever block saves it first
+    steps = [b - a for a, b in zip(saved, saved[1:])]
+    assert max(steps) - min(steps) <= 24 * 24 and min(steps) > 4 * 64 * 24 * 80, steps
+
+
+def test_sampling_and_no_grad_forwards_never_checkpoint(monkeypatch):
+    m = deep_gpt()
+    m.checkpoint_every = 1
+    m.autocast = True
+    want = sample(deep_gpt(), [[1, 2, 3]], 2, 4, generator=torch.Generator().manual_seed(0))
+
+    def refuse(*a, **k):
+        raise AssertionError("checkpoint called outside a training forward")
+    monkeypatch.setattr(grpo_lab.model, "checkpoint", refuse)
+    got = sample(m, [[1, 2, 3]], 2, 4, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(got.completion_ids, want.completion_ids)
+    assert torch.equal(got.logprobs, want.logprobs)                       # float32, no autocast
+    with pytest.raises(AssertionError, match="outside a training forward"):
+        train_forward(m, torch.randint(0, 20, (2, 5)))
+
+
+def test_load_for_sets_the_levers():
+    p = load_for(cfg(checkpoint_every=2, autocast=True))
+    assert (p.checkpoint_every, p.autocast) == (2, True)
+    assert (GPT.checkpoint_every, GPT.autocast) == (0, False)              # defaults untouched
+
+
+# ---- gradient accumulation
+
+def grpo_batch(c, seed_noise=0):
+    policy = load_for(c)
+    held_out = {e.prompt for t in c.task_names for e in load_eval(t)}
+    ref = frozen(copy.deepcopy(policy))
+    batch = collect(policy, c, 0, StepContext(prompt_source(c, held_out), make_grouper(c), ref))
+    torch.manual_seed(seed_noise)                 # move off the sampler: ratios != 1, KL > 0
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    return policy, batch
+
+
+@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean", "dr_grpo"])
+def test_micro_batches_add_up_to_the_whole_batch(aggregation):
+    c = cfg(aggregation=aggregation, prompts_per_step=8, group_size=4, eps_low=0.05,
+            eps_high=0.05)
+    policy, batch = grpo_batch(c)
+    want = {}
+    for m in (1, 2, 4, 8):
+        parts = split_batch(batch, m)
+        assert len(parts) == m and sum(len(p.scored.examples) for p in parts) == 8
+        policy.zero_grad(set_to_none=True)
+        shares = backward(grpo_objective, policy, parts, c)
+        got = (grads(policy), shares)
+        if m == 1:
+            want = got
+            loss, _ = grpo_objective(policy, batch, c)
+            assert shares["loss/total"] == pytest.approx(float(loss.detach()))
+            assert shares["clip/low_frac"] + shares["clip/high_frac"] > 0   # clipping seen
+            continue
+        torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-7)
+        assert got[1] == pytest.approx(want[1], rel=1e-5, abs=1e-9)
+
+
+def test_micro_batches_supervised_and_process_supervision():
+    c = cfg(objective="supervised", prompts_per_step=8)
+    policy = load_for(c)
+    batch = collect_demos(policy, c, 0, StepContext(prompt_source(c, set()), make_grouper(c)))
+    out = []
+    for m in (1, 3):
+        policy.zero_grad(set_to_none=True)
+        shares = backward(supervised_objective, policy, split_batch(batch, m), c)
+        out.append((grads(policy), shares["train/loss"]))
+    torch.testing.assert_close(out[1][0], out[0][0], rtol=1e-5, atol=1e-7)
+    assert out[1][1] == pytest.approx(out[0][1], rel=1e-6)
+    c = cfg(supervision="process", prompts_per_step=6, group_size=3)
+    policy, batch = grpo_batch(c)
+    assert batch.advantages.dim() == 2                                     # (N, Tc)
+    res = []
+    for m in (1, 4):
+        policy.zero_grad(set_to_none=True)
+        backward(grpo_objective, policy, split_batch(batch, m), c)
+        res.append(grads(policy))
+    torch.testing.assert_close(res[1], res[0], rtol=1e-5, atol=1e-7)
+
+
+def test_training_with_micro_batches_and_checkpointing_matches(tmp_path):
+    """Three steps through the one trainer: each step's gradient is the same with either lever."""
+    runs = {}
+    for name, kw in {"plain": {}, "micro": {"micro_batches": 4},
+                     "ckpt": {"checkpoint_every": 1}}.items():
+        c = cfg(tmp_path / name, steps=3, eval_size=0, ckpt_every=3, **kw)
+        seen = []
+        hist = train(c, progress=False, on_step=lambda m, p: seen.append(grads(p)))
+        runs[name] = (torch.stack(seen), [h["loss/total"] for h in hist[1:]])  # (steps, numel)
+    for name in ("micro", "ckpt"):
+        torch.testing.assert_close(runs[name][0], runs["plain"][0], rtol=1e-4, atol=1e-7)
+        assert runs[name][1] == pytest.approx(runs["plain"][1], rel=1e-4, abs=1e-7)
+
+
+# ---- bf16 autocast
+
+def test_autocast_loss_is_finite_and_close_to_float32():
+    c = cfg(prompts_per_step=8, group_size=4)
+    policy, batch = grpo_batch(c)
+    out = {}
+    for ac in (False, True):
+        policy.autocast = ac
+        policy.zero_grad(set_to_none=True)
+        loss, _ = grpo_objective(policy, batch, c)
+        loss.backward()
+        out[ac] = (float(loss.detach()), grads(policy))
+    assert torch.isfinite(torch.tensor(out[True][0])) and out[True][1].isfinite().all()
+    assert out[True][0] == pytest.approx(out[False][0], abs=2e-3)
+    cos = torch.nn.functional.cosine_similarity(out[True][1], out[False][1], dim=0)
+    assert 0.98 < cos < 1.0, cos                                  # close, and not float32
+
+
+# ---- bad values
+
+@pytest.mark.parametrize("kw, match", [
+    ({"checkpoint_every": -1}, "checkpoint_every must be >= 0, got -1"),
+    ({"micro_batches": 0}, "micro_batches must be > 0, got 0"),
+    ({"micro_batches": 9}, "micro_batches=9 is more than the prompts_per_step=8"),
+    ({"micro_batches": 2, "objective": "ppo"}, "micro_batches=2 does not work with objective"),
+    ({"micro_batches": 2, "exchange": {"name": "ddp_fp16_hook"}}, "exchange.name='ddp_fp16_hook'"),
+    ({"micro_batches": 2, "exchange": {"overlap": True}}, "exchange.overlap=True"),
+    ({"checkpoint_every": 2, "hf_gradient_checkpointing": True}, "set one of them"),
+    ({"policy": "hf", "base_checkpoint": "data/hf_tiny", "autocast": True}, "hf_autocast"),
+])
+def test_bad_memory_settings_name_the_value(kw, match):
+    with pytest.raises(ValueError, match=match):
+        cfg(**kw)
+
+
+# ---- the tiny transformers model: the same rule through transformers
+
+def test_hf_checkpoint_every_k_layers_same_gradients_less_memory():
+    pytest.importorskip("transformers")
+    from grpo_lab.rollout import completion_logprobs
+    c = preset("hf_tiny_cpu", threads=1)
+    base = load_for(c)
+    r = sample(base, [base.encode("12+34=")] * 4, 2, 4, generator=torch.Generator().manual_seed(0))
+    out = {}
+    for k in (0, 1, 2):
+        p = load_for(preset("hf_tiny_cpu", checkpoint_every=k))
+        layers = [m for m in p.modules() if type(m).__name__ == "LlamaDecoderLayer"]
+        assert [bool(getattr(m, "gradient_checkpointing", False)) for m in layers] == \
+            [k > 0 and i % k == 0 for i in range(3)]
+        saved = saved_bytes(lambda: completion_logprobs(p, r), list(p.parameters()))
+        peak, _ = peak_bytes(lambda: completion_logprobs(p, r).sum().backward())
+        out[k] = (grads(p), saved, peak)
+    for k in (1, 2):
+        torch.testing.assert_close(out[k][0], out[0][0], rtol=1e-5, atol=1e-7)
+    assert out[1][1] < out[2][1] < out[0][1], {k: v[1:] for k, v in out.items()}
+    assert out[1][2] < out[0][2] and out[2][2] < out[0][2], {k: v[1:] for k, v in out.items()}
+    assert load_for(preset("hf_tiny_cpu", hf_gradient_checkpointing=True)).cfg.gradient_checkpointing == 1
