@@ -400,10 +400,10 @@ CLAIMS = [
     Claim(21, 'GRPO vs PPO on code: convergence "+40%", sample efficiency "2.3x", syntax errors "-62%"', "toy (partly)",
           "samples-to-target on toy tasks, GRPO vs PPO, several seeds",
           "does not hold", "",
-          "On 2-digit addition (no code task here, so 'syntax errors' is not tested), PPO with a critic needed 0.85x "
-          "[0.36, 1.35] GRPO's samples to the 75% target over 3 paired seeds: the interval excludes 2.3x. Wall time to "
-          "the target: PPO +16% [-55%, +87%], which cannot confirm or exclude +40%. What GRPO does save is the "
-          "critic: a critic network doubles the memory (1.96x) and the time per step (2.10x).",
+          "On 2-digit addition (no code task, so 'syntax errors' is untested), PPO with a critic needed 0.85x "
+          "[0.36, 1.35] GRPO's samples to the 75% target (3 paired seeds): the interval excludes 2.3x. Wall time to "
+          "target, PPO +16% [-55%, +87%], cannot decide +40%. GRPO does save the critic: a critic network doubles "
+          "the memory (1.96x) and the time per step (2.10x).",
           "GRPO's saving is the critic's memory and compute, not a multiple of sample efficiency.",
           measured="PPO / GRPO samples to 75%: 0.85x [0.36, 1.35]; PPO wall time to target +16% [-55%, +87%] "
                    "(3 paired seeds); critic network 2.10x time per step",
