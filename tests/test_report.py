@@ -28,6 +28,16 @@ def test_report_says_when_the_time_budget_ended_the_run(tmp_path):
     assert "Stopped by the time budget" in md.read_text()
 
 
+def test_kl_panel_says_it_was_not_computed_when_beta_is_0():
+    from grpo_lab.report import plot_history
+    h = [{"step": s, "reward/mean": 0.1 * s, "loss/kl": 0.0} for s in range(5)]
+    texts = [t.get_text() for t in plot_history(h).axes[2].texts]
+    assert texts == ["beta = 0: no reference policy,\nKL not computed"]
+    h[3]["loss/kl"] = 0.01                                        # a measured KL is drawn
+    ax = plot_history(h).axes[2]
+    assert not ax.texts and len(ax.lines) == 2
+
+
 def test_report_says_whether_the_target_was_reached():
     from grpo_lab.report import budget_note
     h = [{"step": -1, "eval/accuracy": 0.5}, {"step": 0, "time/step_s": 0.5},
