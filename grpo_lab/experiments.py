@@ -255,8 +255,8 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     jobs = []
     for name, overrides in strategies.items():
         try:
-            cfg = preset("defaults", **{ **base, **overrides, "threads": 1,
-                                        "time_budget_s": 0.0, "out_dir": "unused"})
+            cfg = preset("defaults", **{**base, **overrides, "threads": 1, "time_budget_s": 0.0,
+                                        "out_dir": "unused"})
         except (TypeError, ValueError) as e:
             raise ValueError(f"strategy {name!r} ({overrides}): {e}") from None
         jobs += [(name, s, dataclasses.replace(cfg, seed=s)) for s in seeds]

@@ -31,7 +31,6 @@ from typing import NamedTuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
@@ -116,19 +115,14 @@ class PPOBatch(NamedTuple):
 def logprobs_and_values(policy, r, temperature: float = 1.0):
     """One forward over prompt+completion -> per-token log-probs, entropy and values, each
     (N, Tc); the value of token t is V(prefix before t), read at the position predicting t."""
-    from grpo_lab.rollout import positions
-    dev = next(policy.parameters()).device
-    ids = torch.cat([r.prompt_ids, r.completion_ids], 1).to(dev)           # (N, Tp+Tc)
-    mask = torch.cat([r.prompt_mask, r.completion_mask], 1).to(dev)        # (N, Tp+Tc)
-    pos = positions(mask)                                                  # (N, Tp+Tc)
+    from grpo_lab.rollout import completion_token_stats, full_sequence
+    ids, pos, mask = full_sequence(r, next(policy.parameters()).device)   # (N, Tp+Tc) each
     logits, _, h = policy(ids, pos, mask, return_hidden=True)              # (N, Tp+Tc, V|C)
     critic = policy.value_head
     v_all = critic(h.float()) if isinstance(critic, ValueHead) else critic(ids, pos, mask)
+    tok_logp, entropy = completion_token_stats(logits, r, temperature)     # (N, Tc) each
     Tp = r.prompt_ids.shape[1]
-    logp = F.log_softmax(logits[:, Tp - 1:-1].float() / temperature, -1)   # (N, Tc, V)
-    c_ids, c_mask = r.completion_ids.to(dev), r.completion_mask.to(dev)
-    tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2).masked_fill(~c_mask, 0.0)
-    entropy = -(logp.exp() * logp).sum(-1).masked_fill(~c_mask, 0.0)      # (N, Tc)
+    c_mask = r.completion_mask.to(logits.device)
     values = v_all[:, Tp - 1:-1].masked_fill(~c_mask, 0.0)                 # (N, Tc)
     return tok_logp, entropy, values
 

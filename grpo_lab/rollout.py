@@ -177,26 +177,35 @@ def exponential_noise(shape, G: int, generator) -> torch.Tensor:
     return torch.cat([torch.empty(G, shape[1]).exponential_(generator=g) for g in generator])
 
 
+def full_sequence(r: Rollout, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """prompt + completion on ``dev`` -> ids, positions, key mask, each (N, Tp+Tc)."""
+    ids = torch.cat([r.prompt_ids, r.completion_ids], 1).to(dev)           # (N, Tp+Tc)
+    mask = torch.cat([r.prompt_mask, r.completion_mask], 1).to(dev)        # (N, Tp+Tc)
+    return ids, positions(mask), mask
+
+
+def completion_token_stats(logits: torch.Tensor, r: Rollout, temperature: float = 1.0):
+    """Logits of the full sequence (N, Tp+Tc, V) -> (log-prob of each completion token (N, Tc),
+    the policy's entropy at each (N, Tc)), 0 on padding. The entropy is computed outside the
+    autograd graph: it is logged, never differentiated."""
+    Tp = r.prompt_ids.shape[1]
+    logp = F.log_softmax(logits[:, Tp - 1:-1].float() / temperature, -1)   # (N, Tc, V)
+    c_ids = r.completion_ids.to(logits.device)
+    c_mask = r.completion_mask.to(logits.device)
+    tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2)                 # (N, Tc)
+    with torch.no_grad():
+        lp = logp.detach()
+        entropy = -(lp.exp() * lp).sum(-1).masked_fill(~c_mask, 0.0)       # (N, Tc)
+    return tok_logp.masked_fill(~c_mask, 0.0), entropy
+
+
 def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
                         return_entropy: bool = False):
     """Full forward over prompt+completion -> per-token log-probs (N, Tc) of the completion.
 
-    With ``return_entropy`` also returns the per-token entropy (N, Tc) of the policy, computed
-    outside the autograd graph (it is logged, never differentiated).
+    With ``return_entropy`` also returns the per-token entropy (N, Tc) of the policy
+    (``completion_token_stats``).
     """
-    dev = next(model.parameters()).device                                  # result lives there
-    ids = torch.cat([r.prompt_ids, r.completion_ids], 1).to(dev)           # (N, Tp+Tc)
-    mask = torch.cat([r.prompt_mask, r.completion_mask], 1).to(dev)        # (N, Tp+Tc)
-    logits, _ = model(ids, positions(mask), mask)                          # (N, Tp+Tc, V)
-    Tp = r.prompt_ids.shape[1]
-    logits = logits[:, Tp - 1:-1].float() / temperature                    # (N, Tc, V)
-    logp = F.log_softmax(logits, dim=-1)                                   # (N, Tc, V)
-    c_ids, c_mask = r.completion_ids.to(dev), r.completion_mask.to(dev)
-    tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2)                 # (N, Tc)
-    tok_logp = tok_logp.masked_fill(~c_mask, 0.0)
-    if not return_entropy:
-        return tok_logp
-    with torch.no_grad():
-        lp = logp.detach()
-        entropy = -(lp.exp() * lp).sum(-1).masked_fill(~c_mask, 0.0)       # (N, Tc)
-    return tok_logp, entropy
+    logits, _ = model(*full_sequence(r, next(model.parameters()).device))  # (N, Tp+Tc, V)
+    tok_logp, entropy = completion_token_stats(logits, r, temperature)
+    return (tok_logp, entropy) if return_entropy else tok_logp

@@ -298,12 +298,13 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
         last_step = step == cfg.steps - 1
         out_of_time = group.agree(bool(cfg.time_budget_s) and elapsed0 + time.perf_counter()
                                   - t0 >= cfg.time_budget_s)
-        if lead and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step
-                     or out_of_time):
+        evaluated = bool((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step
+                         or out_of_time)                 # the same on every rank
+        if lead and evaluated:
             metrics.update(evaluate_now())
         metrics["time/elapsed_s"] = elapsed0 + time.perf_counter() - t0
-        reached = group.agree(bool(cfg.target_accuracy) and
-                              metrics.get("eval/accuracy", -1.0) >= cfg.target_accuracy)
+        reached = (bool(cfg.target_accuracy) and evaluated and   # a collective only then
+                   group.agree(metrics.get("eval/accuracy", -1.0) >= cfg.target_accuracy))
         history.append(metrics)
         if lead:
             with open(log_path, "a") as f:
