@@ -25,7 +25,8 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 --dist loadscope \
-		tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900
+		tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
+		--durations=25
 
 pretrain: $(STAMP)
 	$(BIN)/grpo-lab pretrain
