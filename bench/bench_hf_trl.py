@@ -116,17 +116,18 @@ def trl_config(a, d: str, beta: float, steps: int, seed: int, shipped: bool, **o
                       max_completion_length=a.max_new, temperature=a.temperature, top_k=0,
                       top_p=1.0, beta=beta, max_steps=steps, logging_steps=10 ** 6,
                       save_strategy="no", report_to="none", disable_tqdm=True,
-                      use_cpu=a.device == "cpu",
-                      bf16=a.device == "cuda", seed=seed, dataloader_num_workers=0,
-                      **{**same, **overrides})
+                      use_cpu=a.device == "cpu", seed=seed, dataloader_num_workers=0,
+                      **{"bf16": a.device == "cuda", **same, **overrides})
 
 
 def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
-              shipped: bool = False, probe=None, **overrides) -> list[dict]:
+              shipped: bool = False, probe=None, trainer_kw: dict | None = None,
+              **overrides) -> list[dict]:
     """TRL's GRPOTrainer on the same model, prompts never from the held-out set -> rows as
     grpo_lab_steps (rollout_s: its _generate_and_score_completions; no "mean_len").
-    ``overrides``: GRPOConfig fields (trl_config); ``probe(trainer)`` is called before
-    training (to wrap its methods with timers)."""
+    ``overrides``: GRPOConfig fields (trl_config); ``trainer_kw``: more GRPOTrainer
+    arguments (peft_config); ``probe(trainer)`` is called before training (to wrap its
+    methods with timers)."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOTrainer
@@ -170,7 +171,7 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
         trainer = GRPOTrainer(model=policy.model, reward_funcs=reward,
                               args=trl_config(a, d, beta, steps, seed, shipped, **overrides),
                               train_dataset=data, processing_class=policy.tokenizer,
-                              callbacks=[Clock()])
+                              callbacks=[Clock()], **(trainer_kw or {}))
         generate = trainer._generate_and_score_completions
 
         def timed(*args, **kw):                     # sampling, rewards, advantages (+ ref)
