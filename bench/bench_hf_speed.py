@@ -88,8 +88,22 @@ def grpo_lab_run(a, beta: float, levers: dict, lora_r: int = 0, seed: int = 0) -
     from grpo_lab.config import preset
     from grpo_lab.trainer import train
     torch.set_num_threads(a.threads)
-    clock = HeadClock(49152 if "smollm" in a.model.lower() else _vocab(a.model))
-    heads = []
+    import grpo_lab.step as step_mod
+    clock = HeadClock(_vocab(a.model))
+    heads, cpu, rollout_cpu = [], [time.process_time()], []
+    collect = step_mod.OBJECTIVES["grpo"][0]
+
+    def timed_collect(*args, **kw):                 # the rollout's CPU seconds
+        c = time.process_time()
+        out = collect(*args, **kw)
+        rollout_cpu.append(time.process_time() - c)
+        return out
+
+    def on_step(m, p):
+        heads.append({**clock.take(), "cpu_s": time.process_time() - cpu[-1]})
+        cpu.append(time.process_time())
+
+    step_mod.OBJECTIVES["grpo"] = (timed_collect, step_mod.OBJECTIVES["grpo"][1])
     with tempfile.TemporaryDirectory() as d:
         c = preset("hf_tiny_cpu", **{
             "base_checkpoint": a.model, "out_dir": d, "steps": a.steps, "lr": a.lr,
@@ -98,10 +112,12 @@ def grpo_lab_run(a, beta: float, levers: dict, lora_r: int = 0, seed: int = 0) -
             "reward_weights": WEIGHTS, "time_budget_s": 0.0, "ckpt_every": 10 ** 6,
             "threads": a.threads, "hf_chat_template": a.chat_template, "lora_r": lora_r,
             "warmup_steps": 0, **BEFORE, **levers})
-        h = train(c, progress=False, on_step=lambda m, p: heads.append(clock.take()))
+        cpu[0] = time.process_time()
+        h = train(c, progress=False, on_step=on_step)
     rows = [{**{k: x.get(k, 0.0) for k in PHASES}, **hd, "step_s": x["time/step_s"],
-             "rollout_s": x["time/rollout_s"], "mean_len": x["completion/mean_len"]}
-            for x, hd in zip(h[1:], heads)]
+             "rollout_s": x["time/rollout_s"], "rollout_cpu_s": rc,
+             "mean_len": x["completion/mean_len"]}
+            for x, hd, rc in zip(h[1:], heads, rollout_cpu)]
     return {"rows": rows}
 
 
@@ -161,41 +177,53 @@ def load() -> str:
     return "load average %.1f / %.1f / %.1f" % os.getloadavg()
 
 
+def scaled(r: dict) -> dict:
+    """A step's wall-clock phases scaled to CPU seconds by the step's share of a core
+    (CPU s / wall s): on a shared machine the wall clock counts other processes' turns."""
+    f = r["cpu_s"] / r["step_s"]
+    return {k: (v * f if k.startswith("time/") or k.startswith("head_") or k == "rollout_s"
+                else v) for k, v in r.items()}
+
+
 def profile(a) -> list[str]:
     runs = {name: [] for name in LEVERS}
     for rnd in range(a.rounds):
         for name, lv in LEVERS.items():
             out = in_child(grpo_lab_run, a, a.beta, lv, 0, rnd)
             runs[name].append(out)
-            print(f"round {rnd} {name}: {med(out['rows'], 'step_s'):.2f} s/step, "
-                  f"peak {out['peak_rss_mb']:.0f} MB, {load()}", flush=True)
+            print(f"round {rnd} {name}: {med(out['rows'], 'step_s'):.2f} s/step wall, "
+                  f"{med(out['rows'], 'cpu_s'):.2f} CPU s, peak {out['peak_rss_mb']:.0f} MB, "
+                  f"{load()}", flush=True)
     cols = ["prefill", "decode fwd (body)", "decode fwd (head)", "sampling", "cache/rows",
-            "decode other", "ref fwd", "loss fwd", "backward", "optimizer", "step"]
-    out = [f"| lever (alone, on top of 'before') | " + " | ".join(cols)
-           + " | step / before | peak RSS MB | mean len |", "|---|" + "---|" * (len(cols) + 3)]
+            "rollout other", "ref fwd", "loss fwd", "backward", "optimizer", "step CPU s"]
+    out = ["| lever (alone, on top of 'before') | " + " | ".join(cols)
+           + " | step / before (CPU s) | step wall s | peak RSS MB | mean len |",
+           "|---|" + "---|" * (len(cols) + 4)]
     base = [r for o in runs["before"] for r in o["rows"][1:]]
-    base_step = statistics.median(r["step_s"] for r in base)
+    base_cpu = statistics.median(r["cpu_s"] for r in base)
     for name, outs in runs.items():
-        rows = [r for o in outs for r in o["rows"][1:]]
+        raw = [r for o in outs for r in o["rows"][1:]]
+        rows = [scaled(r) for r in raw]
         m = lambda k: statistics.median(r[k] for r in rows)                # noqa: E731
         dec = m("time/decode_forward_s")
-        ref_head = 0.0                                                     # ref forward: no grad
-        samp_head = max(m("head_nograd_s") - ref_head, 0.0)
+        head = m("head_nograd_s")                   # sampling's head (+ a reference's, beta > 0)
         other = m("rollout_s") - m("time/prefill_s") - dec - m("time/decode_sample_s") \
             - m("time/decode_cache_s") - m("time/ref_s")
-        cells = [m("time/prefill_s"), dec - samp_head, samp_head, m("time/decode_sample_s"),
+        cells = [m("time/prefill_s"), dec - head, head, m("time/decode_sample_s"),
                  m("time/decode_cache_s"), other, m("time/ref_s"), m("time/loss_forward_s"),
-                 m("time/backward_s"), m("time/optimizer_s"), m("step_s")]
-        steps = [r["step_s"] for r in rows]
-        ratio = [s / base_step for s in steps]
+                 m("time/backward_s"), m("time/optimizer_s"), m("cpu_s")]
+        ratio = [r["cpu_s"] / base_cpu for r in raw]
         out.append(f"| {name} | " + " | ".join(f"{c:.2f}" for c in cells)
-                   + f" | {ci(ratio)} | {statistics.mean(o['peak_rss_mb'] for o in outs):.0f} | "
+                   + f" | {ci(ratio)} | {statistics.median(r['step_s'] for r in raw):.1f} | "
+                   f"{statistics.mean(o['peak_rss_mb'] for o in outs):.0f} | "
                    f"{m('mean_len'):.1f} |")
-    out += ["", "decode other = rollout - prefill - decode forwards - sampling - cache "
-            "(tokenizer decode, rewards, grouping, advantages, Python between ops); head = the "
-            "output layer timed by forward hooks (sampling: every no-grad head call). Step / "
-            "before: per-step ratio to the median 'before' step, mean [95% interval] over the "
-            f"measured steps. {load()} at the end."]
+    out += ["", "Seconds are CPU seconds: each phase's wall time (the loop's time/* metrics) "
+            "scaled by its step's CPU s / wall s (the share of a core the run got on the shared "
+            "machine). rollout other = rollout - prefill - decode forwards - sampling - cache "
+            "(tokenizer decode, rewards, grouping, advantages); head = the output layer, timed "
+            "by forward hooks, in no-grad forwards (sampling). Step / before: each measured "
+            "step's CPU s over the median 'before' step, mean [95% interval]. "
+            f"{load()} at the end."]
     return out
 
 
@@ -209,23 +237,29 @@ def trl_table(a) -> list[str]:
                        else in_child(trl_run, a, beta, r, rnd))
                 res[((beta, r), side)].append(out)
                 print(f"round {rnd} beta {beta} lora {r} {side}: "
-                      f"{med(out['rows'], 'step_s'):.2f} s/step (rollout "
-                      f"{med(out['rows'], 'rollout_s'):.2f}), peak {out['peak_rss_mb']:.0f} MB, "
-                      f"{load()}", flush=True)
-    out = ["| beta | weights trained | grpo_lab s/step (rollout) | TRL s/step (rollout) | "
-           "TRL / grpo_lab per round | rollout TRL / grpo_lab | peak RSS MB grpo_lab / TRL |",
-           "|---|---|---|---|---|---|---|"]
+                      f"{med(out['rows'], 'step_s'):.2f} s/step wall, "
+                      f"{med(out['rows'], 'cpu_s'):.2f} CPU s (rollout "
+                      f"{med(out['rows'], 'rollout_cpu_s'):.2f}), peak "
+                      f"{out['peak_rss_mb']:.0f} MB, {load()}", flush=True)
+    out = ["| beta | weights trained | grpo_lab CPU s/step (rollout) | TRL CPU s/step (rollout) "
+           "| TRL / grpo_lab, step | TRL / grpo_lab, rollout | wall s/step grpo_lab / TRL | "
+           "peak RSS MB grpo_lab / TRL |", "|---|---|---|---|---|---|---|---|"]
     for beta, r in settings:
         o, t = res[((beta, r), "grpo_lab")], res[((beta, r), "TRL")]
-        os_, ts = [med(x["rows"], "step_s") for x in o], [med(x["rows"], "step_s") for x in t]
-        orl, trl_ = [med(x["rows"], "rollout_s") for x in o], [med(x["rows"], "rollout_s") for x in t]
-        out.append(f"| {beta} | {'LoRA r=%d' % r if r else 'all'} | {statistics.mean(os_):.2f} "
-                   f"({statistics.mean(orl):.2f}) | {statistics.mean(ts):.2f} "
-                   f"({statistics.mean(trl_):.2f}) | {ci([y / x for x, y in zip(os_, ts)])} | "
-                   f"{ci([y / x for x, y in zip(orl, trl_)])} | "
+        oc, tc = [med(x["rows"], "cpu_s") for x in o], [med(x["rows"], "cpu_s") for x in t]
+        orl = [med(x["rows"], "rollout_cpu_s") for x in o]
+        trl_ = [med(x["rows"], "rollout_cpu_s") for x in t]
+        ow, tw = [med(x["rows"], "step_s") for x in o], [med(x["rows"], "step_s") for x in t]
+        out.append(f"| {beta} | {'LoRA r=%d' % r if r else 'all'} | {statistics.mean(oc):.2f} "
+                   f"({statistics.mean(orl):.2f}) | {statistics.mean(tc):.2f} "
+                   f"({statistics.mean(trl_):.2f}) | {ci([y / x for x, y in zip(oc, tc)])} | "
+                   f"{ci([y / x for x, y in zip(orl, trl_)])} | {statistics.mean(ow):.1f} / "
+                   f"{statistics.mean(tw):.1f} | "
                    f"{statistics.mean(x['peak_rss_mb'] for x in o):.0f} / "
                    f"{statistics.mean(x['peak_rss_mb'] for x in t):.0f} |")
-    out += ["", f"{load()} at the end."]
+    out += ["", "CPU s: the process's CPU time per optimizer step (one torch thread each), "
+            "median over the steps after the first; ratios per round, mean [95% interval] over "
+            f"the rounds. {load()} at the end."]
     return out
 
 
@@ -241,13 +275,13 @@ def matmul_gflops(threads: int = 1) -> list[str]:
             for _ in range(2):
                 x @ w.T
             best = float("inf")
-            for _ in range(5):
-                t = time.perf_counter()
+            for _ in range(5):                      # CPU seconds: load-independent
+                t = time.process_time()
                 n = 0
-                while time.perf_counter() - t < 0.3:
+                while time.process_time() - t < 0.3:
                     x @ w.T
                     n += 1
-                best = min(best, (time.perf_counter() - t) / n)
+                best = min(best, (time.process_time() - t) / n)
             r[dt] = 2 * M * K * N / best / 1e9
         out.append(f"| {M} x {K} -> {N} | {r[torch.float32]:.1f} | {r[torch.bfloat16]:.1f} | "
                    f"{r[torch.bfloat16] / r[torch.float32]:.2f} |")

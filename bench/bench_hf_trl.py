@@ -147,13 +147,14 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
                                     WEIGHTS, [True] * len(texts))
         return r.tolist()
 
-    rows, t0, rollout = [], [0.0], [0.0]
+    rows, t0, rollout, cpu, rollout_cpu = [], [0.0], [0.0], [0.0], [0.0]   # cpu: process time
     evals = load_eval("addition")[:a.eval_size]
 
     class Clock(TrainerCallback):
         def on_step_begin(self, *args, **kw):
             sync(a)
-            t0[0], rollout[0] = time.perf_counter(), 0.0
+            t0[0], rollout[0], cpu[0], rollout_cpu[0] = (time.perf_counter(), 0.0,
+                                                         time.process_time(), 0.0)
 
         def on_step_end(self, args, state, control, model=None, **kw):
             sync(a)
@@ -165,7 +166,8 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
                 acc = evaluate(HFPolicy(model, policy.tokenizer, policy.cfg), evals,
                                {"accuracy": 1.0}, a.max_new)["eval/accuracy"]
                 model.train(was)
-            rows.append({"step_s": dt, "rollout_s": rollout[0], "elapsed_s": spent, "acc": acc})
+            rows.append({"step_s": dt, "rollout_s": rollout[0], "elapsed_s": spent, "acc": acc,
+                         "cpu_s": time.process_time() - cpu[0], "rollout_cpu_s": rollout_cpu[0]})
 
     with tempfile.TemporaryDirectory() as d:
         trainer = GRPOTrainer(model=policy.model, reward_funcs=reward,
@@ -175,10 +177,11 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
         generate = trainer._generate_and_score_completions
 
         def timed(*args, **kw):                     # sampling, rewards, advantages (+ ref)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             out = generate(*args, **kw)
             sync(a)
             rollout[0] += time.perf_counter() - t
+            rollout_cpu[0] += time.process_time() - c
             return out
 
         trainer._generate_and_score_completions = timed
