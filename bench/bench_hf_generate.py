@@ -57,6 +57,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--chat_template", action="store_true", help="prompts as one user turn")
+    ap.add_argument("--warmup", type=int, default=2, help="rounds left out at the start")
     ap.add_argument("--draw", default="race", help="grpo_lab's token draw (rollout.DRAWS)")
     ap.add_argument("--drop_finished", action="store_true")
     ap.add_argument("--sample_dtype", default="",
@@ -107,19 +108,19 @@ def main() -> None:
                       lambda rep: theirs(rep, low)))
     times = {name: [] for name, _ in runs}
     tokens = {k: [] for k in times}
-    for rep in range(a.repeats + 2):                                        # 2 warm-up rounds
+    for rep in range(a.repeats + a.warmup):                                 # warm-up rounds
         for name, fn in runs:
-            t0 = time.perf_counter()
+            t0 = time.process_time()              # CPU seconds: the machine is shared
             n = fn(rep)
-            if rep >= 2:
-                times[name].append(time.perf_counter() - t0)
+            if rep >= a.warmup:
+                times[name].append(time.process_time() - t0)
                 tokens[name].append(n)
     n_params = sum(p.numel() for p in policy.parameters())
     print(f"model {a.model if not a.random_width else f'random Llama {a.random_width}x{a.layers}'}"
           f" ({n_params:,} params), B={a.prompts} G={a.G} max_new={a.max_new} "
           f"T={a.temperature}, torch {torch.__version__}, transformers {transformers.__version__}, "
           f"threads {torch.get_num_threads()}, median of {a.repeats}")
-    print("| sampler | s per rollout (median) | tokens per rollout (mean) | tokens/s |")
+    print("| sampler | CPU s per rollout (median) | tokens per rollout (mean) | tokens per CPU s |")
     print("|---|---|---|---|")
     rate = {}
     for k in times:

@@ -45,6 +45,8 @@ LEVERS = {                                      # name -> overrides on top of BE
     "prompt once in the update": {"update_forward": "prompt_once"},
     "bf16 sampling copy": {"hf_sample_dtype": "bfloat16"},
     "bf16 autocast (every forward)": {"hf_autocast": True},
+    "after (fp32 levers)": {"sample_draw": "inverse_cdf", "drop_finished": True,
+                            "update_forward": "prompt_once"},
     "after (all)": {"sample_draw": "inverse_cdf", "drop_finished": True,
                     "update_forward": "prompt_once", "hf_sample_dtype": "bfloat16",
                     "hf_autocast": True},
@@ -162,8 +164,11 @@ def in_child(fn, *args, **kw) -> dict:
 
 # ---- tables
 
-def med(rows, k, skip=1):
-    return statistics.median(r[k] for r in rows[skip:])
+SKIP = [1]                                      # steps left out at the start of each run
+
+
+def med(rows, k):
+    return statistics.median(r[k] for r in rows[SKIP[0]:])
 
 
 def ci(values, fmt=".2f") -> str:
@@ -186,10 +191,10 @@ def scaled(r: dict) -> dict:
 
 
 def profile(a) -> list[str]:
-    runs = {name: [] for name in LEVERS}
+    runs = {name: [] for name in LEVERS if not a.levers or name in a.levers}
     for rnd in range(a.rounds):
-        for name, lv in LEVERS.items():
-            out = in_child(grpo_lab_run, a, a.beta, lv, 0, rnd)
+        for name in runs:
+            out = in_child(grpo_lab_run, a, a.beta, LEVERS[name], 0, rnd)
             runs[name].append(out)
             print(f"round {rnd} {name}: {med(out['rows'], 'step_s'):.2f} s/step wall, "
                   f"{med(out['rows'], 'cpu_s'):.2f} CPU s, peak {out['peak_rss_mb']:.0f} MB, "
@@ -199,10 +204,10 @@ def profile(a) -> list[str]:
     out = ["| lever (alone, on top of 'before') | " + " | ".join(cols)
            + " | step / before (CPU s) | step wall s | peak RSS MB | mean len |",
            "|---|" + "---|" * (len(cols) + 4)]
-    base = [r for o in runs["before"] for r in o["rows"][1:]]
+    base = [r for o in runs["before"] for r in o["rows"][a.skip:]]
     base_cpu = statistics.median(r["cpu_s"] for r in base)
     for name, outs in runs.items():
-        raw = [r for o in outs for r in o["rows"][1:]]
+        raw = [r for o in outs for r in o["rows"][a.skip:]]
         rows = [scaled(r) for r in raw]
         m = lambda k: statistics.median(r[k] for r in rows)                # noqa: E731
         dec = m("time/decode_forward_s")
@@ -233,7 +238,7 @@ def trl_table(a) -> list[str]:
     for rnd in range(a.rounds):
         for beta, r in settings:
             for side in ("grpo_lab", "TRL"):
-                out = (in_child(grpo_lab_run, a, beta, AFTER, r, rnd) if side == "grpo_lab"
+                out = (in_child(grpo_lab_run, a, beta, a.after, r, rnd) if side == "grpo_lab"
                        else in_child(trl_run, a, beta, r, rnd))
                 res[((beta, r), side)].append(out)
                 print(f"round {rnd} beta {beta} lora {r} {side}: "
@@ -264,21 +269,20 @@ def trl_table(a) -> list[str]:
 
 
 def matmul_gflops(threads: int = 1) -> list[str]:
-    """Measured GEMM throughput, one thread: the update's shape (2048 tokens x 576 -> 1536),
-    the head's (2048 x 576 -> 49152) and the decode's (32 rows x 576 -> 1536)."""
+    """Measured GEMM throughput, one thread, in CPU seconds: the update's shape (2048 tokens
+    x 576 -> 1536), the head's (256 x 576 -> 49152) and the decode's (32 rows)."""
     torch.set_num_threads(threads)
     out = ["| shape (M x K -> N) | fp32 GFLOP/s | bf16 GFLOP/s | bf16 / fp32 |", "|---|---|---|---|"]
-    for M, K, N in ((2048, 576, 1536), (2048, 576, 49152), (32, 576, 1536), (32, 576, 49152)):
+    for M, K, N in ((2048, 576, 1536), (256, 576, 49152), (32, 576, 1536), (32, 576, 49152)):
         r = {}
         for dt in (torch.float32, torch.bfloat16):
             x, w = torch.randn(M, K, dtype=dt), torch.randn(N, K, dtype=dt)
-            for _ in range(2):
-                x @ w.T
+            x @ w.T
             best = float("inf")
-            for _ in range(5):                      # CPU seconds: load-independent
+            for _ in range(3):                      # CPU seconds: load-independent
                 t = time.process_time()
                 n = 0
-                while time.process_time() - t < 0.3:
+                while time.process_time() - t < 0.2:
                     x @ w.T
                     n += 1
                 best = min(best, (time.process_time() - t) / n)
@@ -302,13 +306,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--bf16", type=int, default=1, help="trl: TRL bf16=True (grpo_lab: autocast)")
+    ap.add_argument("--skip", type=int, default=1, help="steps left out at each run's start")
+    ap.add_argument("--levers", default="", help="profile: comma-separated LEVERS names (all)")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
+    SKIP[0] = a.skip
+    a.levers = [x for x in a.levers.split(",") if x]
+    a.after = AFTER if a.bf16 else {k: v for k, v in AFTER.items()
+                                    if k not in ("hf_sample_dtype", "hf_autocast")}
     a.device, a.temperature, a.eval_size = "cpu", 1.0, 0
     a.chat_template = (Path(a.model) / "chat_template.jinja").exists()   # instruct models
     head = [f"Command: `python bench/bench_hf_speed.py {' '.join(sys.argv[1:])}`",
             f"{a.model}, B={a.B} G={a.G} max_new={a.max_new} T=1, lr {a.lr}, threads "
-            f"{a.threads}, steps {a.steps} per run (first left out), rounds {a.rounds}, torch "
+            f"{a.threads}, steps {a.steps} per run ({a.skip} left out), rounds {a.rounds}, torch "
             f"{torch.__version__}; {load()} at the start.", ""]
     if a.what == "matmul":
         lines = matmul_gflops(a.threads)
@@ -318,7 +328,7 @@ def main() -> None:
         import transformers
         import trl
         head.insert(2, f"transformers {transformers.__version__}, trl {trl.__version__}; "
-                       f"TRL bf16={bool(a.bf16)}, grpo_lab: {AFTER}.")
+                       f"TRL bf16={bool(a.bf16)}, grpo_lab: {a.after}.")
         lines = trl_table(a)
     text = "\n".join(head + lines) + "\n"
     print(text)
