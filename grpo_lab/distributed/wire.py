@@ -223,7 +223,10 @@ def _check_values(name, fmt, values: bytes, scales: np.ndarray, block: int) -> N
         codes = np.frombuffer(values, np.uint8)                            # (n,)
         B = block or max(len(codes), 1)
         with np.errstate(over="ignore", invalid="ignore"):
-            x = _FP8_TABLES[fmt][codes] * scales[np.arange(len(codes)) // B]   # (n,) float32
+            if len(scales) == 1:                                           # one scale: no index
+                x = _FP8_TABLES[fmt][codes] * scales[0]                    # (n,) float32
+            else:
+                x = _FP8_TABLES[fmt][codes] * scales[np.arange(len(codes)) // B]  # (n,) float32
     bad = np.flatnonzero(~np.isfinite(x))
     if len(bad):
         raise WireError(f"tensor {name!r}: value {bad[0]} decodes to {x[bad[0]]} in {fmt} "
