@@ -64,3 +64,15 @@ def test_widget_verdict_flips_with_the_bandwidth():
     assert parts["bandwidth"].value == pytest.approx(450.0, rel=0.02)
     assert not parts["state"]["verdict"].pays
     assert math.isfinite(parts["state"]["verdict"].break_even_bandwidth)
+
+
+def test_a_gloo_calibration_becomes_a_link():
+    from grpo_lab.distributed.calibrate import calibrate
+    from grpo_lab.distributed.scaling import link_from_calibration
+    from grpo_lab.distributed.topology import ring_time
+    alpha, bw = 90e-6, 2.5e9                                               # a ring all-reduce, exactly
+    sizes = [4 * 2 ** k for k in range(0, 22, 3)]
+    measured = {"pingpong": {n: alpha / 2 + n / bw for n in sizes},
+                "allreduce": {2: {n: ring_time(2, n, alpha, 1 / bw) for n in sizes}}}
+    link = link_from_calibration(calibrate(measured), p=2)
+    assert link.alpha == pytest.approx(alpha, rel=1e-6) and link.bandwidth == pytest.approx(bw, rel=1e-6)

@@ -146,6 +146,16 @@ LINKS = {
 """Links by name: this machine's gloo (measured) and datasheet-level ones (assumptions)."""
 
 
+def link_from_calibration(cal, p: int = 2, name: str = "gloo (calibrated)") -> Link:
+    """The link of a ``calibrate.Calibration``'s ring all-reduce fit for ``p`` processes (alpha,
+    1 / beta): how this machine's own numbers enter the calculator (``LINKS`` holds one run's)."""
+    alpha, beta = cal.fits[f"allreduce p={p}"]
+    if not (alpha >= 0 and beta > 0):
+        raise ValueError(f"calibration for p={p} gave alpha={alpha}, beta={beta}: not a link "
+                         f"(too few or too noisy points?)")
+    return Link(alpha, 1 / beta, name)
+
+
 class Codec(NamedTuple):
     """A compression protocol as the cost model sees it: what it saves and what it costs."""
     ratio: float
