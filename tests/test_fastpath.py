@@ -34,16 +34,24 @@ def test_rice_remainder_widths_above_and_below_a_byte():
             assert torch.equal(F.bytes_uint(body, 4, r), vals), r
 
 
-def test_torch_bit_kernels_match_numpy_ones():
-    """The GPU branch of pack/unpack (run here on CPU through its torch code) equals numpy's."""
-    bits = (torch.rand(1003, generator=torch.Generator().manual_seed(0)) < 0.4).to(torch.uint8)
-    pad = torch.nn.functional.pad(bits, (0, (-len(bits)) % 8)).view(-1, 8)
-    torch_packed = (pad.float() @ F._BYTE_WEIGHTS).to(torch.uint8)
-    assert np.array_equal(torch_packed.numpy(), np.packbits(bits.numpy()))
-    torch_bits = ((torch_packed[:, None] >> F._BITS_MSB) & 1).reshape(-1)
-    assert np.array_equal(torch_bits.numpy(), np.unpackbits(torch_packed.numpy()))
-    mask = bits.bool()
-    assert torch.equal(F.positions(mask), mask.nonzero().flatten())
+@pytest.mark.parametrize("preset", ["fast_topk5", "aggressive"])
+def test_gpu_branches_run_on_cpu_give_the_same_bytes(monkeypatch, preset):
+    """NUMPY_ON_CPU off: every primitive takes its torch (GPU) branch; bytes and residuals as
+    the readable path's, Rice round trips included."""
+    monkeypatch.setattr(F, "NUMPY_ON_CPU", False)
+    for n, k in [(100_000, 5000), (1000, 13), (64, 64)]:
+        idx = random_indices(n, k, seed=n)
+        payload = F.rice_encode(torch.from_numpy(idx), n)
+        assert payload == codecs.rice_encode(idx, n)
+        assert np.array_equal(F.rice_decode(payload, n).numpy(), idx)
+    cfg = dataclasses.replace(C.get_config(preset), index_codec="rice")
+    slow = C.Compressor(dataclasses.replace(cfg, fast=False), seed=2)
+    fast = C.Compressor(dataclasses.replace(cfg, fast=True), seed=2)
+    for grads in _random_gradients():
+        m = fast.encode(grads)
+        assert m == slow.encode(grads)
+        d = C.decode_message(m, fast=True)
+        assert all(torch.equal(d[name], v) for name, v in C.decode_message(m).items())
 
 
 def test_raw_fast_matches_reference():

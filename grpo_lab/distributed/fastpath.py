@@ -10,8 +10,10 @@ fp32 gradient of the bench (n = 1e6, k = 5e4):
     a memory copy of 4 MB                 ~0.15 ms  (26 GB/s; the ceiling every row is read against)
     one elementwise pass over the 4 MB    ~0.1  ms  (add_, abs, a float compare)
     a pass over the k kept entries        ~0.03 ms  (gather, scatter, fp8 cast of 5e4 values)
+    one torch op on a CPU, any size       ~0.01-0.02 ms of overhead
     => 1/10 of memcpy leaves ~1.5 ms for select + quantise + encode + decode: about ten passes
-       over the gradient, so every full-size temporary and every second pass must go.
+       over the gradient and a few dozen ops, so every full-size temporary and every second
+       pass must go. What this module reaches, stage by stage: bench/RESULTS_compression.md.
 
 What changes against the reference, and what stays bit for bit:
 
@@ -21,14 +23,19 @@ What changes against the reference, and what stays bit for bit:
   * Selection: exact top-k is the reference's ``torch.topk`` (no faster exact selection exists;
     it costs ~30 ms on 1e6 entries, the one slow stage left). DGC's sampled threshold (Lin et al.
     2018, sec. 3.1; ``compression.topk_sampled``) takes |acc| once instead of three times and finds
-    the positions above the threshold with ``positions``. Same generator draws, same positions.
-  * ``positions``: ``torch.nonzero`` on a GPU. On a CPU torch's bool compare and nonzero run at
-    0.6 and 1.5 ns per element, numpy's at 0.07 and 0.8: a CPU tensor's mask is computed and
-    compacted by numpy on the same memory (no copy). The one device-dependent line here.
-  * Rice (``codecs.rice_encode``: k r-bit remainders, then k unary codes): the same bytes,
-    written as fields into 32-bit big-endian words with two ``index_add_`` (fields never share a
-    bit, so add is or) and read back with one gather per field; the reference expands every bit
-    to a byte. ``raw_int32`` is a cast.
+    the positions above the threshold with ``positions_at_least``. Same draws, same positions.
+    A NaN or infinity raises (one max over |acc|): a threshold never selects NaN, which would
+    otherwise stay in the residual unsent.
+  * Rice (``codecs.rice_encode``: k r-bit remainders, then k unary codes): the same bytes. The
+    remainders are cut into bytes 8 values at a time (8 r-bit values are r whole bytes, one
+    int64 each), the unary terminators set in one scatter, and the bits packed once; the
+    decoder finds the terminators with one compaction and reads the remainders the same way.
+    ``raw_int32`` is a cast.
+  * Device dependence: five primitives (``positions``, ``positions_at_least``, ``pack_bits``,
+    ``unpack_bits``, ``set_ones``) run torch on a GPU and numpy on the same memory on a CPU,
+    where torch's kernels are the slow part: its bool compare and nonzero run at 0.6 and 1.5 ns
+    per element against numpy's 0.07 and 0.8, and its bit packing 30x slower than np.packbits.
+    Everything else is the same torch code on both (tests run the torch branches on a CPU).
 
 Values after fp8 (``CompressionConfig.topk_format``) are quantised by ``compression.fp8_quantize``
 on both paths; the residual keeps the quantisation error of the sent values (error feedback
@@ -48,19 +55,27 @@ from grpo_lab.distributed import codecs
 from grpo_lab.distributed.codecs import CodecError
 
 
+NUMPY_ON_CPU = True
+"""Run the five device-dependent primitives through numpy for CPU tensors (False: torch
+everywhere, as on a GPU; the tests use it to check the GPU branches on a CPU)."""
+
+
+def _numpy(t: torch.Tensor) -> bool:
+    return NUMPY_ON_CPU and t.device.type == "cpu"
+
 
 # --------------------------------------------------------------------------- selection
 
 def positions(mask: torch.Tensor) -> torch.Tensor:
     """Sorted positions (m,) int64 of the True entries of a 1-D bool ``mask``."""
-    if mask.device.type == "cpu":                                         # numpy: 2x faster
+    if _numpy(mask):                                         # numpy: 2x faster
         return torch.from_numpy(np.flatnonzero(mask.numpy()))            # (m,)
     return mask.nonzero().flatten()                                       # (m,)
 
 
 def positions_at_least(a: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
     """Sorted positions (m,) int64 where the 1-D ``a`` >= ``thr`` (a 0-d tensor)."""
-    if a.device.type == "cpu":                                            # numpy: 10x faster compare
+    if _numpy(a):                                            # numpy: 10x faster compare
         return torch.from_numpy(np.flatnonzero(a.numpy() >= thr.item()))  # (m,)
     return (a >= thr).nonzero().flatten()                                 # (m,)
 
@@ -120,7 +135,7 @@ _BYTE_WEIGHTS = torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.float32)
 
 def pack_bits(bits: torch.Tensor) -> torch.Tensor:
     """Bits (m,) uint8 0/1 -> bytes (ceil(m/8),) uint8, MSB first (``np.packbits``)."""
-    if bits.device.type == "cpu":                                         # numpy: 30x faster
+    if _numpy(bits):                                         # numpy: 30x faster
         return torch.from_numpy(np.packbits(bits.numpy()))
     pad = torch.nn.functional.pad(bits, (0, (-len(bits)) % 8)).view(-1, 8)  # (m/8, 8)
     return (pad.float() @ _BYTE_WEIGHTS.to(bits.device)).to(torch.uint8)  # (m/8,) exact < 256
@@ -128,14 +143,14 @@ def pack_bits(bits: torch.Tensor) -> torch.Tensor:
 
 def unpack_bits(body: torch.Tensor) -> torch.Tensor:
     """Bytes (B,) uint8 -> bits (8B,) uint8 0/1, MSB first (``np.unpackbits``)."""
-    if body.device.type == "cpu":
+    if _numpy(body):
         return torch.from_numpy(np.unpackbits(body.numpy()))
     return ((body[:, None] >> _BITS_MSB.to(body.device)) & 1).reshape(-1)  # (8B,)
 
 
 def set_ones(bits: torch.Tensor, where: torch.Tensor) -> None:
     """bits[where] = 1 in place (numpy on a CPU tensor's memory: 3x faster than index_fill_)."""
-    if bits.device.type == "cpu":
+    if _numpy(bits):
         bits.numpy()[where.numpy()] = 1
     else:
         bits.index_fill_(0, where, 1)
