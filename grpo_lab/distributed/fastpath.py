@@ -94,8 +94,10 @@ def select_sampled(a: torch.Tensor, k: int, generator=None, sample: float = 0.01
     probe = a if s >= n else a[torch.randint(n, (s,), generator=generator)]  # (s,)
     thr = torch.topk(probe, max(1, math.ceil(k * s / n))).values[-1]      # 0-d
     chosen = positions_at_least(a, thr)                                   # (>=1,) sorted
-    if len(chosen) > k:
-        chosen = chosen[torch.topk(a[chosen], k, sorted=False).indices].sort().values
+    if len(chosen) > k:                                                   # keep the top k of them,
+        keep = torch.zeros(len(chosen), dtype=torch.bool, device=a.device)  # in position order:
+        keep[torch.topk(a[chosen], k, sorted=False).indices] = True        # a mask, not a sort
+        chosen = chosen[keep]                                             # (k,) sorted
     return chosen
 
 

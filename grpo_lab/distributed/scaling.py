@@ -34,9 +34,10 @@ bytes, p ranks, a link (alpha, bandwidth B), a codec (ratio r, encode and decode
 in bytes of fp32 gradient per second), h seconds of backward that communication may hide behind:
 
     plain       max(0, 2 (p-1) alpha + 2 (p-1)/p n / B - h)
-    compressed  n / E + p n / D + max(0, (p-1) (alpha + n / (r B)) - h)     (top-k: all-gather)
+    compressed  n / E + p n / D + max(0, (p-1) (2 alpha + n / (r B)) - h)   (top-k: all-gather)
 
-With h = 0 they are equal at B* = n (2 (p-1)/p - (p-1)/r) / (n/E + p n/D - (p-1) alpha): the
+(comm.py's all-gather is two collectives, the lengths and then the messages: 2 alpha a step).
+With h = 0 they are equal at B* = n (2 (p-1)/p - (p-1)/r) / (n/E + p n/D): the
 break-even bandwidth. Slower links than B* gain from compressing; faster ones lose. At 250 MB/s
 of coding, B* is about 250 MB/s: a 2 Gb/s link. To pay on a 400 Gb/s link the codec must run at
 about the link's own speed, which is why DGC and PowerSGD encode on the GPU. Deviations: coding
@@ -200,7 +201,7 @@ def exchange_seconds(params: float, link: Link, world: int, codec: Codec | None 
     if codec.ratio <= 0 or codec.encode_bps <= 0 or codec.decode_bps <= 0:
         raise ValueError(f"codec needs ratio, encode_bps, decode_bps > 0, got {codec}")
     m = n / codec.ratio
-    comm = (allgather_time(world, m, link.alpha, beta) if codec.sparse
+    comm = (allgather_time(world, m, 2 * link.alpha, beta) if codec.sparse  # lengths, then bytes
             else 2 * (world - 1) * (link.alpha + m / world * beta))
     decodes = world if codec.sparse else 1                                 # every rank's message
     code = n / codec.encode_bps + decodes * n / codec.decode_bps
