@@ -76,3 +76,20 @@ def test_a_gloo_calibration_becomes_a_link():
                 "allreduce": {2: {n: ring_time(2, n, alpha, 1 / bw) for n in sizes}}}
     link = link_from_calibration(calibrate(measured), p=2)
     assert link.alpha == pytest.approx(alpha, rel=1e-6) and link.bandwidth == pytest.approx(bw, rel=1e-6)
+
+
+def test_widget_draws_its_figure_with_plain_tick_labels(monkeypatch):
+    from io import BytesIO
+
+    import grpo_lab.widgets.compression_pays as M
+    figures = []
+
+    def draw(fig):
+        fig.savefig(BytesIO(), format="png")
+        figures.append(fig)
+    monkeypatch.setattr(M, "show_figure", draw)
+    box, parts = M.compression_pays_explorer()
+    parts["bandwidth"].value = 0.1
+    (ax,) = figures[-1].axes
+    labels = [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels()]
+    assert len(figures) == 2 and labels and not any("$" in t for t in labels)   # no mathtext

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipywidgets as W
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from grpo_lab.distributed.scaling import LINKS, MEASURED_CODECS, Link, compression_pays, exchange_seconds
 from grpo_lab.widgets import show_figure
@@ -100,6 +101,9 @@ def _figure(parts, lk: Link, cd, v) -> Figure:
     ax.axvline(lk.bandwidth / GB, color="k", lw=1, label="this link")
     if 0 < v.break_even_bandwidth < float("inf"):
         ax.axvline(v.break_even_bandwidth / GB, color="gray", ls="--", label="break-even")
+    for axis in (ax.xaxis, ax.yaxis):                  # plain tick labels: no mathtext to parse
+        axis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))     # (its parser is deep:
+        axis.set_minor_formatter(NullFormatter())                          # a traceback in a kernel)
     ax.set_xlabel("link bandwidth (GB/s)")
     ax.set_ylabel("exposed ms per exchange")
     ax.legend(fontsize=8)
