@@ -427,11 +427,11 @@ class Compressor:
         if self.cfg.error_feedback and (res is None or res.shape != flat.shape):
             res = torch.zeros_like(flat)
         if self.cfg.fast:                                                  # in place, same values
-            if self.absbuf.shape != flat.shape:
+            if self.absbuf.numel() < flat.numel():                         # one scratch, the largest
                 self.absbuf = torch.empty_like(flat)
             try:
                 idx, vals, res = fastpath.sparsify_(flat, res, k, self.cfg.topk, self.generator,
-                                                    self.absbuf)
+                                                    self.absbuf[:flat.numel()])
             except ValueError as e:
                 raise ValueError(f"gradient {name!r}: {e}") from None
             if res is not None:
