@@ -249,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             if args.override and not args.resume:
                 raise ValueError("--override only applies with --resume")
+            if args.overwrite and args.resume:
+                raise ValueError("--resume continues the run in out_dir, --overwrite replaces "
+                                 "it: pass one of them")
             cfg = train_config(args)
             if args.nproc is not None:           # claimed here, so a refusal stops every rank
                 from grpo_lab.rundir import LOCKED_ENV, claim

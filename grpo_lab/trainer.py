@@ -141,6 +141,14 @@ def _check_finite(ex, step: int, ckpt: Path, group: Group) -> None:
                                  f"if any) is kept")
 
 
+def _agree(group: Group, *flags: bool) -> list[bool]:
+    """Each flag True if any rank says so, in one collective (identity on one process)."""
+    if group.world == 1:
+        return [bool(f) for f in flags]
+    t = group.sum_(torch.tensor([float(bool(f)) for f in flags], dtype=torch.float64))
+    return [bool(x > 0) for x in t.tolist()]
+
+
 def _reduce_shares(shares: dict, group: Group) -> dict:
     """Sum each rank's share of the step's statistics over ranks (step.py's ``shares``)."""
     keys = sorted(shares)
@@ -309,8 +317,8 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
             metrics.update({"comm/payload_bytes": payload, "comm/bytes": sent,
                             "comm/wchar_bytes": None if w0 is None or w1 is None else w1 - w0})
         last_step = step == cfg.steps - 1
-        out_of_time = group.agree(bool(cfg.time_budget_s) and elapsed0 + time.perf_counter()
-                                  - t0 >= cfg.time_budget_s)
+        over = bool(cfg.time_budget_s) and elapsed0 + time.perf_counter() - t0 >= cfg.time_budget_s
+        out_of_time, stopping = _agree(group, over, stop.signum is not None)   # SIGINT/SIGTERM
         evaluated = bool((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step
                          or out_of_time)                 # the same on every rank
         if lead and evaluated:
@@ -322,7 +330,6 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
         if lead:
             with open(log_path, "a") as f:
                 f.write(json.dumps(metrics) + "\n")
-        stopping = group.agree(stop.signum is not None)          # SIGINT/SIGTERM: every rank
         if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time or reached or stopping:
             _checkpoint(ckpt, policy, ex, cfg, step, history, ctx.grouper, lead)
         if stopping:
