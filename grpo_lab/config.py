@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from grpo_lab.advantages import ADVANTAGES
 from grpo_lab.distributed.exchanges import ExchangeConfig
+from grpo_lab.instruct import check_config as check_instruct
 from grpo_lab.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.loss import AGGREGATIONS
 from grpo_lab.policy import POLICIES
@@ -65,6 +66,16 @@ class TrainConfig:
     hf_chat_template: bool = False
     """policy="hf": wrap each prompt in the tokenizer's chat template as one user turn,
     with the generation prompt (for instruct models)."""
+    answer_format: str = "raw"
+    """How prompts ask for the answer. "raw": the toy's own format ("12+34=" -> "46<eos>",
+    exact-match rewards). For instruct models (policy="hf", hf_chat_template): each task
+    asked in words (instruct.py) with "tags" (<answer>42</answer>), "boxed" (\\boxed{42}) or
+    "number" (the number alone); accuracy then reads the answer whatever wraps it (tags,
+    boxed, last number) and the format reward checks the requested format (answers.py).
+    With max_new_tokens=0 an instruct format gets 64 new tokens."""
+    system_prompt: str = ""
+    """policy="hf" with hf_chat_template: a system turn before each prompt ("": the chat
+    template's own default, if it has one)."""
     hf_trust_remote_code: bool = False
     """policy="hf": let transformers run model code shipped with the checkpoint (off:
     only architectures transformers itself implements)."""
@@ -245,6 +256,9 @@ class TrainConfig:
         _member(self.advantage, ADVANTAGES, "advantage")
         _member(self.aggregation, AGGREGATIONS, "aggregation")
         _member(self.supervision, ("outcome", "process"), "supervision")
+        check_instruct(self.task_names, self.answer_format, self.policy, self.supervision)
+        if self.answer_format != "raw" and not self.max_new_tokens:
+            self.max_new_tokens = 64                 # a sentence, not the toy's answer + 2
         _member(self.lr_schedule, ("constant", "cosine"), "lr_schedule")
         if not self.reward_weights:
             raise ValueError("reward_weights is empty")
