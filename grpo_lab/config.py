@@ -8,7 +8,8 @@ line); a plain dict is turned into one when the config is built, so presets and 
 configs (JSON) round-trip. Presets give sizes for scale: ``tiny_cpu`` (the default demo, tuned for time to accuracy),
 ``defaults`` (the field defaults as they are),
 ``quick`` (tests and notebooks in CI), ``mixture_cpu``, ``hf_tiny_cpu`` (a transformers
-model on the CPU), ``hf_gpu`` (a real model on GPUs).
+model on the CPU), ``smollm_cpu`` (SmolLM2-135M-Instruct on a laptop CPU), ``hf_gpu`` (a real
+model on GPUs).
 """
 from __future__ import annotations
 
@@ -417,10 +418,27 @@ PRESETS: dict[str, dict] = {
     # Untested here (no GPU, no network): the numbers are a starting point, not a result.
     "hf_gpu": {"policy": "hf", "base_checkpoint": "Qwen/Qwen2.5-0.5B-Instruct",
                "hf_autocast": True, "hf_chat_template": True,
-               "hf_gradient_checkpointing": True, "max_new_tokens": 16, "temperature": 1.0,
+               "hf_gradient_checkpointing": True, "temperature": 1.0,
                "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "beta": 0.0,
                "steps": 500, "time_budget_s": 0.0, "eval_every": 50, "eval_size": 200,
-               "ckpt_every": 100, "adam_eps": 1e-6},
+               "ckpt_every": 100, "adam_eps": 1e-6,
+               # instruct formats (instruct.py): each task asked in words, the answer read
+               # from <answer></answer> tags (or the last number), a format reward for the tags;
+               # room for a short working before the answer
+               "task": "addition,word_problems", "answer_format": "tags",
+               "reward_weights": {"accuracy": 1.0, "format": 0.2}, "max_new_tokens": 128},
+    # SmolLM2-135M-Instruct on this 2-core CPU (grpo-lab model get smollm2-135m, models.py):
+    # 2-digit sums asked in words, answer in <answer></answer> tags, accuracy read whatever
+    # wraps the answer plus a format reward; small groups and short completions so a step
+    # fits in seconds; 10 minutes of training (BENCHMARKS.md "SmolLM2 on the CPU")
+    "smollm_cpu": {"policy": "hf", "base_checkpoint": "smollm2-135m", "hf_chat_template": True,
+                   "hf_autocast": True, "task": "addition", "answer_format": "tags",
+                   "system_prompt": "Reply with the final answer only, inside <answer></answer> "
+                                    "tags, like <answer>12</answer>.",
+                   "reward_weights": {"accuracy": 1.0, "format": 0.5}, "max_new_tokens": 20,
+                   "temperature": 0.7, "prompts_per_step": 4, "group_size": 4, "lr": 2e-5,
+                   "beta": 0.0, "warmup_steps": 2, "lr_schedule": "constant", "steps": 200,
+                   "time_budget_s": 600.0, "eval_every": 0, "eval_size": 50, "ckpt_every": 1000},
 }
 
 

