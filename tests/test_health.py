@@ -68,3 +68,26 @@ def test_timeline_and_report_name_the_steps_covered():
     assert "**truncated** (steps 20-29, 10 checks)" in lines[2]
     assert report_lines(steps(30), CFG) == []
     assert health.max_reward(CFG) == 1.5
+
+
+def test_the_trainer_says_it_on_a_constant_reward_and_the_report_lists_it(tmp_path, monkeypatch,
+                                                                         capsys):
+    from grpo_lab import tasks
+    from grpo_lab.config import preset
+    from grpo_lab.report import write_report
+    from grpo_lab.trainer import train
+
+    monkeypatch.setitem(tasks.REWARDS, "never", lambda c, e, s: [0.0] * len(c))
+    cfg = preset("quick", steps=12, eval_size=8, eval_every=0, threads=1, out_dir=str(tmp_path),
+                 reward_weights={"never": 1.0}, dynamic_sampling=True, dynamic_max_draws=2)
+    history = train(cfg, progress=True)
+    got = capsys.readouterr()
+    err = got.out + got.err                       # the bar on stderr, the findings on stdout
+    assert "equal_rewards: 100% of groups had equal rewards" in err
+    assert "the reward never fires" in err
+    assert "dynamic_sampling_exhausted: dynamic sampling ran out of draws in 10 of the last 10" in err
+    steps_ = [h for h in history if h["step"] >= 0]
+    assert all(h["sample/topped_up"] == 8 and h["sample/draws"] == 2 for h in steps_)
+    md = write_report(history, tmp_path, {**cfg.__dict__, "exchange": {}}).read_text()
+    assert "**equal_rewards** (steps 9-11, 3 checks)" in md
+    assert "## Samples (greedy, held-out)" in md and "| step -1 | step 11 |" in md
