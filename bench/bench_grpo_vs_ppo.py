@@ -1,5 +1,5 @@
 """GRPO vs PPO with a learned critic on 2-digit addition: memory, time per step, samples to a
-target held-out accuracy (claims 10 and 21 of /work/shared/CLAIMS.md, issue 14).
+target held-out accuracy (claims 10 and 21 of data/claims.md, issue 14).
 
 Every variant trains data/base_policy.safetensors with the tiny_cpu preset's defaults (lr 1e-4,
 cosine over ``--steps``, beta 0.02, temperature 0.7, eps 0.2/0.28) and 128 completions per step;
