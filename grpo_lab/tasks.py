@@ -275,13 +275,22 @@ def load_jsonl(path: str | Path) -> list[Example]:
 
 def check_held_out(task: Task, rows: list[tuple[str, Example]]) -> list[Example]:
     """The examples of ``rows`` [(where, Example)] if each fits ``task`` -> else an error
-    naming the row: it names the task, its prompt ends with "=", its prompt and answer use
-    the tokenizer's ALPHABET, its answer fits max_answer_len (a longer answer can never be
-    produced: the sampler stops at max_answer_len + 2 tokens, so it scores 0, silently)."""
+    naming the row: it names the task, its answer fits max_answer_len (a longer answer can
+    never be produced: the sampler stops at max_answer_len + 2 tokens, so it scores 0,
+    silently) and, for a task in the toy's format (its own examples are: every task made by
+    ``register_task``; not the instruct-only families written in words), its prompt ends
+    with "=" and its prompt and answer use the tokenizer's ALPHABET."""
+    probe = task.make(random.Random("check-format"))
+    toy = probe.prompt.endswith("=") and all(c in STOI for c in probe.prompt + probe.answer)
     for where, ex in rows:
         if ex.task != task.name:
             raise ValueError(f"{where}: held-out example of task {ex.task!r} in the set of "
                              f"task {task.name!r}")
+        if not 1 <= len(ex.answer) <= task.max_answer_len:
+            raise ValueError(f"{where}: answer {ex.answer!r} has {len(ex.answer)} characters; "
+                             f"task {task.name!r} has max_answer_len={task.max_answer_len}")
+        if not toy:
+            continue
         if not ex.prompt.endswith("="):
             raise ValueError(f"{where}: prompt {ex.prompt!r} must end with '='")
         for text, what in ((ex.prompt, "prompt"), (ex.answer, "answer")):
@@ -289,9 +298,6 @@ def check_held_out(task: Task, rows: list[tuple[str, Example]]) -> list[Example]
             if bad:
                 raise ValueError(f"{where}: {what} {text!r} has characters {bad} outside the "
                                  f"tokenizer's alphabet {ALPHABET!r}")
-        if not 1 <= len(ex.answer) <= task.max_answer_len:
-            raise ValueError(f"{where}: answer {ex.answer!r} has {len(ex.answer)} characters; "
-                             f"task {task.name!r} has max_answer_len={task.max_answer_len}")
     return [ex for _, ex in rows]
 
 

@@ -80,6 +80,19 @@ def test_held_out_rows_are_checked_again_on_load(tmp_path, monkeypatch):
         load_eval("tri")
 
 
+def test_families_in_words_are_checked_for_what_applies_to_them(monkeypatch):
+    import grpo_lab.instruct  # noqa: F401  (registers countdown and word_problems)
+    assert len(load_eval("word_problems")) == 200                  # capitals, no '=': fine
+    t = TASKS["word_problems"]
+    rows = [Example("Ann has 2 cats. How many?", "2", "word_problems"),
+            Example("Ann has 20000 cats. How many?", "20000", "word_problems")]
+    monkeypatch.setitem(TASKS, "word_problems", t.__class__(
+        t.name, t.make, t.answer_chars, t.max_answer_len, eval_fn=lambda: rows))
+    with pytest.raises(ValueError, match=r"eval_fn\(\) item 1: answer '20000' has 5 characters; "
+                                         r"task 'word_problems' has max_answer_len=4"):
+        load_eval("word_problems")
+
+
 # ---- one line and exit 2 for an error in the user's code, naming it and the step
 
 PLUGIN = """
