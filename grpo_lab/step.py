@@ -251,7 +251,8 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     }
     if flags is not None:
         metrics.update({"sample/draws": len(draws), "sample/informative_frac":
-                        float(torch.cat(flags).float().mean())})
+                        float(torch.cat(flags).float().mean()),
+                        "sample/topped_up": sum(not flags[d][i] for d, i in kept)})  # health.py
     return Batch(scored, adv, ref_logp, B * G, int(g.lengths.sum()), cluster_ids, metrics)
 
 

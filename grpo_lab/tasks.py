@@ -33,6 +33,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from grpo_lab.answers import extract, follows_format, is_correct, kind_of
+
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 # ---------------------------------------------------------------- tokenizer
@@ -69,6 +71,7 @@ class Example:
     prompt: str   # e.g. "12+34="
     answer: str   # e.g. "46"
     task: str     # task name, e.g. "addition"
+    fmt: str = ""  # "" the toy's exact format; else the answer format asked for (instruct.py)
 
 
 @dataclass(frozen=True)
@@ -302,7 +305,9 @@ def check_batch(completions: Sequence, examples: Sequence, stopped: Sequence) ->
 def accuracy_reward(completions: Sequence[str], examples: Sequence[Example],
                     stopped: Sequence[bool]) -> list[float]:
     check_batch(completions, examples, stopped)
-    return [float(s and c == ex.answer) for c, ex, s in zip(completions, examples, stopped)]
+    return [float(s and c == ex.answer) if not ex.fmt else   # instruct: answers.py
+            float(is_correct(c, s, ex.fmt, ex.task, ex.answer))
+            for c, ex, s in zip(completions, examples, stopped)]
 
 
 def partial_reward(completions: Sequence[str], examples: Sequence[Example],
@@ -310,6 +315,7 @@ def partial_reward(completions: Sequence[str], examples: Sequence[Example],
     check_batch(completions, examples, stopped)
     out = []
     for c, ex in zip(completions, examples):
+        c = c if not ex.fmt else (extract(c, kind_of(ex.task).read) or "")   # instruct
         hits = sum(a == b for a, b in zip(c, ex.answer))
         out.append(hits / max(len(c), len(ex.answer), 1))
     return out
@@ -320,6 +326,9 @@ def format_reward(completions: Sequence[str], examples: Sequence[Example],
     check_batch(completions, examples, stopped)
     out = []
     for c, ex, s in zip(completions, examples, stopped):
+        if ex.fmt:                                      # instruct: the requested format
+            out.append(float(follows_format(c, s, ex.fmt)))
+            continue
         chars = get_task(ex.task).answer_chars
         out.append(float(bool(s) and len(c) > 0 and all(ch in chars for ch in c)))
     return out

@@ -54,32 +54,47 @@ from grpo_lab.reclustering import StepGrouper
 from grpo_lab.step import (OBJECTIVES, StepContext, backward, max_new_tokens, sample_and_score,
                            split_batch)
 from grpo_lab.registry import load_plugins
-from grpo_lab.tasks import accuracy_reward, has_eval, load_eval, sample_examples
+from grpo_lab.health import diagnose
+from grpo_lab.instruct import render_all, rendered_source
+from grpo_lab.samples import FILE as SAMPLES_FILE, append as append_samples, rows as sample_rows
+from grpo_lab.tasks import accuracy_reward, format_reward, has_eval, load_eval, sample_examples
 
 __all__ = ["train", "evaluate", "evaluate_tasks", "learning_rate", "prompt_source",
            "make_grouper", "record_gradients", "max_new_tokens", "load_policy_any"]
 
 
 @torch.no_grad()
-def evaluate(model: GPT, examples, weights: dict, max_new: int, batch: int = 256) -> dict:
-    """Greedy decoding on ``examples`` -> {"eval/accuracy", "eval/reward"}."""
-    acc, rew = [], []
+def evaluate(model: GPT, examples, weights: dict, max_new: int, batch: int = 256,
+             samples: list | None = None) -> dict:
+    """Greedy decoding on ``examples`` -> {"eval/accuracy", "eval/reward"}, and
+    "eval/format" (the requested format's rate) for instruct prompts. ``samples``: a list
+    the first prompts' completions are appended to (samples.py)."""
+    acc, rew, fmt = [], [], []
+    instruct = bool(examples and examples[0].fmt)
     for i in range(0, len(examples), batch):
         s = sample_and_score(model, examples[i:i + batch], 1, max_new, weights, greedy=True)
-        acc += accuracy_reward(s.texts, s.examples, s.rollout.stopped.tolist())
-        rew += s.rewards.tolist()
-    return {"eval/accuracy": sum(acc) / len(acc), "eval/reward": sum(rew) / len(rew)}
+        stopped = s.rollout.stopped.tolist()
+        a = accuracy_reward(s.texts, s.examples, stopped)
+        f = format_reward(s.texts, s.examples, stopped) if instruct else None
+        if samples is not None and i == 0:
+            samples += sample_rows(s, a, f)
+        acc, rew, fmt = acc + a, rew + s.rewards.tolist(), fmt + (f or [])
+    return {"eval/accuracy": sum(acc) / len(acc), "eval/reward": sum(rew) / len(rew),
+            **({"eval/format": sum(fmt) / len(fmt)} if instruct else {})}
 
 
-def evaluate_tasks(model: GPT, eval_sets: dict, weights: dict, max_new: int) -> dict:
-    """``evaluate`` on each task's held-out set -> eval/accuracy and eval/reward over their
-    union, plus eval/accuracy/<task> when there are several tasks."""
+def evaluate_tasks(model: GPT, eval_sets: dict, weights: dict, max_new: int,
+                   samples: list | None = None) -> dict:
+    """``evaluate`` on each task's held-out set -> eval/accuracy and eval/reward (and
+    eval/format) over their union, plus eval/accuracy/<task> when there are several tasks."""
     if len(eval_sets) == 1:
-        return evaluate(model, next(iter(eval_sets.values())), weights, max_new)
-    per = {t: evaluate(model, exs, weights, max_new) for t, exs in eval_sets.items()}
+        return evaluate(model, next(iter(eval_sets.values())), weights, max_new,
+                        samples=samples)
+    per = {t: evaluate(model, exs, weights, max_new, samples=samples)
+           for t, exs in eval_sets.items()}
     n = {t: len(exs) for t, exs in eval_sets.items()}
     union = {k: sum(per[t][k] * n[t] for t in per) / sum(n.values())
-             for k in ("eval/accuracy", "eval/reward")}
+             for k in ("eval/accuracy", "eval/reward", "eval/format") if k in per[next(iter(per))]}
     return {**union, **{f"eval/accuracy/{t}": m["eval/accuracy"] for t, m in per.items()}}
 
 
@@ -218,6 +233,8 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     ckpt, log_path = out / "checkpoint.safetensors", out / "metrics.jsonl"
     if lead:
         _prepare_out_dir(out)
+        if not resume:
+            (out / SAMPLES_FILE).unlink(missing_ok=True)   # a fresh run's samples only
     load_plugins(cfg.plugins)                   # a spawned or torchrun rank needs them too
     eval_sets = {t: load_eval(t) for t in cfg.task_names if cfg.eval_size or has_eval(t)}
     for t, exs in eval_sets.items():
@@ -225,7 +242,8 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
             raise ValueError(f"eval_size={cfg.eval_size} but the held-out set of {t!r} has "
                              f"{len(exs)} examples; use at most {len(exs)} (0: no evaluation)")
     held_out = {e.prompt for exs in eval_sets.values() for e in exs}
-    eval_sets = {t: exs[:cfg.eval_size] for t, exs in eval_sets.items()}
+    eval_sets = {t: render_all(exs[:cfg.eval_size], cfg.answer_format)   # instruct.py
+                 for t, exs in eval_sets.items()}
     device = group.device                      # the rank's GPU under NCCL, else the CPU
     policy = load_for(cfg).to(device)                       # policy.py: toy GPT or HF model
     if cfg.objective == "ppo":       # the critic (ppo.py), trained by the one optimizer
@@ -237,11 +255,19 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
                                                    cfg.grad_clip, cfg.seed, scales),
                        group.world, group.rank)
-    ctx = StepContext(prompt_source(cfg, held_out), make_grouper(cfg), ref, group)
+    ctx = StepContext(rendered_source(prompt_source(cfg, held_out), cfg.answer_format),
+                      make_grouper(cfg), ref, group)
     collect, objective = OBJECTIVES[cfg.objective]
     max_new = max_new_tokens(cfg)
-    evaluate_now = lambda: (evaluate_tasks(policy, eval_sets, cfg.reward_weights, max_new)  # noqa: E731
-                            if cfg.eval_size else {})
+
+    def evaluate_now(step: int) -> dict:          # and the first prompts to samples.jsonl
+        if not cfg.eval_size:
+            return {}
+        rows: list = []
+        res = evaluate_tasks(policy, eval_sets, cfg.reward_weights, max_new, samples=rows)
+        append_samples(out, step, rows)
+        return res
+
     start, history, changes = 0, [], {}
     if resume:
         c = read_training_checkpoint(ckpt)
@@ -258,7 +284,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
                           f"exactly, the one that never stopped", RuntimeWarning, stacklevel=2)
         start, history = c["step"] + 1, c["history"]
     else:
-        history.append({"step": -1, **(evaluate_now() if lead else {}), "time/elapsed_s": 0.0,
+        history.append({"step": -1, **(evaluate_now(-1) if lead else {}), "time/elapsed_s": 0.0,
                         "time/threads": threads})
     if lead:
         log_path.write_text("".join(json.dumps(h) + "\n" for h in history))
@@ -266,6 +292,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     acc = next((h["eval/accuracy"] for h in reversed(history) if "eval/accuracy" in h), None)
     t0 = time.perf_counter()
     last = start - 1
+    cfg_dict, warned = to_dict(cfg), set()
     bar = tqdm(range(start, cfg.steps), desc=cfg.objective, disable=not (progress and lead),
                initial=start, total=cfg.steps)
     for step in bar:
@@ -301,7 +328,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
         evaluated = bool((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step
                          or out_of_time)                 # the same on every rank
         if lead and evaluated:
-            metrics.update(evaluate_now())
+            metrics.update(evaluate_now(step))
         metrics["time/elapsed_s"] = elapsed0 + time.perf_counter() - t0
         reached = (bool(cfg.target_accuracy) and evaluated and   # a collective only then
                    group.agree(metrics.get("eval/accuracy", -1.0) >= cfg.target_accuracy))
@@ -315,9 +342,15 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
             acc = metrics.get("eval/accuracy", acc)
             budget = (f"{metrics['time/elapsed_s']:.0f}/{cfg.time_budget_s:.0f}s"
                       if cfg.time_budget_s else None)                # progress against the budget
+            found = diagnose(history[-60:], cfg_dict, history[:6])  # health.py: no signal?
+            for f in found:
+                if f.code not in warned:                            # said once, in words
+                    warned.add(f.code)
+                    bar.write(f"step {step}: {f.code}: {f.message}")
             bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
                             acc="-" if acc is None else f"{acc:.2f}",
-                            **({"budget": budget} if budget else {}))
+                            **({"budget": budget} if budget else {}),
+                            **({"warn": ",".join(f.code for f in found)} if found else {}))
         if on_step is not None:
             on_step(metrics, policy)
         last = step
