@@ -90,6 +90,7 @@ def test_claims_10_and_21_read_one_data_set_on_one_scale():
     text = (f"{r['mean']:.2f}x [{r['low']:.2f}, {r['high']:.2f}] (geometric mean of 3 paired seeds: "
             + ", ".join(f"{x:.2f}" for x in r["ratios"]))
     assert text in C._SAMPLES
+    assert f"PPO's samples to the target / GRPO's {r['mean']:.2f}x [{r['low']:.2f}, {r['high']:.2f}]" in md
     assert r["high"] < 1 / (1 - 0.5) == 2.0 and r["high"] < 2.3   # both claims excluded
     ten, twenty_one = C.CLAIMS[9], C.CLAIMS[20]
     assert ten.verdict == twenty_one.verdict == "does not hold"
@@ -112,6 +113,8 @@ def test_paired_ratio_by_hand():
     assert r["high"] == pytest.approx(math.exp(half), rel=1e-3) and r["low"] == pytest.approx(math.exp(-half), rel=1e-3)
     with pytest.raises(ValueError, match="3 numerators, 2 denominators"):
         M.paired_ratio([1, 2, 3], [1, 2])
+    with pytest.raises(ValueError, match=r"ratios must be positive, got \[1.0, 0.0\]"):
+        M.ratio_interval([1.0, 0.0])
 
 
 def test_claim_20_relative_reward_is_constant_per_group_and_its_gradient_zero():

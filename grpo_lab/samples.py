@@ -1,0 +1,65 @@
+"""Samples you can read: each evaluation's first prompts with their completions and rewards.
+
+With a real model the first thing to look at is what it writes. Every evaluation (the base
+before training, then every ``eval_every`` steps and at the end) appends one line to
+``out_dir/samples.jsonl``:
+
+    {"step": -1, "samples": [{"task", "prompt", "completion", "answer", "reward",
+                              "accuracy", "format", "stopped"}, ...]}
+
+The same held-out prompts each time (the first ``PER_TASK`` of each task's set), greedy, so
+lines compare the policy with itself; the report shows the first and the last (``markdown``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+FILE = "samples.jsonl"
+PER_TASK = 4
+
+
+def rows(scored, accuracy, fmt=None, k: int = PER_TASK) -> list[dict]:
+    """The first ``k`` prompts of a greedy evaluation (``step.Scored``, one completion per
+    prompt) -> sample dicts."""
+    out = []
+    for i in range(min(k, len(scored.texts))):
+        ex = scored.examples[i]
+        out.append({"task": ex.task, "prompt": ex.prompt, "completion": scored.texts[i],
+                    "answer": ex.answer, "reward": round(float(scored.rewards[i]), 4),
+                    "accuracy": float(accuracy[i]),
+                    **({"format": float(fmt[i])} if fmt is not None else {}),
+                    "stopped": bool(scored.rollout.stopped[i])})
+    return out
+
+
+def append(out_dir: str | Path, step: int, samples: list[dict]) -> None:
+    with open(Path(out_dir) / FILE, "a") as f:
+        f.write(json.dumps({"step": step, "samples": samples}) + "\n")
+
+
+def read(out_dir: str | Path) -> list[dict]:
+    path = Path(out_dir) / FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _cell(text: str, n: int = 160) -> str:
+    text = text if len(text) <= n else text[:n - 3] + "..."
+    return text.replace("|", "\\|").replace("\n", " ⏎ ")
+
+
+def markdown(evals: list[dict]) -> list[str]:
+    """Report lines: the first and the last evaluation's samples side by side."""
+    if not evals:
+        return []
+    first, last = evals[0], evals[-1]
+    lines = ["## Samples (greedy, held-out)", "",
+             f"| prompt | answer | step {first['step']} | step {last['step']} |",
+             "|---|---|---|---|"]
+    for a, b in zip(first["samples"], last["samples"]):
+        mark = lambda s: f"{'✓' if s['accuracy'] else '✗'}{'' if s['stopped'] else ' (cut)'}"  # noqa: E731
+        lines.append(f"| {_cell(a['prompt'], 90)} | {_cell(a['answer'])} | "
+                     f"{mark(a)} {_cell(a['completion'])} | {mark(b)} {_cell(b['completion'])} |")
+    return lines + [""]
