@@ -283,3 +283,12 @@ def test_ctrl_c_under_nproc_checkpoints_and_exits_130(tmp_path):
     saved = read_training_checkpoint(out / "checkpoint.safetensors")
     assert saved["step"] == [s for s in steps_of(out) if s >= 0][-1] >= 1
     assert f"continue with: grpo-lab train --out_dir {out} --resume --nproc 2" in err
+
+
+def test_only_the_run_files_temporaries_are_removed(tmp_path):
+    from grpo_lab.rundir import remove_stale_tmp
+    for name in ("checkpoint.safetensors.k3j2.tmp", "metrics.jsonl.x9.tmp", "notes.tmp",
+                 "checkpoint.safetensors"):
+        (tmp_path / name).write_text("x")
+    assert remove_stale_tmp(tmp_path) == ["checkpoint.safetensors.k3j2.tmp", "metrics.jsonl.x9.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.safetensors", "notes.tmp"]
