@@ -23,7 +23,7 @@ Deviations from using the model as it ships, on purpose:
     master weights whenever one of them changed (tensor version counters); the trainer's
     forward keeps the master dtype (with ``autocast`` if set). The sampler's log-probs then
     differ from the trainer's by the rounding of bf16 weights: bench/bench_hf_profile.py
-    measures it (BENCHMARKS.md section 14); the ratio of the first update is not exactly 1.
+    measures it (BENCHMARKS.md section 15); the ratio of the first update is not exactly 1.
   * ``lora_r`` > 0: the model is wrapped by ``peft`` (LoRA, Hu et al. 2021, on every linear
     layer but the head, dropout 0); only the adapters train. The reference policy is the
     same model with its adapters off (``AdaptersOff``), so beta > 0 keeps no second model.
