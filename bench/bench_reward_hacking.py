@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from grpo_lab.checkpoint import load_policy_any
+from grpo_lab.policy import load_policy_any
 from grpo_lab.config import preset
 from grpo_lab.experiments import difference_sentence, mean_ci, run_experiment
 from grpo_lab.reward_model import (default_data, default_reward_model, plot_reward_hacking,

@@ -33,7 +33,7 @@ from grpo_lab.distributed import calibrate as C  # noqa: E402
 from grpo_lab.distributed import placement as PL  # noqa: E402
 from grpo_lab.distributed import scaling as S  # noqa: E402
 from grpo_lab.distributed import topology as T  # noqa: E402
-from grpo_lab.distributed.overlap import measure_overlap  # noqa: E402
+from grpo_lab.overlap_timing import measure_overlap  # noqa: E402
 
 
 def us(s):

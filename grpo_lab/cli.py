@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from grpo_lab.config import PRESETS, PretrainConfig, TrainConfig, field_docs, preset, to_dict
+from grpo_lab.paths import checkout_dir
 
 
 def parse_weights(text: str) -> dict[str, float]:
@@ -132,15 +133,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def checkout_dir(name: str) -> Path:
-    """``name`` (bench or notebooks) beside the installed package, in a repository checkout."""
-    path = Path(__file__).resolve().parent.parent / name
-    if not path.is_dir():
-        raise FileNotFoundError(f"no {name}/ directory at {path}: 'grpo-lab {name}' needs a "
-                                f"checkout of the grpo_lab repository (pip install -e .)")
-    return path
-
-
 def bench_scripts() -> dict[str, Path]:
     return {p.stem[len("bench_"):]: p for p in sorted(checkout_dir("bench").glob("bench_*.py"))}
 
@@ -240,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_train(cfg, args.resume, args.override)
         elif args.command == "eval":
             from grpo_lab.tasks import load_eval
-            from grpo_lab.checkpoint import load_policy_any
+            from grpo_lab.policy import load_policy_any
             from grpo_lab.trainer import evaluate_tasks, max_new_tokens
 
             cfg = TrainConfig(task=args.task)

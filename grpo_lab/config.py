@@ -23,12 +23,11 @@ from grpo_lab.advantages import ADVANTAGES
 from grpo_lab.distributed.exchanges import ExchangeConfig
 from grpo_lab.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.loss import AGGREGATIONS
-from grpo_lab.policy import POLICIES
-from grpo_lab.registry import load_plugins
+from grpo_lab.policy import POLICIES, get_policy_kind
+from grpo_lab.ppo import check_ppo  # noqa: F401 (importing ppo.py registers objective "ppo")
+from grpo_lab.registry import load_plugins, lookup
+from grpo_lab.step import OBJECTIVES, get_objective
 from grpo_lab.tasks import MIXTURE_TASKS, REWARDS, TASKS
-
-
-OBJECTIVES = ("grpo", "supervised", "ppo")
 
 
 @dataclass
@@ -211,7 +210,7 @@ class TrainConfig:
         load_plugins(self.plugins)
         if isinstance(self.exchange, dict):
             self.exchange = ExchangeConfig(**self.exchange)
-        _member(self.objective, OBJECTIVES, "objective")
+        objective = get_objective(self.objective)
         self._check_policy()
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
@@ -221,7 +220,7 @@ class TrainConfig:
         _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
         _nonnegative(self, "time_budget_s", "warmup_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
                      "grad_clip", "beta", "eval_every", "eval_size", "threads")
-        if self.group_size < 2 and self.objective != "ppo":     # PPO's critic needs no group
+        if self.group_size < 2 and objective.needs_group:       # PPO's critic needs no group
             raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
                              f"got {self.group_size}")
         if self.group_size < 1:
@@ -253,20 +252,20 @@ class TrainConfig:
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
                 raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
         self._check_grouping()
-        self._check_ppo()
-        self._check_memory()
+        self._check_ppo(objective)
+        self._check_memory(objective)
 
-    def _check_memory(self):
+    def _check_memory(self, objective):
         _nonnegative(self, "checkpoint_every")
         _positive(self, "micro_batches")
         if self.micro_batches > self.prompts_per_step:
             raise ValueError(f"micro_batches={self.micro_batches} is more than the "
                              f"prompts_per_step={self.prompts_per_step} prompts to split "
                              f"(a micro-batch holds whole prompts)")
-        why = ("objective='ppo' (its loss is not normalised by global counts yet)"
-               if self.objective == "ppo" else
+        why = (f"objective={self.objective!r} (its loss is not normalised by global counts yet)"
+               if not objective.splits else
                f"exchange.name={self.exchange.name!r} (DDP reduces during each backward)"
-               if self.exchange.name.startswith("ddp_") else
+               if self.exchange.kind.reduces_in_backward else
                "exchange.overlap=True (it reduces during each backward)"
                if self.exchange.overlap else None)
         if self.micro_batches > 1 and why:
@@ -275,35 +274,27 @@ class TrainConfig:
             raise ValueError(f"hf_gradient_checkpointing=True checkpoints every layer, "
                              f"checkpoint_every={self.checkpoint_every} every "
                              f"{self.checkpoint_every}-th: set one of them")
-        if self.autocast and self.policy == "hf":
+        if self.autocast and not get_policy_kind(self.policy).own_autocast:
             raise ValueError("autocast=True is the toy policy's training-forward autocast; "
                              "for policy='hf' set hf_autocast=True (every forward)")
 
-    def _check_ppo(self):
+    def _check_ppo(self, objective):
         _nonnegative(self, "vf_coef", "vf_clip", "vf_lr")
         _member(self.ppo_critic, ("head", "network"), "ppo_critic")
-        if self.vf_lr and self.objective != "ppo":
+        if self.vf_lr and not objective.critic:
+            critics = sorted(n for n, o in OBJECTIVES.items() if o.critic)
             raise ValueError(f"vf_lr={self.vf_lr} is the critic's learning rate: it needs "
-                             f"objective='ppo', not {self.objective!r}")
+                             f"objective={critics[0]!r}, not {self.objective!r}")
         if not (0 <= self.ppo_gamma <= 1 and 0 <= self.ppo_lambda <= 1):
             raise ValueError(f"need ppo_gamma and ppo_lambda in [0, 1], got "
                              f"{self.ppo_gamma}, {self.ppo_lambda}")
-        if self.objective != "ppo":
-            return
-        for name, bad in (("dynamic_sampling", self.dynamic_sampling),
-                          ("grouping", self.grouping != "by_prompt"),
-                          ("supervision", self.supervision != "outcome"),
-                          ("policy", self.policy != "toy")):
-            if bad:
-                raise ValueError(f"objective='ppo' does not support {name}="
-                                 f"{getattr(self, name)!r} (yet): the critic, not a group, gives "
-                                 f"the baseline; PPO runs the toy policy, outcome rewards, "
-                                 f"grouping='by_prompt', no dynamic sampling")
+        if objective.check is not None:
+            objective.check(self)
 
     def _check_policy(self):
-        _member(self.policy, POLICIES, "policy")
+        kind = get_policy_kind(self.policy)
         _member(self.hf_dtype, ("float32", "bfloat16", "float16"), "hf_dtype")
-        if self.policy == "hf" and self.base_checkpoint.endswith(".safetensors"):
+        if not kind.file_based and self.base_checkpoint.endswith(".safetensors"):
             raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
                              f"base_checkpoint={self.base_checkpoint!r} is a grpo_lab file "
                              f"(a toy policy: policy='toy')")
@@ -482,4 +473,4 @@ def _nonnegative(cfg, *names):
 
 def _member(value, known, what):
     if value not in known:
-        raise ValueError(f"unknown {what} {value!r}; known: {sorted(known)}")
+        lookup(known, value, what)            # raises "unknown <what> ...; known: [...]"

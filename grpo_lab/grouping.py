@@ -43,7 +43,7 @@ import torch
 
 from grpo_lab.advantages import ADVANTAGES, EPS, group_stats
 from grpo_lab.embeddings import EMBEDDERS, check_prompts
-from grpo_lab.registry import check_new
+from grpo_lab.registry import check_new, lookup
 
 
 class PromptBatch:
@@ -272,10 +272,7 @@ def get_grouper(grouping) -> Grouper:
         return GROUPERS[grouping.name]
     if callable(grouping):
         return register_grouper(grouping.__name__, grouping, takes_k=True)
-    if grouping not in GROUPERS:
-        raise ValueError(f"unknown grouping {grouping!r}; known: {sorted(GROUPERS)} "
-                         f"(register your own with grouping.register_grouper)")
-    return GROUPERS[grouping]
+    return lookup(GROUPERS, grouping, "grouping", "register your own with grouping.register_grouper")
 
 
 register_grouper("by_prompt", by_prompt, description="one group per prompt (canonical GRPO)")
@@ -316,10 +313,8 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
     ``estimator`` (a key of ``ADVANTAGES``) is used by ``combine="cluster"``; the pooled
     variant is its own estimator (GRPO-shaped) and ignores it.
     """
-    if combine not in COMBINE:
-        raise ValueError(f"unknown combine option {combine!r}; known: {sorted(COMBINE)}")
-    if estimator not in ADVANTAGES:
-        raise ValueError(f"unknown estimator {estimator!r}; known: {sorted(ADVANTAGES)}")
+    lookup(COMBINE, combine, "combine option")
+    lookup(ADVANTAGES, estimator, "estimator")
     cluster_ids = torch.as_tensor(np.asarray(cluster_ids), dtype=torch.long)  # (B,)
     if prompt_index.numel() and (int(prompt_index.min()) < 0
                                  or int(prompt_index.max()) >= len(cluster_ids)):

@@ -1,4 +1,5 @@
-"""Registering your own groupers, tasks, rewards and advantage estimators, and plugins.
+"""Registering your own groupers, tasks, rewards, advantage estimators, objectives and
+exchanges, and plugins.
 
 Each kind lives in one dict in its own module (``grouping.GROUPERS``, ``tasks.TASKS``,
 ``tasks.REWARDS``, ``advantages.ADVANTAGES``) and has a ``register_*`` function there; this
@@ -19,6 +20,17 @@ from pathlib import Path
 def ident(fn) -> str:
     """'module.qualname' of a function: what makes two definitions 'the same function'."""
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def lookup(registry, name, kind: str, hint: str = ""):
+    """``registry[name]``, or a ``ValueError`` naming the unknown value and every known one:
+    the one "unknown X 'name'; known: [...]" message of the package."""
+    try:
+        return registry[name]
+    except (KeyError, TypeError):
+        pass
+    raise ValueError(f"unknown {kind} {name!r}; known: {sorted(registry)}"
+                     + (f" ({hint})" if hint else ""))
 
 
 def check_new(registry: dict, kind: str, name, fn, current=lambda v: v) -> None:

@@ -192,7 +192,7 @@ else trained on first use by ``default_reward_model``."""
 def default_data(base: str = "data/base_policy.safetensors") -> RMData:
     """The bench's reward-model data, seeded: 1024 addition prompts x 4 samples of the base
     policy at temperature 1, none from the held-out set."""
-    from grpo_lab.checkpoint import load_policy_any
+    from grpo_lab.policy import load_policy_any
     from grpo_lab.tasks import load_eval
     policy = load_policy_any(base).eval()
     held = {e.prompt for e in load_eval("addition")}

@@ -42,7 +42,8 @@ from grpo_lab.advantages import process_advantages
 from grpo_lab.distributed.group import Group
 from grpo_lab.grouping import (advantage_diagnostics, advantage_split, cluster_diagnostics,
                                grouped_advantages, reward_group_diagnostics)
-from grpo_lab.loss import grpo_loss
+from grpo_lab.loss import AGGREGATIONS, grpo_loss
+from grpo_lab.registry import check_new, lookup
 from grpo_lab.rollout import (Rollout, cat_rollouts, completion_logprobs, left_pad, positions,
                               sample, take_rows)
 from grpo_lab.tasks import EOS, PAD, encode, get_task, step_rewards, weighted_reward
@@ -128,7 +129,7 @@ def _varies(rewards: torch.Tensor, G: int, tol: float = 1e-8) -> torch.Tensor:
         torch.zeros(0, dtype=torch.bool)
 
 
-def _draw_prompts(cfg, ctx: StepContext, step: int, policy):
+def draw_prompts(cfg, ctx: StepContext, step: int, policy):
     """Draws of B prompts (dynamic sampling: until B informative) -> (kept [(draw, index)]
     sorted, per draw (examples, this rank's Scored), informative flags per draw or None)."""
     G, B = cfg.group_size, cfg.prompts_per_step
@@ -219,7 +220,7 @@ def _advantages(cfg, g: Gathered, cluster_ids, prompt_index, group_ids):
 def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     """Prompts -> rollouts -> rewards -> group ids -> advantages: one ``Batch``."""
     G, B = cfg.group_size, cfg.prompts_per_step
-    kept, draws, flags = _draw_prompts(cfg, ctx, step, policy)
+    kept, draws, flags = draw_prompts(cfg, ctx, step, policy)
     scored, places = _my_rows(kept, draws, ctx.group.slice(B))
     r = scored.rollout
     g = _gather(ctx.group, places, scored, G, cfg.supervision == "process")   # global, N rows
@@ -259,7 +260,6 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
 
 GRPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",
               "policy/entropy")
-ROW_NORMALISED = ("seq_mean_token_mean", "dr_grpo")  # the others divide by tokens (token_mean)
 
 
 def _zero_loss(policy) -> torch.Tensor:
@@ -280,7 +280,8 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
                             batch.advantages.to(dev), m, cfg.eps_low, cfg.eps_high, cfg.beta,
                             cfg.aggregation, max_new_tokens(cfg))
     n_tok = int(m.sum())
-    local, glob = (n, batch.n_rows) if cfg.aggregation in ROW_NORMALISED else (n_tok, batch.n_tokens)
+    per_rows = AGGREGATIONS[cfg.aggregation].per == "rows"     # what its normaliser counts
+    local, glob = (n, batch.n_rows) if per_rows else (n_tok, batch.n_tokens)
     share = local / glob                                                   # 1.0 on one process
     tok_share = n_tok / batch.n_tokens
     stats["policy/entropy"] = float(entropy.detach()[m].sum()) / max(n_tok, 1)
@@ -366,7 +367,44 @@ def backward(objective, policy, parts: list, cfg, world: int = 1) -> dict:
     return shares
 
 
-from grpo_lab.ppo import collect_ppo, ppo_objective  # noqa: E402  (ppo.py imports step lazily)
+@dataclass(frozen=True)
+class Objective:
+    """An objective of the one trainer, with what it needs and allows as fields (the trainer
+    and config.py read these, never the name)."""
+    name: str
+    collect: Callable             # (policy, cfg, step, ctx) -> batch          (no grad)
+    loss: Callable                # (policy, batch, cfg, world) -> (loss, shares)
+    uses_reference: bool = True   # runs a frozen reference policy when beta > 0
+    needs_group: bool = True      # a group-relative baseline: group_size >= 2
+    splits: bool = True           # its loss keeps global normalisers: micro_batches > 1 works
+    critic: bool = False          # trains a value head beside the policy (vf_lr applies)
+    prepare: Callable | None = None   # (policy, cfg, load) -> None: attach extra modules
+    check: Callable | None = None     # (cfg) -> None: raise on settings it does not support
+    description: str = ""
 
-OBJECTIVES = {"grpo": (collect, grpo_objective), "supervised": (collect_demos, supervised_objective),
-              "ppo": (collect_ppo, ppo_objective)}
+    def __iter__(self):           # one release: ``collect, objective = OBJECTIVES[name]``
+        return iter((self.collect, self.loss))
+
+
+OBJECTIVES: dict[str, Objective] = {}
+
+
+def register_objective(name: str, collect: Callable, loss: Callable, **capabilities) -> Objective:
+    """Add an objective (``TrainConfig(objective=name)``) -> its record; the registry's naming
+    rule (registry.check_new): re-registering the same function replaces it, another function
+    under a taken name is an error."""
+    check_new(OBJECTIVES, "objective", name, loss, lambda o: o.loss)
+    OBJECTIVES[name] = Objective(name, collect, loss, **capabilities)
+    return OBJECTIVES[name]
+
+
+def get_objective(name: str) -> Objective:
+    return lookup(OBJECTIVES, name, "objective", "register your own with step.register_objective")
+
+
+register_objective("grpo", collect, grpo_objective,
+                   description="GRPO: group-relative advantages, clipped surrogate + beta * KL")
+register_objective("supervised", collect_demos, supervised_objective, uses_reference=False,
+                   description="cross-entropy on task demonstrations (answers only)")
+_draw_prompts = draw_prompts     # one release: the old private name (ppo.py used it)
+ROW_NORMALISED = tuple(n for n, a in AGGREGATIONS.items() if a.per == "rows")  # one release

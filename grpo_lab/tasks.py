@@ -1,4 +1,4 @@
-"""Verifiable tasks, their reward functions and the char tokenizer they share.
+"""Verifiable tasks and their reward functions (the char tokenizer they use: tokenizer.py).
 
 A task makes prompts with known answers, so a reward is a plain function of the
 completion text: no learned reward model (DeepSeekMath sec. 4 uses rule-based
@@ -33,35 +33,10 @@ from typing import Callable, Sequence
 
 import torch
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-
-# ---------------------------------------------------------------- tokenizer
-PAD, EOS = 0, 1
-ALPHABET = " 0123456789+-*=<>:,.?abcdefghijklmnopqrstuvwxyz"
-ITOS = ["<pad>", "<eos>"] + list(ALPHABET)
-STOI = {c: i for i, c in enumerate(ITOS) if i >= 2}
-VOCAB_SIZE = len(ITOS)
-
-
-def encode(text: str) -> list[int]:
-    """Characters to token ids; raises on a character outside ``ALPHABET``."""
-    bad = sorted({c for c in text if c not in STOI})
-    if bad:
-        raise ValueError(f"text {text!r} has characters outside the tokenizer's alphabet: {bad}")
-    return [STOI[c] for c in text]
-
-
-def decode(ids: Sequence[int]) -> str:
-    """Token ids to text, stopping at the first <eos> and skipping <pad>."""
-    out = []
-    for i in ids:
-        i = int(i)
-        if i == EOS:
-            break
-        if i != PAD:
-            out.append(ITOS[i])
-    return "".join(out)
-
+from grpo_lab.paths import DATA_DIR, resolve_path
+from grpo_lab.registry import check_new, lookup
+from grpo_lab.tokenizer import (ALPHABET, EOS, ITOS, PAD, STOI, VOCAB_SIZE,  # noqa: F401 (re-exported)
+                                decode, encode)
 
 # ---------------------------------------------------------------- tasks
 @dataclass(frozen=True)
@@ -147,10 +122,7 @@ TASKS: dict[str, Task] = {
 
 
 def get_task(name: str) -> Task:
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {sorted(TASKS)} (register your "
-                         f"own with tasks.register_task)")
-    return TASKS[name]
+    return lookup(TASKS, name, "task", "register your own with tasks.register_task")
 
 
 def register_task(name: str, make: Callable[[random.Random], Example], answer_chars: str,
@@ -164,7 +136,6 @@ def register_task(name: str, make: Callable[[random.Random], Example], answer_ch
     ``answer_chars`` and fit ``max_answer_len``, each example names this task. The held-out
     set is ``eval_file`` (JSONL) or ``eval_fn()``; without either, training needs
     ``eval_size=0`` (no evaluation)."""
-    from grpo_lab.registry import check_new
     check_new(TASKS, "task", name, make, lambda t: t.make)
     if max_answer_len < 1:
         raise ValueError(f"task {name!r}: max_answer_len must be >= 1, got {max_answer_len}")
@@ -198,7 +169,6 @@ def register_reward(name: str, fn=None):
     """Add a reward ``(completions, examples, stopped) -> list of floats`` to ``REWARDS``
     (use it with ``reward_weights={name: w}``); as a decorator too. Values are checked
     finite at every call (``weighted_reward``)."""
-    from grpo_lab.registry import check_new
     if fn is None:
         return lambda f: (register_reward(name, f), f)[1]
     check_new(REWARDS, "reward", name, fn)
@@ -259,7 +229,6 @@ def has_eval(task: str) -> bool:
 def load_eval(task: str) -> list[Example]:
     """The task's held-out examples: its ``eval_file``, its ``eval_fn()``, or the shipped
     data/eval_<task>.jsonl."""
-    from grpo_lab.checkpoint import resolve_path
     t = get_task(task)
     if t.eval_file:
         return load_jsonl(resolve_path(t.eval_file))

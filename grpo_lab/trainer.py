@@ -42,16 +42,15 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from grpo_lab.checkpoint import (load_policy_any, load_state_strict, read_training_checkpoint,
+from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
                                  save_training_checkpoint)
 from grpo_lab.config import TrainConfig, config_changes, preset, to_dict
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
 from grpo_lab.distributed.group import Group
 from grpo_lab.model import GPT
-from grpo_lab.policy import frozen, load_for
-from grpo_lab.ppo import ValueHead, ValueNetwork
+from grpo_lab.policy import frozen, load_for, load_policy_any  # noqa: F401 (re-exported)
 from grpo_lab.reclustering import StepGrouper
-from grpo_lab.step import (OBJECTIVES, StepContext, backward, max_new_tokens, sample_and_score,
+from grpo_lab.step import (StepContext, backward, get_objective, max_new_tokens, sample_and_score,
                            split_batch)
 from grpo_lab.registry import load_plugins
 from grpo_lab.tasks import accuracy_reward, has_eval, load_eval, sample_examples
@@ -227,18 +226,19 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     held_out = {e.prompt for exs in eval_sets.values() for e in exs}
     eval_sets = {t: exs[:cfg.eval_size] for t, exs in eval_sets.items()}
     device = group.device                      # the rank's GPU under NCCL, else the CPU
-    policy = load_for(cfg).to(device)                       # policy.py: toy GPT or HF model
-    if cfg.objective == "ppo":       # the critic (ppo.py), trained by the one optimizer
-        policy.value_head = (ValueHead(policy.cfg.n_embd) if cfg.ppo_critic == "head"
-                             else ValueNetwork(load_for(cfg))).to(device)
+    obj = get_objective(cfg.objective)
+    policy = load_for(cfg)                                  # policy.py: toy GPT or HF model
+    if obj.prepare is not None:      # e.g. PPO's critic (ppo.py), trained by the one optimizer
+        obj.prepare(policy, cfg, lambda: load_for(cfg))
+    policy = policy.to(device)
     ref = (frozen(load_for(cfg).to(device))                  # a second, frozen copy
-           if cfg.beta and cfg.objective in ("grpo", "ppo") else None)
+           if cfg.beta and obj.uses_reference else None)
     scales = {"value_head.": cfg.vf_lr / cfg.lr} if cfg.vf_lr else {}   # the critic's own lr
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
                                                    cfg.grad_clip, cfg.seed, scales),
                        group.world, group.rank)
     ctx = StepContext(prompt_source(cfg, held_out), make_grouper(cfg), ref, group)
-    collect, objective = OBJECTIVES[cfg.objective]
+    collect, objective = obj.collect, obj.loss
     max_new = max_new_tokens(cfg)
     evaluate_now = lambda: (evaluate_tasks(policy, eval_sets, cfg.reward_weights, max_new)  # noqa: E731
                             if cfg.eval_size else {})
