@@ -20,13 +20,15 @@ LAYERS = (
      ("cli", "widgets", "widgets.*", "exercises", "claims", "workshop", "report",
       "reward_model", "experiments", "overlap_timing")),
     ("trainer: the one loop and its setup", ("trainer", "pretrain")),
-    ("step: collect and the objectives; the config", ("step", "ppo", "config")),
+    ("step: collect and the objectives; the config", ("step", "ranks", "ppo", "config")),
     ("mechanisms: policies, tasks and rewards, rollout, grouping, advantages, loss",
-     ("tasks", "model", "hf", "policy", "critic", "rollout", "embeddings", "grouping",
-      "reclustering", "advantages", "loss", "memory")),
+     ("samples", "tasks", "rewards", "task_data", "model", "hf", "policy", "critic", "rollout", "embeddings",
+      "grouping", "group_advantages", "group_diagnostics", "reclustering", "advantages",
+      "loss", "memory")),
     ("distributed: gradient exchange, sharding, compression, topology",
      ("distributed", "distributed.*")),
-    ("file formats and paths", ("", "paths", "registry", "checkpoint", "tokenizer")),
+    ("file formats, paths, the machine",
+     ("", "paths", "registry", "checkpoint", "tokenizer", "machine")),
 )
 
 

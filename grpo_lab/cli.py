@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 return launch_torchrun(args.nproc, argv if argv is not None else sys.argv[1:])
             return run_train(cfg, args.resume, args.override)
         elif args.command == "eval":
-            from grpo_lab.tasks import load_eval
+            from grpo_lab.task_data import load_eval
             from grpo_lab.policy import load_policy_any
             from grpo_lab.trainer import evaluate_tasks, max_new_tokens
 

@@ -27,7 +27,8 @@ from grpo_lab.policy import POLICIES, get_policy_kind
 from grpo_lab.ppo import check_ppo  # noqa: F401 (importing ppo.py registers objective "ppo")
 from grpo_lab.registry import load_plugins, lookup
 from grpo_lab.step import OBJECTIVES, get_objective
-from grpo_lab.tasks import MIXTURE_TASKS, REWARDS, TASKS
+from grpo_lab.rewards import REWARDS
+from grpo_lab.tasks import MIXTURE_TASKS, TASKS
 
 
 @dataclass
@@ -125,7 +126,7 @@ class TrainConfig:
     """Loss aggregation (one of loss.AGGREGATIONS)."""
     reward_weights: dict = field(default_factory=lambda: {"accuracy": 1.0, "partial": 0.5,
                                                           "format": 0.1})
-    """Weights of the reward functions, as name=weight pairs (names from tasks.REWARDS)."""
+    """Weights of the reward functions, as name=weight pairs (names from rewards.REWARDS)."""
     eval_every: int = 100
     """Evaluate greedy accuracy on the held-out set every this many steps (0 = only at the ends)."""
     eval_size: int = 200

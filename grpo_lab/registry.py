@@ -2,7 +2,7 @@
 exchanges, and plugins.
 
 Each kind lives in one dict in its own module (``grouping.GROUPERS``, ``tasks.TASKS``,
-``tasks.REWARDS``, ``advantages.ADVANTAGES``) and has a ``register_*`` function there; this
+``rewards.REWARDS``, ``advantages.ADVANTAGES``) and has a ``register_*`` function there; this
 module holds what they share: the rule for names (re-running a notebook cell that defines
 the same function again replaces it; a different function under a taken name is an error
 naming both) and ``load_plugins``, which imports the modules a config names

@@ -4,7 +4,7 @@
         draw B prompts, seeded by (seed, step, draw): the same list on every rank
         this rank's contiguous slice of them -> G completions each (rollout.sample), prompt i
             sampled with its own generator seeded by (seed, step, draw, i)
-        score (tasks.weighted_reward; step rewards for process supervision)
+        score (rewards.weighted_reward; step rewards for process supervision)
         gather every rank's rewards (distributed/group.py; the identity on one process)
         [dynamic sampling (DAPO): keep prompts whose G rewards differ, decided on the gathered
          rewards, so every rank keeps the same prompts]
@@ -40,56 +40,22 @@ import torch.nn.functional as F
 
 from grpo_lab.advantages import process_advantages
 from grpo_lab.distributed.group import Group
-from grpo_lab.grouping import (advantage_diagnostics, advantage_split, cluster_diagnostics,
-                               grouped_advantages, reward_group_diagnostics)
+from grpo_lab.group_advantages import grouped_advantages
+from grpo_lab.group_diagnostics import (advantage_diagnostics, advantage_split,
+                                        cluster_diagnostics, informative_groups,
+                                        reward_group_diagnostics)
 from grpo_lab.loss import AGGREGATIONS, grpo_loss
 from grpo_lab.registry import check_new, lookup
-from grpo_lab.rollout import (Rollout, cat_rollouts, completion_logprobs, left_pad, positions,
-                              sample, take_rows)
-from grpo_lab.tasks import EOS, PAD, encode, get_task, step_rewards, weighted_reward
+from grpo_lab.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
+from grpo_lab.rollout import completion_logprobs, left_pad, positions, sample  # noqa: F401
+from grpo_lab.samples import (Scored, add_time, cat_scored, now, sample_and_score,  # noqa: F401
+                              take_scored)
+from grpo_lab.tasks import get_task
+from grpo_lab.tokenizer import EOS, PAD, encode
 
 
 def max_new_tokens(cfg) -> int:
     return cfg.max_new_tokens or max(get_task(t).max_answer_len for t in cfg.task_names) + 2
-
-
-class Scored(NamedTuple):
-    """Completions sampled and scored: B prompts, N = B*G rows (row i from prompt
-    ``rollout.prompt_index[i]``)."""
-    examples: list                # (B,) Example
-    rollout: Rollout              # N rows
-    rewards: torch.Tensor         # (N,) weighted reward
-    parts: dict                   # reward function name -> (N,)
-    texts: list                   # (N,) decoded completions
-
-
-@torch.no_grad()
-def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
-                     temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
-                     generator=None) -> Scored:
-    """sample -> decode -> score: the one path from prompts to rewards (training, evaluation,
-    widgets, benches)."""
-    r = sample(policy, [policy.encode(e.prompt) for e in examples], G, max_new, temperature,
-               top_k, greedy=greedy, generator=generator)
-    texts = [policy.decode(c) for c in r.completion_ids.tolist()]
-    rows = [examples[i] for i in r.prompt_index.tolist()]                  # (N,)
-    rewards, parts = weighted_reward(texts, rows, weights, r.stopped.tolist())
-    return Scored(list(examples), r, rewards, parts, texts)
-
-
-def take_scored(s: Scored, rows: torch.Tensor) -> Scored:
-    """Keep the rows (N,) bool; kept prompts renumbered 0..B'-1 in order."""
-    sub, kept = take_rows(s.rollout, rows)
-    return Scored([s.examples[i] for i in kept.tolist()], sub, s.rewards[rows],
-                  {k: v[rows] for k, v in s.parts.items()},
-                  [s.texts[i] for i in rows.nonzero().flatten().tolist()])
-
-
-def cat_scored(ss: list[Scored]) -> Scored:
-    r = cat_rollouts([s.rollout for s in ss], [len(s.examples) for s in ss])
-    return Scored([e for s in ss for e in s.examples], r, torch.cat([s.rewards for s in ss]),
-                  {k: torch.cat([s.parts[k] for s in ss]) for k in ss[0].parts},
-                  [t for s in ss for t in s.texts])
 
 
 def seed_of(*parts) -> int:
@@ -110,6 +76,7 @@ class StepContext:
     grouper: Callable             # reclustering.StepGrouper
     ref: torch.nn.Module | None = None   # frozen reference policy (beta > 0)
     group: Group = Group()
+    timings: dict | None = None   # "time/<phase>_s" -> seconds this step (the trainer logs them)
 
 
 class Batch(NamedTuple):
@@ -123,10 +90,12 @@ class Batch(NamedTuple):
     metrics: dict                 # reward/, group/, adv/, sample/, completion/ of the global batch
 
 
-def _varies(rewards: torch.Tensor, G: int, tol: float = 1e-8) -> torch.Tensor:
-    """(B*G,) rewards -> (B,) bool: the prompt's G rewards are not all equal (DAPO's filter)."""
-    return rewards.view(-1, G).double().std(1, unbiased=False) > tol if len(rewards) else \
-        torch.zeros(0, dtype=torch.bool)
+def _varies(rewards: torch.Tensor, G: int) -> torch.Tensor:
+    """(B*G,) rewards -> (B,) bool: the prompt's G rewards are not all equal (DAPO's filter,
+    grouping.informative_groups with the prompts as groups)."""
+    if not len(rewards):
+        return torch.zeros(0, dtype=torch.bool)
+    return informative_groups(rewards, torch.arange(len(rewards)) // G)[1]
 
 
 def draw_prompts(cfg, ctx: StepContext, step: int, policy):
@@ -139,7 +108,8 @@ def draw_prompts(cfg, ctx: StepContext, step: int, policy):
         examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
         s = sample_and_score(policy, [examples[i] for i in mine], G, max_new_tokens(cfg),
                              cfg.reward_weights, cfg.temperature, cfg.top_k or None,
-                             generator=prompt_generators(cfg.seed, step, d, mine))
+                             generator=prompt_generators(cfg.seed, step, d, mine),
+                             timings=ctx.timings)
         draws.append((examples, s))
         if not cfg.dynamic_sampling:
             return [(0, i) for i in range(B)], draws, None
@@ -157,48 +127,6 @@ def _vectors(ctx: StepContext):
     """The step's prompt vectors from the grouper's fixed embedder (None: fit per batch)."""
     batch = getattr(ctx.grouper, "last_batch", None)
     return None if batch is None else batch.embeddings
-
-
-class Gathered(NamedTuple):
-    """Every rank's rows put together in global prompt order (N = B*G rows, G per prompt)."""
-    rewards: torch.Tensor         # (N,)
-    parts: dict                   # reward function name -> (N,)
-    lengths: torch.Tensor         # (N,) completion tokens
-    stopped: torch.Tensor         # (N,) bool
-    step_rewards: list | None     # (N,) lists of per-token rewards (process supervision)
-
-
-def _my_rows(kept, draws, mine: range) -> tuple[Scored, list[int]]:
-    """This rank's kept rows (it sampled them) and their prompts' places in the global batch."""
-    parts = []
-    for d, (_, s) in enumerate(draws):
-        local = [i - mine.start for dd, i in kept if dd == d and i in mine]
-        if local:
-            parts.append(take_scored(s, torch.isin(s.rollout.prompt_index, torch.tensor(local))))
-    places = [p for p, (d, i) in enumerate(kept) if i in mine]            # ascending
-    empty = take_scored(draws[0][1], torch.zeros(len(draws[0][1].rewards), dtype=torch.bool))
-    return (cat_scored(parts) if parts else empty), places
-
-
-def _gather(group: Group, places: list[int], s: Scored, G: int, process: bool) -> Gathered:
-    """All ranks' (places, rewards, ...) -> the global batch's rows, in prompt order."""
-    r = s.rollout
-    steps = (step_rewards(s.texts, [s.examples[i] for i in r.prompt_index.tolist()],
-                          r.stopped.tolist()) if process else None)
-    shared = group.gather((places, s.rewards, s.parts, r.completion_mask.sum(1), r.stopped, steps))
-    order = [p for pl, *_ in shared for p in pl]                          # place of each block
-    by_place = sorted(range(len(order)), key=order.__getitem__)           # blocks in place order
-
-    def rows(tensors):                                                    # (N, ...) in place order
-        t = torch.cat(tensors)
-        return t.view(len(order), G, *t.shape[1:])[by_place].reshape(-1, *t.shape[1:])
-    parts = {k: rows([x[2][k] for x in shared]) for k in shared[0][2]}
-    steps_all = None
-    if process:
-        flat = [row for x in shared for row in x[5]]
-        steps_all = [flat[i] for b in by_place for i in range(b * G, (b + 1) * G)]
-    return Gathered(rows([x[1] for x in shared]), parts, rows([x[3] for x in shared]),
-                    rows([x[4] for x in shared]), steps_all)
 
 
 def _advantages(cfg, g: Gathered, cluster_ids, prompt_index, group_ids):
@@ -220,24 +148,35 @@ def _advantages(cfg, g: Gathered, cluster_ids, prompt_index, group_ids):
 def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     """Prompts -> rollouts -> rewards -> group ids -> advantages: one ``Batch``."""
     G, B = cfg.group_size, cfg.prompts_per_step
+    # 1. B prompts, G completions each, scored (this rank samples its slice; DAPO redraws)
     kept, draws, flags = draw_prompts(cfg, ctx, step, policy)
-    scored, places = _my_rows(kept, draws, ctx.group.slice(B))
-    r = scored.rollout
-    g = _gather(ctx.group, places, scored, G, cfg.supervision == "process")   # global, N rows
+    # 2. the global batch's rewards, lengths, stop flags (ranks.py; identity on one process)
+    mine, my_rows, g = share_rows(ctx.group, kept, draws, B, G, cfg.supervision == "process")
+    r = mine.rollout
     examples = [draws[d][0][i] for d, i in kept]                           # (B,)
     prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
+    # 3. group ids: the grouper on the global batch's prompts
     prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
     cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index, step))  # (B,)
     group_ids = cluster_ids[prompt_index]                                  # (N,)
+    # 4. advantages on the global batch; this rank keeps its rows
     adv_all, adv_flat = _advantages(cfg, g, cluster_ids, prompt_index, group_ids)
-    my_rows = torch.tensor([p * G + j for p in places for j in range(G)], dtype=torch.long)
     adv = adv_all[my_rows]                                                 # (N_r,) or (N_r, T)
     if adv.dim() == 2:
         adv = adv[:, :r.completion_ids.shape[1]]                           # (N_r, Tc)
+    # 5. the reference policy's log-probs for the KL term
     ref_logp = None
     if cfg.beta and len(my_rows):
         ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature)        # (N_r, Tc)
-    quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == B
+    return Batch(mine, adv, ref_logp, B * G, int(g.lengths.sum()), cluster_ids,
+                 _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index,
+                          adv_all, adv_flat, draws, flags))
+
+
+def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_all, adv_flat,
+             draws, flags) -> dict:
+    """reward/, group/, adv/, completion/, sample/ metrics of the global batch."""
+    quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == len(prompts)
                else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks, tfidf=_vectors(ctx)))
     metrics = {
         "reward/mean": float(g.rewards.mean()), "reward/std": float(g.rewards.std()),
@@ -253,7 +192,7 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     if flags is not None:
         metrics.update({"sample/draws": len(draws), "sample/informative_frac":
                         float(torch.cat(flags).float().mean())})
-    return Batch(scored, adv, ref_logp, B * G, int(g.lengths.sum()), cluster_ids, metrics)
+    return metrics
 
 
 # ---- the objectives: (policy, batch, cfg, world) -> (loss, shares)
@@ -356,13 +295,20 @@ def split_batch(batch, m: int) -> list:
     return parts or [batch]
 
 
-def backward(objective, policy, parts: list, cfg, world: int = 1) -> dict:
+def backward(objective, policy, parts: list, cfg, world: int = 1,
+             timings: dict | None = None) -> dict:
     """objective -> backward on each micro-batch (``split_batch``): the gradients accumulate
-    in ``.grad`` to the whole batch's -> the shares, summed over the micro-batches."""
+    in ``.grad`` to the whole batch's -> the shares, summed over the micro-batches.
+    ``timings``: add the seconds to "time/forward_s" (the objective) and "time/backward_s"."""
     shares = {}
     for part in parts:
+        t0 = now()
         loss, s = objective(policy, part, cfg, world)
+        t1 = now()
         loss.backward()
+        if timings is not None:
+            add_time(timings, "time/forward_s", t1 - t0)
+            add_time(timings, "time/backward_s", now() - t1)
         shares = {k: shares.get(k, 0.0) + v for k, v in s.items()}
     return shares
 

@@ -27,6 +27,9 @@ FORWARDS = {
     ("grpo_lab.checkpoint", "grpo_lab.policy"): "load_policy_any builds policies: policy.py",
     ("grpo_lab.distributed.overlap", "grpo_lab.overlap_timing"):
         "the measuring harness needs the model: overlap_timing.py",
+    ("grpo_lab.trainer", "grpo_lab.experiments"): "record_gradients runs train: experiments.py",
+    ("grpo_lab.tasks", "grpo_lab.rewards"): "the reward functions: rewards.py",
+    ("grpo_lab.tasks", "grpo_lab.task_data"): "held-out sets and the mixture file: task_data.py",
 }
 
 
@@ -64,9 +67,12 @@ def imports(name: str, path: Path, known) -> tuple[set, set]:
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
                        for a in node.names]
         elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
-              and node.args and isinstance(node.args[0], ast.Constant)
-              and str(node.args[0].value).startswith("grpo_lab")):
-            forwards.add(_resolve(node.args[0].value, known))
+              and node.args):
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and str(arg.value).startswith("grpo_lab"):
+                forwards.add(_resolve(arg.value, known))
+            elif isinstance(arg, ast.JoinedStr) and "grpo_lab" in ast.unparse(arg):
+                forwards.add(f"{ast.unparse(arg)} (not a literal: write the module's name)")
         found |= {m for m in (_resolve(t, known) for t in targets) if m and m != name}
     return found, forwards - {None}
 
