@@ -24,7 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpo_lab.config import PRESETS, PretrainConfig, TrainConfig, field_docs, preset, to_dict
+from grpo_lab.config import (MOVED_FIELDS, PRESETS, SUB_CONFIGS, PretrainConfig, TrainConfig,
+                             field_docs, migrate, preset, to_dict)
 from grpo_lab.paths import checkout_dir
 
 
@@ -79,6 +80,11 @@ def add_config_args(parser: argparse.ArgumentParser, cls, skip=(), prefix: str =
             else default
         parser.add_argument(f"--{prefix}{f.name}", type=kind, default=None,
                             help=f"{docs.get(f.name, '')} (default: {shown})".replace("%", "%%"))
+    if cls is TrainConfig:                        # one release: --vf_lr for --ppo.vf_lr, ...
+        for old, (sub, new) in MOVED_FIELDS.items():
+            default = getattr(getattr(cls(), sub), new)
+            parser.add_argument(f"--{old}", type=field_type(None, default), default=None,
+                                help=argparse.SUPPRESS)
 
 
 def overrides(args, cls, prefix: str = "") -> dict:
@@ -92,6 +98,9 @@ def overrides(args, cls, prefix: str = "") -> dict:
                 out[f.name] = sub
         elif getattr(args, prefix + f.name, None) is not None:
             out[f.name] = getattr(args, prefix + f.name)
+    if cls is TrainConfig:
+        out.update({old: getattr(args, old) for old in MOVED_FIELDS
+                    if getattr(args, old, None) is not None})
     return out
 
 
@@ -190,9 +199,11 @@ def train_config(args) -> TrainConfig:
                          f"config; change fields with flags and --override")
     out_dir = given.get("out_dir", TrainConfig().out_dir)
     saved = read_training_checkpoint(Path(out_dir) / "checkpoint.safetensors")["config"]
+    saved, given = migrate(saved), migrate(given)     # flat names of older configs
     merged = {**saved, **given}
-    if "exchange" in given:
-        merged["exchange"] = {**saved.get("exchange", {}), **given["exchange"]}
+    for sub in SUB_CONFIGS:
+        if sub in given:
+            merged[sub] = {**saved.get(sub, {}), **given[sub]}
     return from_dict(merged)
 
 

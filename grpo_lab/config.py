@@ -24,7 +24,7 @@ from grpo_lab.distributed.exchanges import ExchangeConfig
 from grpo_lab.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.loss import AGGREGATIONS
 from grpo_lab.policy import POLICIES, get_policy_kind
-from grpo_lab.ppo import check_ppo  # noqa: F401 (importing ppo.py registers objective "ppo")
+from grpo_lab.ppo import PPOConfig  # importing ppo.py also registers objective "ppo"
 from grpo_lab.registry import load_plugins, lookup
 from grpo_lab.step import OBJECTIVES, get_objective
 from grpo_lab.rewards import REWARDS
@@ -163,21 +163,10 @@ class TrainConfig:
     dynamic_max_draws: int = 4
     """Most rollouts of prompts_per_step prompts drawn per step by dynamic sampling."""
     # ---- PPO with a critic (objective="ppo", ppo.py)
-    ppo_gamma: float = 1.0
-    """objective="ppo": discount of GAE (1.0: an outcome reward counts fully at every token)."""
-    ppo_lambda: float = 0.95
-    """objective="ppo": GAE's lambda (0: one-step TD advantages, 1: Monte Carlo returns - V)."""
-    vf_coef: float = 0.5
-    """objective="ppo": weight of the value loss added to the policy loss."""
-    vf_clip: float = 0.2
-    """objective="ppo": the value loss's clip range around the rollout's values (PPO2)."""
-    ppo_critic: str = "head"
-    """objective="ppo": "head", a value head on the policy's hidden states (shared body), or
-    "network", a second GPT from base_checkpoint with its own value head (the classic RLHF
-    critic, as big as the policy: twice the parameters and optimizer state)."""
-    vf_lr: float = 0.0
-    """objective="ppo": the critic's AdamW learning rate, its own parameter group, with lr's
-    warm-up and schedule (0: lr). A critic starting from zero usually wants more than lr."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """objective="ppo": the critic and GAE (see ppo.PPOConfig; --ppo.gamma on the command line).
+    The flat names of older configs (ppo_gamma, ppo_lambda, vf_coef, vf_clip, ppo_critic,
+    vf_lr) are read into it for one release (MOVED_FIELDS)."""
     # ---- memory levers (issue 14; memory.py measures them, bench/bench_memory.py)
     checkpoint_every: int = 0
     """Activation checkpointing of the training forward: block i keeps only its input and
@@ -208,16 +197,18 @@ class TrainConfig:
         return self.group_k or len(self.task_names)
 
     def __post_init__(self):
-        load_plugins(self.plugins)
+        # no side effects here: plugins are imported by preset(), from_dict(), the CLI and the
+        # trainer's setup before a config naming what they register is built
         if isinstance(self.exchange, dict):
             self.exchange = ExchangeConfig(**self.exchange)
+        if isinstance(self.ppo, dict):
+            self.ppo = PPOConfig(**self.ppo)
         objective = get_objective(self.objective)
         self._check_policy()
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
         _finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps", "grad_clip", "eps_low",
-                "eps_high", "beta", "time_budget_s", "ppo_gamma", "ppo_lambda", "vf_coef",
-                "vf_clip", "vf_lr")
+                "eps_high", "beta", "time_budget_s")
         _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
         _nonnegative(self, "time_budget_s", "warmup_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
                      "grad_clip", "beta", "eval_every", "eval_size", "threads")
@@ -280,15 +271,10 @@ class TrainConfig:
                              "for policy='hf' set hf_autocast=True (every forward)")
 
     def _check_ppo(self, objective):
-        _nonnegative(self, "vf_coef", "vf_clip", "vf_lr")
-        _member(self.ppo_critic, ("head", "network"), "ppo_critic")
-        if self.vf_lr and not objective.critic:
+        if self.ppo.vf_lr and not objective.critic:
             critics = sorted(n for n, o in OBJECTIVES.items() if o.critic)
-            raise ValueError(f"vf_lr={self.vf_lr} is the critic's learning rate: it needs "
+            raise ValueError(f"vf_lr={self.ppo.vf_lr} is the critic's learning rate: it needs "
                              f"objective={critics[0]!r}, not {self.objective!r}")
-        if not (0 <= self.ppo_gamma <= 1 and 0 <= self.ppo_lambda <= 1):
-            raise ValueError(f"need ppo_gamma and ppo_lambda in [0, 1], got "
-                             f"{self.ppo_gamma}, {self.ppo_lambda}")
         if objective.check is not None:
             objective.check(self)
 
@@ -402,19 +388,59 @@ PRESETS: dict[str, dict] = {
 }
 
 
+# one release: fields that moved into a sub-config, by their old flat name -> (sub-config, field);
+# a config dict, keyword arguments or a flag with the old name still work (``migrate``)
+MOVED_FIELDS = {"ppo_gamma": ("ppo", "gamma"), "ppo_lambda": ("ppo", "gae_lambda"),
+                "vf_coef": ("ppo", "vf_coef"), "vf_clip": ("ppo", "vf_clip"),
+                "ppo_critic": ("ppo", "critic"), "vf_lr": ("ppo", "vf_lr")}
+SUB_CONFIGS = ("exchange", "ppo")
+
+
+def migrate(fields: dict) -> dict:
+    """Config fields with the flat names of moved fields (a checkpoint written before the
+    sub-configs, old keyword arguments) -> the nested form; a nested value given too wins."""
+    out = dict(fields)
+    for old, (sub, new) in MOVED_FIELDS.items():
+        if old in out:
+            value, given = out.pop(old), out.get(sub) or {}
+            nested = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given)
+            out[sub] = {new: value, **nested}
+    return out
+
+
+def _accept_moved_fields(init):
+    """TrainConfig(**fields) accepts the flat names of moved fields for one release."""
+    def __init__(self, *args, **fields):
+        init(self, *args, **migrate(fields))
+    __init__.__doc__, __init__.__signature__ = init.__doc__, inspect.signature(init)
+    return __init__
+
+
+TrainConfig.__init__ = _accept_moved_fields(TrainConfig.__init__)
+for _old, (_sub, _new) in MOVED_FIELDS.items():      # cfg.vf_lr reads cfg.ppo.vf_lr
+    setattr(TrainConfig, _old, property(lambda self, s=_sub, n=_new: getattr(getattr(self, s), n),
+                                        doc=f"One release: {_sub}.{_new}."))
+
+
 def preset(name: str, **overrides) -> TrainConfig:
-    """A TrainConfig from a named preset, with field overrides (``exchange`` a dict or an
-    ExchangeConfig; a dict is merged into the preset's)."""
+    """A TrainConfig from a named preset, with field overrides (a sub-config, e.g. ``exchange``,
+    as a dict merged into the preset's, or its dataclass). The config's plugins are imported
+    first, so it may name what they register."""
     _member(name, PRESETS, "preset")
-    fields = {**PRESETS[name], **overrides}
-    if isinstance(overrides.get("exchange"), dict):
-        fields["exchange"] = {**PRESETS[name].get("exchange", {}), **overrides["exchange"]}
+    base, overrides = migrate(PRESETS[name]), migrate(overrides)
+    fields = {**base, **overrides}
+    for sub in SUB_CONFIGS:
+        if isinstance(overrides.get(sub), dict):
+            fields[sub] = {**base.get(sub, {}), **overrides[sub]}
+    load_plugins(fields.get("plugins", ""))
     return TrainConfig(**fields)
 
 
 def from_dict(d: dict) -> TrainConfig:
-    """A TrainConfig from ``to_dict``'s output (a checkpoint's or a report's config)."""
-    return TrainConfig(**d)
+    """A TrainConfig from ``to_dict``'s output (a checkpoint's or a report's config, flat names
+    of older versions included); its plugins are imported first."""
+    load_plugins(d.get("plugins", ""))
+    return TrainConfig(**migrate(d))
 
 
 # fields a resumed run may change freely: how it runs, not what it computes
@@ -425,7 +451,7 @@ RUNTIME_FIELDS = ("out_dir", "threads", "time_budget_s", "target_accuracy", "exc
 def config_changes(saved: dict, cfg: TrainConfig) -> dict:
     """{field: [saved value, given value]} for every field of ``cfg`` that differs from the
     saved config (sub-configs dotted: "exchange.name"), runtime fields left out."""
-    now, out = to_dict(cfg), {}
+    now, out, saved = to_dict(cfg), {}, migrate(saved)
     for k, v in now.items():
         if isinstance(v, dict) and k != "reward_weights":
             for sk, sv in v.items():

@@ -238,7 +238,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     load_plugins(cfg.plugins)                   # a spawned or torchrun rank needs them too
     run = setup(cfg, group)
     policy, ctx, eval_sets = run.policy, run.ctx, run.eval_sets
-    scales = {"value_head.": cfg.vf_lr / cfg.lr} if cfg.vf_lr else {}   # the critic's own lr
+    scales = {"value_head.": cfg.ppo.vf_lr / cfg.lr} if cfg.ppo.vf_lr else {}   # critic's own lr
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
                                                    cfg.grad_clip, cfg.seed, scales),
                        group.world, group.rank)
