@@ -46,6 +46,13 @@ STRATEGIES = {  # name -> TrainConfig overrides (the notebook uses the same dict
                                               "recluster_every": 10, "group_schedule": True},
     "by_prompt + dynamic sampling": {"dynamic_sampling": True},
 }
+OPT_IN = {  # run only when named in --only: claim 12's literal schedule (5 -> 20 groups, +20% per
+    # re-fit) against its fixed count (BENCHMARKS.md section 14)
+    "kmeans, reclustered every 10, k 5->20": {"grouping": "kmeans_semantic", "group_k": 20,
+                                              "recluster_every": 10, "group_schedule": True},
+    "kmeans, reclustered every 10, k 20 fixed": {"grouping": "kmeans_semantic", "group_k": 20,
+                                                 "recluster_every": 10},
+}
 REFERENCE = "by_prompt (GRPO)"
 EXTRA = ["group/purity", "adv/between_prompt_frac"]          # step means, beyond METRICS
 PAIRED = ["eval/accuracy", "group/zero_std_frac", "adv/var"]
@@ -78,15 +85,21 @@ def main(argv=None):
     ap.add_argument("--base", default="data/base_policy.safetensors",
                     help="policy to start from (data/base_mixture.safetensors: all 7 families)")
     ap.add_argument("--only", default="", help="strategy names separated by ; (default all)")
+    ap.add_argument("--reference", default=REFERENCE,
+                    help="strategy the paired differences are taken against")
     ap.add_argument("--out", default=str(Path(__file__).with_name("RESULTS_grouping_train.md")))
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    names = [n for n in STRATEGIES if not args.only or n in args.only.split(";")]
+    known = {**STRATEGIES, **OPT_IN}
+    names = [n for n in known if n in args.only.split(";")] if args.only else list(STRATEGIES)
+    if args.reference not in known:
+        raise ValueError(f"unknown --reference {args.reference!r}; known: {list(known)}")
+    ref = args.reference
     base = dict(task="mixture", steps=args.steps, prompts_per_step=args.prompts,
                 group_size=args.G, eval_size=args.eval_size, eval_every=0, ckpt_every=10_000,
                 base_checkpoint=args.base)
     load0, t0 = os.getloadavg()[0], time.perf_counter()
-    res = run_experiment({n: STRATEGIES[n] for n in names}, seeds=tuple(args.seeds), base=base,
+    res = run_experiment({n: known[n] for n in names}, seeds=tuple(args.seeds), base=base,
                          processes=args.processes)
     wall, load1 = time.perf_counter() - t0, os.getloadavg()[0]
     by = {n: [r["history"] for r in res.runs if r["strategy"] == n] for n in names}
@@ -121,25 +134,25 @@ def main(argv=None):
         lines.append(f"| {s} | " + " | ".join(pm([step_mean(h, k) for h in by[s]])
                                                for k in EXTRA) + " |")
     sentences = []
-    if REFERENCE in names and n > 1:
-        lines += ["", f"Paired difference, strategy minus {REFERENCE} on the same seed "
+    if ref in names and n > 1:
+        lines += ["", f"Paired difference, strategy minus {ref} on the same seed "
                   "(mean [95% interval]; **bold**: the interval excludes 0, a real "
                   "difference):", "",
                   "| strategy | " + " | ".join(f"Δ {m}" for m in PAIRED) + " |",
                   "|---|" + "---:|" * len(PAIRED)]
         for s in names:
-            if s == REFERENCE:
+            if s == ref:
                 continue
             cells = []
             for m in PAIRED:
-                d = res.compare(s, REFERENCE, m)
+                d = res.compare(s, ref, m)
                 c = f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
                 cells.append(f"**{c}**" if d["excludes_zero"] else c)
                 if m == "eval/accuracy":
                     sentences.append(difference_sentence(d))
             lines.append(f"| {s} | " + " | ".join(cells) + " |")
-        others = [s for s in names if s != REFERENCE]
-        diffs = {s: res.compare(s, REFERENCE, "eval/accuracy") for s in others}
+        others = [s for s in names if s != ref]
+        diffs = {s: res.compare(s, ref, "eval/accuracy") for s in others}
         real = [s for s in others if diffs[s]["excludes_zero"]]
         k = len(others)                      # comparisons made at once: Bonferroni 1 - 0.05/k
         strict = [s for s in real if excludes_zero(diffs[s]["values"], 1 - 0.05 / k)]
@@ -152,7 +165,7 @@ def main(argv=None):
                           if strict else "none does."))
         else:
             verdict = (f"no strategy's interval excludes 0: every accuracy difference from "
-                       f"{REFERENCE} is within seed noise at {n} seeds.")
+                       f"{ref} is within seed noise at {n} seeds.")
         lines += ["", f"On final accuracy: {verdict} In the diagnostics columns every bold "
                   "interval is a real difference in the training signal.", ""]
         lines += [f"- {t}" for t in sentences]

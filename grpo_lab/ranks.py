@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 
 from grpo_lab.distributed.group import Group
-from grpo_lab.samples import Scored, cat_scored, take_scored
+from grpo_lab.scoring import Scored, cat_scored, take_scored
 from grpo_lab.rewards import step_rewards
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from grpo_lab import health, samples
+
 PANELS = [  # (metric, title)
     ("reward/mean", "mean reward (train samples)"),
     ("eval/accuracy", "held-out greedy accuracy"),
@@ -29,7 +31,9 @@ def plot_history(history: list[dict], title: str = ""):
     """Five small panels (reward, accuracy, KL, clip fractions, length) -> matplotlib Figure."""
     fig, axes = plt.subplots(1, len(PANELS), figsize=(3.2 * len(PANELS), 2.8))
     for ax, (key, name) in zip(axes, PANELS):
-        keys = ["clip/high_frac", "clip/low_frac"] if key == "clip/high_frac" else [key]
+        keys = (["clip/high_frac", "clip/low_frac"] if key == "clip/high_frac" else
+                ["eval/accuracy", "eval/format"] if key == "eval/accuracy"
+                and any("eval/format" in h for h in history) else [key])
         for k in keys:
             rows = [h for h in history if k in h]
             x, y = [h["step"] for h in rows], [h[k] for h in rows]
@@ -37,7 +41,7 @@ def plot_history(history: list[dict], title: str = ""):
                 ax.text(0.5, 0.5, "beta = 0: no reference policy,\nKL not computed",
                         transform=ax.transAxes, ha="center", va="center", fontsize=8)
             elif k.startswith("eval/"):
-                ax.plot(x, y, marker="o", ms=3)
+                ax.plot(x, y, marker="o", ms=3, label=k[5:])
             else:  # per-step values are noisy: faint raw curve, bold running mean
                 line, = ax.plot(x, y, alpha=0.25, lw=0.8)
                 ax.plot(x, running_mean(y), color=line.get_color(), lw=1.5, label=k[5:])
@@ -110,8 +114,14 @@ def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None
             f"| after training | {s['final_accuracy']:.1%} |",
             f"| best during training | {s['best_accuracy']:.1%} |",
             f"| change | {100 * (s['final_accuracy'] - s['base_accuracy']):+.1f} points |", ""]
+        fmt = [h["eval/format"] for h in history if "eval/format" in h]
+        if fmt:
+            lines[-1:] = [f"| requested answer format, base -> after | {fmt[0]:.1%} -> "
+                          f"{fmt[-1]:.1%} |", ""]
     lines += [f"{s['steps']} steps in {s['wall_time_s']:.0f} s of training.", ""]
     lines += budget_note(history, cfg_dict or {})
+    lines += health.report_lines(history, cfg_dict)           # "nothing is being learned"
+    lines += samples.markdown(samples.read(out))              # before/after completions
     for h in history:
         if "resume/overrides" in h:
             changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in h["resume/overrides"].items())

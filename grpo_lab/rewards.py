@@ -18,6 +18,7 @@ from typing import Sequence
 
 import torch
 
+from grpo_lab.answers import extract, follows_format, is_correct, kind_of
 from grpo_lab.registry import check_new
 from grpo_lab.tasks import Example, get_task
 
@@ -47,7 +48,9 @@ def check_batch(completions: Sequence, examples: Sequence, stopped: Sequence) ->
 def accuracy_reward(completions: Sequence[str], examples: Sequence[Example],
                     stopped: Sequence[bool]) -> list[float]:
     check_batch(completions, examples, stopped)
-    return [float(s and c == ex.answer) for c, ex, s in zip(completions, examples, stopped)]
+    return [float(s and c == ex.answer) if not ex.fmt else   # instruct: answers.py
+            float(is_correct(c, s, ex.fmt, ex.task, ex.answer))
+            for c, ex, s in zip(completions, examples, stopped)]
 
 
 def partial_reward(completions: Sequence[str], examples: Sequence[Example],
@@ -55,6 +58,7 @@ def partial_reward(completions: Sequence[str], examples: Sequence[Example],
     check_batch(completions, examples, stopped)
     out = []
     for c, ex in zip(completions, examples):
+        c = c if not ex.fmt else (extract(c, kind_of(ex.task).read) or "")   # instruct
         hits = sum(a == b for a, b in zip(c, ex.answer))
         out.append(hits / max(len(c), len(ex.answer), 1))
     return out
@@ -65,6 +69,9 @@ def format_reward(completions: Sequence[str], examples: Sequence[Example],
     check_batch(completions, examples, stopped)
     out = []
     for c, ex, s in zip(completions, examples, stopped):
+        if ex.fmt:                                      # instruct: the requested format
+            out.append(float(follows_format(c, s, ex.fmt)))
+            continue
         chars = get_task(ex.task).answer_chars
         out.append(float(bool(s) and len(c) > 0 and all(ch in chars for ch in c)))
     return out
@@ -117,15 +124,23 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
         check_finite_rewards(name, vals, completions)
         parts[name] = torch.tensor([float(v) for v in vals], dtype=torch.float32)   # (N,)
         total += w * parts[name]
-    bad = (~torch.isfinite(total)).nonzero().flatten()
+    bad = (~(total.abs() <= REWARD_CEILING)).nonzero().flatten()          # nan, inf, too big
     if len(bad):
-        raise ValueError(f"weighted reward of sample {int(bad[0])} is {float(total[bad[0]])}: "
-                         f"weights {weights} overflow float32")
+        raise ValueError(f"weighted reward of sample {int(bad[0])} is {float(total[bad[0]]):.4g}: "
+                         f"weights {weights} take it beyond |reward| <= {REWARD_CEILING:g} "
+                         f"(tasks.REWARD_CEILING)")
     return total, parts
 
 
+REWARD_CEILING = 1e6
+"""Largest |reward| accepted. Finite is not enough: GRPO's advantages divide by a group's
+std, which squares the rewards (float32 overflows past ~1e19), Dr. GRPO's do not divide at
+all (a loss of 1e38), and no verifiable reward needs more than a few digits: rescale."""
+
+
 def check_finite_rewards(name: str, values: Sequence[float], completions: Sequence[str]) -> None:
-    """Raise ``ValueError`` naming the reward function and sample of a non-finite reward."""
+    """Raise ``ValueError`` naming the reward function and sample of a non-finite reward or one
+    beyond ``REWARD_CEILING``."""
     if len(values) != len(completions):
         raise ValueError(f"reward function {name!r} returned {len(values)} values "
                          f"for {len(completions)} completions")
@@ -138,3 +153,7 @@ def check_finite_rewards(name: str, values: Sequence[float], completions: Sequen
         if not math.isfinite(v):
             raise ValueError(f"reward function {name!r} returned {v} for sample {i} "
                              f"(completion {completions[i]!r})")
+        if abs(v) > REWARD_CEILING:
+            raise ValueError(f"reward function {name!r} returned {v:.4g} for sample {i} "
+                             f"(completion {completions[i]!r}), beyond the ceiling "
+                             f"|reward| <= {REWARD_CEILING:g} (tasks.REWARD_CEILING): rescale it")

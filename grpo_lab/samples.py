@@ -1,70 +1,65 @@
-"""Completions sampled and scored: the one path from prompts to rewards (training, evaluation,
-widgets, benches): ``sample_and_score`` = rollout.sample -> decode -> rewards.weighted_reward,
-held in a ``Scored`` (a shape per field); ``take_scored`` and ``cat_scored`` keep and join rows.
+"""Samples you can read: each evaluation's first prompts with their completions and rewards.
+
+With a real model the first thing to look at is what it writes. Every evaluation (the base
+before training, then every ``eval_every`` steps and at the end) appends one line to
+``out_dir/samples.jsonl``:
+
+    {"step": -1, "samples": [{"task", "prompt", "completion", "answer", "reward",
+                              "accuracy", "format", "stopped"}, ...]}
+
+The same held-out prompts each time (the first ``PER_TASK`` of each task's set), greedy, so
+lines compare the policy with itself; the report shows the first and the last (``markdown``).
 """
 from __future__ import annotations
 
-import time
-from typing import NamedTuple
+import json
+from pathlib import Path
 
-import torch
-
-from grpo_lab.rollout import Rollout, cat_rollouts, sample, take_rows
-from grpo_lab.rewards import weighted_reward
+FILE = "samples.jsonl"
+PER_TASK = 4
 
 
-class Scored(NamedTuple):
-    """Completions sampled and scored: B prompts, N = B*G rows (row i from prompt
-    ``rollout.prompt_index[i]``)."""
-    examples: list                # (B,) Example
-    rollout: Rollout              # N rows
-    rewards: torch.Tensor         # (N,) weighted reward
-    parts: dict                   # reward function name -> (N,)
-    texts: list                   # (N,) decoded completions
+def rows(scored, accuracy, fmt=None, k: int = PER_TASK) -> list[dict]:
+    """The first ``k`` prompts of a greedy evaluation (``step.Scored``, one completion per
+    prompt) -> sample dicts."""
+    out = []
+    for i in range(min(k, len(scored.texts))):
+        ex = scored.examples[i]
+        out.append({"task": ex.task, "prompt": ex.prompt, "completion": scored.texts[i],
+                    "answer": ex.answer, "reward": round(float(scored.rewards[i]), 4),
+                    "accuracy": float(accuracy[i]),
+                    **({"format": float(fmt[i])} if fmt is not None else {}),
+                    "stopped": bool(scored.rollout.stopped[i])})
+    return out
 
 
-@torch.no_grad()
-def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
-                     temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
-                     generator=None, timings: dict | None = None) -> Scored:
-    """sample -> decode -> score: the one path from prompts to rewards (training, evaluation,
-    widgets, benches). ``timings``: add the seconds spent to "time/sample_s" and
-    "time/score_s" (decoding and the reward functions)."""
-    t0 = now()
-    r = sample(policy, [policy.encode(e.prompt) for e in examples], G, max_new, temperature,
-               top_k, greedy=greedy, generator=generator)
-    t1 = now()
-    texts = [policy.decode(c) for c in r.completion_ids.tolist()]
-    rows = [examples[i] for i in r.prompt_index.tolist()]                  # (N,)
-    rewards, parts = weighted_reward(texts, rows, weights, r.stopped.tolist())
-    if timings is not None:
-        add_time(timings, "time/sample_s", t1 - t0)
-        add_time(timings, "time/score_s", time.perf_counter() - t1)
-    return Scored(list(examples), r, rewards, parts, texts)
+def append(out_dir: str | Path, step: int, samples: list[dict]) -> None:
+    with open(Path(out_dir) / FILE, "a") as f:
+        f.write(json.dumps({"step": step, "samples": samples}) + "\n")
 
 
-def now() -> float:
-    """``time.perf_counter()`` after the GPU (if one is in use) has finished its queued work,
-    so a phase's time is its own and not the launch time of its kernels."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-    return time.perf_counter()
+def read(out_dir: str | Path) -> list[dict]:
+    path = Path(out_dir) / FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def add_time(timings: dict, key: str, seconds: float) -> None:
-    timings[key] = timings.get(key, 0.0) + seconds
+def _cell(text: str, n: int = 160) -> str:
+    text = text if len(text) <= n else text[:n - 3] + "..."
+    return text.replace("|", "\\|").replace("\n", " ⏎ ")
 
 
-def take_scored(s: Scored, rows: torch.Tensor) -> Scored:
-    """Keep the rows (N,) bool; kept prompts renumbered 0..B'-1 in order."""
-    sub, kept = take_rows(s.rollout, rows)
-    return Scored([s.examples[i] for i in kept.tolist()], sub, s.rewards[rows],
-                  {k: v[rows] for k, v in s.parts.items()},
-                  [s.texts[i] for i in rows.nonzero().flatten().tolist()])
-
-
-def cat_scored(ss: list[Scored]) -> Scored:
-    r = cat_rollouts([s.rollout for s in ss], [len(s.examples) for s in ss])
-    return Scored([e for s in ss for e in s.examples], r, torch.cat([s.rewards for s in ss]),
-                  {k: torch.cat([s.parts[k] for s in ss]) for k in ss[0].parts},
-                  [t for s in ss for t in s.texts])
+def markdown(evals: list[dict]) -> list[str]:
+    """Report lines: the first and the last evaluation's samples side by side."""
+    if not evals:
+        return []
+    first, last = evals[0], evals[-1]
+    lines = ["## Samples (greedy, held-out)", "",
+             f"| prompt | answer | step {first['step']} | step {last['step']} |",
+             "|---|---|---|---|"]
+    for a, b in zip(first["samples"], last["samples"]):
+        mark = lambda s: f"{'✓' if s['accuracy'] else '✗'}{'' if s['stopped'] else ' (cut)'}"  # noqa: E731
+        lines.append(f"| {_cell(a['prompt'], 90)} | {_cell(a['answer'])} | "
+                     f"{mark(a)} {_cell(a['completion'])} | {mark(b)} {_cell(b['completion'])} |")
+    return lines + [""]

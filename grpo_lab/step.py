@@ -48,7 +48,7 @@ from grpo_lab.loss import AGGREGATIONS, grpo_loss
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
 from grpo_lab.rollout import completion_logprobs, left_pad, positions, sample  # noqa: F401
-from grpo_lab.samples import (Scored, add_time, cat_scored, now, sample_and_score,  # noqa: F401
+from grpo_lab.scoring import (Scored, add_time, cat_scored, now, sample_and_score,  # noqa: F401
                               take_scored)
 from grpo_lab.tasks import get_task
 from grpo_lab.tokenizer import EOS, PAD, encode
@@ -134,6 +134,12 @@ def _advantages(cfg, g: Gathered, cluster_ids, prompt_index, group_ids):
     if cfg.supervision != "process":
         adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
                                  cfg.advantage)                           # (N,)
+        bad = (~torch.isfinite(torch.as_tensor(adv, dtype=torch.float64))).nonzero().flatten()
+        if len(bad):                  # the rewards were checked finite: the estimator is at fault
+            raise FloatingPointError(f"advantage estimator {cfg.advantage!r} (combine "
+                                     f"{cfg.combine!r}) returned {float(adv[bad[0]])} for sample "
+                                     f"{int(bad[0])} ({len(bad)} non-finite in all) from finite "
+                                     f"rewards")
         return adv, adv
     T = max(len(x) for x in g.step_rewards)
     sr = torch.zeros(len(g.step_rewards), T)                              # (N, T)
@@ -170,11 +176,11 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
         ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature)        # (N_r, Tc)
     return Batch(mine, adv, ref_logp, B * G, int(g.lengths.sum()), cluster_ids,
                  _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index,
-                          adv_all, adv_flat, draws, flags))
+                          adv_all, adv_flat, kept, draws, flags))
 
 
 def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_all, adv_flat,
-             draws, flags) -> dict:
+             kept, draws, flags) -> dict:
     """reward/, group/, adv/, completion/, sample/ metrics of the global batch."""
     quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == len(prompts)
                else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks, tfidf=_vectors(ctx)))
@@ -191,7 +197,8 @@ def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_a
     }
     if flags is not None:
         metrics.update({"sample/draws": len(draws), "sample/informative_frac":
-                        float(torch.cat(flags).float().mean())})
+                        float(torch.cat(flags).float().mean()),
+                        "sample/topped_up": sum(not flags[d][i] for d, i in kept)})  # health.py
     return metrics
 
 

@@ -1,7 +1,8 @@
 """The tasks' data files: held-out sets (``data/eval_<task>.jsonl``, or a task's own
-``eval_file`` / ``eval_fn``), the one place the held-out prompts are put together
-(``held_out``, ``held_out_prompts``: training never draws them), and the grouping lab's task
-mixture (``data/mixture.jsonl``). JSONL rows: prompt, answer, task.
+``eval_file`` / ``eval_fn``, each row checked against its task: tasks.check_held_out), the one
+place the held-out prompts are put together (``held_out``, ``held_out_prompts``: training never
+draws them), and the grouping lab's task mixture (``data/mixture.jsonl``). JSONL rows: prompt,
+answer, task.
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 from typing import Sequence
 
 from grpo_lab.paths import DATA_DIR, resolve_path
-from grpo_lab.tasks import MIXTURE_TASKS, TASKS, Example, get_task
+from grpo_lab.tasks import (MIXTURE_TASKS, TASKS, Example, check_held_out,  # noqa: F401
+                            get_task, read_rows)
 
 
 def eval_path(task: str) -> Path:
@@ -20,21 +22,7 @@ def eval_path(task: str) -> Path:
 
 def load_jsonl(path: str | Path) -> list[Example]:
     """Examples from a JSONL file with ``prompt``, ``answer`` and ``task`` fields."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no data file at {path}")
-    out = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            out.append(Example(row["prompt"], row["answer"], row["task"]))
-        except (json.JSONDecodeError, KeyError) as e:
-            raise ValueError(f"{path}:{lineno}: bad example line ({e}): {line[:80]!r}") from e
-    if not out:
-        raise ValueError(f"{path} holds no examples")
-    return out
+    return [ex for _, ex in read_rows(path)]
 
 
 def has_eval(task: str) -> bool:
@@ -45,29 +33,23 @@ def has_eval(task: str) -> bool:
 def load_eval(task: str) -> list[Example]:
     """The task's held-out examples: its ``eval_file``, its ``eval_fn()``, or the shipped
     data/eval_<task>.jsonl."""
+    from grpo_lab.checkpoint import resolve_path
     t = get_task(task)
     if t.eval_file:
-        return load_jsonl(resolve_path(t.eval_file))
+        return check_held_out(t, read_rows(resolve_path(t.eval_file)))
     if t.eval_fn is not None:
         out = list(t.eval_fn())
         if not out:
             raise ValueError(f"task {task!r}: eval_fn() returned no examples")
-        return out
+        for i, ex in enumerate(out):
+            if not isinstance(ex, Example):
+                raise ValueError(f"task {task!r}: eval_fn() item {i} is {ex!r}, not an Example")
+        return check_held_out(t, [(f"task {task!r}: eval_fn() item {i}", ex)
+                                  for i, ex in enumerate(out)])
     if not eval_path(t.name).exists():
         raise ValueError(f"task {task!r} has no held-out set: register it with eval_file=... "
                          f"or eval_fn=..., or train with eval_size=0 (no evaluation)")
-    return load_jsonl(eval_path(t.name))
-
-
-def held_out(task_names: Sequence[str], required: bool = False) -> dict[str, list[Example]]:
-    """The held-out sets of ``task_names`` (task -> examples): the one place they are put
-    together. Tasks without one are skipped, unless ``required`` (evaluation), which raises."""
-    return {t: load_eval(t) for t in task_names if required or has_eval(t)}
-
-
-def held_out_prompts(task_names: Sequence[str]) -> set[str]:
-    """Every held-out prompt of ``task_names``: what training prompts must never be."""
-    return {e.prompt for exs in held_out(task_names).values() for e in exs}
+    return check_held_out(t, read_rows(eval_path(t.name)))
 
 
 def write_eval_sets(n: int = 200, seed: int = 1234) -> None:
@@ -81,6 +63,17 @@ def write_eval_sets(n: int = 200, seed: int = 1234) -> None:
         lines = [json.dumps({"prompt": e.prompt, "answer": e.answer, "task": e.task})
                  for e in seen.values()]
         eval_path(name).write_text("\n".join(lines) + "\n")
+
+
+def held_out(task_names: Sequence[str], required: bool = False) -> dict[str, list[Example]]:
+    """The held-out sets of ``task_names`` (task -> examples): the one place they are put
+    together. Tasks without one are skipped, unless ``required`` (evaluation), which raises."""
+    return {t: load_eval(t) for t in task_names if required or has_eval(t)}
+
+
+def held_out_prompts(task_names: Sequence[str]) -> set[str]:
+    """Every held-out prompt of ``task_names``: what training prompts must never be."""
+    return {e.prompt for exs in held_out(task_names).values() for e in exs}
 
 
 def mixture_path() -> Path:

@@ -17,20 +17,23 @@ names stay importable from here for one release (``tasks.weighted_reward`` and s
 """
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
+from grpo_lab.paths import resolve_path
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.tokenizer import (ALPHABET, EOS, ITOS, PAD, STOI, VOCAB_SIZE,  # noqa: F401 (re-exported)
                                 decode, encode)
 
-# ---------------------------------------------------------------- tasks
 @dataclass(frozen=True)
 class Example:
     prompt: str   # e.g. "12+34="
     answer: str   # e.g. "46"
     task: str     # task name, e.g. "addition"
+    fmt: str = ""  # "" the toy's exact format; else the answer format asked for (instruct.py)
 
 
 @dataclass(frozen=True)
@@ -121,8 +124,9 @@ def register_task(name: str, make: Callable[[random.Random], Example], answer_ch
     Checked now, on ``check`` seeded draws, rather than at sampling time: every prompt and
     answer character is in the tokenizer's ``ALPHABET``, prompts end with "=", answers use
     ``answer_chars`` and fit ``max_answer_len``, each example names this task. The held-out
-    set is ``eval_file`` (JSONL) or ``eval_fn()``; without either, training needs
-    ``eval_size=0`` (no evaluation)."""
+    set is ``eval_file`` (JSONL, checked now and at every load by ``check_held_out``) or
+    ``eval_fn()`` (checked at every load); without either, training needs ``eval_size=0``
+    (no evaluation)."""
     check_new(TASKS, "task", name, make, lambda t: t.make)
     if max_answer_len < 1:
         raise ValueError(f"task {name!r}: max_answer_len must be >= 1, got {max_answer_len}")
@@ -147,9 +151,12 @@ def register_task(name: str, make: Callable[[random.Random], Example], answer_ch
             raise ValueError(f"task {name!r}: answer {ex.answer!r} is longer than "
                              f"max_answer_len={max_answer_len} or uses characters outside "
                              f"answer_chars={answer_chars!r}")
-    TASKS[name] = Task(name, make, answer_chars, max_answer_len, eval_file, eval_fn,
-                       description or (make.__doc__ or "").strip().split("\n")[0])
-    return TASKS[name]
+    record = Task(name, make, answer_chars, max_answer_len, eval_file, eval_fn,
+                  description or (make.__doc__ or "").strip().split("\n")[0])
+    if eval_file:                                  # checked now, and again at every load
+        check_held_out(record, read_rows(resolve_path(eval_file)))
+    TASKS[name] = record
+    return record
 
 
 def sample_examples(task_names: Sequence[str], n: int, rng: random.Random,
@@ -175,13 +182,71 @@ def sample_examples(task_names: Sequence[str], n: int, rng: random.Random,
 
 MIXTURE_TASKS = ("addition", "sort", "reverse", "count", "compare", "max", "min")
 
+
+# ---------------------------------------------------------------- a task's held-out rows
+def read_rows(path: str | Path) -> list[tuple[str, Example]]:
+    """[("path:line", Example)] from a JSONL file of objects with string ``prompt``,
+    ``answer`` and ``task`` fields; an error names the line and what is wrong with it."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no data file at {path}")
+    out = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not JSON ({e}): {line[:80]!r}") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected an object with prompt, answer and task, got "
+                             f"a JSON {type(row).__name__}: {line[:80]!r}")
+        for key in ("prompt", "answer", "task"):
+            if not isinstance(row.get(key), str):
+                got = "no such field" if key not in row else f"{row[key]!r} ({type(row[key]).__name__})"
+                raise ValueError(f"{where}: field {key!r} must be a string, got {got}")
+        out.append((where, Example(row["prompt"], row["answer"], row["task"])))
+    if not out:
+        raise ValueError(f"{path} holds no examples")
+    return out
+
+
+def check_held_out(task: Task, rows: list[tuple[str, Example]]) -> list[Example]:
+    """The examples of ``rows`` [(where, Example)] if each fits ``task`` -> else an error
+    naming the row: it names the task, its answer fits max_answer_len (a longer answer can
+    never be produced: the sampler stops at max_answer_len + 2 tokens, so it scores 0,
+    silently) and, for a task in the toy's format (its own examples are: every task made by
+    ``register_task``; not the instruct-only families written in words), its prompt ends
+    with "=" and its prompt and answer use the tokenizer's ALPHABET."""
+    probe = task.make(random.Random("check-format"))
+    toy = probe.prompt.endswith("=") and all(c in STOI for c in probe.prompt + probe.answer)
+    for where, ex in rows:
+        if ex.task != task.name:
+            raise ValueError(f"{where}: held-out example of task {ex.task!r} in the set of "
+                             f"task {task.name!r}")
+        if not 1 <= len(ex.answer) <= task.max_answer_len:
+            raise ValueError(f"{where}: answer {ex.answer!r} has {len(ex.answer)} characters; "
+                             f"task {task.name!r} has max_answer_len={task.max_answer_len}")
+        if not toy:
+            continue
+        if not ex.prompt.endswith("="):
+            raise ValueError(f"{where}: prompt {ex.prompt!r} must end with '='")
+        for text, what in ((ex.prompt, "prompt"), (ex.answer, "answer")):
+            bad = sorted({c for c in text if c not in STOI})
+            if bad:
+                raise ValueError(f"{where}: {what} {text!r} has characters {bad} outside the "
+                                 f"tokenizer's alphabet {ALPHABET!r}")
+    return [ex for _, ex in rows]
+
+
 # the grouping lab's families (task_data.write_mixture, config's task="mixture")
 MIXTURE_TASKS = ("addition", "sort", "reverse", "count", "compare", "max", "min")
 
 # one release: names that moved to rewards.py and task_data.py
 _MOVED = {"rewards": ("register_reward", "check_batch", "accuracy_reward", "partial_reward",
                       "format_reward", "step_rewards", "REWARDS", "weighted_reward",
-                      "check_finite_rewards"),
+                      "check_finite_rewards", "REWARD_CEILING"),
           "task_data": ("DATA_DIR", "eval_path", "load_jsonl", "has_eval", "load_eval",
                         "held_out", "held_out_prompts", "write_eval_sets", "mixture_path",
                         "write_mixture", "load_mixture")}

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import signal
 import tempfile
 import time
 import warnings
@@ -51,11 +52,16 @@ from grpo_lab.machine import busy_cores, free_cores, wchar  # noqa: F401 (re-exp
 from grpo_lab.model import GPT
 from grpo_lab.policy import frozen, load_for, load_policy_any  # noqa: F401 (re-exported)
 from grpo_lab.reclustering import StepGrouper
-from grpo_lab.samples import add_time, now, sample_and_score
+from grpo_lab.scoring import add_time, now, sample_and_score
 from grpo_lab.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
                            split_batch)
-from grpo_lab.registry import load_plugins
-from grpo_lab.rewards import accuracy_reward
+from grpo_lab.registry import load_plugins, plugin_changes, plugin_digests
+from grpo_lab.health import diagnose
+from grpo_lab.instruct import render_all, rendered_source
+from grpo_lab.rewards import accuracy_reward, format_reward
+from grpo_lab.rundir import (Interrupted, StopSignals, claim, claimed_by_parent,
+                             write_lines_atomic)
+from grpo_lab.samples import FILE as SAMPLES_FILE, append as append_samples, rows as sample_rows
 from grpo_lab.task_data import held_out
 from grpo_lab.tasks import sample_examples
 
@@ -77,25 +83,37 @@ def __getattr__(name: str):
 
 
 @torch.no_grad()
-def evaluate(model: GPT, examples, weights: dict, max_new: int, batch: int = 256) -> dict:
-    """Greedy decoding on ``examples`` -> {"eval/accuracy", "eval/reward"}."""
-    acc, rew = [], []
+def evaluate(model: GPT, examples, weights: dict, max_new: int, batch: int = 256,
+             samples: list | None = None) -> dict:
+    """Greedy decoding on ``examples`` -> {"eval/accuracy", "eval/reward"}, and
+    "eval/format" (the requested format's rate) for instruct prompts. ``samples``: a list
+    the first prompts' completions are appended to (samples.py)."""
+    acc, rew, fmt = [], [], []
+    instruct = bool(examples and examples[0].fmt)
     for i in range(0, len(examples), batch):
         s = sample_and_score(model, examples[i:i + batch], 1, max_new, weights, greedy=True)
-        acc += accuracy_reward(s.texts, s.examples, s.rollout.stopped.tolist())
-        rew += s.rewards.tolist()
-    return {"eval/accuracy": sum(acc) / len(acc), "eval/reward": sum(rew) / len(rew)}
+        stopped = s.rollout.stopped.tolist()
+        a = accuracy_reward(s.texts, s.examples, stopped)
+        f = format_reward(s.texts, s.examples, stopped) if instruct else None
+        if samples is not None and i == 0:
+            samples += sample_rows(s, a, f)
+        acc, rew, fmt = acc + a, rew + s.rewards.tolist(), fmt + (f or [])
+    return {"eval/accuracy": sum(acc) / len(acc), "eval/reward": sum(rew) / len(rew),
+            **({"eval/format": sum(fmt) / len(fmt)} if instruct else {})}
 
 
-def evaluate_tasks(model: GPT, eval_sets: dict, weights: dict, max_new: int) -> dict:
-    """``evaluate`` on each task's held-out set -> eval/accuracy and eval/reward over their
-    union, plus eval/accuracy/<task> when there are several tasks."""
+def evaluate_tasks(model: GPT, eval_sets: dict, weights: dict, max_new: int,
+                   samples: list | None = None) -> dict:
+    """``evaluate`` on each task's held-out set -> eval/accuracy and eval/reward (and
+    eval/format) over their union, plus eval/accuracy/<task> when there are several tasks."""
     if len(eval_sets) == 1:
-        return evaluate(model, next(iter(eval_sets.values())), weights, max_new)
-    per = {t: evaluate(model, exs, weights, max_new) for t, exs in eval_sets.items()}
+        return evaluate(model, next(iter(eval_sets.values())), weights, max_new,
+                        samples=samples)
+    per = {t: evaluate(model, exs, weights, max_new, samples=samples)
+           for t, exs in eval_sets.items()}
     n = {t: len(exs) for t, exs in eval_sets.items()}
     union = {k: sum(per[t][k] * n[t] for t in per) / sum(n.values())
-             for k in ("eval/accuracy", "eval/reward")}
+             for k in ("eval/accuracy", "eval/reward", "eval/format") if k in per[next(iter(per))]}
     return {**union, **{f"eval/accuracy/{t}": m["eval/accuracy"] for t, m in per.items()}}
 
 
@@ -144,17 +162,6 @@ def _check_resumable(path, saved: dict, cfg: TrainConfig, allow_override: bool) 
     return changes
 
 
-def _prepare_out_dir(out: Path) -> None:
-    """Create ``out`` and prove it is writable before any work is done."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
-            pass
-    except OSError as e:
-        raise ValueError(f"out_dir {str(out)!r} is not a writable folder: "
-                         f"{type(e).__name__}: {e.strerror or e}") from None
-
-
 def _check_finite(ex, step: int, ckpt: Path, group: Group) -> None:
     """Stop every rank if any holds a non-finite parameter or optimizer state."""
     bad = ex.bad_state()
@@ -163,6 +170,14 @@ def _check_finite(ex, step: int, ckpt: Path, group: Group) -> None:
         raise FloatingPointError(f"step {step}: {where} is not finite after the optimizer "
                                  f"step; nothing was saved, the last good checkpoint ({ckpt}, "
                                  f"if any) is kept")
+
+
+def _agree(group: Group, *flags: bool) -> list[bool]:
+    """Each flag True if any rank says so, in one collective (identity on one process)."""
+    if group.world == 1:
+        return [bool(f) for f in flags]
+    t = group.sum_(torch.tensor([float(bool(f)) for f in flags], dtype=torch.float64))
+    return [bool(x > 0) for x in t.tolist()]
 
 
 def _reduce_shares(shares: dict, group: Group) -> dict:
@@ -191,7 +206,8 @@ def held_out_sets(cfg: TrainConfig) -> tuple[dict, set]:
             raise ValueError(f"eval_size={cfg.eval_size} but the held-out set of {t!r} has "
                              f"{len(exs)} examples; use at most {len(exs)} (0: no evaluation)")
     prompts = {e.prompt for exs in sets.values() for e in exs}
-    return {t: exs[:cfg.eval_size] for t, exs in sets.items()}, prompts
+    return {t: render_all(exs[:cfg.eval_size], cfg.answer_format)           # instruct.py
+            for t, exs in sets.items()}, prompts
 
 
 def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
@@ -209,12 +225,13 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     policy = policy.to(device)
     ref = (frozen(load_for(cfg).to(device))                  # a second, frozen copy
            if cfg.beta and obj.uses_reference else None)
-    ctx = StepContext(prompt_source(cfg, held), make_grouper(cfg), ref, group, timings={})
+    ctx = StepContext(rendered_source(prompt_source(cfg, held), cfg.answer_format),
+                      make_grouper(cfg), ref, group, timings={})
     return Setup(policy, ctx, eval_sets, held, obj)
 
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
-          on_step=None, allow_override: bool = False) -> list[dict]:
+          on_step=None, allow_override: bool = False, overwrite: bool = True) -> list[dict]:
     """Run ``cfg`` -> history (one metrics dict per step, eval rows merged).
 
     Writes ``out_dir/metrics.jsonl`` and ``out_dir/checkpoint.safetensors`` (rank 0). With
@@ -222,8 +239,29 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     one hook point (live plots; it sees the averaged gradients of the step's last update).
     Under a process group (torchrun, ``launch.spawn``) every rank calls this with the same
     ``cfg``; the gradient exchange is ``cfg.exchange``. A resumed run must have the saved
-    config (but its runtime fields: config.RUNTIME_FIELDS) unless ``allow_override``.
+    config (but its runtime fields: config.RUNTIME_FIELDS) and plugin code unless
+    ``allow_override``. The folder is locked while the run lasts (rundir.py); a new run into
+    a folder holding one replaces it if ``overwrite`` (the default here, so a re-run notebook
+    cell replaces its run; the CLI refuses unless --overwrite). SIGINT/SIGTERM finish the
+    step, write a checkpoint and raise ``rundir.Interrupted``.
     """
+    lead = Group.current().rank == 0 and not claimed_by_parent(cfg.out_dir)
+    lock = claim(cfg.out_dir, resume, overwrite and not resume) if lead else None
+    several = Group.current().world > 1         # then SIGTERM keeps its default (rundir.py)
+    stop = StopSignals(progress, (signal.SIGINT,) if several else StopSignals.SIGNALS)
+    try:
+        with stop:
+            return _train(cfg, resume, progress, on_step, allow_override, stop)
+    except Exception as e:                      # the CLI's one-line error names the step
+        e.add_note(f"at step {stop.step}" if stop.step is not None else
+                   "before the first step (setup or the first evaluation)")
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
     group = Group.current()
     threads = cfg.threads or free_cores()
     torch.set_num_threads(threads)
@@ -233,9 +271,10 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     out = Path(cfg.out_dir)
     lead = group.rank == 0
     ckpt, log_path = out / "checkpoint.safetensors", out / "metrics.jsonl"
-    if lead:
-        _prepare_out_dir(out)
+    if lead and not resume:
+        (out / SAMPLES_FILE).unlink(missing_ok=True)        # a fresh run's samples only
     load_plugins(cfg.plugins)                   # a spawned or torchrun rank needs them too
+    plugins = plugin_digests(cfg.plugins)       # {resolved path: sha256}, kept in the history
     run = setup(cfg, group)
     policy, ctx, eval_sets = run.policy, run.ctx, run.eval_sets
     scales = {"value_head.": cfg.ppo.vf_lr / cfg.lr} if cfg.ppo.vf_lr else {}   # critic's own lr
@@ -244,12 +283,20 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
                        group.world, group.rank)
     collect, objective = run.objective.collect, run.objective.loss
     max_new = max_new_tokens(cfg)
-    evaluate_now = lambda: (evaluate_tasks(policy, eval_sets, cfg.reward_weights, max_new)  # noqa: E731
-                            if cfg.eval_size else {})
+
+    def evaluate_now(step: int) -> dict:          # and the first prompts to samples.jsonl
+        if not cfg.eval_size:
+            return {}
+        rows: list = []
+        res = evaluate_tasks(policy, eval_sets, cfg.reward_weights, max_new, samples=rows)
+        append_samples(out, step, rows)
+        return res
+
     start, history, changes = 0, [], {}
     if resume:
         c = read_training_checkpoint(ckpt)
-        changes = _check_resumable(ckpt, c["config"], cfg, allow_override)
+        changes = {**_check_resumable(ckpt, c["config"], cfg, allow_override),
+                   **plugin_changes(ckpt, c["history"], plugins, allow_override)}
         if c["model_config"] != vars(policy.cfg):
             raise ValueError(f"{ckpt} holds a policy of another shape: {c['model_config']} "
                              f"vs {vars(policy.cfg)}")
@@ -262,18 +309,19 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
                           f"exactly, the one that never stopped", RuntimeWarning, stacklevel=2)
         start, history = c["step"] + 1, c["history"]
     else:
-        history.append({"step": -1, **(evaluate_now() if lead else {}), "time/elapsed_s": 0.0,
-                        "time/threads": threads})
-    if lead:
-        log_path.write_text("".join(json.dumps(h) + "\n" for h in history))
+        history.append({"step": -1, **(evaluate_now(-1) if lead else {}), "time/elapsed_s": 0.0,
+                        "time/threads": threads, **({"plugins/sha256": plugins} if plugins else {})})
+    if lead:                                    # replaced atomically: a kill leaves old or new
+        write_lines_atomic(log_path, [json.dumps(h) + "\n" for h in history])
     elapsed0 = history[-1].get("time/elapsed_s", 0.0) if history else 0.0
     acc = next((h["eval/accuracy"] for h in reversed(history) if "eval/accuracy" in h), None)
     t0 = time.perf_counter()
     last = start - 1
+    cfg_dict, warned = to_dict(cfg), set()
     bar = tqdm(range(start, cfg.steps), desc=cfg.objective, disable=not (progress and lead),
                initial=start, total=cfg.steps)
     for step in bar:
-        t_step = now()
+        stop.step, t_step = step, now()
         timings = ctx.timings
         timings.clear()                          # "time/<phase>_s" of this step
         ex.set_lr(learning_rate(cfg, step))
@@ -308,12 +356,12 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
             metrics.update({"comm/payload_bytes": payload, "comm/bytes": sent,
                             "comm/wchar_bytes": None if w0 is None or w1 is None else w1 - w0})
         last_step = step == cfg.steps - 1
-        out_of_time = group.agree(bool(cfg.time_budget_s) and elapsed0 + time.perf_counter()
-                                  - t0 >= cfg.time_budget_s)
+        over = bool(cfg.time_budget_s) and elapsed0 + time.perf_counter() - t0 >= cfg.time_budget_s
+        out_of_time, stopping = _agree(group, over, stop.signum is not None)   # SIGINT/SIGTERM
         evaluated = bool((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step
                          or out_of_time)                 # the same on every rank
         if lead and evaluated:
-            metrics.update(evaluate_now())
+            metrics.update(evaluate_now(step))
         metrics["time/elapsed_s"] = elapsed0 + time.perf_counter() - t0
         reached = (bool(cfg.target_accuracy) and evaluated and   # a collective only then
                    group.agree(metrics.get("eval/accuracy", -1.0) >= cfg.target_accuracy))
@@ -321,15 +369,24 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
         if lead:
             with open(log_path, "a") as f:
                 f.write(json.dumps(metrics) + "\n")
-        if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time or reached:
+        if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time or reached or stopping:
             _checkpoint(ckpt, policy, ex, cfg, step, history, ctx.grouper, lead)
+        if stopping:
+            bar.close()
+            raise Interrupted(stop.signum or signal.SIGINT, cfg.out_dir, step)
         if lead:
             acc = metrics.get("eval/accuracy", acc)
             budget = (f"{metrics['time/elapsed_s']:.0f}/{cfg.time_budget_s:.0f}s"
                       if cfg.time_budget_s else None)                # progress against the budget
+            found = diagnose(history[-60:], cfg_dict, history[:6])  # health.py: no signal?
+            for f in found:
+                if f.code not in warned:                            # said once, in words
+                    warned.add(f.code)
+                    bar.write(f"step {step}: {f.code}: {f.message}")
             bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
                             acc="-" if acc is None else f"{acc:.2f}",
-                            **({"budget": budget} if budget else {}))
+                            **({"budget": budget} if budget else {}),
+                            **({"warn": ",".join(f.code for f in found)} if found else {}))
         if on_step is not None:
             on_step(metrics, policy)
         last = step

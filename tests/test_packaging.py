@@ -62,3 +62,12 @@ def test_notebooks_are_stored_stripped():
             if cell["cell_type"] == "code":
                 assert cell.get("outputs") == [], f"{nb_path.name} cell {i} has outputs"
                 assert cell.get("execution_count") is None, f"{nb_path.name} cell {i} counted"
+
+
+def test_licence_is_named_and_shipped():
+    """One licence, named the same in pyproject.toml, LICENSE and CITATION.cff."""
+    p = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert p["license"] == "MIT" and p["license-files"] == ["LICENSE"]
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+    cff = (ROOT / "CITATION.cff").read_text()
+    assert "cff-version: 1.2.0" in cff and "\nlicense: MIT\n" in cff

@@ -1,0 +1,198 @@
+"""Answers of instruct models: find the answer in free text, and check the requested format.
+
+A chat model asked "What is 17 + 25?" answers with a sentence (``17 + 25 = 42.``), not with
+the toy's bare ``42<eos>``. An exact-match reward scores every such answer 0, every group
+then has equal rewards and GRPO gets no gradient. So two things are kept apart, as in
+DeepSeek-R1's rule-based rewards (Guo et al. 2025, sec. 2.2.2: an accuracy reward and a
+format reward) and the GSM8K/MATH graders (last number; ``\\boxed{}``):
+
+  * **the answer** (``extract``): the content of the last ``<answer>...</answer>`` pair, else
+    of the last ``\\boxed{...}``, else the last number in the text (or, for a text answer,
+    the last word). Accuracy means the answer is right whatever wraps it.
+  * **the format** (``FORMATS[name].follows``): whether the completion used the format the
+    prompt asked for (``tags``: ends with one ``<answer>42</answer>``; ``boxed``: ends with
+    one ``\\boxed{42}``; ``number``: is just the number).
+
+A completion cut at ``max_new_tokens`` (``stopped`` False) is flagged, and its answer counts
+only when the format says so (``AnswerFormat.counts_truncated``): a closed ``<answer>`` tag
+or ``\\boxed{}`` is a finished answer even if the model kept talking after it; the last
+number of a cut-off text is only where the model happened to stop, so it counts 0. The
+format reward always needs a completion that stopped.
+
+Deviations: numbers compare by value (``42``, ``42.0`` and ``1,000`` vs ``1000`` are equal;
+fractions like ``3/4`` are read exactly), not as strings; a sign belongs to a number only when
+no word character precedes it (``12-7`` has the numbers 12 and 7, `` -7`` has -7).
+This module imports nothing from grpo_lab: tasks.py's rewards call it for instruct examples.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable
+
+MAX_ANSWER_CHARS = 64          # longer "answers" are not answers (and parsing stays cheap)
+TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
+NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+WORD = re.compile(r"[^\s.,;:!?\"'`()\[\]{}$]+")
+
+
+def tagged(text: str) -> str | None:
+    """Content of the last ``<answer>...</answer>`` pair (stripped), or None."""
+    found = TAG.findall(text)
+    return found[-1].strip() if found else None
+
+
+def boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` with its braces matched (``\\boxed{\\frac{1}{2}}``
+    -> ``\\frac{1}{2}``), or None when there is none or it never closes."""
+    start = text.rfind("\\boxed{")
+    while start >= 0:
+        depth, i = 0, start + len("\\boxed")
+        for j in range(i, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                return text[i + 1:j].strip()
+        start = text.rfind("\\boxed{", 0, start)       # unclosed: try the one before
+    return None
+
+
+def last_number(text: str) -> str | None:
+    """The last number in ``text`` ("17 + 25 = 42." -> "42"; "-7" -> "-7"), or None."""
+    found = NUMBER.findall(text)
+    return found[-1] if found else None
+
+
+def last_word(text: str) -> str | None:
+    """The last run of characters without spaces or punctuation around it, or None."""
+    found = WORD.findall(text)
+    return found[-1] if found else None
+
+
+def wrapped(text: str) -> str | None:
+    """The answer inside a wrapper the model closed: the tags, else ``\\boxed{}``."""
+    t = tagged(text)
+    return t if t is not None else boxed(text)
+
+
+def extract(text: str, fallback: Callable[[str], str | None] = last_number) -> str | None:
+    """The answer in ``text``: tags, else boxed, else ``fallback(text)`` (the last number; a
+    family may read the last word or expression instead) -> string, or None."""
+    w = wrapped(text)
+    return w if w is not None else fallback(text)
+
+
+def as_number(text: str | None) -> Fraction | None:
+    """``"42"``, ``"-7"``, ``"1,000"``, ``"2.50"``, ``"3/4"`` (and one number with words
+    around it, e.g. ``"$42."``) -> exact Fraction; None when there is no single number."""
+    if text is None or len(text) > MAX_ANSWER_CHARS:
+        return None
+    found = NUMBER.findall(text)
+    if len(found) != 1:
+        return None
+    try:
+        return Fraction(found[0].replace(",", ""))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def same_number(got: str | None, want: str) -> bool:
+    a, b = as_number(got), as_number(want)
+    return a is not None and a == b
+
+
+def same_text(got: str | None, want: str) -> bool:
+    """Text answers ("0123", "cba", "<"): equal once spaces and surrounding quotes go."""
+    if got is None:
+        return False
+    return "".join(got.split()).strip("\"'`") == "".join(want.split())
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """How an instruct prompt asks for its answer and how a completion is held to it."""
+    name: str
+    instruction: str                     # appended to the question
+    follows: Callable[[str], bool]       # the completion (stripped) used this format
+    counts_truncated: bool               # a completion cut at max_new_tokens may still be right
+    description: str = ""
+
+
+def _follows_tags(text: str) -> bool:
+    t = text.strip()
+    return (t.count("<answer>") == 1 and t.count("</answer>") == 1 and t.endswith("</answer>")
+            and 0 < len(tagged(t) or "") <= MAX_ANSWER_CHARS)
+
+
+def _follows_boxed(text: str) -> bool:
+    t = text.strip().rstrip(".$ \n")
+    b = boxed(t)
+    return (t.count("\\boxed{") == 1 and b is not None and 0 < len(b) <= MAX_ANSWER_CHARS
+            and t.endswith("}"))
+
+
+def _follows_number(text: str) -> bool:
+    t = text.strip().rstrip(".")
+    return bool(t) and NUMBER.fullmatch(t) is not None
+
+
+FORMATS: dict[str, AnswerFormat] = {
+    "tags": AnswerFormat("tags", "Put the final answer in <answer></answer> tags.",
+                         _follows_tags, True, "ends with <answer>42</answer>"),
+    "boxed": AnswerFormat("boxed", "Put the final answer in \\boxed{}.", _follows_boxed, True,
+                          "ends with \\boxed{42}"),
+    "number": AnswerFormat("number", "Answer with the number only.", _follows_number, False,
+                           "the number alone"),
+}
+"""Answer formats an instruct prompt can ask for (TrainConfig.answer_format); "raw" is the
+toy's own (``"12+34="`` -> ``"46<eos>"``, exact match) and is not in this table."""
+
+
+def get_format(name: str) -> AnswerFormat:
+    if name not in FORMATS:
+        raise ValueError(f"unknown answer format {name!r}; known: {sorted(FORMATS)}")
+    return FORMATS[name]
+
+
+@dataclass(frozen=True)
+class AnswerKind:
+    """How a family's answers are read from free text and compared with the reference."""
+    name: str
+    read: Callable[[str], str | None]          # the fallback when no wrapper was closed
+    same: Callable[[str | None, str], bool]    # (answer read, reference answer) -> right?
+
+
+KINDS: dict[str, AnswerKind] = {
+    "number": AnswerKind("number", last_number, same_number),
+    "text": AnswerKind("text", last_word, same_text),
+}
+TASK_KINDS: dict[str, AnswerKind] = {}
+"""Task name -> the kind of its answers; filled by the modules that define instruct prompts
+(instruct.py for the toy families, word_problems.py, countdown.py)."""
+
+
+def register_kind(task: str, kind: AnswerKind) -> None:
+    TASK_KINDS[task] = kind
+
+
+def kind_of(task: str) -> AnswerKind:
+    if task not in TASK_KINDS:
+        raise ValueError(f"task {task!r} has no instruct answer kind (register_kind); known: "
+                         f"{sorted(TASK_KINDS)}")
+    return TASK_KINDS[task]
+
+
+def is_correct(completion: str, stopped: bool, fmt: str, task: str, answer: str) -> bool:
+    """The completion's answer is the reference ``answer`` by the task's comparison (same
+    number, same text, a valid Countdown expression), whatever wraps it; a completion cut
+    at the length limit counts only through a closed wrapper, and only when the format
+    counts truncated answers."""
+    kind = kind_of(task)
+    if not stopped:
+        return get_format(fmt).counts_truncated and kind.same(wrapped(completion), answer)
+    return kind.same(extract(completion, kind.read), answer)
+
+
+def follows_format(completion: str, stopped: bool, fmt: str) -> bool:
+    """The completion stopped and used the requested format."""
+    return bool(stopped) and get_format(fmt).follows(completion)

