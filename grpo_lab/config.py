@@ -317,8 +317,12 @@ class TrainConfig:
                              f"(a toy policy: policy='toy')")
 
     def _check_grouping(self):
-        record = get_grouper(self.grouping)          # a function or record is registered
-        self.grouping = record.name                  # the config keeps names (JSON, CLI)
+        if not isinstance(self.grouping, str):        # registering is preset()'s, not ours
+            raise ValueError(f"grouping={self.grouping!r}: a config holds a grouper's name; "
+                             f"pass the function or record to config.preset(...), which "
+                             f"registers it, or register it (grouping.register_grouper) first")
+        record = lookup(GROUPERS, self.grouping, "grouping",
+                        "register your own with grouping.register_grouper")
         _member(self.combine, COMBINE, "combine option")
         _nonnegative(self, "group_k", "recluster_every")
         if record.takes_k and self.n_groups > self.prompts_per_step:
@@ -472,7 +476,8 @@ for _old, (_sub, _new) in MOVED_FIELDS.items():      # cfg.vf_lr reads cfg.ppo.v
 def preset(name: str, **overrides) -> TrainConfig:
     """A TrainConfig from a named preset, with field overrides (a sub-config, e.g. ``exchange``,
     as a dict merged into the preset's, or its dataclass). The config's plugins are imported
-    first, so it may name what they register."""
+    first, so it may name what they register; a grouper given as a function or record is
+    registered (grouping.get_grouper) and the config keeps its name."""
     _member(name, PRESETS, "preset")
     base, overrides = migrate(PRESETS[name]), migrate(overrides)
     fields = {**base, **overrides}
@@ -480,6 +485,8 @@ def preset(name: str, **overrides) -> TrainConfig:
         if isinstance(overrides.get(sub), dict):
             fields[sub] = {**base.get(sub, {}), **overrides[sub]}
     load_plugins(fields.get("plugins", ""))
+    if not isinstance(fields.get("grouping", ""), str):   # a function or record: registered
+        fields["grouping"] = get_grouper(fields["grouping"]).name   # the config keeps its name
     return TrainConfig(**fields)
 
 

@@ -72,3 +72,23 @@ def test_a_checkpoint_with_the_old_flat_config_resumes(tmp_path):
     resumed = train(cfg("b"), resume=True, progress=False)          # steps 2, 3
     keys = ["loss/total", "ppo/value_loss", "reward/mean"]
     assert [[h[k] for k in keys] for h in full[1:]] == [[h[k] for k in keys] for h in resumed[1:]]
+
+
+def test_building_a_config_has_no_side_effects():
+    """TrainConfig(...) imports no plugin and registers no grouper; preset() does both."""
+    from grpo_lab.grouping import GROUPERS
+
+    def halves_test(batch, k, seed=0):
+        return [i % 2 for i in range(len(batch.prompts))]
+    before = set(GROUPERS)
+    assert TrainConfig(plugins="no_such_plugin_module").plugins == "no_such_plugin_module"
+    with pytest.raises(ValueError, match="a config holds a grouper's name"):
+        TrainConfig(grouping=halves_test)
+    assert set(GROUPERS) == before
+    with pytest.raises(ValueError, match="plugin 'no_such_plugin_module'"):
+        preset("quick", plugins="no_such_plugin_module")
+    try:
+        assert preset("quick", grouping=halves_test).grouping == "halves_test"
+        assert GROUPERS["halves_test"].fn is halves_test
+    finally:
+        GROUPERS.pop("halves_test", None)
