@@ -27,7 +27,7 @@ One torch thread. The sides alternate in rounds (a fresh run of ``--steps`` step
 beta and round, seed = round; the first 3 steps of each run dropped); the table gives the
 median over the rounds' steps and TRL / side with a 95% t-interval over the rounds' ratios
 of medians. Where each step goes: grpo_lab logs time/rollout_s (sampling, rewards, reference
-forward, advantages) and, per phase, time/sample_s and time/forward_s (the loop's own timers); TRL's
+forward, advantages) and, per phase, time/sample_s and time/loss_forward_s (the loop's own timers); TRL's
 generation, its whole rollout and its loss forward (compute_loss) are timed by wrapping its
 methods (its rollout by bench_hf_trl.trl_steps); the rest is backward, optimizer and the
 loop's own overhead. The peer is passed to bench_hf_trl's helpers as ``a.model``.

@@ -29,6 +29,7 @@ from grpo_lab.policy import POLICIES, get_policy_kind
 from grpo_lab.ppo import PPOConfig  # importing ppo.py also registers objective "ppo"
 from grpo_lab.registry import load_plugins, lookup
 from grpo_lab.rewards import REWARDS
+from grpo_lab.rollout import DRAWS, UPDATE_FORWARDS
 from grpo_lab.step import OBJECTIVES, get_objective
 from grpo_lab.tasks import MIXTURE_TASKS, TASKS
 
@@ -94,6 +95,28 @@ class TrainConfig:
     """policy="hf": recompute activations in backward (less memory, about a third more
     compute per training forward): checkpoint_every=1; checkpoint_every=k > 1 checkpoints
     every k-th layer instead."""
+    hf_sample_dtype: str = ""
+    """policy="hf": sample (and evaluate, and run a frozen reference) with a copy of the
+    weights in this dtype ("bfloat16": 2-5x faster matmuls on CPUs with AVX-512 BF16/AMX),
+    refreshed from the master weights after each update ("": the master weights)."""
+    lora_r: int = 0
+    """policy="hf": train LoRA adapters of this rank on every linear layer but the head
+    (peft; pip install -e ".[lora]") instead of every weight (0: full fine-tuning). The
+    reference policy (beta > 0) is then the model with its adapters off: no second copy."""
+    lora_alpha: int = 0
+    """LoRA scale numerator: adapters add (alpha / r) * B A x (0: alpha = 2 * lora_r)."""
+    # ---- speed levers of the rollout and the update (issue 22; bench/bench_hf_profile.py)
+    sample_draw: str = "race"
+    """How the sampler draws a token (rollout.DRAWS): "race" (exponential race, V noise
+    draws per token and row) or "inverse_cdf" (one uniform per row; same distribution,
+    other tokens for the same seed). Both keep one generator per prompt."""
+    drop_finished: bool = True
+    """Take completions that emitted <eos> out of the decode batch (same tokens, less work)."""
+    update_forward: str = "prompt_once"
+    """The training forward (rollout.UPDATE_FORWARDS): "prompt_once" (each prompt once, its
+    KV cache shared by its G completions, logits only where a completion token is
+    predicted), "completion" (prompt + completion per row, logits on the completion only,
+    TRL's logits_to_keep) or "all_positions" (logits everywhere). Same log-probs."""
     out_dir: str = "runs/demo"
     """Folder for metrics.jsonl, checkpoint.safetensors, report.png and report.md."""
     steps: int = 3000
@@ -311,6 +334,14 @@ class TrainConfig:
     def _check_policy(self):
         kind = get_policy_kind(self.policy)
         _member(self.hf_dtype, ("float32", "bfloat16", "float16"), "hf_dtype")
+        if self.hf_sample_dtype:
+            _member(self.hf_sample_dtype, ("float32", "bfloat16", "float16"), "hf_sample_dtype")
+        _nonnegative(self, "lora_r", "lora_alpha")
+        _member(self.sample_draw, DRAWS, "sample_draw")
+        _member(self.update_forward, UPDATE_FORWARDS, "update_forward")
+        if self.lora_r and self.policy != "hf":
+            raise ValueError(f"lora_r={self.lora_r} adds LoRA adapters to a transformers model: "
+                             f"it needs policy='hf' (policy={self.policy!r})")
         if not kind.file_based and self.base_checkpoint.endswith(".safetensors"):
             raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
                              f"base_checkpoint={self.base_checkpoint!r} is a grpo_lab file "

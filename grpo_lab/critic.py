@@ -103,8 +103,8 @@ def logprobs_and_values(policy, r, temperature: float = 1.0):
     logits, _, h = policy(ids, pos, mask, return_hidden=True)              # (N, Tp+Tc, V|C)
     critic = policy.value_head
     v_all = critic(h.float()) if isinstance(critic, ValueHead) else critic(ids, pos, mask)
-    tok_logp, entropy = completion_token_stats(logits, r, temperature)     # (N, Tc) each
     Tp = r.prompt_ids.shape[1]
+    tok_logp, entropy = completion_token_stats(logits[:, Tp - 1:-1], r, temperature)  # (N, Tc) each
     c_mask = r.completion_mask.to(logits.device)
     values = v_all[:, Tp - 1:-1].masked_fill(~c_mask, 0.0)                 # (N, Tc)
     return tok_logp, entropy, values

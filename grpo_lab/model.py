@@ -130,13 +130,27 @@ class GPT(nn.Module):
         """Each row's (k, v) repeated G times in place order: (B, ...) -> (B*G, ...)."""
         return [(k.repeat_interleave(G, 0), v.repeat_interleave(G, 0)) for k, v in cache]
 
+    @staticmethod
+    def select_cache(cache: KVCache, rows: torch.Tensor) -> KVCache:
+        """Keep the cache's rows ``rows`` (n,) long: (N, ...) -> (n, ...)."""
+        return [(k[rows], v[rows]) for k, v in cache]
+
+    @property
+    def checkpointing(self) -> bool:
+        """The training forward recomputes activations (and keeps no KV cache)."""
+        return bool(self.checkpoint_every)
+
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
     def forward(self, idx: torch.Tensor, pos: torch.Tensor | None = None,
                 key_mask: torch.Tensor | None = None, cache: KVCache | None = None,
-                return_hidden: bool = False):
+                return_hidden: bool = False, logits_to_keep: int = 0,
+                use_cache: bool | None = None):
         """Logits for ``idx`` (B, T) -> ((B, T, V), new cache).
+
+        logits_to_keep: k > 0 runs the head on the last k positions only -> (B, k, V).
+        use_cache: accepted for the policy interface; this model always returns its cache.
 
         pos:      (B, T) position ids; default 0..T-1 (after the cache's length).
         key_mask: (B, Tk) bool, True where a key is real (Tk = cached + T); default all True.
@@ -169,7 +183,7 @@ class GPT(nn.Module):
                     x, kv = block(x, mask, None if cache is None else cache[i])
                 new_cache.append(kv)
             h = self.ln_f(x)                                               # (B, T, C)
-            logits = self.lm_head(h)                                       # (B, T, V)
+            logits = self.lm_head(h[:, -logits_to_keep:] if logits_to_keep else h)  # (B, T|k, V)
         if return_hidden:
             return logits, new_cache, h
         return logits, new_cache

@@ -26,33 +26,23 @@ class Scored(NamedTuple):
 @torch.no_grad()
 def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
                      temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
-                     generator=None, timings: dict | None = None) -> Scored:
+                     generator=None, clock: dict | None = None, **sampler) -> Scored:
     """sample -> decode -> score: the one path from prompts to rewards (training, evaluation,
-    widgets, benches). ``timings``: add the seconds spent to "time/sample_s" and
-    "time/score_s" (decoding and the reward functions)."""
+    widgets, benches). ``sampler``: more ``rollout.sample`` options (draw, drop_finished).
+    ``clock``: add the seconds spent to "time/sample_s" (all of rollout.sample, which also adds
+    its own parts: time/prefill_s, time/decode_*) and "time/score_s" (decoding the tokens and
+    the reward functions)."""
     t0 = now()
     r = sample(policy, [policy.encode(e.prompt) for e in examples], G, max_new, temperature,
-               top_k, greedy=greedy, generator=generator)
+               top_k, greedy=greedy, generator=generator, clock=clock, **sampler)
     t1 = now()
     texts = [policy.decode(c) for c in r.completion_ids.tolist()]
     rows = [examples[i] for i in r.prompt_index.tolist()]                  # (N,)
     rewards, parts = weighted_reward(texts, rows, weights, r.stopped.tolist())
-    if timings is not None:
-        add_time(timings, "time/sample_s", t1 - t0)
-        add_time(timings, "time/score_s", time.perf_counter() - t1)
+    if clock is not None:
+        add_time(clock, "time/sample_s", t1 - t0)
+        add_time(clock, "time/score_s", now() - t1)
     return Scored(list(examples), r, rewards, parts, texts)
-
-
-def now() -> float:
-    """``time.perf_counter()`` after the GPU (if one is in use) has finished its queued work,
-    so a phase's time is its own and not the launch time of its kernels."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-    return time.perf_counter()
-
-
-def add_time(timings: dict, key: str, seconds: float) -> None:
-    timings[key] = timings.get(key, 0.0) + seconds
 
 
 def take_scored(s: Scored, rows: torch.Tensor) -> Scored:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import torch
@@ -76,7 +76,7 @@ class StepContext:
     grouper: Callable             # reclustering.StepGrouper
     ref: torch.nn.Module | None = None   # frozen reference policy (beta > 0)
     group: Group = Group()
-    timings: dict | None = None   # "time/<phase>_s" -> seconds this step (the trainer logs them)
+    clock: dict = field(default_factory=dict)  # seconds per phase of this step (time/*_s)
 
 
 class Batch(NamedTuple):
@@ -109,7 +109,8 @@ def draw_prompts(cfg, ctx: StepContext, step: int, policy):
         s = sample_and_score(policy, [examples[i] for i in mine], G, max_new_tokens(cfg),
                              cfg.reward_weights, cfg.temperature, cfg.top_k or None,
                              generator=prompt_generators(cfg.seed, step, d, mine),
-                             timings=ctx.timings)
+                             draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
+                             clock=ctx.clock)
         draws.append((examples, s))
         if not cfg.dynamic_sampling:
             return [(0, i) for i in range(B)], draws, None
@@ -173,7 +174,10 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     # 5. the reference policy's log-probs for the KL term
     ref_logp = None
     if cfg.beta and len(my_rows):
-        ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature)        # (N_r, Tc)
+        t = now()
+        ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature,
+                                       forward=cfg.update_forward)         # (N_r, Tc)
+        add_time(ctx.clock, "time/ref_s", now() - t)
     return Batch(mine, adv, ref_logp, B * G, int(g.lengths.sum()), cluster_ids,
                  _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index,
                           adv_all, adv_flat, kept, draws, flags))
@@ -219,7 +223,8 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     n = r.completion_ids.shape[0]
     if n == 0:
         return _zero_loss(policy), dict.fromkeys(GRPO_STATS, 0.0)
-    logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True)
+    logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
+                                        forward=cfg.update_forward)
     dev = logp.device                                    # the batch is kept on the CPU
     m = r.completion_mask.to(dev)
     loss, stats = grpo_loss(logp, r.logprobs.to(dev), batch.ref_logprobs,
@@ -303,19 +308,20 @@ def split_batch(batch, m: int) -> list:
 
 
 def backward(objective, policy, parts: list, cfg, world: int = 1,
-             timings: dict | None = None) -> dict:
+             clock: dict | None = None) -> dict:
     """objective -> backward on each micro-batch (``split_batch``): the gradients accumulate
     in ``.grad`` to the whole batch's -> the shares, summed over the micro-batches.
-    ``timings``: add the seconds to "time/forward_s" (the objective) and "time/backward_s"."""
+    ``clock`` gets the seconds of the loss forwards and the backwards added
+    (time/loss_forward_s, time/backward_s)."""
     shares = {}
     for part in parts:
         t0 = now()
         loss, s = objective(policy, part, cfg, world)
         t1 = now()
         loss.backward()
-        if timings is not None:
-            add_time(timings, "time/forward_s", t1 - t0)
-            add_time(timings, "time/backward_s", now() - t1)
+        if clock is not None:
+            add_time(clock, "time/loss_forward_s", t1 - t0)
+            add_time(clock, "time/backward_s", now() - t1)
         shares = {k: shares.get(k, 0.0) + v for k, v in s.items()}
     return shares
 

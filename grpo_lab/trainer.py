@@ -66,7 +66,7 @@ from grpo_lab.task_data import held_out
 from grpo_lab.tasks import sample_examples
 
 # the per-phase timings every step logs (seconds; "time/rollout_s" is the whole collect)
-PHASES = ("time/sample_s", "time/score_s", "time/forward_s", "time/backward_s",
+PHASES = ("time/sample_s", "time/score_s", "time/loss_forward_s", "time/backward_s",
           "time/exchange_s", "time/optimizer_s")
 
 __all__ = ["train", "setup", "held_out_sets", "evaluate", "evaluate_tasks", "learning_rate", "prompt_source",
@@ -223,10 +223,11 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     if obj.prepare is not None:      # e.g. PPO's critic (ppo.py), trained by the one optimizer
         obj.prepare(policy, cfg, lambda: load_for(cfg))
     policy = policy.to(device)
-    ref = (frozen(load_for(cfg).to(device))                  # a second, frozen copy
-           if cfg.beta and obj.uses_reference else None)
+    ref = None
+    if cfg.beta and obj.uses_reference:        # a second, frozen copy (LoRA: adapters off)
+        ref = policy.reference() if cfg.lora_r else frozen(load_for(cfg).to(device))
     ctx = StepContext(rendered_source(prompt_source(cfg, held), cfg.answer_format),
-                      make_grouper(cfg), ref, group, timings={})
+                      make_grouper(cfg), ref, group)
     return Setup(policy, ctx, eval_sets, held, obj)
 
 
@@ -322,8 +323,8 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
                initial=start, total=cfg.steps)
     for step in bar:
         stop.step, t_step = step, now()
-        timings = ctx.timings
-        timings.clear()                          # "time/<phase>_s" of this step
+        clock = ctx.clock
+        clock.clear()                            # "time/<phase>_s" of this step
         ex.set_lr(learning_rate(cfg, step))
         batch = collect(policy, cfg, step, ctx)
         t_collect = now() - t_step
@@ -333,7 +334,7 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
         for _ in range(cfg.mu):
             ex.zero_grad()
             shares = backward(objective, ex.module, parts, cfg, group.world,  # accumulates
-                              timings)
+                              clock)
             t_reduce = now()
             b = ex.reduce()
             t_opt = now()
@@ -342,12 +343,12 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
             except FloatingPointError as e:
                 raise FloatingPointError(f"step {step}: {e}; lower lr={cfg.lr} or check the "
                                          f"rewards") from None
-            add_time(timings, "time/exchange_s", t_opt - t_reduce)
-            add_time(timings, "time/optimizer_s", now() - t_opt)
+            add_time(clock, "time/exchange_s", t_opt - t_reduce)
+            add_time(clock, "time/optimizer_s", now() - t_opt)
             payload, sent = payload + b, sent + ex.wire(b)
         _check_finite(ex, step, ckpt, group)
         metrics = {"step": step, **batch.metrics, **_reduce_shares(shares, group), **ex_metrics,
-                   **{k: timings.get(k, 0.0) for k in PHASES},
+                   **{k: 0.0 for k in PHASES}, **clock,
                    "time/rollout_s": t_collect, "time/step_s": now() - t_step}
         if changes and step == start:
             metrics["resume/overrides"] = changes                # recorded once, where it began
