@@ -45,6 +45,18 @@ def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
     return Scored(list(examples), r, rewards, parts, texts)
 
 
+def now() -> float:
+    """``time.perf_counter()`` after the GPU (if one is in use) has finished its queued work,
+    so a phase's time is its own and not the launch time of its kernels."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def add_time(clock: dict, key: str, seconds: float) -> None:
+    clock[key] = clock.get(key, 0.0) + seconds
+
+
 def take_scored(s: Scored, rows: torch.Tensor) -> Scored:
     """Keep the rows (N,) bool; kept prompts renumbered 0..B'-1 in order."""
     sub, kept = take_rows(s.rollout, rows)
