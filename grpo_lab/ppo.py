@@ -185,7 +185,7 @@ def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
     """Clipped surrogate on the GAE advantages (loss.grpo_loss, (N, T) advantages, optional
     beta KL as GRPO) + vf_coef * the clipped value loss -> (loss, shares)."""
     from grpo_lab.loss import grpo_loss
-    from grpo_lab.step import max_new_tokens
+    from grpo_lab.step import logged_stats, max_new_tokens
 
     r = batch.scored.rollout
     logp, entropy, values = logprobs_and_values(policy, r, cfg.temperature)
@@ -202,4 +202,4 @@ def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
                   "policy/entropy": float(entropy.detach()[m].sum()) / max(n_tok, 1),
                   "ppo/value_loss": float(vf_loss.detach()),
                   "ppo/explained_variance": explained_variance(values.detach(), returns, m)})
-    return loss * world, {k: stats[k] for k in PPO_STATS}     # one process: shares = values
+    return loss * world, {k: stats[k] for k in logged_stats(PPO_STATS, cfg)}  # shares = values
