@@ -18,6 +18,7 @@ import dataclasses
 import inspect
 import math
 import textwrap
+import warnings
 from dataclasses import dataclass, field
 
 from grpo_lab.advantages import ADVANTAGES
@@ -190,8 +191,10 @@ class TrainConfig:
     """Grouper: a name in grouping.GROUPERS (register your own with register_grouper, or pass
     the function or record itself from Python); "by_prompt" is canonical GRPO."""
     group_k: int = 0
-    """Groups per step for random, kmeans_semantic and mixed (0 = the number of tasks
-    trained, e.g. 7 for "mixture"); at most prompts_per_step."""
+    """Groups per step for the groupers that take k (random, kmeans_semantic, mixed; a plugin's
+    with takes_k=True); at most prompts_per_step. 0 = a default, with a warning: the number of
+    tasks trained (7 for "mixture"), or max(2, prompts_per_step // 4) for one task. The CLI
+    refuses --group_k for a grouper without k."""
     combine: str = "cluster"
     """How a prompt cluster meets its prompts' completions (one of grouping.COMBINE):
     "cluster" runs the advantage estimator on the cluster, "within_prompt_pooled_std"
@@ -239,8 +242,14 @@ class TrainConfig:
 
     @property
     def n_groups(self) -> int:
-        """k for the groupers that take one: group_k, or the number of tasks trained."""
-        return self.group_k or len(self.task_names)
+        """k for the groupers that take one: group_k, or the number of tasks trained, or for
+        one task max(2, prompts_per_step // 4) (never 1: one group of the whole batch)."""
+        if self.group_k:
+            return self.group_k
+        tasks = len(self.task_names)
+        if tasks > 1:
+            return tasks
+        return min(self.prompts_per_step, max(2, self.prompts_per_step // 4))
 
     def __post_init__(self):
         # no side effects here: plugins are imported by preset(), from_dict(), the CLI and the
@@ -356,6 +365,11 @@ class TrainConfig:
                         "register your own with grouping.register_grouper")
         _member(self.combine, COMBINE, "combine option")
         _nonnegative(self, "group_k", "recluster_every")
+        if record.takes_k and not self.group_k:
+            why = ("one per task" if len(self.task_names) > 1 else
+                   f"max(2, prompts_per_step // 4) for one task")
+            warnings.warn(f"grouping={self.grouping!r} takes k and group_k is not set: using "
+                          f"k = {self.n_groups} ({why}); set group_k to choose", stacklevel=3)
         if record.takes_k and self.n_groups > self.prompts_per_step:
             raise ValueError(f"{self.n_groups} groups (group_k={self.group_k}) is more than the "
                              f"prompts_per_step={self.prompts_per_step} prompts to group")

@@ -31,7 +31,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from grpo_lab.checkpoint import CheckpointError, atomic_save_tensors, load_state_strict, read_tensors
+from grpo_lab.checkpoint import (CKPT_TAG, CheckpointError, atomic_save_tensors,
+                                 load_state_strict, policy_tensors, read_tensors)
 from grpo_lab.tokenizer import EOS, PAD, VOCAB_SIZE, decode, encode
 
 FORMAT_TAG = "grpo_lab.policy.v1"
@@ -198,8 +199,28 @@ def save_policy(model: GPT, path: str | Path, extra: dict | None = None) -> None
 
 
 def load_policy(path: str | Path) -> GPT:
-    """Read a policy written by ``save_policy``; clear errors on foreign or broken files."""
+    """Read a policy written by ``save_policy``; clear errors on foreign or broken files.
+
+    A toy run's training checkpoint is accepted too, with a warning: its policy's weights
+    only (no optimizer state, no PPO critic), so ``--base_checkpoint runs/x/checkpoint.safetensors``
+    starts a new run from where that one stopped; ``--resume`` continues the run itself."""
+    import warnings
+
     tensors, meta = read_tensors(path)
+    if meta.get("format") == CKPT_TAG:
+        if "path" in json.loads(meta.get("model_config", "{}")):
+            raise ValueError(f"{path} is the training checkpoint of a transformers run: a toy "
+                             f"policy cannot start from it; continue that run with "
+                             f"--out_dir <its folder> --resume")
+        warnings.warn(f"{path} is a training checkpoint (saved at step {meta.get('step')}): "
+                      f"starting a new run from its policy's weights (not its optimizer state); to "
+                      f"continue that run instead, use --out_dir <its folder> --resume",
+                      stacklevel=2)
+        weights = {k: v for k, v in policy_tensors(tensors).items()
+                   if not k.startswith("value_head.")}           # a PPO run's critic: left out
+        model = GPT(model_config(meta, path, "model_config"))
+        load_state_strict(model, weights, path)
+        return model
     return policy_from_tensors(tensors, meta, path)
 
 

@@ -21,7 +21,7 @@ from grpo_lab.critic import (ValueHead, ValueNetwork, explained_variance, gae,  
 from grpo_lab.loss import grpo_loss
 from grpo_lab.registry import lookup
 from grpo_lab.rollout import completion_logprobs
-from grpo_lab.step import draw_prompts, max_new_tokens, register_objective
+from grpo_lab.step import draw_prompts, logged_stats, max_new_tokens, register_objective
 
 
 @dataclass
@@ -123,7 +123,7 @@ def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
                   "policy/entropy": float(entropy.detach()[m].sum()) / max(n_tok, 1),
                   "ppo/value_loss": float(vf_loss.detach()),
                   "ppo/explained_variance": explained_variance(values.detach(), returns, m)})
-    return loss * world, {k: stats[k] for k in PPO_STATS}     # one process: shares = values
+    return loss * world, {k: stats[k] for k in logged_stats(PPO_STATS, cfg)}  # shares = values
 
 
 def _head(policy, load):

@@ -212,6 +212,12 @@ GRPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/
               "policy/entropy")
 
 
+def logged_stats(names: tuple, cfg) -> tuple:
+    """The statistics an objective logs: ``names`` without loss/kl when beta = 0 (no KL is
+    computed then; a metric that was not computed is absent, not 0). The same on every rank."""
+    return tuple(k for k in names if cfg.beta != 0 or k != "loss/kl")
+
+
 def _zero_loss(policy) -> torch.Tensor:
     """A loss of 0 that still reaches every parameter, so backward gives zero gradients (a
     rank that holds no prompt this step still takes part in the exchange)."""
@@ -222,7 +228,7 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     r = batch.scored.rollout
     n = r.completion_ids.shape[0]
     if n == 0:
-        return _zero_loss(policy), dict.fromkeys(GRPO_STATS, 0.0)
+        return _zero_loss(policy), dict.fromkeys(logged_stats(GRPO_STATS, cfg), 0.0)
     logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
                                         forward=cfg.update_forward)
     dev = logp.device                                    # the batch is kept on the CPU
@@ -236,7 +242,8 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     share = local / glob                                                   # 1.0 on one process
     tok_share = n_tok / batch.n_tokens
     stats["policy/entropy"] = float(entropy.detach()[m].sum()) / max(n_tok, 1)
-    shares = {k: stats[k] * (share if k == "loss/total" else tok_share) for k in GRPO_STATS}
+    shares = {k: stats[k] * (share if k == "loss/total" else tok_share)
+              for k in logged_stats(GRPO_STATS, cfg)}
     return loss * (world * share), shares
 
 

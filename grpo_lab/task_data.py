@@ -17,6 +17,12 @@ from grpo_lab.tasks import (MIXTURE_TASKS, TASKS, Example, check_held_out,  # no
 
 
 def eval_path(task: str) -> Path:
+    """The held-out file of ``task``: its ``eval_file`` when registered with one (a plugin
+    task's own file, resolved from the repository like every config path), else the shipped
+    data/eval_<task>.jsonl (which exists for the built-in tasks only)."""
+    t = TASKS.get(task)
+    if t is not None and t.eval_file:
+        return resolve_path(t.eval_file)
     return DATA_DIR / f"eval_{task}.jsonl"
 
 

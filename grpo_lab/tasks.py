@@ -126,7 +126,16 @@ def register_task(name: str, make: Callable[[random.Random], Example], answer_ch
     ``answer_chars`` and fit ``max_answer_len``, each example names this task. The held-out
     set is ``eval_file`` (JSONL, checked now and at every load by ``check_held_out``) or
     ``eval_fn()`` (checked at every load); without either, training needs ``eval_size=0``
-    (no evaluation)."""
+    (no evaluation).
+
+    The held-out file is JSONL, one object per line with three strings, ``task`` being this
+    task's ``name`` (not a field called "name")::
+
+        {"prompt": "dbl:21=", "answer": "42", "task": "double"}
+
+    Held out means held out: the trainer removes every prompt of the whole file (not only the
+    ``eval_size`` it scores) from the training draws of ``make``, so make may produce them and
+    training still never sees one. ``task_data.eval_path(name)`` gives the file."""
     check_new(TASKS, "task", name, make, lambda t: t.make)
     if max_answer_len < 1:
         raise ValueError(f"task {name!r}: max_answer_len must be >= 1, got {max_answer_len}")
@@ -178,9 +187,6 @@ def sample_examples(task_names: Sequence[str], n: int, rng: random.Random,
             continue
         out.append(ex)
     return out
-
-
-MIXTURE_TASKS = ("addition", "sort", "reverse", "count", "compare", "max", "min")
 
 
 # ---------------------------------------------------------------- a task's held-out rows
