@@ -20,6 +20,7 @@ from grpo_lab.distributed.overlap import (DEFAULT_BUCKET_BYTES, OverlappedAllRed
 from grpo_lab.distributed.shard_plan import assign, default_max_shard_numel, make_shards
 from grpo_lab.model import GPT, GPTConfig, load_policy
 from grpo_lab.paths import BASE_POLICY
+from grpo_lab.registry import lookup
 
 
 def toy_policy(seed: int = 0, tiny: bool = False):
@@ -44,17 +45,25 @@ def _batch(rank: int, step: int, vocab: int, batch: int, seq: int) -> torch.Tens
     return torch.randint(0, vocab, (batch, seq), generator=g)                     # (B, T)
 
 
+def _all_reduce_pair(model, bucket_bytes: int, world: int):
+    return tuple(OverlappedAllReduce(model, bucket_bytes, overlap=o) for o in (False, True))
+
+
+def _reduce_pair(model, bucket_bytes: int, world: int):  # the sharder's: size_balanced owners
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    shards = make_shards(named, default_max_shard_numel(sum(p.numel() for _, p in named), world))
+    owner = assign("size_balanced", shards, world)
+    return tuple(OverlappedReduce([p for _, p in named], shards, owner, bucket_bytes, overlap=o)
+                 for o in (False, True))
+
+
+# the collectives timed: (model, bucket_bytes, world) -> (post-backward, overlapped) reducers
+COLLECTIVES = {"all_reduce": _all_reduce_pair, "reduce": _reduce_pair}
+
+
 def _reducers(model, collective: str, bucket_bytes: int, world: int):
     """(post, overlapped): the same buckets, started after backward or by the hooks."""
-    if collective == "all_reduce":
-        return tuple(OverlappedAllReduce(model, bucket_bytes, overlap=o) for o in (False, True))
-    if collective == "reduce":                          # the sharder's: size_balanced owners
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        shards = make_shards(named, default_max_shard_numel(sum(p.numel() for _, p in named), world))
-        owner = assign("size_balanced", shards, world)
-        return tuple(OverlappedReduce([p for _, p in named], shards, owner, bucket_bytes, overlap=o)
-                     for o in (False, True))
-    raise ValueError(f"unknown collective {collective!r}; known: 'all_reduce', 'reduce'")
+    return lookup(COLLECTIVES, collective, "collective")(model, bucket_bytes, world)
 
 
 def _overlap_worker(rank: int, world: int, batch: int, seq: int, reps: int,
@@ -101,8 +110,7 @@ def measure_overlap(world: int = 2, batch: int = 4, seq: int = 24, reps: int = 2
     "all_reduce" (``OverlappedAllReduce``, as DDP) or "reduce" (``OverlappedReduce``, the
     sharder's reduce to size_balanced owners, without its AdamW and broadcast, which are the
     same in both modes)."""
-    if collective not in ("all_reduce", "reduce"):
-        raise ValueError(f"unknown collective {collective!r}; known: 'all_reduce', 'reduce'")
+    lookup(COLLECTIVES, collective, "collective")
     return spawn(_overlap_worker, world, (batch, seq, reps, bucket_bytes, tiny, collective),
                  backend="gloo", run_timeout_s=600, progress=f"measuring {collective} overlap")
 
