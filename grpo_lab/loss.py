@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
+
+from grpo_lab.registry import check_new, lookup
 
 
 def seq_mean_token_mean(per_tok, mask, max_len):
@@ -40,8 +44,34 @@ def dr_grpo_constant(per_tok, mask, max_len):
     return (per_tok * mask).sum() / (per_tok.shape[0] * max_len)
 
 
-AGGREGATIONS = {"seq_mean_token_mean": seq_mean_token_mean, "token_mean": token_mean,
-                "dr_grpo": dr_grpo_constant}
+@dataclass(frozen=True)
+class Aggregation:
+    """A loss aggregation with what the step needs to know about it: ``per`` says what its
+    normaliser counts, so a data-parallel step can give each rank its share of the global
+    batch's loss: "rows" (completions: seq_mean_token_mean, dr_grpo) or "tokens"."""
+    name: str
+    fn: Callable                  # (per_tok (N, T), mask (N, T), max_len) -> scalar
+    per: str = "tokens"
+
+    def __call__(self, per_tok, mask, max_len):
+        return self.fn(per_tok, mask, max_len)
+
+
+AGGREGATIONS: dict[str, Aggregation] = {}
+
+
+def register_aggregation(name: str, fn: Callable, per: str = "tokens") -> Aggregation:
+    """Add an aggregation ``(per_tok, mask, max_len) -> loss``; ``per``: "rows" or "tokens"."""
+    check_new(AGGREGATIONS, "aggregation", name, fn, lambda a: a.fn)
+    if per not in ("rows", "tokens"):
+        raise ValueError(f"aggregation {name!r}: per must be 'rows' or 'tokens', got {per!r}")
+    AGGREGATIONS[name] = Aggregation(name, fn, per)
+    return AGGREGATIONS[name]
+
+
+register_aggregation("seq_mean_token_mean", seq_mean_token_mean, per="rows")
+register_aggregation("token_mean", token_mean, per="tokens")
+register_aggregation("dr_grpo", dr_grpo_constant, per="rows")
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=0.2,
@@ -49,7 +79,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     """-> (loss, stats). logp, old_logp, ref_logp, mask: (N, T); advantages: (N,) for
     outcome supervision (one per completion) or (N, T) for process supervision.
 
-    ``ref_logp`` may be None when beta == 0. ``max_len`` is the constant of the dr_grpo
+    ``ref_logp`` may be None when beta == 0; stats then has no "loss/kl" (nothing was
+    computed: absent, not 0). ``max_len`` is the constant of the dr_grpo
     aggregation (default: T).
     """
     advantages = _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high,
@@ -68,8 +99,6 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
         d = torch.where(real, ref_logp, 0.0) - logp                        # (N, T) log(pi_ref/pi)
         kl = torch.exp(d) - d - 1                                          # (N, T) eq. 4, k3
         per_tok = per_tok + beta * kl
-    else:
-        kl = torch.zeros_like(logp)
     loss = AGGREGATIONS[aggregation](per_tok, mask, max_len or logp.shape[1])
     with torch.no_grad():
         n_tok = mask.sum().clamp(min=1)
@@ -77,19 +106,19 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
         high = ((ratio > 1 + eps_high) & (A > 0)).to(mask.dtype)           # clipped above
         stats = {
             "loss/total": float(loss),
-            "loss/kl": float((kl * mask).sum() / n_tok),
             "clip/low_frac": float((low * mask).sum() / n_tok),
             "clip/high_frac": float((high * mask).sum() / n_tok),
             "clip/ratio_mean": float((ratio * mask).sum() / n_tok),
         }
+        if beta != 0:                      # beta = 0: no KL computed, so none reported (not 0)
+            stats["loss/kl"] = float((kl * mask).sum() / n_tok)
     return loss, stats
 
 
 def _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta,
                   aggregation, max_len) -> torch.Tensor:
     """Raise ValueError naming the first bad value; -> advantages as a floating tensor."""
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {aggregation!r}; known: {sorted(AGGREGATIONS)}")
+    lookup(AGGREGATIONS, aggregation, "aggregation")
     if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
         raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and "
                          f"mask {tuple(mask.shape)} must be one (N, T) shape")
