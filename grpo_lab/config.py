@@ -106,7 +106,7 @@ class TrainConfig:
     reference policy (beta > 0) is then the model with its adapters off: no second copy."""
     lora_alpha: int = 0
     """LoRA scale numerator: adapters add (alpha / r) * B A x (0: alpha = 2 * lora_r)."""
-    # ---- speed levers of the rollout and the update (issue 22; bench/bench_hf_profile.py)
+    # ---- speed levers of the rollout and the update (issue 22; bench/bench_hf_speed.py)
     sample_draw: str = "race"
     """How the sampler draws a token (rollout.DRAWS): "race" (exponential race, V noise
     draws per token and row) or "inverse_cdf" (one uniform per row; same distribution,
