@@ -14,6 +14,7 @@ sampling copy, allocator warm-up). The machine is shared: read ratios within a t
     PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py trl \\
         --model /work/models/smollm2-135m-instruct --steps 3 --rounds 3
     PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py matmul     # GFLOP/s fp32, bf16
+    PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py adamw      # AdamW variants, CPU s
 
 Needs the bench venv (trl 1.16.0, peft) for ``trl``; ``profile`` and ``matmul`` run in .venv.
 """
@@ -292,9 +293,34 @@ def matmul_gflops(threads: int = 1) -> list[str]:
     return out
 
 
+def adamw_cpu(a) -> list[str]:
+    """One AdamW step + grad clipping over the model's weights (fp32, one thread), CPU s:
+    torch's per-tensor loop, foreach, fused."""
+    from safetensors.torch import load_file
+    torch.set_num_threads(a.threads)
+    w0 = [v.float() for v in load_file(str(Path(a.model) / "model.safetensors")).values()]
+    out = ["| AdamW implementation | CPU s per step (2 rounds) |", "|---|---|"]
+    res = {}
+    for _ in range(2):
+        for name, kw in (("for-loop", {"foreach": False}), ("foreach", {"foreach": True}),
+                         ("fused", {"fused": True})):
+            ps = [torch.nn.Parameter(w.clone()) for w in w0]
+            for p in ps:
+                p.grad = torch.randn_like(p) * 1e-3
+            opt = torch.optim.AdamW(ps, lr=1e-6, **kw)
+            opt.step()                                  # allocates the moments
+            t = time.process_time()
+            for _ in range(2):
+                torch.nn.utils.clip_grad_norm_(ps, 1.0)
+                opt.step()
+            res.setdefault(name, []).append((time.process_time() - t) / 2)
+    out += [f"| {k} | {' / '.join(f'{x:.2f}' for x in v)} |" for k, v in res.items()]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("profile", "trl", "matmul"))
+    ap.add_argument("what", choices=("profile", "trl", "matmul", "adamw"))
     ap.add_argument("--model", default="/work/models/smollm2-135m-instruct")
     ap.add_argument("--B", type=int, default=8)
     ap.add_argument("--G", type=int, default=4)
@@ -322,6 +348,8 @@ def main() -> None:
             f"{torch.__version__}; {load()} at the start.", ""]
     if a.what == "matmul":
         lines = matmul_gflops(a.threads)
+    elif a.what == "adamw":
+        lines = adamw_cpu(a)
     elif a.what == "profile":
         lines = profile(a)
     else:
