@@ -223,13 +223,10 @@ def param_groups(model, lr_scales: dict) -> tuple[list[list], list[float]]:
 
 def _adamw(model, opt: AdamW, beta1: float = 0.9):
     groups, scales = param_groups(model, opt.lr_scales)      # the scales stay out of the
-    # fused: one kernel over all weights (torch >= 2.4 on CPU and CUDA), 0.16 vs 0.68-0.85 CPU s
-    # a step over SmolLM2's 134.5 M fp32 weights on one thread (BENCHMARKS.md section 15)
-    fused = all(p.device.type in ("cpu", "cuda") for g in groups for p in g)
     adam = torch.optim.AdamW([{"params": g, "lr": opt.lr * s}   # saved state: a resume with
                               for g, s in zip(groups, scales)],  # another vf_lr uses its own
                              lr=opt.lr, eps=opt.eps, betas=(beta1, 0.999),
-                             weight_decay=opt.weight_decay, fused=fused)
+                             weight_decay=opt.weight_decay)
     params = list(model.parameters())
 
     def set_lr(lr):
