@@ -8,7 +8,12 @@ token per step against the cache; a completion that emitted <eos> is finished an
 padding (mask False) from then on. Sampling stops when all are finished.
 
 ``Rollout.logprobs`` holds log pi(token) under the temperature-scaled policy, which is
-what the loss computes too; top-k only truncates what is sampled. The full forward
+what the loss computes too; top-k and top-p only truncate what is sampled. Top-p (nucleus
+sampling, Holtzman et al. 2020) keeps the smallest set of most likely tokens whose
+probability reaches p (the token that crosses p included) and renormalises; p = 1 skips the
+filter, so it leaves the sampler bit for bit as it was. Both filters are deterministic
+functions of the logits, so per-prompt generators still draw the same tokens on 1 or N
+processes. The full forward
 (``completion_logprobs``) reproduces those numbers: tests/test_rollout.py checks it.
 """
 from __future__ import annotations
@@ -91,7 +96,7 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
            generator: torch.Generator | list[torch.Generator] | None = None,
-           use_cache: bool = True) -> Rollout:
+           use_cache: bool = True, top_p: float = 1.0) -> Rollout:
     """Sample G completions for each of B prompts -> Rollout with N = B*G rows.
 
     Sampling is the exponential race (equivalent to ``torch.multinomial``): token =
@@ -111,6 +116,8 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
         raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (1 = off), got {top_p}")
     dev = next(model.parameters()).device       # computed where the model is, returned on the CPU
     pad, eos = model.pad_id, model.eos_id                                  # the policy's
     p_ids, p_mask = (t.to(dev) for t in left_pad(prompts, pad))            # (B, Tp)
@@ -142,6 +149,8 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
             if top_k is not None and top_k < logp.shape[-1]:
                 kth = logp.topk(top_k, dim=-1).values[:, -1:]              # (N, 1)
                 filt = logp.masked_fill(logp < kth, float("-inf"))
+            if top_p < 1:
+                filt = top_p_filter(filt, top_p)                           # (N, V)
             E = exponential_noise(filt.shape, G, generator).to(dev).clamp_min(1e-30)  # (N, V) > 0
             tok = (filt - E.log()).argmax(-1)                              # (N,) ~ softmax(filt)
         live = ~done                                                       # (N,)
@@ -169,6 +178,18 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
         prompt_index=torch.arange(B).repeat_interleave(G), stopped=done.cpu())
 
 
+def top_p_filter(logp: torch.Tensor, p: float) -> torch.Tensor:
+    """Log-probs (N, V) -> the same with every token outside the nucleus set to -inf: the
+    most likely tokens, in order, up to and including the one whose cumulative probability
+    reaches p (at least one token is kept). Renormalising is left to the draw."""
+    probs = logp.softmax(-1)                                               # (N, V), renormalised
+    sorted_p, order = probs.sort(-1, descending=True)                      # (N, V)
+    before = sorted_p.cumsum(-1) - sorted_p                                # (N, V) mass above
+    drop_sorted = before >= p                                              # (N, V) first kept
+    drop = drop_sorted.scatter(-1, order, drop_sorted)                     # (N, V) vocab order
+    return logp.masked_fill(drop, float("-inf"))
+
+
 def exponential_noise(shape, G: int, generator) -> torch.Tensor:
     """Exp(1) noise (N, V) for the exponential race: from one generator, or row block
     [i*G, (i+1)*G) from the i-th generator of a list (one per prompt)."""
@@ -184,28 +205,29 @@ def full_sequence(r: Rollout, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return ids, positions(mask), mask
 
 
-def completion_token_stats(logits: torch.Tensor, r: Rollout, temperature: float = 1.0):
+def completion_token_stats(logits: torch.Tensor, r: Rollout, temperature: float = 1.0,
+                           entropy_grad: bool = False):
     """Logits of the full sequence (N, Tp+Tc, V) -> (log-prob of each completion token (N, Tc),
     the policy's entropy at each (N, Tc)), 0 on padding. The entropy is computed outside the
-    autograd graph: it is logged, never differentiated."""
+    autograd graph (it is logged) unless ``entropy_grad`` (an entropy bonus in the loss)."""
     Tp = r.prompt_ids.shape[1]
     logp = F.log_softmax(logits[:, Tp - 1:-1].float() / temperature, -1)   # (N, Tc, V)
     c_ids = r.completion_ids.to(logits.device)
     c_mask = r.completion_mask.to(logits.device)
     tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2)                 # (N, Tc)
-    with torch.no_grad():
-        lp = logp.detach()
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        lp = logp if entropy_grad else logp.detach()
         entropy = -(lp.exp() * lp).sum(-1).masked_fill(~c_mask, 0.0)       # (N, Tc)
     return tok_logp.masked_fill(~c_mask, 0.0), entropy
 
 
 def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
-                        return_entropy: bool = False):
+                        return_entropy: bool = False, entropy_grad: bool = False):
     """Full forward over prompt+completion -> per-token log-probs (N, Tc) of the completion.
 
     With ``return_entropy`` also returns the per-token entropy (N, Tc) of the policy
-    (``completion_token_stats``).
+    (``completion_token_stats``; ``entropy_grad``: with its autograd graph).
     """
     logits, _ = model(*full_sequence(r, next(model.parameters()).device))  # (N, Tp+Tc, V)
-    tok_logp, entropy = completion_token_stats(logits, r, temperature)
+    tok_logp, entropy = completion_token_stats(logits, r, temperature, entropy_grad)
     return (tok_logp, entropy) if return_entropy else tok_logp

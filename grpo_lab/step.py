@@ -11,6 +11,8 @@
         group ids: the grouper on all kept prompts (every rank computes the same ids)
         advantages on the global batch; this rank keeps the rows it sampled
     objective(policy, batch, cfg, world) -> (loss, shares)        (with grad)
+        [reward shaping, this rank's rows before the gather: DAPO's soft overlong penalty
+         (overlong.py), beta * the completion's KL estimate when kl_in="reward"]
         grpo: loss.grpo_loss on this rank's rows, scaled by N * local / global normaliser, so
         the mean over ranks of the gradients is the gradient of the global batch's loss for
         every aggregation (token_mean divides by the global token count, not the rank's).
@@ -42,7 +44,8 @@ from grpo_lab.advantages import process_advantages
 from grpo_lab.distributed.group import Group
 from grpo_lab.grouping import (advantage_diagnostics, advantage_split, cluster_diagnostics,
                                grouped_advantages, reward_group_diagnostics)
-from grpo_lab.loss import grpo_loss
+from grpo_lab.loss import KL_PLACEMENTS, grpo_loss, sequence_kl
+from grpo_lab.overlong import OVERLONG
 from grpo_lab.rollout import (Rollout, cat_rollouts, completion_logprobs, left_pad, positions,
                               sample, take_rows)
 from grpo_lab.tasks import EOS, PAD, encode, get_task, step_rewards, weighted_reward
@@ -65,11 +68,11 @@ class Scored(NamedTuple):
 @torch.no_grad()
 def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
                      temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
-                     generator=None) -> Scored:
+                     generator=None, top_p: float = 1.0) -> Scored:
     """sample -> decode -> score: the one path from prompts to rewards (training, evaluation,
     widgets, benches)."""
     r = sample(policy, [policy.encode(e.prompt) for e in examples], G, max_new, temperature,
-               top_k, greedy=greedy, generator=generator)
+               top_k, greedy=greedy, generator=generator, top_p=top_p)
     texts = [policy.decode(c) for c in r.completion_ids.tolist()]
     rows = [examples[i] for i in r.prompt_index.tolist()]                  # (N,)
     rewards, parts = weighted_reward(texts, rows, weights, r.stopped.tolist())
@@ -115,11 +118,12 @@ class Batch(NamedTuple):
     """One GRPO step's data on this rank, plus the global counts the loss normalises by."""
     scored: Scored                # this rank's prompts and rows (N_r = B_r * G)
     advantages: torch.Tensor      # (N_r,) outcome, or (N_r, Tc) process supervision
-    ref_logprobs: torch.Tensor | None  # (N_r, Tc), None when beta == 0
-    n_rows: int                   # rows of the global batch (B * G)
-    n_tokens: int                 # completion tokens of the global batch
+    ref_logprobs: torch.Tensor | None  # (N_r, Tc), None unless beta > 0 and kl_in="loss"
+    n_rows: int                   # rows of the global batch the loss keeps (B * G unless filtered)
+    n_tokens: int                 # completion tokens of those rows
     cluster_ids: torch.Tensor     # (B,) group id of each prompt of the global batch
     metrics: dict                 # reward/, group/, adv/, sample/, completion/ of the global batch
+    old_logprobs: torch.Tensor | None = None  # (N_r, Tc) the trainer's (tis_cap > 0), else None
 
 
 def _varies(rewards: torch.Tensor, G: int, tol: float = 1e-8) -> torch.Tensor:
@@ -138,7 +142,8 @@ def _draw_prompts(cfg, ctx: StepContext, step: int, policy):
         examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
         s = sample_and_score(policy, [examples[i] for i in mine], G, max_new_tokens(cfg),
                              cfg.reward_weights, cfg.temperature, cfg.top_k or None,
-                             generator=prompt_generators(cfg.seed, step, d, mine))
+                             generator=prompt_generators(cfg.seed, step, d, mine),
+                             top_p=cfg.top_p)
         draws.append((examples, s))
         if not cfg.dynamic_sampling:
             return [(0, i) for i in range(B)], draws, None
@@ -200,6 +205,24 @@ def _gather(group: Group, places: list[int], s: Scored, G: int, process: bool) -
                     rows([x[4] for x in shared]), steps_all)
 
 
+def shape_rewards(cfg, s: Scored, ref_logp, max_len: int) -> Scored:
+    """This rank's rows -> the same with the reward shaped before the gather: the overlong
+    rule's length penalty and, when kl_in="reward", minus beta * the completion's summed KL
+    estimate (on the sampler's log-probs). Each shaping term is also a reward part, so it is
+    gathered and logged (reward/overlong, reward/kl_<estimator>)."""
+    r = s.rollout
+    lengths = r.completion_mask.sum(1)                                     # (N_r,)
+    rule = OVERLONG[cfg.overlong]
+    parts, rewards = dict(s.parts), s.rewards
+    if rule.penalty is not None:
+        pen = cfg.overlong_penalty * rule.penalty(lengths, max_len, cfg.overlong_buffer)  # (N_r,)
+        parts["overlong"], rewards = pen, rewards + pen
+    if cfg.beta and KL_PLACEMENTS[cfg.kl_in].in_reward:
+        kl = sequence_kl(r.logprobs, ref_logp, r.completion_mask, cfg.kl_estimator)  # (N_r,)
+        parts[f"kl_{cfg.kl_estimator}"], rewards = kl, rewards - cfg.beta * kl
+    return s._replace(rewards=rewards, parts=parts)
+
+
 def _advantages(cfg, g: Gathered, cluster_ids, prompt_index, group_ids):
     """-> (advantages of the global batch: (N,) or (N, T), their values over real tokens)."""
     if cfg.supervision != "process":
@@ -222,6 +245,10 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     kept, draws, flags = _draw_prompts(cfg, ctx, step, policy)
     scored, places = _my_rows(kept, draws, ctx.group.slice(B))
     r = scored.rollout
+    ref_logp = None
+    if cfg.beta and len(r.completion_ids):
+        ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature)        # (N_r, Tc)
+    scored = shape_rewards(cfg, scored, ref_logp, max_new_tokens(cfg))
     g = _gather(ctx.group, places, scored, G, cfg.supervision == "process")   # global, N rows
     examples = [draws[d][0][i] for d, i in kept]                           # (B,)
     prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
@@ -233,9 +260,12 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     adv = adv_all[my_rows]                                                 # (N_r,) or (N_r, T)
     if adv.dim() == 2:
         adv = adv[:, :r.completion_ids.shape[1]]                           # (N_r, Tc)
-    ref_logp = None
-    if cfg.beta and len(my_rows):
-        ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature)        # (N_r, Tc)
+    if not KL_PLACEMENTS[cfg.kl_in].in_loss:
+        ref_logp = None                                                    # used in the reward
+    old_logp = None
+    if cfg.tis_cap and len(my_rows):               # the trainer's log-probs of the same tokens
+        old_logp = completion_logprobs(policy, r, cfg.temperature)         # (N_r, Tc)
+    keep = OVERLONG[cfg.overlong].keep(g.stopped)                          # (N,) rows in the loss
     quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == B
                else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks, tfidf=_vectors(ctx)))
     metrics = {
@@ -248,12 +278,14 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
         **(advantage_split(adv_all, prompt_index) if adv_all.dim() == 1 else {}),
         "completion/mean_len": float(g.lengths.float().mean()),
         "completion/stopped_frac": float(g.stopped.float().mean()),
+        "completion/truncated_frac": float((~g.stopped).float().mean()),
     }
     if flags is not None:
         metrics.update({"sample/draws": len(draws), "sample/informative_frac":
                         float(torch.cat(flags).float().mean()),
                         "sample/topped_up": sum(not flags[d][i] for d, i in kept)})  # health.py
-    return Batch(scored, adv, ref_logp, B * G, int(g.lengths.sum()), cluster_ids, metrics)
+    return Batch(scored, adv, ref_logp, int(keep.sum()), int(g.lengths[keep].sum()), cluster_ids,
+                 metrics, old_logp)
 
 
 # ---- the objectives: (policy, batch, cfg, world) -> (loss, shares)
@@ -261,6 +293,14 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
 GRPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",
               "policy/entropy")
 ROW_NORMALISED = ("seq_mean_token_mean", "dr_grpo")  # the others divide by tokens (token_mean)
+TIS_STATS = ("sample/logprob_gap", "sample/tis_capped_frac")
+
+
+def grpo_stat_keys(cfg) -> tuple:
+    """The statistics grpo_objective shares: GRPO_STATS, the KL's name with its estimator
+    (loss/kl_k3) when the KL is in the loss, TIS_STATS when tis_cap > 0."""
+    kl = (f"loss/kl_{cfg.kl_estimator}",) if KL_PLACEMENTS[cfg.kl_in].in_loss else ()
+    return GRPO_STATS + kl + (TIS_STATS if cfg.tis_cap else ())
 
 
 def _zero_loss(policy) -> torch.Tensor:
@@ -271,21 +311,37 @@ def _zero_loss(policy) -> torch.Tensor:
 
 def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     r = batch.scored.rollout
-    n = r.completion_ids.shape[0]
+    keep = OVERLONG[cfg.overlong].keep(r.stopped)                          # (N_r,) rows in the loss
+    n = int(keep.sum())
+    keys = grpo_stat_keys(cfg)
     if n == 0:
-        return _zero_loss(policy), dict.fromkeys(GRPO_STATS, 0.0)
-    logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True)
+        return _zero_loss(policy), dict.fromkeys(keys, 0.0)
+    logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
+                                        entropy_grad=bool(cfg.entropy_coef))
     dev = logp.device                                    # the batch is kept on the CPU
     m = r.completion_mask.to(dev)
-    loss, stats = grpo_loss(logp, r.logprobs.to(dev), batch.ref_logprobs,
-                            batch.advantages.to(dev), m, cfg.eps_low, cfg.eps_high, cfg.beta,
-                            cfg.aggregation, max_new_tokens(cfg))
-    n_tok = int(m.sum())
+    sampler = r.logprobs.to(dev)                                           # (N_r, Tc)
+    old = sampler if batch.old_logprobs is None else batch.old_logprobs.to(dev)
+    tis = None
+    if cfg.tis_cap:                                # Yao et al. 2025: min(pi_old / pi_sampler, C)
+        tis = torch.exp(old - sampler).clamp(max=cfg.tis_cap)              # (N_r, Tc)
+    in_loss = KL_PLACEMENTS[cfg.kl_in].in_loss
+    loss, stats = grpo_loss(logp, old, batch.ref_logprobs, batch.advantages.to(dev), m,
+                            cfg.eps_low, cfg.eps_high, cfg.beta if in_loss else 0.0,
+                            cfg.aggregation, max_new_tokens(cfg), cfg.ratio_level,
+                            cfg.kl_estimator, entropy, cfg.entropy_coef, tis, keep.to(dev))
+    mk = m & keep.to(dev)[:, None]                                         # (N_r, Tc) kept tokens
+    n_tok = int(mk.sum())
     local, glob = (n, batch.n_rows) if cfg.aggregation in ROW_NORMALISED else (n_tok, batch.n_tokens)
     share = local / glob                                                   # 1.0 on one process
     tok_share = n_tok / batch.n_tokens
-    stats["policy/entropy"] = float(entropy.detach()[m].sum()) / max(n_tok, 1)
-    shares = {k: stats[k] * (share if k == "loss/total" else tok_share) for k in GRPO_STATS}
+    stats["policy/entropy"] = float(entropy.detach()[mk].sum()) / max(n_tok, 1)
+    if in_loss:
+        stats[f"loss/kl_{cfg.kl_estimator}"] = stats["loss/kl"]
+    if tis is not None:
+        stats["sample/logprob_gap"] = float((old - sampler).abs()[mk].sum()) / max(n_tok, 1)
+        stats["sample/tis_capped_frac"] = float((tis[mk] >= cfg.tis_cap).sum()) / max(n_tok, 1)
+    shares = {k: stats[k] * (share if k == "loss/total" else tok_share) for k in keys}
     return loss * (world * share), shares
 
 
@@ -351,8 +407,10 @@ def split_batch(batch, m: int) -> list:
     for c in chunks:
         rows = torch.isin(index, c)                                        # (N_r,) bool
         ref = None if batch.ref_logprobs is None else batch.ref_logprobs[rows]
+        old = None if batch.old_logprobs is None else batch.old_logprobs[rows]
         parts.append(batch._replace(scored=take_scored(batch.scored, rows),
-                                    advantages=batch.advantages[rows], ref_logprobs=ref))
+                                    advantages=batch.advantages[rows], ref_logprobs=ref,
+                                    old_logprobs=old))
     return parts or [batch]
 
 
