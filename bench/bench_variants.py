@@ -14,7 +14,7 @@ keeps the seeds it finished.
 the comparison stays paired, the demo's own step count does not apply).
 
     python bench/bench_variants.py --steps 800 --seeds 0 1 2 --processes 2
-    python bench/bench_variants.py --from_json bench/RESULTS_variants.json
+    python bench/bench_variants.py --from_json bench/RESULTS_variants*.json
 """
 from __future__ import annotations
 
@@ -80,11 +80,14 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--json", default="bench/RESULTS_variants.json")
     ap.add_argument("--out", default="bench/RESULTS_variants.md")
-    ap.add_argument("--from_json", default="")
+    ap.add_argument("--from_json", nargs="*", default=[],
+                    help="render from these JSON files (seeds run apart are joined)")
     a = ap.parse_args()
     command = "python bench/bench_variants.py " + " ".join(sys.argv[1:])
     if a.from_json:
-        runs = json.loads(Path(a.from_json).read_text())["runs"]
+        runs = [r for p in a.from_json for r in json.loads(Path(p).read_text())["runs"]]
+        order = {n: i for i, n in enumerate(VARIANTS)}
+        runs.sort(key=lambda r: (order.get(r["strategy"], len(order)), r["seed"]))
     else:
         names = a.variants.split(",")
         base = {**DEMO, "ckpt_every": 10 ** 6, **({"steps": a.steps} if a.steps else {})}

@@ -80,7 +80,7 @@ class KLEstimator:
 KL_ESTIMATORS = {e.name: e for e in (
     KLEstimator("k1", lambda d: -d, unbiased=True, nonnegative=False),     # log pi/pi_ref
     KLEstimator("k2", lambda d: 0.5 * d ** 2, unbiased=False, nonnegative=True),
-    KLEstimator("k3", lambda d: torch.exp(d) - 1 - d, unbiased=True, nonnegative=True),
+    KLEstimator("k3", lambda d: torch.exp(d) - d - 1, unbiased=True, nonnegative=True),
 )}
 
 
