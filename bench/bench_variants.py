@@ -2,8 +2,8 @@
 
 Each variant is the demo preset (lr 3e-4, beta 0, DAPO dynamic sampling, evaluation every 50
 steps, stop at 90% held-out) with one change: GSPO's sequence-level ratio, an entropy bonus,
-top-p sampling, and the KL to the reference (beta 0.02) as k3 in the loss (the paper) or k1 in
-the reward. Per variant: steps to 85% / 90% (mean ± 95% t-interval over the seeds that
+top-p sampling, the KL to the reference (beta 0.02) as k3 in the loss (the paper) or k1 in
+the reward, DAPO's overlong filter or soft penalty, truncated importance sampling. Per variant: steps to 85% / 90% (mean ± 95% t-interval over the seeds that
 reached it), the last and best held-out accuracy, and the paired difference from the demo
 (variant - demo, same seed, 95% t-interval). Runs go through ``experiments.run_experiment``
 (the one trainer, one thread per run); each seed is written to a JSON file as soon as its
@@ -40,6 +40,9 @@ VARIANTS = {
     "top_p_0.9": {"top_p": 0.9},
     "kl_k3_loss": {"beta": 0.02, "kl_estimator": "k3", "kl_in": "loss"},
     "kl_k1_reward": {"beta": 0.02, "kl_estimator": "k1", "kl_in": "reward"},
+    "overlong_filter": {"overlong": "filter"},
+    "overlong_soft": {"overlong": "soft"},
+    "tis_2": {"tis_cap": 2.0},
 }
 KEEP = ("step", "eval/accuracy", "time/step_s", "completion/truncated_frac", "policy/entropy")
 
@@ -102,7 +105,9 @@ def main() -> None:
                                                 "wall_s": time.time() - t0, "runs": runs}))
             print(f"seed {seed} done, {time.time() - t0:.0f} s", flush=True)
     text = (f"\n## {time.strftime('%Y-%m-%d %H:%M')}: `{command}`\n\ntorch {torch.__version__}; "
-            f"the demo preset {DEMO}; one change per variant: {VARIANTS}\n\n" + render(runs))
+            f"the demo preset {DEMO}; one change per variant: "
+            f"{ {n: VARIANTS[n] for n in dict.fromkeys(r['strategy'] for r in runs)} }\n\n"
+            + render(runs))
     print(text)
     with open(a.out, "a") as f:
         f.write(text + "\n")

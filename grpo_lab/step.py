@@ -218,7 +218,8 @@ def shape_rewards(cfg, s: Scored, ref_logp, max_len: int) -> Scored:
         pen = cfg.overlong_penalty * rule.penalty(lengths, max_len, cfg.overlong_buffer)  # (N_r,)
         parts["overlong"], rewards = pen, rewards + pen
     if cfg.beta and KL_PLACEMENTS[cfg.kl_in].in_reward:
-        kl = sequence_kl(r.logprobs, ref_logp, r.completion_mask, cfg.kl_estimator)  # (N_r,)
+        kl = (torch.zeros(0) if ref_logp is None else                     # a rank with no rows
+              sequence_kl(r.logprobs, ref_logp, r.completion_mask, cfg.kl_estimator))  # (N_r,)
         parts[f"kl_{cfg.kl_estimator}"], rewards = kl, rewards - cfg.beta * kl
     return s._replace(rewards=rewards, parts=parts)
 
