@@ -67,7 +67,7 @@ def render(runs: list, targets=(0.85, 0.90)) -> str:
         t = [h["completion/truncated_frac"] for h in r["history"] if "completion/truncated_frac" in h]
         trunc.setdefault(r["strategy"], []).append(sum(t) / max(len(t), 1))
     for name in by:
-        if name == "demo":
+        if name == "demo" or "demo" not in by:
             continue
         out.append(f"| {name} | {paired(by, name, lambda r: r[0.9]['steps'])} | "
                    f"{paired(by, name, lambda r: [100 * v for v in r['last']])} | "
