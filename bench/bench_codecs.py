@@ -11,11 +11,12 @@
     memory copy of the same 4 MB (np.copy and torch clone) measured in the same run: the
     physical ceiling. Also the whole protocol (``Compressor``, fp8_topk5 preset and top-k only:
     selection, error feedback, values, indices, wire format, decode) on the same gradient.
-    Each figure is the minimum of ``--repeats`` timings: on a 2-core
-    machine shared by several jobs a 2 ms stage is often preempted for a 4-10 ms time slice,
-    which the median of a few repeats does not remove (it did until issue 27); the minimum is
-    the least disturbed repeat, for the memory copy as for the codecs. Read the ratios to the
-    memory copy, not the absolute MB/s.
+    Each figure is the minimum of ``--repeats`` timings: on a 2-core machine shared by several
+    jobs a 2 ms stage is often preempted for a 4-10 ms time slice, which the median of a few
+    repeats does not remove (the median was reported until issue 27); the minimum is the least
+    disturbed repeat, for the memory copy as for the codecs. Read the ratios to the memory
+    copy, not the absolute MB/s; a longer stage is preempted more often, so under load the
+    ratios of the slow rows are pessimistic.
 (3) The fast path (issue 27, ``fastpath.py``), in the same run: the Rice codec in torch (the
     reference's bytes) and the whole protocol through ``Compressor(fast=True)`` with the
     ``fast_topk5`` settings on one 4 MB tensor (DGC sampled threshold, fp8 values, Rice), stage

@@ -110,10 +110,11 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     """-> (loss, stats). logp, old_logp, ref_logp, mask: (N, T); advantages: (N,) for
     outcome supervision (one per completion) or (N, T) for process supervision.
 
-    ``ref_logp`` may be None when beta == 0. ``max_len`` is the constant of the dr_grpo
-    aggregation (default: T). ``entropy`` (N, T), with its graph, is needed when
-    entropy_coef != 0; ``tis_weight`` (N, T) multiplies the policy-gradient term; ``keep``
-    (N,) bool drops rows (see the module docstring).
+    ``ref_logp`` may be None when beta == 0; stats then has no "loss/kl" (nothing was
+    computed: absent, not 0). ``max_len`` is the constant of the dr_grpo aggregation
+    (default: T). ``entropy`` (N, T), with its graph, is needed when entropy_coef != 0;
+    ``tis_weight`` (N, T) multiplies the policy-gradient term; ``keep`` (N,) bool drops rows
+    (see the module docstring).
     """
     if keep is not None:
         keep = torch.as_tensor(keep, dtype=torch.bool, device=logp.device)
@@ -142,8 +143,6 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
         d = torch.where(real, ref_logp, 0.0) - logp                        # (N, T) log(pi_ref/pi)
         kl = KL_ESTIMATORS[kl_estimator](d)                                # (N, T) k3: eq. 4
         per_tok = per_tok + beta * kl
-    else:
-        kl = torch.zeros_like(logp)
     if entropy_coef != 0:
         per_tok = per_tok - entropy_coef * torch.where(real, entropy, 0.0)  # (N, T) bonus
     loss = AGGREGATIONS[aggregation](per_tok, mask, max_len or logp.shape[1])
@@ -153,11 +152,12 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
         high = ((ratio > 1 + eps_high) & (A > 0)).to(mask.dtype)           # clipped above
         stats = {
             "loss/total": float(loss),
-            "loss/kl": float((kl * mask).sum() / n_tok),
             "clip/low_frac": float((low * mask).sum() / n_tok),
             "clip/high_frac": float((high * mask).sum() / n_tok),
             "clip/ratio_mean": float((ratio * mask).sum() / n_tok),
         }
+        if beta != 0:                      # beta = 0: no KL computed, so none reported (not 0)
+            stats["loss/kl"] = float((kl * mask).sum() / n_tok)
     return loss, stats
 
 

@@ -34,7 +34,8 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import torch
@@ -68,11 +69,12 @@ class Scored(NamedTuple):
 @torch.no_grad()
 def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
                      temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
-                     generator=None, top_p: float = 1.0) -> Scored:
+                     generator=None, **sampler) -> Scored:
     """sample -> decode -> score: the one path from prompts to rewards (training, evaluation,
-    widgets, benches)."""
+    widgets, benches). ``sampler``: more ``rollout.sample`` options (draw, drop_finished,
+    clock)."""
     r = sample(policy, [policy.encode(e.prompt) for e in examples], G, max_new, temperature,
-               top_k, greedy=greedy, generator=generator, top_p=top_p)
+               top_k, greedy=greedy, generator=generator, **sampler)
     texts = [policy.decode(c) for c in r.completion_ids.tolist()]
     rows = [examples[i] for i in r.prompt_index.tolist()]                  # (N,)
     rewards, parts = weighted_reward(texts, rows, weights, r.stopped.tolist())
@@ -112,6 +114,7 @@ class StepContext:
     grouper: Callable             # reclustering.StepGrouper
     ref: torch.nn.Module | None = None   # frozen reference policy (beta > 0)
     group: Group = Group()
+    clock: dict = field(default_factory=dict)  # seconds per phase of this step (time/*_s)
 
 
 class Batch(NamedTuple):
@@ -143,7 +146,8 @@ def _draw_prompts(cfg, ctx: StepContext, step: int, policy):
         s = sample_and_score(policy, [examples[i] for i in mine], G, max_new_tokens(cfg),
                              cfg.reward_weights, cfg.temperature, cfg.top_k or None,
                              generator=prompt_generators(cfg.seed, step, d, mine),
-                             top_p=cfg.top_p)
+                             draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
+                             clock=ctx.clock, top_p=cfg.top_p)
         draws.append((examples, s))
         if not cfg.dynamic_sampling:
             return [(0, i) for i in range(B)], draws, None
@@ -254,7 +258,10 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     r = scored.rollout
     ref_logp = None
     if cfg.beta and len(r.completion_ids):
-        ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature)        # (N_r, Tc)
+        t = time.perf_counter()
+        ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature,
+                                       forward=cfg.update_forward)         # (N_r, Tc)
+        ctx.clock["time/ref_s"] = ctx.clock.get("time/ref_s", 0.0) + time.perf_counter() - t
     scored = shape_rewards(cfg, scored, ref_logp, max_new_tokens(cfg))
     g = _gather(ctx.group, places, scored, G, cfg.supervision == "process")   # global, N rows
     examples = [draws[d][0][i] for d, i in kept]                           # (B,)
@@ -271,7 +278,8 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
         ref_logp = None                                                    # used in the reward
     old_logp = None
     if cfg.tis_cap and len(my_rows):               # the trainer's log-probs of the same tokens
-        old_logp = completion_logprobs(policy, r, cfg.temperature)         # (N_r, Tc)
+        old_logp = completion_logprobs(policy, r, cfg.temperature,
+                                       forward=cfg.update_forward)         # (N_r, Tc)
     keep = OVERLONG[cfg.overlong].keep(g.stopped)                          # (N,) rows in the loss
     quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == B
                else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks, tfidf=_vectors(ctx)))
@@ -304,10 +312,19 @@ TIS_STATS = ("sample/logprob_gap", "sample/tis_capped_frac")
 
 
 def grpo_stat_keys(cfg) -> tuple:
-    """The statistics grpo_objective shares: GRPO_STATS, the KL's name with its estimator
-    (loss/kl_k3) when the KL is in the loss, TIS_STATS when tis_cap > 0."""
-    kl = (f"loss/kl_{cfg.kl_estimator}",) if KL_PLACEMENTS[cfg.kl_in].in_loss else ()
-    return GRPO_STATS + kl + (TIS_STATS if cfg.tis_cap else ())
+    """The statistics grpo_objective shares: ``logged_stats(GRPO_STATS)`` (no loss/kl unless
+    a KL is computed in the loss), then the KL's name with its estimator (loss/kl_k3), and
+    TIS_STATS when tis_cap > 0. The same on every rank."""
+    in_loss = cfg.beta != 0 and KL_PLACEMENTS[cfg.kl_in].in_loss
+    base = tuple(k for k in logged_stats(GRPO_STATS, cfg) if in_loss or k != "loss/kl")
+    kl = (f"loss/kl_{cfg.kl_estimator}",) if in_loss else ()
+    return base + kl + (TIS_STATS if cfg.tis_cap else ())
+
+
+def logged_stats(names: tuple, cfg) -> tuple:
+    """The statistics an objective logs: ``names`` without loss/kl when beta = 0 (no KL is
+    computed then; a metric that was not computed is absent, not 0). The same on every rank."""
+    return tuple(k for k in names if cfg.beta != 0 or k != "loss/kl")
 
 
 def _zero_loss(policy) -> torch.Tensor:
@@ -324,6 +341,7 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     if n == 0:
         return _zero_loss(policy), dict.fromkeys(keys, 0.0)
     logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
+                                        forward=cfg.update_forward,
                                         entropy_grad=bool(cfg.entropy_coef))
     dev = logp.device                                    # the batch is kept on the CPU
     m = r.completion_mask.to(dev)
@@ -343,7 +361,7 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     share = local / glob                                                   # 1.0 on one process
     tok_share = n_tok / batch.n_tokens
     stats["policy/entropy"] = float(entropy.detach()[mk].sum()) / max(n_tok, 1)
-    if in_loss:
+    if "loss/kl" in stats:
         stats[f"loss/kl_{cfg.kl_estimator}"] = stats["loss/kl"]
     if tis is not None:
         stats["sample/logprob_gap"] = float((old - sampler).abs()[mk].sum()) / max(n_tok, 1)
@@ -421,13 +439,21 @@ def split_batch(batch, m: int) -> list:
     return parts or [batch]
 
 
-def backward(objective, policy, parts: list, cfg, world: int = 1) -> dict:
+def backward(objective, policy, parts: list, cfg, world: int = 1,
+             clock: dict | None = None) -> dict:
     """objective -> backward on each micro-batch (``split_batch``): the gradients accumulate
-    in ``.grad`` to the whole batch's -> the shares, summed over the micro-batches."""
-    shares = {}
+    in ``.grad`` to the whole batch's -> the shares, summed over the micro-batches.
+    ``clock`` gets the seconds of the loss forwards and the backwards added
+    (time/loss_forward_s, time/backward_s)."""
+    shares, clock = {}, {} if clock is None else clock
     for part in parts:
+        t0 = time.perf_counter()
         loss, s = objective(policy, part, cfg, world)
+        t1 = time.perf_counter()
         loss.backward()
+        t2 = time.perf_counter()
+        clock["time/loss_forward_s"] = clock.get("time/loss_forward_s", 0.0) + t1 - t0
+        clock["time/backward_s"] = clock.get("time/backward_s", 0.0) + t2 - t1
         shares = {k: shares.get(k, 0.0) + v for k, v in s.items()}
     return shares
 
