@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from grpo_lab.tasks import PAD   # batch padding under a False mask (any valid id)
+from grpo_lab.tokenizer import PAD   # batch padding under a False mask (any valid id)
 
 
 @dataclass
