@@ -55,9 +55,15 @@ def main():
     ap.add_argument("--out", default="bench/RESULTS_smollm_cpu.md")
     ap.add_argument("--runs", default="runs/bench_smollm_cpu")
     ap.add_argument("--overrides", default="{}", help="JSON of TrainConfig overrides")
+    ap.add_argument("--combine", default="",
+                    help="comma-separated JSON files of earlier runs (one seed each, run side by "
+                         "side as separate processes): render them together, train nothing")
     a = ap.parse_args()
     rows = []
-    for s in [int(x) for x in a.seeds.split(",")]:
+    if a.combine:
+        rows = [r for f in a.combine.split(",") for r in json.loads(Path(f).read_text())]
+        a.seeds = ",".join(str(r["seed"]) for r in rows)
+    for s in ([] if a.combine else [int(x) for x in a.seeds.split(",")]):
         rows.append(run_seed(s, a.threads, Path(a.runs), json.loads(a.overrides)))
         print(json.dumps(rows[-1]), flush=True)
         Path(a.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
