@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	MPLBACKEND=Agg $(BIN)/grpo-lab train --preset tiny_cpu --out_dir runs/demo
+	MPLBACKEND=Agg $(BIN)/grpo-lab train --preset tiny_cpu --out_dir runs/demo --overwrite
 
 test: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 --dist loadscope \

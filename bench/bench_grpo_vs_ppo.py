@@ -382,11 +382,14 @@ def write_report(d: dict) -> str:
         rs = [r for r in rows if r["variant"] == n]
         L.append(f"- {n}: " + "; ".join(f"seed {r['seed']}: {r['samples_to_target']}, "
                                          f"{r['final_accuracy']:.3f}" for r in rs))
-    L += ["", "Paired by seed, PPO samples to target / GRPO's (> 1: GRPO needs fewer):", ""]
+    L += ["", "Paired by seed, PPO samples to target / GRPO's (> 1: GRPO needs fewer; geometric "
+          "mean [95% t-interval of the log-ratio], the scale of the claim lines below):", ""]
     for n in d["learned"]:
         if n != REFERENCE:
             rat = paired_ratios(rows, REFERENCE, n, "samples_to_target")
-            L.append(f"- {n}: {ci_text(rat, '.2f')} over {len(rat)} seed(s) where both reached")
+            r = ratio_interval(rat) if len(rat) > 1 else None
+            text = f"{r['mean']:.2f} [{r['low']:.2f}, {r['high']:.2f}]" if r else ci_text(rat, ".2f")
+            L.append(f"- {n}: {text} over {len(rat)} seed(s) where both reached")
     L += ["", "## Claims 10 and 21, measured", "", *claim_lines(rows, a["target"], TUNED)]
     L += ["", "## Memory, counted from tensors (bytes)", "",
           f"Method: after {a['mem_steps']} training steps (no evaluation), the bytes of the "

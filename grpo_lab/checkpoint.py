@@ -2,7 +2,9 @@
 
 A file is written to a temporary name beside its target, flushed to disk and renamed
 over the target with ``os.replace``, which is atomic on POSIX: a run killed mid-write
-leaves the previous checkpoint intact, never a half-written one.
+leaves the previous checkpoint intact, never a half-written one (its ``.tmp`` file is deleted
+at the next start, rundir.py). A failed write (disk full) says so and names the file. Files
+get the mode the user's umask gives (mkstemp alone makes them 0600).
 
 Nothing non-finite is written: ``atomic_save_tensors`` checks every floating tensor
 before it creates the temporary file, so on a NaN or inf it raises ``FloatingPointError``
@@ -34,6 +36,8 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
+
+from grpo_lab.rundir import current_umask
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +101,13 @@ def atomic_save_tensors(tensors: dict[str, torch.Tensor], path: str | Path,
         save_file(tensors, tmp, metadata)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~current_umask())           # mkstemp makes 0600: the user's umask
         os.replace(tmp, path)
+    except (OSError, SafetensorError) as e:                # disk full, quota, read-only, ...
+        why = getattr(e, "strerror", None) or str(e).strip().splitlines()[0]
+        msg = f"writing {path} failed ({why}); the previous file is left as it was"
+        code = getattr(e, "errno", None)
+        raise (OSError(code, msg) if code else OSError(msg)) from e
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -415,10 +415,10 @@ CLAIMS = [
                   "variance-optimal baseline measured beside the group mean",
           "Subtracting a baseline b leaves the gradient's mean (E[b grad log pi] = 0; the group mean, which includes "
           "the sample itself, scales it by (G-1)/G) and moves only its variance, which it lowers when b is near "
-          "E[r |grad log pi|^2] / E[|grad log pi|^2]. On the toy a wrong answer is a low-probability sequence with a "
-          "large score, so that optimum sits nearer the wrong answers' reward than the group mean: the mean lowered "
-          "the variance in 3 of 5 prompt sets (0.62-1.06x), and against the shorter mean gradient it was noisier "
-          "(noise/signal 0.56 vs 0.49 without a baseline). A baseline is not a guaranteed variance cut.",
+          "E[r |grad log pi|^2] / E[|grad log pi|^2]. Measured: the group mean lowered the variance in 3 of 5 prompt "
+          "sets (0.62-1.06x), and against the shorter mean gradient it was noisier (noise/signal 0.56 vs 0.49 without "
+          "a baseline). A likely reason, not measured here: a wrong answer is a low-probability sequence with a large "
+          "score, which pulls that optimum below the group mean. A baseline is not a guaranteed variance cut.",
           "A baseline leaves the gradient's mean; whether it shrinks the spread depends on the rewards: measure it.",
           measured="variance of the gradient, group mean / no baseline: 0.85x [0.63, 1.15] (5 prompt sets x 32 draws "
                    "of 16 x 8 samples; lower in 3 of 5, per set 0.62-1.06); noise/signal 0.49 without a baseline, "
@@ -437,9 +437,9 @@ CLAIMS = [
           "does not hold", "",
           "GRPO is an objective (a loss built from sampled completions, their rewards, group baselines and old "
           "log-probs); an optimizer turns any loss's gradients into an update. Optimizer.step sees parameters and "
-          "their gradients only, so it cannot compute advantages, and DeepSeekMath trains GRPO with AdamW. Here "
+          "their gradients only, so it cannot compute advantages. Any optimizer can minimise the GRPO objective; here "
           "the objective is step.grpo_objective and the optimizer is torch's AdamW.",
-          "GRPO says what to minimise; Adam says how to step. Keep them apart.",
+          "GRPO says what to minimise; the optimizer says how to step. Keep them apart.",
           measured="Optimizer.step(closure) vs grpo_loss(logp, old_logp, ref_logp, advantages, mask): the rewards' "
                    "advantages and old log-probs never reach an optimizer",
           source="computed: claims_measure.optimizer_inputs()", live="optimizer_inputs"),
@@ -447,8 +447,9 @@ CLAIMS = [
           "the claimed rate against the named GPU's dense peak",
           "does not hold", "",
           "Sustained throughput is a fraction of the dense peak; 1.2 PFLOPS "
-          "is above the whole bf16 dense peak of the A100 the same write-ups name (312 TFLOPS), and of an H100 SXM "
-          "(989 TFLOPS). No GPU, model or batch is given with the figure.",
+          "is above the whole bf16 dense peak of the A100 the write-ups name elsewhere (312 TFLOPS), and of an H100 "
+          "SXM (989 TFLOPS). No GPU, model or batch is given with the figure; only a part with a higher dense peak, "
+          "which the write-ups do not name, could reach it.",
           "Check a throughput against the chip's peak before anything else.",
           measured="3.85x the A100 SXM dense bf16 peak (312 TFLOPS); 1.21x the H100 SXM dense bf16 peak (989 TFLOPS)",
           source="arithmetic: claims_measure.flops_vs_peak() (vendor data sheets)", live="flops_vs_peak"),

@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true",
                    help="continue exactly from out_dir/checkpoint.safetensors, with the config "
                         "saved there (a flag that changes it is an error, unless --override)")
+    t.add_argument("--overwrite", action="store_true",
+                   help="replace the run already in out_dir (its checkpoint, metrics and "
+                        "report are deleted first); without it a new run into a folder "
+                        "holding one is an error")
     t.add_argument("--override", action="store_true",
                    help="with --resume: let the flags given change the saved config (recorded "
                         "in metrics.jsonl as resume/overrides and in the report)")
@@ -185,12 +189,17 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
             skip = True
         elif not a.startswith("--nproc="):
             rest.append(a)
+    from torch.distributed.elastic.multiprocessing import SignalException
     try:
         torchrun.main(["--standalone", f"--nproc_per_node={nproc}", "-m", "grpo_lab.cli", *rest])
-    except Exception as e:                            # ChildFailedError: a rank failed
-        print(f"grpo-lab: error: a training process failed: {type(e).__name__}: {e}",
+    except SignalException as e:         # Ctrl-C / SIGTERM: torchrun forwarded it to the ranks
+        return 128 + int(e.sigval)
+    except Exception as e:               # ChildFailedError: the ranks printed their own line
+        failures = getattr(e, "failures", {}) or {}
+        code = min(failures.values(), key=lambda f: f.timestamp).exitcode if failures else 1
+        print(f"grpo-lab: error: a training process failed with exit code {code}",
               file=sys.stderr)
-        return 1
+        return code if code in (2, 130, 143) else 1
     return 0
 
 
@@ -208,6 +217,11 @@ def train_config(args) -> TrainConfig:
         raise ValueError(f"--preset {args.preset} with --resume: a resumed run takes its saved "
                          f"config; change fields with flags and --override")
     out_dir = given.get("out_dir", TrainConfig().out_dir)
+    if (Path(out_dir) / "metrics.jsonl").exists() and \
+            not (Path(out_dir) / "checkpoint.safetensors").exists():
+        raise ValueError(f"{out_dir} holds metrics.jsonl but no checkpoint (the run was killed "
+                         f"before its first one): nothing to resume; start it again with "
+                         f"--overwrite")
     saved = read_training_checkpoint(Path(out_dir) / "checkpoint.safetensors")["config"]
     merged = {**saved, **given}
     if "exchange" in given:
@@ -215,7 +229,8 @@ def train_config(args) -> TrainConfig:
     return from_dict(merged)
 
 
-def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False) -> int:
+def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False,
+              overwrite: bool = False) -> int:
     """Train in this process; under torchrun (RANK in the environment) join its group first."""
     from grpo_lab.report import write_report
     from grpo_lab.trainer import train
@@ -228,7 +243,7 @@ def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False) -> i
         from grpo_lab.distributed.launch import init_from_env
         rank, _, _ = init_from_env(timeout_s=cfg.exchange.timeout_s)
     try:
-        history = train(cfg, resume=resume, allow_override=allow_override)
+        history = train(cfg, resume=resume, allow_override=allow_override, overwrite=overwrite)
     finally:
         if distributed:
             dist.destroy_process_group()
@@ -261,10 +276,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             if args.override and not args.resume:
                 raise ValueError("--override only applies with --resume")
+            if args.overwrite and args.resume:
+                raise ValueError("--resume continues the run in out_dir, --overwrite replaces "
+                                 "it: pass one of them")
             cfg = train_config(args)
-            if args.nproc is not None:
-                return launch_torchrun(args.nproc, argv if argv is not None else sys.argv[1:])
-            return run_train(cfg, args.resume, args.override)
+            if args.nproc is not None:           # claimed here, so a refusal stops every rank
+                from grpo_lab.rundir import LOCKED_ENV, claim
+                lock = claim(cfg.out_dir, args.resume, args.overwrite)
+                os.environ[LOCKED_ENV] = str(Path(cfg.out_dir).resolve())
+                try:
+                    return launch_torchrun(args.nproc, argv if argv is not None else sys.argv[1:])
+                finally:
+                    lock.release()
+                    os.environ.pop(LOCKED_ENV, None)
+            return run_train(cfg, args.resume, args.override, args.overwrite)
         elif args.command == "eval":
             from grpo_lab.tasks import load_eval
             from grpo_lab.checkpoint import load_policy_any
@@ -273,8 +298,13 @@ def main(argv: list[str] | None = None) -> int:
             cfg = TrainConfig(task=args.task)
             if args.eval_size < 1:
                 raise ValueError(f"--eval_size must be >= 1, got {args.eval_size}")
+            sets = {t: load_eval(t) for t in cfg.task_names}
+            for t, exs in sets.items():                      # as train checks eval_size
+                if args.eval_size > len(exs):
+                    raise ValueError(f"--eval_size {args.eval_size} but the held-out set of "
+                                     f"{t!r} has {len(exs)} examples; use at most {len(exs)}")
             model = load_policy_any(args.checkpoint)
-            sets = {t: load_eval(t)[:args.eval_size] for t in cfg.task_names}
+            sets = {t: exs[:args.eval_size] for t, exs in sets.items()}
             res = evaluate_tasks(model, sets, cfg.reward_weights, max_new_tokens(cfg))
             print(json.dumps({"checkpoint": args.checkpoint, "task": args.task, **res}))
         elif args.command == "pretrain":
@@ -291,18 +321,42 @@ def main(argv: list[str] | None = None) -> int:
                 from grpo_lab.workshop import lab_command
                 return subprocess.call(lab_command(notebooks))
             return subprocess.call([sys.executable, "-m", "jupyterlab", str(notebooks)])
-    except KeyboardInterrupt:
-        print("grpo-lab: interrupted; the last checkpoint (if any) is intact: continue with "
-              "--resume", file=sys.stderr)
-        return 130
-    except (ValueError, OSError, FloatingPointError, RuntimeError, ImportError) as e:
+    except KeyboardInterrupt as e:
+        return interrupted(e, args)
+    except Exception as e:               # user code, data, files: one line (errors.py), exit 2
         if getattr(args, "debug", False):
             raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"grpo-lab: error: {type(e).__name__}: {first} (--debug shows the traceback)",
-              file=sys.stderr)
+        from grpo_lab.errors import one_line
+        print(f"grpo-lab: error: {one_line(e)} (--debug shows the traceback)", file=sys.stderr)
         return 2
     return 0
+
+
+def interrupted(e: KeyboardInterrupt, args) -> int:
+    """Say what an interrupt kept and the exact command that continues the run -> the exit
+    code: 130 for SIGINT (Ctrl-C), 143 for SIGTERM (128 + the signal's number)."""
+    import shlex
+    from grpo_lab.rundir import Interrupted
+
+    if getattr(args, "command", None) != "train":
+        print("grpo-lab: interrupted", file=sys.stderr)
+        return 130
+    code = e.exit_code if isinstance(e, Interrupted) else 130
+    if os.environ.get("RANK", "0") != "0":           # under torchrun: rank 0 speaks for all
+        return code
+    out_dir = getattr(args, "out_dir", None) or TrainConfig().out_dir
+    if isinstance(e, Interrupted) and e.checkpoint_step is None:
+        print(f"grpo-lab: {e}", file=sys.stderr)
+        return e.exit_code
+    ckpt = Path(out_dir) / "checkpoint.safetensors"
+    said = (str(e) if isinstance(e, Interrupted) else "stopped at once; the last checkpoint "
+            f"is intact" if ckpt.exists() else "stopped before any checkpoint: nothing to resume")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    nproc = ["--nproc", str(world)] if world > 1 else []
+    command = shlex.join(["grpo-lab", "train", "--out_dir", out_dir, "--resume", *nproc])
+    print(f"grpo-lab: {said}" + (f"; continue with: {command}" if ckpt.exists() else ""),
+          file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

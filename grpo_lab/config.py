@@ -31,6 +31,15 @@ from grpo_lab.tasks import MIXTURE_TASKS, REWARDS, TASKS
 
 
 OBJECTIVES = ("grpo", "supervised", "ppo")
+# finite is not enough: values past these wreck a run in a few steps, then fail far away
+# ("logp is nan") without naming the cause
+CEILINGS = {"lr": 1.0, "vf_lr": 1.0, "weight_decay": 1.0}
+CEILING_WHY = {
+    "lr": "AdamW moves every weight by about lr per step (typical: 1e-6 for a pretrained LM, "
+          "1e-4 to 1e-3 for the toy policy)",
+    "vf_lr": "AdamW moves every critic weight by about vf_lr per step",
+    "weight_decay": "AdamW multiplies each weight by (1 - lr * weight_decay) per step "
+                    "(typical: 0 to 0.1)"}
 
 
 @dataclass
@@ -108,14 +117,15 @@ class TrainConfig:
     top_k: int = 0
     """Sample only from the k most likely tokens (0 = off)."""
     lr: float = 1e-4
-    """AdamW learning rate (3e-4 and up made held-out accuracy fall on the toy policy)."""
+    """AdamW learning rate (3e-4 and up made held-out accuracy fall on the toy policy; at
+    most 1, config.CEILINGS)."""
     warmup_steps: int = 20
     """Linear learning-rate warm-up from 0 over this many steps (Adam's first steps on a
     pretrained policy are otherwise a shock)."""
     lr_schedule: str = "cosine"
     """"constant", or "cosine": decay to 10% of lr over `steps` (after the warm-up)."""
     weight_decay: float = 0.0
-    """AdamW weight decay."""
+    """AdamW weight decay (at most 1, config.CEILINGS)."""
     adam_eps: float = 1e-8
     """AdamW eps."""
     grad_clip: float = 1.0
@@ -245,6 +255,10 @@ class TrainConfig:
                              f"{self.target_accuracy}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
+        for name, ceiling in CEILINGS.items():
+            if getattr(self, name) > ceiling:
+                raise ValueError(f"{name}={getattr(self, name)} is above its ceiling {ceiling} "
+                                 f"(config.CEILINGS): {CEILING_WHY[name]}")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
             raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, "
                              f"got eps_low={self.eps_low}, eps_high={self.eps_high}")

@@ -15,14 +15,20 @@ implementation, prints a short verdict and returns True or False, so a cell can 
                                        values (k,), new_residual (n,))
                                     against distributed.compression.sparsify
 
-A failed check names the case, shows expected against got, and gives a hint. The hint comes
+A failed check names the case, shows expected against got, and gives a hint. Each call of the
+learner's function has a time limit (``TIME_LIMIT_S``): an infinite loop fails the check
+with a hint instead of hanging the cell. The hint comes
 from matching the learner's output with the usual mistakes (population std, clip on the wrong
 side, KL sign, no error feedback, ...), each computed here as a variant of the reference.
 Only the first failing case is shown: one thing to fix at a time.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
+import threading
+import weakref
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -72,12 +78,52 @@ def _require_function(name: str, fn) -> None:
                         f"{type(fn).__name__} {fn!r}")
 
 
-def _call(fn, *args, **kwargs):
-    """-> (result, None) or (None, hint) when the learner's function raised."""
+TIME_LIMIT_S = 10.0
+"""Longest one call of a learner's function may run (the cases are small: the library's
+own functions take milliseconds); past it the check fails with a hint instead of hanging."""
+
+
+class _TooSlow(Exception):
+    pass
+
+
+_SLOW = weakref.WeakSet()        # functions that ran past the limit once (a redefinition is new)
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Raise ``_TooSlow`` inside the block after ``seconds`` (SIGALRM; the main thread only,
+    which is where a notebook cell runs; elsewhere no limit)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def alarm(signum, frame):
+        raise _TooSlow()
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        return fn(*args, **kwargs), None
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _call(fn, *args, **kwargs):
+    """-> (result, None) or (None, hint) when the learner's function raised or ran past
+    ``TIME_LIMIT_S``."""
+    slow = (f"your function did not return within {TIME_LIMIT_S:g} s on a small case: an "
+            f"infinite loop? (a while loop whose condition never changes)")
+    if fn in _SLOW:                                 # once is enough: the other cases fail fast
+        return None, slow
+    try:
+        with _time_limit(TIME_LIMIT_S):
+            return fn(*args, **kwargs), None
     except NotImplementedError:
         return None, NOT_WRITTEN
+    except _TooSlow:
+        _SLOW.add(fn)
+        return None, slow
     except Exception as e:                                    # the learner's bug, shown as a hint
         return None, f"your function raised {type(e).__name__}: {e}"
 
@@ -399,7 +445,7 @@ def check_grouper(fn: Callable, strategy: str = "kmeans_semantic") -> bool:
             if sizes.max() - sizes.min() > 1:
                 hint = (f"random groups must be balanced (sizes differ by at most 1), got sizes "
                         f"{sizes.tolist()}: deal a random permutation round-robin")
-            elif len(batch.prompts) > k and _same_partition(got, fn(batch, k, seed=1)):
+            elif len(batch.prompts) > k and _same_partition(got, _call(fn, batch, k, seed=1)[0]):
                 hint = "a different seed must give different groups: use the seed argument"
         if hint is None and strategy == "kmeans_semantic":
             mine = cluster_diagnostics(batch.prompts, got, batch.tasks)["group/purity"]

@@ -7,13 +7,34 @@ the same function again replaces it; a different function under a taken name is 
 naming both) and ``load_plugins``, which imports the modules a config names
 (``TrainConfig.plugins``, ``grpo-lab train --plugin mod``) so their registrations exist
 before the config is checked, in every process of a run.
+
+Plugins are known by their file's resolved path and the sha256 of its bytes:
+  * loading a file again whose bytes changed re-executes it in the same module, after
+    removing what it had registered (so a renamed or deleted registration goes too), and
+    warns ``PluginReloaded``; an unchanged file is not executed again;
+  * two files with the same name in different folders are two plugins (the module name
+    carries a hash of the folder);
+  * a module loaded by name and then by its path (or the other way round) is one plugin;
+  * ``plugin_digests`` gives {path: sha256}: the trainer keeps it in the run's first
+    metrics row (``plugins/sha256``), and ``plugin_changes`` refuses a resume whose plugin
+    code differs unless overridden. Only the plugin file itself is hashed, not modules it
+    imports.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
+import warnings
 from pathlib import Path
+
+_REGISTRIES: dict[int, tuple] = {}   # id -> (registry dict, current): every registry seen
+_BY_PATH: dict[Path, tuple] = {}     # resolved plugin file -> (module, sha256 of its bytes)
+
+
+class PluginReloaded(UserWarning):
+    """A plugin file changed since it was loaded and was executed again."""
 
 
 def ident(fn) -> str:
@@ -23,6 +44,7 @@ def ident(fn) -> str:
 
 def check_new(registry: dict, kind: str, name, fn, current=lambda v: v) -> None:
     """Raise unless ``name`` is a usable key for ``fn`` in ``registry``."""
+    _REGISTRIES[id(registry)] = (registry, current)
     if not isinstance(name, str) or not name or "," in name:
         raise ValueError(f"a {kind} needs a non-empty name without commas, got {name!r}")
     if not callable(fn):
@@ -32,30 +54,112 @@ def check_new(registry: dict, kind: str, name, fn, current=lambda v: v) -> None:
                          f"pick another name for {ident(fn)}")
 
 
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _forget(module_name: str) -> list:
+    """Remove every registration made by ``module_name`` -> [(registry, key, value)]."""
+    gone = []
+    for registry, current in _REGISTRIES.values():
+        for key, value in list(registry.items()):
+            if getattr(current(value), "__module__", None) == module_name:
+                gone.append((registry, key, registry.pop(key)))
+    return gone
+
+
+def _execute(module, path: Path) -> None:
+    """Run ``path``'s code in ``module``; on an error, put back what it had registered."""
+    gone = _forget(module.__name__)
+    try:
+        importlib.util.spec_from_file_location(module.__name__, path).loader.exec_module(module)
+    except BaseException:
+        _forget(module.__name__)
+        for registry, key, value in gone:
+            registry[key] = value
+        raise
+
+
+def _load_file(path: Path, name: str | None = None):
+    """The plugin at ``path``, executed once per content; ``name``: import it under this name
+    (a module name given in ``plugins``) instead of a name made from the path."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file {path}")
+    sha = _sha256(path)
+    if path in _BY_PATH:
+        module, old = _BY_PATH[path]
+        if old != sha:
+            _execute(module, path)
+            warnings.warn(f"plugin {path} changed since it was loaded (sha256 {old[:12]} -> "
+                          f"{sha[:12]}): executed again, its registrations replaced",
+                          PluginReloaded, stacklevel=3)
+        if name is not None:
+            sys.modules.setdefault(name, module)
+    else:
+        folder = hashlib.sha256(str(path.parent).encode()).hexdigest()[:8]
+        name = name or f"grpo_lab_plugin_{path.stem}_{folder}"
+        module = sys.modules.get(name)
+        if module is None or Path(getattr(module, "__file__", "") or "").resolve() != path:
+            module = importlib.util.module_from_spec(
+                importlib.util.spec_from_file_location(name, path))
+            sys.modules[name] = module
+            try:
+                _execute(module, path)
+            except BaseException:
+                del sys.modules[name]
+                raise
+    _BY_PATH[path] = (module, sha)
+    return module
+
+
 def load_plugins(plugins: str) -> list:
-    """Import each module of ``plugins`` (comma-separated module names or .py paths) once ->
-    the modules. A clear error names a plugin that cannot be imported."""
+    """Import each module of ``plugins`` (comma-separated module names or .py paths) ->
+    the modules, executing a file again only when its content changed (module docstring).
+    A clear error names a plugin that cannot be imported."""
     out = []
     for spec in [p.strip() for p in (plugins or "").split(",") if p.strip()]:
         try:
             if spec.endswith(".py") or "/" in spec:
-                path = Path(spec).resolve()
-                name = f"grpo_lab_plugin_{path.stem}"
-                if name not in sys.modules:
-                    if not path.is_file():
-                        raise FileNotFoundError(f"no such file {path}")
-                    loader = importlib.util.spec_from_file_location(name, path)
-                    module = importlib.util.module_from_spec(loader)
-                    sys.modules[name] = module
-                    try:
-                        loader.loader.exec_module(module)
-                    except BaseException:
-                        del sys.modules[name]
-                        raise
-                out.append(sys.modules[name])
-            else:
+                out.append(_load_file(Path(spec).resolve()))
+                continue
+            found = sys.modules.get(spec)
+            origin = getattr(found, "__file__", None) if found else None
+            if origin is None:
+                found = importlib.util.find_spec(spec)
+                if found is None:
+                    raise ImportError(f"No module named {spec!r}")
+                origin = found.origin if found.has_location else None
+            if origin is None:                     # a built-in or namespace module
                 out.append(importlib.import_module(spec))
+            else:
+                out.append(_load_file(Path(origin).resolve(), name=spec))
         except (ImportError, FileNotFoundError, SyntaxError) as e:
             raise ValueError(f"plugin {spec!r} could not be imported: {type(e).__name__}: {e}") \
                 from None
     return out
+
+
+def plugin_digests(plugins: str) -> dict[str, str]:
+    """{resolved file path: sha256} of the plugins ``plugins`` names, as loaded now."""
+    out = {}
+    for module in load_plugins(plugins):
+        for path, (m, sha) in _BY_PATH.items():
+            if m is module:
+                out[str(path)] = sha
+    return out
+
+
+def plugin_changes(where, history: list, now: dict, allow_override: bool) -> dict:
+    """Compare a saved run's plugin digests (its first metrics row) with ``now`` -> {} or
+    {"plugins/sha256": [saved, now]}; an error when they differ, unless ``allow_override``."""
+    saved = (history[0].get("plugins/sha256") if history else None) or {}
+    if saved == now:
+        return {}
+    if not allow_override:
+        diff = [f"{p}: saved {saved.get(p, 'none')[:12]}, now {now.get(p, 'none')[:12]}"
+                for p in sorted(set(saved) | set(now)) if saved.get(p) != now.get(p)]
+        raise ValueError(f"cannot resume {where}: its plugin code differs from the code the "
+                         f"run used ({'; '.join(diff)}); resume with the run's plugin files, or "
+                         f"pass --override (allow_override=True) to go on with the new code "
+                         f"(recorded in metrics.jsonl as resume/overrides)")
+    return {"plugins/sha256": [saved, now]}

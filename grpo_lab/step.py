@@ -205,6 +205,12 @@ def _advantages(cfg, g: Gathered, cluster_ids, prompt_index, group_ids):
     if cfg.supervision != "process":
         adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
                                  cfg.advantage)                           # (N,)
+        bad = (~torch.isfinite(torch.as_tensor(adv, dtype=torch.float64))).nonzero().flatten()
+        if len(bad):                  # the rewards were checked finite: the estimator is at fault
+            raise FloatingPointError(f"advantage estimator {cfg.advantage!r} (combine "
+                                     f"{cfg.combine!r}) returned {float(adv[bad[0]])} for sample "
+                                     f"{int(bad[0])} ({len(bad)} non-finite in all) from finite "
+                                     f"rewards")
         return adv, adv
     T = max(len(x) for x in g.step_rewards)
     sr = torch.zeros(len(g.step_rewards), T)                              # (N, T)

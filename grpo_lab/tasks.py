@@ -168,8 +168,9 @@ def register_task(name: str, make: Callable[[random.Random], Example], answer_ch
     Checked now, on ``check`` seeded draws, rather than at sampling time: every prompt and
     answer character is in the tokenizer's ``ALPHABET``, prompts end with "=", answers use
     ``answer_chars`` and fit ``max_answer_len``, each example names this task. The held-out
-    set is ``eval_file`` (JSONL) or ``eval_fn()``; without either, training needs
-    ``eval_size=0`` (no evaluation)."""
+    set is ``eval_file`` (JSONL, checked now and at every load by ``check_held_out``) or
+    ``eval_fn()`` (checked at every load); without either, training needs ``eval_size=0``
+    (no evaluation)."""
     from grpo_lab.registry import check_new
     check_new(TASKS, "task", name, make, lambda t: t.make)
     if max_answer_len < 1:
@@ -195,9 +196,13 @@ def register_task(name: str, make: Callable[[random.Random], Example], answer_ch
             raise ValueError(f"task {name!r}: answer {ex.answer!r} is longer than "
                              f"max_answer_len={max_answer_len} or uses characters outside "
                              f"answer_chars={answer_chars!r}")
-    TASKS[name] = Task(name, make, answer_chars, max_answer_len, eval_file, eval_fn,
-                       description or (make.__doc__ or "").strip().split("\n")[0])
-    return TASKS[name]
+    record = Task(name, make, answer_chars, max_answer_len, eval_file, eval_fn,
+                  description or (make.__doc__ or "").strip().split("\n")[0])
+    if eval_file:                                  # checked now, and again at every load
+        from grpo_lab.checkpoint import resolve_path
+        check_held_out(record, read_rows(resolve_path(eval_file)))
+    TASKS[name] = record
+    return record
 
 
 def register_reward(name: str, fn=None):
@@ -238,8 +243,9 @@ def eval_path(task: str) -> Path:
     return DATA_DIR / f"eval_{task}.jsonl"
 
 
-def load_jsonl(path: str | Path) -> list[Example]:
-    """Examples from a JSONL file with ``prompt``, ``answer`` and ``task`` fields."""
+def read_rows(path: str | Path) -> list[tuple[str, Example]]:
+    """[("path:line", Example)] from a JSONL file of objects with string ``prompt``,
+    ``answer`` and ``task`` fields; an error names the line and what is wrong with it."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no data file at {path}")
@@ -247,14 +253,55 @@ def load_jsonl(path: str | Path) -> list[Example]:
     for lineno, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
+        where = f"{path}:{lineno}"
         try:
             row = json.loads(line)
-            out.append(Example(row["prompt"], row["answer"], row["task"]))
-        except (json.JSONDecodeError, KeyError) as e:
-            raise ValueError(f"{path}:{lineno}: bad example line ({e}): {line[:80]!r}") from e
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not JSON ({e}): {line[:80]!r}") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected an object with prompt, answer and task, got "
+                             f"a JSON {type(row).__name__}: {line[:80]!r}")
+        for key in ("prompt", "answer", "task"):
+            if not isinstance(row.get(key), str):
+                got = "no such field" if key not in row else f"{row[key]!r} ({type(row[key]).__name__})"
+                raise ValueError(f"{where}: field {key!r} must be a string, got {got}")
+        out.append((where, Example(row["prompt"], row["answer"], row["task"])))
     if not out:
         raise ValueError(f"{path} holds no examples")
     return out
+
+
+def load_jsonl(path: str | Path) -> list[Example]:
+    """Examples from a JSONL file with ``prompt``, ``answer`` and ``task`` fields."""
+    return [ex for _, ex in read_rows(path)]
+
+
+def check_held_out(task: Task, rows: list[tuple[str, Example]]) -> list[Example]:
+    """The examples of ``rows`` [(where, Example)] if each fits ``task`` -> else an error
+    naming the row: it names the task, its answer fits max_answer_len (a longer answer can
+    never be produced: the sampler stops at max_answer_len + 2 tokens, so it scores 0,
+    silently) and, for a task in the toy's format (its own examples are: every task made by
+    ``register_task``; not the instruct-only families written in words), its prompt ends
+    with "=" and its prompt and answer use the tokenizer's ALPHABET."""
+    probe = task.make(random.Random("check-format"))
+    toy = probe.prompt.endswith("=") and all(c in STOI for c in probe.prompt + probe.answer)
+    for where, ex in rows:
+        if ex.task != task.name:
+            raise ValueError(f"{where}: held-out example of task {ex.task!r} in the set of "
+                             f"task {task.name!r}")
+        if not 1 <= len(ex.answer) <= task.max_answer_len:
+            raise ValueError(f"{where}: answer {ex.answer!r} has {len(ex.answer)} characters; "
+                             f"task {task.name!r} has max_answer_len={task.max_answer_len}")
+        if not toy:
+            continue
+        if not ex.prompt.endswith("="):
+            raise ValueError(f"{where}: prompt {ex.prompt!r} must end with '='")
+        for text, what in ((ex.prompt, "prompt"), (ex.answer, "answer")):
+            bad = sorted({c for c in text if c not in STOI})
+            if bad:
+                raise ValueError(f"{where}: {what} {text!r} has characters {bad} outside the "
+                                 f"tokenizer's alphabet {ALPHABET!r}")
+    return [ex for _, ex in rows]
 
 
 def has_eval(task: str) -> bool:
@@ -268,16 +315,20 @@ def load_eval(task: str) -> list[Example]:
     from grpo_lab.checkpoint import resolve_path
     t = get_task(task)
     if t.eval_file:
-        return load_jsonl(resolve_path(t.eval_file))
+        return check_held_out(t, read_rows(resolve_path(t.eval_file)))
     if t.eval_fn is not None:
         out = list(t.eval_fn())
         if not out:
             raise ValueError(f"task {task!r}: eval_fn() returned no examples")
-        return out
+        for i, ex in enumerate(out):
+            if not isinstance(ex, Example):
+                raise ValueError(f"task {task!r}: eval_fn() item {i} is {ex!r}, not an Example")
+        return check_held_out(t, [(f"task {task!r}: eval_fn() item {i}", ex)
+                                  for i, ex in enumerate(out)])
     if not eval_path(t.name).exists():
         raise ValueError(f"task {task!r} has no held-out set: register it with eval_file=... "
                          f"or eval_fn=..., or train with eval_size=0 (no evaluation)")
-    return load_jsonl(eval_path(t.name))
+    return check_held_out(t, read_rows(eval_path(t.name)))
 
 
 def write_eval_sets(n: int = 200, seed: int = 1234) -> None:
@@ -384,15 +435,23 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
         check_finite_rewards(name, vals, completions)
         parts[name] = torch.tensor([float(v) for v in vals], dtype=torch.float32)   # (N,)
         total += w * parts[name]
-    bad = (~torch.isfinite(total)).nonzero().flatten()
+    bad = (~(total.abs() <= REWARD_CEILING)).nonzero().flatten()          # nan, inf, too big
     if len(bad):
-        raise ValueError(f"weighted reward of sample {int(bad[0])} is {float(total[bad[0]])}: "
-                         f"weights {weights} overflow float32")
+        raise ValueError(f"weighted reward of sample {int(bad[0])} is {float(total[bad[0]]):.4g}: "
+                         f"weights {weights} take it beyond |reward| <= {REWARD_CEILING:g} "
+                         f"(tasks.REWARD_CEILING)")
     return total, parts
 
 
+REWARD_CEILING = 1e6
+"""Largest |reward| accepted. Finite is not enough: GRPO's advantages divide by a group's
+std, which squares the rewards (float32 overflows past ~1e19), Dr. GRPO's do not divide at
+all (a loss of 1e38), and no verifiable reward needs more than a few digits: rescale."""
+
+
 def check_finite_rewards(name: str, values: Sequence[float], completions: Sequence[str]) -> None:
-    """Raise ``ValueError`` naming the reward function and sample of a non-finite reward."""
+    """Raise ``ValueError`` naming the reward function and sample of a non-finite reward or one
+    beyond ``REWARD_CEILING``."""
     if len(values) != len(completions):
         raise ValueError(f"reward function {name!r} returned {len(values)} values "
                          f"for {len(completions)} completions")
@@ -405,6 +464,10 @@ def check_finite_rewards(name: str, values: Sequence[float], completions: Sequen
         if not math.isfinite(v):
             raise ValueError(f"reward function {name!r} returned {v} for sample {i} "
                              f"(completion {completions[i]!r})")
+        if abs(v) > REWARD_CEILING:
+            raise ValueError(f"reward function {name!r} returned {v:.4g} for sample {i} "
+                             f"(completion {completions[i]!r}), beyond the ceiling "
+                             f"|reward| <= {REWARD_CEILING:g} (tasks.REWARD_CEILING): rescale it")
 
 
 # ---------------------------------------------------------------- task mixture

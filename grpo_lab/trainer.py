@@ -34,6 +34,7 @@ import json
 import math
 import os
 import random
+import signal
 import tempfile
 import time
 import warnings
@@ -53,9 +54,11 @@ from grpo_lab.ppo import ValueHead, ValueNetwork
 from grpo_lab.reclustering import StepGrouper
 from grpo_lab.step import (OBJECTIVES, StepContext, backward, max_new_tokens, sample_and_score,
                            split_batch)
-from grpo_lab.registry import load_plugins
+from grpo_lab.registry import load_plugins, plugin_changes, plugin_digests
 from grpo_lab.health import diagnose
 from grpo_lab.instruct import render_all, rendered_source
+from grpo_lab.rundir import (Interrupted, StopSignals, claim, claimed_by_parent,
+                             write_lines_atomic)
 from grpo_lab.samples import FILE as SAMPLES_FILE, append as append_samples, rows as sample_rows
 from grpo_lab.tasks import accuracy_reward, format_reward, has_eval, load_eval, sample_examples
 
@@ -143,17 +146,6 @@ def _check_resumable(path, saved: dict, cfg: TrainConfig, allow_override: bool) 
     return changes
 
 
-def _prepare_out_dir(out: Path) -> None:
-    """Create ``out`` and prove it is writable before any work is done."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
-            pass
-    except OSError as e:
-        raise ValueError(f"out_dir {str(out)!r} is not a writable folder: "
-                         f"{type(e).__name__}: {e.strerror or e}") from None
-
-
 def _check_finite(ex, step: int, ckpt: Path, group: Group) -> None:
     """Stop every rank if any holds a non-finite parameter or optimizer state."""
     bad = ex.bad_state()
@@ -162,6 +154,14 @@ def _check_finite(ex, step: int, ckpt: Path, group: Group) -> None:
         raise FloatingPointError(f"step {step}: {where} is not finite after the optimizer "
                                  f"step; nothing was saved, the last good checkpoint ({ckpt}, "
                                  f"if any) is kept")
+
+
+def _agree(group: Group, *flags: bool) -> list[bool]:
+    """Each flag True if any rank says so, in one collective (identity on one process)."""
+    if group.world == 1:
+        return [bool(f) for f in flags]
+    t = group.sum_(torch.tensor([float(bool(f)) for f in flags], dtype=torch.float64))
+    return [bool(x > 0) for x in t.tolist()]
 
 
 def _reduce_shares(shares: dict, group: Group) -> dict:
@@ -212,7 +212,7 @@ def free_cores() -> int:
 
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
-          on_step=None, allow_override: bool = False) -> list[dict]:
+          on_step=None, allow_override: bool = False, overwrite: bool = True) -> list[dict]:
     """Run ``cfg`` -> history (one metrics dict per step, eval rows merged).
 
     Writes ``out_dir/metrics.jsonl`` and ``out_dir/checkpoint.safetensors`` (rank 0). With
@@ -220,8 +220,29 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     one hook point (live plots; it sees the averaged gradients of the step's last update).
     Under a process group (torchrun, ``launch.spawn``) every rank calls this with the same
     ``cfg``; the gradient exchange is ``cfg.exchange``. A resumed run must have the saved
-    config (but its runtime fields: config.RUNTIME_FIELDS) unless ``allow_override``.
+    config (but its runtime fields: config.RUNTIME_FIELDS) and plugin code unless
+    ``allow_override``. The folder is locked while the run lasts (rundir.py); a new run into
+    a folder holding one replaces it if ``overwrite`` (the default here, so a re-run notebook
+    cell replaces its run; the CLI refuses unless --overwrite). SIGINT/SIGTERM finish the
+    step, write a checkpoint and raise ``rundir.Interrupted``.
     """
+    lead = Group.current().rank == 0 and not claimed_by_parent(cfg.out_dir)
+    lock = claim(cfg.out_dir, resume, overwrite and not resume) if lead else None
+    several = Group.current().world > 1         # then SIGTERM keeps its default (rundir.py)
+    stop = StopSignals(progress, (signal.SIGINT,) if several else StopSignals.SIGNALS)
+    try:
+        with stop:
+            return _train(cfg, resume, progress, on_step, allow_override, stop)
+    except Exception as e:                      # the CLI's one-line error names the step
+        e.add_note(f"at step {stop.step}" if stop.step is not None else
+                   "before the first step (setup or the first evaluation)")
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
     group = Group.current()
     threads = cfg.threads or free_cores()
     torch.set_num_threads(threads)
@@ -231,11 +252,10 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     out = Path(cfg.out_dir)
     lead = group.rank == 0
     ckpt, log_path = out / "checkpoint.safetensors", out / "metrics.jsonl"
-    if lead:
-        _prepare_out_dir(out)
-        if not resume:
-            (out / SAMPLES_FILE).unlink(missing_ok=True)   # a fresh run's samples only
+    if lead and not resume:
+        (out / SAMPLES_FILE).unlink(missing_ok=True)        # a fresh run's samples only
     load_plugins(cfg.plugins)                   # a spawned or torchrun rank needs them too
+    plugins = plugin_digests(cfg.plugins)       # {resolved path: sha256}, kept in the history
     eval_sets = {t: load_eval(t) for t in cfg.task_names if cfg.eval_size or has_eval(t)}
     for t, exs in eval_sets.items():
         if cfg.eval_size > len(exs):
@@ -271,7 +291,8 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     start, history, changes = 0, [], {}
     if resume:
         c = read_training_checkpoint(ckpt)
-        changes = _check_resumable(ckpt, c["config"], cfg, allow_override)
+        changes = {**_check_resumable(ckpt, c["config"], cfg, allow_override),
+                   **plugin_changes(ckpt, c["history"], plugins, allow_override)}
         if c["model_config"] != vars(policy.cfg):
             raise ValueError(f"{ckpt} holds a policy of another shape: {c['model_config']} "
                              f"vs {vars(policy.cfg)}")
@@ -285,9 +306,9 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
         start, history = c["step"] + 1, c["history"]
     else:
         history.append({"step": -1, **(evaluate_now(-1) if lead else {}), "time/elapsed_s": 0.0,
-                        "time/threads": threads})
-    if lead:
-        log_path.write_text("".join(json.dumps(h) + "\n" for h in history))
+                        "time/threads": threads, **({"plugins/sha256": plugins} if plugins else {})})
+    if lead:                                    # replaced atomically: a kill leaves old or new
+        write_lines_atomic(log_path, [json.dumps(h) + "\n" for h in history])
     elapsed0 = history[-1].get("time/elapsed_s", 0.0) if history else 0.0
     acc = next((h["eval/accuracy"] for h in reversed(history) if "eval/accuracy" in h), None)
     t0 = time.perf_counter()
@@ -296,7 +317,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     bar = tqdm(range(start, cfg.steps), desc=cfg.objective, disable=not (progress and lead),
                initial=start, total=cfg.steps)
     for step in bar:
-        t_step = time.perf_counter()
+        stop.step, t_step = step, time.perf_counter()
         ex.set_lr(learning_rate(cfg, step))
         batch = collect(policy, cfg, step, ctx)
         t_collect = time.perf_counter() - t_step
@@ -323,8 +344,8 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
             metrics.update({"comm/payload_bytes": payload, "comm/bytes": sent,
                             "comm/wchar_bytes": None if w0 is None or w1 is None else w1 - w0})
         last_step = step == cfg.steps - 1
-        out_of_time = group.agree(bool(cfg.time_budget_s) and elapsed0 + time.perf_counter()
-                                  - t0 >= cfg.time_budget_s)
+        over = bool(cfg.time_budget_s) and elapsed0 + time.perf_counter() - t0 >= cfg.time_budget_s
+        out_of_time, stopping = _agree(group, over, stop.signum is not None)   # SIGINT/SIGTERM
         evaluated = bool((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step
                          or out_of_time)                 # the same on every rank
         if lead and evaluated:
@@ -336,8 +357,11 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
         if lead:
             with open(log_path, "a") as f:
                 f.write(json.dumps(metrics) + "\n")
-        if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time or reached:
+        if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time or reached or stopping:
             _checkpoint(ckpt, policy, ex, cfg, step, history, ctx.grouper, lead)
+        if stopping:
+            bar.close()
+            raise Interrupted(stop.signum or signal.SIGINT, cfg.out_dir, step)
         if lead:
             acc = metrics.get("eval/accuracy", acc)
             budget = (f"{metrics['time/elapsed_s']:.0f}/{cfg.time_budget_s:.0f}s"

@@ -9,6 +9,7 @@ from grpo_lab.rollout import left_pad, sample
 from grpo_lab.step import prompt_generators
 from grpo_lab.tasks import PAD, encode, load_eval
 from grpo_lab.trainer import train
+from tolerance import mean_tol
 
 # recorded with the code of commit 8aa7428 (before the seam), one torch thread
 IDS = [[12, 4, 1, 0, 0, 0], [11, 5, 1, 0, 0, 0], [11, 4, 1, 0, 0, 0], [4, 24, 4, 1, 0, 0],
@@ -33,9 +34,15 @@ def test_toy_rollout_unchanged_by_the_seam():
 def test_toy_training_unchanged_by_the_seam(tmp_path):
     h = train(preset("quick", out_dir=str(tmp_path), threads=1, steps=3, eval_size=20,
                      prompts_per_step=4), progress=False)
-    got = [(x["reward/mean"], x["loss/total"], x["loss/kl"]) for x in h[1:]]
-    for g, want in zip(got, RUN):
-        assert g == pytest.approx(want, abs=2e-6)
+    c = preset("quick")
+    for x, (reward, loss, kl) in zip(h[1:], RUN):
+        assert x["reward/mean"] == pytest.approx(reward, abs=2e-6)        # recorded to 6 places
+        assert x["loss/kl"] == pytest.approx(kl, abs=2e-6)
+        # the loss is a mean of B*G*T terms ratio * A that cancel: its rounding follows those
+        # terms (tests/tolerance.py), which on another CPU can exceed the recording's 1e-6
+        n_terms = round(4 * c.group_size * x["completion/mean_len"])
+        tol = mean_tol(n_terms, (1 + c.eps_high) * x["adv/abs_mean"] + c.beta * x["loss/kl"])
+        assert x["loss/total"] == pytest.approx(loss, abs=max(2e-6, tol))
     assert h[-1]["eval/accuracy"] == 0.5
 
 

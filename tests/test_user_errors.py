@@ -1,0 +1,231 @@
+"""Errors from the user's code and data are named, in one line, with exit 2 (issue 20):
+held-out files checked against their task with the line number, an exception in a plugin's
+reward or estimator named by file, function and step (also under --nproc), values that are
+finite but absurd (lr, weight decay, rewards) refused below a documented ceiling, a
+non-finite estimator blamed on the estimator, eval's --eval_size checked as train's, and a
+learner's infinite loop failing an exercise check instead of hanging it."""
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpo_lab import exercises
+from grpo_lab.advantages import ADVANTAGES, grpo_advantages, register_advantage
+from grpo_lab.cli import main
+from grpo_lab.config import CEILINGS, preset
+from grpo_lab.tasks import (REWARD_CEILING, TASKS, Example, load_eval, register_task,
+                            weighted_reward)
+from grpo_lab.trainer import train
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = ["--preset", "quick", "--eval_size", "10", "--threads", "1"]
+
+
+def error_lines(err: str) -> list[str]:
+    assert "Traceback" not in err, err
+    return [x for x in err.splitlines() if x.startswith("grpo-lab: error")]
+
+
+# ---- held-out files, checked on registration and on load, with the line
+
+def _triple(rng: random.Random) -> Example:
+    a = rng.randrange(10, 100)
+    return Example(f"tri:{a}=", str(3 * a), "tri")
+
+
+GOOD = {"prompt": "tri:12=", "answer": "36", "task": "tri"}
+
+
+@pytest.mark.parametrize("bad, match", [
+    ('[1, 2, 3]', r"rows.jsonl:2: expected an object with prompt, answer and task, got a JSON list"),
+    ('{"prompt": "tri:5=", "answer": 15, "task": "tri"}',
+     r"rows.jsonl:2: field 'answer' must be a string, got 15 \(int\)"),
+    ('{"prompt": "tri:5=", "task": "tri"}', r"rows.jsonl:2: field 'answer' must be a string, got no such field"),
+    ('{"prompt": "tri:5=", "answer": "15000", "task": "tri"}',
+     r"rows.jsonl:2: answer '15000' has 5 characters; task 'tri' has max_answer_len=3"),
+    ('{"prompt": "Tri:5=", "answer": "15", "task": "tri"}',
+     r"rows.jsonl:2: prompt 'Tri:5=' has characters \['T'\] outside the tokenizer's alphabet"),
+    ('{"prompt": "tri:5=", "answer": "15", "task": "double"}',
+     r"rows.jsonl:2: held-out example of task 'double' in the set of task 'tri'"),
+    ('{"prompt": "tri:5", "answer": "15", "task": "tri"}', r"rows.jsonl:2: prompt 'tri:5' must end with '='"),
+    ('{"prompt": "tri:5=", "answer": "15", "task": "tri"', r"rows.jsonl:2: not JSON"),
+])
+def test_held_out_rows_are_checked_on_registration_with_the_line(tmp_path, monkeypatch, bad, match):
+    monkeypatch.delitem(TASKS, "tri", raising=False)
+    f = tmp_path / "rows.jsonl"
+    f.write_text(json.dumps(GOOD) + "\n" + bad + "\n")
+    with pytest.raises(ValueError, match=match):
+        register_task("tri", _triple, "0123456789", 3, eval_file=str(f))
+    assert "tri" not in TASKS
+
+
+def test_held_out_rows_are_checked_again_on_load(tmp_path, monkeypatch):
+    monkeypatch.delitem(TASKS, "tri", raising=False)
+    f = tmp_path / "rows.jsonl"
+    f.write_text(json.dumps(GOOD) + "\n")
+    register_task("tri", _triple, "0123456789", 3, eval_file=str(f))
+    assert load_eval("tri") == [Example("tri:12=", "36", "tri")]
+    f.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "answer": "3600"}) + "\n")  # edited
+    with pytest.raises(ValueError, match=r"rows.jsonl:2: answer '3600' has 4 characters"):
+        load_eval("tri")
+    monkeypatch.setitem(TASKS, "tri", TASKS["tri"].__class__(
+        "tri", _triple, "0123456789", 3, eval_fn=lambda: [Example("tri:1=", "3", "tri"), ("x",)]))
+    with pytest.raises(ValueError, match=r"eval_fn\(\) item 1 is \('x',\), not an Example"):
+        load_eval("tri")
+
+
+def test_families_in_words_are_checked_for_what_applies_to_them(monkeypatch):
+    import grpo_lab.instruct  # noqa: F401  (registers countdown and word_problems)
+    assert len(load_eval("word_problems")) == 200                  # capitals, no '=': fine
+    t = TASKS["word_problems"]
+    rows = [Example("Ann has 2 cats. How many?", "2", "word_problems"),
+            Example("Ann has 20000 cats. How many?", "20000", "word_problems")]
+    monkeypatch.setitem(TASKS, "word_problems", t.__class__(
+        t.name, t.make, t.answer_chars, t.max_answer_len, eval_fn=lambda: rows))
+    with pytest.raises(ValueError, match=r"eval_fn\(\) item 1: answer '20000' has 5 characters; "
+                                         r"task 'word_problems' has max_answer_len=4"):
+        load_eval("word_problems")
+
+
+# ---- one line and exit 2 for an error in the user's code, naming it and the step
+
+PLUGIN = """
+from grpo_lab.tasks import register_reward
+
+@register_reward("lookup")
+def lookup(completions, examples, stopped):
+    table = {}
+    return [table[c] for c in completions]          # KeyError: the user's bug
+"""
+
+
+def test_an_error_in_a_plugin_is_one_line_naming_file_function_and_step(tmp_path, capsys):
+    f = tmp_path / "buggy_plugin.py"
+    f.write_text(PLUGIN)
+    args = ["train", *QUICK, "--steps", "2", "--plugin", str(f), "--reward_weights",
+            "accuracy=1,lookup=1", "--out_dir", str(tmp_path / "run")]
+    code = main(args)
+    err = capsys.readouterr().err
+    lines = error_lines(err)
+    assert code == 2 and len(lines) == 1, err
+    assert "KeyError" in lines[0] and "buggy_plugin.py:7 in lookup()" in lines[0]
+    assert "before the first step (setup or the first evaluation)" in lines[0]   # step -1's eval
+    assert "--debug" in lines[0]
+    code = main(args[:-2] + ["--eval_size", "0", "--out_dir", str(tmp_path / "run2")])
+    lines = error_lines(capsys.readouterr().err)
+    assert code == 2 and "buggy_plugin.py:7 in lookup()" in lines[0] and "at step 0" in lines[0]
+    with pytest.raises(KeyError):                                     # --debug: the traceback
+        main(args + ["--debug", "--overwrite"])
+
+
+def test_the_same_exit_code_under_nproc(tmp_path):
+    f = tmp_path / "buggy_plugin.py"
+    f.write_text(PLUGIN)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    r = subprocess.run([sys.executable, "-m", "grpo_lab.cli", "train", *QUICK, "--steps", "2",
+                        "--nproc", "2", "--eval_size", "0", "--plugin", str(f), "--reward_weights",
+                        "accuracy=1,lookup=1", "--out_dir", str(tmp_path / "run")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "buggy_plugin.py:7 in lookup()" in r.stderr and "at step 0" in r.stderr
+
+
+# ---- finite but absurd values
+
+@pytest.mark.parametrize("field", sorted(CEILINGS))
+def test_values_above_their_ceiling_are_refused(field, capsys):
+    extra = ["--objective", "ppo"] if field == "vf_lr" else []
+    code = main(["train", *QUICK, *extra, f"--{field}", "1e30", "--out_dir", "runs/unused"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{field}=1e+30 is above its ceiling 1.0" in err, err
+    assert preset("quick", **{field: CEILINGS[field], **({"objective": "ppo"} if extra else {})})
+
+
+def test_huge_rewards_are_refused_naming_the_function(monkeypatch):
+    monkeypatch.setitem(__import__("grpo_lab.tasks").tasks.REWARDS, "huge",
+                        lambda c, e, s: [3e38] * len(c))
+    ex = [Example("1+1=", "2", "addition")] * 2
+    with pytest.raises(ValueError, match=r"reward function 'huge' returned 3e\+38 for sample 0 "
+                                         r".*beyond the ceiling \|reward\| <= 1e\+06"):
+        weighted_reward(["2", "3"], ex, {"huge": 1.0})
+    ok, _ = weighted_reward(["2", "3"], ex, {"accuracy": REWARD_CEILING})
+    assert ok.tolist() == [REWARD_CEILING, 0.0]
+    with pytest.raises(ValueError, match=r"weighted reward of sample 0 is 2e\+06"):
+        weighted_reward(["2", "3"], ex, {"accuracy": 2 * REWARD_CEILING})
+
+
+def test_a_non_finite_estimator_is_named(tmp_path, monkeypatch):
+    def nan_estimator(rewards, group_ids):
+        return grpo_advantages(rewards, group_ids) * float("nan")
+    monkeypatch.delitem(ADVANTAGES, "nan_estimator", raising=False)
+    register_advantage("nan_estimator", nan_estimator)
+    try:
+        with pytest.raises(FloatingPointError, match=r"advantage estimator 'nan_estimator' "
+                                                     r"\(combine 'cluster'\) returned nan for "
+                                                     r"sample 0 .*from finite rewards") as e:
+            train(preset("quick", advantage="nan_estimator", steps=2, eval_size=0, threads=1,
+                         out_dir=str(tmp_path)), progress=False)
+        assert "at step 0" in e.value.__notes__
+    finally:
+        ADVANTAGES.pop("nan_estimator", None)
+
+
+def test_eval_size_is_checked_as_train_checks_it(capsys):
+    code = main(["eval", "--eval_size", "100000"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--eval_size 100000 but the held-out set of 'addition' has 200 " \
+                         "examples; use at most 200" in err
+
+
+# ---- an exercise check with a time limit
+
+def test_an_infinite_loop_fails_the_check_instead_of_hanging(monkeypatch, capsys):
+    monkeypatch.setattr(exercises, "TIME_LIMIT_S", 0.3)
+
+    def forever(rewards, group_ids):
+        while True:
+            pass
+    assert exercises.check_advantages(forever) is False
+    out = capsys.readouterr().out
+    assert "did not return within 0.3 s" in out and "infinite loop" in out
+    assert exercises.check_advantages(grpo_advantages) is True         # the limit is per call
+
+
+FREEZE = """
+import os, time
+from pathlib import Path
+from grpo_lab.tasks import register_reward
+
+@register_reward("freeze")
+def freeze(completions, examples, stopped):
+    if os.environ.get("RANK") == "1":              # rank 1 hangs in the user's code
+        Path(__file__).with_suffix(".frozen").write_text(str(time.time()))
+        while True:
+            time.sleep(0.05)
+    return [0.0] * len(completions)
+"""
+
+
+def test_a_frozen_rank_is_stopped_within_the_timeout(tmp_path):
+    """torchrun SIGTERMs the survivors when rank 0's collective times out: the frozen rank must
+    die then (SIGTERM keeps its default action on several processes), not 30 s later."""
+    f = tmp_path / "freeze_plugin.py"
+    f.write_text(FREEZE)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    timeout_s = 8
+    r = subprocess.run([sys.executable, "-m", "grpo_lab.cli", "train", *QUICK, "--steps", "5",
+                        "--nproc", "2", "--eval_size", "0", "--plugin", str(f),
+                        "--exchange.timeout_s", str(timeout_s), "--reward_weights",
+                        "accuracy=1,freeze=1", "--out_dir", str(tmp_path / "run")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    ended = time.time()
+    frozen_at = float(f.with_suffix(".frozen").read_text())
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "Timed out" in r.stderr and "at step 0" in r.stderr
+    assert ended - frozen_at < timeout_s + 6, (ended - frozen_at, r.stderr[-3000:])
