@@ -453,7 +453,7 @@ PRESETS: dict[str, dict] = {
                    "system_prompt": "Reply with the final answer only, inside <answer></answer> "
                                     "tags, like <answer>12</answer>.",
                    "reward_weights": {"accuracy": 1.0, "format": 0.5}, "max_new_tokens": 20,
-                   "temperature": 0.5, "prompts_per_step": 4, "group_size": 4, "lr": 5e-5,
+                   "temperature": 0.5, "prompts_per_step": 4, "group_size": 4, "lr": 1e-5,
                    "beta": 0.0, "warmup_steps": 2, "lr_schedule": "constant", "steps": 200,
                    "time_budget_s": 600.0, "eval_every": 0, "eval_size": 50, "ckpt_every": 1000},
 }
