@@ -441,10 +441,12 @@ PRESETS: dict[str, dict] = {
                # room for a short working before the answer
                "task": "addition,word_problems", "answer_format": "tags",
                "reward_weights": {"accuracy": 1.0, "format": 0.2}, "max_new_tokens": 128},
-    # SmolLM2-135M-Instruct on this 2-core CPU (grpo-lab model get smollm2-135m, models.py):
-    # 2-digit sums asked in words, answer in <answer></answer> tags, accuracy read whatever
-    # wraps the answer plus a format reward; small groups and short completions so a step
-    # fits in seconds; 10 minutes of training (BENCHMARKS.md "SmolLM2 on the CPU")
+    # SmolLM2-135M-Instruct on a 2-core CPU (grpo-lab model get smollm2-135m, models.py):
+    # 2-digit sums asked in words, the answer read whatever wraps it (the base gets 28% of the
+    # held-out sums that way, 0% in the <answer> format it is asked for) plus a format reward;
+    # 4 prompts x 4 completions of at most 20 tokens; 10 minutes of training. Measured on a
+    # machine loaded 10x over (BENCHMARKS.md section 15): 3 steps in the 10 minutes, about
+    # 240 s each, too few to move held-out accuracy; lr 5e-5 broke one seed of 3 in 3 steps
     # float32 on purpose: on a CPU without bf16 units (this one: AMD EPYC, AVX2) a bf16 matmul
     # forward + backward took 14.6 s where float32 took 1.0 s (1280 x 576 @ 576 x 1536, one
     # thread); on a CPU with AVX-512 BF16 / AMX, --hf_autocast true is the faster choice
