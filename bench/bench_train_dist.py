@@ -51,6 +51,9 @@ VARIANTS = {
         dict(name="compressed", preset="aggressive", density_warmup=100),
     "compressed dgc (DGC as published: 0.1%, momentum correction 0.9, warm-up; AdamW receiver)":
         dict(name="compressed", preset="dgc"),
+    "compressed fp8_topk5, fast path (Rice)": dict(name="compressed", preset="fp8_topk5_fast"),
+    "compressed fast_topk5 (fast path: sampled threshold, fp8 values, Rice)":
+        dict(name="compressed", preset="fast_topk5"),
     "DDP fp16_compress_hook": dict(name="ddp_fp16_hook"),
     "DDP powerSGD_hook rank 2": dict(name="ddp_powersgd_hook", powersgd_rank=2),
     "sharded size_balanced": dict(name="sharded", policy="size_balanced"),
@@ -217,7 +220,10 @@ def run_variants(names: list[str], args) -> tuple[list[dict], list]:
 
 
 GRPO_VARIANTS = ["allreduce fp32 (reference)", "compressed fp8_topk5",
-                 "compressed fp8_topk5, no error feedback", "compressed aggressive",
+                 "compressed fp8_topk5, no error feedback",
+                 "compressed fp8_topk5, fast path (Rice)",
+                 "compressed fast_topk5 (fast path: sampled threshold, fp8 values, Rice)",
+                 "compressed aggressive",
                  "DDP fp16_compress_hook", "DDP powerSGD_hook rank 2", "sharded size_balanced",
                  "sharded + fp8_topk5 (reduce compressed, broadcast fp32)",
                  "sharded + aggressive, broadcast aggressive (EF21-P)"]
@@ -234,16 +240,21 @@ def grpo_table(args):
     (deterministic) and final held-out accuracy, mean and 95% interval over seeds, and the
     paired difference to fp32 (same seed: same prompts, same sampling)."""
     t0, load0 = time.time(), os.getloadavg()[0]
-    cfgs = [make_cfg(args, VARIANTS[n], i, s) for s in args.seeds for i, n in enumerate(GRPO_VARIANTS)]
+    names = [n for i, n in enumerate(GRPO_VARIANTS)
+             if i == 0 or not args.only or any(o in n for o in args.only)]
+    cfgs = [make_cfg(args, VARIANTS[n], i, s) for s in args.seeds for i, n in enumerate(names)]
     results = spawn_train(cfgs, 2)
-    k = len(GRPO_VARIANTS)
+    k = len(names)
     S = {n: [comm_summary(results[j * k + i][0]["history"]) for j in range(len(args.seeds))]
-         for i, n in enumerate(GRPO_VARIANTS)}
-    base = [x["eval/accuracy"] for x in S[GRPO_VARIANTS[0]]]
-    ref_bytes = S[GRPO_VARIANTS[0]][0]["comm/bytes_per_step"]
+         for i, n in enumerate(names)}
+    P = {n: [results[j * k + i][0]["params"] for j in range(len(args.seeds))]
+         for i, n in enumerate(names)}
+    base = [x["eval/accuracy"] for x in S[names[0]]]
+    ref_bytes = S[names[0]][0]["comm/bytes_per_step"]
     lines = ["# The exchanges on the GRPO objective (2 gloo processes)", "",
              f"Command: `.venv/bin/python bench/bench_train_dist.py --objective grpo --steps "
-             f"{args.steps} --seeds {' '.join(map(str, args.seeds))} --out {args.out}`", "",
+             f"{args.steps} --seeds {' '.join(map(str, args.seeds))} --out {args.out}"
+             + (" --only " + " ".join(repr(o) for o in args.only) if args.only else "") + "`", "",
              f"The demo's GRPO settings (16 prompts x G=8 per step, 8 prompts per rank, lr 1e-4, "
              f"cosine, beta 0.02) from `data/base_policy.safetensors`, {args.steps} steps, seeds "
              f"{args.seeds}; accuracy: greedy on the 200 held-out prompts. Intervals: 95% t over "
@@ -251,15 +262,21 @@ def grpo_table(args):
              f"jobs (load {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end); "
              f"torch {torch.__version__}. Whole bench: {time.time() - t0:.0f} s.", "",
              "| variant | bytes/step | vs fp32 | final accuracy (mean ± 95%) | minus fp32 (paired) "
-             "| time vs fp32 |", "|---|---|---|---|---|---|"]
-    for n in GRPO_VARIANTS:
+             "| s/step (mean ± 95%) | time vs fp32 |", "|---|---|---|---|---|---|---|"]
+    for n in names:
         acc = [x["eval/accuracy"] for x in S[n]]
         m, h = half_ci([100 * a for a in acc])
         dm, dh = half_ci([100 * (a - b) for a, b in zip(acc, base)])
         b = sum(x["comm/bytes_per_step"] for x in S[n]) / len(S[n])
-        tm = sum(x["time/train_s"] for x in S[n]) / sum(x["time/train_s"] for x in S[GRPO_VARIANTS[0]])
+        tm = sum(x["time/train_s"] for x in S[n]) / sum(x["time/train_s"] for x in S[names[0]])
+        sm, sh = half_ci([x["time/train_s"] / args.steps for x in S[n]])
         lines.append(f"| {n} | {b:,.0f} | {ref_bytes / b:.1f}x | {m:.1f}% ± {h:.1f} "
-                     f"| {dm:+.1f} ± {dh:.1f} | {tm:.2f}x |")
+                     f"| {dm:+.1f} ± {dh:.1f} | {sm:.3f} ± {sh:.3f} | {tm:.2f}x |")
+    slow, fast = "compressed fp8_topk5", "compressed fp8_topk5, fast path (Rice)"
+    if slow in P and fast in P:
+        same = all(all(torch.equal(a[name], b[name]) for name in a) for a, b in zip(P[slow], P[fast]))
+        lines += ["", f"The fast path reproduces `{slow}` bit for bit (final parameters of every "
+                      f"seed identical): **{'yes' if same else 'NO'}**."]
     text = "\n".join(lines) + "\n"
     with open(args.out, "w") as f:
         f.write(text)

@@ -96,9 +96,10 @@ class RunLock:
 
 
 def remove_stale_tmp(out: Path) -> list[str]:
-    """Delete the temporary files an interrupted atomic write left in ``out`` -> their names."""
+    """Delete the temporary files an interrupted atomic write of a run file left in ``out``
+    (``<run file>.<random>.tmp``; nothing else) -> their names."""
     gone = []
-    for p in sorted(out.glob("*.tmp")):
+    for p in sorted(q for name in RUN_FILES for q in out.glob(f"{name}.*.tmp")):
         if p.is_file():
             p.unlink()
             gone.append(p.name)

@@ -250,8 +250,8 @@ def test_wire_rejects_foreign_version_and_checksum():
     payload = C.Compressor().encode(grads())
     with pytest.raises(WireError, match="magic b'PK\\\\x03\\\\x04'"):
         C.decode_message(b"PK\x03\x04" + payload[4:])
-    with pytest.raises(WireError, match="version 2 is not supported"):
-        C.decode_message(_resign(payload[:4] + b"\x02" + payload[5:-4]))
+    with pytest.raises(WireError, match="version 3 is not supported"):
+        C.decode_message(_resign(payload[:4] + b"\x03" + payload[5:-4]))
     with pytest.raises(WireError, match="checksum mismatch"):
         C.decode_message(payload[:-5] + bytes([payload[-5] ^ 1]) + payload[-4:])
     with pytest.raises(WireError, match="shorter than"):

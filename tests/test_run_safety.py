@@ -5,6 +5,7 @@ the previous checkpoint byte for byte with its .tmp removed at the next start, m
 is replaced atomically, files get the user's umask. Faults are injected for real: signals to
 a training process, SIGKILL in the middle of a write, a 1-2 MB tmpfs (or a patched write
 where mounting is not allowed)."""
+import gc
 import json
 import os
 import signal
@@ -212,10 +213,12 @@ def test_disk_full_on_a_small_tmpfs(tmp_path, capsys):
         assert code == 2 and len(error_lines(err)) == 1, err                 # one line
         assert "No space left on device" in err or "Errno 28" in err, err
         assert "the previous file is left as it was" in err and "at step 3" in err
-        saved = read_training_checkpoint(out / "checkpoint.safetensors")     # still whole
-        assert saved["step"] == 1 and not list(out.glob("*.tmp"))
+        assert read_training_checkpoint(out / "checkpoint.safetensors")["step"] == 1  # whole
+        assert not list(out.glob("*.tmp"))
     finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
+        gc.collect()                   # read tensors map the file: the mount is busy until freed
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def test_disk_full_simulated(tmp_path, capsys, monkeypatch):
@@ -280,3 +283,12 @@ def test_ctrl_c_under_nproc_checkpoints_and_exits_130(tmp_path):
     saved = read_training_checkpoint(out / "checkpoint.safetensors")
     assert saved["step"] == [s for s in steps_of(out) if s >= 0][-1] >= 1
     assert f"continue with: grpo-lab train --out_dir {out} --resume --nproc 2" in err
+
+
+def test_only_the_run_files_temporaries_are_removed(tmp_path):
+    from grpo_lab.rundir import remove_stale_tmp
+    for name in ("checkpoint.safetensors.k3j2.tmp", "metrics.jsonl.x9.tmp", "notes.tmp",
+                 "checkpoint.safetensors"):
+        (tmp_path / name).write_text("x")
+    assert remove_stale_tmp(tmp_path) == ["checkpoint.safetensors.k3j2.tmp", "metrics.jsonl.x9.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.safetensors", "notes.tmp"]

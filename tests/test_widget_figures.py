@@ -35,7 +35,8 @@ def test_show_figure_works_under_agg(shown):
     assert shown and shown[0].format == "png"
 
 
-@pytest.mark.parametrize("module", ["advantage", "grouping", "sharder", "compression"])
+@pytest.mark.parametrize("module", ["advantage", "grouping", "sharder", "compression",
+                                    "compression_pays"])
 def test_no_widget_displays_a_bare_figure(module):
     """The widget modules route every figure through show_figure (no plt.show, no
     display(fig)): the browser test catches a `<Figure size` text as well."""

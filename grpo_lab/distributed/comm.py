@@ -67,7 +67,7 @@ def compressed_all_reduce(named_grads: dict[str, torch.Tensor], compressor: Comp
     The codecs run on the CPU: gradients on a GPU are copied to the host and back."""
     host = {name: g.detach().cpu() for name, g in named_grads.items()}
     messages = all_gather_bytes(compressor.encode(host, importance), group, stats)
-    decoded = [decode_message(m) for m in messages]                     # W x {name: tensor}
+    decoded = [decode_message(m, compressor.cfg.fast) for m in messages]  # W x {name: tensor}
     out = {}
     for name, g in named_grads.items():
         total = decoded[0][name].clone()

@@ -9,8 +9,11 @@ One message carries the gradients of one step (all little-endian):
     trailer  crc32 of everything before it, u32                                       4 bytes
 
 ``kind`` is dense (every element, in ``format``: fp32 | fp16 | bf16 | e4m3 | e5m2, FP8 with
-one scale per ``block`` elements, block 0 = one per tensor) or topk (k fp32 values, then the k
-positions coded by ``codec``, one of ``codecs.CODECS``). The overhead is 16 bytes a message
+one scale per ``block`` elements, block 0 = one per tensor) or topk (k values, then the k
+positions coded by ``codec``, one of ``codecs.CODECS``). Versions: 1 sends top-k values in fp32
+only; 2 (issue 27) also in e4m3 | e5m2 with one scale over the k values (block 0). ``pack``
+writes the lowest version a message needs, so every version-1 message is byte for byte what it
+was; ``unpack`` reads both. The overhead is 16 bytes a message
 plus 26 + len(name) + 4 * (ndim + scales) bytes a tensor: about 50 bytes for a 2-D weight.
 
 ``unpack`` checks, before trusting any field: length, magic, version, the CRC-32 (which catches
@@ -31,7 +34,10 @@ from typing import NamedTuple
 import numpy as np
 
 MAGIC = b"GLCP"
-VERSION = 1
+VERSION = 2
+"""The newest version this module writes and reads; it reads every version from 1."""
+TOPK_FORMATS = {1: ("fp32",), 2: ("fp32", "e4m3", "e5m2")}
+"""Value formats a top-k record may use, by wire version."""
 KINDS = ("dense", "topk")
 FORMATS = ("fp32", "fp16", "bf16", "e4m3", "e5m2")
 FORMAT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1}
@@ -72,8 +78,13 @@ def expected_scales(fmt: str, numel: int, block: int) -> int:
     return 1 if block == 0 else -(-numel // block)
 
 
+def version_needed(records: list[TensorRecord]) -> int:
+    """The lowest wire version that holds these records (2 only for fp8 top-k values)."""
+    return 2 if any(r.kind == "topk" and r.format != "fp32" for r in records) else 1
+
+
 def pack(records: list[TensorRecord], step: int = 0) -> bytes:
-    out = [_HEAD.pack(MAGIC, VERSION, 0, len(records), step % 2 ** 32)]
+    out = [_HEAD.pack(MAGIC, version_needed(records), 0, len(records), step % 2 ** 32)]
     for r in records:
         name = r.name.encode("utf-8")
         scales = np.asarray(r.scales, "<f4")
@@ -115,8 +126,8 @@ def unpack(payload) -> tuple[int, list[TensorRecord]]:
     magic, version, _, ntensors, step = _HEAD.unpack_from(buf)
     if magic != MAGIC:
         raise WireError(f"not a grpo_lab compressed message: magic {magic!r}, expected {MAGIC!r}")
-    if version != VERSION:
-        raise WireError(f"wire format version {version} is not supported (this is {VERSION})")
+    if not 1 <= version <= VERSION:
+        raise WireError(f"wire format version {version} is not supported (this reads 1..{VERSION})")
     (crc,) = struct.unpack_from("<I", buf, len(buf) - 4)
     if zlib.crc32(buf[:-4]) != crc:
         raise WireError(f"checksum mismatch: trailer says {crc:#010x}, bytes give "
@@ -142,7 +153,7 @@ def unpack(payload) -> tuple[int, list[TensorRecord]]:
         shape = rd.unpack(f"<{ndim}I", f"tensor {name!r} shape")
         block, nscales, k, nvalues, nindex = rd.unpack(_SIZES, f"tensor {name!r} sizes")
         numel = math.prod(shape)
-        _check_sizes(name, kind, fmt, numel, block, nscales, k, nvalues)
+        _check_sizes(name, kind, fmt, numel, block, nscales, k, nvalues, version)
         scales = np.frombuffer(rd.take(4 * nscales, f"tensor {name!r} scales"), "<f4")
         if not np.isfinite(scales).all() or (scales <= 0).any():
             raise WireError(f"tensor {name!r}: FP8 scale {scales[~(scales > 0)][:1]} is not "
@@ -157,16 +168,18 @@ def unpack(payload) -> tuple[int, list[TensorRecord]]:
     return step, records
 
 
-def _check_sizes(name, kind, fmt, numel, block, nscales, k, nvalues) -> None:
+def _check_sizes(name, kind, fmt, numel, block, nscales, k, nvalues, version=VERSION) -> None:
     if numel >= 2 ** 31:
         raise WireError(f"tensor {name!r}: {numel} elements is above 2**31")
     if kind == "dense" and k != numel:
         raise WireError(f"tensor {name!r}: dense record with k={k} != numel={numel}")
-    if kind == "topk" and (k > numel or fmt != "fp32"):
-        raise WireError(f"tensor {name!r}: top-k record with k={k} of {numel}, format {fmt!r}")
-    if nscales != expected_scales(fmt, numel, block):
+    if kind == "topk" and (k > numel or fmt not in TOPK_FORMATS[version] or block):
+        raise WireError(f"tensor {name!r}: top-k record with k={k} of {numel}, format {fmt!r}, "
+                        f"block {block} (version {version} allows {TOPK_FORMATS[version]}, block 0)")
+    count = k if kind == "topk" else numel                                 # values that are scaled
+    if nscales != expected_scales(fmt, count, block):
         raise WireError(f"tensor {name!r}: {nscales} scales, format {fmt!r} with block {block} "
-                        f"needs {expected_scales(fmt, numel, block)}")
+                        f"needs {expected_scales(fmt, count, block)}")
     if nvalues != k * FORMAT_BYTES[fmt]:
         raise WireError(f"tensor {name!r}: {nvalues} value bytes, expected "
                         f"{k} x {FORMAT_BYTES[fmt]}")
@@ -210,7 +223,10 @@ def _check_values(name, fmt, values: bytes, scales: np.ndarray, block: int) -> N
         codes = np.frombuffer(values, np.uint8)                            # (n,)
         B = block or max(len(codes), 1)
         with np.errstate(over="ignore", invalid="ignore"):
-            x = _FP8_TABLES[fmt][codes] * scales[np.arange(len(codes)) // B]   # (n,) float32
+            if len(scales) == 1:                                           # one scale: no index
+                x = _FP8_TABLES[fmt][codes] * scales[0]                    # (n,) float32
+            else:
+                x = _FP8_TABLES[fmt][codes] * scales[np.arange(len(codes)) // B]  # (n,) float32
     bad = np.flatnonzero(~np.isfinite(x))
     if len(bad):
         raise WireError(f"tensor {name!r}: value {bad[0]} decodes to {x[bad[0]]} in {fmt} "

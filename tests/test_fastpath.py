@@ -1,0 +1,191 @@
+"""The fast path (distributed/fastpath.py) against the readable reference path: same bytes,
+same indices, same values after fp8, same residuals; exact round trips; clear errors."""
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from grpo_lab.distributed import codecs, compression as C, fastpath as F, wire
+
+
+def random_indices(n, k, seed):
+    return np.sort(np.random.default_rng(seed).choice(n, k, replace=False))
+
+
+@pytest.mark.parametrize("n,k", [(1_000_000, 50_000), (100_000, 1_000), (100_000, 100),
+                                 (1000, 300), (64, 64), (7, 1), (10, 0), (2 ** 31 + 7, 3)])
+def test_rice_fast_writes_the_reference_bytes_and_round_trips(n, k):
+    idx = random_indices(n, k, seed=k) if n < 2 ** 31 else np.array([0, 5, 2 ** 31 + 6])
+    ref = codecs.rice_encode(idx, n)
+    fast = F.rice_encode(torch.from_numpy(idx), n)
+    assert fast == ref                                                     # byte for byte
+    assert np.array_equal(F.rice_decode(ref, n).numpy(), idx)              # lossless
+    assert np.array_equal(codecs.rice_decode(fast, n), idx)
+
+
+def test_rice_remainder_widths_above_and_below_a_byte():
+    for r in range(0, 33):                                                 # every Rice parameter
+        vals = torch.tensor([0, (1 << r) - 1, (1 << r) // 3, 1 if r else 0])
+        bits = F.uint_bits(vals, r) if r else torch.zeros(0, dtype=torch.uint8)
+        assert len(bits) == 4 * r
+        if r:
+            body = F.pack_bits(bits)
+            assert torch.equal(F.bytes_uint(body, 4, r), vals), r
+
+
+@pytest.mark.parametrize("preset", ["fast_topk5", "aggressive"])
+def test_gpu_branches_run_on_cpu_give_the_same_bytes(monkeypatch, preset):
+    """NUMPY_ON_CPU off: every primitive takes its torch (GPU) branch; bytes and residuals as
+    the readable path's, Rice round trips included."""
+    monkeypatch.setattr(F, "NUMPY_ON_CPU", False)
+    for n, k in [(100_000, 5000), (1000, 13), (64, 64)]:
+        idx = random_indices(n, k, seed=n)
+        payload = F.rice_encode(torch.from_numpy(idx), n)
+        assert payload == codecs.rice_encode(idx, n)
+        assert np.array_equal(F.rice_decode(payload, n).numpy(), idx)
+    cfg = dataclasses.replace(C.get_config(preset), index_codec="rice")
+    slow = C.Compressor(dataclasses.replace(cfg, fast=False), seed=2)
+    fast = C.Compressor(dataclasses.replace(cfg, fast=True), seed=2)
+    for grads in _random_gradients():
+        m = fast.encode(grads)
+        assert m == slow.encode(grads)
+        d = C.decode_message(m, fast=True)
+        assert all(torch.equal(d[name], v) for name, v in C.decode_message(m).items())
+
+
+def test_raw_fast_matches_reference():
+    idx = random_indices(5000, 250, 1)
+    assert F.raw_encode(torch.from_numpy(idx), 5000) == codecs.raw_encode(idx, 5000)
+    assert np.array_equal(F.raw_decode(codecs.raw_encode(idx, 5000), 5000).numpy(), idx)
+
+
+@pytest.mark.parametrize("select", ["exact", "sampled"])
+def test_fast_selection_equals_reference(select):
+    g = torch.randn(200_000, generator=torch.Generator().manual_seed(3)) ** 3  # heavy tails
+    res = torch.randn(200_000, generator=torch.Generator().manual_seed(4)) * 0.1
+    ref_idx, ref_vals, ref_res, _ = C.sparsify(g, res.clone(), None, 1000, select,
+                                               generator=torch.Generator().manual_seed(5))
+    idx, vals, new_res = F.sparsify_(g, res.clone(), 1000, select,
+                                     generator=torch.Generator().manual_seed(5))
+    assert torch.equal(idx, ref_idx) and torch.equal(vals, ref_vals)
+    assert torch.equal(new_res, ref_res)
+
+
+def _toy_gradients(steps=3):
+    """Real gradients: the toy GPT's next-token loss on three batches."""
+    from grpo_lab.distributed.overlap import lm_loss, toy_policy
+    model, vocab = toy_policy(tiny=True)
+    out = []
+    for s in range(steps):
+        model.zero_grad()
+        tokens = torch.randint(0, vocab, (4, 12), generator=torch.Generator().manual_seed(s))
+        lm_loss(model, tokens).backward()
+        out.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    return out
+
+
+def _random_gradients(steps=3):
+    gen = torch.Generator().manual_seed(7)
+    return [{"w": torch.randn(300, 200, generator=gen), "b": torch.randn(37, generator=gen) * 1e-3,
+             "e": torch.zeros(0)} for _ in range(steps)]
+
+
+@pytest.mark.parametrize("make", [_random_gradients, _toy_gradients])
+@pytest.mark.parametrize("preset", ["fp8_topk5", "fast_topk5", "aggressive"])
+def test_fast_compressor_sends_the_reference_bytes(make, preset):
+    """Over three steps of error feedback: every message byte-identical to the readable path's
+    (so the same indices, the same values after fp8), the same residuals, decoded alike."""
+    cfg = dataclasses.replace(C.get_config(preset), index_codec="rice")
+    slow, fast = C.Compressor(dataclasses.replace(cfg, fast=False), seed=1), \
+        C.Compressor(dataclasses.replace(cfg, fast=True), seed=1)
+    for grads in make():
+        m_slow, m_fast = slow.encode(grads), fast.encode(grads)
+        assert m_fast == m_slow
+        for name in slow.residual:
+            assert torch.equal(fast.residual[name], slow.residual[name]), name
+        d_ref, d_fast = C.decode_message(m_slow), C.decode_message(m_fast, fast=True)
+        for name in grads:
+            assert torch.equal(d_ref[name], d_fast[name]), name
+
+
+def test_fp8_topk_values_are_the_fp8_rounding_of_the_sent_values():
+    g = {"w": torch.randn(10_000, generator=torch.Generator().manual_seed(0))}
+    comp = C.Compressor(C.get_config("fast_topk5"))
+    payload = comp.encode(g)
+    assert payload[4] == 2                                                 # wire version 2
+    _, (rec,) = wire.unpack(payload)
+    assert rec.kind == "topk" and rec.format == "e4m3" and len(rec.values) == rec.k == 500
+    idx = codecs.rice_decode(rec.index, 10_000)
+    expect = torch.topk(g["w"].abs(), 500).indices.sort().values
+    assert len(np.intersect1d(idx, expect.numpy())) >= 450                 # sampled threshold
+    sent = g["w"][torch.from_numpy(idx)]
+    codes, scale = C.fp8_quantize(sent, "e4m3")
+    assert rec.values == codes.numpy().tobytes() and rec.scales[0] == scale[0]
+    out = C.decode_message(payload, fast=True)["w"].reshape(-1)
+    # error feedback over the whole compressor: sent (after fp8) + residual == gradient
+    assert torch.equal(out + comp.residual["w"], g["w"]) or \
+        torch.allclose(out + comp.residual["w"], g["w"], rtol=0, atol=1e-6 * float(g["w"].abs().max()))
+    rel = (out[idx] - sent).norm() / sent.norm()
+    assert 0 < rel < 2 ** -4                                               # e4m3: 3 mantissa bits
+
+
+def test_fp32_messages_keep_wire_version_1_bytes():
+    g = {"w": torch.randn(1000, generator=torch.Generator().manual_seed(0))}
+    payload = C.Compressor(C.CompressionConfig(dense_fraction=0.0)).encode(g)
+    assert payload[4] == 1
+    rec = wire.TensorRecord("w", "topk", "e4m3", "rice", (10,), 0, np.ones(1, np.float32), 1,
+                            b"\x01", codecs.rice_encode(np.array([3]), 10))
+    body = bytearray(wire.pack([rec]))
+    body[4] = 1                                                            # claim version 1
+    import zlib
+    import struct
+    body[-4:] = struct.pack("<I", zlib.crc32(bytes(body[:-4])))
+    with pytest.raises(wire.WireError, match="version 1 allows"):
+        wire.unpack(bytes(body))
+
+
+def test_density_one_round_trips_exactly_and_density_zero_is_refused():
+    g = {"w": torch.randn(40, 50, generator=torch.Generator().manual_seed(0))}
+    cfg = C.CompressionConfig(dense_fraction=0.0, density=1.0, index_codec="rice", fast=True)
+    out = C.decode_message(C.Compressor(cfg).encode(g), fast=True)["w"]
+    assert torch.equal(out, g["w"])                                        # fp32 values: lossless
+    with pytest.raises(ValueError, match=r"density must be in \(0, 1\], got 0"):
+        C.CompressionConfig(density=0.0, fast=True)
+
+
+def test_bad_inputs_get_clear_errors():
+    g = torch.randn(1000)
+    g[17] = float("nan")
+    comp = C.Compressor(C.get_config("fast_topk5"))
+    with pytest.raises(ValueError, match="gradient 'w': top-k met 1 non-finite values.*position 17"):
+        comp.encode({"w": g})
+    with pytest.raises(ValueError, match="1 <= k <= n; got k=1 for a tensor of 0 elements"):
+        F.sparsify_(torch.zeros(0), None, 1)
+    with pytest.raises(ValueError, match="1 <= k <= n; got k=0"):
+        F.sparsify_(torch.ones(5), None, 0)
+    empty = C.Compressor(C.get_config("fast_topk5")).encode({"e": torch.zeros(0, 3)})
+    assert C.decode_message(empty, fast=True)["e"].shape == (0, 3)         # empty tensor: fine
+    with pytest.raises(ValueError, match="unsorted index 2 at position 2 follows 9"):
+        F.rice_encode(torch.tensor([1, 9, 2]), 10)
+    with pytest.raises(ValueError, match="out of range for n=10"):
+        F.rice_encode(torch.tensor([1, 10]), 10)
+    with pytest.raises(ValueError, match="1-D int64 tensor"):
+        F.rice_encode(torch.tensor([1.0]), 10)
+    with pytest.raises(ValueError, match="has no fast path; fast ones"):
+        C.CompressionConfig(index_codec="huffman", fast=True)
+    with pytest.raises(ValueError, match="no DGC momentum correction"):
+        C.CompressionConfig(index_codec="rice", fast=True, momentum=0.9)
+    with pytest.raises(ValueError, match="unknown topk_format 'int4'"):
+        C.CompressionConfig(topk_format="int4")
+
+
+def test_fast_rice_decoder_rejects_corrupt_payloads():
+    idx = random_indices(10_000, 500, 0)
+    good = codecs.rice_encode(idx, 10_000)
+    with pytest.raises(codecs.CodecError, match="unary terminators"):
+        F.rice_decode(good[:-20], 10_000)
+    with pytest.raises(codecs.CodecError, match="trailing bytes"):
+        F.rice_decode(good + b"\0", 10_000)
+    with pytest.raises(codecs.CodecError, match="more than n"):
+        F.rice_decode(good, 100)
