@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[dev,hf]"
+	$(BIN)/pip install --quiet -e ".[dev,hf,lora]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -9,6 +9,10 @@ hit both. Tokens: sampled tokens up to and with <eos> (what a GRPO step trains o
 
     python bench/bench_hf_generate.py --threads 1                       # data/hf_tiny
     python bench/bench_hf_generate.py --random_width 512 --layers 8     # a bigger random model
+    # SmolLM2, the sampler's levers (issue 22), generate also on bf16 weights (same precision)
+    python bench/bench_hf_generate.py --model /work/models/smollm2-135m-instruct --chat_template \
+        --prompts 8 --G 4 --max_new 32 --threads 1 --repeats 3 --draw inverse_cdf \
+        --drop_finished --sample_dtype bfloat16
 
 The random model never learned to stop, so both sides then run every row to --max_new.
 """
@@ -20,7 +24,8 @@ import time
 
 import torch
 
-from grpo_lab.hf import HFPolicy, HFPolicyConfig, load_hf_policy
+from grpo_lab import rollout
+from grpo_lab.hf import DTYPES, HFPolicy, HFPolicyConfig, load_hf_policy
 from grpo_lab.rollout import sample
 from grpo_lab.step import prompt_generators
 from grpo_lab.tasks import load_eval
@@ -51,12 +56,19 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--chat_template", action="store_true", help="prompts as one user turn")
+    ap.add_argument("--warmup", type=int, default=2, help="rounds left out at the start")
+    ap.add_argument("--draw", default="race", help="grpo_lab's token draw (rollout.DRAWS)")
+    ap.add_argument("--drop_finished", action="store_true")
+    ap.add_argument("--sample_dtype", default="",
+                    help="grpo_lab samples with a copy of the weights in this dtype; generate "
+                         "then runs on the fp32 model and on a copy in this dtype as well")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     import transformers
 
-    policy = load_hf_policy(a.model)
+    policy = load_hf_policy(a.model, chat_template=a.chat_template, sample_dtype=a.sample_dtype)
     if a.random_width:
         policy = random_policy(policy, a.random_width, a.layers)
     policy.eval()
@@ -64,18 +76,25 @@ def main() -> None:
     ids = [policy.encode(e.prompt) for e in exs]
     tok = policy.tokenizer
     tok.padding_side = "left"
-    batch = tok([e.prompt for e in exs], return_tensors="pt", padding=True,
-                add_special_tokens=False)
+    batch = ({"input_ids": rollout.left_pad(ids, policy.pad_id)[0],
+              "attention_mask": rollout.left_pad(ids, policy.pad_id)[1].long()}
+             if a.chat_template else tok([e.prompt for e in exs], return_tensors="pt",
+                                         padding=True, add_special_tokens=False))
+    low = None
+    if a.sample_dtype:
+        import copy
+        low = copy.deepcopy(policy.model).to(DTYPES[a.sample_dtype]).eval()
 
     def ours(rep):
         r = sample(policy, ids, a.G, a.max_new, a.temperature,
-                   generator=prompt_generators(0, rep, 0, range(len(ids))))
+                   generator=prompt_generators(0, rep, 0, range(len(ids))), draw=a.draw,
+                   drop_finished=a.drop_finished)
         return int(r.completion_mask.sum())
 
-    def theirs(rep):
+    def theirs(rep, model=None):
         torch.manual_seed(rep)
         with torch.no_grad():
-            out = policy.model.generate(**batch, do_sample=True, temperature=a.temperature,
+            out = (model or policy.model).generate(**batch, do_sample=True, temperature=a.temperature,
                                         top_k=0, top_p=1.0, max_new_tokens=a.max_new,
                                         num_return_sequences=a.G, eos_token_id=policy.eos_id,
                                         pad_token_id=policy.pad_id)
@@ -83,29 +102,36 @@ def main() -> None:
         stopped = (new == policy.eos_id).cumsum(1)
         return int(((stopped == 0) | ((stopped == 1) & (new == policy.eos_id))).sum())
 
-    times = {"grpo_lab sample": [], "transformers generate": []}
+    runs = [("grpo_lab sample", ours), ("transformers generate", theirs)]
+    if low is not None:
+        runs.append((f"transformers generate, {a.sample_dtype} weights",
+                      lambda rep: theirs(rep, low)))
+    times = {name: [] for name, _ in runs}
     tokens = {k: [] for k in times}
-    for rep in range(a.repeats + 2):                                        # 2 warm-up rounds
-        for name, fn in (("grpo_lab sample", ours), ("transformers generate", theirs)):
-            t0 = time.perf_counter()
+    for rep in range(a.repeats + a.warmup):                                 # warm-up rounds
+        for name, fn in runs:
+            t0 = time.process_time()              # CPU seconds: the machine is shared
             n = fn(rep)
-            if rep >= 2:
-                times[name].append(time.perf_counter() - t0)
+            if rep >= a.warmup:
+                times[name].append(time.process_time() - t0)
                 tokens[name].append(n)
     n_params = sum(p.numel() for p in policy.parameters())
     print(f"model {a.model if not a.random_width else f'random Llama {a.random_width}x{a.layers}'}"
           f" ({n_params:,} params), B={a.prompts} G={a.G} max_new={a.max_new} "
           f"T={a.temperature}, torch {torch.__version__}, transformers {transformers.__version__}, "
           f"threads {torch.get_num_threads()}, median of {a.repeats}")
-    print("| sampler | s per rollout (median) | tokens per rollout (mean) | tokens/s |")
+    print("| sampler | CPU s per rollout (median) | tokens per rollout (mean) | tokens per CPU s |")
     print("|---|---|---|---|")
     rate = {}
     for k in times:
         med, tok_mean = statistics.median(times[k]), statistics.mean(tokens[k])
         rate[k] = tok_mean / med
         print(f"| {k} | {med:.4f} | {tok_mean:.1f} | {rate[k]:.0f} |")
-    print(f"ratio grpo_lab / generate (tokens/s): "
-          f"{rate['grpo_lab sample'] / rate['transformers generate']:.2f}")
+    for k in list(rate)[1:]:
+        print(f"ratio grpo_lab / {k} (tokens/s): {rate['grpo_lab sample'] / rate[k]:.2f}")
+    import os
+    print(f"grpo_lab: draw {a.draw}, drop_finished {a.drop_finished}, sample_dtype "
+          f"{a.sample_dtype or 'float32'}; load average %.1f / %.1f / %.1f" % os.getloadavg())
 
 
 if __name__ == "__main__":

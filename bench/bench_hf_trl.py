@@ -116,17 +116,18 @@ def trl_config(a, d: str, beta: float, steps: int, seed: int, shipped: bool, **o
                       max_completion_length=a.max_new, temperature=a.temperature, top_k=0,
                       top_p=1.0, beta=beta, max_steps=steps, logging_steps=10 ** 6,
                       save_strategy="no", report_to="none", disable_tqdm=True,
-                      use_cpu=a.device == "cpu",
-                      bf16=a.device == "cuda", seed=seed, dataloader_num_workers=0,
-                      **{**same, **overrides})
+                      use_cpu=a.device == "cpu", seed=seed, dataloader_num_workers=0,
+                      **{"bf16": a.device == "cuda", **same, **overrides})
 
 
 def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
-              shipped: bool = False, probe=None, **overrides) -> list[dict]:
+              shipped: bool = False, probe=None, trainer_kw: dict | None = None,
+              **overrides) -> list[dict]:
     """TRL's GRPOTrainer on the same model, prompts never from the held-out set -> rows as
     grpo_lab_steps (rollout_s: its _generate_and_score_completions; no "mean_len").
-    ``overrides``: GRPOConfig fields (trl_config); ``probe(trainer)`` is called before
-    training (to wrap its methods with timers)."""
+    ``overrides``: GRPOConfig fields (trl_config); ``trainer_kw``: more GRPOTrainer
+    arguments (peft_config); ``probe(trainer)`` is called before training (to wrap its
+    methods with timers)."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOTrainer
@@ -146,13 +147,14 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
                                     WEIGHTS, [True] * len(texts))
         return r.tolist()
 
-    rows, t0, rollout = [], [0.0], [0.0]
+    rows, t0, rollout, cpu, rollout_cpu = [], [0.0], [0.0], [0.0], [0.0]   # cpu: process time
     evals = load_eval("addition")[:a.eval_size]
 
     class Clock(TrainerCallback):
         def on_step_begin(self, *args, **kw):
             sync(a)
-            t0[0], rollout[0] = time.perf_counter(), 0.0
+            t0[0], rollout[0], cpu[0], rollout_cpu[0] = (time.perf_counter(), 0.0,
+                                                         time.process_time(), 0.0)
 
         def on_step_end(self, args, state, control, model=None, **kw):
             sync(a)
@@ -164,20 +166,22 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
                 acc = evaluate(HFPolicy(model, policy.tokenizer, policy.cfg), evals,
                                {"accuracy": 1.0}, a.max_new)["eval/accuracy"]
                 model.train(was)
-            rows.append({"step_s": dt, "rollout_s": rollout[0], "elapsed_s": spent, "acc": acc})
+            rows.append({"step_s": dt, "rollout_s": rollout[0], "elapsed_s": spent, "acc": acc,
+                         "cpu_s": time.process_time() - cpu[0], "rollout_cpu_s": rollout_cpu[0]})
 
     with tempfile.TemporaryDirectory() as d:
         trainer = GRPOTrainer(model=policy.model, reward_funcs=reward,
                               args=trl_config(a, d, beta, steps, seed, shipped, **overrides),
                               train_dataset=data, processing_class=policy.tokenizer,
-                              callbacks=[Clock()])
+                              callbacks=[Clock()], **(trainer_kw or {}))
         generate = trainer._generate_and_score_completions
 
         def timed(*args, **kw):                     # sampling, rewards, advantages (+ ref)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             out = generate(*args, **kw)
             sync(a)
             rollout[0] += time.perf_counter() - t
+            rollout_cpu[0] += time.process_time() - c
             return out
 
         trainer._generate_and_score_completions = timed

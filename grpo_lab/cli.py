@@ -6,8 +6,9 @@ fields are dotted (``--exchange.name sharded``).
 
     grpo-lab train [--preset tiny_cpu] [--resume] [--nproc N] [--FIELD VALUE ...]
     torchrun --nproc_per_node=N -m grpo_lab.cli train [...]   # the same run, N processes
-    grpo-lab eval --checkpoint PATH [--task addition]
+    grpo-lab eval --checkpoint PATH [--task TASK]   # default: the checkpoint's own task
     grpo-lab pretrain [--FIELD VALUE ...]
+    (train, eval and pretrain take --plugin MODULE_OR_PATH, repeatable)
     grpo-lab bench [NAME [ARGS ...]]     # list bench/ scripts, or run bench/bench_NAME.py
     grpo-lab lab                         # JupyterLab on notebooks/
     grpo-lab model get smollm2-135m      # a real model, fetched and converted once (models.py)
@@ -95,6 +96,20 @@ def overrides(args, cls, prefix: str = "") -> dict:
     return out
 
 
+def add_plugin_arg(parser: argparse.ArgumentParser) -> None:
+    """``--plugin MODULE`` (repeatable; ``--plugins a,b`` is the same flag, kept as an alias)."""
+    parser.add_argument("--plugin", "--plugins", dest="plugin", action="append", default=None,
+                        metavar="MODULE",
+                        help="import this module (a name or a .py path) first, so the groupers, "
+                             "tasks, rewards and estimators it registers can be named; "
+                             "repeatable, or comma-separated")
+
+
+def plugin_spec(args) -> str:
+    """--plugin a --plugin b,c -> "a,b,c" (the config's ``plugins`` form)."""
+    return ",".join(filter(None, args.plugin or []))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="grpo-lab", description="GRPO workbench")
     sub = p.add_subparsers(dest="command", required=True)
@@ -111,19 +126,20 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--override", action="store_true",
                    help="with --resume: let the flags given change the saved config (recorded "
                         "in metrics.jsonl as resume/overrides and in the report)")
-    t.add_argument("--plugin", action="append", default=None, metavar="MODULE",
-                   help="import this module (a name or a .py path) first, so the groupers, "
-                        "tasks, rewards and estimators it registers can be named; repeatable")
+    add_plugin_arg(t)
     t.add_argument("--nproc", type=int, default=None,
                    help="run on N local processes through torch's launcher (torchrun "
                         "--standalone --nproc_per_node=N); results do not depend on N")
-    add_config_args(t, TrainConfig)
+    add_config_args(t, TrainConfig, skip=("plugins",))           # --plugin (above) sets it
     e = sub.add_parser("eval", help="held-out greedy accuracy of a policy or training checkpoint")
     e.add_argument("--checkpoint", default="data/base_policy.safetensors")
-    e.add_argument("--task", default="addition",
-                   help='a task, "a,b" for several, or "mixture" for the grouping mixture')
+    e.add_argument("--task", default=None,
+                   help='a task, "a,b" for several, or "mixture" for the grouping mixture '
+                        '(default: the task a training checkpoint trained on, else addition)')
     e.add_argument("--eval_size", type=int, default=200)
+    add_plugin_arg(e)
     pre = sub.add_parser("pretrain", help="supervised warm-up of the base policy")
+    add_plugin_arg(pre)
     add_config_args(pre, PretrainConfig)
     b = sub.add_parser("bench", help="list the bench/ scripts, or run bench/bench_NAME.py")
     b.add_argument("name", nargs="?", help="e.g. codecs, sharder, train_dist, scaling")
@@ -207,9 +223,11 @@ def train_config(args) -> TrainConfig:
     """The run's config: preset + flags, or with --resume the saved config + flags."""
     given = overrides(args, TrainConfig)
     if args.plugin:                                   # --plugin a --plugin b -> plugins "a,b"
-        given["plugins"] = ",".join(filter(None, [given.get("plugins", ""), *args.plugin]))
+        given["plugins"] = plugin_spec(args)
     if not args.resume:
-        return preset(args.preset or "tiny_cpu", **given)
+        cfg = preset(args.preset or "tiny_cpu", **given)
+        check_group_k(cfg, given)
+        return cfg
     from grpo_lab.checkpoint import read_training_checkpoint
     from grpo_lab.config import from_dict
 
@@ -227,6 +245,26 @@ def train_config(args) -> TrainConfig:
     if "exchange" in given:
         merged["exchange"] = {**saved.get("exchange", {}), **given["exchange"]}
     return from_dict(merged)
+
+
+def check_group_k(cfg: TrainConfig, given: dict) -> None:
+    """--group_k for a grouper that takes no k would be ignored: an error instead."""
+    from grpo_lab.grouping import GROUPERS
+
+    if given.get("group_k") and not GROUPERS[cfg.grouping].takes_k:
+        with_k = sorted(n for n, g in GROUPERS.items() if g.takes_k)
+        raise ValueError(f"--group_k {given['group_k']} but grouping {cfg.grouping!r} takes no k "
+                         f"(it would be ignored); the groupers that take k: {with_k}")
+
+
+def eval_task(checkpoint: str, task: str | None) -> tuple[str, str]:
+    """The task to evaluate -> (task, plugins the run loaded): --task if given, else the one a
+    training checkpoint trained on, else addition (a policy file records no task)."""
+    from grpo_lab.checkpoint import CKPT_TAG, read_tensors
+
+    meta = read_tensors(checkpoint)[1] if str(checkpoint).endswith(".safetensors") else {}
+    saved = json.loads(meta["config"]) if meta.get("format") == CKPT_TAG else {}
+    return task or saved.get("task", "addition"), saved.get("plugins", "")
 
 
 def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False,
@@ -293,9 +331,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "eval":
             from grpo_lab.tasks import load_eval
             from grpo_lab.checkpoint import load_policy_any
+            from grpo_lab.registry import load_plugins
             from grpo_lab.trainer import evaluate_tasks, max_new_tokens
 
-            cfg = TrainConfig(task=args.task)
+            task, run_plugins = eval_task(args.checkpoint, args.task)
+            load_plugins(",".join(filter(None, [run_plugins, plugin_spec(args)])))
+            cfg = TrainConfig(task=task)
             if args.eval_size < 1:
                 raise ValueError(f"--eval_size must be >= 1, got {args.eval_size}")
             sets = {t: load_eval(t) for t in cfg.task_names}
@@ -306,10 +347,12 @@ def main(argv: list[str] | None = None) -> int:
             model = load_policy_any(args.checkpoint)
             sets = {t: exs[:args.eval_size] for t, exs in sets.items()}
             res = evaluate_tasks(model, sets, cfg.reward_weights, max_new_tokens(cfg))
-            print(json.dumps({"checkpoint": args.checkpoint, "task": args.task, **res}))
+            print(json.dumps({"checkpoint": args.checkpoint, "task": task, **res}))
         elif args.command == "pretrain":
             from grpo_lab.pretrain import main as pretrain_main
+            from grpo_lab.registry import load_plugins
 
+            load_plugins(plugin_spec(args))          # a plugin's task can be pretrained on
             pretrain_main(PretrainConfig(**overrides(args, PretrainConfig)))
         elif args.command == "model":
             return run_model(args)

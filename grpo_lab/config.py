@@ -18,6 +18,7 @@ import dataclasses
 import inspect
 import math
 import textwrap
+import warnings
 from dataclasses import dataclass, field
 
 from grpo_lab.advantages import ADVANTAGES
@@ -27,6 +28,7 @@ from grpo_lab.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.loss import AGGREGATIONS
 from grpo_lab.policy import POLICIES
 from grpo_lab.registry import load_plugins
+from grpo_lab.rollout import DRAWS, UPDATE_FORWARDS
 from grpo_lab.tasks import MIXTURE_TASKS, REWARDS, TASKS
 
 
@@ -93,6 +95,28 @@ class TrainConfig:
     """policy="hf": recompute activations in backward (less memory, about a third more
     compute per training forward): checkpoint_every=1; checkpoint_every=k > 1 checkpoints
     every k-th layer instead."""
+    hf_sample_dtype: str = ""
+    """policy="hf": sample (and evaluate, and run a frozen reference) with a copy of the
+    weights in this dtype ("bfloat16": 2-5x faster matmuls on CPUs with AVX-512 BF16/AMX),
+    refreshed from the master weights after each update ("": the master weights)."""
+    lora_r: int = 0
+    """policy="hf": train LoRA adapters of this rank on every linear layer but the head
+    (peft; pip install -e ".[lora]") instead of every weight (0: full fine-tuning). The
+    reference policy (beta > 0) is then the model with its adapters off: no second copy."""
+    lora_alpha: int = 0
+    """LoRA scale numerator: adapters add (alpha / r) * B A x (0: alpha = 2 * lora_r)."""
+    # ---- speed levers of the rollout and the update (issue 22; bench/bench_hf_profile.py)
+    sample_draw: str = "race"
+    """How the sampler draws a token (rollout.DRAWS): "race" (exponential race, V noise
+    draws per token and row) or "inverse_cdf" (one uniform per row; same distribution,
+    other tokens for the same seed). Both keep one generator per prompt."""
+    drop_finished: bool = True
+    """Take completions that emitted <eos> out of the decode batch (same tokens, less work)."""
+    update_forward: str = "prompt_once"
+    """The training forward (rollout.UPDATE_FORWARDS): "prompt_once" (each prompt once, its
+    KV cache shared by its G completions, logits only where a completion token is
+    predicted), "completion" (prompt + completion per row, logits on the completion only,
+    TRL's logits_to_keep) or "all_positions" (logits everywhere). Same log-probs."""
     out_dir: str = "runs/demo"
     """Folder for metrics.jsonl, checkpoint.safetensors, report.png and report.md."""
     steps: int = 3000
@@ -166,8 +190,10 @@ class TrainConfig:
     """Grouper: a name in grouping.GROUPERS (register your own with register_grouper, or pass
     the function or record itself from Python); "by_prompt" is canonical GRPO."""
     group_k: int = 0
-    """Groups per step for random, kmeans_semantic and mixed (0 = the number of tasks
-    trained, e.g. 7 for "mixture"); at most prompts_per_step."""
+    """Groups per step for the groupers that take k (random, kmeans_semantic, mixed; a plugin's
+    with takes_k=True); at most prompts_per_step. 0 = a default, with a warning: the number of
+    tasks trained (7 for "mixture"), or max(2, prompts_per_step // 4) for one task. The CLI
+    refuses --group_k for a grouper without k."""
     combine: str = "cluster"
     """How a prompt cluster meets its prompts' completions (one of grouping.COMBINE):
     "cluster" runs the advantage estimator on the cluster, "within_prompt_pooled_std"
@@ -226,8 +252,14 @@ class TrainConfig:
 
     @property
     def n_groups(self) -> int:
-        """k for the groupers that take one: group_k, or the number of tasks trained."""
-        return self.group_k or len(self.task_names)
+        """k for the groupers that take one: group_k, or the number of tasks trained, or for
+        one task max(2, prompts_per_step // 4) (never 1: one group of the whole batch)."""
+        if self.group_k:
+            return self.group_k
+        tasks = len(self.task_names)
+        if tasks > 1:
+            return tasks
+        return min(self.prompts_per_step, max(2, self.prompts_per_step // 4))
 
     def __post_init__(self):
         load_plugins(self.plugins)
@@ -332,6 +364,14 @@ class TrainConfig:
     def _check_policy(self):
         _member(self.policy, POLICIES, "policy")
         _member(self.hf_dtype, ("float32", "bfloat16", "float16"), "hf_dtype")
+        if self.hf_sample_dtype:
+            _member(self.hf_sample_dtype, ("float32", "bfloat16", "float16"), "hf_sample_dtype")
+        _nonnegative(self, "lora_r", "lora_alpha")
+        _member(self.sample_draw, DRAWS, "sample_draw")
+        _member(self.update_forward, UPDATE_FORWARDS, "update_forward")
+        if self.lora_r and self.policy != "hf":
+            raise ValueError(f"lora_r={self.lora_r} adds LoRA adapters to a transformers model: "
+                             f"it needs policy='hf' (policy={self.policy!r})")
         if self.policy == "hf" and self.base_checkpoint.endswith(".safetensors"):
             raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
                              f"base_checkpoint={self.base_checkpoint!r} is a grpo_lab file "
@@ -342,6 +382,11 @@ class TrainConfig:
         self.grouping = record.name                  # the config keeps names (JSON, CLI)
         _member(self.combine, COMBINE, "combine option")
         _nonnegative(self, "group_k", "recluster_every")
+        if record.takes_k and not self.group_k:
+            why = ("one per task" if len(self.task_names) > 1 else
+                   f"max(2, prompts_per_step // 4) for one task")
+            warnings.warn(f"grouping={self.grouping!r} takes k and group_k is not set: using "
+                          f"k = {self.n_groups} ({why}); set group_k to choose", stacklevel=3)
         if record.takes_k and self.n_groups > self.prompts_per_step:
             raise ValueError(f"{self.n_groups} groups (group_k={self.group_k}) is more than the "
                              f"prompts_per_step={self.prompts_per_step} prompts to group")

@@ -37,7 +37,7 @@ from grpo_lab.config import preset
 from grpo_lab.trainer import train
 
 __all__ = ["run_experiment", "Results", "METRICS", "mean_ci", "run_metrics", "time_to_target",
-           "difference_sentence"]
+           "difference_sentence", "can_tell", "MIN_SEEDS"]
 
 METRICS = {  # name -> (what it is, format); the per-run summary of one history
     "eval/accuracy": ("held-out greedy accuracy at the last evaluation", ".3f"),
@@ -102,13 +102,33 @@ def run_metrics(history: list[dict], target: float | None = None) -> dict:
     return out
 
 
+MIN_SEEDS = 3
+"""Fewest values an interval may give a verdict from: with 2 a t-interval is 12.7 standard
+deviations wide or, when the 2 values agree, zero wide; either way it says nothing."""
+
+
+def can_tell(n: int, ci_low: float, ci_high: float) -> bool:
+    """Whether an interval over n values may give a verdict: n >= MIN_SEEDS and a width
+    above float rounding (1e-9 of the bounds' size: differences computed from equal values,
+    0.7 - 0.6 and 0.8 - 0.7, differ in their last bits). A zero-width interval means the
+    values are identical, not that the mean is certain."""
+    return n >= MIN_SEEDS and ci_high - ci_low > 1e-9 * max(abs(ci_low), abs(ci_high))
+
+
 def difference_sentence(d: dict) -> str:
-    """A ``Results.compare`` dict -> one sentence: is the difference real at 95%?"""
+    """A ``Results.compare`` dict -> one sentence: is the difference real at 95%? No verdict
+    from fewer than MIN_SEEDS paired seeds or a zero-width interval: "too few seeds to tell"."""
+    head = f"{d['a']} - {d['b']} on {d['metric']}"
     if d["n"] < 2:
-        return f"{d['a']} - {d['b']} on {d['metric']}: {d['n']} paired seed(s), no interval."
+        return f"{head}: {d['n']} paired seed(s), too few seeds to tell."
+    what = (f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] "
+            f"over {d['n']} paired seeds: ")
+    if not can_tell(d["n"], d["ci_low"], d["ci_high"]):
+        why = (f"fewer than {MIN_SEEDS}" if d["n"] < MIN_SEEDS
+               else "identical differences, a zero-width interval")
+        return f"{head}: {what}too few seeds to tell ({why})."
     real = d["ci_low"] > 0 or d["ci_high"] < 0
-    return (f"{d['a']} - {d['b']} on {d['metric']}: {d['mean']:+.3f} "
-            f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over {d['n']} paired seeds: "
+    return (head + ": " + what
             + ("the interval excludes 0, a real difference." if real else
                "the interval includes 0, not distinguishable from seed noise."))
 
@@ -146,7 +166,8 @@ class Results:
 
     def compare(self, a: str, b: str, metric: str = "eval/accuracy") -> dict:
         """Paired difference a - b on ``metric`` over the seeds both have -> {a, b, metric,
-        mean, ci_low, ci_high, n, values, excludes_zero}."""
+        mean, ci_low, ci_high, n, values, excludes_zero}; excludes_zero is False when the
+        interval cannot tell (``can_tell``: fewer than 3 seeds or a zero-width interval)."""
         for s in (a, b):
             if s not in self.strategies:
                 raise ValueError(f"unknown strategy {s!r}; known: {self.strategies}")
@@ -157,7 +178,8 @@ class Results:
         diffs = [x - y for x, y in pairs if x is not None and y is not None]  # same seed
         mean, lo, hi = mean_ci(diffs)
         return {"a": a, "b": b, "metric": metric, "mean": mean, "ci_low": lo, "ci_high": hi,
-                "n": len(diffs), "values": diffs, "excludes_zero": lo > 0 or hi < 0}
+                "n": len(diffs), "values": diffs,
+                "excludes_zero": can_tell(len(diffs), lo, hi) and (lo > 0 or hi < 0)}
 
     def _table(self) -> tuple[list[str], list[list[str]]]:
         """Strategies as rows, metrics as "mean ± half-width" cells (n when not every seed)."""
@@ -182,9 +204,22 @@ class Results:
         head, body = self._table()
         th = "".join(f"<th>{h}</th>" for h in head)
         tr = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in body)
-        n = len({r["seed"] for r in self.runs})
         return (f"<table><thead><tr>{th}</tr></thead><tbody>{tr}</tbody></table>"
-                f"<p>mean ± half-width of the 95% t-interval over {n} seeds</p>")
+                f"<p>{self._legend()}</p>")
+
+    def _legend(self) -> str:
+        n = len({r["seed"] for r in self.runs})
+        if n < MIN_SEEDS:
+            return (f"mean over {n} seed(s): too few seeds to tell, no interval "
+                    f"(an interval needs at least {MIN_SEEDS})")
+        return f"mean ± half-width of the 95% t-interval over {n} seeds"
+
+    def __repr__(self) -> str:
+        """Short: the strategies, seeds and runs, then the table (not every history)."""
+        seeds = sorted({r["seed"] for r in self.runs})
+        return (f"Results({len(self.strategies)} strategies x {len(seeds)} seeds {seeds}, "
+                f"{len(self.runs)} runs, target={self.target})\n{self.to_markdown()}\n"
+                f"{self._legend()}")
 
     def plot(self, metric: str = "eval/accuracy", ax=None):
         """Mean of ``metric`` vs step per strategy, with a min-max band over seeds -> Figure."""
@@ -212,7 +247,7 @@ def _cell(r: dict | None, fmt: str, seeds: int) -> str:
     if r is None or r["n"] == 0:
         return "-" if r is None else f"never (0/{seeds})"
     text = format(r["mean"], fmt)
-    if r["n"] > 1:
+    if r["n"] >= MIN_SEEDS:      # fewer: no interval shown (a 2-seed one is noise or zero wide)
         text += " ± " + format((r["ci_high"] - r["ci_low"]) / 2, fmt.lstrip("+"))
     return text + (f" ({r['n']}/{seeds})" if r["n"] < seeds else "")
 
@@ -247,11 +282,17 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     """Train every strategy (TrainConfig overrides on top of ``base``, itself overrides of
     the "defaults" preset) with every seed -> Results. Runs go to ``processes`` forked worker
     processes (default: the CPU count; 1, or no fork, runs them here one after the other).
-    ``target``: a held-out accuracy; the target/* metrics measure steps and seconds to it."""
+    ``target``: a held-out accuracy; the target/* metrics measure steps and seconds to it.
+    A non-zero ``time_budget_s`` is refused (ValueError): runs stop at ``steps``, never on a
+    clock, so that run s of two strategies covers the same prompts."""
     base = dict(base or {})
     for where, d in [("base", base), *((f"strategy {n!r}", s) for n, s in strategies.items())]:
         if {"seed", "out_dir"} & set(d):
             raise ValueError(f"{where} sets seed or out_dir: run_experiment sets both per run")
+        if d.get("time_budget_s"):      # a budget cuts runs at different steps: not paired
+            raise ValueError(f"{where} sets time_budget_s={d['time_budget_s']!r}: "
+                             "run_experiment trains every run for the same steps so that "
+                             "seeds pair up; set steps (or time_budget_s=0) instead")
     jobs = []
     for name, overrides in strategies.items():
         try:

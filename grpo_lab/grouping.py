@@ -202,13 +202,15 @@ class Grouper:
     """One grouping strategy and what it needs (the registry ``GROUPERS`` holds these).
 
     Called like its function, ``grouper(batch, k, seed) -> ids (B,)``, it passes k only when
-    ``takes_k`` and checks the answer: one integer id per prompt.
+    ``takes_k`` (``fn(batch, k, seed)``; the others are called ``fn(batch, seed=seed)``) and
+    checks the answer: one integer id per prompt.
     """
     name: str
     fn: Callable[..., np.ndarray]
-    """(batch: PromptBatch, k: int | None, seed: int) -> (B,) integer group ids."""
+    """(batch: PromptBatch, k: int, seed: int) -> (B,) integer group ids when takes_k, else
+    (batch: PromptBatch, seed: int) -> ids: a grouper without k is never given one."""
     takes_k: bool = False
-    """It uses k, the number of groups (config group_k); the others get None."""
+    """It uses k, the number of groups (config group_k); the others are called without k."""
     needs_embeddings: bool = False
     """It reads batch.embeddings (computed lazily, so this is documentation)."""
     needs_reward_stats: bool = False
@@ -222,7 +224,8 @@ class Grouper:
         B = len(batch.prompts)
         if self.takes_k:
             k = check_k(k, B)                        # a clear error, never a silent clamp
-        ids = np.asarray(self.fn(batch, k if self.takes_k else None, seed, **options))
+        ids = np.asarray(self.fn(batch, k, seed, **options) if self.takes_k
+                         else self.fn(batch, seed=seed, **options))
         if ids.shape != (B,):
             raise ValueError(f"grouper {self.name!r} returned {ids.shape[0] if ids.ndim else 0} "
                              f"ids of shape {ids.shape} for {B} prompts: it must return one "

@@ -18,10 +18,20 @@ Deviations from using the model as it ships, on purpose:
   * A tokenizer without a pad token pads with <eos>: safe here, because every mask is built
     from lengths, never from ``ids != pad``. Without an eos token sampling could never stop:
     that is an error.
+  * ``sample_dtype`` (e.g. bfloat16): forwards in eval mode without gradients (sampling,
+    evaluation, a frozen reference) run a copy of the model in that dtype, refreshed from the
+    master weights whenever one of them changed (tensor version counters); the trainer's
+    forward keeps the master dtype (with ``autocast`` if set). The sampler's log-probs then
+    differ from the trainer's by the rounding of bf16 weights: bench/bench_hf_profile.py
+    measures it (BENCHMARKS.md section 14); the ratio of the first update is not exactly 1.
+  * ``lora_r`` > 0: the model is wrapped by ``peft`` (LoRA, Hu et al. 2021, on every linear
+    layer but the head, dropout 0); only the adapters train. The reference policy is the
+    same model with its adapters off (``AdaptersOff``), so beta > 0 keeps no second model.
 Imported lazily (``policy.load_for``): grpo_lab itself never needs transformers.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +60,9 @@ class HFPolicyConfig:
     trust_remote_code: bool = False
     gradient_checkpointing: int = 0  # k: checkpoint every k-th layer (True, from older runs, is 1)
     system_prompt: str = ""       # chat_template: a system turn before each prompt ("": none)
+    sample_dtype: str = ""        # dtype of the copy that eval-mode no-grad forwards run ("": none)
+    lora_r: int = 0               # LoRA rank (0: full fine-tuning)
+    lora_alpha: int = 0           # LoRA scale numerator (0: 2 * lora_r)
 
 
 def transformers_module():
@@ -100,8 +113,11 @@ class HFPolicy(nn.Module):
         super().__init__()
         self.model, self.tokenizer, self.cfg = model, tokenizer, cfg
         self.pad_id, self.eos_id = pad_and_eos(tokenizer, cfg.path)
-        params = inspect.signature(model.forward).parameters      # transformers 5: "cache"
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model   # peft
+        params = inspect.signature(base.forward).parameters       # transformers 5: "cache"
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        object.__setattr__(self, "_copy", None)     # the sample_dtype copy: not a submodule
+        object.__setattr__(self, "_copied", None)   # master weights' (data_ptr, version) then
 
     def encode(self, text: str) -> list[int]:
         if self.cfg.chat_template:
@@ -125,21 +141,62 @@ class HFPolicy(nn.Module):
         cache.batch_repeat_interleave(G)
         return cache
 
+    @staticmethod
+    def select_cache(cache, rows: torch.Tensor):
+        """Keep the Cache's rows ``rows`` (n,) long (in place): (N, ...) -> (n, ...)."""
+        cache.batch_select_indices(rows)
+        return cache
+
+    @property
+    def checkpointing(self) -> bool:
+        """The training forward recomputes activations (and keeps no KV cache)."""
+        return bool(self.cfg.gradient_checkpointing)
+
+    def sampling_copy(self) -> nn.Module:
+        """The model in ``cfg.sample_dtype``, its weights those of the master model now: a
+        weight is copied again only when its tensor changed (an optimizer step bumps the
+        version counter of every weight it updates; frozen LoRA base weights never do)."""
+        now = [(p.data_ptr(), p._version) for p in self.model.parameters()]
+        if self._copy is None:
+            object.__setattr__(self, "_copy", copy.deepcopy(self.model).to(
+                DTYPES[self.cfg.sample_dtype]).eval().requires_grad_(False))
+            object.__setattr__(self, "_copied", [None] * len(now))
+        with torch.no_grad():
+            for c, p, v, old in zip(self._copy.parameters(), self.model.parameters(), now,
+                                    self._copied):
+                if v != old:
+                    c.copy_(p)
+        object.__setattr__(self, "_copied", now)
+        return self._copy
+
     def forward(self, idx: torch.Tensor, pos: torch.Tensor | None = None,
-                key_mask: torch.Tensor | None = None, cache=None, return_hidden: bool = False):
+                key_mask: torch.Tensor | None = None, cache=None, return_hidden: bool = False,
+                logits_to_keep: int = 0, use_cache: bool | None = None):
         """Logits for ``idx`` (B, T) -> ((B, T, V), cache): the toy GPT's signature.
 
         pos: (B, T) position ids; key_mask: (B, Tk) bool over cached + new keys. A cache is
-        built only in eval mode (sampling); a training forward keeps no KV cache.
+        built in eval mode (sampling) or when ``use_cache``; a training forward keeps none.
+        ``logits_to_keep`` k > 0: the head on the last k positions only -> (B, k, V).
         ``return_hidden`` adds the last hidden states (B, T, C) (embeddings.policy_embed)."""
         mask = None if key_mask is None else key_mask.long()              # (B, Tk)
+        model = self.model
+        if self.cfg.sample_dtype and not self.training and not torch.is_grad_enabled():
+            model = self.sampling_copy()
         with torch.autocast(idx.device.type, torch.bfloat16, enabled=self.cfg.autocast):
-            out = self.model(input_ids=idx, attention_mask=mask, position_ids=pos,
-                             use_cache=not self.training, output_hidden_states=return_hidden,
-                             **{self._cache_arg: cache})
+            out = model(input_ids=idx, attention_mask=mask, position_ids=pos,
+                        use_cache=not self.training if use_cache is None else use_cache,
+                        output_hidden_states=return_hidden, logits_to_keep=logits_to_keep,
+                        **{self._cache_arg: cache})
         if return_hidden:
             return out.logits, getattr(out, self._cache_arg), out.hidden_states[-1]
-        return out.logits, getattr(out, self._cache_arg)                   # (B, T, V)
+        return out.logits, getattr(out, self._cache_arg)                   # (B, T|k, V)
+
+    def reference(self) -> "AdaptersOff":
+        """The reference policy of a LoRA run: this model with its adapters off."""
+        if not self.cfg.lora_r:
+            raise ValueError("reference() is the LoRA run's adapters-off model; without "
+                             "lora_r the reference is a frozen copy (policy.frozen)")
+        return AdaptersOff(self)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -148,6 +205,40 @@ class HFPolicy(nn.Module):
         """Write the model and its tokenizer as a transformers folder (reloadable here)."""
         self.model.save_pretrained(str(out_dir))
         self.tokenizer.save_pretrained(str(out_dir))
+
+
+class AdaptersOff(nn.Module):
+    """An HFPolicy with its LoRA adapters disabled for each forward: the base model, which is
+    the reference policy of a LoRA run, with no second copy of the weights. Call it without
+    gradients (its parameters are the trained policy's)."""
+
+    def __init__(self, policy: HFPolicy):
+        super().__init__()
+        self.policy = policy
+        self.pad_id, self.eos_id, self.cfg = policy.pad_id, policy.eos_id, policy.cfg
+        self.repeat_cache, self.select_cache = policy.repeat_cache, policy.select_cache
+
+    @property
+    def checkpointing(self) -> bool:
+        return self.policy.checkpointing
+
+    def forward(self, *args, **kw):
+        with self.policy.model.disable_adapter():
+            return self.policy(*args, **kw)
+
+
+def add_lora(model: nn.Module, r: int, alpha: int = 0) -> nn.Module:
+    """``model`` wrapped by peft with rank-``r`` LoRA adapters on every linear layer but the
+    output head, scale alpha / r (alpha 0: 2r), dropout 0; only the adapters train."""
+    if r < 1:
+        raise ValueError(f"lora_r must be >= 1 to add adapters, got {r}")
+    try:
+        import peft
+    except ImportError as e:
+        raise ImportError('lora_r > 0 needs peft: pip install -e ".[lora]"') from e
+    cfg = peft.LoraConfig(r=r, lora_alpha=alpha or 2 * r, lora_dropout=0.0,
+                          target_modules="all-linear", task_type="CAUSAL_LM")
+    return peft.get_peft_model(model, cfg)
 
 
 def no_dropout(model: nn.Module) -> None:
@@ -160,16 +251,19 @@ def no_dropout(model: nn.Module) -> None:
 
 def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = False,
                    chat_template: bool = False, trust_remote_code: bool = False,
-                   gradient_checkpointing: int = 0, system_prompt: str = "") -> HFPolicy:
+                   gradient_checkpointing: int = 0, system_prompt: str = "",
+                   sample_dtype: str = "", lora_r: int = 0, lora_alpha: int = 0) -> HFPolicy:
     """An HFPolicy from a local folder (or a hub id: transformers downloads it on your
     machine), in training mode on the CPU, dropout off. ``gradient_checkpointing`` k > 0:
     activation checkpointing of layers 0, k, 2k, ... (transformers' ``every_n_layers``; True
-    is 1, every layer), the toy GPT's ``checkpoint_every`` rule."""
+    is 1, every layer), the toy GPT's ``checkpoint_every`` rule. ``sample_dtype``: the dtype
+    of the copy eval-mode forwards run (module docstring); ``lora_r`` > 0: LoRA adapters."""
     tf = transformers_module()
     tf.utils.logging.disable_progress_bar()             # no "Loading weights" bar per load
     where = model_location(path)
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown hf_dtype {dtype!r}; known: {sorted(DTYPES)}")
+    for name, d in (("hf_dtype", dtype), ("hf_sample_dtype", sample_dtype or "float32")):
+        if d not in DTYPES:
+            raise ValueError(f"unknown {name} {d!r}; known: {sorted(DTYPES)}")
     try:
         tokenizer = tf.AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code)
         config = tf.AutoConfig.from_pretrained(where, trust_remote_code=trust_remote_code)
@@ -194,8 +288,11 @@ def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = Fa
                              f"every_n_layers (transformers >= 5.24); this one checkpoints "
                              f"every layer only: use checkpoint_every=1")
     block = getattr(model.config, "max_position_embeddings", None) or tokenizer.model_max_length
-    cfg = HFPolicyConfig(str(path), int(block), int(model.get_output_embeddings().weight.shape[0]),
-                         dtype, autocast, chat_template, trust_remote_code, k, system_prompt)
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    if lora_r:
+        model = add_lora(model, lora_r, lora_alpha)
+    cfg = HFPolicyConfig(str(path), int(block), vocab, dtype, autocast, chat_template,
+                         trust_remote_code, k, system_prompt, sample_dtype, lora_r, lora_alpha)
     return HFPolicy(model, tokenizer, cfg).train()
 
 

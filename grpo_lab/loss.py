@@ -49,7 +49,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     """-> (loss, stats). logp, old_logp, ref_logp, mask: (N, T); advantages: (N,) for
     outcome supervision (one per completion) or (N, T) for process supervision.
 
-    ``ref_logp`` may be None when beta == 0. ``max_len`` is the constant of the dr_grpo
+    ``ref_logp`` may be None when beta == 0; stats then has no "loss/kl" (nothing was
+    computed: absent, not 0). ``max_len`` is the constant of the dr_grpo
     aggregation (default: T).
     """
     advantages = _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high,
@@ -68,8 +69,6 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
         d = torch.where(real, ref_logp, 0.0) - logp                        # (N, T) log(pi_ref/pi)
         kl = torch.exp(d) - d - 1                                          # (N, T) eq. 4, k3
         per_tok = per_tok + beta * kl
-    else:
-        kl = torch.zeros_like(logp)
     loss = AGGREGATIONS[aggregation](per_tok, mask, max_len or logp.shape[1])
     with torch.no_grad():
         n_tok = mask.sum().clamp(min=1)
@@ -77,11 +76,12 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
         high = ((ratio > 1 + eps_high) & (A > 0)).to(mask.dtype)           # clipped above
         stats = {
             "loss/total": float(loss),
-            "loss/kl": float((kl * mask).sum() / n_tok),
             "clip/low_frac": float((low * mask).sum() / n_tok),
             "clip/high_frac": float((high * mask).sum() / n_tok),
             "clip/ratio_mean": float((ratio * mask).sum() / n_tok),
         }
+        if beta != 0:                      # beta = 0: no KL computed, so none reported (not 0)
+            stats["loss/kl"] = float((kl * mask).sum() / n_tok)
     return loss, stats
 
 

@@ -129,13 +129,27 @@ class GPT(nn.Module):
         """Each row's (k, v) repeated G times in place order: (B, ...) -> (B*G, ...)."""
         return [(k.repeat_interleave(G, 0), v.repeat_interleave(G, 0)) for k, v in cache]
 
+    @staticmethod
+    def select_cache(cache: KVCache, rows: torch.Tensor) -> KVCache:
+        """Keep the cache's rows ``rows`` (n,) long: (N, ...) -> (n, ...)."""
+        return [(k[rows], v[rows]) for k, v in cache]
+
+    @property
+    def checkpointing(self) -> bool:
+        """The training forward recomputes activations (and keeps no KV cache)."""
+        return bool(self.checkpoint_every)
+
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
     def forward(self, idx: torch.Tensor, pos: torch.Tensor | None = None,
                 key_mask: torch.Tensor | None = None, cache: KVCache | None = None,
-                return_hidden: bool = False):
+                return_hidden: bool = False, logits_to_keep: int = 0,
+                use_cache: bool | None = None):
         """Logits for ``idx`` (B, T) -> ((B, T, V), new cache).
+
+        logits_to_keep: k > 0 runs the head on the last k positions only -> (B, k, V).
+        use_cache: accepted for the policy interface; this model always returns its cache.
 
         pos:      (B, T) position ids; default 0..T-1 (after the cache's length).
         key_mask: (B, Tk) bool, True where a key is real (Tk = cached + T); default all True.
@@ -168,7 +182,7 @@ class GPT(nn.Module):
                     x, kv = block(x, mask, None if cache is None else cache[i])
                 new_cache.append(kv)
             h = self.ln_f(x)                                               # (B, T, C)
-            logits = self.lm_head(h)                                       # (B, T, V)
+            logits = self.lm_head(h[:, -logits_to_keep:] if logits_to_keep else h)  # (B, T|k, V)
         if return_hidden:
             return logits, new_cache, h
         return logits, new_cache
@@ -185,10 +199,30 @@ def save_policy(model: GPT, path: str | Path, extra: dict | None = None) -> None
 
 
 def load_policy(path: str | Path) -> GPT:
-    """Read a policy written by ``save_policy``; clear errors on foreign or broken files."""
-    from grpo_lab.checkpoint import read_tensors
+    """Read a policy written by ``save_policy``; clear errors on foreign or broken files.
+
+    A toy run's training checkpoint is accepted too, with a warning: its policy's weights
+    only (no optimizer state, no PPO critic), so ``--base_checkpoint runs/x/checkpoint.safetensors``
+    starts a new run from where that one stopped; ``--resume`` continues the run itself."""
+    import warnings
+
+    from grpo_lab.checkpoint import CKPT_TAG, load_state_strict, policy_tensors, read_tensors
 
     tensors, meta = read_tensors(path)
+    if meta.get("format") == CKPT_TAG:
+        if "path" in json.loads(meta.get("model_config", "{}")):
+            raise ValueError(f"{path} is the training checkpoint of a transformers run: a toy "
+                             f"policy cannot start from it; continue that run with "
+                             f"--out_dir <its folder> --resume")
+        warnings.warn(f"{path} is a training checkpoint (saved at step {meta.get('step')}): "
+                      f"starting a new run from its policy's weights (not its optimizer state); to "
+                      f"continue that run instead, use --out_dir <its folder> --resume",
+                      stacklevel=2)
+        weights = {k: v for k, v in policy_tensors(tensors).items()
+                   if not k.startswith("value_head.")}           # a PPO run's critic: left out
+        model = GPT(model_config(meta, path, "model_config"))
+        load_state_strict(model, weights, path)
+        return model
     return policy_from_tensors(tensors, meta, path)
 
 

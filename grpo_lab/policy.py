@@ -10,6 +10,11 @@ A policy is a ``torch.nn.Module`` with this small surface (``Policy`` below spel
                                                a key mask; a KV cache taken and returned
     repeat_cache(cache, G) -> cache            each prompt's cache repeated for its G
                                                completions (rows i*G..i*G+G-1 are prompt i)
+    select_cache(cache, rows) -> cache         the cache's rows (the sampler drops finished ones)
+    checkpointing                              the training forward keeps no KV cache
+    forward(..., logits_to_keep=k, use_cache=b)  the head on the last k positions; a cache
+                                               built in a training forward too (the update's
+                                               prompt_once forward)
 
 Two implementations: the toy char-level GPT (``model.GPT``, this file's ``load_toy``) and any
 ``transformers`` causal LM with its tokenizer (``hf.HFPolicy``, imported only when asked
@@ -59,7 +64,9 @@ def load_for(cfg, path: str | None = None) -> torch.nn.Module:
                           trust_remote_code=cfg.hf_trust_remote_code,
                           system_prompt=cfg.system_prompt,
                           gradient_checkpointing=cfg.checkpoint_every
-                          or int(cfg.hf_gradient_checkpointing))
+                          or int(cfg.hf_gradient_checkpointing),
+                          sample_dtype=cfg.hf_sample_dtype, lora_r=cfg.lora_r,
+                          lora_alpha=cfg.lora_alpha)
 
 
 def frozen(policy: torch.nn.Module) -> torch.nn.Module:

@@ -120,8 +120,8 @@ def logprobs_and_values(policy, r, temperature: float = 1.0):
     logits, _, h = policy(ids, pos, mask, return_hidden=True)              # (N, Tp+Tc, V|C)
     critic = policy.value_head
     v_all = critic(h.float()) if isinstance(critic, ValueHead) else critic(ids, pos, mask)
-    tok_logp, entropy = completion_token_stats(logits, r, temperature)     # (N, Tc) each
     Tp = r.prompt_ids.shape[1]
+    tok_logp, entropy = completion_token_stats(logits[:, Tp - 1:-1], r, temperature)  # (N, Tc) each
     c_mask = r.completion_mask.to(logits.device)
     values = v_all[:, Tp - 1:-1].masked_fill(~c_mask, 0.0)                 # (N, Tc)
     return tok_logp, entropy, values
@@ -185,7 +185,7 @@ def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
     """Clipped surrogate on the GAE advantages (loss.grpo_loss, (N, T) advantages, optional
     beta KL as GRPO) + vf_coef * the clipped value loss -> (loss, shares)."""
     from grpo_lab.loss import grpo_loss
-    from grpo_lab.step import max_new_tokens
+    from grpo_lab.step import logged_stats, max_new_tokens
 
     r = batch.scored.rollout
     logp, entropy, values = logprobs_and_values(policy, r, cfg.temperature)
@@ -202,4 +202,4 @@ def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
                   "policy/entropy": float(entropy.detach()[m].sum()) / max(n_tok, 1),
                   "ppo/value_loss": float(vf_loss.detach()),
                   "ppo/explained_variance": explained_variance(values.detach(), returns, m)})
-    return loss * world, {k: stats[k] for k in PPO_STATS}     # one process: shares = values
+    return loss * world, {k: stats[k] for k in logged_stats(PPO_STATS, cfg)}  # shares = values

@@ -37,7 +37,7 @@ def plot_history(history: list[dict], title: str = ""):
         for k in keys:
             rows = [h for h in history if k in h]
             x, y = [h["step"] for h in rows], [h[k] for h in rows]
-            if k == "loss/kl" and not any(y):     # beta = 0 logs 0: nothing was measured
+            if k == "loss/kl" and not any(y):     # beta = 0: not logged (older runs: 0s)
                 ax.text(0.5, 0.5, "beta = 0: no reference policy,\nKL not computed",
                         transform=ax.transAxes, ha="center", va="center", fontsize=8)
             elif k.startswith("eval/"):

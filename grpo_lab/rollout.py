@@ -13,6 +13,7 @@ what the loss computes too; top-k only truncates what is sampled. The full forwa
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -91,17 +92,25 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
            generator: torch.Generator | list[torch.Generator] | None = None,
-           use_cache: bool = True) -> Rollout:
+           use_cache: bool = True, draw: str = "race", drop_finished: bool = False,
+           clock: dict | None = None) -> Rollout:
     """Sample G completions for each of B prompts -> Rollout with N = B*G rows.
 
-    Sampling is the exponential race (equivalent to ``torch.multinomial``): token =
-    argmax_v log p_v - log E_v with E_v ~ Exp(1). ``generator`` is one torch.Generator for
-    the whole batch, or a list of B, one per prompt: then a prompt's G completions depend
+    ``draw`` names how a token is drawn from the temperature-scaled policy (``DRAWS``): the
+    exponential race (token = argmax_v log p_v - log E_v, E_v ~ Exp(1): N x V draws per
+    token) or the inverse CDF (one uniform per row: the first token whose cumulative
+    probability passes it). Both sample softmax exactly; they map the noise to tokens
+    differently, so the same seed gives other tokens. ``generator`` is one torch.Generator
+    for the whole batch, or a list of B, one per prompt: then a prompt's G completions depend
     only on its own generator, not on which other prompts share the batch, which is what
-    makes a data-parallel run sample the same tokens on 1 or N processes.
+    makes a data-parallel run sample the same tokens on 1 or N processes. Every step draws
+    noise for all G rows of a prompt, finished or not, so the streams do not depend on when
+    rows stop. ``drop_finished`` takes rows that emitted <eos> out of the decode batch (their
+    cache rows too: the policy's ``select_cache``); the tokens are the same.
     ``use_cache=False`` recomputes the whole sequence every step (for benchmarks and
     equivalence tests; the result is the same). ``model`` is any policy.Policy: its
     ``pad_id`` fills rows after their <eos> (``eos_id``), ``repeat_cache`` shares the cache.
+    ``clock``: a dict that gets the seconds spent per phase added (``CLOCK_KEYS``).
     """
     if G < 1:
         raise ValueError(f"group size G must be >= 1, got {G}")
@@ -111,6 +120,11 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
         raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
+    if draw not in DRAWS:
+        raise ValueError(f"unknown draw {draw!r}; known: {sorted(DRAWS)}")
+    drop_finished = drop_finished and use_cache and hasattr(model, "select_cache")
+    clock = {} if clock is None else clock
+    tick = Ticker(clock)
     dev = next(model.parameters()).device       # computed where the model is, returned on the CPU
     pad, eos = model.pad_id, model.eos_id                                  # the policy's
     p_ids, p_mask = (t.to(dev) for t in left_pad(prompts, pad))            # (B, Tp)
@@ -124,7 +138,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     was_training = model.training
     model.eval()
     p_pos = positions(p_mask)                                              # (B, Tp)
-    logits, cache = model(p_ids, p_pos, p_mask)                            # prompt once
+    logits, cache = model(p_ids, p_pos, p_mask, logits_to_keep=1)          # prompt once
     N = B * G
     ids = p_ids.repeat_interleave(G, 0)                                    # (N, Tp)
     key_mask = p_mask.repeat_interleave(G, 0)                              # (N, Tp)
@@ -132,41 +146,67 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     cache = model.repeat_cache(cache, G)                                   # (N, ...) per layer
     last = logits[:, -1].repeat_interleave(G, 0)                           # (N, V)
     done = torch.zeros(N, dtype=torch.bool, device=dev)
+    rows = torch.arange(N, device=dev)          # rows in the decode batch (n,): all, or the live
     toks, lps, masks = [], [], []
+    tick("time/prefill_s")
     for _ in range(max_new_tokens):
-        logp = F.log_softmax(last.float() / temperature, dim=-1)           # (N, V)
+        logp = F.log_softmax(last.float() / temperature, dim=-1)           # (n, V)
         if greedy:
-            tok = logp.argmax(-1)                                          # (N,)
+            tok_n = logp.argmax(-1)                                        # (n,)
         else:
-            filt = logp
-            if top_k is not None and top_k < logp.shape[-1]:
-                kth = logp.topk(top_k, dim=-1).values[:, -1:]              # (N, 1)
-                filt = logp.masked_fill(logp < kth, float("-inf"))
-            E = exponential_noise(filt.shape, G, generator).to(dev).clamp_min(1e-30)  # (N, V) > 0
-            tok = (filt - E.log()).argmax(-1)                              # (N,) ~ softmax(filt)
+            tok_n = DRAWS[draw](logp, top_k, G, generator, rows, N)        # (n,) ~ softmax
         live = ~done                                                       # (N,)
-        tok = torch.where(live, tok, torch.full_like(tok, pad))
+        tok = torch.full((N,), pad, dtype=torch.long, device=dev)
+        lp = torch.zeros(N, device=dev)
+        tok[rows] = tok_n
+        lp[rows] = logp.gather(1, tok_n[:, None]).squeeze(1)
+        tok = torch.where(live, tok, torch.full_like(tok, pad))            # (N,)
         toks.append(tok)
-        lps.append(torch.where(live, logp.gather(1, tok[:, None]).squeeze(1), 0.0))
+        lps.append(torch.where(live, lp, 0.0))
         masks.append(live)
         done = done | (tok == eos)
+        tick("time/decode_sample_s")
         if bool(done.all()):
             break
-        ids = torch.cat([ids, tok[:, None]], 1)                            # (N, T+1)
-        key_mask = torch.cat([key_mask, live[:, None]], 1)                 # (N, T+1)
+        if drop_finished and bool(done[rows].any()):
+            keep = (~done[rows]).nonzero().squeeze(1)                      # (n',) into rows
+            rows, ids, key_mask, next_pos = rows[keep], ids[keep], key_mask[keep], next_pos[keep]
+            cache = model.select_cache(cache, keep)
+        ids = torch.cat([ids, tok[rows][:, None]], 1)                      # (n, T+1)
+        key_mask = torch.cat([key_mask, live[rows][:, None]], 1)           # (n, T+1)
+        tick("time/decode_cache_s")
         if use_cache:
-            logits, cache = model(tok[:, None], next_pos[:, None], key_mask, cache)
+            logits, cache = model(tok[rows][:, None], next_pos[:, None], key_mask, cache)
         else:
-            logits, _ = model(ids, positions(key_mask), key_mask)
-        last = logits[:, -1]                                               # (N, V)
+            logits, _ = model(ids, positions(key_mask), key_mask, logits_to_keep=1)
+        last = logits[:, -1]                                               # (n, V)
         next_pos = next_pos + 1
+        tick("time/decode_forward_s")
     if was_training:
         model.train()
-    return Rollout(
+    out = Rollout(
         prompt_ids=p_ids.repeat_interleave(G, 0).cpu(), prompt_mask=p_mask.repeat_interleave(G, 0).cpu(),
         completion_ids=torch.stack(toks, 1).cpu(), completion_mask=torch.stack(masks, 1).cpu(),
         logprobs=torch.stack(lps, 1).cpu(),
         prompt_index=torch.arange(B).repeat_interleave(G), stopped=done.cpu())
+    tick("time/decode_cache_s")
+    return out
+
+
+class Ticker:
+    """``tick(key)`` adds the seconds since the previous tick to ``clock[key]``."""
+
+    def __init__(self, clock: dict):
+        self.clock, self.t = clock, time.perf_counter()
+
+    def __call__(self, key: str) -> None:
+        t = time.perf_counter()
+        self.clock[key] = self.clock.get(key, 0.0) + t - self.t
+        self.t = t
+
+
+CLOCK_KEYS = ("time/prefill_s", "time/decode_forward_s", "time/decode_sample_s",
+              "time/decode_cache_s")
 
 
 def exponential_noise(shape, G: int, generator) -> torch.Tensor:
@@ -177,6 +217,48 @@ def exponential_noise(shape, G: int, generator) -> torch.Tensor:
     return torch.cat([torch.empty(G, shape[1]).exponential_(generator=g) for g in generator])
 
 
+def uniform_noise(N: int, G: int, generator) -> torch.Tensor:
+    """U[0, 1) noise (N,) float64, one per row: from one generator, or rows [i*G, (i+1)*G)
+    from the i-th generator of a list."""
+    if not isinstance(generator, (list, tuple)):
+        return torch.rand(N, dtype=torch.float64, generator=generator)    # (N,)
+    return torch.cat([torch.rand(G, dtype=torch.float64, generator=g) for g in generator])
+
+
+def top_k_filter(logp: torch.Tensor, top_k: int | None) -> torch.Tensor:
+    """-inf outside the top_k largest of each row (ties at the k-th kept)."""
+    if top_k is None or top_k >= logp.shape[-1]:
+        return logp
+    kth = logp.topk(top_k, dim=-1).values[:, -1:]                          # (n, 1)
+    return logp.masked_fill(logp < kth, float("-inf"))
+
+
+def race_draw(logp, top_k, G, generator, rows, N) -> torch.Tensor:
+    """The exponential race over the (top-k filtered) log-probs (n, V) -> tokens (n,)."""
+    filt = top_k_filter(logp, top_k)
+    E = exponential_noise((N, logp.shape[1]), G, generator).to(logp.device)  # (N, V)
+    E = E[rows].clamp_min(1e-30)                                           # (n, V) > 0
+    return (filt - E.log()).argmax(-1)                                     # (n,)
+
+
+def inverse_cdf_draw(logp, top_k, G, generator, rows, N) -> torch.Tensor:
+    """One uniform per row against the cumulative probabilities (n, V) -> tokens (n,).
+
+    The first v with cdf_v > u * cdf_V: a token of probability 0 is never picked (its cdf
+    equals the one before). With top_k only the k largest are sorted and summed."""
+    u = uniform_noise(N, G, generator).to(logp.device)[rows]              # (n,) float64
+    idx = None
+    if top_k is not None and top_k < logp.shape[-1]:
+        logp, idx = logp.topk(top_k, dim=-1)                               # (n, k) each
+    cdf = logp.exp().cumsum(-1, dtype=torch.float64)                       # (n, V|k)
+    pick = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)  # (n, 1)
+    pick = pick.clamp_max(cdf.shape[1] - 1)
+    return (pick if idx is None else idx.gather(1, pick)).squeeze(1)       # (n,)
+
+
+DRAWS = {"race": race_draw, "inverse_cdf": inverse_cdf_draw}
+
+
 def full_sequence(r: Rollout, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """prompt + completion on ``dev`` -> ids, positions, key mask, each (N, Tp+Tc)."""
     ids = torch.cat([r.prompt_ids, r.completion_ids], 1).to(dev)           # (N, Tp+Tc)
@@ -185,11 +267,10 @@ def full_sequence(r: Rollout, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 
 def completion_token_stats(logits: torch.Tensor, r: Rollout, temperature: float = 1.0):
-    """Logits of the full sequence (N, Tp+Tc, V) -> (log-prob of each completion token (N, Tc),
-    the policy's entropy at each (N, Tc)), 0 on padding. The entropy is computed outside the
-    autograd graph: it is logged, never differentiated."""
-    Tp = r.prompt_ids.shape[1]
-    logp = F.log_softmax(logits[:, Tp - 1:-1].float() / temperature, -1)   # (N, Tc, V)
+    """Logits predicting each completion token (N, Tc, V) -> (log-prob of each completion
+    token (N, Tc), the policy's entropy at each (N, Tc)), 0 on padding. The entropy is
+    computed outside the autograd graph: it is logged, never differentiated."""
+    logp = F.log_softmax(logits.float() / temperature, -1)                 # (N, Tc, V)
     c_ids = r.completion_ids.to(logits.device)
     c_mask = r.completion_mask.to(logits.device)
     tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2)                 # (N, Tc)
@@ -199,13 +280,75 @@ def completion_token_stats(logits: torch.Tensor, r: Rollout, temperature: float 
     return tok_logp.masked_fill(~c_mask, 0.0), entropy
 
 
+# ---- the update's forward: logits that predict the completion tokens, (N, Tc, V), three ways
+
+def all_positions_logits(model, r: Rollout) -> torch.Tensor:
+    """One forward over prompt + completion, logits at every position, the completion's kept."""
+    Tp = r.prompt_ids.shape[1]
+    logits, _ = model(*full_sequence(r, next(model.parameters()).device))  # (N, Tp+Tc, V)
+    return logits[:, Tp - 1:-1]                                            # (N, Tc, V)
+
+
+def completion_logits(model, r: Rollout) -> torch.Tensor:
+    """One forward over prompt + completion, the head run on the Tc positions that predict
+    a completion token only (TRL's ``logits_to_keep``): the same numbers, less head work."""
+    Tc = r.completion_ids.shape[1]
+    logits, _ = model(*full_sequence(r, next(model.parameters()).device),
+                      logits_to_keep=Tc + 1)                               # (N, Tc+1, V)
+    return logits[:, :-1]                                                  # (N, Tc, V)
+
+
+def shared_prompt_rows(r: Rollout) -> int:
+    """G if the rows are B blocks of G completions of one prompt each (rows i*G..i*G+G-1 of
+    prompt i, the sampler's layout), else 0."""
+    N = len(r.prompt_index)
+    G = r.group_size if N else 0
+    ok = G > 0 and N % G == 0 and torch.equal(r.prompt_index,
+                                              torch.arange(N // G).repeat_interleave(G))
+    return G if ok else 0
+
+
+def prompt_once_logits(model, r: Rollout) -> torch.Tensor:
+    """The prompt run once per group (B rows), its KV cache repeated G times, then the
+    completions against it (N rows): the sampler's sharing, in the differentiable forward.
+    The gradient through the prompt's keys and values is the sum over its G completions
+    (``repeat_interleave``'s backward), as in the full forward. Logits at the prompt's last
+    position and the completion's positions only. Falls back to ``completion_logits`` when
+    the rows are not G-blocks or the policy checkpoints activations (no cache in a
+    checkpointed forward)."""
+    G = shared_prompt_rows(r)
+    if not G or getattr(model, "checkpointing", False):
+        return completion_logits(model, r)
+    dev = next(model.parameters()).device
+    p_ids, p_mask = r.prompt_ids[::G].to(dev), r.prompt_mask[::G].to(dev)  # (B, Tp)
+    p_pos = positions(p_mask)                                              # (B, Tp)
+    first, cache = model(p_ids, p_pos, p_mask, logits_to_keep=1, use_cache=True)  # (B, 1, V)
+    first = first.repeat_interleave(G, 0)                                  # (N, 1, V)
+    Tc = r.completion_ids.shape[1]
+    if Tc == 1:
+        return first
+    cache = model.repeat_cache(cache, G)                                   # (N, ...) per layer
+    c_ids = r.completion_ids[:, :-1].to(dev)                               # (N, Tc-1)
+    c_pos = p_pos[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(Tc - 1, device=dev)  # (N, Tc-1)
+    key_mask = torch.cat([r.prompt_mask, r.completion_mask[:, :-1]], 1).to(dev)  # (N, Tp+Tc-1)
+    rest, _ = model(c_ids, c_pos, key_mask, cache)                         # (N, Tc-1, V)
+    return torch.cat([first, rest], 1)                                     # (N, Tc, V)
+
+
+UPDATE_FORWARDS = {"all_positions": all_positions_logits, "completion": completion_logits,
+                   "prompt_once": prompt_once_logits}
+
+
 def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
-                        return_entropy: bool = False):
-    """Full forward over prompt+completion -> per-token log-probs (N, Tc) of the completion.
+                        return_entropy: bool = False, forward: str = "prompt_once"):
+    """Per-token log-probs (N, Tc) of the completion under ``model``, by the update forward
+    ``forward`` (``UPDATE_FORWARDS``: equal up to float rounding).
 
     With ``return_entropy`` also returns the per-token entropy (N, Tc) of the policy
     (``completion_token_stats``).
     """
-    logits, _ = model(*full_sequence(r, next(model.parameters()).device))  # (N, Tp+Tc, V)
+    if forward not in UPDATE_FORWARDS:
+        raise ValueError(f"unknown update forward {forward!r}; known: {sorted(UPDATE_FORWARDS)}")
+    logits = UPDATE_FORWARDS[forward](model, r)                            # (N, Tc, V)
     tok_logp, entropy = completion_token_stats(logits, r, temperature)
     return (tok_logp, entropy) if return_entropy else tok_logp

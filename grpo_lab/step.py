@@ -32,7 +32,8 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import torch
@@ -65,11 +66,12 @@ class Scored(NamedTuple):
 @torch.no_grad()
 def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
                      temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
-                     generator=None) -> Scored:
+                     generator=None, **sampler) -> Scored:
     """sample -> decode -> score: the one path from prompts to rewards (training, evaluation,
-    widgets, benches)."""
+    widgets, benches). ``sampler``: more ``rollout.sample`` options (draw, drop_finished,
+    clock)."""
     r = sample(policy, [policy.encode(e.prompt) for e in examples], G, max_new, temperature,
-               top_k, greedy=greedy, generator=generator)
+               top_k, greedy=greedy, generator=generator, **sampler)
     texts = [policy.decode(c) for c in r.completion_ids.tolist()]
     rows = [examples[i] for i in r.prompt_index.tolist()]                  # (N,)
     rewards, parts = weighted_reward(texts, rows, weights, r.stopped.tolist())
@@ -109,6 +111,7 @@ class StepContext:
     grouper: Callable             # reclustering.StepGrouper
     ref: torch.nn.Module | None = None   # frozen reference policy (beta > 0)
     group: Group = Group()
+    clock: dict = field(default_factory=dict)  # seconds per phase of this step (time/*_s)
 
 
 class Batch(NamedTuple):
@@ -138,7 +141,9 @@ def _draw_prompts(cfg, ctx: StepContext, step: int, policy):
         examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
         s = sample_and_score(policy, [examples[i] for i in mine], G, max_new_tokens(cfg),
                              cfg.reward_weights, cfg.temperature, cfg.top_k or None,
-                             generator=prompt_generators(cfg.seed, step, d, mine))
+                             generator=prompt_generators(cfg.seed, step, d, mine),
+                             draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
+                             clock=ctx.clock)
         draws.append((examples, s))
         if not cfg.dynamic_sampling:
             return [(0, i) for i in range(B)], draws, None
@@ -241,7 +246,10 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
         adv = adv[:, :r.completion_ids.shape[1]]                           # (N_r, Tc)
     ref_logp = None
     if cfg.beta and len(my_rows):
-        ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature)        # (N_r, Tc)
+        t = time.perf_counter()
+        ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature,
+                                       forward=cfg.update_forward)         # (N_r, Tc)
+        ctx.clock["time/ref_s"] = ctx.clock.get("time/ref_s", 0.0) + time.perf_counter() - t
     quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == B
                else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks, tfidf=_vectors(ctx)))
     metrics = {
@@ -269,6 +277,12 @@ GRPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/
 ROW_NORMALISED = ("seq_mean_token_mean", "dr_grpo")  # the others divide by tokens (token_mean)
 
 
+def logged_stats(names: tuple, cfg) -> tuple:
+    """The statistics an objective logs: ``names`` without loss/kl when beta = 0 (no KL is
+    computed then; a metric that was not computed is absent, not 0). The same on every rank."""
+    return tuple(k for k in names if cfg.beta != 0 or k != "loss/kl")
+
+
 def _zero_loss(policy) -> torch.Tensor:
     """A loss of 0 that still reaches every parameter, so backward gives zero gradients (a
     rank that holds no prompt this step still takes part in the exchange)."""
@@ -279,8 +293,9 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     r = batch.scored.rollout
     n = r.completion_ids.shape[0]
     if n == 0:
-        return _zero_loss(policy), dict.fromkeys(GRPO_STATS, 0.0)
-    logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True)
+        return _zero_loss(policy), dict.fromkeys(logged_stats(GRPO_STATS, cfg), 0.0)
+    logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
+                                        forward=cfg.update_forward)
     dev = logp.device                                    # the batch is kept on the CPU
     m = r.completion_mask.to(dev)
     loss, stats = grpo_loss(logp, r.logprobs.to(dev), batch.ref_logprobs,
@@ -291,7 +306,8 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     share = local / glob                                                   # 1.0 on one process
     tok_share = n_tok / batch.n_tokens
     stats["policy/entropy"] = float(entropy.detach()[m].sum()) / max(n_tok, 1)
-    shares = {k: stats[k] * (share if k == "loss/total" else tok_share) for k in GRPO_STATS}
+    shares = {k: stats[k] * (share if k == "loss/total" else tok_share)
+              for k in logged_stats(GRPO_STATS, cfg)}
     return loss * (world * share), shares
 
 
@@ -362,13 +378,21 @@ def split_batch(batch, m: int) -> list:
     return parts or [batch]
 
 
-def backward(objective, policy, parts: list, cfg, world: int = 1) -> dict:
+def backward(objective, policy, parts: list, cfg, world: int = 1,
+             clock: dict | None = None) -> dict:
     """objective -> backward on each micro-batch (``split_batch``): the gradients accumulate
-    in ``.grad`` to the whole batch's -> the shares, summed over the micro-batches."""
-    shares = {}
+    in ``.grad`` to the whole batch's -> the shares, summed over the micro-batches.
+    ``clock`` gets the seconds of the loss forwards and the backwards added
+    (time/loss_forward_s, time/backward_s)."""
+    shares, clock = {}, {} if clock is None else clock
     for part in parts:
+        t0 = time.perf_counter()
         loss, s = objective(policy, part, cfg, world)
+        t1 = time.perf_counter()
         loss.backward()
+        t2 = time.perf_counter()
+        clock["time/loss_forward_s"] = clock.get("time/loss_forward_s", 0.0) + t1 - t0
+        clock["time/backward_s"] = clock.get("time/backward_s", 0.0) + t2 - t1
         shares = {k: shares.get(k, 0.0) + v for k, v in s.items()}
     return shares
 

@@ -170,7 +170,16 @@ def register_task(name: str, make: Callable[[random.Random], Example], answer_ch
     ``answer_chars`` and fit ``max_answer_len``, each example names this task. The held-out
     set is ``eval_file`` (JSONL, checked now and at every load by ``check_held_out``) or
     ``eval_fn()`` (checked at every load); without either, training needs ``eval_size=0``
-    (no evaluation)."""
+    (no evaluation).
+
+    The held-out file is JSONL, one object per line with three strings, ``task`` being this
+    task's ``name`` (not a field called "name")::
+
+        {"prompt": "dbl:21=", "answer": "42", "task": "double"}
+
+    Held out means held out: the trainer removes every prompt of the whole file (not only the
+    ``eval_size`` it scores) from the training draws of ``make``, so make may produce them and
+    training still never sees one. ``tasks.eval_path(name)`` gives the file."""
     from grpo_lab.registry import check_new
     check_new(TASKS, "task", name, make, lambda t: t.make)
     if max_answer_len < 1:
@@ -240,6 +249,13 @@ def sample_examples(task_names: Sequence[str], n: int, rng: random.Random,
 
 # ---------------------------------------------------------------- held-out data
 def eval_path(task: str) -> Path:
+    """The held-out file of ``task``: its ``eval_file`` when registered with one (a plugin
+    task's own file, resolved from the repository like every config path), else the shipped
+    data/eval_<task>.jsonl (which exists for the built-in tasks only)."""
+    t = TASKS.get(task)
+    if t is not None and t.eval_file:
+        from grpo_lab.checkpoint import resolve_path
+        return resolve_path(t.eval_file)
     return DATA_DIR / f"eval_{task}.jsonl"
 
 

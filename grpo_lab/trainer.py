@@ -269,8 +269,9 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
     if cfg.objective == "ppo":       # the critic (ppo.py), trained by the one optimizer
         policy.value_head = (ValueHead(policy.cfg.n_embd) if cfg.ppo_critic == "head"
                              else ValueNetwork(load_for(cfg))).to(device)
-    ref = (frozen(load_for(cfg).to(device))                  # a second, frozen copy
-           if cfg.beta and cfg.objective in ("grpo", "ppo") else None)
+    ref = None
+    if cfg.beta and cfg.objective in ("grpo", "ppo"):       # LoRA: adapters off, no copy
+        ref = policy.reference() if cfg.lora_r else frozen(load_for(cfg).to(device))
     scales = {"value_head.": cfg.vf_lr / cfg.lr} if cfg.vf_lr else {}   # the critic's own lr
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
                                                    cfg.grad_clip, cfg.seed, scales),
@@ -319,6 +320,7 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
     for step in bar:
         stop.step, t_step = step, time.perf_counter()
         ex.set_lr(learning_rate(cfg, step))
+        ctx.clock.clear()                                   # time/*_s of this step's phases
         batch = collect(policy, cfg, step, ctx)
         t_collect = time.perf_counter() - t_step
         policy.train()
@@ -326,17 +328,22 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
         parts = split_batch(batch, cfg.micro_batches) if cfg.micro_batches > 1 else [batch]
         for _ in range(cfg.mu):
             ex.zero_grad()
-            shares = backward(objective, ex.module, parts, cfg, group.world)  # accumulates
+            shares = backward(objective, ex.module, parts, cfg, group.world,
+                              ctx.clock)                          # accumulates
+            t_opt = time.perf_counter()
             b = ex.reduce()
             try:
                 ex_metrics = ex.step()
             except FloatingPointError as e:
                 raise FloatingPointError(f"step {step}: {e}; lower lr={cfg.lr} or check the "
                                          f"rewards") from None
+            ctx.clock["time/optimizer_s"] = (ctx.clock.get("time/optimizer_s", 0.0)
+                                             + time.perf_counter() - t_opt)
             payload, sent = payload + b, sent + ex.wire(b)
         _check_finite(ex, step, ckpt, group)
         metrics = {"step": step, **batch.metrics, **_reduce_shares(shares, group), **ex_metrics,
-                   "time/rollout_s": t_collect, "time/step_s": time.perf_counter() - t_step}
+                   "time/rollout_s": t_collect, **ctx.clock,
+                   "time/step_s": time.perf_counter() - t_step}
         if changes and step == start:
             metrics["resume/overrides"] = changes                # recorded once, where it began
         if group.world > 1:

@@ -69,7 +69,7 @@ def test_rows_compare_and_tables_by_hand():
     html, md = res._repr_html_(), res.to_markdown()
     assert "<table>" in html and "0.700 ± 0.248" in html
     assert md.splitlines()[0].startswith("| strategy | eval/accuracy | eval/gain")
-    assert "1 ± 0 (2/3)" in md                                # b: 2 of 3 seeds reached it
+    assert "| 1 (2/3) |" in md              # b: 2 of 3 seeds reached it; 2 values: no interval
     with pytest.raises(ValueError, match="'c'"):
         res.compare("c", "a")
     with pytest.raises(ValueError, match="'accuracy'"):
@@ -103,6 +103,56 @@ def test_bad_strategy_names_itself():
         run_experiment({"typo": {"groupin": "random"}}, base=TINY, progress=False)
     with pytest.raises(ValueError, match="seed"):
         run_experiment({"s": {"seed": 3}}, base=TINY, progress=False)
+
+
+def two_seed_results(a_accs, b_accs):
+    return Results([{"strategy": s, "seed": seed, "history": history([0.5, acc], [0, 2.0])}
+                    for s, accs in {"a": a_accs, "b": b_accs}.items()
+                    for seed, acc in enumerate(accs)])
+
+
+def test_no_verdict_from_two_seeds_or_a_zero_width_interval():
+    # two seeds whose differences are identical (+0.1, +0.1): mean_ci gives [0.1, 0.1], which
+    # "excludes 0" on paper; notebook 06's quick mode (seeds (0, 1)) met exactly this
+    d = two_seed_results([0.6, 0.7], [0.5, 0.6]).compare("a", "b")
+    assert d["n"] == 2 and d["ci_low"] == pytest.approx(0.1) == d["ci_high"]
+    text = difference_sentence(d)
+    assert "too few seeds to tell" in text and "real difference" not in text
+    assert not d["excludes_zero"]
+    # two seeds with a spread: t(0.975, 1) = 12.706, still no verdict
+    d = two_seed_results([0.6, 0.9], [0.5, 0.6]).compare("a", "b")
+    assert "too few seeds to tell" in difference_sentence(d) and not d["excludes_zero"]
+    # three seeds, identical differences: a zero-width interval is no verdict either
+    d = Results([{"strategy": s, "seed": seed, "history": history([0.5, acc], [0, 2.0])}
+                 for s, accs in {"a": [0.6, 0.7, 0.8], "b": [0.5, 0.6, 0.7]}.items()
+                 for seed, acc in enumerate(accs)]).compare("a", "b")
+    assert d["n"] == 3 and d["ci_high"] - d["ci_low"] == pytest.approx(0, abs=1e-12)
+    assert "zero-width" in difference_sentence(d) and not d["excludes_zero"]
+    # three seeds that differ (+0.1, +0.2, +0.15 -> mean 0.15, sd 0.05, half-width
+    # 4.302653 * 0.05 / sqrt(3) = 0.1242 -> [0.026, 0.274]): a verdict
+    d = Results([{"strategy": s, "seed": seed, "history": history([0.5, acc], [0, 2.0])}
+                 for s, accs in {"a": [0.6, 0.8, 0.8], "b": [0.5, 0.6, 0.65]}.items()
+                 for seed, acc in enumerate(accs)]).compare("a", "b")
+    assert d["ci_low"] == pytest.approx(0.15 - 0.12421, abs=1e-4)
+    assert "a real difference" in difference_sentence(d) and d["excludes_zero"]
+    assert "too few seeds to tell" in difference_sentence({**d, "n": 1})
+
+
+def test_two_seed_table_shows_no_interval_and_repr_is_short():
+    res = two_seed_results([0.6, 0.7], [0.5, 0.6])
+    md, html = res.to_markdown(), res._repr_html_()
+    assert "±" not in md and "0.650" in md                  # the mean, no "± 0.000"
+    assert "too few seeds to tell" in html
+    text = repr(res)
+    assert text.startswith("Results(2 strategies x 2 seeds [0, 1], 4 runs")
+    assert "time/elapsed_s" not in text and len(text.splitlines()) < 10
+
+
+def test_time_budget_is_refused_not_ignored():
+    with pytest.raises(ValueError, match="time_budget_s=30.*steps"):
+        run_experiment({"a": {}}, base={**TINY, "time_budget_s": 30}, progress=False)
+    with pytest.raises(ValueError, match="strategy 'b' sets time_budget_s"):
+        run_experiment({"b": {"time_budget_s": 5.0}}, base=TINY, progress=False)
 
 
 def test_failing_run_names_strategy_and_seed():

@@ -39,6 +39,7 @@ def test_gpu_branches_run_on_cpu_give_the_same_bytes(monkeypatch, preset):
     """NUMPY_ON_CPU off: every primitive takes its torch (GPU) branch; bytes and residuals as
     the readable path's, Rice round trips included."""
     monkeypatch.setattr(F, "NUMPY_ON_CPU", False)
+    monkeypatch.setattr(F, "FAST_MIN_K", 0)                               # the torch codec always
     for n, k in [(100_000, 5000), (1000, 13), (64, 64)]:
         idx = random_indices(n, k, seed=n)
         payload = F.rice_encode(torch.from_numpy(idx), n)
@@ -91,11 +92,13 @@ def _random_gradients(steps=3):
              "e": torch.zeros(0)} for _ in range(steps)]
 
 
+@pytest.mark.parametrize("min_k", [0, F.FAST_MIN_K], ids=["torch codec", "size-picked codec"])
 @pytest.mark.parametrize("make", [_random_gradients, _toy_gradients])
 @pytest.mark.parametrize("preset", ["fp8_topk5", "fast_topk5", "aggressive"])
-def test_fast_compressor_sends_the_reference_bytes(make, preset):
+def test_fast_compressor_sends_the_reference_bytes(make, preset, min_k, monkeypatch):
     """Over three steps of error feedback: every message byte-identical to the readable path's
     (so the same indices, the same values after fp8), the same residuals, decoded alike."""
+    monkeypatch.setattr(F, "FAST_MIN_K", min_k)
     cfg = dataclasses.replace(C.get_config(preset), index_codec="rice")
     slow, fast = C.Compressor(dataclasses.replace(cfg, fast=False), seed=1), \
         C.Compressor(dataclasses.replace(cfg, fast=True), seed=1)
@@ -143,6 +146,19 @@ def test_fp32_messages_keep_wire_version_1_bytes():
     body[-4:] = struct.pack("<I", zlib.crc32(bytes(body[:-4])))
     with pytest.raises(wire.WireError, match="version 1 allows"):
         wire.unpack(bytes(body))
+
+
+def test_indices_go_to_the_faster_writer_of_the_same_bytes(monkeypatch):
+    calls = []
+    monkeypatch.setattr(F, "FAST_CODECS", {"rice": F.FastCodec(
+        lambda idx, n: calls.append("fast") or F.rice_encode(idx, n),
+        lambda p, n: calls.append("fast") or F.rice_decode(p, n))})
+    for k in (F.FAST_MIN_K - 1, F.FAST_MIN_K):
+        idx = random_indices(20 * k, k, seed=k)
+        payload = F.encode_indices("rice", torch.from_numpy(idx), 20 * k)
+        assert payload == codecs.rice_encode(idx, 20 * k)
+        assert np.array_equal(F.decode_indices("rice", payload, 20 * k, k).numpy(), idx)
+    assert calls == ["fast", "fast"]                                       # only at FAST_MIN_K
 
 
 def test_density_one_round_trips_exactly_and_density_zero_is_refused():

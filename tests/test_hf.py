@@ -137,8 +137,8 @@ def test_chat_template_dtype_autocast_and_gradient_checkpointing():
     assert next(q.parameters()).dtype == torch.bfloat16
     grads = []
     for gc in (False, True):
-        q = load_hf_policy(TINY, gradient_checkpointing=gc)
-        completion_logprobs(q, want).sum().backward()
+        q = load_hf_policy(TINY, gradient_checkpointing=gc)      # one forward path for both
+        completion_logprobs(q, want, forward="completion").sum().backward()
         grads.append(torch.cat([x.grad.flatten() for x in q.parameters()]))
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)
 

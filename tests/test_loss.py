@@ -50,6 +50,10 @@ def test_k3_kl_by_hand():
                             aggregation="token_mean")
     assert stats["loss/kl"] == pytest.approx(0.5 / 3, abs=1e-6)
     assert loss.item() == pytest.approx(0.1 * 0.5 / 3, abs=1e-7)
+    # beta = 0: no reference, no KL computed, so none reported (absent, not a 0 that reads as
+    # "the policy has not moved")
+    _, stats = grpo_loss(logp, logp, None, torch.zeros(2), MASK, beta=0.0)
+    assert "loss/kl" not in stats and "clip/ratio_mean" in stats
 
 
 def test_bad_input():

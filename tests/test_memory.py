@@ -245,8 +245,9 @@ def test_hf_checkpoint_every_k_layers_same_gradients_less_memory():
         layers = [m for m in p.modules() if type(m).__name__ == "LlamaDecoderLayer"]
         assert [bool(getattr(m, "gradient_checkpointing", False)) for m in layers] == \
             [k > 0 and i % k == 0 for i in range(3)]
-        saved = saved_bytes(lambda: completion_logprobs(p, r), list(p.parameters()))
-        peak, _ = peak_bytes(lambda: completion_logprobs(p, r).sum().backward())
+        fwd = lambda: completion_logprobs(p, r, forward="completion")     # noqa: E731 one path
+        saved = saved_bytes(fwd, list(p.parameters()))
+        peak, _ = peak_bytes(lambda: fwd().sum().backward())
         out[k] = (grads(p), saved, peak)
     for k in (1, 2):
         torch.testing.assert_close(out[k][0], out[0][0], rtol=1e-5, atol=1e-7)

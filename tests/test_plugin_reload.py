@@ -21,7 +21,7 @@ from grpo_lab.grouping import register_grouper
 from grpo_lab.tasks import register_reward
 
 @register_grouper("{name}", takes_k=False)
-def chunks(batch, k, seed=0):
+def chunks(batch, seed=0):
     return np.arange(len(batch.prompts)) // {size}
 
 @register_reward("{reward}")

@@ -75,13 +75,13 @@ def test_bad_groupers_tasks_and_plugins_are_named():
         get_grouper("kmeans_semantic")(b, 0)
 
     @register_grouper("two_ids")
-    def two_ids(batch, k, seed=0):
+    def two_ids(batch, seed=0):
         return np.zeros(2, dtype=np.int64)
     with pytest.raises(ValueError, match="grouper 'two_ids' returned 2 ids .* for 3 prompts"):
         get_grouper("two_ids")(b)
 
     @register_grouper("float_ids")
-    def float_ids(batch, k, seed=0):
+    def float_ids(batch, seed=0):
         return np.zeros(3)
     with pytest.raises(ValueError, match="grouper 'float_ids' returned ids of dtype float64"):
         get_grouper("float_ids")(b)
@@ -108,3 +108,101 @@ def test_bad_groupers_tasks_and_plugins_are_named():
         load_eval("no_eval")
     with pytest.raises(ValueError, match="plugin 'tests/nope.py' could not be imported"):
         load_plugins("tests/nope.py")
+
+
+def test_k_is_passed_only_to_a_grouper_that_takes_it(tmp_path):
+    seen = []
+
+    @register_grouper("pairs_no_k")                        # takes_k=False: called (batch, seed)
+    def pairs_no_k(batch, seed=0):
+        seen.append(seed)
+        return np.arange(len(batch.prompts)) // 2
+
+    b = PromptBatch(["1+1=", "2+2=", "3+3=", "4+4="])
+    assert get_grouper("pairs_no_k")(b, 3, seed=5).tolist() == [0, 0, 1, 1] and seen == [5]
+    c = preset("quick", grouping="pairs_no_k", out_dir=str(tmp_path), **RUN)
+    assert [h["group/size_mean"] for h in train(c, progress=False)[1:]] == [2 * c.group_size] * 3
+
+
+def test_group_k_for_a_k_less_grouper_is_an_error_and_a_missing_k_a_warned_default(tmp_path,
+                                                                                    capsys):
+    code = main(["train", "--preset", "quick", "--grouping", "by_prompt", "--group_k", "4",
+                 "--out_dir", str(tmp_path / "a")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--group_k 4 but grouping 'by_prompt' takes no k" in err
+    assert "'kmeans_semantic'" in err and not (tmp_path / "a").exists()
+    # one task, no group_k: not k = 1 (one group of the whole batch) but prompts_per_step // 4
+    with pytest.warns(UserWarning, match=r"group_k is not set: using k = 4 \(max\(2, "):
+        c = preset("quick", plugins=PLUGIN, task="double", grouping="by_difficulty",
+                   prompts_per_step=16)
+    assert c.n_groups == 4
+    with pytest.warns(UserWarning, match=r"k = 7 \(one per task\)"):
+        assert preset("quick", task="mixture", grouping="random").n_groups == 7
+    with pytest.warns(UserWarning, match="k = 2"):                    # never more than 2 of 2
+        assert preset("quick", grouping="random", prompts_per_step=2).n_groups == 2
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                      # an explicit k, or no k: silent
+        assert preset("quick", grouping="random", group_k=3).n_groups == 3
+        preset("quick", grouping="by_prompt")
+
+
+def test_plugin_flag_on_every_subcommand_and_one_in_help(tmp_path, capsys):
+    from grpo_lab.cli import build_parser
+    parser = build_parser()
+    sub = parser._subparsers._group_actions[0].choices
+    help_text = sub["train"].format_help()
+    assert "--plugin MODULE" in help_text and "--plugins PLUGINS" not in help_text
+    for cmd in ("eval", "pretrain"):
+        assert "--plugin" in sub[cmd].format_help(), cmd
+    args = parser.parse_args(["train", "--plugins", "a.py,b.py", "--plugin", "c"])
+    assert args.plugin == ["a.py,b.py", "c"]                 # the old spelling is an alias
+    # eval a plugin task's held-out set, the plugin given by path
+    code = main(["eval", "--plugin", PLUGIN, "--task", "double", "--eval_size", "5"])
+    out = capsys.readouterr().out
+    assert code == 0 and json.loads(out)["task"] == "double"
+    # pretrain a plugin task's demonstrations: the plugin is loaded before the config is read
+    code = main(["pretrain", "--plugin", PLUGIN, "--tasks", "double", "--steps", "2",
+                 "--stop_after", "2", "--batch_size", "4", "--out", str(tmp_path / "p.safetensors")])
+    assert code == 0, capsys.readouterr().err
+    assert (tmp_path / "p.safetensors").exists()
+
+
+def test_eval_defaults_to_the_checkpoint_task_and_a_checkpoint_can_start_a_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--preset", "quick", "--plugin", PLUGIN, "--task", "double,addition",
+                 "--steps", "2", "--eval_size", "10", "--threads", "1",
+                 "--out_dir", str(out)]) == 0
+    capsys.readouterr()
+    ckpt = out / "checkpoint.safetensors"
+    assert main(["eval", "--checkpoint", str(ckpt), "--eval_size", "5"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["task"] == "double,addition"                  # the run's task, its plugin loaded
+    assert {"eval/accuracy/double", "eval/accuracy/addition"} <= set(res)
+    # a training checkpoint as base_checkpoint: a new run from its weights, with a warning
+    from grpo_lab.checkpoint import read_training_checkpoint
+    from grpo_lab.model import load_policy
+    with pytest.warns(UserWarning, match="training checkpoint .saved at step 1.*--resume"):
+        policy = load_policy(ckpt)
+    saved = read_training_checkpoint(ckpt)["policy"]
+    assert all(torch.equal(v, saved[k]) for k, v in policy.state_dict().items() if k in saved)
+    assert main(["train", "--preset", "quick", "--base_checkpoint", str(ckpt), "--steps", "1",
+                 "--eval_size", "5", "--threads", "1", "--out_dir", str(tmp_path / "b")]) == 0
+
+
+def test_eval_path_of_a_plugin_task_and_the_held_out_rule_in_the_docstring():
+    from grpo_lab.tasks import eval_path
+    load_plugins(PLUGIN)
+    assert eval_path("double") == Path(PLUGIN).parent / "eval_double.jsonl"
+    assert eval_path("double").exists() and eval_path("addition").exists()
+    rows = [json.loads(x) for x in eval_path("double").read_text().splitlines()]
+    assert set(rows[0]) == {"prompt", "answer", "task"}          # the format the docstring gives
+    doc = register_task.__doc__
+    assert '{"prompt": "dbl:21=", "answer": "42", "task": "double"}' in doc
+    assert "removes every prompt of the whole file" in doc
+    # the rule itself: no training draw of the plugin task is one of its held-out prompts
+    from grpo_lab.trainer import prompt_source
+    held = {e.prompt for e in load_eval("double")}
+    draw = prompt_source(preset("quick", plugins=PLUGIN, task="double"), held)
+    import random
+    assert not held & {e.prompt for e in draw(random.Random(0), 2000)}

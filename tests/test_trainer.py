@@ -280,3 +280,10 @@ def test_busy_cores_reads_the_runnable_count_without_this_process(monkeypatch):
     readings = iter(["0.5 0.4 0.3 2/90 1\n", "0.5 0.4 0.3 4/90 1\n", "0.5 0.4 0.3 2/90 1\n"])
     monkeypatch.setattr("builtins.open", lambda path: io.StringIO(next(readings)))
     assert tr.busy_cores(samples=3, interval_s=0.0) == 1           # median 2 running, minus us
+
+
+def test_kl_is_absent_not_zero_when_beta_is_0(tmp_path):
+    h = train(cfg(tmp_path, steps=2, beta=0.0, eval_size=0), progress=False)
+    assert all("loss/kl" not in m for m in h) and all("clip/ratio_mean" in m for m in h[1:])
+    from grpo_lab.report import write_report
+    write_report(h, tmp_path / "run", {"beta": 0.0})            # the report copes with it

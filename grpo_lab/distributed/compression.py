@@ -407,7 +407,7 @@ class Compressor:
             raise ValueError(f"gradient {name!r}: top-k met {int((~torch.isfinite(g)).sum())} "
                              f"non-finite values (residual included)")
         if cfg.fast:
-            index = fastpath.get_fast_codec(cfg.index_codec).encode(idx, n)
+            index = fastpath.encode_indices(cfg.index_codec, idx, n)
         else:
             index = codecs.get_codec(cfg.index_codec).encode(idx.numpy(), n)
         scales = np.zeros(0, np.float32)
@@ -466,8 +466,8 @@ def decode_message(payload, fast: bool = False) -> dict[str, torch.Tensor]:
             flat = dense_decode(r.values, r.scales, r.format, n, r.block)  # (n,)
         else:
             try:
-                if fast and r.codec in fastpath.FAST_CODECS:
-                    idx = fastpath.FAST_CODECS[r.codec].decode(r.index, n)  # (k,) tensor
+                if fast:
+                    idx = fastpath.decode_indices(r.codec, r.index, n, r.k)  # (k,) tensor
                 else:
                     idx = torch.from_numpy(codecs.get_codec(r.codec).decode(r.index, n))
             except codecs.CodecError as e:

@@ -269,6 +269,26 @@ FAST_CODECS = {"raw_int32": FastCodec(raw_encode, raw_decode),
 """Fast codecs by the reference codec whose bytes they write (``codecs.CODECS``, wire ids)."""
 
 
+FAST_MIN_K = 8192
+"""Below this many indices the readable numpy codec is the faster writer of the same bytes
+(a torch op costs 10-20 us whatever its size: Rice on 500 indices 0.2 ms fast, 0.06 readable;
+on 50,000 0.7 fast, 1.0 readable; one core)."""
+
+
+def encode_indices(name: str, idx: torch.Tensor, n: int) -> bytes:
+    """The bytes of codec ``name`` for sorted positions (k,), by the faster of the two writers."""
+    if len(idx) < FAST_MIN_K:
+        return codecs.get_codec(name).encode(idx.cpu().numpy(), n)
+    return get_fast_codec(name).encode(idx, n)
+
+
+def decode_indices(name: str, payload, n: int, k: int) -> torch.Tensor:
+    """Positions (k,) int64 from codec ``name``'s bytes, by the faster reader for ``k``."""
+    if k < FAST_MIN_K or name not in FAST_CODECS:
+        return torch.from_numpy(codecs.get_codec(name).decode(payload, n))
+    return FAST_CODECS[name].decode(payload, n)
+
+
 def get_fast_codec(name: str) -> FastCodec:
     if name not in FAST_CODECS:
         raise ValueError(f"index codec {name!r} has no fast path; fast ones: {sorted(FAST_CODECS)}")

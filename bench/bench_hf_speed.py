@@ -1,0 +1,340 @@
+"""One GRPO step of a real HF model on the CPU, by phase: grpo_lab's speed levers one at a
+time, grpo_lab vs TRL 1.16 with the same precision, and the step's FLOPs against this CPU's
+measured matmul throughput (issue 22; BENCHMARKS.md section 14).
+
+Every run is a child process (spawned), so its peak resident memory (ru_maxrss) is its own;
+runs of one table are interleaved round by round, so load drifts hit every column. Per-step
+times are medians over the steps after the first (step 0 pays one-off costs: the bf16
+sampling copy, allocator warm-up). The machine is shared: read ratios within a table.
+
+    # the profile: each lever alone on top of "before", then all of them ("after")
+    PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py profile \\
+        --model /work/models/smollm2-135m-instruct --steps 3 --rounds 1
+    # grpo_lab ("after" levers) vs TRL, beta 0 and 0.04, full and LoRA, bf16 on both sides
+    PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py trl \\
+        --model /work/models/smollm2-135m-instruct --steps 3 --rounds 3
+    PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py matmul     # GFLOP/s fp32, bf16
+
+Needs the bench venv (trl 1.16.0, peft) for ``trl``; ``profile`` and ``matmul`` run in .venv.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+PHASES = ("time/prefill_s", "time/decode_forward_s", "time/decode_sample_s",
+          "time/decode_cache_s", "time/ref_s", "time/loss_forward_s", "time/backward_s",
+          "time/optimizer_s")
+BEFORE = {"sample_draw": "race", "drop_finished": False, "update_forward": "all_positions",
+          "hf_sample_dtype": "", "hf_autocast": False}
+LEVERS = {                                      # name -> overrides on top of BEFORE
+    "before": {},
+    "inverse-CDF draw": {"sample_draw": "inverse_cdf"},
+    "drop finished rows": {"drop_finished": True},
+    "logits on the completion only": {"update_forward": "completion"},
+    "prompt once in the update": {"update_forward": "prompt_once"},
+    "bf16 sampling copy": {"hf_sample_dtype": "bfloat16"},
+    "bf16 autocast (every forward)": {"hf_autocast": True},
+    "after (fp32 levers)": {"sample_draw": "inverse_cdf", "drop_finished": True,
+                            "update_forward": "prompt_once"},
+    "after (all)": {"sample_draw": "inverse_cdf", "drop_finished": True,
+                    "update_forward": "prompt_once", "hf_sample_dtype": "bfloat16",
+                    "hf_autocast": True},
+}
+AFTER = LEVERS["after (all)"]
+
+
+# ---- one run in a child process: rows per step + peak RSS
+
+class HeadClock:
+    """Global forward hooks that time the output head (a Linear with vocab-size outputs):
+    seconds without gradients (sampling, reference) and with (the update's forward)."""
+
+    def __init__(self, vocab: int):
+        self.vocab, self.t0, self.s = vocab, {}, {"head_nograd_s": 0.0, "head_grad_s": 0.0}
+        from torch.nn.modules.module import (register_module_forward_hook,
+                                             register_module_forward_pre_hook)
+        self.h = [register_module_forward_pre_hook(self.pre),
+                  register_module_forward_hook(self.post)]
+
+    def is_head(self, m) -> bool:
+        return isinstance(m, torch.nn.Linear) and m.out_features == self.vocab
+
+    def pre(self, m, args):
+        if self.is_head(m):
+            self.t0[id(m)] = time.perf_counter()
+
+    def post(self, m, args, out):
+        if self.is_head(m):
+            k = "head_grad_s" if torch.is_grad_enabled() else "head_nograd_s"
+            self.s[k] += time.perf_counter() - self.t0.pop(id(m))
+
+    def take(self) -> dict:
+        out, self.s = self.s, dict.fromkeys(self.s, 0.0)
+        return out
+
+
+def grpo_lab_run(a, beta: float, levers: dict, lora_r: int = 0, seed: int = 0) -> dict:
+    from bench_hf_trl import WEIGHTS
+
+    from grpo_lab.config import preset
+    from grpo_lab.trainer import train
+    torch.set_num_threads(a.threads)
+    import grpo_lab.step as step_mod
+    clock = HeadClock(_vocab(a.model))
+    heads, cpu, rollout_cpu = [], [time.process_time()], []
+    collect = step_mod.OBJECTIVES["grpo"][0]
+
+    def timed_collect(*args, **kw):                 # the rollout's CPU seconds
+        c = time.process_time()
+        out = collect(*args, **kw)
+        rollout_cpu.append(time.process_time() - c)
+        return out
+
+    def on_step(m, p):
+        heads.append({**clock.take(), "cpu_s": time.process_time() - cpu[-1]})
+        cpu.append(time.process_time())
+
+    step_mod.OBJECTIVES["grpo"] = (timed_collect, step_mod.OBJECTIVES["grpo"][1])
+    with tempfile.TemporaryDirectory() as d:
+        c = preset("hf_tiny_cpu", **{
+            "base_checkpoint": a.model, "out_dir": d, "steps": a.steps, "lr": a.lr,
+            "prompts_per_step": a.B, "group_size": a.G, "max_new_tokens": a.max_new,
+            "temperature": 1.0, "beta": beta, "seed": seed, "eval_size": 0, "eval_every": 0,
+            "reward_weights": WEIGHTS, "time_budget_s": 0.0, "ckpt_every": 10 ** 6,
+            "threads": a.threads, "hf_chat_template": a.chat_template, "lora_r": lora_r,
+            "warmup_steps": 0, **BEFORE, **levers})
+        cpu[0] = time.process_time()
+        h = train(c, progress=False, on_step=on_step)
+    rows = [{**{k: x.get(k, 0.0) for k in PHASES}, **hd, "step_s": x["time/step_s"],
+             "rollout_s": x["time/rollout_s"], "rollout_cpu_s": rc,
+             "mean_len": x["completion/mean_len"]}
+            for x, hd, rc in zip(h[1:], heads, rollout_cpu)]
+    return {"rows": rows}
+
+
+def _vocab(model: str) -> int:
+    import json
+    return json.loads((Path(model) / "config.json").read_text())["vocab_size"]
+
+
+def trl_run(a, beta: float, lora_r: int = 0, seed: int = 0) -> dict:
+    from bench_hf_trl import trl_steps
+    torch.set_num_threads(a.threads)
+    extra = {}
+    if lora_r:
+        from peft import LoraConfig
+        extra["peft_config"] = LoraConfig(r=lora_r, lora_alpha=2 * lora_r, lora_dropout=0.0,
+                                          target_modules="all-linear", task_type="CAUSAL_LM")
+    rows = trl_steps(a, beta, a.steps, seed, bf16=a.bf16, warmup_steps=0, trainer_kw=extra)
+    return {"rows": rows}
+
+
+def _child(q, fn, args, kw):
+    try:
+        out = fn(*args, **kw)
+        out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        q.put(out)
+    except BaseException as e:                                             # noqa: BLE001
+        import traceback
+        q.put({"error": f"{e!r}\n{traceback.format_exc()}"})
+
+
+def in_child(fn, *args, **kw) -> dict:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child, args=(q, fn, args, kw))
+    p.start()
+    out = q.get()
+    p.join()
+    if "error" in out:
+        raise RuntimeError(out["error"])
+    return out
+
+
+# ---- tables
+
+SKIP = [1]                                      # steps left out at the start of each run
+
+
+def med(rows, k):
+    return statistics.median(r[k] for r in rows[SKIP[0]:])
+
+
+def ci(values, fmt=".2f") -> str:
+    from grpo_lab.experiments import mean_ci
+    m, lo, hi = mean_ci(values)
+    return f"{m:{fmt}}" + (f" [{lo:{fmt}}, {hi:{fmt}}]" if len(values) > 1 else "")
+
+
+def load() -> str:
+    import os
+    return "load average %.1f / %.1f / %.1f" % os.getloadavg()
+
+
+def scaled(r: dict) -> dict:
+    """A step's wall-clock phases scaled to CPU seconds by the step's share of a core
+    (CPU s / wall s): on a shared machine the wall clock counts other processes' turns."""
+    f = r["cpu_s"] / r["step_s"]
+    return {k: (v * f if k.startswith("time/") or k.startswith("head_") or k == "rollout_s"
+                else v) for k, v in r.items()}
+
+
+def profile(a) -> list[str]:
+    runs = {name: [] for name in LEVERS if not a.levers or name in a.levers}
+    for rnd in range(a.rounds):
+        for name in runs:
+            out = in_child(grpo_lab_run, a, a.beta, LEVERS[name], 0, rnd)
+            runs[name].append(out)
+            print(f"round {rnd} {name}: {med(out['rows'], 'step_s'):.2f} s/step wall, "
+                  f"{med(out['rows'], 'cpu_s'):.2f} CPU s, peak {out['peak_rss_mb']:.0f} MB, "
+                  f"{load()}", flush=True)
+    cols = ["prefill", "decode fwd (body)", "decode fwd (head)", "sampling", "cache/rows",
+            "rollout other", "ref fwd", "loss fwd", "backward", "optimizer", "step CPU s"]
+    out = ["| lever (alone, on top of 'before') | " + " | ".join(cols)
+           + " | step / before (CPU s) | step wall s | peak RSS MB | mean len |",
+           "|---|" + "---|" * (len(cols) + 4)]
+    base = [r for o in runs["before"] for r in o["rows"][a.skip:]]
+    base_cpu = statistics.median(r["cpu_s"] for r in base)
+    for name, outs in runs.items():
+        raw = [r for o in outs for r in o["rows"][a.skip:]]
+        rows = [scaled(r) for r in raw]
+        m = lambda k: statistics.median(r[k] for r in rows)                # noqa: E731
+        dec = m("time/decode_forward_s")
+        head = m("head_nograd_s")                   # sampling's head (+ a reference's, beta > 0)
+        other = m("rollout_s") - m("time/prefill_s") - dec - m("time/decode_sample_s") \
+            - m("time/decode_cache_s") - m("time/ref_s")
+        cells = [m("time/prefill_s"), dec - head, head, m("time/decode_sample_s"),
+                 m("time/decode_cache_s"), other, m("time/ref_s"), m("time/loss_forward_s"),
+                 m("time/backward_s"), m("time/optimizer_s"), m("cpu_s")]
+        ratio = [r["cpu_s"] / base_cpu for r in raw]
+        out.append(f"| {name} | " + " | ".join(f"{c:.2f}" for c in cells)
+                   + f" | {ci(ratio)} | {statistics.median(r['step_s'] for r in raw):.1f} | "
+                   f"{statistics.mean(o['peak_rss_mb'] for o in outs):.0f} | "
+                   f"{m('mean_len'):.1f} |")
+    out += ["", "Seconds are CPU seconds: each phase's wall time (the loop's time/* metrics) "
+            "scaled by its step's CPU s / wall s (the share of a core the run got on the shared "
+            "machine). rollout other = rollout - prefill - decode forwards - sampling - cache "
+            "(tokenizer decode, rewards, grouping, advantages); head = the output layer, timed "
+            "by forward hooks, in no-grad forwards (sampling). Step / before: each measured "
+            "step's CPU s over the median 'before' step, mean [95% interval]. "
+            f"{load()} at the end."]
+    return out
+
+
+def trl_table(a) -> list[str]:
+    settings = [(0.0, 0), (a.beta, 0)] + ([(a.beta, a.lora_r)] if a.lora_r else [])
+    res = {(s, side): [] for s in settings for side in ("grpo_lab", "TRL")}
+    for rnd in range(a.rounds):
+        for beta, r in settings:
+            for side in ("grpo_lab", "TRL"):
+                out = (in_child(grpo_lab_run, a, beta, a.after, r, rnd) if side == "grpo_lab"
+                       else in_child(trl_run, a, beta, r, rnd))
+                res[((beta, r), side)].append(out)
+                print(f"round {rnd} beta {beta} lora {r} {side}: "
+                      f"{med(out['rows'], 'step_s'):.2f} s/step wall, "
+                      f"{med(out['rows'], 'cpu_s'):.2f} CPU s (rollout "
+                      f"{med(out['rows'], 'rollout_cpu_s'):.2f}), peak "
+                      f"{out['peak_rss_mb']:.0f} MB, {load()}", flush=True)
+    out = ["| beta | weights trained | grpo_lab CPU s/step (rollout) | TRL CPU s/step (rollout) "
+           "| TRL / grpo_lab, step | TRL / grpo_lab, rollout | wall s/step grpo_lab / TRL | "
+           "peak RSS MB grpo_lab / TRL |", "|---|---|---|---|---|---|---|---|"]
+    for beta, r in settings:
+        o, t = res[((beta, r), "grpo_lab")], res[((beta, r), "TRL")]
+        oc, tc = [med(x["rows"], "cpu_s") for x in o], [med(x["rows"], "cpu_s") for x in t]
+        orl = [med(x["rows"], "rollout_cpu_s") for x in o]
+        trl_ = [med(x["rows"], "rollout_cpu_s") for x in t]
+        ow, tw = [med(x["rows"], "step_s") for x in o], [med(x["rows"], "step_s") for x in t]
+        out.append(f"| {beta} | {'LoRA r=%d' % r if r else 'all'} | {statistics.mean(oc):.2f} "
+                   f"({statistics.mean(orl):.2f}) | {statistics.mean(tc):.2f} "
+                   f"({statistics.mean(trl_):.2f}) | {ci([y / x for x, y in zip(oc, tc)])} | "
+                   f"{ci([y / x for x, y in zip(orl, trl_)])} | {statistics.mean(ow):.1f} / "
+                   f"{statistics.mean(tw):.1f} | "
+                   f"{statistics.mean(x['peak_rss_mb'] for x in o):.0f} / "
+                   f"{statistics.mean(x['peak_rss_mb'] for x in t):.0f} |")
+    out += ["", "CPU s: the process's CPU time per optimizer step (one torch thread each), "
+            "median over the steps after the first; ratios per round, mean [95% interval] over "
+            f"the rounds. {load()} at the end."]
+    return out
+
+
+def matmul_gflops(threads: int = 1) -> list[str]:
+    """Measured GEMM throughput, one thread, in CPU seconds: the update's shape (2048 tokens
+    x 576 -> 1536), the head's (256 x 576 -> 49152) and the decode's (32 rows)."""
+    torch.set_num_threads(threads)
+    out = ["| shape (M x K -> N) | fp32 GFLOP/s | bf16 GFLOP/s | bf16 / fp32 |", "|---|---|---|---|"]
+    for M, K, N in ((2048, 576, 1536), (256, 576, 49152), (32, 576, 1536), (32, 576, 49152)):
+        r = {}
+        for dt in (torch.float32, torch.bfloat16):
+            x, w = torch.randn(M, K, dtype=dt), torch.randn(N, K, dtype=dt)
+            x @ w.T
+            best = float("inf")
+            for _ in range(3):                      # CPU seconds: load-independent
+                t = time.process_time()
+                n = 0
+                while time.process_time() - t < 0.2:
+                    x @ w.T
+                    n += 1
+                best = min(best, (time.process_time() - t) / n)
+            r[dt] = 2 * M * K * N / best / 1e9
+        out.append(f"| {M} x {K} -> {N} | {r[torch.float32]:.1f} | {r[torch.bfloat16]:.1f} | "
+                   f"{r[torch.bfloat16] / r[torch.float32]:.2f} |")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("profile", "trl", "matmul"))
+    ap.add_argument("--model", default="/work/models/smollm2-135m-instruct")
+    ap.add_argument("--B", type=int, default=8)
+    ap.add_argument("--G", type=int, default=4)
+    ap.add_argument("--max_new", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1e-6)
+    ap.add_argument("--beta", type=float, default=0.04)
+    ap.add_argument("--lora_r", type=int, default=16, help="trl table: also LoRA (0: skip)")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--bf16", type=int, default=1, help="trl: TRL bf16=True (grpo_lab: autocast)")
+    ap.add_argument("--skip", type=int, default=1, help="steps left out at each run's start")
+    ap.add_argument("--levers", default="", help="profile: comma-separated LEVERS names (all)")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    SKIP[0] = a.skip
+    a.levers = [x for x in a.levers.split(",") if x]
+    a.after = AFTER if a.bf16 else {k: v for k, v in AFTER.items()
+                                    if k not in ("hf_sample_dtype", "hf_autocast")}
+    a.device, a.temperature, a.eval_size = "cpu", 1.0, 0
+    a.chat_template = (Path(a.model) / "chat_template.jinja").exists()   # instruct models
+    head = [f"Command: `python bench/bench_hf_speed.py {' '.join(sys.argv[1:])}`",
+            f"{a.model}, B={a.B} G={a.G} max_new={a.max_new} T=1, lr {a.lr}, threads "
+            f"{a.threads}, steps {a.steps} per run ({a.skip} left out), rounds {a.rounds}, torch "
+            f"{torch.__version__}; {load()} at the start.", ""]
+    if a.what == "matmul":
+        lines = matmul_gflops(a.threads)
+    elif a.what == "profile":
+        lines = profile(a)
+    else:
+        import transformers
+        import trl
+        head.insert(2, f"transformers {transformers.__version__}, trl {trl.__version__}; "
+                       f"TRL bf16={bool(a.bf16)}, grpo_lab: {a.after}.")
+        lines = trl_table(a)
+    text = "\n".join(head + lines) + "\n"
+    print(text)
+    Path(a.out or f"bench/RESULTS_hf_speed_{a.what}.md").write_text(
+        f"# bench/bench_hf_speed.py {a.what}\n\n{text}")
+
+
+if __name__ == "__main__":
+    main()

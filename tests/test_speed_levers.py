@@ -1,0 +1,217 @@
+"""The speed levers of issue 22 leave the computation equal where they should: the update's
+forwards (logits on the completion only, the prompt once per group) give the same loss and
+gradients; the inverse-CDF sampler samples the same distribution as the exponential race and
+the same tokens whichever prompts share its batch (1 vs N processes) or leave it when done;
+LoRA with its adapters off is the base model; the bf16 sampling copy stays close to fp32."""
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from grpo_lab.model import GPT, GPTConfig
+from grpo_lab.rollout import DRAWS, UPDATE_FORWARDS, completion_logprobs, sample
+from grpo_lab.step import prompt_generators
+from grpo_lab.tasks import EOS, encode
+from tolerance import mean_tol
+
+transformers = pytest.importorskip("transformers")
+
+from grpo_lab.hf import load_hf_policy                                 # noqa: E402
+from grpo_lab.tasks import load_eval                                   # noqa: E402
+
+TINY = "data/hf_tiny"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    return load_hf_policy(TINY)
+
+
+def toy():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(n_layer=2, n_embd=32, n_head=4, block_size=24))
+    with torch.no_grad():            # <eos> ~2.5 nats likelier: some rows stop early
+        _, _, h = m(torch.tensor([encode("12+34=")]), return_hidden=True)   # (1, T, C)
+        hm = h.mean((0, 1))                                                # (C,)
+        m.wte.weight[EOS] += 2.5 * hm / hm.norm() ** 2
+    return m
+
+
+def hf_prompts(policy, n=5):
+    exs = load_eval("addition")[:n - 1]
+    return [policy.encode("9+1=")] + [policy.encode(e.prompt) for e in exs]   # lengths differ
+
+
+def loss_and_grads(model, r, forward, adv):
+    """sum over real tokens of logp * advantage -> (loss, flat gradient, sum of |terms|)."""
+    model.zero_grad()
+    logp = completion_logprobs(model, r, 0.8, forward=forward)             # (N, Tc)
+    terms = logp * adv[:, None] * r.completion_mask                        # (N, Tc)
+    loss = terms.sum()
+    loss.backward()
+    g = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    return loss.detach(), g, float(terms.detach().abs().sum())
+
+
+@pytest.mark.parametrize("which", ["toy", "hf"])
+def test_update_forwards_give_the_same_loss_and_gradients(which, tiny):
+    model = toy() if which == "toy" else tiny
+    ps = ([encode("12+34="), encode("sort:3142="), encode("7+5=")] if which == "toy"
+          else hf_prompts(tiny))
+    r = sample(model, ps, 3, 6, 0.8, generator=prompt_generators(0, 0, 0, range(len(ps))))
+    assert r.completion_mask.sum(1).min() < r.completion_ids.shape[1]     # padding inside
+    adv = torch.linspace(-1, 1, len(r.prompt_index))
+    model.train()
+    ref_loss, ref_g, mag = loss_and_grads(model, r, "all_positions", adv)
+    n = int(r.completion_mask.sum())
+    for fw in UPDATE_FORWARDS:
+        loss, g, _ = loss_and_grads(model, r, fw, adv)
+        # float32 sums of ~n terms, each a log-softmax over V logits: rounding ~ n * eps * |terms|
+        assert abs(float(loss - ref_loss)) <= 10 * mean_tol(n, mag / n) * n, fw
+        scale = float(ref_g.abs().max())
+        torch.testing.assert_close(g, ref_g, rtol=0, atol=1e-4 * scale, msg=fw)
+    model.zero_grad()
+
+
+def test_prompt_once_keeps_the_head_off_prompt_positions(tiny):
+    ps = hf_prompts(tiny)
+    r = sample(tiny, ps, 2, 4, generator=prompt_generators(0, 0, 0, range(len(ps))))
+    rows = []
+    h = tiny.model.lm_head.register_forward_hook(lambda m, i, o: rows.append(o.shape[:2]))
+    try:
+        with torch.no_grad():
+            for fw in UPDATE_FORWARDS:
+                completion_logprobs(tiny, r, forward=fw)
+    finally:
+        h.remove()
+    N, Tp, Tc = r.completion_ids.shape[0], r.prompt_ids.shape[1], r.completion_ids.shape[1]
+    B = len(ps)
+    assert rows[0] == (N, Tp + Tc)                                         # all positions
+    assert rows[1] == (N, Tc + 1)                                          # logits_to_keep
+    assert rows[2:] == [(B, 1), (N, Tc - 1)]                               # prompt once
+
+
+@pytest.mark.parametrize("which", ["toy", "hf"])
+@pytest.mark.parametrize("draw", sorted(DRAWS))
+def test_tokens_do_not_depend_on_batch_split_or_dropped_rows(which, draw, tiny):
+    """One batch of 4 prompts vs two batches of 2 (what 2 processes sample), each with and
+    without dropping finished rows: the same tokens, prompt by prompt."""
+    model = toy() if which == "toy" else tiny
+    ps = ([encode("12+34="), encode("sort:3142="), encode("7+5="), encode("3+4=")]
+          if which == "toy" else hf_prompts(tiny, 4))
+    gens = lambda idx: prompt_generators(7, 1, 0, idx)                     # noqa: E731
+    kw = dict(G=3, max_new_tokens=6, temperature=1.0, draw=draw)
+    whole = sample(model, ps, generator=gens(range(4)), **kw)
+    lengths = whole.completion_mask.sum(1)                                 # (N,)
+    assert whole.stopped.any() and len(set(lengths.tolist())) > 1          # rows stop apart
+    for drop in (False, True):
+        halves = [sample(model, ps[a:a + 2], generator=gens(range(a, a + 2)),
+                         drop_finished=drop, **kw) for a in (0, 2)]
+        ids = [h.completion_ids for h in halves]
+        Tc = max(x.shape[1] for x in ids)
+        ids = torch.cat([torch.nn.functional.pad(x, (0, Tc - x.shape[1]), value=model.pad_id)
+                         for x in ids])
+        assert torch.equal(ids[:, :whole.completion_ids.shape[1]], whole.completion_ids)
+        again = sample(model, ps, generator=gens(range(4)), drop_finished=drop, **kw)
+        assert torch.equal(again.completion_ids, whole.completion_ids)
+        torch.testing.assert_close(again.logprobs, whole.logprobs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("top_k", [None, 3])
+def test_inverse_cdf_samples_the_softmax_like_the_race(top_k):
+    """V = 6 tokens, 40,000 draws each way, seeded: Pearson's chi-square against the exact
+    (top-k renormalised) probabilities; p > 0.001 for both samplers (a wrong sampler, e.g.
+    one that ignores the temperature-scaled log-probs' smallest entries, gives p ~ 0)."""
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -3.0]])
+    logp = torch.log_softmax(logits, -1)
+    p = logp.exp()[0].double()
+    if top_k:
+        p = torch.where(p >= p.topk(top_k).values[-1], p, 0.0)
+        p = p / p.sum()
+    n, G = 40_000, 8
+    rows = torch.arange(G)
+    for name, draw in DRAWS.items():
+        g = torch.Generator().manual_seed(0)
+        toks = torch.cat([draw(logp.expand(G, -1), top_k, G, [g], rows, G)
+                          for _ in range(n // G)])                         # (n,)
+        counts = torch.bincount(toks, minlength=6).double()
+        assert (counts[p == 0] == 0).all(), name
+        keep = p > 0
+        expected = n * p[keep] / p[keep].sum()                             # sums to n exactly
+        stat = chisquare(counts[keep].numpy(), expected.numpy())
+        assert stat.pvalue > 1e-3, (name, counts.tolist(), stat)
+
+
+def test_inverse_cdf_never_picks_a_zero_probability_token():
+    logp = torch.log(torch.tensor([[0.0, 0.5, 0.0, 0.5, 0.0]]))           # -inf where p = 0
+    g = torch.Generator().manual_seed(3)
+    toks = torch.cat([DRAWS["inverse_cdf"](logp.expand(64, -1), None, 64, [g],
+                                           torch.arange(64), 64) for _ in range(50)])
+    assert set(toks.tolist()) == {1, 3}
+
+
+def test_lora_with_adapters_off_is_the_base_model():
+    pytest.importorskip("peft")
+    base = load_hf_policy(TINY).eval()
+    q = load_hf_policy(TINY, lora_r=4)
+    lora = [n for n, p in q.named_parameters() if p.requires_grad]
+    assert lora and all("lora_" in n for n in lora)                       # only adapters train
+    with torch.no_grad():                                                  # adapters that act
+        for n, p in q.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    q.eval()
+    ps = hf_prompts(base)
+    r = sample(base, ps, 2, 5, generator=prompt_generators(0, 0, 0, range(len(ps))))
+    with torch.no_grad():
+        want = completion_logprobs(base, r)
+        off = completion_logprobs(q.reference(), r)
+        on = completion_logprobs(q, r)
+    torch.testing.assert_close(off, want, rtol=0, atol=1e-6)               # the same weights
+    assert (on - want).abs().max() > 1e-2                                  # adapters on differ
+
+
+def test_lora_run_trains_adapters_only_with_the_adapters_off_reference(tmp_path):
+    pytest.importorskip("peft")
+    from grpo_lab.config import preset
+    from grpo_lab.trainer import train
+    kw = dict(threads=1, steps=3, prompts_per_step=4, group_size=4, eval_every=0, eval_size=0,
+              time_budget_s=0.0, beta=0.05, lora_r=4, lr=1e-2, warmup_steps=0)
+    h = train(preset("hf_tiny_cpu", out_dir=str(tmp_path / "run"), **kw), progress=False)
+    assert h[1]["loss/kl"] == 0.0 and h[-1]["loss/kl"] > 0                 # adapters moved away
+    assert all(h[-1][k] > 0 for k in ("time/prefill_s", "time/ref_s", "time/loss_forward_s",
+                                      "time/backward_s", "time/optimizer_s"))
+
+
+def test_bf16_paths_stay_close_to_fp32(tiny):
+    """Sampling with a bf16 copy of the weights, and the update under bf16 autocast, give
+    log-probs within 0.05 nats (mean |diff|) of fp32 on the tiny model: bf16 keeps 8
+    significant bits (relative rounding 2^-9 per weight and activation); the bound is what
+    30 layers of such rounding leave on a log-softmax over 96 tokens, measured 0.005-0.02."""
+    ps = hf_prompts(tiny)
+    r = sample(tiny, ps, 3, 6, generator=prompt_generators(0, 0, 0, range(len(ps))))
+    with torch.no_grad():
+        want = completion_logprobs(tiny, r)
+    m = r.completion_mask
+    q = load_hf_policy(TINY, sample_dtype="bfloat16")
+    q.eval()
+    with torch.no_grad():
+        copy_lp = completion_logprobs(q, r)                                 # the bf16 copy
+    assert next(q.sampling_copy().parameters()).dtype == torch.bfloat16
+    assert next(q.parameters()).dtype == torch.float32                     # master weights
+    a = load_hf_policy(TINY, autocast=True).train()
+    auto_lp = completion_logprobs(a, r)
+    for lp in (copy_lp, auto_lp.detach()):
+        assert float((lp - want)[m].abs().mean()) < 0.05
+    s = sample(q, ps, 3, 6, generator=prompt_generators(0, 0, 0, range(len(ps))))
+    assert float((s.logprobs - want)[s.completion_mask & m].abs().mean()) < 0.05 or \
+        not torch.equal(s.completion_ids, r.completion_ids)
+
+
+def test_bf16_copy_follows_the_master_weights(tiny):
+    q = load_hf_policy(TINY, sample_dtype="bfloat16")
+    first = q.sampling_copy().model.embed_tokens.weight.clone()
+    with torch.no_grad():
+        q.model.model.embed_tokens.weight.mul_(2.0)                        # an in-place update
+    now = q.sampling_copy().model.embed_tokens.weight
+    torch.testing.assert_close(now, (2 * first.float()).to(torch.bfloat16))
