@@ -49,7 +49,7 @@ from grpo_lab.model import GPT, GPTConfig
 from grpo_lab.reclustering import Reclusterer
 from grpo_lab.rollout import completion_logprobs
 from grpo_lab.step import sample_and_score
-from grpo_lab.tasks import load_mixture
+from grpo_lab.task_data import load_mixture
 
 
 def timed(fn, reps: int):

@@ -36,6 +36,7 @@ What is measured, and how:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -85,20 +86,30 @@ def unique_bytes(tensors) -> int:
 
 
 class SavedForBackward:
-    """Wrap step.OBJECTIVES so every training forward runs under saved_tensors_hooks; keep the
-    largest per-call total of distinct non-parameter storages saved for backward."""
+    """Register beside each objective a sibling "<name>_measured" (step.register_objective, as
+    a plugin would: nothing of the trainer is patched) whose training forward runs under
+    saved_tensors_hooks; keep the largest per-call total of distinct non-parameter storages
+    saved for backward. ``measured(name)`` is the sibling's name."""
 
     def __init__(self):
-        self.peak, self.params = 0, set()
+        self.peak, self.params, self.added = 0, set(), []
+
+    @staticmethod
+    def measured(name: str) -> str:
+        return f"{name}_measured"
 
     def __enter__(self):
-        self.original = dict(step_mod.OBJECTIVES)
-        for name, (collect, objective) in self.original.items():
-            step_mod.OBJECTIVES[name] = (collect, self._wrap(objective))
+        for name, obj in list(step_mod.OBJECTIVES.items()):
+            same = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
+                    if f.name not in ("name", "collect", "loss")}
+            step_mod.register_objective(self.measured(name), obj.collect, self._wrap(obj.loss),
+                                        **same)
+            self.added.append(self.measured(name))
         return self
 
     def __exit__(self, *exc):
-        step_mod.OBJECTIVES.update(self.original)
+        for name in self.added:
+            step_mod.OBJECTIVES.pop(name, None)
 
     def _wrap(self, objective):
         def measured(policy, batch, cfg, world=1):
@@ -123,7 +134,9 @@ def memory_row(name: str, overrides: dict, steps: int) -> dict:
     held = {}
     with tempfile.TemporaryDirectory() as tmp, SavedForBackward() as saved:
         cfg = preset("defaults", **{**overrides, "steps": steps, "eval_size": 0, "threads": 1,
-                                    "time_budget_s": 0.0, "out_dir": tmp})
+                                    "time_budget_s": 0.0, "out_dir": tmp,
+                                    "objective": saved.measured(overrides.get("objective",
+                                                                              "grpo"))})
         train(cfg, progress=False, on_step=lambda m, p: held.update(policy=p))
         optim = read_training_checkpoint(Path(tmp) / "checkpoint.safetensors")["optim"]
     params = [p for p in held["policy"].parameters()]

@@ -46,7 +46,9 @@ import torch
 from grpo_lab.config import preset
 from grpo_lab.experiments import mean_ci
 from grpo_lab.hf import HFPolicy, load_hf_policy
-from grpo_lab.tasks import Example, load_eval, sample_examples, weighted_reward
+from grpo_lab.rewards import weighted_reward
+from grpo_lab.task_data import load_eval
+from grpo_lab.tasks import Example, sample_examples
 from grpo_lab.trainer import evaluate, learning_rate, train
 
 WEIGHTS = {"accuracy": 1.0, "partial": 0.5}
@@ -80,7 +82,8 @@ def one_gpu_group(a):
 
 def grpo_lab_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
                    preset_name: str = "hf_tiny_cpu", **overrides) -> list[dict]:
-    """-> one row per step: {"step_s", "rollout_s", "elapsed_s" (training time so far),
+    """-> one row per step: {"step_s", "rollout_s", "gen_s" (sampling), "loss_s" (the
+    objective's forward), "elapsed_s" (training time so far),
     "acc" (held-out greedy accuracy, on evaluation steps), "mean_len" (completion tokens,
     <eos> included)}. ``overrides``: more TrainConfig fields, on top of these (another
     preset's policy needs its own base_checkpoint)."""
@@ -98,6 +101,7 @@ def grpo_lab_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 
     for x in h[1:]:
         spent += x["time/step_s"]                       # evaluation time left out, as for TRL
         rows.append({"step_s": x["time/step_s"], "rollout_s": x["time/rollout_s"],
+                     "gen_s": x["time/sample_s"], "loss_s": x["time/loss_forward_s"],
                      "elapsed_s": spent, "acc": x.get("eval/accuracy"),
                      "mean_len": x["completion/mean_len"]})
     return rows

@@ -18,7 +18,7 @@ import torch
 
 from grpo_lab.model import GPT, GPTConfig
 from grpo_lab.rollout import sample
-from grpo_lab.tasks import EOS, encode
+from grpo_lab.tokenizer import EOS, encode
 
 
 class NoStop(torch.nn.Module):

@@ -49,10 +49,9 @@ from grpo_lab.experiments import mean_ci
 from grpo_lab.memory import (peak_bytes, reset_peak_rss, rss_bytes, saved_bytes,
                              tensor_bytes)
 from grpo_lab.model import GPT, GPTConfig
-from grpo_lab.policy import frozen, load_for
-from grpo_lab.step import OBJECTIVES, StepContext, backward, split_batch
-from grpo_lab.tasks import load_eval
-from grpo_lab.trainer import make_grouper, prompt_source, train
+from grpo_lab.policy import load_for
+from grpo_lab.step import backward, get_objective, split_batch
+from grpo_lab.trainer import setup, train
 
 VARIANTS = {                       # TrainConfig overrides of tiny_cpu (beta 0.02 by default)
     "default": {},
@@ -68,12 +67,10 @@ MB = 1e6
 
 
 def step_batch(c):
-    """The first step's batch as the trainer collects it (the reference when beta > 0)."""
-    policy = load_for(c)
-    ref = frozen(load_for(c)) if c.beta else None
-    held = {e.prompt for t in c.task_names for e in load_eval(t)}
-    collect, objective = OBJECTIVES[c.objective]
-    return collect(policy, c, 0, StepContext(prompt_source(c, held), make_grouper(c), ref)), ref
+    """The first step's batch as the trainer collects it (trainer.setup: the reference when
+    the objective uses one and beta > 0)."""
+    run = setup(c)
+    return run.objective.collect(run.policy, c, 0, run.ctx), run.ctx.ref
 
 
 def state_bytes(policy, ref) -> int:
@@ -123,7 +120,7 @@ def table_a(seeds, reps):
             c = preset("defaults", seed=seed, threads=1, **kw)
             policy = load_for(c)
             b = batch if c.beta else batch._replace(ref_logprobs=None)
-            objective = OBJECTIVES[c.objective][1]
+            objective = get_objective(c.objective).loss
             parts = split_batch(b, c.micro_batches)
             params = list(policy.parameters())
             rows[name]["saved"].append(max(saved_bytes(lambda: objective(policy, p, c), params)
@@ -239,7 +236,7 @@ def table_c(seeds, reps):
         for k in rows:
             c = preset("hf_tiny_cpu", seed=seed, threads=1, beta=0.0, checkpoint_every=k)
             policy = load_for(c)
-            objective = OBJECTIVES["grpo"][1]
+            objective = get_objective("grpo").loss
             rows[k]["saved"].append(saved_bytes(lambda: objective(policy, batch, c),
                                                 list(policy.parameters())))
 

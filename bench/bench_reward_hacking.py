@@ -33,13 +33,13 @@ from pathlib import Path
 
 import torch
 
-from grpo_lab.checkpoint import load_policy_any
+from grpo_lab.policy import load_policy_any
 from grpo_lab.config import preset
 from grpo_lab.experiments import difference_sentence, mean_ci, run_experiment
 from grpo_lab.reward_model import (default_data, default_reward_model, plot_reward_hacking,
                                    use_reward_model)
 from grpo_lab.step import sample_and_score
-from grpo_lab.tasks import load_eval
+from grpo_lab.task_data import load_eval
 from grpo_lab.trainer import train
 
 LEARNED_ONLY = {"learned": 1.0, "accuracy": 0.0}

@@ -27,7 +27,7 @@ One torch thread. The sides alternate in rounds (a fresh run of ``--steps`` step
 beta and round, seed = round; the first 3 steps of each run dropped); the table gives the
 median over the rounds' steps and TRL / side with a 95% t-interval over the rounds' ratios
 of medians. Where each step goes: grpo_lab logs time/rollout_s (sampling, rewards, reference
-forward, advantages) and its sampler and loss forward are timed by wrapping them; TRL's
+forward, advantages) and, per phase, time/sample_s and time/loss_forward_s (the loop's own timers); TRL's
 generation, its whole rollout and its loss forward (compute_loss) are timed by wrapping its
 methods (its rollout by bench_hf_trl.trl_steps); the rest is backward, optimizer and the
 loop's own overhead. The peer is passed to bench_hf_trl's helpers as ``a.model``.
@@ -41,13 +41,11 @@ import os
 import statistics
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from bench_hf_trl import grpo_lab_steps, trl_steps
-from grpo_lab import step
 from grpo_lab.config import preset
 from grpo_lab.experiments import mean_ci
 from grpo_lab.hf import HFPolicy, HFPolicyConfig, transformers_module
@@ -129,20 +127,6 @@ def trl_timers(log: dict):
     return probe
 
 
-@contextmanager
-def grpo_lab_timers(log: dict):
-    """Time grpo_lab's sampler (step.sample) and GRPO loss forward (the objective) into
-    log["gen_s"], log["loss_s"] while inside; restored on exit."""
-    collect, objective = step.OBJECTIVES["grpo"]
-    sample = step.sample
-    step.OBJECTIVES["grpo"] = (collect, timed(objective, log, "loss_s"))
-    step.sample = timed(sample, log, "gen_s")
-    try:
-        yield
-    finally:
-        step.OBJECTIVES["grpo"], step.sample = (collect, objective), sample
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -180,9 +164,9 @@ def main() -> None:
                                             if a.trl_checkpointing == "off" else {}))
                     else:
                         where = demo if name == "grpo_lab" else {}      # else: a.model, HF
-                        with grpo_lab_timers(log):
-                            rows = grpo_lab_steps(a, beta, a.steps, seed=r, warmup_steps=20,
-                                                  lr_schedule="cosine", **where)
+                        rows = grpo_lab_steps(a, beta, a.steps, seed=r, warmup_steps=20,
+                                              lr_schedule="cosine", **where)
+                        log = {k: [x[k] for x in rows] for k in ("gen_s", "loss_s")}  # the loop's
                     cols = {**{k: [x[k] for x in rows] for k in ("step_s", "rollout_s")},
                             **{k: log[k] for k in ("gen_s", "loss_s")},
                             "mean_len": log["mean_len"] if name == "TRL"

@@ -37,21 +37,12 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
+from grpo_lab.paths import REPO_ROOT, resolve_path  # noqa: F401 (REPO_ROOT: re-exported)
 from grpo_lab.rundir import current_umask
 
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CHECKSUM_KEY = "grpo_lab.sha256"
 OUR_TAG_PREFIX = "grpo_lab."      # every file we write has a "format" tag starting so
-
-
-def resolve_path(path: str | Path) -> Path:
-    """``path`` as given if it exists, else relative to the repository root, so that
-    notebooks (run from notebooks/) and the CLI (run from the root) share config values."""
-    path = Path(path)
-    if path.exists() or path.is_absolute():
-        return path
-    return REPO_ROOT / path if (REPO_ROOT / path).exists() else path
 
 
 class CheckpointError(ValueError):
@@ -194,8 +185,6 @@ def save_training_checkpoint(path, policy, optim_state: dict, cfg: dict, step: i
     lm_head left out),
     ``optim.<param index>.<name>`` (torch.optim.AdamW's state_dict form, whole on any number
     of ranks), ``grouping.*``; the config, step, param groups and metrics as metadata."""
-    from grpo_lab.policy import state_without_aliases
-
     tensors = {f"policy.{k}": v.cpu() for k, v in state_without_aliases(policy).items()}
     tensors.update({f"grouping.{k}": v for k, v in (grouper_state or {}).items()})
     for pid, st in optim_state["state"].items():
@@ -233,28 +222,24 @@ def policy_tensors(tensors: dict) -> dict:
     return {k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")}
 
 
-def load_policy_any(path):
-    """A policy from a policy file (``model.save_policy``), a transformers model folder
-    (hf.py), or a training checkpoint of either."""
-    from grpo_lab.model import GPT, model_config, policy_from_tensors
+def state_without_aliases(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``module.state_dict()`` with each tied tensor kept once, under its first name
+    (the toy GPT's ``lm_head.weight`` is ``wte.weight``; many HF models tie theirs too):
+    safetensors refuses tensors that share memory, ``load_state_strict`` accepts the
+    aliases' absence."""
+    seen, out = set(), {}
+    for k, v in module.state_dict().items():
+        key = (v.data_ptr(), tuple(v.shape), v.stride()) if v.numel() else k
+        if key not in seen:
+            seen.add(key)
+            out[k] = v
+    return out
 
-    if resolve_path(path).is_dir():
-        from grpo_lab.hf import load_hf_policy
-        return load_hf_policy(path)
-    tensors, meta = read_tensors(path)
-    if meta.get("format") != CKPT_TAG:
-        return policy_from_tensors(tensors, meta, path)
-    hf = json.loads(meta.get("model_config", "{}"))
-    if "path" in hf:                                   # an HF run: hf.HFPolicyConfig
-        from grpo_lab.hf import load_hf_policy
-        keep = ("dtype", "autocast", "chat_template", "trust_remote_code")
-        policy = load_hf_policy(hf["path"], **{k: hf[k] for k in keep if k in hf})
-        load_state_strict(policy, tensors, path, prefix="policy.")
-        return policy
-    policy = GPT(model_config(meta, path, "model_config"))
-    if any(k.startswith("policy.value_head.") for k in tensors):   # a PPO run's critic (ppo.py)
-        from grpo_lab.ppo import ValueHead, ValueNetwork
-        policy.value_head = (ValueHead(policy.cfg.n_embd) if "policy.value_head.proj.weight"
-                             in tensors else ValueNetwork(GPT(policy.cfg)))
-    load_state_strict(policy, tensors, path, prefix="policy.")
-    return policy
+
+def __getattr__(name: str):
+    """One-release alias: ``load_policy_any`` builds policies, so it lives in policy.py now
+    (a file-format module does not import what sits above it)."""
+    if name == "load_policy_any":
+        import importlib
+        return importlib.import_module("grpo_lab.policy").load_policy_any
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,7 +26,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpo_lab.config import PRESETS, PretrainConfig, TrainConfig, field_docs, preset, to_dict
+from grpo_lab.config import (MOVED_FIELDS, PRESETS, SUB_CONFIGS, PretrainConfig, TrainConfig,
+                             field_docs, migrate, preset, to_dict)
+from grpo_lab.paths import checkout_dir
 
 
 def parse_weights(text: str) -> dict[str, float]:
@@ -80,6 +82,11 @@ def add_config_args(parser: argparse.ArgumentParser, cls, skip=(), prefix: str =
             else default
         parser.add_argument(f"--{prefix}{f.name}", type=kind, default=None,
                             help=f"{docs.get(f.name, '')} (default: {shown})".replace("%", "%%"))
+    if cls is TrainConfig:                        # one release: --vf_lr for --ppo.vf_lr, ...
+        for old, (sub, new) in MOVED_FIELDS.items():
+            default = getattr(getattr(cls(), sub), new)
+            parser.add_argument(f"--{old}", type=field_type(None, default), default=None,
+                                help=argparse.SUPPRESS)
 
 
 def overrides(args, cls, prefix: str = "") -> dict:
@@ -93,16 +100,21 @@ def overrides(args, cls, prefix: str = "") -> dict:
                 out[f.name] = sub
         elif getattr(args, prefix + f.name, None) is not None:
             out[f.name] = getattr(args, prefix + f.name)
+    if cls is TrainConfig:
+        out.update({old: getattr(args, old) for old in MOVED_FIELDS
+                    if getattr(args, old, None) is not None})
     return out
 
 
 def add_plugin_arg(parser: argparse.ArgumentParser) -> None:
-    """``--plugin MODULE`` (repeatable; ``--plugins a,b`` is the same flag, kept as an alias)."""
-    parser.add_argument("--plugin", "--plugins", dest="plugin", action="append", default=None,
+    """``--plugin MODULE`` (repeatable); ``--plugins a,b``, the config field's spelling, is
+    still accepted as the same flag but not listed in --help."""
+    parser.add_argument("--plugin", dest="plugin", action="append", default=None,
                         metavar="MODULE",
                         help="import this module (a name or a .py path) first, so the groupers, "
                              "tasks, rewards and estimators it registers can be named; "
                              "repeatable, or comma-separated")
+    parser.add_argument("--plugins", dest="plugin", action="append", help=argparse.SUPPRESS)
 
 
 def plugin_spec(args) -> str:
@@ -161,15 +173,6 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--debug", action="store_true",
                          help="show the full traceback of an error (default: one clear line)")
     return p
-
-
-def checkout_dir(name: str) -> Path:
-    """``name`` (bench or notebooks) beside the installed package, in a repository checkout."""
-    path = Path(__file__).resolve().parent.parent / name
-    if not path.is_dir():
-        raise FileNotFoundError(f"no {name}/ directory at {path}: 'grpo-lab {name}' needs a "
-                                f"checkout of the grpo_lab repository (pip install -e .)")
-    return path
 
 
 def bench_scripts() -> dict[str, Path]:
@@ -241,9 +244,11 @@ def train_config(args) -> TrainConfig:
                          f"before its first one): nothing to resume; start it again with "
                          f"--overwrite")
     saved = read_training_checkpoint(Path(out_dir) / "checkpoint.safetensors")["config"]
+    saved, given = migrate(saved), migrate(given)     # flat names of older configs
     merged = {**saved, **given}
-    if "exchange" in given:
-        merged["exchange"] = {**saved.get("exchange", {}), **given["exchange"]}
+    for sub in SUB_CONFIGS:
+        if sub in given:
+            merged[sub] = {**saved.get(sub, {}), **given[sub]}
     return from_dict(merged)
 
 
@@ -329,9 +334,9 @@ def main(argv: list[str] | None = None) -> int:
                     os.environ.pop(LOCKED_ENV, None)
             return run_train(cfg, args.resume, args.override, args.overwrite)
         elif args.command == "eval":
-            from grpo_lab.tasks import load_eval
-            from grpo_lab.checkpoint import load_policy_any
+            from grpo_lab.policy import load_policy_any
             from grpo_lab.registry import load_plugins
+            from grpo_lab.task_data import load_eval
             from grpo_lab.trainer import evaluate_tasks, max_new_tokens
 
             task, run_plugins = eval_task(args.checkpoint, args.task)

@@ -26,13 +26,14 @@ from grpo_lab.distributed.exchanges import ExchangeConfig
 from grpo_lab.instruct import check_config as check_instruct
 from grpo_lab.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.loss import AGGREGATIONS
-from grpo_lab.policy import POLICIES
-from grpo_lab.registry import load_plugins
+from grpo_lab.policy import POLICIES, get_policy_kind
+from grpo_lab.ppo import PPOConfig  # importing ppo.py also registers objective "ppo"
+from grpo_lab.registry import load_plugins, lookup
+from grpo_lab.rewards import REWARDS
 from grpo_lab.rollout import DRAWS, UPDATE_FORWARDS
-from grpo_lab.tasks import MIXTURE_TASKS, REWARDS, TASKS
+from grpo_lab.step import OBJECTIVES, get_objective
+from grpo_lab.tasks import MIXTURE_TASKS, TASKS
 
-
-OBJECTIVES = ("grpo", "supervised", "ppo")
 # finite is not enough: values past these wreck a run in a few steps, then fail far away
 # ("logp is nan") without naming the cause
 CEILINGS = {"lr": 1.0, "vf_lr": 1.0, "weight_decay": 1.0}
@@ -172,7 +173,7 @@ class TrainConfig:
     """Loss aggregation (one of loss.AGGREGATIONS)."""
     reward_weights: dict = field(default_factory=lambda: {"accuracy": 1.0, "partial": 0.5,
                                                           "format": 0.1})
-    """Weights of the reward functions, as name=weight pairs (names from tasks.REWARDS)."""
+    """Weights of the reward functions, as name=weight pairs (names from rewards.REWARDS)."""
     eval_every: int = 100
     """Evaluate greedy accuracy on the held-out set every this many steps (0 = only at the ends)."""
     eval_size: int = 200
@@ -211,21 +212,10 @@ class TrainConfig:
     dynamic_max_draws: int = 4
     """Most rollouts of prompts_per_step prompts drawn per step by dynamic sampling."""
     # ---- PPO with a critic (objective="ppo", ppo.py)
-    ppo_gamma: float = 1.0
-    """objective="ppo": discount of GAE (1.0: an outcome reward counts fully at every token)."""
-    ppo_lambda: float = 0.95
-    """objective="ppo": GAE's lambda (0: one-step TD advantages, 1: Monte Carlo returns - V)."""
-    vf_coef: float = 0.5
-    """objective="ppo": weight of the value loss added to the policy loss."""
-    vf_clip: float = 0.2
-    """objective="ppo": the value loss's clip range around the rollout's values (PPO2)."""
-    ppo_critic: str = "head"
-    """objective="ppo": "head", a value head on the policy's hidden states (shared body), or
-    "network", a second GPT from base_checkpoint with its own value head (the classic RLHF
-    critic, as big as the policy: twice the parameters and optimizer state)."""
-    vf_lr: float = 0.0
-    """objective="ppo": the critic's AdamW learning rate, its own parameter group, with lr's
-    warm-up and schedule (0: lr). A critic starting from zero usually wants more than lr."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """objective="ppo": the critic and GAE (see ppo.PPOConfig; --ppo.gamma on the command line).
+    The flat names of older configs (ppo_gamma, ppo_lambda, vf_coef, vf_clip, ppo_critic,
+    vf_lr) are read into it for one release (MOVED_FIELDS)."""
     # ---- memory levers (issue 14; memory.py measures them, bench/bench_memory.py)
     checkpoint_every: int = 0
     """Activation checkpointing of the training forward: block i keeps only its input and
@@ -262,20 +252,22 @@ class TrainConfig:
         return min(self.prompts_per_step, max(2, self.prompts_per_step // 4))
 
     def __post_init__(self):
-        load_plugins(self.plugins)
+        # no side effects here: plugins are imported by preset(), from_dict(), the CLI and the
+        # trainer's setup before a config naming what they register is built
         if isinstance(self.exchange, dict):
             self.exchange = ExchangeConfig(**self.exchange)
-        _member(self.objective, OBJECTIVES, "objective")
+        if isinstance(self.ppo, dict):
+            self.ppo = PPOConfig(**self.ppo)
+        objective = get_objective(self.objective)
         self._check_policy()
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
         _finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps", "grad_clip", "eps_low",
-                "eps_high", "beta", "time_budget_s", "ppo_gamma", "ppo_lambda", "vf_coef",
-                "vf_clip", "vf_lr")
+                "eps_high", "beta", "time_budget_s")
         _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
         _nonnegative(self, "time_budget_s", "warmup_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
                      "grad_clip", "beta", "eval_every", "eval_size", "threads")
-        if self.group_size < 2 and self.objective != "ppo":     # PPO's critic needs no group
+        if self.group_size < 2 and objective.needs_group:       # PPO's critic needs no group
             raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
                              f"got {self.group_size}")
         if self.group_size < 1:
@@ -314,20 +306,20 @@ class TrainConfig:
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
                 raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
         self._check_grouping()
-        self._check_ppo()
-        self._check_memory()
+        self._check_ppo(objective)
+        self._check_memory(objective)
 
-    def _check_memory(self):
+    def _check_memory(self, objective):
         _nonnegative(self, "checkpoint_every")
         _positive(self, "micro_batches")
         if self.micro_batches > self.prompts_per_step:
             raise ValueError(f"micro_batches={self.micro_batches} is more than the "
                              f"prompts_per_step={self.prompts_per_step} prompts to split "
                              f"(a micro-batch holds whole prompts)")
-        why = ("objective='ppo' (its loss is not normalised by global counts yet)"
-               if self.objective == "ppo" else
+        why = (f"objective={self.objective!r} (its loss is not normalised by global counts yet)"
+               if not objective.splits else
                f"exchange.name={self.exchange.name!r} (DDP reduces during each backward)"
-               if self.exchange.name.startswith("ddp_") else
+               if self.exchange.kind.reduces_in_backward else
                "exchange.overlap=True (it reduces during each backward)"
                if self.exchange.overlap else None)
         if self.micro_batches > 1 and why:
@@ -336,33 +328,20 @@ class TrainConfig:
             raise ValueError(f"hf_gradient_checkpointing=True checkpoints every layer, "
                              f"checkpoint_every={self.checkpoint_every} every "
                              f"{self.checkpoint_every}-th: set one of them")
-        if self.autocast and self.policy == "hf":
+        if self.autocast and not get_policy_kind(self.policy).own_autocast:
             raise ValueError("autocast=True is the toy policy's training-forward autocast; "
                              "for policy='hf' set hf_autocast=True (every forward)")
 
-    def _check_ppo(self):
-        _nonnegative(self, "vf_coef", "vf_clip", "vf_lr")
-        _member(self.ppo_critic, ("head", "network"), "ppo_critic")
-        if self.vf_lr and self.objective != "ppo":
-            raise ValueError(f"vf_lr={self.vf_lr} is the critic's learning rate: it needs "
-                             f"objective='ppo', not {self.objective!r}")
-        if not (0 <= self.ppo_gamma <= 1 and 0 <= self.ppo_lambda <= 1):
-            raise ValueError(f"need ppo_gamma and ppo_lambda in [0, 1], got "
-                             f"{self.ppo_gamma}, {self.ppo_lambda}")
-        if self.objective != "ppo":
-            return
-        for name, bad in (("dynamic_sampling", self.dynamic_sampling),
-                          ("grouping", self.grouping != "by_prompt"),
-                          ("supervision", self.supervision != "outcome"),
-                          ("policy", self.policy != "toy")):
-            if bad:
-                raise ValueError(f"objective='ppo' does not support {name}="
-                                 f"{getattr(self, name)!r} (yet): the critic, not a group, gives "
-                                 f"the baseline; PPO runs the toy policy, outcome rewards, "
-                                 f"grouping='by_prompt', no dynamic sampling")
+    def _check_ppo(self, objective):
+        if self.ppo.vf_lr and not objective.critic:
+            critics = sorted(n for n, o in OBJECTIVES.items() if o.critic)
+            raise ValueError(f"vf_lr={self.ppo.vf_lr} is the critic's learning rate: it needs "
+                             f"objective={critics[0]!r}, not {self.objective!r}")
+        if objective.check is not None:
+            objective.check(self)
 
     def _check_policy(self):
-        _member(self.policy, POLICIES, "policy")
+        kind = get_policy_kind(self.policy)
         _member(self.hf_dtype, ("float32", "bfloat16", "float16"), "hf_dtype")
         if self.hf_sample_dtype:
             _member(self.hf_sample_dtype, ("float32", "bfloat16", "float16"), "hf_sample_dtype")
@@ -372,14 +351,18 @@ class TrainConfig:
         if self.lora_r and self.policy != "hf":
             raise ValueError(f"lora_r={self.lora_r} adds LoRA adapters to a transformers model: "
                              f"it needs policy='hf' (policy={self.policy!r})")
-        if self.policy == "hf" and self.base_checkpoint.endswith(".safetensors"):
+        if not kind.file_based and self.base_checkpoint.endswith(".safetensors"):
             raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
                              f"base_checkpoint={self.base_checkpoint!r} is a grpo_lab file "
                              f"(a toy policy: policy='toy')")
 
     def _check_grouping(self):
-        record = get_grouper(self.grouping)          # a function or record is registered
-        self.grouping = record.name                  # the config keeps names (JSON, CLI)
+        if not isinstance(self.grouping, str):        # registering is preset()'s, not ours
+            raise ValueError(f"grouping={self.grouping!r}: a config holds a grouper's name; "
+                             f"pass the function or record to config.preset(...), which "
+                             f"registers it, or register it (grouping.register_grouper) first")
+        record = lookup(GROUPERS, self.grouping, "grouping",
+                        "register your own with grouping.register_grouper")
         _member(self.combine, COMBINE, "combine option")
         _nonnegative(self, "group_k", "recluster_every")
         if record.takes_k and not self.group_k:
@@ -506,19 +489,62 @@ PRESETS: dict[str, dict] = {
 }
 
 
+# one release: fields that moved into a sub-config, by their old flat name -> (sub-config, field);
+# a config dict, keyword arguments or a flag with the old name still work (``migrate``)
+MOVED_FIELDS = {"ppo_gamma": ("ppo", "gamma"), "ppo_lambda": ("ppo", "gae_lambda"),
+                "vf_coef": ("ppo", "vf_coef"), "vf_clip": ("ppo", "vf_clip"),
+                "ppo_critic": ("ppo", "critic"), "vf_lr": ("ppo", "vf_lr")}
+SUB_CONFIGS = ("exchange", "ppo")
+
+
+def migrate(fields: dict) -> dict:
+    """Config fields with the flat names of moved fields (a checkpoint written before the
+    sub-configs, old keyword arguments) -> the nested form; a nested value given too wins."""
+    out = dict(fields)
+    for old, (sub, new) in MOVED_FIELDS.items():
+        if old in out:
+            value, given = out.pop(old), out.get(sub) or {}
+            nested = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given)
+            out[sub] = {new: value, **nested}
+    return out
+
+
+def _accept_moved_fields(init):
+    """TrainConfig(**fields) accepts the flat names of moved fields for one release."""
+    def __init__(self, *args, **fields):
+        init(self, *args, **migrate(fields))
+    __init__.__doc__, __init__.__signature__ = init.__doc__, inspect.signature(init)
+    return __init__
+
+
+TrainConfig.__init__ = _accept_moved_fields(TrainConfig.__init__)
+for _old, (_sub, _new) in MOVED_FIELDS.items():      # cfg.vf_lr reads cfg.ppo.vf_lr
+    setattr(TrainConfig, _old, property(lambda self, s=_sub, n=_new: getattr(getattr(self, s), n),
+                                        doc=f"One release: {_sub}.{_new}."))
+
+
 def preset(name: str, **overrides) -> TrainConfig:
-    """A TrainConfig from a named preset, with field overrides (``exchange`` a dict or an
-    ExchangeConfig; a dict is merged into the preset's)."""
+    """A TrainConfig from a named preset, with field overrides (a sub-config, e.g. ``exchange``,
+    as a dict merged into the preset's, or its dataclass). The config's plugins are imported
+    first, so it may name what they register; a grouper given as a function or record is
+    registered (grouping.get_grouper) and the config keeps its name."""
     _member(name, PRESETS, "preset")
-    fields = {**PRESETS[name], **overrides}
-    if isinstance(overrides.get("exchange"), dict):
-        fields["exchange"] = {**PRESETS[name].get("exchange", {}), **overrides["exchange"]}
+    base, overrides = migrate(PRESETS[name]), migrate(overrides)
+    fields = {**base, **overrides}
+    for sub in SUB_CONFIGS:
+        if isinstance(overrides.get(sub), dict):
+            fields[sub] = {**base.get(sub, {}), **overrides[sub]}
+    load_plugins(fields.get("plugins", ""))
+    if not isinstance(fields.get("grouping", ""), str):   # a function or record: registered
+        fields["grouping"] = get_grouper(fields["grouping"]).name   # the config keeps its name
     return TrainConfig(**fields)
 
 
 def from_dict(d: dict) -> TrainConfig:
-    """A TrainConfig from ``to_dict``'s output (a checkpoint's or a report's config)."""
-    return TrainConfig(**d)
+    """A TrainConfig from ``to_dict``'s output (a checkpoint's or a report's config, flat names
+    of older versions included); its plugins are imported first."""
+    load_plugins(d.get("plugins", ""))
+    return TrainConfig(**migrate(d))
 
 
 # fields a resumed run may change freely: how it runs, not what it computes
@@ -529,7 +555,7 @@ RUNTIME_FIELDS = ("out_dir", "threads", "time_budget_s", "target_accuracy", "exc
 def config_changes(saved: dict, cfg: TrainConfig) -> dict:
     """{field: [saved value, given value]} for every field of ``cfg`` that differs from the
     saved config (sub-configs dotted: "exchange.name"), runtime fields left out."""
-    now, out = to_dict(cfg), {}
+    now, out, saved = to_dict(cfg), {}, migrate(saved)
     for k, v in now.items():
         if isinstance(v, dict) and k != "reward_weights":
             for sk, sv in v.items():
@@ -578,4 +604,4 @@ def _nonnegative(cfg, *names):
 
 def _member(value, known, what):
     if value not in known:
-        raise ValueError(f"unknown {what} {value!r}; known: {sorted(known)}")
+        lookup(known, value, what)            # raises "unknown <what> ...; known: [...]"

@@ -31,6 +31,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from grpo_lab.registry import lookup
+
 Embedder = Callable[[list[str]], np.ndarray]
 
 
@@ -151,8 +153,7 @@ EMBEDDERS: dict[str, Callable[..., np.ndarray]] = {
 
 def get_embedder(name: str, **kwargs) -> Embedder:
     """``EMBEDDERS[name]`` with keyword arguments bound (e.g. ``model=`` for ``policy``)."""
-    if name not in EMBEDDERS:
-        raise ValueError(f"unknown embedder {name!r}; known: {sorted(EMBEDDERS)}")
+    lookup(EMBEDDERS, name, "embedder")
     return functools.partial(EMBEDDERS[name], **kwargs) if kwargs else EMBEDDERS[name]
 
 

@@ -378,7 +378,7 @@ def _same_partition(a, b) -> bool:
 
 
 def _grouper_batches(strategy: str):
-    from grpo_lab.tasks import load_mixture
+    from grpo_lab.task_data import load_mixture
     mix = load_mixture()
     rng = np.random.default_rng(0)
     out = []

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from grpo_lab.config import preset
+from grpo_lab.config import preset, to_dict
 from grpo_lab.trainer import train
 
 __all__ = ["run_experiment", "Results", "METRICS", "mean_ci", "run_metrics", "time_to_target",
@@ -331,3 +331,26 @@ def _store(histories: list, i: int, hist, err: str | None, jobs: list) -> None:
         name, seed, _ = jobs[i]
         raise RuntimeError(f"run of strategy {name!r}, seed {seed} failed:\n{err}")
     histories[i] = hist
+
+
+def record_gradients(steps: int = 30, **overrides) -> dict:
+    """Train ``steps`` single-process steps (default: supervised fine-tuning of the base
+    policy, 64 demonstrations a step, lr 1e-3) and keep each step's gradient -> {"names",
+    "shapes", "grads" (steps, numel) float32, "config"}: what the sharder widget replays."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="grpo_lab_record_") as tmp:
+        cfg = preset("defaults", **{"objective": "supervised", "prompts_per_step": 64,
+                                    "lr": 1e-3, "warmup_steps": 5, "weight_decay": 0.01,
+                                    "grad_clip": 0.0, "eval_every": 0, "eval_size": 1,
+                                    "time_budget_s": 0.0, "threads": 1, **overrides,
+                                    "steps": steps, "out_dir": tmp})
+        policy_ref = {}
+
+        def keep(metrics, policy):
+            policy_ref["p"] = policy
+            rows.append(torch.cat([p.grad.reshape(-1) for p in policy.parameters()]))  # (numel,)
+
+        train(cfg, progress=False, on_step=keep)
+    named = list(policy_ref["p"].named_parameters())
+    return {"names": [n for n, _ in named], "shapes": [tuple(p.shape) for _, p in named],
+            "grads": torch.stack(rows), "config": to_dict(cfg)}            # (steps, numel)

@@ -15,35 +15,29 @@ prompts to a cluster id per prompt; one signature
 Each is a ``Grouper`` record in ``GROUPERS`` (what it takes and needs); add your own with
 ``register_grouper`` (a function or a decorator), from a notebook or a plugin module.
 
-A prompt-level cluster then meets the G completions of each prompt in one of two ways
-(``COMBINE``, siblings with one signature):
-
-  * ``"cluster"``:                  group id per completion = its prompt's cluster id; any
-                                    estimator of ``advantages.ADVANTAGES`` runs on it
-                                    (baseline = mean over the whole cluster).
-  * ``"within_prompt_pooled_std"``: baseline = the prompt's own mean, scale = the
-                                    within-prompt std pooled over the cluster,
-                                    A = (r - mean_prompt) / (pooled_std + eps). With one
-                                    prompt per cluster this is exactly ``grpo``.
-
-Also here: diagnostics as dicts of documented metric names, and dynamic sampling (DAPO, Yu
-et al. 2025, sec. 3.2: keep only groups whose rewards differ, draw more until the batch is
-full). Deviation: DAPO filters per-prompt groups; ``informative_rows`` accepts any group
-ids. Groups over training (``Reclusterer``, ``StepGrouper``) live in ``reclustering.py``.
+How a prompt cluster meets its prompts' completions (``COMBINE``, ``grouped_advantages``) is
+group_advantages.py; the diagnostics of a step's groups and DAPO's filter
+(``informative_groups``) are group_diagnostics.py; their names are importable from here too.
+Groups over training (``Reclusterer``, ``StepGrouper``) live in ``reclustering.py``.
 """
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import torch
 
-from grpo_lab.advantages import ADVANTAGES, EPS, group_stats
+from grpo_lab.advantages import group_stats
 from grpo_lab.embeddings import EMBEDDERS, check_prompts
-from grpo_lab.registry import check_new
+from grpo_lab.group_advantages import (COMBINE, cluster_baseline, grouped_advantages,  # noqa: F401
+                                       within_prompt_pooled_std)
+from grpo_lab.group_diagnostics import (_ids, advantage_diagnostics,  # noqa: F401
+                                        advantage_split, cluster_diagnostics,
+                                        informative_groups, informative_rows,
+                                        reward_group_diagnostics)
+from grpo_lab.registry import check_new, lookup
 
 
 class PromptBatch:
@@ -94,11 +88,6 @@ def prompt_reward_stats(rewards: torch.Tensor, prompt_index: torch.Tensor, B: in
         raise ValueError(f"prompt_index must cover every prompt 0..{B - 1}, "
                          f"got ids {present.tolist()[:10]}...")
     return mean.numpy(), std.numpy()
-
-
-def _ids(group_ids) -> torch.Tensor:
-    """Group ids from a grouper (numpy) or a tensor -> long tensor (N,)."""
-    return group_ids if torch.is_tensor(group_ids) else torch.as_tensor(np.asarray(group_ids))
 
 
 def check_k(k, B: int) -> int:
@@ -275,10 +264,7 @@ def get_grouper(grouping) -> Grouper:
         return GROUPERS[grouping.name]
     if callable(grouping):
         return register_grouper(grouping.__name__, grouping, takes_k=True)
-    if grouping not in GROUPERS:
-        raise ValueError(f"unknown grouping {grouping!r}; known: {sorted(GROUPERS)} "
-                         f"(register your own with grouping.register_grouper)")
-    return GROUPERS[grouping]
+    return lookup(GROUPERS, grouping, "grouping", "register your own with grouping.register_grouper")
 
 
 register_grouper("by_prompt", by_prompt, description="one group per prompt (canonical GRPO)")
@@ -289,160 +275,3 @@ register_grouper("kmeans_semantic", kmeans_semantic, takes_k=True, needs_embeddi
                  reclusterable=True, description="K-means on prompt embeddings")
 register_grouper("mixed", mixed, takes_k=True, needs_embeddings=True, needs_reward_stats=True,
                  description="K-means on embeddings joined with reward statistics")
-
-
-# ---------------------------------------------------------------- prompt clusters -> advantages
-def cluster_baseline(rewards, prompt_index, cluster_of_row, estimator="grpo"):
-    return ADVANTAGES[estimator](rewards, cluster_of_row)                  # (N,)
-
-
-def within_prompt_pooled_std(rewards, prompt_index, cluster_of_row, estimator="grpo"):
-    # pooled variance of cluster c: sum_p (n_p - 1) s_p^2 / sum_p (n_p - 1), p in c
-    p_inv, n_p, mean_p, std_p = group_stats(rewards, prompt_index)          # (N,), (P,) each
-    cluster_p = torch.zeros_like(n_p, dtype=torch.long).scatter_(0, p_inv, cluster_of_row)  # (P,)
-    _, c_inv = torch.unique(cluster_p, return_inverse=True)                # (P,) in 0..K-1
-    K = int(c_inv.max()) + 1
-    dof = torch.zeros(K, dtype=torch.float64).index_add_(0, c_inv, n_p - 1)               # (K,)
-    ss = torch.zeros(K, dtype=torch.float64).index_add_(0, c_inv, (n_p - 1) * std_p ** 2)  # (K,)
-    pooled = (ss / dof.clamp(min=1)).sqrt()                                # (K,)
-    centred = rewards.double() - mean_p[p_inv]                             # (N,) r - mean_prompt
-    return (centred / (pooled[c_inv[p_inv]] + EPS)).to(rewards.dtype)      # (N,)
-
-
-COMBINE = {"cluster": cluster_baseline, "within_prompt_pooled_std": within_prompt_pooled_std}
-
-
-def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.Tensor,
-                       combine: str = "cluster", estimator: str = "grpo") -> torch.Tensor:
-    """Cluster id per prompt (B,), prompt of each row (N,), rewards (N,) -> advantages (N,).
-
-    ``estimator`` (a key of ``ADVANTAGES``) is used by ``combine="cluster"``; the pooled
-    variant is its own estimator (GRPO-shaped) and ignores it.
-    """
-    if combine not in COMBINE:
-        raise ValueError(f"unknown combine option {combine!r}; known: {sorted(COMBINE)}")
-    if estimator not in ADVANTAGES:
-        raise ValueError(f"unknown estimator {estimator!r}; known: {sorted(ADVANTAGES)}")
-    cluster_ids = torch.as_tensor(np.asarray(cluster_ids), dtype=torch.long)  # (B,)
-    if prompt_index.numel() and (int(prompt_index.min()) < 0
-                                 or int(prompt_index.max()) >= len(cluster_ids)):
-        raise ValueError(f"prompt_index holds {int(prompt_index.max())} but only "
-                         f"{len(cluster_ids)} prompts have a cluster id")
-    cluster_of_row = cluster_ids[prompt_index]                             # (N,)
-    return COMBINE[combine](rewards, prompt_index, cluster_of_row, estimator)
-
-
-# ---------------------------------------------------------------- diagnostics
-def reward_group_diagnostics(rewards: torch.Tensor, group_ids: torch.Tensor) -> dict:
-    """Row-level groups -> ``group/within_var`` (mean over groups of the unbiased reward
-    variance, 0 for a group of one), ``group/zero_std_frac`` (fraction of groups whose
-    rewards are all equal: no signal), ``group/size_mean|min|max`` (rows per group)."""
-    _, count, _, std = group_stats(rewards, _ids(group_ids))               # (K,) each
-    return {"group/within_var": float((std ** 2).mean()),
-            "group/zero_std_frac": float((std == 0).double().mean()),
-            "group/size_mean": float(count.mean()),
-            "group/size_min": int(count.min()),
-            "group/size_max": int(count.max())}
-
-
-def cluster_diagnostics(prompts: Sequence[str], cluster_ids, tasks: Sequence[str] | None = None,
-                        embeddings: np.ndarray | None = None,
-                        tfidf: np.ndarray | None = None) -> dict:
-    """Prompt-level clusters (B,) -> ``group/tfidf_cosine`` (mean over clusters of >= 2
-    prompts of the mean pairwise cosine of their TF-IDF vectors: ``tfidf``, unit rows (B, V)
-    already computed, e.g. by the trainer's fixed embedder, or fitted here on ``prompts``),
-    ``group/silhouette`` (cosine silhouette on ``embeddings``, default the TF-IDF vectors),
-    ``group/purity`` (share of prompts whose cluster's majority task is their own).
-    A value is NaN where it is undefined (no cluster of 2, one cluster, no task labels)."""
-    from sklearn.metrics import silhouette_score
-    from threadpoolctl import threadpool_limits
-
-    from grpo_lab.embeddings import tfidf_embed
-
-    ids = np.asarray(cluster_ids)
-    if ids.shape != (len(prompts),):
-        raise ValueError(f"{ids.shape} cluster ids for {len(prompts)} prompts")
-    T = tfidf_embed(list(prompts)) if tfidf is None else np.asarray(tfidf)  # (B, V) unit rows
-    X = T if embeddings is None else np.asarray(embeddings)
-    labels = np.unique(ids)
-    with threadpool_limits(1):                                              # see _kmeans
-        S = T @ T.T                                                         # (B, B) cosine
-        cos = []
-        for c in labels:
-            Sc = S[np.ix_(ids == c, ids == c)]                              # (n_c, n_c)
-            n = len(Sc)
-            if n >= 2:
-                cos.append((Sc.sum() - np.trace(Sc)) / (n * (n - 1)))      # off-diagonal mean
-        sil = (silhouette_score(X, ids, metric="cosine") if 2 <= len(labels) < len(ids)
-               else math.nan)
-    purity = math.nan
-    if tasks is not None:
-        tasks = np.asarray(tasks)
-        purity = sum(np.unique(tasks[ids == c], return_counts=True)[1].max()
-                     for c in labels) / len(ids)
-    return {"group/tfidf_cosine": float(np.mean(cos)) if cos else math.nan,
-            "group/silhouette": float(sil), "group/purity": float(purity)}
-
-
-def advantage_diagnostics(advantages: torch.Tensor) -> dict:
-    """``adv/var``: variance of the advantages over the batch (population, divide by N)."""
-    return {"adv/var": float(advantages.double().var(unbiased=False))}
-
-
-def advantage_split(advantages: torch.Tensor, prompt_index: torch.Tensor) -> dict:
-    """``adv/between_prompt_frac``: share of the advantages' (population) variance that lies
-    between prompts, var(per-prompt mean advantage, per row) / var(advantages); 0 when there
-    is no variance. By-prompt GRPO centres every prompt, so it is 0 there; a cluster baseline
-    pushes all completions of an easy prompt up and of a hard one down, whichever was better."""
-    a = advantages.double()                                                # (N,)
-    inv, _, mean_p, _ = group_stats(a, _ids(prompt_index))                 # (N,), (P,)
-    total = float(a.var(unbiased=False))
-    between = float(((mean_p[inv] - a.mean()) ** 2).mean())
-    return {"adv/between_prompt_frac": between / total if total > 1e-12 else 0.0}
-
-
-# ---------------------------------------------------------------- dynamic sampling (DAPO)
-def informative_groups(rewards: torch.Tensor, group_ids: torch.Tensor, tol: float = 1e-8):
-    """-> (group ids (K,), mask (K,)): True where the group's rewards are not all equal
-    (std > tol). DAPO's filter 0 < |{correct}| < G, for any reward and any grouping."""
-    group_ids = _ids(group_ids)
-    _, _, _, std = group_stats(rewards, group_ids)                         # (K,)
-    return torch.unique(group_ids), std > tol
-
-
-def informative_rows(rewards: torch.Tensor, group_ids: torch.Tensor, tol: float = 1e-8):
-    """-> (N,) bool, True on rows whose group is informative."""
-    ids, keep = informative_groups(rewards, group_ids, tol)
-    return torch.isin(_ids(group_ids), ids[keep])
-
-
-def fill_informative_groups(draw: Callable, target_groups: int, max_draws: int = 8,
-                            strict: bool = True) -> list:
-    """DAPO dynamic sampling: call ``draw() -> (rewards (N,), group_ids (N,), payload)`` until
-    ``target_groups`` informative groups are gathered -> [(payload, row_mask (N,)), ...].
-
-    The last batch's mask is trimmed so exactly ``target_groups`` groups are kept; batches
-    with none are dropped. After ``max_draws`` draws short of the target it raises
-    ``RuntimeError`` (``strict``) or warns and returns what it has.
-    """
-    if target_groups < 1 or max_draws < 1:
-        raise ValueError(f"need target_groups >= 1 and max_draws >= 1, "
-                         f"got {target_groups} and {max_draws}")
-    out, have = [], 0
-    for _ in range(max_draws):
-        rewards, group_ids, payload = draw()
-        group_ids = _ids(group_ids)
-        ids, keep = informative_groups(rewards, group_ids)
-        kept = ids[keep][:target_groups - have]
-        if len(kept):
-            out.append((payload, torch.isin(group_ids, kept)))
-            have += len(kept)
-        if have == target_groups:
-            return out
-    msg = (f"dynamic sampling gathered {have} of target_groups={target_groups} informative "
-           f"groups in max_draws={max_draws} draws: rewards are too often all equal "
-           f"(too easy or too hard); raise max_draws, lower the target or change the tasks")
-    if strict:
-        raise RuntimeError(msg)
-    warnings.warn(msg, RuntimeWarning, stacklevel=2)
-    return out

@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
+
+from grpo_lab.registry import check_new, lookup
 
 
 def seq_mean_token_mean(per_tok, mask, max_len):
@@ -40,8 +44,34 @@ def dr_grpo_constant(per_tok, mask, max_len):
     return (per_tok * mask).sum() / (per_tok.shape[0] * max_len)
 
 
-AGGREGATIONS = {"seq_mean_token_mean": seq_mean_token_mean, "token_mean": token_mean,
-                "dr_grpo": dr_grpo_constant}
+@dataclass(frozen=True)
+class Aggregation:
+    """A loss aggregation with what the step needs to know about it: ``per`` says what its
+    normaliser counts, so a data-parallel step can give each rank its share of the global
+    batch's loss: "rows" (completions: seq_mean_token_mean, dr_grpo) or "tokens"."""
+    name: str
+    fn: Callable                  # (per_tok (N, T), mask (N, T), max_len) -> scalar
+    per: str = "tokens"
+
+    def __call__(self, per_tok, mask, max_len):
+        return self.fn(per_tok, mask, max_len)
+
+
+AGGREGATIONS: dict[str, Aggregation] = {}
+
+
+def register_aggregation(name: str, fn: Callable, per: str = "tokens") -> Aggregation:
+    """Add an aggregation ``(per_tok, mask, max_len) -> loss``; ``per``: "rows" or "tokens"."""
+    check_new(AGGREGATIONS, "aggregation", name, fn, lambda a: a.fn)
+    if per not in ("rows", "tokens"):
+        raise ValueError(f"aggregation {name!r}: per must be 'rows' or 'tokens', got {per!r}")
+    AGGREGATIONS[name] = Aggregation(name, fn, per)
+    return AGGREGATIONS[name]
+
+
+register_aggregation("seq_mean_token_mean", seq_mean_token_mean, per="rows")
+register_aggregation("token_mean", token_mean, per="tokens")
+register_aggregation("dr_grpo", dr_grpo_constant, per="rows")
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=0.2,
@@ -88,8 +118,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
 def _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta,
                   aggregation, max_len) -> torch.Tensor:
     """Raise ValueError naming the first bad value; -> advantages as a floating tensor."""
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {aggregation!r}; known: {sorted(AGGREGATIONS)}")
+    lookup(AGGREGATIONS, aggregation, "aggregation")
     if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
         raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and "
                          f"mask {tuple(mask.shape)} must be one (N, T) shape")

@@ -31,7 +31,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from grpo_lab.tasks import EOS, PAD, VOCAB_SIZE, decode, encode
+from grpo_lab.checkpoint import (CKPT_TAG, CheckpointError, atomic_save_tensors,
+                                 load_state_strict, policy_tensors, read_tensors)
+from grpo_lab.tokenizer import EOS, PAD, VOCAB_SIZE, decode, encode
 
 FORMAT_TAG = "grpo_lab.policy.v1"
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: k, v each (B, nh, T, hs)
@@ -190,8 +192,6 @@ class GPT(nn.Module):
 
 def save_policy(model: GPT, path: str | Path, extra: dict | None = None) -> None:
     """Write the policy's weights and config to one safetensors file, atomically."""
-    from grpo_lab.checkpoint import atomic_save_tensors
-
     meta = {"format": FORMAT_TAG, "config": json.dumps(asdict(model.cfg))}
     meta.update({k: json.dumps(v) for k, v in (extra or {}).items()})
     tensors = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}  # tied
@@ -205,8 +205,6 @@ def load_policy(path: str | Path) -> GPT:
     only (no optimizer state, no PPO critic), so ``--base_checkpoint runs/x/checkpoint.safetensors``
     starts a new run from where that one stopped; ``--resume`` continues the run itself."""
     import warnings
-
-    from grpo_lab.checkpoint import CKPT_TAG, load_state_strict, policy_tensors, read_tensors
 
     tensors, meta = read_tensors(path)
     if meta.get("format") == CKPT_TAG:
@@ -232,8 +230,6 @@ def policy_from_tensors(tensors: dict, meta: dict, path) -> GPT:
     Strict: the config must parse, and every weight must be present with its shape and no
     other tensor in the file (``checkpoint.load_state_strict``), else a ``CheckpointError``.
     """
-    from grpo_lab.checkpoint import load_state_strict
-
     if meta.get("format") != FORMAT_TAG:
         raise ValueError(f"{path} is not a grpo_lab policy file "
                          f"(format tag {meta.get('format')!r}, expected {FORMAT_TAG!r})")
@@ -246,8 +242,6 @@ def model_config(meta: dict, path, key: str = "config") -> GPTConfig:
     """The ``GPTConfig`` stored as JSON under ``meta[key]``; a ``CheckpointError`` naming the
     file if it is absent or not a valid config. Training checkpoints keep it under
     ``"model_config"``."""
-    from grpo_lab.checkpoint import CheckpointError
-
     try:
         return GPTConfig(**json.loads(meta[key]))
     except (KeyError, TypeError, ValueError) as e:       # absent, unknown field, bad value

@@ -22,15 +22,20 @@ for, so grpo_lab imports without transformers). Sampling (``rollout.sample``: pe
 generators, the exponential race, a KV cache shared by a prompt's G completions) and the
 log-probs (``rollout.completion_logprobs``) are written once against this surface, so a
 data-parallel run of either samples the same tokens on 1 or N processes.
-Pick one with ``TrainConfig.policy`` ("toy" | "hf"); ``load_for(cfg)`` builds it.
+Pick one with ``TrainConfig.policy`` (a name in ``POLICIES``: "toy" | "hf"); ``load_for(cfg)``
+builds it; ``load_policy_any(path)`` reads any saved policy or training checkpoint back.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-POLICIES = ("toy", "hf")
+from grpo_lab.checkpoint import (CKPT_TAG, load_state_strict, read_tensors, resolve_path,
+                                 state_without_aliases)  # noqa: F401 (re-exported)
+from grpo_lab.registry import lookup
 
 
 class Policy(Protocol):
@@ -46,18 +51,14 @@ class Policy(Protocol):
                  key_mask: torch.Tensor | None = None, cache=None): ...
 
 
-def load_for(cfg, path: str | None = None) -> torch.nn.Module:
-    """The policy ``cfg`` names (``cfg.policy``), loaded from ``path`` (default
-    ``cfg.base_checkpoint``) on the CPU, in training mode, with the config's memory levers:
-    ``checkpoint_every`` (toy: ``GPT.checkpoint_every``; hf: transformers' activation
-    checkpointing of every k-th layer, ``hf_gradient_checkpointing`` meaning k = 1) and
-    ``autocast`` (toy only; hf has ``hf_autocast``)."""
-    path = cfg.base_checkpoint if path is None else path
-    if cfg.policy == "toy":
-        from grpo_lab.model import load_policy
-        model = load_policy(path)
-        model.checkpoint_every, model.autocast = cfg.checkpoint_every, cfg.autocast
-        return model
+def _load_toy(cfg, path) -> torch.nn.Module:
+    from grpo_lab.model import load_policy
+    model = load_policy(path)
+    model.checkpoint_every, model.autocast = cfg.checkpoint_every, cfg.autocast
+    return model
+
+
+def _load_hf(cfg, path) -> torch.nn.Module:
     from grpo_lab.hf import load_hf_policy     # lazy: transformers is an optional extra
     return load_hf_policy(path, dtype=cfg.hf_dtype, autocast=cfg.hf_autocast,
                           chat_template=cfg.hf_chat_template,
@@ -69,20 +70,62 @@ def load_for(cfg, path: str | None = None) -> torch.nn.Module:
                           lora_alpha=cfg.lora_alpha)
 
 
+@dataclass(frozen=True)
+class PolicyKind:
+    """A kind of policy ``TrainConfig.policy`` can name, with what config.py checks as fields."""
+    name: str
+    load: Callable                # (cfg, path) -> policy, on the CPU, in training mode
+    file_based: bool              # base_checkpoint is a grpo_lab .safetensors file (else a folder/hub id)
+    own_autocast: bool            # autocast=True is its lever (hf has hf_autocast instead)
+    description: str = ""
+
+
+POLICIES: dict[str, PolicyKind] = {
+    "toy": PolicyKind("toy", _load_toy, True, True, "the char-level GPT (model.py)"),
+    "hf": PolicyKind("hf", _load_hf, False, False, "a transformers causal LM (hf.py)"),
+}
+
+
+def get_policy_kind(name: str) -> PolicyKind:
+    return lookup(POLICIES, name, "policy")
+
+
+def load_for(cfg, path: str | None = None) -> torch.nn.Module:
+    """The policy ``cfg`` names (``cfg.policy``), loaded from ``path`` (default
+    ``cfg.base_checkpoint``) on the CPU, in training mode, with the config's memory levers:
+    ``checkpoint_every`` (toy: ``GPT.checkpoint_every``; hf: transformers' activation
+    checkpointing of every k-th layer, ``hf_gradient_checkpointing`` meaning k = 1) and
+    ``autocast`` (toy only; hf has ``hf_autocast``)."""
+    return get_policy_kind(cfg.policy).load(cfg, cfg.base_checkpoint if path is None else path)
+
+
+def load_policy_any(path):
+    """A policy from a policy file (``model.save_policy``), a transformers model folder
+    (hf.py), or a training checkpoint of either (a PPO run's with its critic, critic.py)."""
+    from grpo_lab.model import GPT, model_config, policy_from_tensors
+
+    if resolve_path(path).is_dir():
+        from grpo_lab.hf import load_hf_policy
+        return load_hf_policy(path)
+    tensors, meta = read_tensors(path)
+    if meta.get("format") != CKPT_TAG:
+        return policy_from_tensors(tensors, meta, path)
+    hf = json.loads(meta.get("model_config", "{}"))
+    if "path" in hf:                                   # an HF run: hf.HFPolicyConfig
+        from grpo_lab.hf import load_hf_policy
+        keep = ("dtype", "autocast", "chat_template", "trust_remote_code")
+        policy = load_hf_policy(hf["path"], **{k: hf[k] for k in keep if k in hf})
+        load_state_strict(policy, tensors, path, prefix="policy.")
+        return policy
+    policy = GPT(model_config(meta, path, "model_config"))
+    if any(k.startswith("policy.value_head.") for k in tensors):   # a PPO run's critic
+        from grpo_lab.critic import ValueHead, ValueNetwork
+        policy.value_head = (ValueHead(policy.cfg.n_embd) if "policy.value_head.proj.weight"
+                             in tensors else ValueNetwork(GPT(policy.cfg)))
+    load_state_strict(policy, tensors, path, prefix="policy.")
+    return policy
+
+
 def frozen(policy: torch.nn.Module) -> torch.nn.Module:
     """The reference policy: ``policy`` in eval mode with gradients off."""
     return policy.eval().requires_grad_(False)
-
-
-def state_without_aliases(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """``module.state_dict()`` with each tied tensor kept once, under its first name
-    (the toy GPT's ``lm_head.weight`` is ``wte.weight``; many HF models tie theirs too):
-    safetensors refuses tensors that share memory, ``checkpoint.load_state_strict`` accepts
-    the aliases' absence."""
-    seen, out = set(), {}
-    for k, v in module.state_dict().items():
-        key = (v.data_ptr(), tuple(v.shape), v.stride()) if v.numel() else k
-        if key not in seen:
-            seen.add(key)
-            out[k] = v
-    return out

@@ -1,100 +1,63 @@
-"""PPO's critic, the part GRPO drops: generalized advantage estimation and the value loss.
+"""PPO (Schulman et al. 2017; for language models Ouyang et al. 2022) as an objective of the one
+trainer: ``objective="ppo"`` = ``collect_ppo`` (sample as GRPO does, rewards on the last token,
+the critic's values, GAE(lambda), whitened advantages) and ``ppo_objective`` (the clipped
+surrogate of loss.py on per-token advantages + vf_coef * the clipped value loss).
 
-PPO (Schulman et al. 2017) for language models (Ouyang et al. 2022) learns a value function
-V(s_t) of each prefix and turns the rewards into per-token advantages with GAE(lambda)
-(Schulman et al. 2016, eq. 16):
-
-    delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)           (V after the last token is 0)
-    A_t     = delta_t + gamma * lambda * A_{t+1}           = sum_l (gamma lambda)^l delta_{t+l}
-    R_t     = A_t + V(s_t)                                 (the critic's regression target)
-
-and trains the critic with a clipped value loss (as PPO2 / TRL's PPOTrainer):
-
-    L_V = 1/2 * mean_t max((V - R)^2, (clip(V, V_old - eps, V_old + eps) - R)^2)
-
-GRPO replaces V by the group's mean reward (advantages.py): no critic to hold, train or run,
-which is its real saving (claims 10 and 21 measure what that costs or buys). This module holds
-the pure functions, the critic's head and PPO as an objective of the one trainer
-(``objective="ppo"``: ``collect_ppo`` and ``ppo_objective``, registered in step.OBJECTIVES).
-The critic (``cfg.ppo_critic``) is a ``ValueHead`` on the policy's own final hidden states
-("head": a shared body, nearly free) or a ``ValueNetwork``, a second GPT started from the base
-checkpoint with its own head ("network": the classic RLHF setup of Ouyang et al. 2022, a critic
-as big as the policy, whose parameters, AdamW state and activations GRPO does not hold). The
-trainer attaches either as ``policy.value_head``, so the one optimizer trains it (its own lr:
-``cfg.vf_lr``) and checkpoints hold it. One process, the toy policy.
-Shapes: N completions, T completion tokens; ``mask`` (N, T) True on real tokens, a completion's
-tokens first and padding after them.
+The critic itself (GAE, the value loss, ``ValueHead``, ``ValueNetwork``) is critic.py; its names
+are re-exported here. The critic (``cfg.ppo.critic``, ``CRITICS``) is attached by ``attach_critic`` as
+``policy.value_head``, so the one optimizer trains it (its own lr: ``cfg.ppo.vf_lr``) and
+checkpoints hold it; ``PPOConfig`` (``TrainConfig.ppo``) holds PPO's settings. One process, the toy policy, outcome rewards (config.py checks).
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-import torch.nn as nn
+
+from grpo_lab.critic import (ValueHead, ValueNetwork, explained_variance, gae,  # noqa: F401
+                             logprobs_and_values, outcome_rewards, value_loss, whiten)
+from grpo_lab.loss import grpo_loss
+from grpo_lab.registry import lookup
+from grpo_lab.rollout import completion_logprobs
+from grpo_lab.step import draw_prompts, logged_stats, max_new_tokens, register_objective
 
 
-def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
-        lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token rewards and values (N, T), mask (N, T) -> (advantages (N, T), returns (N, T)),
-    0 on padding. An outcome reward is a reward on the completion's last token."""
-    if rewards.shape != values.shape or rewards.shape != mask.shape or rewards.dim() != 2:
-        raise ValueError(f"rewards {tuple(rewards.shape)}, values {tuple(values.shape)} and mask "
-                         f"{tuple(mask.shape)} must be one (N, T) shape")
-    if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
-        raise ValueError(f"need gamma and lambda in [0, 1], got gamma={gamma}, lambda={lam}")
-    m = mask.to(values.dtype)
-    r, v = torch.where(mask, rewards, 0.0), torch.where(mask, values, 0.0)        # (N, T)
-    next_v = torch.cat([v[:, 1:] * m[:, 1:], torch.zeros_like(v[:, :1])], 1)       # (N, T)
-    delta = (r + gamma * next_v - v) * m                                          # (N, T)
-    T = delta.shape[1]
-    adv = torch.zeros_like(delta)
-    a_next = torch.zeros_like(delta[:, 0])                                        # (N,) A_{t+1}
-    for t in reversed(range(T)):                       # A_t = delta_t + gamma lambda A_{t+1}
-        cont = m[:, t + 1] if t + 1 < T else torch.zeros_like(a_next)             # next is real
-        a_next = delta[:, t] + gamma * lam * cont * a_next
-        adv[:, t] = a_next
-    adv = adv * m
-    return adv, (adv + v) * m
+@dataclass
+class PPOConfig:
+    """objective="ppo": the critic and GAE (``TrainConfig.ppo``; ``--ppo.FIELD`` on the command
+    line)."""
+    gamma: float = 1.0
+    """Discount of GAE (1.0: an outcome reward counts fully at every token)."""
+    gae_lambda: float = 0.95
+    """GAE's lambda (0: one-step TD advantages, 1: Monte Carlo returns - V)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss added to the policy loss."""
+    vf_clip: float = 0.2
+    """The value loss's clip range around the rollout's values (PPO2)."""
+    critic: str = "head"
+    """"head", a value head on the policy's hidden states (shared body), or "network", a
+    second GPT from base_checkpoint with its own value head (the classic RLHF critic, as big
+    as the policy: twice the parameters and optimizer state)."""
+    vf_lr: float = 0.0
+    """The critic's AdamW learning rate, its own parameter group, with lr's warm-up and
+    schedule (0: lr). A critic starting from zero usually wants more than lr."""
 
+    def __post_init__(self):
+        for name in ("gamma", "gae_lambda", "vf_coef", "vf_clip", "vf_lr"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"PPOConfig.{name} must be a finite number, got {v!r}")
+        for name in ("vf_coef", "vf_clip", "vf_lr"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"PPOConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.critic not in CRITICS:
+            lookup(CRITICS, self.critic, "ppo_critic")
+        if not (0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1):
+            raise ValueError(f"need ppo_gamma and ppo_lambda in [0, 1] (ppo.gamma, "
+                             f"ppo.gae_lambda), got {self.gamma}, {self.gae_lambda}")
 
-def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-               mask: torch.Tensor, clip: float = 0.2) -> torch.Tensor:
-    """Clipped value loss (module docstring), the mean over real tokens."""
-    if clip < 0:
-        raise ValueError(f"value clip must be >= 0, got {clip}")
-    clipped = old_values + (values - old_values).clamp(-clip, clip)
-    per_tok = torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)    # (N, T)
-    m = mask.to(values.dtype)
-    return 0.5 * (per_tok * m).sum() / m.sum().clamp(min=1)
-
-
-class ValueHead(nn.Module):
-    """A scalar value per position from the policy's hidden states (B, T, C) -> (B, T)."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.proj = nn.Linear(width, 1)
-        nn.init.zeros_(self.proj.weight)
-        nn.init.zeros_(self.proj.bias)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.proj(hidden).squeeze(-1)                                      # (B, T)
-
-
-class ValueNetwork(nn.Module):
-    """A critic with a body of its own: (ids, pos, key mask) (B, T) -> values (B, T)."""
-
-    def __init__(self, body: nn.Module):
-        super().__init__()
-        self.body = body                            # a toy GPT, e.g. a copy of the base policy
-        self.head = ValueHead(body.cfg.n_embd)
-
-    def forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        _, _, h = self.body(ids, pos, mask, return_hidden=True)               # (B, T, C)
-        return self.head(h.float())                                           # (B, T)
-
-
-# ---- PPO through the one trainer: objective="ppo" (step.OBJECTIVES)
 
 PPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",
              "policy/entropy", "ppo/value_loss", "ppo/explained_variance")
@@ -112,61 +75,22 @@ class PPOBatch(NamedTuple):
     metrics: dict
 
 
-def logprobs_and_values(policy, r, temperature: float = 1.0):
-    """One forward over prompt+completion -> per-token log-probs, entropy and values, each
-    (N, Tc); the value of token t is V(prefix before t), read at the position predicting t."""
-    from grpo_lab.rollout import completion_token_stats, full_sequence
-    ids, pos, mask = full_sequence(r, next(policy.parameters()).device)   # (N, Tp+Tc) each
-    logits, _, h = policy(ids, pos, mask, return_hidden=True)              # (N, Tp+Tc, V|C)
-    critic = policy.value_head
-    v_all = critic(h.float()) if isinstance(critic, ValueHead) else critic(ids, pos, mask)
-    Tp = r.prompt_ids.shape[1]
-    tok_logp, entropy = completion_token_stats(logits[:, Tp - 1:-1], r, temperature)  # (N, Tc) each
-    c_mask = r.completion_mask.to(logits.device)
-    values = v_all[:, Tp - 1:-1].masked_fill(~c_mask, 0.0)                 # (N, Tc)
-    return tok_logp, entropy, values
-
-
-def outcome_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(N,) rewards -> (N, T): each on its completion's last real token."""
-    out = torch.zeros(mask.shape, dtype=torch.float32)
-    last = (mask.sum(1) - 1).clamp(min=0)
-    out[torch.arange(len(last)), last] = rewards.float()
-    return torch.where(mask, out, 0.0)
-
-
-def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """(x - mean) / std over the real tokens; 0 on padding."""
-    real = x[mask]
-    return torch.where(mask, (x - real.mean()) / (real.std(unbiased=False) + eps), 0.0)
-
-
-def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
-    """1 - var(returns - values) / var(returns) over real tokens (1: perfect, 0: a constant);
-    0 when the returns do not vary (up to float rounding: the ratio would be noise)."""
-    var = returns[mask].var(unbiased=False)
-    return float(1 - (returns - values)[mask].var(unbiased=False) / var) if var > 1e-8 else 0.0
-
-
 @torch.no_grad()
 def collect_ppo(policy, cfg, step: int, ctx) -> PPOBatch:
     """B prompts, G completions each (as GRPO samples them) -> rewards on the last token ->
     the critic's values -> GAE -> whitened advantages."""
-    from grpo_lab.rollout import completion_logprobs
-    from grpo_lab.step import _draw_prompts
-
     if ctx.group.world > 1:
         raise ValueError(f"objective='ppo' runs on one process for now, not {ctx.group.world}")
     if not hasattr(policy, "value_head"):
         raise ValueError("objective='ppo' needs policy.value_head (the trainer attaches one)")
-    _, draws, _ = _draw_prompts(cfg, ctx, step, policy)   # no dynamic sampling (config.py)
+    _, draws, _ = draw_prompts(cfg, ctx, step, policy)   # no dynamic sampling (config.py)
     scored = draws[0][1]
     r = scored.rollout
     mask = r.completion_mask                                               # (N, Tc)
     _, _, values = logprobs_and_values(policy, r, cfg.temperature)
     values = values.cpu()
-    adv, ret = gae(outcome_rewards(scored.rewards, mask), values, mask, cfg.ppo_gamma,
-                   cfg.ppo_lambda)
+    adv, ret = gae(outcome_rewards(scored.rewards, mask), values, mask, cfg.ppo.gamma,
+                   cfg.ppo.gae_lambda)
     ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature).cpu() if cfg.beta else None
     lengths = mask.sum(1)
     metrics = {
@@ -184,9 +108,6 @@ def collect_ppo(policy, cfg, step: int, ctx) -> PPOBatch:
 def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
     """Clipped surrogate on the GAE advantages (loss.grpo_loss, (N, T) advantages, optional
     beta KL as GRPO) + vf_coef * the clipped value loss -> (loss, shares)."""
-    from grpo_lab.loss import grpo_loss
-    from grpo_lab.step import logged_stats, max_new_tokens
-
     r = batch.scored.rollout
     logp, entropy, values = logprobs_and_values(policy, r, cfg.temperature)
     dev = logp.device
@@ -195,11 +116,48 @@ def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
                                batch.advantages.to(dev), m, cfg.eps_low, cfg.eps_high,
                                cfg.beta, cfg.aggregation, max_new_tokens(cfg))
     returns = batch.returns.to(dev)
-    vf_loss = value_loss(values, batch.old_values.to(dev), returns, m, cfg.vf_clip)
-    loss = pg_loss + cfg.vf_coef * vf_loss
+    vf_loss = value_loss(values, batch.old_values.to(dev), returns, m, cfg.ppo.vf_clip)
+    loss = pg_loss + cfg.ppo.vf_coef * vf_loss
     n_tok = int(m.sum())
     stats.update({"loss/total": float(loss.detach()),
                   "policy/entropy": float(entropy.detach()[m].sum()) / max(n_tok, 1),
                   "ppo/value_loss": float(vf_loss.detach()),
                   "ppo/explained_variance": explained_variance(values.detach(), returns, m)})
     return loss * world, {k: stats[k] for k in logged_stats(PPO_STATS, cfg)}  # shares = values
+
+
+def _head(policy, load):
+    return ValueHead(policy.cfg.n_embd)
+
+
+def _network(policy, load):
+    return ValueNetwork(load())
+
+
+# the critics a PPO run can train: (policy, load) -> the module attached as policy.value_head
+CRITICS = {"head": _head, "network": _network}
+
+
+def attach_critic(policy, cfg, load) -> None:
+    """The critic as ``policy.value_head``, trained by the one optimizer: a ``ValueHead`` on
+    the policy's hidden states ("head"), or a ``ValueNetwork`` on a second copy of the base
+    (``load()``, "network")."""
+    policy.value_head = CRITICS[cfg.ppo.critic](policy, load)
+
+
+def check_ppo(cfg) -> None:
+    """What PPO here does not support (yet): the critic, not a group, gives the baseline."""
+    for name, bad in (("dynamic_sampling", cfg.dynamic_sampling),
+                      ("grouping", cfg.grouping != "by_prompt"),
+                      ("supervision", cfg.supervision != "outcome"),
+                      ("policy", cfg.policy != "toy")):
+        if bad:
+            raise ValueError(f"objective='ppo' does not support {name}="
+                             f"{getattr(cfg, name)!r} (yet): the critic, not a group, gives "
+                             f"the baseline; PPO runs the toy policy, outcome rewards, "
+                             f"grouping='by_prompt', no dynamic sampling")
+
+
+register_objective("ppo", collect_ppo, ppo_objective, needs_group=False, splits=False,
+                   critic=True, prepare=attach_critic, check=check_ppo,
+                   description="PPO with a learned critic: GAE advantages, value loss")

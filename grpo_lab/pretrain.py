@@ -23,7 +23,8 @@ from grpo_lab.config import PretrainConfig
 from grpo_lab.model import GPT, GPTConfig, save_policy
 from grpo_lab.rollout import positions
 from grpo_lab.step import demo_batch
-from grpo_lab.tasks import load_eval, sample_examples
+from grpo_lab.task_data import load_eval
+from grpo_lab.tasks import sample_examples
 
 
 def pretrain(cfg: PretrainConfig, progress: bool = True) -> tuple[GPT, list[dict]]:

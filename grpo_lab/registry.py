@@ -1,7 +1,8 @@
-"""Registering your own groupers, tasks, rewards and advantage estimators, and plugins.
+"""Registering your own groupers, tasks, rewards, advantage estimators, objectives and
+exchanges, and plugins.
 
 Each kind lives in one dict in its own module (``grouping.GROUPERS``, ``tasks.TASKS``,
-``tasks.REWARDS``, ``advantages.ADVANTAGES``) and has a ``register_*`` function there; this
+``rewards.REWARDS``, ``advantages.ADVANTAGES``) and has a ``register_*`` function there; this
 module holds what they share: the rule for names (re-running a notebook cell that defines
 the same function again replaces it; a different function under a taken name is an error
 naming both) and ``load_plugins``, which imports the modules a config names
@@ -40,6 +41,17 @@ class PluginReloaded(UserWarning):
 def ident(fn) -> str:
     """'module.qualname' of a function: what makes two definitions 'the same function'."""
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def lookup(registry, name, kind: str, hint: str = ""):
+    """``registry[name]``, or a ``ValueError`` naming the unknown value and every known one:
+    the one "unknown X 'name'; known: [...]" message of the package."""
+    try:
+        return registry[name]
+    except (KeyError, TypeError):
+        pass
+    raise ValueError(f"unknown {kind} {name!r}; known: {sorted(registry)}"
+                     + (f" ({hint})" if hint else ""))
 
 
 def check_new(registry: dict, kind: str, name, fn, current=lambda v: v) -> None:

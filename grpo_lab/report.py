@@ -1,6 +1,7 @@
 """A run's report: one PNG of the curves a person wants to see, and a short markdown summary."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -129,7 +130,8 @@ def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None
                       f"steps before and after it ran under different settings.", ""]
     lines += ["![curves](report.png)", ""]
     if cfg_dict:
-        lines += ["## Config", "", "```json", json.dumps(cfg_dict, indent=1), "```", ""]
+        lines += ["## Config", "", "```json", json.dumps(cfg_dict, indent=1, default=_plain), "```",
+                  ""]
     (out / "report.md").write_text("\n".join(lines))
     return out / "report.md"
 
@@ -146,3 +148,10 @@ def comm_summary(history: list[dict]) -> dict:
             "comm/wchar_per_step": sum(wc) / len(wc) if wc else None,
             "time/train_s": sum(h["time/step_s"] for h in steps),
             "eval/accuracy": accs[-1] if accs else None}
+
+
+def _plain(value):
+    """A sub-config left as its dataclass (``vars(cfg)``) written as the dict it holds."""
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    raise TypeError(f"{type(value).__name__} in the config is not JSON serializable")

@@ -47,7 +47,9 @@ import torch.nn.functional as F
 
 from grpo_lab.model import GPT, GPTConfig
 from grpo_lab.rollout import left_pad, positions
-from grpo_lab.tasks import EOS, check_batch, encode, get_task, register_reward, sample_examples
+from grpo_lab.rewards import check_batch, register_reward
+from grpo_lab.tasks import get_task, sample_examples
+from grpo_lab.tokenizer import EOS, encode
 
 
 @dataclass
@@ -192,8 +194,8 @@ else trained on first use by ``default_reward_model``."""
 def default_data(base: str = "data/base_policy.safetensors") -> RMData:
     """The bench's reward-model data, seeded: 1024 addition prompts x 4 samples of the base
     policy at temperature 1, none from the held-out set."""
-    from grpo_lab.checkpoint import load_policy_any
-    from grpo_lab.tasks import load_eval
+    from grpo_lab.policy import load_policy_any
+    from grpo_lab.task_data import load_eval
     policy = load_policy_any(base).eval()
     held = {e.prompt for e in load_eval("addition")}
     return collect_scored(policy, n_prompts=1024, exclude=held)

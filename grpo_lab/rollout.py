@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from grpo_lab.tasks import PAD   # batch padding under a False mask (any valid id)
+from grpo_lab.tokenizer import PAD   # batch padding under a False mask (any valid id)
 
 
 @dataclass
@@ -315,9 +315,10 @@ def prompt_once_logits(model, r: Rollout) -> torch.Tensor:
     (``repeat_interleave``'s backward), as in the full forward. Logits at the prompt's last
     position and the completion's positions only. Falls back to ``completion_logits`` when
     the rows are not G-blocks or the policy checkpoints activations (no cache in a
-    checkpointed forward)."""
+    checkpointed forward), or the policy is wrapped (DistributedDataParallel, torch's DDP
+    hook exchanges: no repeat_cache, and one forward per backward)."""
     G = shared_prompt_rows(r)
-    if not G or getattr(model, "checkpointing", False):
+    if not G or getattr(model, "checkpointing", False) or not hasattr(model, "repeat_cache"):
         return completion_logits(model, r)
     dev = next(model.parameters()).device
     p_ids, p_mask = r.prompt_ids[::G].to(dev), r.prompt_mask[::G].to(dev)  # (B, Tp)

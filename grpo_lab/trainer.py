@@ -32,38 +32,54 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import signal
 import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from tqdm.auto import tqdm
 
-from grpo_lab.checkpoint import (load_policy_any, load_state_strict, read_training_checkpoint,
+from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
                                  save_training_checkpoint)
-from grpo_lab.config import TrainConfig, config_changes, preset, to_dict
+from grpo_lab.config import TrainConfig, config_changes, to_dict
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
 from grpo_lab.distributed.group import Group
+from grpo_lab.machine import busy_cores, free_cores, wchar  # noqa: F401 (re-exported)
 from grpo_lab.model import GPT
-from grpo_lab.policy import frozen, load_for
-from grpo_lab.ppo import ValueHead, ValueNetwork
+from grpo_lab.policy import frozen, load_for, load_policy_any  # noqa: F401 (re-exported)
 from grpo_lab.reclustering import StepGrouper
-from grpo_lab.step import (OBJECTIVES, StepContext, backward, max_new_tokens, sample_and_score,
+from grpo_lab.scoring import add_time, now, sample_and_score
+from grpo_lab.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
                            split_batch)
 from grpo_lab.registry import load_plugins, plugin_changes, plugin_digests
 from grpo_lab.health import diagnose
 from grpo_lab.instruct import render_all, rendered_source
+from grpo_lab.rewards import accuracy_reward, format_reward
 from grpo_lab.rundir import (Interrupted, StopSignals, claim, claimed_by_parent,
                              write_lines_atomic)
 from grpo_lab.samples import FILE as SAMPLES_FILE, append as append_samples, rows as sample_rows
-from grpo_lab.tasks import accuracy_reward, format_reward, has_eval, load_eval, sample_examples
+from grpo_lab.task_data import held_out
+from grpo_lab.tasks import sample_examples
 
-__all__ = ["train", "evaluate", "evaluate_tasks", "learning_rate", "prompt_source",
-           "make_grouper", "record_gradients", "max_new_tokens", "load_policy_any"]
+# the per-phase timings every step logs (seconds; "time/rollout_s" is the whole collect)
+PHASES = ("time/sample_s", "time/score_s", "time/loss_forward_s", "time/backward_s",
+          "time/exchange_s", "time/optimizer_s")
+
+__all__ = ["train", "setup", "held_out_sets", "evaluate", "evaluate_tasks", "learning_rate", "prompt_source",
+           "make_grouper", "max_new_tokens", "load_policy_any"]
+
+
+def __getattr__(name: str):
+    """One-release alias: ``record_gradients`` runs ``train``, so it lives above the trainer,
+    in experiments.py."""
+    if name == "record_gradients":
+        import importlib
+        return importlib.import_module("grpo_lab.experiments").record_gradients
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @torch.no_grad()
@@ -171,44 +187,48 @@ def _reduce_shares(shares: dict, group: Group) -> dict:
     return dict(zip(keys, t.tolist()))
 
 
-def wchar() -> int | None:
-    """Bytes this process has handed to write()/send() so far (Linux /proc/self/io), or None."""
-    try:
-        for line in Path("/proc/self/io").read_text().splitlines():
-            if line.startswith("wchar:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
+class Setup(NamedTuple):
+    """What a run needs besides its loop; ``setup(cfg)`` builds it the one way the trainer,
+    the benches, the widgets and the notebooks share."""
+    policy: torch.nn.Module       # on the group's device, training mode (+ its critic if any)
+    ctx: StepContext              # prompt source, grouper, frozen reference (or None), group
+    eval_sets: dict               # task -> its first eval_size held-out examples ({} if none)
+    held_out: set                 # every held-out prompt (never drawn for training)
+    objective: Objective          # the record cfg.objective names (step.OBJECTIVES)
 
 
-def busy_cores(samples: int = 5, interval_s: float = 0.05) -> float:
-    """Cores other processes keep busy now: the median over ``samples`` readings of the
-    runnable-task count in /proc/loadavg (4th field, "running/total"), this process excluded.
-    Instantaneous on purpose: the 1-minute load average still counts a job that just ended
-    (the pip install before a first ``make demo``), and would cost the demo its second thread."""
-    counts = []
-    for i in range(samples):
-        with open("/proc/loadavg") as f:
-            counts.append(int(f.read().split()[3].split("/")[0]))
-        if i + 1 < samples:
-            time.sleep(interval_s)
-    return max(0, sorted(counts)[len(counts) // 2] - 1)
+def held_out_sets(cfg: TrainConfig) -> tuple[dict, set]:
+    """-> (task -> its first eval_size held-out examples, every held-out prompt); an error
+    when eval_size asks for more examples than a set holds."""
+    sets = held_out(cfg.task_names, required=bool(cfg.eval_size))
+    for t, exs in sets.items():
+        if cfg.eval_size > len(exs):
+            raise ValueError(f"eval_size={cfg.eval_size} but the held-out set of {t!r} has "
+                             f"{len(exs)} examples; use at most {len(exs)} (0: no evaluation)")
+    prompts = {e.prompt for exs in sets.values() for e in exs}
+    return {t: render_all(exs[:cfg.eval_size], cfg.answer_format)           # instruct.py
+            for t, exs in sets.items()}, prompts
 
 
-def free_cores() -> int:
-    """torch threads for ``threads=0``: the cores other processes leave free (CPU count minus
-    ``busy_cores``; the 1-minute load average where /proc/loadavg is missing), at least 1, at
-    most torch's default. On a busy 2-core machine a second thread fights the other process
-    for a core: steps took up to 2 s instead of 0.05 s (BENCHMARKS.md section 13)."""
-    try:
-        busy = busy_cores()
-    except (OSError, ValueError, IndexError):                    # not Linux
-        try:
-            busy = os.getloadavg()[0]
-        except OSError:
-            return torch.get_num_threads()
-    return max(1, min(torch.get_num_threads(), round((os.cpu_count() or 1) - busy)))
+def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
+    """The held-out sets, the policy (and the objective's extra modules: PPO's critic), the
+    frozen reference only when the objective uses one and beta > 0, the prompt source (never a
+    held-out prompt) and the grouper, for ``cfg`` on ``group``'s device (default: this process,
+    ``Group.current()``)."""
+    group = Group.current() if group is None else group
+    eval_sets, held = held_out_sets(cfg)
+    obj = get_objective(cfg.objective)
+    device = group.device                      # the rank's GPU under NCCL, else the CPU
+    policy = load_for(cfg)                                  # policy.py: toy GPT or HF model
+    if obj.prepare is not None:      # e.g. PPO's critic (ppo.py), trained by the one optimizer
+        obj.prepare(policy, cfg, lambda: load_for(cfg))
+    policy = policy.to(device)
+    ref = None
+    if cfg.beta and obj.uses_reference:        # a second, frozen copy (LoRA: adapters off)
+        ref = policy.reference() if cfg.lora_r else frozen(load_for(cfg).to(device))
+    ctx = StepContext(rendered_source(prompt_source(cfg, held), cfg.answer_format),
+                      make_grouper(cfg), ref, group)
+    return Setup(policy, ctx, eval_sets, held, obj)
 
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
@@ -256,29 +276,13 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
         (out / SAMPLES_FILE).unlink(missing_ok=True)        # a fresh run's samples only
     load_plugins(cfg.plugins)                   # a spawned or torchrun rank needs them too
     plugins = plugin_digests(cfg.plugins)       # {resolved path: sha256}, kept in the history
-    eval_sets = {t: load_eval(t) for t in cfg.task_names if cfg.eval_size or has_eval(t)}
-    for t, exs in eval_sets.items():
-        if cfg.eval_size > len(exs):
-            raise ValueError(f"eval_size={cfg.eval_size} but the held-out set of {t!r} has "
-                             f"{len(exs)} examples; use at most {len(exs)} (0: no evaluation)")
-    held_out = {e.prompt for exs in eval_sets.values() for e in exs}
-    eval_sets = {t: render_all(exs[:cfg.eval_size], cfg.answer_format)   # instruct.py
-                 for t, exs in eval_sets.items()}
-    device = group.device                      # the rank's GPU under NCCL, else the CPU
-    policy = load_for(cfg).to(device)                       # policy.py: toy GPT or HF model
-    if cfg.objective == "ppo":       # the critic (ppo.py), trained by the one optimizer
-        policy.value_head = (ValueHead(policy.cfg.n_embd) if cfg.ppo_critic == "head"
-                             else ValueNetwork(load_for(cfg))).to(device)
-    ref = None
-    if cfg.beta and cfg.objective in ("grpo", "ppo"):       # LoRA: adapters off, no copy
-        ref = policy.reference() if cfg.lora_r else frozen(load_for(cfg).to(device))
-    scales = {"value_head.": cfg.vf_lr / cfg.lr} if cfg.vf_lr else {}   # the critic's own lr
+    run = setup(cfg, group)
+    policy, ctx, eval_sets = run.policy, run.ctx, run.eval_sets
+    scales = {"value_head.": cfg.ppo.vf_lr / cfg.lr} if cfg.ppo.vf_lr else {}   # critic's own lr
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
                                                    cfg.grad_clip, cfg.seed, scales),
                        group.world, group.rank)
-    ctx = StepContext(rendered_source(prompt_source(cfg, held_out), cfg.answer_format),
-                      make_grouper(cfg), ref, group)
-    collect, objective = OBJECTIVES[cfg.objective]
+    collect, objective = run.objective.collect, run.objective.loss
     max_new = max_new_tokens(cfg)
 
     def evaluate_now(step: int) -> dict:          # and the first prompts to samples.jsonl
@@ -318,32 +322,34 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
     bar = tqdm(range(start, cfg.steps), desc=cfg.objective, disable=not (progress and lead),
                initial=start, total=cfg.steps)
     for step in bar:
-        stop.step, t_step = step, time.perf_counter()
+        stop.step, t_step = step, now()
+        clock = ctx.clock
+        clock.clear()                            # "time/<phase>_s" of this step
         ex.set_lr(learning_rate(cfg, step))
-        ctx.clock.clear()                                   # time/*_s of this step's phases
         batch = collect(policy, cfg, step, ctx)
-        t_collect = time.perf_counter() - t_step
+        t_collect = now() - t_step
         policy.train()
         w0, payload, sent, shares, ex_metrics = wchar(), 0, 0, {}, {}
         parts = split_batch(batch, cfg.micro_batches) if cfg.micro_batches > 1 else [batch]
         for _ in range(cfg.mu):
             ex.zero_grad()
-            shares = backward(objective, ex.module, parts, cfg, group.world,
-                              ctx.clock)                          # accumulates
-            t_opt = time.perf_counter()
+            shares = backward(objective, ex.module, parts, cfg, group.world,  # accumulates
+                              clock)
+            t_reduce = now()
             b = ex.reduce()
+            t_opt = now()
             try:
                 ex_metrics = ex.step()
             except FloatingPointError as e:
                 raise FloatingPointError(f"step {step}: {e}; lower lr={cfg.lr} or check the "
                                          f"rewards") from None
-            ctx.clock["time/optimizer_s"] = (ctx.clock.get("time/optimizer_s", 0.0)
-                                             + time.perf_counter() - t_opt)
+            add_time(clock, "time/exchange_s", t_opt - t_reduce)
+            add_time(clock, "time/optimizer_s", now() - t_opt)
             payload, sent = payload + b, sent + ex.wire(b)
         _check_finite(ex, step, ckpt, group)
         metrics = {"step": step, **batch.metrics, **_reduce_shares(shares, group), **ex_metrics,
-                   "time/rollout_s": t_collect, **ctx.clock,
-                   "time/step_s": time.perf_counter() - t_step}
+                   **{k: 0.0 for k in PHASES}, **clock,
+                   "time/rollout_s": t_collect, "time/step_s": now() - t_step}
         if changes and step == start:
             metrics["resume/overrides"] = changes                # recorded once, where it began
         if group.world > 1:
@@ -398,29 +404,6 @@ def _checkpoint(path, policy, ex, cfg, step, history, grouper, lead: bool) -> No
     if lead:
         save_training_checkpoint(path, policy, state, to_dict(cfg), step, history,
                                  grouper.state_dict())
-
-
-def record_gradients(steps: int = 30, **overrides) -> dict:
-    """Train ``steps`` single-process steps (default: supervised fine-tuning of the base
-    policy, 64 demonstrations a step, lr 1e-3) and keep each step's gradient -> {"names",
-    "shapes", "grads" (steps, numel) float32, "config"}: what the sharder widget replays."""
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="grpo_lab_record_") as tmp:
-        cfg = preset("defaults", **{"objective": "supervised", "prompts_per_step": 64,
-                                    "lr": 1e-3, "warmup_steps": 5, "weight_decay": 0.01,
-                                    "grad_clip": 0.0, "eval_every": 0, "eval_size": 1,
-                                    "time_budget_s": 0.0, "threads": 1, **overrides,
-                                    "steps": steps, "out_dir": tmp})
-        policy_ref = {}
-
-        def keep(metrics, policy):
-            policy_ref["p"] = policy
-            rows.append(torch.cat([p.grad.reshape(-1) for p in policy.parameters()]))  # (numel,)
-
-        train(cfg, progress=False, on_step=keep)
-    named = list(policy_ref["p"].named_parameters())
-    return {"names": [n for n, _ in named], "shapes": [tuple(p.shape) for _, p in named],
-            "grads": torch.stack(rows), "config": to_dict(cfg)}            # (steps, numel)
 
 
 def _train_ranks(rank: int, world: int, cfgs: list, resume: bool) -> list[dict]:

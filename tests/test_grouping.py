@@ -8,7 +8,7 @@ import torch
 from grpo_lab.advantages import ADVANTAGES, EPS
 from grpo_lab.embeddings import fit_tfidf
 from grpo_lab.grouping import (GROUPERS, PromptBatch, advantage_diagnostics,
-                               cluster_diagnostics, fill_informative_groups, grouped_advantages,
+                               cluster_diagnostics, grouped_advantages,
                                informative_groups, informative_rows, mixed, prompt_reward_stats,
                                reward_group_diagnostics)
 from grpo_lab.reclustering import Reclusterer, group_count_schedule, match_clusters
@@ -290,37 +290,6 @@ def test_informative_groups_by_hand():
     ids, keep = informative_groups(r, g)
     assert ids.tolist() == [5, 7, 9] and keep.tolist() == [True, False, True]
     assert informative_rows(r, g).tolist() == [True, True, False, False, True, True, True]
-
-
-def scripted(batches):
-    it = iter(batches)
-
-    def draw():
-        r, g = next(it)
-        return T(r), T(g), (r, g)
-    return draw
-
-
-def test_fill_informative_groups_fills_and_trims():
-    draws = [([1., 0, 1, 1], [0, 0, 1, 1]),                   # 1 informative group
-             ([1., 1, 0, 0], [0, 0, 1, 1]),                   # none: dropped
-             ([1., 0, 0, 1, 1, 0], [0, 0, 1, 1, 2, 2])]       # 3, only 2 needed
-    out = fill_informative_groups(scripted(draws), target_groups=3, max_draws=5)
-    assert [p for p, _ in out] == [draws[0], draws[2]]
-    assert out[0][1].tolist() == [True, True, False, False]
-    assert out[1][1].tolist() == [True, True, True, True, False, False]
-
-
-def test_fill_informative_groups_cannot_fill():
-    draws = [([1., 1], [0, 0])] * 3
-    with pytest.raises(RuntimeError, match="0 of target_groups=2 .* max_draws=3"):
-        fill_informative_groups(scripted(draws), target_groups=2, max_draws=3)
-    draws = [([1., 0], [0, 0])] * 3
-    with pytest.warns(RuntimeWarning, match="2 of target_groups=4"):
-        out = fill_informative_groups(scripted(draws), 4, max_draws=2, strict=False)
-    assert len(out) == 2
-    with pytest.raises(ValueError, match="got 0 and 5"):
-        fill_informative_groups(scripted(draws), 0, max_draws=5)
 
 
 # ---------------------------------------------------------------- rank and batch_std estimators

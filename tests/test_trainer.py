@@ -263,7 +263,7 @@ def test_mixture_preset_starts_from_the_mixture_base(tmp_path):
 
 
 def test_free_cores_leaves_the_busy_cores_alone(monkeypatch):
-    import grpo_lab.trainer as tr
+    import grpo_lab.machine as tr                          # the OS probes (moved from trainer.py)
     monkeypatch.setattr(tr.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     for busy, want in ((0, 2), (1, 1), (3, 1)):                   # one busy core -> one thread
@@ -276,7 +276,7 @@ def test_free_cores_leaves_the_busy_cores_alone(monkeypatch):
 
 def test_busy_cores_reads_the_runnable_count_without_this_process(monkeypatch):
     import io
-    import grpo_lab.trainer as tr
+    import grpo_lab.machine as tr                          # the OS probes (moved from trainer.py)
     readings = iter(["0.5 0.4 0.3 2/90 1\n", "0.5 0.4 0.3 4/90 1\n", "0.5 0.4 0.3 2/90 1\n"])
     monkeypatch.setattr("builtins.open", lambda path: io.StringIO(next(readings)))
     assert tr.busy_cores(samples=3, interval_s=0.0) == 1           # median 2 running, minus us

@@ -169,7 +169,8 @@ def quick_calibrate(world: int = 2, extra_sizes=(), repeats: int = 9) -> Calibra
 def toy_sizes() -> dict[str, int]:
     """Bytes the toy policy's reductions move: its whole fp32 gradient, its largest and its
     median tensor (the sizes a flat exchange and a per-tensor exchange send)."""
-    from grpo_lab.distributed.overlap import toy_policy
-    model, _ = toy_policy()
-    b = sorted(4 * p.numel() for p in model.parameters())
+    from grpo_lab.checkpoint import read_tensors     # the file's tensors are the parameters
+    from grpo_lab.paths import BASE_POLICY
+    tensors, _ = read_tensors(BASE_POLICY)                 # (tied lm_head saved once)
+    b = sorted(4 * t.numel() for t in tensors.values())
     return {"whole gradient": sum(b), "largest tensor": b[-1], "median tensor": b[len(b) // 2]}

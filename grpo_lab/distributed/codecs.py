@@ -48,6 +48,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from grpo_lab.registry import lookup
+
 
 class CodecError(ValueError):
     """A payload that does not decode to a valid index set (corrupt, truncated or foreign)."""
@@ -532,9 +534,7 @@ CODECS = {
 
 
 def get_codec(name: str) -> Codec:
-    if name not in CODECS:
-        raise ValueError(f"unknown index codec {name!r}; known: {sorted(CODECS)}")
-    return CODECS[name]
+    return lookup(CODECS, name, "index codec")
 
 
 class IndexCost(NamedTuple):

@@ -52,6 +52,34 @@ from grpo_lab.distributed.compression import PRESETS, CompressionConfig, Compres
 from grpo_lab.distributed.overlap import OverlappedAllReduce
 from grpo_lab.distributed.sharder import ShardedOptimizer
 from grpo_lab.distributed.shard_plan import POLICIES
+from grpo_lab.registry import check_new, lookup
+
+
+@dataclass(frozen=True)
+class ExchangeKind:
+    """An exchange ``ExchangeConfig.name`` can name, with its capabilities as fields (config
+    checks read these, never the name). Calling it builds the rank's ``Exchange``."""
+    name: str
+    make: Callable                # (model, ExchangeConfig, AdamW, world, rank) -> Exchange
+    resumes_exactly: bool = True  # a checkpoint holds all its state (no per-rank residuals)
+    overlaps: bool = False        # exchange.overlap=True: start reducing during backward
+    reduces_in_backward: bool = False   # it reduces inside backward (DDP): no micro-batches
+    compresses: bool = False      # reads exchange.preset (and error_feedback, momentum, beta1)
+    shards: bool = False          # an owner per shard: exchange.policy, importance, reshard_every
+    broadcast_compression: bool = False  # exchange.broadcast_preset applies
+    description: str = ""
+
+    def __call__(self, model, cfg, opt, world: int = 1, rank: int = 0):
+        return self.make(model, cfg, opt, world, rank)
+
+
+def register_exchange(name: str, make: Callable, **capabilities) -> ExchangeKind:
+    """Add an exchange (``ExchangeConfig(name=...)``, ``--exchange.name``) -> its record.
+    ``make(model, cfg, opt, world, rank) -> Exchange``; the registry's naming rule
+    (registry.check_new) applies."""
+    check_new(EXCHANGES, "exchange", name, make, lambda k: k.make)
+    EXCHANGES[name] = ExchangeKind(name, make, **capabilities)
+    return EXCHANGES[name]
 
 
 def ring_allreduce_bytes(b: int, world: int) -> int:
@@ -101,22 +129,20 @@ class ExchangeConfig:
     or stuck rank never hangs the run)."""
 
     def __post_init__(self):
-        if self.name not in EXCHANGES:
-            raise ValueError(f"unknown exchange {self.name!r}; known: {sorted(EXCHANGES)}")
-        if self.preset not in PRESETS:
-            raise ValueError(f"unknown compression preset {self.preset!r}; known: {sorted(PRESETS)}")
-        if self.broadcast_preset is not None and self.broadcast_preset not in PRESETS:
-            raise ValueError(f"unknown broadcast_preset {self.broadcast_preset!r}; known: "
-                             f"{sorted(PRESETS)}")
-        if self.broadcast_preset is not None and self.name != "sharded_compressed":
+        kind = lookup(EXCHANGES, self.name, "exchange")
+        lookup(PRESETS, self.preset, "compression preset")
+        if self.broadcast_preset is not None:
+            lookup(PRESETS, self.broadcast_preset, "broadcast_preset")
+        if self.broadcast_preset is not None and not kind.broadcast_compression:
+            able = [n for n, k in EXCHANGES.items() if k.broadcast_compression]
             raise ValueError(f"broadcast_preset={self.broadcast_preset!r} compresses the sharder's "
-                             f"broadcast: it needs exchange name 'sharded_compressed', not "
-                             f"{self.name!r}")
-        if self.overlap and self.name not in ("allreduce", "sharded"):
+                             f"broadcast: it needs exchange name {' or '.join(map(repr, able))}, "
+                             f"not {self.name!r}")
+        if self.overlap and not kind.overlaps:
+            able = " and ".join(repr(n) for n, k in EXCHANGES.items() if k.overlaps)
             raise ValueError(f"overlap=True starts the reduction during backward for exchanges "
-                             f"'allreduce' and 'sharded' only, not {self.name!r}")
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown shard policy {self.policy!r}; known: {sorted(POLICIES)}")
+                             f"{able} only, not {self.name!r}")
+        lookup(POLICIES, self.policy, "shard policy")
         for f in ("max_shard_numel", "reshard_every"):
             if getattr(self, f) < 0:
                 raise ValueError(f"exchange.{f} must be >= 0, got {getattr(self, f)}")
@@ -127,7 +153,12 @@ class ExchangeConfig:
     def resumes_exactly(self) -> bool:
         """Whether a checkpoint holds all of this exchange's state: compressed exchanges also
         keep per-rank residuals and sampling generators, and PowerSGD its error feedback."""
-        return self.name in ("allreduce", "sharded")
+        return EXCHANGES[self.name].resumes_exactly
+
+    @property
+    def kind(self) -> "ExchangeKind":
+        """The registry record of ``name`` (its capabilities)."""
+        return EXCHANGES[self.name]
 
 
 @dataclass
@@ -367,14 +398,27 @@ def make_sharded_compressed(model, cfg: ExchangeConfig, opt: AdamW, world, rank)
     return make_sharded(model, cfg, opt, world, rank, compression_config(cfg))
 
 
-EXCHANGES = {
-    "allreduce": make_allreduce,
-    "compressed": make_compressed,
-    "ddp_fp16_hook": _make_ddp(fp16_counted_hook, lambda cfg, opt: None),
-    "ddp_powersgd_hook": _make_ddp(powersgd_counted_hook, _powersgd_state),
-    "sharded": make_sharded,
-    "sharded_compressed": make_sharded_compressed,
-}
+def _no_state(cfg, opt):
+    return None
+
+
+make_ddp_fp16 = _make_ddp(fp16_counted_hook, _no_state)
+make_ddp_powersgd = _make_ddp(powersgd_counted_hook, _powersgd_state)
+
+EXCHANGES: dict[str, ExchangeKind] = {}
+register_exchange("allreduce", make_allreduce, overlaps=True,
+                  description="one fp32 all_reduce of all gradients, / N (the reference)")
+register_exchange("compressed", make_compressed, resumes_exactly=False, compresses=True,
+                  description="comm.compressed_all_reduce with a compression preset")
+register_exchange("ddp_fp16_hook", make_ddp_fp16, resumes_exactly=False,
+                  reduces_in_backward=True, description="torch DDP, fp16_compress_hook")
+register_exchange("ddp_powersgd_hook", make_ddp_powersgd, resumes_exactly=False,
+                  reduces_in_backward=True, description="torch DDP, powerSGD_hook")
+register_exchange("sharded", make_sharded, overlaps=True, shards=True,
+                  description="reduce to owners, owner AdamW, broadcast (sharder.py)")
+register_exchange("sharded_compressed", make_sharded_compressed, resumes_exactly=False,
+                  compresses=True, shards=True, broadcast_compression=True,
+                  description="sharded, each rank's gradients compressed")
 
 
 def make_exchange(model, cfg: ExchangeConfig, opt: AdamW, world: int = 1, rank: int = 0) -> Exchange:
@@ -382,4 +426,4 @@ def make_exchange(model, cfg: ExchangeConfig, opt: AdamW, world: int = 1, rank: 
     if cfg.name != "allreduce" and not (dist.is_available() and dist.is_initialized()):
         raise ValueError(f"exchange {cfg.name!r} needs a process group: run with "
                          f"`grpo-lab train --nproc N` or under torchrun")
-    return EXCHANGES[cfg.name](model, cfg, opt, world, rank)
+    return lookup(EXCHANGES, cfg.name, "exchange").make(model, cfg, opt, world, rank)

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 import torch
 
+from grpo_lab.registry import lookup
+
 DEFAULT_DECAY = 0.9
 EPS = 1e-12
 
@@ -108,6 +110,5 @@ IMPORTANCE = {
 
 
 def get_importance(name: str):
-    if name not in IMPORTANCE:
-        raise ValueError(f"unknown importance score {name!r}; known: {sorted(IMPORTANCE)}")
+    lookup(IMPORTANCE, name, "importance score")
     return IMPORTANCE[name]

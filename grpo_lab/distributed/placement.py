@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from grpo_lab.registry import lookup
+
 WEIGHT_SCALE = 1000
 
 
@@ -126,8 +128,7 @@ def arrival(nbytes, scores, order: str, time_fn) -> tuple[np.ndarray, np.ndarray
     if nbytes.shape != scores.shape or (scores < 0).any():
         raise ValueError(f"need one non-negative score per bucket: {scores.shape} scores, "
                          f"{nbytes.shape} buckets, min score {scores.min() if scores.size else None}")
-    if order not in ORDERS:
-        raise ValueError(f"unknown order {order!r}; known: {sorted(ORDERS)}")
+    lookup(ORDERS, order, "order")
     perm = ORDERS[order](scores, nbytes)
     t = np.cumsum([time_fn(b) for b in nbytes[perm]])                  # (B,)
     share = np.cumsum(scores[perm]) / scores.sum()                     # (B,)

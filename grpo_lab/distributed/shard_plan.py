@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
+from grpo_lab.registry import lookup
 
 IMPORTANCE_SLACK = 0.02  # importance_balanced: rank loads within 2% of the mean count as equal
-USES_IMPORTANCE = {"importance_round_robin", "importance_balanced"}
 
 
 @dataclass(frozen=True)
@@ -115,12 +116,25 @@ def capacity_weighted(shards, n_ranks, importance, capacities):
     return owner
 
 
-POLICIES = {
-    "importance_round_robin": importance_round_robin,
-    "size_balanced": size_balanced,
-    "importance_balanced": importance_balanced,
-    "capacity_weighted": capacity_weighted,
-}
+@dataclass(frozen=True)
+class ShardPolicy:
+    """An assignment rule with its capability: ``uses_importance`` (it reads importance scores,
+    so re-sharding needs them). Calling it runs the rule."""
+    name: str
+    fn: Callable                  # (shards, n_ranks, importance, capacities) -> owner per shard
+    uses_importance: bool = False
+
+    def __call__(self, shards, n_ranks, importance, capacities):
+        return self.fn(shards, n_ranks, importance, capacities)
+
+
+POLICIES = {p.name: p for p in (
+    ShardPolicy("importance_round_robin", importance_round_robin, uses_importance=True),
+    ShardPolicy("size_balanced", size_balanced),
+    ShardPolicy("importance_balanced", importance_balanced, uses_importance=True),
+    ShardPolicy("capacity_weighted", capacity_weighted),
+)}
+USES_IMPORTANCE = {n for n, p in POLICIES.items() if p.uses_importance}   # one release
 
 
 def hardware_capacity(flops, bandwidth, latency, alpha=1.0, beta=1.0, gamma=1.0) -> list[float]:
@@ -145,8 +159,7 @@ def hardware_capacity(flops, bandwidth, latency, alpha=1.0, beta=1.0, gamma=1.0)
 def assign(policy: str, shards: list[ShardInfo], n_ranks: int, importance=None,
            capacities=None) -> list[int]:
     """Validate the inputs, run ``POLICIES[policy]`` -> owner rank per shard."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown shard policy {policy!r}; known: {sorted(POLICIES)}")
+    rule = lookup(POLICIES, policy, "shard policy")
     if not isinstance(n_ranks, int) or n_ranks < 1:
         raise ValueError(f"n_ranks must be a positive int, got {n_ranks!r}")
     if len(shards) < n_ranks:
@@ -165,7 +178,7 @@ def assign(policy: str, shards: list[ShardInfo], n_ranks: int, importance=None,
     for r, c in enumerate(capacities):
         if not (math.isfinite(c) and c > 0):
             raise ValueError(f"capacity of rank {r} is {c}; capacities must be finite and > 0")
-    owner = POLICIES[policy](shards, n_ranks, importance, capacities)
+    owner = rule(shards, n_ranks, importance, capacities)
     assert len(owner) == len(shards) and all(0 <= o < n_ranks for o in owner), owner
     return owner
 

@@ -105,8 +105,9 @@ from grpo_lab.distributed.compression import Compressor, decode_message, get_con
 from grpo_lab.distributed.importance import (DEFAULT_DECAY, RunningMoments, get_importance,
                                              init_moments, update_moments)
 from grpo_lab.distributed.overlap import DEFAULT_BUCKET_BYTES, OverlappedReduce
-from grpo_lab.distributed.shard_plan import (USES_IMPORTANCE, assign, default_max_shard_numel,
+from grpo_lab.distributed.shard_plan import (POLICIES, assign, default_max_shard_numel,
                                              imbalance, make_shards, migration_bytes)
+from grpo_lab.registry import lookup
 
 # ---- AdamW on one flat shard: torch.optim.AdamW's single-tensor path, line for line ----
 
@@ -175,7 +176,8 @@ class ShardedOptimizer:
                                  f"{named[0][0]!r} is {named[0][1].dtype} on {named[0][1].device}")
         if reshard_every < 0:
             raise ValueError(f"reshard_every must be >= 0, got {reshard_every}")
-        if reshard_every and policy in USES_IMPORTANCE and importance is None:
+        if reshard_every and lookup(POLICIES, policy, "shard policy").uses_importance \
+                and importance is None:
             raise ValueError(f"policy {policy!r} re-shards by importance every {reshard_every} "
                              f"steps, but importance=None: pass importance='seed' (or one of "
                              f"'norm', 'variance', 'snr')")
@@ -417,7 +419,7 @@ class ShardedOptimizer:
         """Rerun the policy on fresh importance scores; move the state of shards that change
         owner (point to point, old owner -> new owner). Overrides persist for later re-shards."""
         policy = policy or self.policy
-        if policy in USES_IMPORTANCE and self.score_fn is None:
+        if lookup(POLICIES, policy, "shard policy").uses_importance and self.score_fn is None:
             raise ValueError(f"policy {policy!r} ranks shards by importance, but this "
                              f"optimizer tracks none: pass importance='seed' (or one of "
                              f"'norm', 'variance', 'snr') to ShardedOptimizer")

@@ -33,6 +33,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from grpo_lab.distributed.codecs import CODECS
+
 MAGIC = b"GLCP"
 VERSION = 2
 """The newest version this module writes and reads; it reads every version from 1."""
@@ -41,7 +43,7 @@ TOPK_FORMATS = {1: ("fp32",), 2: ("fp32", "e4m3", "e5m2")}
 KINDS = ("dense", "topk")
 FORMATS = ("fp32", "fp16", "bf16", "e4m3", "e5m2")
 FORMAT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1}
-CODEC_IDS = ("raw_int32", "huffman", "rice", "ans", "zstd")
+CODEC_IDS = tuple(CODECS)   # a codec's wire id is its place in codecs.CODECS: append, never reorder
 NO_CODEC = 255
 MAX_NDIM = 8
 _HEAD = struct.Struct("<4sBBHI")

@@ -27,7 +27,8 @@ from grpo_lab.embeddings import EMBEDDERS, get_embedder
 from grpo_lab.grouping import (COMBINE, GROUPERS, PromptBatch, get_grouper,
                                advantage_diagnostics, advantage_split, cluster_diagnostics,
                                grouped_advantages, reward_group_diagnostics)
-from grpo_lab.tasks import DATA_DIR, Example, load_mixture, sample_examples
+from grpo_lab.task_data import DATA_DIR, load_mixture
+from grpo_lab.tasks import Example, sample_examples
 from grpo_lab.widgets import show_figure
 
 BASE = str(DATA_DIR / "base_policy.safetensors")    # absolute: kernels may run in notebooks/
@@ -196,15 +197,18 @@ def grpo_step_stages(policy, examples, G: int = 4, grouping: str = "kmeans_seman
     (``step.collect`` on these examples, then ``step.grpo_objective``) -> {stage: dict}. No
     optimizer step is taken; the loss stage reports the gradient norm that step would use
     (on-policy: ratio 1, reference = the policy itself)."""
+    import dataclasses
+
     from grpo_lab.config import preset
-    from grpo_lab.step import StepContext, collect, grpo_objective
-    from grpo_lab.trainer import make_grouper
+    from grpo_lab.trainer import setup
 
     cfg = preset("quick", task=task, prompts_per_step=len(examples), group_size=G,
                  grouping=grouping, group_k=min(k, len(examples)), combine=combine,
                  advantage=estimator, temperature=temperature, max_new_tokens=max_new_tokens,
                  beta=beta, seed=seed, reward_weights=dict(WEIGHTS))
-    ctx = StepContext(lambda rng, n: list(examples), make_grouper(cfg), policy)
+    run = setup(cfg)                          # the trainer's grouper and objective
+    ctx = dataclasses.replace(run.ctx, draw=lambda rng, n: list(examples), ref=policy)
+    collect, grpo_objective = run.objective.collect, run.objective.loss
     batch = collect(policy, cfg, 0, ctx)
     s, r, adv = batch.scored, batch.scored.rollout, batch.advantages
     rows = [s.examples[i] for i in r.prompt_index.tolist()]

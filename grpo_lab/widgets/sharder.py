@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from grpo_lab.distributed.importance import IMPORTANCE
 from grpo_lab.distributed.replay import replay_sharding
-from grpo_lab.trainer import record_gradients
+from grpo_lab.experiments import record_gradients
 from grpo_lab.distributed.shard_plan import POLICIES
 from grpo_lab.widgets import show_figure
 

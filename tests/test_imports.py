@@ -1,0 +1,225 @@
+"""The package's import graph, built from the source: no cycle, no import from a lower layer to a
+higher one (grpo_lab.LAYERS, README "Architecture"), and every module imports on its own.
+
+Every ``import``/``from ... import`` of a grpo_lab module counts, wherever it is written (at the
+top, inside a function, under ``if TYPE_CHECKING``): a lazy import that hides a cycle is a cycle.
+``importlib.import_module("grpo_lab....")`` with a literal name counts as well; the only ones
+allowed are the one-release aliases listed in ``FORWARDS`` (a module-level ``__getattr__`` that
+forwards an old name to its new home), so a new one is a decision, not an accident.
+
+Run as a script to count cycles and upward imports of any checkout (e.g. before a change):
+    python tests/test_imports.py /path/to/checkout
+"""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# one-release aliases: (module, the module it forwards to) -> what moved
+FORWARDS = {
+    ("grpo_lab.checkpoint", "grpo_lab.policy"): "load_policy_any builds policies: policy.py",
+    ("grpo_lab.distributed.overlap", "grpo_lab.overlap_timing"):
+        "the measuring harness needs the model: overlap_timing.py",
+    ("grpo_lab.trainer", "grpo_lab.experiments"): "record_gradients runs train: experiments.py",
+    ("grpo_lab.tasks", "grpo_lab.rewards"): "the reward functions: rewards.py",
+    ("grpo_lab.tasks", "grpo_lab.task_data"): "held-out sets and the mixture file: task_data.py",
+}
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """'grpo_lab.x.y' -> its file, for every module of the package under ``root``."""
+    out = {}
+    for path in sorted((root / "grpo_lab").rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _resolve(name: str, known) -> str | None:
+    """The deepest known module a dotted name lies in (``grpo_lab.step.collect`` -> step)."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(name: str, path: Path, known) -> tuple[set, set]:
+    """-> (grpo_lab modules ``name`` imports, modules it reaches by importlib.import_module)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found, forwards = set(), set()
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([node.module] if node.module else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                       for a in node.names]
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
+              and node.args):
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and str(arg.value).startswith("grpo_lab"):
+                forwards.add(_resolve(arg.value, known))
+            elif isinstance(arg, ast.JoinedStr) and "grpo_lab" in ast.unparse(arg):
+                forwards.add(f"{ast.unparse(arg)} (not a literal: write the module's name)")
+        found |= {m for m in (_resolve(t, known) for t in targets) if m and m != name}
+    return found, forwards - {None}
+
+
+def layer_of(name: str) -> int:
+    """Index in grpo_lab.LAYERS (0 = top); an error names a module missing from the table."""
+    from grpo_lab import LAYERS
+    short = name[len("grpo_lab."):] if name != "grpo_lab" else ""
+    for i, (_, members) in enumerate(LAYERS):
+        for m in members:
+            if short == m or (m.endswith(".*") and short.startswith(m[:-1])):
+                return i
+    raise AssertionError(f"module {name} is in no layer of grpo_lab.LAYERS: add it to the "
+                         f"layer it belongs to")
+
+
+def graph(root: Path = ROOT) -> tuple[dict, dict]:
+    known = modules(root)
+    edges, forwards = {}, {}
+    for name, path in known.items():
+        edges[name], forwards[name] = imports(name, path, known)
+    return edges, forwards
+
+
+def cycles(edges: dict) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), and self-imports."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def upward(edges: dict) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where the imported module sits in a higher layer."""
+    return sorted((a, b) for a, bs in edges.items() for b in bs if layer_of(b) < layer_of(a))
+
+
+def test_every_module_has_a_layer():
+    for name in modules(ROOT):
+        layer_of(name)
+
+
+def test_no_import_cycle():
+    edges, _ = graph()
+    found = cycles(edges)
+    assert not found, f"import cycles (imports inside functions count): {found}"
+
+
+def test_imports_point_down():
+    edges, _ = graph()
+    bad = upward(edges)
+    assert not bad, ("imports from a lower layer to a higher one (grpo_lab.LAYERS): "
+                     + ", ".join(f"{a} -> {b}" for a, b in bad))
+
+
+def test_distributed_never_imports_the_trainer_step_or_cli():
+    edges, _ = graph()
+    for name, deps in edges.items():
+        if name.startswith("grpo_lab.distributed"):
+            assert not deps & {"grpo_lab.trainer", "grpo_lab.step", "grpo_lab.cli"}, name
+            assert all(d.startswith("grpo_lab.distributed") or layer_of(d) >= layer_of(name)
+                       for d in deps), (name, deps)
+
+
+def test_forwards_are_the_listed_one_release_aliases():
+    _, forwards = graph()
+    found = {(a, b) for a, bs in forwards.items() for b in bs}
+    assert found == set(FORWARDS), f"importlib forwards {sorted(found)} vs listed {sorted(FORWARDS)}"
+
+
+def test_the_graph_sees_imports_inside_functions(tmp_path):
+    """The parser itself: a lazy import and a relative import are edges, a cycle is found."""
+    pkg = tmp_path / "grpo_lab"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from grpo_lab.b import g\n")
+    (pkg / "b.py").write_text("from .sub import c\n")
+    (pkg / "sub" / "c.py").write_text("import grpo_lab.a\n")
+    edges, _ = graph(tmp_path)
+    assert edges["grpo_lab.a"] == {"grpo_lab.b"}
+    assert edges["grpo_lab.b"] == {"grpo_lab.sub.c"}
+    assert cycles(edges) == [["grpo_lab.a", "grpo_lab.b", "grpo_lab.sub.c"]]
+
+
+# every module imported on its own, in a fresh interpreter (forked from one that has imported
+# torch and numpy, never grpo_lab, so the check stays fast)
+_ALONE = r"""
+import os, sys, importlib, traceback
+import numpy, torch  # noqa: F401  (third-party only: grpo_lab stays unimported here)
+failed = []
+for name in sys.argv[1:]:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            importlib.import_module(name)
+            os._exit(0)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    if status:
+        failed.append(name)
+print("FAILED", failed)
+sys.exit(1 if failed else 0)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_every_module_imports_on_its_own():
+    names = sorted(modules(ROOT))
+    r = subprocess.run([sys.executable, "-c", _ALONE, *names], capture_output=True, text=True,
+                       cwd=ROOT, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "FAILED []" in r.stdout
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT
+    edges, forwards = graph(root)
+    found, bad = cycles(edges), upward(edges)
+    print(f"{root}: {len(edges)} modules, {sum(map(len, edges.values()))} imports")
+    print(f"cycles: {len(found)} {[f'{len(c)} modules: {c}' for c in found]}")
+    print(f"upward imports: {len(bad)}")
+    for a, b in bad:
+        print(f"  {a} -> {b}")
+    print(f"importlib forwards: {sorted((a, b) for a, bs in forwards.items() for b in bs)}")

@@ -1,0 +1,115 @@
+"""Registries as records: objectives, exchanges, aggregations, policies, shard policies and
+codecs carry their capabilities as fields, follow one naming rule, and answer an unknown name
+with the one "unknown X 'name'; known: [...]" message."""
+import pytest
+import torch
+
+from grpo_lab.config import TrainConfig, preset
+from grpo_lab.distributed import exchanges, shard_plan, wire
+from grpo_lab.distributed.codecs import CODECS
+from grpo_lab.loss import AGGREGATIONS, grpo_loss, register_aggregation
+from grpo_lab.policy import POLICIES
+from grpo_lab.registry import lookup
+from grpo_lab.step import OBJECTIVES, register_objective
+
+
+def test_lookup_names_the_unknown_value_and_every_known_one():
+    with pytest.raises(ValueError, match=r"unknown colour 'teal'; known: \['blue', 'red'\] "
+                                         r"\(add one with paint\)"):
+        lookup({"red": 1, "blue": 2}, "teal", "colour", "add one with paint")
+    assert lookup({"red": 1}, "red", "colour") == 1
+
+
+def test_objectives_are_records_with_capabilities():
+    assert set(OBJECTIVES) >= {"grpo", "supervised", "ppo"}
+    ppo, grpo = OBJECTIVES["ppo"], OBJECTIVES["grpo"]
+    assert (grpo.uses_reference, grpo.needs_group, grpo.splits, grpo.critic) == \
+        (True, True, True, False)
+    assert (ppo.uses_reference, ppo.needs_group, ppo.splits, ppo.critic) == \
+        (True, False, False, True)
+    assert not OBJECTIVES["supervised"].uses_reference
+    collect, objective = OBJECTIVES["grpo"]          # the old tuple form still unpacks
+    assert (collect, objective) == (grpo.collect, grpo.loss)
+
+
+def _collect(policy, cfg, step, ctx):
+    raise NotImplementedError
+
+
+def _loss(policy, batch, cfg, world=1):
+    raise NotImplementedError
+
+
+def test_register_objective_follows_the_naming_rule():
+    try:
+        rec = register_objective("test_obj", _collect, _loss, uses_reference=False)
+        assert register_objective("test_obj", _collect, _loss, uses_reference=False) == rec
+        with pytest.raises(ValueError, match="objective 'test_obj' is already registered"):
+            register_objective("test_obj", _collect, _collect)
+        with pytest.raises(ValueError, match="without commas"):
+            register_objective("a,b", _collect, _loss)
+        cfg = preset("quick", objective="test_obj")      # a plugin's objective is a config value
+        assert cfg.objective == "test_obj"
+    finally:
+        OBJECTIVES.pop("test_obj", None)
+    with pytest.raises(ValueError, match=r"unknown objective 'test_obj'; known: \[.*'grpo'"):
+        TrainConfig(objective="test_obj")
+
+
+def test_exchanges_are_records_and_a_plugin_can_add_one():
+    kinds = exchanges.EXCHANGES
+    assert [n for n, k in kinds.items() if k.resumes_exactly] == ["allreduce", "sharded"]
+    assert [n for n, k in kinds.items() if k.overlaps] == ["allreduce", "sharded"]
+    assert [n for n, k in kinds.items() if k.reduces_in_backward] == \
+        ["ddp_fp16_hook", "ddp_powersgd_hook"]
+    try:
+        exchanges.register_exchange("test_ex", exchanges.make_allreduce, resumes_exactly=False)
+        cfg = exchanges.ExchangeConfig(name="test_ex")
+        assert cfg.kind.name == "test_ex" and not cfg.resumes_exactly
+        with pytest.raises(ValueError, match="overlap=True .* 'allreduce' and 'sharded' only"):
+            exchanges.ExchangeConfig(name="test_ex", overlap=True)
+        with pytest.raises(ValueError, match="exchange 'test_ex' is already registered"):
+            exchanges.register_exchange("test_ex", exchanges.make_compressed)
+    finally:
+        exchanges.EXCHANGES.pop("test_ex", None)
+
+
+def test_micro_batches_refusals_read_capabilities():
+    with pytest.raises(ValueError, match="objective='ppo' .*not normalised by global counts"):
+        preset("quick", objective="ppo", micro_batches=2)
+    with pytest.raises(ValueError, match="exchange.name='ddp_fp16_hook'"):
+        preset("quick", micro_batches=2, exchange={"name": "ddp_fp16_hook"})
+
+
+def test_aggregations_say_what_their_normaliser_counts():
+    assert {n: a.per for n, a in AGGREGATIONS.items()} == \
+        {"seq_mean_token_mean": "rows", "token_mean": "tokens", "dr_grpo": "rows"}
+    per_tok = torch.tensor([[1.0, 3.0], [2.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    assert float(AGGREGATIONS["token_mean"](per_tok, mask, 2)) == 2.0        # (1+3+2)/3
+    assert float(AGGREGATIONS["seq_mean_token_mean"](per_tok, mask, 2)) == 2.0  # (2+2)/2
+    try:
+        register_aggregation("sum_test", lambda p, m, L: (p * m).sum(), per="tokens")
+        logp = torch.zeros(2, 2)
+        loss, _ = grpo_loss(logp, logp, None, torch.tensor([1.0, -1.0]), mask,
+                            aggregation="sum_test")
+        # ratio 1, so per_tok = -A on real tokens: -1 - 1 (row 0, 2 tokens) + 1 (row 1, 1) = -1
+        assert float(loss) == -1.0
+    finally:
+        AGGREGATIONS.pop("sum_test", None)
+    with pytest.raises(ValueError, match="per must be 'rows' or 'tokens'"):
+        register_aggregation("bad_test", lambda p, m, L: p.sum(), per="prompts")
+
+
+def test_policy_kinds_and_shard_policies_are_records():
+    assert {n: (k.file_based, k.own_autocast) for n, k in POLICIES.items()} == \
+        {"toy": (True, True), "hf": (False, False)}
+    assert {n for n, p in shard_plan.POLICIES.items() if p.uses_importance} == \
+        {"importance_round_robin", "importance_balanced"} == shard_plan.USES_IMPORTANCE
+    with pytest.raises(ValueError, match=r"unknown policy 'jax'; known: \['hf', 'toy'\]"):
+        TrainConfig(policy="jax")
+
+
+def test_codec_wire_ids_are_the_registry_order():
+    # the byte each codec is written as: old messages must keep decoding, so never reorder
+    assert wire.CODEC_IDS == tuple(CODECS) == ("raw_int32", "huffman", "rice", "ans", "zstd")
