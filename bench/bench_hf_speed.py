@@ -1,6 +1,6 @@
 """One GRPO step of a real HF model on the CPU, by phase: grpo_lab's speed levers one at a
 time, grpo_lab vs TRL 1.16 with the same precision, and the step's FLOPs against this CPU's
-measured matmul throughput (issue 22; BENCHMARKS.md section 14).
+measured matmul throughput (issue 22; BENCHMARKS.md section 15).
 
 Every run is a child process (spawned), so its peak resident memory (ru_maxrss) is its own;
 runs of one table are interleaved round by round, so load drifts hit every column. Per-step
@@ -263,8 +263,8 @@ def trl_table(a) -> list[str]:
                    f"{statistics.mean(x['peak_rss_mb'] for x in o):.0f} / "
                    f"{statistics.mean(x['peak_rss_mb'] for x in t):.0f} |")
     out += ["", "CPU s: the process's CPU time per optimizer step (one torch thread each), "
-            "median over the steps after the first; ratios per round, mean [95% interval] over "
-            f"the rounds. {load()} at the end."]
+            f"median over each run's steps after the first {SKIP[0]}; ratios per round, mean "
+            f"[95% interval] over the rounds. {load()} at the end."]
     return out
 
 

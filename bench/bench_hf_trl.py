@@ -173,6 +173,9 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
             rows.append({"step_s": dt, "rollout_s": rollout[0], "elapsed_s": spent, "acc": acc,
                          "cpu_s": time.process_time() - cpu[0], "rollout_cpu_s": rollout_cpu[0]})
 
+    if getattr(policy.model, "is_quantized", False):   # a GGUF-converted folder's config keeps
+        policy.model.is_quantized = False              # its quantization note; the weights are
+        policy.model.hf_quantizer = None               # plain fp32, but Trainer would refuse them
     with tempfile.TemporaryDirectory() as d:
         trainer = GRPOTrainer(model=policy.model, reward_funcs=reward,
                               args=trl_config(a, d, beta, steps, seed, shipped, **overrides),

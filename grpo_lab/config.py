@@ -106,7 +106,7 @@ class TrainConfig:
     reference policy (beta > 0) is then the model with its adapters off: no second copy."""
     lora_alpha: int = 0
     """LoRA scale numerator: adapters add (alpha / r) * B A x (0: alpha = 2 * lora_r)."""
-    # ---- speed levers of the rollout and the update (issue 22; bench/bench_hf_profile.py)
+    # ---- speed levers of the rollout and the update (issue 22; bench/bench_hf_speed.py)
     sample_draw: str = "race"
     """How the sampler draws a token (rollout.DRAWS): "race" (exponential race, V noise
     draws per token and row) or "inverse_cdf" (one uniform per row; same distribution,
@@ -473,7 +473,7 @@ PRESETS: dict[str, dict] = {
     # 2-digit sums asked in words, the answer read whatever wraps it (the base gets 28% of the
     # held-out sums that way, 0% in the <answer> format it is asked for) plus a format reward;
     # 4 prompts x 4 completions of at most 20 tokens; 10 minutes of training. Measured on a
-    # machine loaded 10x over (BENCHMARKS.md section 15): 3 steps in the 10 minutes, about
+    # machine loaded 10x over (BENCHMARKS.md section 16): 3 steps in the 10 minutes, about
     # 240 s each, too few to move held-out accuracy; lr 5e-5 broke one seed of 3 in 3 steps
     # float32 on purpose: on a CPU without bf16 units (this one: AMD EPYC, AVX2) a bf16 matmul
     # forward + backward took 14.6 s where float32 took 1.0 s (1280 x 576 @ 576 x 1536, one

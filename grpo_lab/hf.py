@@ -22,8 +22,10 @@ Deviations from using the model as it ships, on purpose:
     evaluation, a frozen reference) run a copy of the model in that dtype, refreshed from the
     master weights whenever one of them changed (tensor version counters); the trainer's
     forward keeps the master dtype (with ``autocast`` if set). The sampler's log-probs then
-    differ from the trainer's by the rounding of bf16 weights: bench/bench_hf_profile.py
-    measures it (BENCHMARKS.md section 14); the ratio of the first update is not exactly 1.
+    differ from the trainer's by the rounding of bf16 weights (tests/test_speed_levers.py
+    bounds it; BENCHMARKS.md section 15); the ratio of the first update is not exactly 1.
+    It pays only where bf16 matmuls are native (AVX-512 BF16, AMX, GPUs): on an AVX2 CPU
+    they run 4-9x slower than fp32.
   * ``lora_r`` > 0: the model is wrapped by ``peft`` (LoRA, Hu et al. 2021, on every linear
     layer but the head, dropout 0); only the adapters train. The reference policy is the
     same model with its adapters off (``AdaptersOff``), so beta > 0 keeps no second model.
