@@ -43,6 +43,30 @@ def run_seed(seed: int, threads: int, out_root: Path, overrides: dict) -> dict:
             "load_start": os.getloadavg()[0], "out_dir": str(out)}
 
 
+def matmul_check(repeats: int = 3) -> list[str]:
+    """Why the preset trains in float32: one SmolLM2-sized matmul (1280 x 576 @ 576 x 1536, an
+    MLP projection over 16 sequences of 80 tokens), forward + backward, float32 vs bf16
+    autocast, alternated in one process on one thread -> markdown lines."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    W = torch.randn(1536, 576, requires_grad=True)
+    x = torch.randn(1280, 576, requires_grad=True)
+    times = {False: [], True: []}
+    for _ in range(repeats):
+        for ac in (False, True):
+            t = time.perf_counter()
+            with torch.autocast("cpu", torch.bfloat16, enabled=ac):
+                y = x @ W.t()                                          # (1280, 1536)
+            y.float().sum().backward()
+            times[ac].append(time.perf_counter() - t)
+    f32, bf = min(times[False]), min(times[True])
+    return [f"- matmul forward + backward, best of {repeats}: float32 {f32:.2f} s, bf16 autocast "
+            f"{bf:.2f} s ({bf / f32:.1f}x); torch CPU capability: "
+            f"{torch.backends.cpu.get_cpu_capability()}"]
+
+
 def fmt_ci(values, scale=100.0, unit=" points"):
     m, lo, hi = mean_ci([v * scale for v in values])
     return f"{m:+.1f} [{lo:+.1f}, {hi:+.1f}]{unit}"
@@ -55,9 +79,20 @@ def main():
     ap.add_argument("--out", default="bench/RESULTS_smollm_cpu.md")
     ap.add_argument("--runs", default="runs/bench_smollm_cpu")
     ap.add_argument("--overrides", default="{}", help="JSON of TrainConfig overrides")
+    ap.add_argument("--matmul_check", action="store_true",
+                    help="only time a float32 vs bf16-autocast matmul (why float32) and exit")
+    ap.add_argument("--combine", default="",
+                    help="comma-separated JSON files of earlier runs (one seed each, run side by "
+                         "side as separate processes): render them together, train nothing")
     a = ap.parse_args()
+    if a.matmul_check:
+        print("\n".join(matmul_check()))
+        return
     rows = []
-    for s in [int(x) for x in a.seeds.split(",")]:
+    if a.combine:
+        rows = [r for f in a.combine.split(",") for r in json.loads(Path(f).read_text())]
+        a.seeds = ",".join(str(r["seed"]) for r in rows)
+    for s in ([] if a.combine else [int(x) for x in a.seeds.split(",")]):
         rows.append(run_seed(s, a.threads, Path(a.runs), json.loads(a.overrides)))
         print(json.dumps(rows[-1]), flush=True)
         Path(a.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))

@@ -25,7 +25,7 @@ LAYERS = (
      ("scoring", "samples", "health", "tasks", "rewards", "task_data", "answers", "instruct",
       "word_problems", "countdown", "model", "hf", "policy", "critic", "rollout", "embeddings",
       "grouping", "group_advantages", "group_diagnostics", "reclustering", "advantages",
-      "loss", "memory")),
+      "loss", "overlong", "memory")),
     ("distributed: gradient exchange, sharding, compression, topology",
      ("distributed", "distributed.*")),
     ("file formats, paths, the machine",

@@ -25,7 +25,8 @@ from grpo_lab.advantages import ADVANTAGES
 from grpo_lab.distributed.exchanges import ExchangeConfig
 from grpo_lab.instruct import check_config as check_instruct
 from grpo_lab.grouping import COMBINE, GROUPERS, get_grouper
-from grpo_lab.loss import AGGREGATIONS
+from grpo_lab.loss import AGGREGATIONS, KL_ESTIMATORS, KL_PLACEMENTS, RATIO_LEVELS
+from grpo_lab.overlong import OVERLONG
 from grpo_lab.policy import POLICIES, get_policy_kind
 from grpo_lab.ppo import PPOConfig  # importing ppo.py also registers objective "ppo"
 from grpo_lab.registry import load_plugins, lookup
@@ -141,6 +142,10 @@ class TrainConfig:
     fewer samples on garbage than 1.0 for a partly trained policy)."""
     top_k: int = 0
     """Sample only from the k most likely tokens (0 = off)."""
+    top_p: float = 1.0
+    """Nucleus sampling (Holtzman et al. 2020): sample only from the most likely tokens whose
+    probability adds up to top_p (1.0 = off, the sampler unchanged bit for bit). The loss
+    still scores tokens under the untruncated policy, as with top_k."""
     lr: float = 1e-4
     """AdamW learning rate (3e-4 and up made held-out accuracy fall on the toy policy; at
     most 1, config.CEILINGS)."""
@@ -162,7 +167,38 @@ class TrainConfig:
     eps_high: float = 0.28
     """Upper clip range (DAPO's clip-higher uses 0.28 > 0.2)."""
     beta: float = 0.02
-    """Weight of the k3 KL penalty to the reference policy (0 skips the reference forward)."""
+    """Weight of the KL penalty to the reference policy (0 skips the reference forward)."""
+    kl_estimator: str = "k3"
+    """How the KL to the reference is estimated from sampled tokens (one of
+    loss.KL_ESTIMATORS, Schulman 2020): "k1" log pi/pi_ref (unbiased, can be negative), "k2"
+    (log pi/pi_ref)^2 / 2 (biased, >= 0), "k3" the paper's (unbiased, >= 0)."""
+    kl_in: str = "loss"
+    """Where beta * KL goes (one of loss.KL_PLACEMENTS): "loss", a per-token term of the loss
+    (DeepSeekMath; logged as loss/kl and loss/kl_<estimator>), or "reward", the completion's
+    summed estimate subtracted from its reward before the advantages (logged as
+    reward/kl_<estimator>)."""
+    ratio_level: str = "token"
+    """Importance ratio of the clipped surrogate (one of loss.RATIO_LEVELS): "token" (GRPO) or
+    "sequence" (GSPO, Zheng et al. 2025: the length-normalised sequence ratio, clipped per
+    completion; GSPO's paper used eps 3e-4 / 4e-4, set eps_low / eps_high yourself)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: entropy_coef * the policy's token entropy is subtracted from each token's
+    loss, aggregated like the loss (0 = off). policy/entropy is logged either way."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling (Yao et al. 2025): the trainer recomputes the old
+    log-probs and weights each token's policy-gradient term by min(pi_trainer /
+    pi_sampler, tis_cap), for a sampler whose log-probs differ from the trainer's (bf16
+    sampling); the gap is logged as sample/logprob_gap (0 = off, no extra forward)."""
+    overlong: str = "none"
+    """Truncated completions (one of overlong.OVERLONG, DAPO sec. 3.4): "none"; "filter"
+    (masked out of the loss); "soft" (a length penalty ramping from 0 at max_new_tokens -
+    overlong_buffer to -overlong_penalty at max_new_tokens, added to the reward)."""
+    overlong_buffer: int = 1
+    """overlong="soft": L_cache, the tokens before the limit over which the penalty ramps (1:
+    only a truncated completion is penalised, the toy's longest right answer is limit - 1
+    tokens; DAPO used a fifth of the limit for long reasoning)."""
+    overlong_penalty: float = 1.0
+    """overlong="soft": the penalty at the limit (DAPO: 1)."""
     advantage: str = "grpo"
     """Group-relative advantage estimator (one of advantages.ADVANTAGES)."""
     supervision: str = "outcome"
@@ -294,6 +330,7 @@ class TrainConfig:
             raise ValueError(f"task {self.task!r} names a task twice")
         _member(self.advantage, ADVANTAGES, "advantage")
         _member(self.aggregation, AGGREGATIONS, "aggregation")
+        self._check_variants()
         _member(self.supervision, ("outcome", "process"), "supervision")
         check_instruct(self.task_names, self.answer_format, self.policy, self.supervision)
         if self.answer_format != "raw" and not self.max_new_tokens:
@@ -308,6 +345,22 @@ class TrainConfig:
         self._check_grouping()
         self._check_ppo(objective)
         self._check_memory(objective)
+
+    def _check_variants(self):
+        _member(self.kl_estimator, KL_ESTIMATORS, "kl_estimator")
+        _member(self.kl_in, KL_PLACEMENTS, "kl_in")
+        _member(self.ratio_level, RATIO_LEVELS, "ratio_level")
+        _member(self.overlong, OVERLONG, "overlong")
+        _finite(self, "top_p", "entropy_coef", "tis_cap", "overlong_penalty")
+        _nonnegative(self, "entropy_coef", "tis_cap", "overlong_penalty")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
+        if self.tis_cap and self.tis_cap < 1:
+            raise ValueError(f"tis_cap must be 0 (off) or >= 1 (a cap below 1 would shrink "
+                             f"on-policy tokens too), got {self.tis_cap}")
+        if OVERLONG[self.overlong].penalty is not None and not (
+                isinstance(self.overlong_buffer, int) and self.overlong_buffer >= 1):
+            raise ValueError(f"overlong_buffer must be an int >= 1, got {self.overlong_buffer!r}")
 
     def _check_memory(self, objective):
         _nonnegative(self, "checkpoint_every")
@@ -469,16 +522,21 @@ PRESETS: dict[str, dict] = {
                # room for a short working before the answer
                "task": "addition,word_problems", "answer_format": "tags",
                "reward_weights": {"accuracy": 1.0, "format": 0.2}, "max_new_tokens": 128},
-    # SmolLM2-135M-Instruct on this 2-core CPU (grpo-lab model get smollm2-135m, models.py):
-    # 2-digit sums asked in words, answer in <answer></answer> tags, accuracy read whatever
-    # wraps the answer plus a format reward; small groups and short completions so a step
-    # fits in seconds; 10 minutes of training (BENCHMARKS.md "SmolLM2 on the CPU")
+    # SmolLM2-135M-Instruct on a 2-core CPU (grpo-lab model get smollm2-135m, models.py):
+    # 2-digit sums asked in words, the answer read whatever wraps it (the base gets 28% of the
+    # held-out sums that way, 0% in the <answer> format it is asked for) plus a format reward;
+    # 4 prompts x 4 completions of at most 20 tokens; 10 minutes of training. Measured on a
+    # machine loaded 10x over (BENCHMARKS.md section 16): 3 steps in the 10 minutes, about
+    # 240 s each, too few to move held-out accuracy; lr 5e-5 broke one seed of 3 in 3 steps
+    # float32 on purpose: on a CPU without bf16 units (this one: AMD EPYC, AVX2) a bf16 matmul
+    # forward + backward took 14.6 s where float32 took 1.0 s (1280 x 576 @ 576 x 1536, one
+    # thread); on a CPU with AVX-512 BF16 / AMX, --hf_autocast true is the faster choice
     "smollm_cpu": {"policy": "hf", "base_checkpoint": "smollm2-135m", "hf_chat_template": True,
-                   "hf_autocast": True, "task": "addition", "answer_format": "tags",
+                   "task": "addition", "answer_format": "tags",
                    "system_prompt": "Reply with the final answer only, inside <answer></answer> "
                                     "tags, like <answer>12</answer>.",
                    "reward_weights": {"accuracy": 1.0, "format": 0.5}, "max_new_tokens": 20,
-                   "temperature": 0.5, "prompts_per_step": 4, "group_size": 4, "lr": 5e-5,
+                   "temperature": 0.5, "prompts_per_step": 4, "group_size": 4, "lr": 1e-5,
                    "beta": 0.0, "warmup_steps": 2, "lr_schedule": "constant", "steps": 200,
                    "time_budget_s": 600.0, "eval_every": 0, "eval_size": 50, "ckpt_every": 1000},
 }

@@ -14,6 +14,10 @@ implementation, prints a short verdict and returns True or False, so a cell can 
     check_topk_error_feedback(fn)   fn(grad (n,), residual (n,), k) -> (indices (k,),
                                        values (k,), new_residual (n,))
                                     against distributed.compression.sparsify
+    check_gspo_ratio(fn)            fn(logp, old_logp, mask (N, T)) -> s (N,)
+                                    against loss.sequence_ratio (GSPO)
+    check_kl_estimators(fn)         fn(logp, ref_logp) -> (k1, k2, k3), each logp's shape
+                                    against loss.KL_ESTIMATORS
 
 A failed check names the case, shows expected against got, and gives a hint. Each call of the
 learner's function has a time limit (``TIME_LIMIT_S``): an infinite loop fails the check
@@ -37,7 +41,7 @@ import torch
 from grpo_lab.advantages import EPS, dr_grpo_advantages, grpo_advantages
 from grpo_lab.distributed.compression import sparsify
 from grpo_lab.grouping import GROUPERS, PromptBatch, cluster_diagnostics
-from grpo_lab.loss import grpo_loss
+from grpo_lab.loss import KL_ESTIMATORS, grpo_loss, sequence_ratio
 
 NOT_WRITTEN = "not written yet: replace `raise NotImplementedError()` with your code"
 
@@ -556,5 +560,123 @@ def check_topk_error_feedback(fn: Callable) -> bool:
                    "grpo_lab.distributed.compression.sparsify")
 
 
+# ---------------------------------------------------------------- GSPO's sequence ratio
+def _gspo_variant(kind: str, logp, old_logp, mask):
+    """One usual mistake in GSPO's sequence ratio (``kind``), else the correct ratio (N,)."""
+    d = (logp - old_logp) * (1 if kind == "no_mask" else mask)             # (N, T)
+    length = torch.full_like(mask[:, 0], mask.shape[1]) if kind == "divide_by_T" else mask.sum(1)
+    if kind == "no_length_norm":
+        return torch.exp(d.sum(1))
+    if kind == "mean_of_token_ratios":
+        return (torch.exp(logp - old_logp) * mask).sum(1) / length
+    return torch.exp(d.sum(1) / length.clamp(min=1))
+
+
+GSPO_MISTAKES = [
+    ("no_length_norm", "GSPO normalises by length: exp of the MEAN log-ratio over the "
+     "completion's tokens (1/|o_i|), not of the sum (the product of the token ratios)"),
+    ("mean_of_token_ratios", "average the log-ratios, then exponentiate (a geometric mean of "
+     "the token ratios), not the arithmetic mean of exp(logp - old_logp)"),
+    ("divide_by_T", "divide by the completion's own length mask.sum(1), not by T"),
+    ("no_mask", "padding tokens (mask 0) must not count: multiply the log-ratios by the mask"),
+]
+
+
+def check_gspo_ratio(fn: Callable) -> bool:
+    """Your ``fn(logp, old_logp, mask) -> s (N,)``, GSPO's length-normalised sequence ratio
+    s_i = exp(1/|o_i| sum_t (logp - old_logp)), against ``loss.sequence_ratio``."""
+    _require_function("check_gspo_ratio", fn)
+    t = lambda x: torch.tensor(x, dtype=torch.float64)                    # noqa: E731
+    cases = [("'one token: the token ratio'", (t([[0.3]]), t([[0.0]]), t([[1.0]]))),
+             ("'3 tokens, log-ratios 0.1, 0.2, 0.3'", (t([[0.1, 0.2, 0.3]]), t([[0.0] * 3]),
+                                                       t([[1.0] * 3]))),
+             ("'lengths 3 and 1, padding holds junk'",
+              (t([[-1.0, -0.5, -2.0], [-0.7, 9.0, 9.0]]), t([[-1.2, -0.4, -2.5], [-0.2, 0.0, 0.0]]),
+               t([[1, 1, 1], [1, 0, 0]])))]
+    gen = torch.Generator().manual_seed(0)
+    for i in range(3):
+        N, T = 2 + i, 3 + 2 * i
+        old = -torch.rand(N, T, generator=gen, dtype=torch.float64) * 3
+        logp = old + torch.randn(N, T, generator=gen, dtype=torch.float64) * 0.3
+        mask = (torch.arange(T)[None] < torch.randint(1, T + 1, (N, 1), generator=gen)).double()
+        cases.append((f"random #{i + 1} (N={N}, T={T})", (logp, old, mask)))
+    return _check_against(
+        "check_gspo_ratio", fn, cases, lambda a: sequence_ratio(*a)[:, 0].detach(),
+        GSPO_MISTAKES, _gspo_variant, "grpo_lab.loss.sequence_ratio",
+        "s_i = exp(((logp - old_logp) * mask).sum(1) / mask.sum(1))")
+
+
+# ---------------------------------------------------------------- the KL estimators
+def _kl_variant(kind: str, logp, ref_logp):
+    """The three estimators with one usual mistake (``kind``) -> stacked (3, ...)."""
+    d = logp - ref_logp if kind == "direction" else ref_logp - logp       # log pi_ref / pi
+    k1 = d if kind == "k1_sign" else -d
+    k2 = d ** 2 if kind == "k2_half" else 0.5 * d ** 2
+    k3 = d - torch.exp(d) + 1 if kind == "k3_sign" else torch.exp(d) - d - 1
+    return torch.stack([k1, k2, k3])
+
+
+KL_MISTAKES = [
+    ("direction", "r = pi_ref / pi: log r = ref_logp - logp (the tokens come from pi); you "
+     "used logp - ref_logp"),
+    ("k1_sign", "k1 = -log r = logp - ref_logp: it estimates E_pi[log pi / pi_ref]"),
+    ("k2_half", "k2 = (log r)^2 / 2: you forgot the 1/2"),
+    ("k3_sign", "k3 = (r - 1) - log r, which is never negative (log r <= r - 1)"),
+]
+
+
+def check_kl_estimators(fn: Callable) -> bool:
+    """Your ``fn(logp, ref_logp) -> (k1, k2, k3)``, each of logp's shape: Schulman's three
+    estimators of KL(pi || pi_ref) from tokens sampled from pi, against loss.KL_ESTIMATORS."""
+    _require_function("check_kl_estimators", fn)
+    t = lambda x: torch.tensor(x, dtype=torch.float64)                    # noqa: E731
+    cases = [("'pi = pi_ref: every estimate 0'", (t([-1.0, -2.0]), t([-1.0, -2.0]))),
+             ("'pi_ref / pi = 2'", (t([math.log(0.25)]), t([math.log(0.5)]))),
+             ("'pi_ref / pi = 1/2'", (t([math.log(0.5)]), t([math.log(0.25)])))]
+    gen = torch.Generator().manual_seed(0)
+    for i in range(3):
+        logp = -torch.rand(2 + i, 3, generator=gen, dtype=torch.float64) * 3
+        cases.append((f"random #{i + 1}", (logp, logp + torch.randn(2 + i, 3, generator=gen,
+                                                                   dtype=torch.float64) * 0.5)))
+
+    def reference(a):
+        d = a[1] - a[0]
+        return torch.stack([KL_ESTIMATORS[k](d) for k in ("k1", "k2", "k3")])
+    return _check_against("check_kl_estimators", fn, cases, reference, KL_MISTAKES, _kl_variant,
+                          "grpo_lab.loss.KL_ESTIMATORS",
+                          "d = ref_logp - logp; k1 = -d, k2 = d^2 / 2, k3 = exp(d) - 1 - d",
+                          pack=lambda out: torch.stack([_as_tensor(x) for x in out]))
+
+
+def _check_against(name, fn, cases, reference, mistakes, variant, ref_name, formula,
+                   pack=_as_tensor) -> bool:
+    """Run ``fn`` on every case, compare with ``reference``; on the first failure, name the
+    mistake (from ``mistakes``) that explains all its outputs, or give the formula."""
+    def packed(out):
+        try:
+            return pack(out)
+        except Exception:
+            return None
+    outputs = [(args, _call(fn, *[a.clone() for a in args])) for _, args in cases]
+    failure = None
+    for (case, args), (_, (got, err)) in zip(cases, outputs):
+        expected, got_t = reference(args), None if err else packed(got)
+        if got_t is not None and _close(got_t, expected, 1e-6):
+            continue
+        if err is None and got_t is None:
+            err = f"return what the docstring says; got {type(got).__name__}"
+        hint = err
+        if hint is None:
+            ok = [(a, packed(g)) for a, (g, e) in outputs if e is None and packed(g) is not None]
+            hint = _best_mistake(mistakes, lambda kind, failing_only: all(
+                _close(o, variant(kind, *a), 1e-6)
+                for a, o in ([(args, got_t)] if failing_only else ok))) or formula
+        failure = Failure(case, _fmt(expected.flatten()), "an error" if err else
+                          _fmt(got_t.flatten() if got_t is not None else got), hint)
+        break
+    return _report(name, failure, len(cases), ref_name)
+
+
 CHECKS = {"advantages": check_advantages, "grpo_loss": check_grpo_loss,
-          "grouper": check_grouper, "topk_error_feedback": check_topk_error_feedback}
+          "grouper": check_grouper, "topk_error_feedback": check_topk_error_feedback,
+          "gspo_ratio": check_gspo_ratio, "kl_estimators": check_kl_estimators}

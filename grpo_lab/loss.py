@@ -74,17 +74,87 @@ register_aggregation("token_mean", token_mean, per="tokens")
 register_aggregation("dr_grpo", dr_grpo_constant, per="rows")
 
 
+# ---- importance ratios: (logp, old_logp, mask) -> ratio (N, T), padding's value unused
+
+def token_ratio(logp, old_logp, mask):
+    return torch.exp(logp - old_logp)                                      # (N, T)
+
+
+def sequence_ratio(logp, old_logp, mask):
+    """GSPO (Zheng et al. 2025, eq. 7) in GSPO-token form (eq. 13): value s_i on every token."""
+    lengths = mask.sum(1).clamp(min=1)                                     # (N,)
+    log_s = ((logp - old_logp) * mask).sum(1) / lengths                    # (N,) mean log-ratio
+    s = torch.exp(log_s).detach()[:, None]                                 # (N, 1) sg[s_i]
+    return s * torch.exp(logp - logp.detach())                             # (N, T) = s_i, grad s_i dlogp
+
+
+RATIO_LEVELS = {"token": token_ratio, "sequence": sequence_ratio}
+
+
+# ---- KL estimators (Schulman 2020): log_r = log pi_ref/pi on tokens sampled from pi
+
+@dataclass(frozen=True)
+class KLEstimator:
+    """One estimator of KL(pi || pi_ref) from a token sampled from pi, with its properties."""
+    name: str
+    fn: Callable                  # log_r (...) -> estimate (...)
+    unbiased: bool                # E_pi[estimate] = KL(pi || pi_ref)
+    nonnegative: bool             # >= 0 on every sample
+
+    def __call__(self, log_r):
+        return self.fn(log_r)
+
+
+KL_ESTIMATORS = {e.name: e for e in (
+    KLEstimator("k1", lambda d: -d, unbiased=True, nonnegative=False),     # log pi/pi_ref
+    KLEstimator("k2", lambda d: 0.5 * d ** 2, unbiased=False, nonnegative=True),
+    KLEstimator("k3", lambda d: torch.exp(d) - d - 1, unbiased=True, nonnegative=True),
+)}
+
+
+@dataclass(frozen=True)
+class KLPlacement:
+    """Where beta * KL goes: into the loss (DeepSeekMath, a per-token term with a gradient) or
+    into the reward (InstructGPT-style: beta * the completion's summed KL estimate, taken on
+    the sampler's log-probs, is subtracted from its reward before the advantages)."""
+    name: str
+    in_loss: bool
+    in_reward: bool
+
+
+KL_PLACEMENTS = {p.name: p for p in (KLPlacement("loss", True, False),
+                                     KLPlacement("reward", False, True))}
+
+
+def sequence_kl(logp, ref_logp, mask, estimator: str = "k3") -> torch.Tensor:
+    """(N, T) log-probs of the sampled tokens -> (N,) summed KL estimate per completion."""
+    d = torch.where(mask.bool(), ref_logp - logp, 0.0)                     # (N, T) log_r, pad 0
+    return (KL_ESTIMATORS[estimator](d) * mask).sum(1)                     # (N,) every k(0) = 0
+
+
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=0.2,
-              beta=0.0, aggregation="seq_mean_token_mean", max_len=None):
+              beta=0.0, aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
+              kl_estimator="k3", entropy=None, entropy_coef=0.0, tis_weight=None, keep=None):
     """-> (loss, stats). logp, old_logp, ref_logp, mask: (N, T); advantages: (N,) for
     outcome supervision (one per completion) or (N, T) for process supervision.
 
     ``ref_logp`` may be None when beta == 0; stats then has no "loss/kl" (nothing was
-    computed: absent, not 0). ``max_len`` is the constant of the dr_grpo
-    aggregation (default: T).
+    computed: absent, not 0). ``max_len`` is the constant of the dr_grpo aggregation
+    (default: T). ``entropy`` (N, T), with its graph, is needed when entropy_coef != 0;
+    ``tis_weight`` (N, T) multiplies the policy-gradient term; ``keep`` (N,) bool drops rows
+    (see the module docstring).
     """
+    if keep is not None:
+        keep = torch.as_tensor(keep, dtype=torch.bool, device=logp.device)
+        if keep.shape != logp.shape[:1]:
+            raise ValueError(f"keep {tuple(keep.shape)} must be (N,) = ({logp.shape[0]},)")
+        rows = lambda x: x if x is None or not torch.is_tensor(x) or x.dim() == 0 else x[keep]  # noqa: E731
+        logp, old_logp, ref_logp, mask, entropy, tis_weight = (
+            rows(x) for x in (logp, old_logp, ref_logp, mask, entropy, tis_weight))
+        advantages = rows(torch.as_tensor(advantages))
     advantages = _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high,
                                beta, aggregation, max_len)
+    _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_weight)
     real = mask.bool()                                                     # (N, T) True = token
     logp = torch.where(real, logp, 0.0)                                    # (N, T) padding -> 0
     old_logp = torch.where(real, old_logp, 0.0)                            # (N, T)
@@ -92,13 +162,17 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     if advantages.dim() == 2:
         advantages = torch.where(real, advantages, 0.0)                    # (N, T) padding -> 0
     A = advantages[:, None] if advantages.dim() == 1 else advantages       # (N, 1) or (N, T)
-    ratio = torch.exp(logp - old_logp)                                     # (N, T)
+    ratio = RATIO_LEVELS[ratio_level](logp, old_logp, mask)                # (N, T)
     surr = torch.min(ratio * A, ratio.clamp(1 - eps_low, 1 + eps_high) * A)  # (N, T)
+    if tis_weight is not None:
+        surr = surr * torch.where(real, tis_weight, 0.0).detach()          # (N, T) TIS
     per_tok = -surr                                                        # (N, T)
     if beta != 0:
         d = torch.where(real, ref_logp, 0.0) - logp                        # (N, T) log(pi_ref/pi)
-        kl = torch.exp(d) - d - 1                                          # (N, T) eq. 4, k3
+        kl = KL_ESTIMATORS[kl_estimator](d)                                # (N, T) k3: eq. 4
         per_tok = per_tok + beta * kl
+    if entropy_coef != 0:
+        per_tok = per_tok - entropy_coef * torch.where(real, entropy, 0.0)  # (N, T) bonus
     loss = AGGREGATIONS[aggregation](per_tok, mask, max_len or logp.shape[1])
     with torch.no_grad():
         n_tok = mask.sum().clamp(min=1)
@@ -155,6 +229,21 @@ def _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high,
     if beta != 0:
         _first_non_finite("ref_logp", ref_logp, real)
     return advantages
+
+
+def _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_weight):
+    for name, value, table in (("ratio_level", ratio_level, RATIO_LEVELS),
+                               ("kl_estimator", kl_estimator, KL_ESTIMATORS)):
+        if value not in table:
+            raise ValueError(f"unknown {name} {value!r}; known: {sorted(table)}")
+    coef = _number("entropy_coef", entropy_coef)
+    if not math.isfinite(coef):
+        raise ValueError(f"entropy_coef must be finite, got {coef}")
+    if coef != 0 and (entropy is None or entropy.shape != logp.shape):
+        raise ValueError(f"entropy_coef={coef} needs entropy of the same (N, T) shape as logp")
+    if tis_weight is not None and tis_weight.shape != logp.shape:
+        raise ValueError(f"tis_weight {tuple(tis_weight.shape)} must be logp's (N, T) shape "
+                         f"{tuple(logp.shape)}")
 
 
 def _number(name: str, value) -> float:

@@ -8,7 +8,10 @@ Rewards (each returns floats in [0, 1], one per completion):
   * ``format``:   1 if the completion stopped (emitted <eos>) and uses only the task's
                    answer alphabet.
 They are combined by ``weighted_reward`` with weights from the config; add your own by
-putting a function of the same signature into ``REWARDS``.
+putting a function of the same signature into ``REWARDS``. An example rendered for an
+instruct model (``Example.fmt`` set, instruct.py) is scored the instruct way instead
+(answers.py): accuracy reads the answer whatever wraps it, partial compares that answer,
+format checks the requested answer format.
 """
 from __future__ import annotations
 

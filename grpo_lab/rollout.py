@@ -8,7 +8,12 @@ token per step against the cache; a completion that emitted <eos> is finished an
 padding (mask False) from then on. Sampling stops when all are finished.
 
 ``Rollout.logprobs`` holds log pi(token) under the temperature-scaled policy, which is
-what the loss computes too; top-k only truncates what is sampled. The full forward
+what the loss computes too; top-k and top-p only truncate what is sampled. Top-p (nucleus
+sampling, Holtzman et al. 2020) keeps the smallest set of most likely tokens whose
+probability reaches p (the token that crosses p included), after top-k as in transformers;
+p = 1 skips the filter, so it leaves the sampler bit for bit as it was. Both filters are
+deterministic functions of the logits, so per-prompt generators still draw the same tokens
+on 1 or N processes. The full forward
 (``completion_logprobs``) reproduces those numbers: tests/test_rollout.py checks it.
 """
 from __future__ import annotations
@@ -93,7 +98,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
            generator: torch.Generator | list[torch.Generator] | None = None,
            use_cache: bool = True, draw: str = "race", drop_finished: bool = False,
-           clock: dict | None = None) -> Rollout:
+           clock: dict | None = None, top_p: float = 1.0) -> Rollout:
     """Sample G completions for each of B prompts -> Rollout with N = B*G rows.
 
     ``draw`` names how a token is drawn from the temperature-scaled policy (``DRAWS``): the
@@ -122,6 +127,8 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
     if draw not in DRAWS:
         raise ValueError(f"unknown draw {draw!r}; known: {sorted(DRAWS)}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (1 = off), got {top_p}")
     drop_finished = drop_finished and use_cache and hasattr(model, "select_cache")
     clock = {} if clock is None else clock
     tick = Ticker(clock)
@@ -154,7 +161,8 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
         if greedy:
             tok_n = logp.argmax(-1)                                        # (n,)
         else:
-            tok_n = DRAWS[draw](logp, top_k, G, generator, rows, N)        # (n,) ~ softmax
+            nucleus = logp if top_p == 1 else top_p_filter(top_k_filter(logp, top_k), top_p)
+            tok_n = DRAWS[draw](nucleus, top_k, G, generator, rows, N)     # (n,) ~ softmax
         live = ~done                                                       # (N,)
         tok = torch.full((N,), pad, dtype=torch.long, device=dev)
         lp = torch.zeros(N, device=dev)
@@ -233,6 +241,18 @@ def top_k_filter(logp: torch.Tensor, top_k: int | None) -> torch.Tensor:
     return logp.masked_fill(logp < kth, float("-inf"))
 
 
+def top_p_filter(logp: torch.Tensor, p: float) -> torch.Tensor:
+    """Log-probs (n, V) -> the same with every token outside the nucleus set to -inf: the
+    most likely tokens, in order, up to and including the one whose cumulative probability
+    reaches p (at least one token is kept). Renormalising is left to the draw."""
+    probs = logp.softmax(-1)                                               # (n, V), renormalised
+    sorted_p, order = probs.sort(-1, descending=True)                      # (n, V)
+    before = sorted_p.cumsum(-1) - sorted_p                                # (n, V) mass above
+    drop_sorted = before >= p                                              # (n, V) first kept
+    drop = drop_sorted.scatter(-1, order, drop_sorted)                     # (n, V) vocab order
+    return logp.masked_fill(drop, float("-inf"))
+
+
 def race_draw(logp, top_k, G, generator, rows, N) -> torch.Tensor:
     """The exponential race over the (top-k filtered) log-probs (n, V) -> tokens (n,)."""
     filt = top_k_filter(logp, top_k)
@@ -266,16 +286,18 @@ def full_sequence(r: Rollout, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return ids, positions(mask), mask
 
 
-def completion_token_stats(logits: torch.Tensor, r: Rollout, temperature: float = 1.0):
+def completion_token_stats(logits: torch.Tensor, r: Rollout, temperature: float = 1.0,
+                           entropy_grad: bool = False):
     """Logits predicting each completion token (N, Tc, V) -> (log-prob of each completion
     token (N, Tc), the policy's entropy at each (N, Tc)), 0 on padding. The entropy is
-    computed outside the autograd graph: it is logged, never differentiated."""
+    computed outside the autograd graph (it is logged) unless ``entropy_grad`` (an entropy
+    bonus in the loss)."""
     logp = F.log_softmax(logits.float() / temperature, -1)                 # (N, Tc, V)
     c_ids = r.completion_ids.to(logits.device)
     c_mask = r.completion_mask.to(logits.device)
     tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2)                 # (N, Tc)
-    with torch.no_grad():
-        lp = logp.detach()
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        lp = logp if entropy_grad else logp.detach()
         entropy = -(lp.exp() * lp).sum(-1).masked_fill(~c_mask, 0.0)       # (N, Tc)
     return tok_logp.masked_fill(~c_mask, 0.0), entropy
 
@@ -341,15 +363,16 @@ UPDATE_FORWARDS = {"all_positions": all_positions_logits, "completion": completi
 
 
 def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
-                        return_entropy: bool = False, forward: str = "prompt_once"):
+                        return_entropy: bool = False, forward: str = "prompt_once",
+                        entropy_grad: bool = False):
     """Per-token log-probs (N, Tc) of the completion under ``model``, by the update forward
     ``forward`` (``UPDATE_FORWARDS``: equal up to float rounding).
 
     With ``return_entropy`` also returns the per-token entropy (N, Tc) of the policy
-    (``completion_token_stats``).
+    (``completion_token_stats``; ``entropy_grad``: with its autograd graph).
     """
     if forward not in UPDATE_FORWARDS:
         raise ValueError(f"unknown update forward {forward!r}; known: {sorted(UPDATE_FORWARDS)}")
     logits = UPDATE_FORWARDS[forward](model, r)                            # (N, Tc, V)
-    tok_logp, entropy = completion_token_stats(logits, r, temperature)
+    tok_logp, entropy = completion_token_stats(logits, r, temperature, entropy_grad)
     return (tok_logp, entropy) if return_entropy else tok_logp

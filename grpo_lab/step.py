@@ -11,6 +11,8 @@
         group ids: the grouper on all kept prompts (every rank computes the same ids)
         advantages on the global batch; this rank keeps the rows it sampled
     objective(policy, batch, cfg, world) -> (loss, shares)        (with grad)
+        [reward shaping, this rank's rows before the gather: DAPO's soft overlong penalty
+         (overlong.py), beta * the completion's KL estimate when kl_in="reward"]
         grpo: loss.grpo_loss on this rank's rows, scaled by N * local / global normaliser, so
         the mean over ranks of the gradients is the gradient of the global batch's loss for
         every aggregation (token_mean divides by the global token count, not the rank's).
@@ -44,7 +46,8 @@ from grpo_lab.group_advantages import grouped_advantages
 from grpo_lab.group_diagnostics import (advantage_diagnostics, advantage_split,
                                         cluster_diagnostics, informative_groups,
                                         reward_group_diagnostics)
-from grpo_lab.loss import AGGREGATIONS, grpo_loss
+from grpo_lab.loss import AGGREGATIONS, KL_PLACEMENTS, grpo_loss, sequence_kl
+from grpo_lab.overlong import OVERLONG
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
 from grpo_lab.rollout import completion_logprobs, left_pad, positions, sample  # noqa: F401
@@ -83,11 +86,12 @@ class Batch(NamedTuple):
     """One GRPO step's data on this rank, plus the global counts the loss normalises by."""
     scored: Scored                # this rank's prompts and rows (N_r = B_r * G)
     advantages: torch.Tensor      # (N_r,) outcome, or (N_r, Tc) process supervision
-    ref_logprobs: torch.Tensor | None  # (N_r, Tc), None when beta == 0
-    n_rows: int                   # rows of the global batch (B * G)
-    n_tokens: int                 # completion tokens of the global batch
+    ref_logprobs: torch.Tensor | None  # (N_r, Tc), None unless beta > 0 and kl_in="loss"
+    n_rows: int                   # rows of the global batch the loss keeps (B * G unless filtered)
+    n_tokens: int                 # completion tokens of those rows
     cluster_ids: torch.Tensor     # (B,) group id of each prompt of the global batch
     metrics: dict                 # reward/, group/, adv/, sample/, completion/ of the global batch
+    old_logprobs: torch.Tensor | None = None  # (N_r, Tc) the trainer's (tis_cap > 0), else None
 
 
 def _varies(rewards: torch.Tensor, G: int) -> torch.Tensor:
@@ -110,7 +114,7 @@ def draw_prompts(cfg, ctx: StepContext, step: int, policy):
                              cfg.reward_weights, cfg.temperature, cfg.top_k or None,
                              generator=prompt_generators(cfg.seed, step, d, mine),
                              draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
-                             clock=ctx.clock)
+                             clock=ctx.clock, top_p=cfg.top_p)
         draws.append((examples, s))
         if not cfg.dynamic_sampling:
             return [(0, i) for i in range(B)], draws, None
@@ -128,6 +132,25 @@ def _vectors(ctx: StepContext):
     """The step's prompt vectors from the grouper's fixed embedder (None: fit per batch)."""
     batch = getattr(ctx.grouper, "last_batch", None)
     return None if batch is None else batch.embeddings
+
+
+def shape_rewards(cfg, s: Scored, ref_logp, max_len: int) -> Scored:
+    """This rank's rows -> the same with the reward shaped before the gather: the overlong
+    rule's length penalty and, when kl_in="reward", minus beta * the completion's summed KL
+    estimate (on the sampler's log-probs). Each shaping term is also a reward part, so it is
+    gathered and logged (reward/overlong, reward/kl_<estimator>)."""
+    r = s.rollout
+    lengths = r.completion_mask.sum(1)                                     # (N_r,)
+    rule = OVERLONG[cfg.overlong]
+    parts, rewards = dict(s.parts), s.rewards
+    if rule.penalty is not None:
+        pen = cfg.overlong_penalty * rule.penalty(lengths, max_len, cfg.overlong_buffer)  # (N_r,)
+        parts["overlong"], rewards = pen, rewards + pen
+    if cfg.beta and KL_PLACEMENTS[cfg.kl_in].in_reward:
+        kl = (torch.zeros(0) if ref_logp is None else                     # a rank with no rows
+              sequence_kl(r.logprobs, ref_logp, r.completion_mask, cfg.kl_estimator))  # (N_r,)
+        parts[f"kl_{cfg.kl_estimator}"], rewards = kl, rewards - cfg.beta * kl
+    return s._replace(rewards=rewards, parts=parts)
 
 
 def _advantages(cfg, g: Gathered, cluster_ids, prompt_index, group_ids):
@@ -157,30 +180,42 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     G, B = cfg.group_size, cfg.prompts_per_step
     # 1. B prompts, G completions each, scored (this rank samples its slice; DAPO redraws)
     kept, draws, flags = draw_prompts(cfg, ctx, step, policy)
-    # 2. the global batch's rewards, lengths, stop flags (ranks.py; identity on one process)
-    mine, my_rows, g = share_rows(ctx.group, kept, draws, B, G, cfg.supervision == "process")
+    # 2. this rank's rows; the reference's log-probs (the KL term, in the loss or the reward)
+    mine, places = my_rows(kept, draws, ctx.group.slice(B))
     r = mine.rollout
-    examples = [draws[d][0][i] for d, i in kept]                           # (B,)
-    prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
-    # 3. group ids: the grouper on the global batch's prompts
-    prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
-    cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index, step))  # (B,)
-    group_ids = cluster_ids[prompt_index]                                  # (N,)
-    # 4. advantages on the global batch; this rank keeps its rows
-    adv_all, adv_flat = _advantages(cfg, g, cluster_ids, prompt_index, group_ids)
-    adv = adv_all[my_rows]                                                 # (N_r,) or (N_r, T)
-    if adv.dim() == 2:
-        adv = adv[:, :r.completion_ids.shape[1]]                           # (N_r, Tc)
-    # 5. the reference policy's log-probs for the KL term
     ref_logp = None
-    if cfg.beta and len(my_rows):
+    if cfg.beta and len(r.completion_ids):
         t = now()
         ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature,
                                        forward=cfg.update_forward)         # (N_r, Tc)
         add_time(ctx.clock, "time/ref_s", now() - t)
-    return Batch(mine, adv, ref_logp, B * G, int(g.lengths.sum()), cluster_ids,
+    # 3. reward shaping of this rank's rows (overlong penalty, KL in the reward), then the
+    #    global batch's rewards, lengths, stop flags (ranks.py; identity on one process)
+    mine = shape_rewards(cfg, mine, ref_logp, max_new_tokens(cfg))
+    g = gather_rows(ctx.group, places, mine, G, cfg.supervision == "process")
+    rows = torch.tensor([p * G + j for p in places for j in range(G)], dtype=torch.long)
+    examples = [draws[d][0][i] for d, i in kept]                           # (B,)
+    prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
+    # 4. group ids: the grouper on the global batch's prompts
+    prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
+    cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index, step))  # (B,)
+    group_ids = cluster_ids[prompt_index]                                  # (N,)
+    # 5. advantages on the global batch; this rank keeps its rows
+    adv_all, adv_flat = _advantages(cfg, g, cluster_ids, prompt_index, group_ids)
+    adv = adv_all[rows]                                                    # (N_r,) or (N_r, T)
+    if adv.dim() == 2:
+        adv = adv[:, :r.completion_ids.shape[1]]                           # (N_r, Tc)
+    # 6. the KL in the loss needs the reference's log-probs; TIS the trainer's own
+    if not KL_PLACEMENTS[cfg.kl_in].in_loss:
+        ref_logp = None                                                    # used in the reward
+    old_logp = None
+    if cfg.tis_cap and len(rows):                  # the trainer's log-probs of the same tokens
+        old_logp = completion_logprobs(policy, r, cfg.temperature,
+                                       forward=cfg.update_forward)         # (N_r, Tc)
+    keep = OVERLONG[cfg.overlong].keep(g.stopped)                          # (N,) rows in the loss
+    return Batch(mine, adv, ref_logp, int(keep.sum()), int(g.lengths[keep].sum()), cluster_ids,
                  _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index,
-                          adv_all, adv_flat, kept, draws, flags))
+                          adv_all, adv_flat, kept, draws, flags), old_logp)
 
 
 def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_all, adv_flat,
@@ -198,6 +233,7 @@ def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_a
         **(advantage_split(adv_all, prompt_index) if adv_all.dim() == 1 else {}),
         "completion/mean_len": float(g.lengths.float().mean()),
         "completion/stopped_frac": float(g.stopped.float().mean()),
+        "completion/truncated_frac": float((~g.stopped).float().mean()),
     }
     if flags is not None:
         metrics.update({"sample/draws": len(draws), "sample/informative_frac":
@@ -212,10 +248,23 @@ GRPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/
               "policy/entropy")
 
 
+TIS_STATS = ("sample/logprob_gap", "sample/tis_capped_frac")
+
+
 def logged_stats(names: tuple, cfg) -> tuple:
     """The statistics an objective logs: ``names`` without loss/kl when beta = 0 (no KL is
     computed then; a metric that was not computed is absent, not 0). The same on every rank."""
     return tuple(k for k in names if cfg.beta != 0 or k != "loss/kl")
+
+
+def grpo_stat_keys(cfg) -> tuple:
+    """The statistics grpo_objective shares: ``logged_stats(GRPO_STATS)`` (no loss/kl unless
+    a KL is computed in the loss), then the KL's name with its estimator (loss/kl_k3), and
+    TIS_STATS when tis_cap > 0. The same on every rank."""
+    in_loss = cfg.beta != 0 and KL_PLACEMENTS[cfg.kl_in].in_loss
+    base = tuple(k for k in logged_stats(GRPO_STATS, cfg) if in_loss or k != "loss/kl")
+    kl = (f"loss/kl_{cfg.kl_estimator}",) if in_loss else ()
+    return base + kl + (TIS_STATS if cfg.tis_cap else ())
 
 
 def _zero_loss(policy) -> torch.Tensor:
@@ -226,24 +275,39 @@ def _zero_loss(policy) -> torch.Tensor:
 
 def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     r = batch.scored.rollout
-    n = r.completion_ids.shape[0]
+    keep = OVERLONG[cfg.overlong].keep(r.stopped)                          # (N_r,) rows in the loss
+    n = int(keep.sum())
+    keys = grpo_stat_keys(cfg)
     if n == 0:
-        return _zero_loss(policy), dict.fromkeys(logged_stats(GRPO_STATS, cfg), 0.0)
+        return _zero_loss(policy), dict.fromkeys(keys, 0.0)
     logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
-                                        forward=cfg.update_forward)
+                                        forward=cfg.update_forward,
+                                        entropy_grad=bool(cfg.entropy_coef))
     dev = logp.device                                    # the batch is kept on the CPU
     m = r.completion_mask.to(dev)
-    loss, stats = grpo_loss(logp, r.logprobs.to(dev), batch.ref_logprobs,
-                            batch.advantages.to(dev), m, cfg.eps_low, cfg.eps_high, cfg.beta,
-                            cfg.aggregation, max_new_tokens(cfg))
+    sampler = r.logprobs.to(dev)                                           # (N_r, Tc)
+    old = sampler if batch.old_logprobs is None else batch.old_logprobs.to(dev)
+    tis = None
+    if cfg.tis_cap:                                # Yao et al. 2025: min(pi_old / pi_sampler, C)
+        tis = torch.exp(old - sampler).clamp(max=cfg.tis_cap)              # (N_r, Tc)
+    in_loss = KL_PLACEMENTS[cfg.kl_in].in_loss
+    loss, stats = grpo_loss(logp, old, batch.ref_logprobs, batch.advantages.to(dev), m,
+                            cfg.eps_low, cfg.eps_high, cfg.beta if in_loss else 0.0,
+                            cfg.aggregation, max_new_tokens(cfg), cfg.ratio_level,
+                            cfg.kl_estimator, entropy, cfg.entropy_coef, tis, keep.to(dev))
+    m = m & keep.to(dev)[:, None]                                          # (N_r, Tc) kept tokens
     n_tok = int(m.sum())
     per_rows = AGGREGATIONS[cfg.aggregation].per == "rows"     # what its normaliser counts
     local, glob = (n, batch.n_rows) if per_rows else (n_tok, batch.n_tokens)
     share = local / glob                                                   # 1.0 on one process
     tok_share = n_tok / batch.n_tokens
     stats["policy/entropy"] = float(entropy.detach()[m].sum()) / max(n_tok, 1)
-    shares = {k: stats[k] * (share if k == "loss/total" else tok_share)
-              for k in logged_stats(GRPO_STATS, cfg)}
+    if "loss/kl" in stats:
+        stats[f"loss/kl_{cfg.kl_estimator}"] = stats["loss/kl"]
+    if tis is not None:
+        stats["sample/logprob_gap"] = float((old - sampler).abs()[m].sum()) / max(n_tok, 1)
+        stats["sample/tis_capped_frac"] = float((tis[m] >= cfg.tis_cap).sum()) / max(n_tok, 1)
+    shares = {k: stats[k] * (share if k == "loss/total" else tok_share) for k in keys}
     return loss * (world * share), shares
 
 
@@ -309,8 +373,10 @@ def split_batch(batch, m: int) -> list:
     for c in chunks:
         rows = torch.isin(index, c)                                        # (N_r,) bool
         ref = None if batch.ref_logprobs is None else batch.ref_logprobs[rows]
+        old = None if batch.old_logprobs is None else batch.old_logprobs[rows]
         parts.append(batch._replace(scored=take_scored(batch.scored, rows),
-                                    advantages=batch.advantages[rows], ref_logprobs=ref))
+                                    advantages=batch.advantages[rows], ref_logprobs=ref,
+                                    old_logprobs=old))
     return parts or [batch]
 
 

@@ -1,6 +1,6 @@
 """``grpo-lab lab --workshop``: JupyterLab on fresh copies of the exercises.
 
-A learner gets the four exercise notebooks (notebooks/exercises/*.ipynb, the stubs) copied
+A learner gets the exercise notebooks (notebooks/exercises/*.ipynb, the stubs) copied
 into ``runs/workshop/`` of the checkout, without outputs, in a JupyterLab whose workspace is
 reset (no tabs or kernels from an earlier session) and which opens on the first exercise.
 Running it again starts clean again; what a learner wrote before is moved, not deleted, to
