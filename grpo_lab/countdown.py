@@ -30,7 +30,7 @@ from collections import Counter
 from fractions import Fraction
 
 from grpo_lab.answers import AnswerKind, register_kind
-from grpo_lab.tasks import Example, TASKS, Task
+from grpo_lab.tasks import Example, TASKS, Task, distinct_examples
 
 MAX_CHARS, MAX_DEPTH, MAX_DIGITS = 200, 16, 6
 TOKEN = re.compile(r"\s*(\d+|[-+*/()])")
@@ -172,11 +172,7 @@ def make(rng: random.Random, n_numbers: tuple[int, int] = (3, 4)) -> Example:
 
 def eval_examples(n: int = 200, seed: int = 4321) -> list[Example]:
     """The held-out set: ``n`` distinct seeded puzzles (the same list on every call)."""
-    rng, seen = random.Random(f"countdown-eval-{seed}"), {}
-    while len(seen) < n:
-        ex = make(rng)
-        seen.setdefault(ex.prompt, ex)
-    return list(seen.values())
+    return distinct_examples(make, n, random.Random(f"countdown-eval-{seed}"))
 
 
 TASKS["countdown"] = Task("countdown", make, "0123456789+-*/() ", 40, eval_fn=eval_examples,

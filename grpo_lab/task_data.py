@@ -13,7 +13,7 @@ from typing import Sequence
 
 from grpo_lab.paths import DATA_DIR, resolve_path
 from grpo_lab.tasks import (MIXTURE_TASKS, TASKS, Example, check_held_out,  # noqa: F401
-                            get_task, read_rows)
+                            distinct_examples, get_task, read_rows)
 
 
 def eval_path(task: str) -> Path:
@@ -61,13 +61,9 @@ def load_eval(task: str) -> list[Example]:
 def write_eval_sets(n: int = 200, seed: int = 1234) -> None:
     """Rebuild ``data/eval_<task>.jsonl`` for the shipped tasks (made with the defaults)."""
     for name in MIXTURE_TASKS:
-        rng = random.Random(f"{seed}-{name}")
-        seen: dict[str, Example] = {}
-        while len(seen) < n:
-            ex = TASKS[name].make(rng)
-            seen.setdefault(ex.prompt, ex)
+        examples = distinct_examples(TASKS[name].make, n, random.Random(f"{seed}-{name}"))
         lines = [json.dumps({"prompt": e.prompt, "answer": e.answer, "task": e.task})
-                 for e in seen.values()]
+                 for e in examples]
         eval_path(name).write_text("\n".join(lines) + "\n")
 
 

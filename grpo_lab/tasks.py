@@ -54,6 +54,22 @@ class Task:
     description: str = ""
 
 
+def distinct_examples(make: Callable[[random.Random], Example], n: int,
+                      rng: random.Random) -> list[Example]:
+    """``n`` examples with distinct prompts drawn by ``make(rng)``, in the order first drawn
+    (a seeded ``rng`` gives the same list on every call). A family with fewer than ``n``
+    distinct prompts is an error after 100 * n draws, not an endless loop."""
+    seen: dict[str, Example] = {}
+    for _ in range(100 * n):
+        if len(seen) == n:
+            break
+        ex = make(rng)
+        seen.setdefault(ex.prompt, ex)
+    if len(seen) < n:
+        raise ValueError(f"asked for n={n} distinct prompts; {len(seen)} found in {100 * n} draws")
+    return list(seen.values())
+
+
 def _addition(rng: random.Random) -> Example:
     a, b = rng.randrange(100), rng.randrange(100)
     return Example(f"{a}+{b}=", str(a + b), "addition")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 
 from grpo_lab.answers import KINDS, register_kind
-from grpo_lab.tasks import Example, TASKS, Task
+from grpo_lab.tasks import Example, TASKS, Task, distinct_examples
 
 NAMES = [("Mia", "She"), ("Tom", "He"), ("Ava", "She"), ("Leo", "He"), ("Zoe", "She"),
          ("Sam", "He"), ("Ivy", "She"), ("Max", "He")]
@@ -74,11 +74,7 @@ def operations(example: Example) -> int:
 
 def eval_examples(n: int = 200, seed: int = 8765) -> list[Example]:
     """The held-out set: ``n`` distinct seeded stories (the same list on every call)."""
-    rng, seen = random.Random(f"word-problems-eval-{seed}"), {}
-    while len(seen) < n:
-        ex = make(rng)
-        seen.setdefault(ex.prompt, ex)
-    return list(seen.values())
+    return distinct_examples(make, n, random.Random(f"word-problems-eval-{seed}"))
 
 
 TASKS["word_problems"] = Task("word_problems", make, "0123456789", 4, eval_fn=eval_examples,

@@ -67,3 +67,13 @@ def test_bad_task_and_data(tmp_path):
     bad.write_text('{"prompt": "1+1=", "answer": "2", "task": "addition"}\n{"prompt": "2+2="}\n')
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         tasks.load_jsonl(bad)
+
+
+def test_distinct_examples_keeps_first_draws_and_refuses_an_impossible_n():
+    from grpo_lab.tasks import distinct_examples
+    make = lambda rng: Example(f"{rng.randrange(3)}=", "0", "t")      # only 3 distinct prompts
+    got = distinct_examples(make, 3, random.Random(0))
+    assert sorted(e.prompt for e in got) == ["0=", "1=", "2="]
+    assert [e.prompt for e in got] == [e.prompt for e in distinct_examples(make, 3, random.Random(0))]
+    with pytest.raises(ValueError, match="n=4 distinct prompts; 3 found in 400 draws"):
+        distinct_examples(make, 4, random.Random(0))
