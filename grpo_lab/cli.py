@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -209,16 +210,37 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
         elif not a.startswith("--nproc="):
             rest.append(a)
     from torch.distributed.elastic.multiprocessing import SignalException
+    got = []
+
+    def sigterm_as_sigint(signum, frame):
+        # A scheduler's SIGTERM to this launcher: the ranks get SIGINT, which they catch (a
+        # checkpoint at the step boundary), because on the ranks SIGTERM keeps its default
+        # action: torchrun also sends it when a rank fails, and a rank stuck in user code must
+        # then die at once. The exit code still says SIGTERM (143).
+        got.append(signum)
+        print("\ngrpo-lab: SIGTERM received: asking every rank to finish its step and write a "
+              "checkpoint", file=sys.stderr, flush=True)
+        raise SignalException("SIGTERM to the launcher", sigval=signal.SIGINT)
+
+    # torchrun installs its own handler for each signal in --signals_to_handle (by default also
+    # SIGTERM, which it would forward unchanged); a torch without that flag forwards SIGTERM as
+    # it is and the ranks stop at once (exit 143, the last checkpoint intact).
+    flags = ["--standalone", f"--nproc_per_node={nproc}"]
+    if any("--signals_to_handle" in a.option_strings for a in torchrun.get_args_parser()._actions):
+        flags.append("--signals_to_handle=SIGINT,SIGHUP,SIGQUIT")
+    old = signal.signal(signal.SIGTERM, sigterm_as_sigint)
     try:
-        torchrun.main(["--standalone", f"--nproc_per_node={nproc}", "-m", "grpo_lab.cli", *rest])
+        torchrun.main([*flags, "-m", "grpo_lab.cli", *rest])
     except SignalException as e:         # Ctrl-C / SIGTERM: torchrun forwarded it to the ranks
-        return 128 + int(e.sigval)
+        return 128 + int(got[0] if got else e.sigval)
     except Exception as e:               # ChildFailedError: the ranks printed their own line
         failures = getattr(e, "failures", {}) or {}
         code = min(failures.values(), key=lambda f: f.timestamp).exitcode if failures else 1
         print(f"grpo-lab: error: a training process failed with exit code {code}",
               file=sys.stderr)
         return code if code in (2, 130, 143) else 1
+    finally:
+        signal.signal(signal.SIGTERM, old)
     return 0
 
 

@@ -19,6 +19,7 @@ What can lose a run, and what this module does about it:
     processes only SIGINT is caught: torchrun sends SIGTERM to the surviving ranks when one
     fails, and a rank stuck in user code must then die at once (the default action), not
     wait for a step boundary it never reaches (torchrun would wait 30 s more, then SIGKILL).
+    A SIGTERM to the launcher is forwarded to the ranks as SIGINT (cli.launch_torchrun).
   * A kill during a checkpoint write leaves ``<name>.<random>.tmp`` beside the target
     (checkpoint.py writes there, then renames): ``claim`` deletes such files on the next
     start, once it holds the lock (no live writer can own them then).

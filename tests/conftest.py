@@ -11,3 +11,28 @@ os.environ.setdefault("GRPO_LAB_QUICK", "1")
 def _repo_cwd(monkeypatch):
     """Tests run from the repository root, as the README's commands do."""
     monkeypatch.chdir(ROOT)
+
+
+def _browser_runs_notebooks(items) -> bool:
+    """True when this session's browser test will run every notebooks/*.ipynb in JupyterLab
+    (it is selected, and chromium and playwright are here so it will not skip)."""
+    import importlib.util
+    import shutil
+
+    wanted = any(i.nodeid.endswith("test_every_notebook_runs_clean_in_jupyterlab") for i in items)
+    return (wanted and shutil.which("chromium") is not None
+            and importlib.util.find_spec("playwright") is not None)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each notebook runs once: where the browser test runs the lessons (notebooks/*.ipynb)
+    from JupyterLab's Run All and fails on any error output (every assert a notebook makes),
+    nbval's run of the same notebooks is deselected; the exercises (notebooks/exercises/)
+    stay under nbval. Without a browser nbval runs them all. GRPO_LAB_NBVAL_ALL=1 keeps both."""
+    if os.environ.get("GRPO_LAB_NBVAL_ALL") == "1" or not _browser_runs_notebooks(items):
+        return
+    lessons = ROOT / "notebooks"
+    twice = [i for i in items if i.path.suffix == ".ipynb" and i.path.parent == lessons]
+    if twice:
+        config.hook.pytest_deselected(items=twice)
+        items[:] = [i for i in items if i not in twice]

@@ -269,17 +269,22 @@ def test_files_follow_the_users_umask(tmp_path, umask, mode):
         assert (tmp_path / name).stat().st_mode & 0o777 == mode, name
 
 
-def test_ctrl_c_under_nproc_checkpoints_and_exits_130(tmp_path):
+@pytest.mark.parametrize("how, code", [("ctrl-c", 130), ("sigterm", 143)])
+def test_ctrl_c_or_sigterm_under_nproc_checkpoints_and_exits(tmp_path, how, code):
     """A terminal's Ctrl-C reaches every process of the foreground group: torchrun's agent and
-    both ranks (which then also get it forwarded by torchrun, within GRACE_S)."""
+    both ranks (which then also get it forwarded by torchrun, within GRACE_S). A scheduler's
+    SIGTERM reaches the launcher alone; the ranks must still finish the step and checkpoint."""
     out = tmp_path / "run"
     proc = start(["-m", "grpo_lab.cli", "train", *QUICK, "--nproc", "2", "--steps", "3000",
                   "--ckpt_every", "1000", "--eval_every", "0", "--time_budget_s", "0",
                   "--out_dir", str(out)], start_new_session=True)
     wait_for_steps(out, 2, proc)
-    os.killpg(proc.pid, signal.SIGINT)
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, signal.SIGTERM)
     _, err = proc.communicate(timeout=240)
-    assert proc.returncode == 130, err[-3000:]
+    assert proc.returncode == code, err[-3000:]
     saved = read_training_checkpoint(out / "checkpoint.safetensors")
     assert saved["step"] == [s for s in steps_of(out) if s >= 0][-1] >= 1
     assert f"continue with: grpo-lab train --out_dir {out} --resume --nproc 2" in err
