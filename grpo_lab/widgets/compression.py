@@ -40,8 +40,8 @@ def compression_explorer(tensor: torch.Tensor | None = None, seed: int = 0, plot
                                     description="density"),
         "format": W.Dropdown(options=sorted(FP8_FORMATS), value="e4m3", description="fp8"),
         "codec": W.Dropdown(options=list(CODECS), value="huffman", description="indices"),
-        "step": W.Button(description="step (error feedback)"),
-        "reset": W.Button(description="reset residual"),
+        "step": W.Button(description="step (error feedback)", layout=W.Layout(width="auto")),
+        "reset": W.Button(description="reset residual", layout=W.Layout(width="auto")),
         "ratio": W.HTML(), "bytes": W.HTML(), "fp8": W.HTML(), "bits": W.HTML(),
         "steps": W.HTML(), "out": W.Output(),
     }

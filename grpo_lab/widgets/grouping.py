@@ -302,7 +302,7 @@ def _stage_html(d: dict, stage: int, G: int) -> str:
         notes.append(f"adv/var = {ad['adv/var']:.3f}")
     if stage >= 4:
         lo = d["loss"]
-        notes.append(f"loss = {lo['loss']:+.4f}, gradient norm = {lo['grad_norm']:.4f}, "
+        notes.append(f"loss = {lo['loss']:+.1e}, gradient norm = {lo['grad_norm']:.4f}, "
                      f"clip/ratio_mean = {lo['clip/ratio_mean']:.3f}. On-policy the ratio is 1, "
                      f"so the loss is about -mean(A) = 0, but its gradient is not: each "
                      f"completion's log-probability is pushed by its advantage")

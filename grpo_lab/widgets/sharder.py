@@ -30,7 +30,8 @@ def sharder_explorer(recording: dict | None = None, steps: int = 30, plots: bool
                              description="policy"),
         "ranks": W.IntSlider(value=2, min=2, max=8, description="ranks"),
         "interval": W.IntSlider(value=min(10, n_steps), min=0, max=n_steps,
-                                description="re-shard every"),
+                                description="re-shard every",
+                                style={"description_width": "initial"}),   # the whole label
         "score": W.Dropdown(options=list(IMPORTANCE), value="seed", description="importance"),
         "step": W.IntSlider(value=n_steps - 1, min=0, max=n_steps - 1, description="step"),
         "summary": W.HTML(), "out": W.Output(), "data": {},
