@@ -1,22 +1,25 @@
 # The README's two commands: `make demo` (train the toy policy, write its report) and
 # `make test` (the whole test suite, notebooks included). Both create .venv if missing.
 PYTHON ?= python3
-# The CPU build of torch; any recent torch works (e.g. TORCH="torch" for a CUDA build).
+# The CPU build of torch; any recent torch works (e.g. TORCH="torch" for a CUDA build). On Linux
+# a plain `pip install torch` pulls the multi-GB CUDA build: on a laptop use
+# `make env TORCH_INDEX=https://download.pytorch.org/whl/cpu` (notebooks/WORKSHOP.md, "Set-up").
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 # one torch thread per process: pytest-xdist already runs two processes on two cores
 TEST_ENV := GRPO_LAB_QUICK=1 OMP_NUM_THREADS=1 MPLBACKEND=Agg
 
-.PHONY: demo test env bench pretrain lab workshop clean
+.PHONY: demo test env bench pretrain lab preflight workshop clean
 
 env: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
 	$(BIN)/pip install --quiet -e ".[dev,hf,lora]"
 	touch $(STAMP)
 
@@ -37,8 +40,13 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_sharder.py
 	PYTHONPATH=. $(BIN)/python bench/bench_grouping.py --threads 1
 
+# Quick mode on (GRPO_LAB_QUICK=1) unless set: `make lab GRPO_LAB_QUICK=0` for full-size runs.
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/grpo-lab lab
+
+# What a learner runs on arrival (notebooks/WORKSHOP.md): OK or what is wrong.
+preflight: $(STAMP)
+	$(BIN)/grpo-lab preflight
 
 # Before a workshop (notebooks/WORKSHOP.md): the exercises match their solutions, every lesson
 # and solution runs in quick mode, every exercise stub fails its checks with a hint.

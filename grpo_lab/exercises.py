@@ -258,7 +258,10 @@ def _loss_variant(kind: str, logp, old_logp, ref_logp, A, mask, eps=0.2, beta=0.
     ratio, A = torch.exp(logp - old_logp), A[:, None]                     # (N, T), (N, 1)
     unclipped, clipped = ratio * A, ratio.clamp(1 - eps, 1 + eps) * A     # (N, T) each
     surr = {"max": torch.max(unclipped, clipped), "clip_only": clipped,
-            "no_clip": unclipped}.get(kind, torch.min(unclipped, clipped))
+            "no_clip": unclipped,
+            "clip_upper_only": torch.min(unclipped, ratio.clamp(max=1 + eps) * A),
+            "min_of_ratios": torch.min(ratio, ratio.clamp(1 - eps, 1 + eps)) * A,
+            }.get(kind, torch.min(unclipped, clipped))                    # (N, T)
     d = logp - ref_logp if kind == "kl_direction" else ref_logp - logp    # (N, T)
     kl = -d if kind == "kl_k1" else torch.exp(d) - d - 1                  # (N, T)
     per_tok = -surr + (-beta if kind == "kl_sign" else beta) * kl         # (N, T)
@@ -278,6 +281,10 @@ LOSS_MISTAKES = [
      "the unclipped term is lower and must win; take the min of ratio * A and clip(ratio) * A"),
     ("no_clip", "clip the ratio to [1 - eps, 1 + eps]: once the ratio is past 1 + eps with A > 0, "
      "the objective must stop rising"),
+    ("clip_upper_only", "clip both sides, ratio.clamp(1 - eps, 1 + eps): you clipped only the "
+     "upper side (1 + eps), so with A < 0 a ratio below 1 - eps keeps pushing it down"),
+    ("min_of_ratios", "take the min of the two products, ratio * A and clip(ratio) * A, not of "
+     "the two ratios before multiplying by A: with A < 0 the product flips the order"),
     ("kl_sign", "the KL term is a penalty: add + beta * KL to the loss (you subtracted it)"),
     ("kl_direction", "k3 is exp(d) - d - 1 with d = ref_logp - logp = log(pi_ref / pi_theta); "
      "you used logp - ref_logp"),

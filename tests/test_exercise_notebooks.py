@@ -5,6 +5,7 @@ and assert that their checks pass. Here: the learners' versions are current (the
 that makes them from the solutions has nothing to change), and run as a learner first
 runs them, every check cell prints a failed verdict with a hint and nothing raises.
 """
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,13 @@ def test_every_check_fails_on_the_stub_with_its_hint(path):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if o.output_type == "error"]
     assert not errors, errors
+    # "Run All" on a stub shows no reference code: no printed source (a `def` line), and no
+    # printed line of a solution block
+    shown = "".join(o.get("text", "") + "".join(o.get("data", {}).get("text/plain", ""))
+                    for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert not re.search(r"^\s*def \w+\(", shown, re.M), shown
+    solution = nbformat.read(EXERCISES / "solutions" / path.name, as_version=4)
+    hidden = [line.strip() for c in solution.cells if c.cell_type == "code"
+              for block in c.source.split("### BEGIN SOLUTION")[1:]
+              for line in block.split("### END SOLUTION")[0].splitlines() if len(line.strip()) > 12]
+    assert not [line for line in hidden if line in shown], path.name

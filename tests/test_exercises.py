@@ -1,4 +1,6 @@
 """Each check passes the library's own function and fails planted mistakes with their hint."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -90,11 +92,14 @@ def test_check_advantages_names_the_stub_and_errors(capsys):
 
 
 # ---------------------------------------------------------------- loss
-def make_loss(surr_fn=None, kl_sign=1.0, kl_dir=1.0, agg="seq"):
+def make_loss(surr_fn=None, kl_sign=1.0, kl_dir=1.0, agg="seq", low=True, ratios_first=False):
     def loss(logp, old_logp, ref_logp, A, mask, eps=0.2, beta=0.04):
         ratio = torch.exp(logp - old_logp)
-        un, cl = ratio * A[:, None], ratio.clamp(1 - eps, 1 + eps) * A[:, None]
+        clipped = ratio.clamp(1 - eps if low else None, 1 + eps)
+        un, cl = ratio * A[:, None], clipped * A[:, None]
         surr = (surr_fn or torch.min)(un, cl)
+        if ratios_first:                    # min(ratio, clip(ratio)) * A
+            surr = torch.min(ratio, clipped) * A[:, None]
         d = kl_dir * (ref_logp - logp)
         per_tok = -surr + kl_sign * beta * (torch.exp(d) - d - 1)
         if agg == "token":
@@ -112,6 +117,8 @@ LOSS_CASES = [
     (make_loss(agg="token"), "you averaged over all tokens at once"),
     (lambda *a, **k: torch.tensor(float(make_loss()(*a, **k))), "does not carry the gradient"),
     (lambda *a, **k: -make_loss()(*a, **k), "you returned the objective J"),
+    (make_loss(low=False), "you clipped only the upper side"),
+    (make_loss(ratios_first=True), "not of the two ratios before multiplying by A"),
 ]
 
 
@@ -129,6 +136,22 @@ def test_check_grpo_loss_fails_mistakes_with_hint(i, capsys):
     fn, hint = LOSS_CASES[i]
     ok, out = verdict(ex.check_grpo_loss, fn, capsys)
     assert not ok and hint in out, out
+    others = [h for _, h in ex.LOSS_MISTAKES if hint not in h]
+    assert not any(h in out for h in others), out          # exactly its own hint
+
+
+def test_the_two_classic_clip_mistakes_fail_on_the_a_below_zero_cases(capsys):
+    """Both are right whenever A > 0 (min(r, clip r) * A = min(r A, clip(r) A) for A > 0, and the
+    lower clip never binds there), so the check must catch them on an A < 0 case: worked out by
+    hand for A = -1, ratio 0.5, eps 0.2: -min(-0.5, -0.8) = 0.8 is right, both mistakes give 0.5."""
+    args = (torch.tensor([[math.log(0.5)]], dtype=torch.float64),
+            torch.zeros(1, 1, dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64),
+            torch.tensor([-1.0], dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64))
+    assert float(make_loss()(*args, beta=0.0)) == pytest.approx(0.8)
+    for kind in ("clip_upper_only", "min_of_ratios"):
+        assert float(ex._loss_variant(kind, *args, beta=0.0)) == pytest.approx(0.5)
+        assert float(ex._loss_variant(kind, args[0], args[1], args[2], -args[3], args[4],
+                                      beta=0.0)) == pytest.approx(-0.5)   # A > 0: right
 
 
 # ---------------------------------------------------------------- groupers

@@ -39,6 +39,104 @@ def test_lab_workshop_opens_the_first_exercise_in_a_reset_workspace(monkeypatch,
     assert "--LabApp.default_url=/lab/tree/advantages.ipynb?reset" in cmd
 
 
+def test_workshop_copy_has_the_stubs_only_no_solution_code(tmp_path):
+    """The learners' folder holds the stubs and nothing else: no solutions/ folder, no file
+    whose code carries a solution block (the lines between BEGIN/END SOLUTION)."""
+    import nbformat
+    dest = tmp_path / "learner"
+    workshop.lab_command(ROOT / "notebooks", dest)
+    files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    stubs = sorted(p.name for p in (ROOT / "notebooks/exercises").glob("*.ipynb"))
+    assert files == stubs
+    for sol in (ROOT / "notebooks/exercises/solutions").glob("*.ipynb"):
+        code = [c.source for c in nbformat.read(sol, as_version=4).cells if c.cell_type == "code"]
+        hidden = [line.strip() for src in code for block in src.split("### BEGIN SOLUTION")[1:]
+                  for line in block.split("### END SOLUTION")[0].splitlines() if line.strip()]
+        assert hidden, sol.name
+        copy = (dest / sol.name).read_text()
+        leaked = [line for line in hidden if len(line) > 12 and line in copy]
+        assert not leaked, (sol.name, leaked)
+
+
+def test_lab_workshop_dir_roots_jupyterlab_there_in_quick_mode(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.delenv("GRPO_LAB_QUICK", raising=False)
+    monkeypatch.setattr("subprocess.call", lambda cmd, **kw: calls.append((cmd, kw)) or 0)
+    assert main(["lab", "--workshop", str(tmp_path / "room")]) == 0
+    cmd, kw = calls[0]
+    assert f"--ServerApp.root_dir={(tmp_path / 'room').resolve()}" in cmd
+    assert (tmp_path / "room" / "loss.ipynb").exists()
+    assert kw["env"]["GRPO_LAB_QUICK"] == "1"
+
+
+@pytest.mark.parametrize("argv, environ, quick", [
+    (["lab"], {}, "1"), (["lab", "--full"], {}, "0"), (["lab"], {"GRPO_LAB_QUICK": "0"}, "0"),
+    (["lab", "--full"], {"GRPO_LAB_QUICK": "1"}, "0")])
+def test_lab_turns_quick_mode_on_unless_told_otherwise(monkeypatch, argv, environ, quick):
+    calls = []
+    monkeypatch.delenv("GRPO_LAB_QUICK", raising=False)
+    for k, v in environ.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr("subprocess.call", lambda cmd, **kw: calls.append((cmd, kw)) or 0)
+    assert main(argv) == 0
+    cmd, kw = calls[0]
+    assert cmd[1:3] == ["-m", "jupyterlab"] and kw["env"]["GRPO_LAB_QUICK"] == quick
+
+
+def test_make_lab_goes_through_grpo_lab_lab():
+    text = (ROOT / "Makefile").read_text()
+    recipe = text.split("\nlab:")[1].split("\n\n")[0]
+    assert "grpo-lab lab" in recipe and "jupyter lab" not in recipe
+
+
+def test_preflight_passes_here_and_times_the_lesson_steps(tmp_path):
+    checks = workshop.preflight(tmp_path, steps=3)
+    names = [name for name, _, _ in checks]
+    assert names == ["python", "disk", "torch", "packages", "GRPO steps"]
+    ok, text = workshop.preflight_report(checks)
+    steps = checks[-1][2]
+    assert steps.startswith("3 steps of the toy policy") and f"({workshop.LESSON_STEPS} steps)" in steps
+    assert ok == all(o for _, o, _ in checks) and text.splitlines()[-1] == (
+        "OK: ready for the workshop" if ok else text.splitlines()[-1])
+    assert checks[0][1] and checks[2][1] and checks[3][1], text     # this venv has everything
+
+
+def test_preflight_says_what_is_wrong(monkeypatch, tmp_path):
+    import shutil
+    from collections import namedtuple
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 * 2**30, 10 * 2**30 - 2**28, 2**28))
+    monkeypatch.setattr(workshop, "MIN_PYTHON", (99, 0))
+    monkeypatch.setattr(workshop, "PACKAGES", ("numpy", "no_such_package_xyz"))
+    monkeypatch.setattr(workshop, "_timed_steps", lambda steps: ("GRPO steps", True, "fast"))
+    checks = workshop.preflight(tmp_path)
+    ok, text = workshop.preflight_report(checks)
+    assert not ok
+    assert "0.2 GB free" in text and "needs >= 99.0" in text
+    assert "missing: no_such_package_xyz (ModuleNotFoundError)" in text
+    assert text.splitlines()[-1] == "NOT READY: python, disk, packages (see above; " \
+        "notebooks/WORKSHOP.md, 'Set-up')"
+
+
+def test_preflight_cli_exit_code_follows_the_verdict(monkeypatch, capsys):
+    monkeypatch.setattr(workshop, "preflight", lambda where, steps: [("python", True, "3.11"),
+                                                                     ("disk", False, "0.1 GB")])
+    assert main(["preflight"]) == 1
+    assert "NOT READY: disk" in capsys.readouterr().out
+    monkeypatch.setattr(workshop, "preflight", lambda where, steps: [("python", True, "3.11")])
+    assert main(["preflight"]) == 0
+    assert main(["preflight", "--steps", "0"]) == 2
+
+
+def test_preflight_constants_follow_the_project():
+    import nbformat
+    spec = re.search(r'requires-python = ">=(\d+)\.(\d+)"', (ROOT / "pyproject.toml").read_text())
+    assert tuple(map(int, spec.groups())) == workshop.MIN_PYTHON
+    code = "\n".join(c.source for c in nbformat.read(ROOT / "notebooks/00_quickstart.ipynb",
+                                                     as_version=4).cells)
+    assert f"steps={workshop.LESSON_STEPS}," in code     # the lesson the timing stands for
+
+
 def test_workshop_guide_has_a_measured_timing_table_that_fits_three_hours():
     text = (ROOT / "notebooks" / "WORKSHOP.md").read_text()
     block = text.split("<!-- timings:begin")[1].split("<!-- timings:end -->")[0]
