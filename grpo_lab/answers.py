@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable
 
+from grpo_lab.registry import lookup
+
 MAX_ANSWER_CHARS = 64          # longer "answers" are not answers (and parsing stays cheap)
 TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
 NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
@@ -149,9 +151,7 @@ toy's own (``"12+34="`` -> ``"46<eos>"``, exact match) and is not in this table.
 
 
 def get_format(name: str) -> AnswerFormat:
-    if name not in FORMATS:
-        raise ValueError(f"unknown answer format {name!r}; known: {sorted(FORMATS)}")
-    return FORMATS[name]
+    return lookup(FORMATS, name, "answer format")
 
 
 @dataclass(frozen=True)
@@ -176,10 +176,8 @@ def register_kind(task: str, kind: AnswerKind) -> None:
 
 
 def kind_of(task: str) -> AnswerKind:
-    if task not in TASK_KINDS:
-        raise ValueError(f"task {task!r} has no instruct answer kind (register_kind); known: "
-                         f"{sorted(TASK_KINDS)}")
-    return TASK_KINDS[task]
+    return lookup(TASK_KINDS, task, "instruct task",
+                  "answers.register_kind gives a task its answer kind")
 
 
 def is_correct(completion: str, stopped: bool, fmt: str, task: str, answer: str) -> bool:

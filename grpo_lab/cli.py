@@ -32,6 +32,7 @@ from pathlib import Path
 from grpo_lab.config import (MOVED_FIELDS, PRESETS, SUB_CONFIGS, PretrainConfig, TrainConfig,
                              field_docs, migrate, preset, to_dict)
 from grpo_lab.paths import checkout_dir
+from grpo_lab.registry import lookup
 
 
 def parse_weights(text: str) -> dict[str, float]:
@@ -195,8 +196,7 @@ def run_bench(name: str | None, bench_args: list[str]) -> int:
         for n, p in scripts.items():
             print(f"{n:16s} {p}")
         return 0
-    if name not in scripts:
-        raise ValueError(f"unknown bench {name!r}; known: {sorted(scripts)}")
+    lookup(scripts, name, "bench")
     root = scripts[name].parent.parent                                     # run from the checkout
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}

@@ -323,23 +323,21 @@ class TrainConfig:
             raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, "
                              f"got eps_low={self.eps_low}, eps_high={self.eps_high}")
         for t in self.task_names:
-            if t not in TASKS:
-                raise ValueError(f"unknown task {t!r} in task={self.task!r}; known: "
-                                 f"{sorted(TASKS)}, several joined by commas, or 'mixture'")
+            lookup(TASKS, t, "task", f"in task={self.task!r}: several join by commas, or 'mixture'")
         if len(set(self.task_names)) != len(self.task_names):
             raise ValueError(f"task {self.task!r} names a task twice")
-        _member(self.advantage, ADVANTAGES, "advantage")
-        _member(self.aggregation, AGGREGATIONS, "aggregation")
+        lookup(ADVANTAGES, self.advantage, "advantage")
+        lookup(AGGREGATIONS, self.aggregation, "aggregation")
         self._check_variants()
-        _member(self.supervision, ("outcome", "process"), "supervision")
+        lookup(("outcome", "process"), self.supervision, "supervision")
         check_instruct(self.task_names, self.answer_format, self.policy, self.supervision)
         if self.answer_format != "raw" and not self.max_new_tokens:
             self.max_new_tokens = 64                 # a sentence, not the toy's answer + 2
-        _member(self.lr_schedule, ("constant", "cosine"), "lr_schedule")
+        lookup(("constant", "cosine"), self.lr_schedule, "lr_schedule")
         if not self.reward_weights:
             raise ValueError("reward_weights is empty")
         for name, w in self.reward_weights.items():
-            _member(name, REWARDS, "reward function")
+            lookup(REWARDS, name, "reward function")
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
                 raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
         self._check_grouping()
@@ -347,10 +345,10 @@ class TrainConfig:
         self._check_memory(objective)
 
     def _check_variants(self):
-        _member(self.kl_estimator, KL_ESTIMATORS, "kl_estimator")
-        _member(self.kl_in, KL_PLACEMENTS, "kl_in")
-        _member(self.ratio_level, RATIO_LEVELS, "ratio_level")
-        _member(self.overlong, OVERLONG, "overlong")
+        lookup(KL_ESTIMATORS, self.kl_estimator, "kl_estimator")
+        lookup(KL_PLACEMENTS, self.kl_in, "kl_in")
+        lookup(RATIO_LEVELS, self.ratio_level, "ratio_level")
+        lookup(OVERLONG, self.overlong, "overlong")
         _finite(self, "top_p", "entropy_coef", "tis_cap", "overlong_penalty")
         _nonnegative(self, "entropy_coef", "tis_cap", "overlong_penalty")
         if not 0 < self.top_p <= 1:
@@ -395,12 +393,12 @@ class TrainConfig:
 
     def _check_policy(self):
         kind = get_policy_kind(self.policy)
-        _member(self.hf_dtype, ("float32", "bfloat16", "float16"), "hf_dtype")
+        lookup(("float32", "bfloat16", "float16"), self.hf_dtype, "hf_dtype")
         if self.hf_sample_dtype:
-            _member(self.hf_sample_dtype, ("float32", "bfloat16", "float16"), "hf_sample_dtype")
+            lookup(("float32", "bfloat16", "float16"), self.hf_sample_dtype, "hf_sample_dtype")
         _nonnegative(self, "lora_r", "lora_alpha")
-        _member(self.sample_draw, DRAWS, "sample_draw")
-        _member(self.update_forward, UPDATE_FORWARDS, "update_forward")
+        lookup(DRAWS, self.sample_draw, "sample_draw")
+        lookup(UPDATE_FORWARDS, self.update_forward, "update_forward")
         if self.lora_r and self.policy != "hf":
             raise ValueError(f"lora_r={self.lora_r} adds LoRA adapters to a transformers model: "
                              f"it needs policy='hf' (policy={self.policy!r})")
@@ -416,7 +414,7 @@ class TrainConfig:
                              f"registers it, or register it (grouping.register_grouper) first")
         record = lookup(GROUPERS, self.grouping, "grouping",
                         "register your own with grouping.register_grouper")
-        _member(self.combine, COMBINE, "combine option")
+        lookup(COMBINE, self.combine, "combine option")
         _nonnegative(self, "group_k", "recluster_every")
         if record.takes_k and not self.group_k:
             why = ("one per task" if len(self.task_names) > 1 else
@@ -471,7 +469,7 @@ class PretrainConfig:
     """torch CPU threads (0 = torch's default)."""
 
     def __post_init__(self):
-        _member(self.policy, POLICIES, "policy")
+        lookup(POLICIES, self.policy, "policy")
         if self.policy == "hf" and self.out.endswith(".safetensors"):
             raise ValueError(f"policy='hf' writes a transformers folder; out={self.out!r} "
                              f"names a file (e.g. --out data/hf_tiny)")
@@ -481,7 +479,7 @@ class PretrainConfig:
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         for t in self.tasks.split(","):
-            _member(t, TASKS, "task")
+            lookup(TASKS, t, "task")
 
 
 PRESETS: dict[str, dict] = {
@@ -581,7 +579,7 @@ def preset(name: str, **overrides) -> TrainConfig:
     as a dict merged into the preset's, or its dataclass). The config's plugins are imported
     first, so it may name what they register; a grouper given as a function or record is
     registered (grouping.get_grouper) and the config keeps its name."""
-    _member(name, PRESETS, "preset")
+    lookup(PRESETS, name, "preset")
     base, overrides = migrate(PRESETS[name]), migrate(overrides)
     fields = {**base, **overrides}
     for sub in SUB_CONFIGS:
@@ -653,8 +651,3 @@ def _nonnegative(cfg, *names):
     for n in names:
         if not getattr(cfg, n) >= 0:
             raise ValueError(f"{type(cfg).__name__}.{n} must be >= 0, got {getattr(cfg, n)!r}")
-
-
-def _member(value, known, what):
-    if value not in known:
-        lookup(known, value, what)            # raises "unknown <what> ...; known: [...]"

@@ -42,6 +42,7 @@ from grpo_lab.advantages import EPS, dr_grpo_advantages, grpo_advantages
 from grpo_lab.distributed.compression import sparsify
 from grpo_lab.grouping import GROUPERS, PromptBatch, cluster_diagnostics
 from grpo_lab.loss import KL_ESTIMATORS, grpo_loss, sequence_ratio
+from grpo_lab.registry import lookup
 
 NOT_WRITTEN = "not written yet: replace `raise NotImplementedError()` with your code"
 
@@ -431,9 +432,7 @@ def check_grouper(fn: Callable, strategy: str = "kmeans_semantic") -> bool:
     0.05) and be seeded.
     """
     _require_function("check_grouper", fn)
-    if strategy not in ("by_task", "random", "kmeans_semantic"):
-        raise ValueError(f"check_grouper strategy must be 'by_task', 'random' or "
-                         f"'kmeans_semantic', got {strategy!r}")
+    lookup(("by_task", "random", "kmeans_semantic"), strategy, "check_grouper strategy")
     ref = GROUPERS[strategy]
     takes_k = ref.takes_k
     batches, failure = _grouper_batches(strategy), None

@@ -34,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from grpo_lab.config import preset, to_dict
+from grpo_lab.registry import lookup
 from grpo_lab.trainer import train
 
 __all__ = ["run_experiment", "Results", "METRICS", "mean_ci", "run_metrics", "time_to_target",
@@ -169,10 +170,8 @@ class Results:
         mean, ci_low, ci_high, n, values, excludes_zero}; excludes_zero is False when the
         interval cannot tell (``can_tell``: fewer than 3 seeds or a zero-width interval)."""
         for s in (a, b):
-            if s not in self.strategies:
-                raise ValueError(f"unknown strategy {s!r}; known: {self.strategies}")
-        if metric not in METRICS:
-            raise ValueError(f"unknown metric {metric!r}; known: {list(METRICS)}")
+            lookup(self.strategies, s, "strategy")
+        lookup(METRICS, metric, "metric")
         per = {(r["strategy"], r["seed"]): r.get(metric) for r in self.per_run()}
         pairs = [(per[a, seed], per.get((b, seed))) for (s, seed) in per if s == a]
         diffs = [x - y for x, y in pairs if x is not None and y is not None]  # same seed

@@ -105,7 +105,7 @@ def _embeddings(batch: PromptBatch, embedder) -> np.ndarray:
             raise ValueError(f"embeddings of shape {X.shape} do not match "
                              f"{len(batch.prompts)} prompts")
         return X
-    embed = EMBEDDERS[embedder] if isinstance(embedder, str) else embedder
+    embed = lookup(EMBEDDERS, embedder, "embedder") if isinstance(embedder, str) else embedder
     return embed(batch.prompts)                                            # (B, d)
 
 

@@ -44,6 +44,7 @@ import torch.nn as nn
 
 from grpo_lab.checkpoint import REPO_ROOT, resolve_path
 from grpo_lab.models import resolve as resolve_model
+from grpo_lab.registry import lookup
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop", "embd_pdrop",
@@ -264,8 +265,7 @@ def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = Fa
     tf.utils.logging.disable_progress_bar()             # no "Loading weights" bar per load
     where = model_location(path)
     for name, d in (("hf_dtype", dtype), ("hf_sample_dtype", sample_dtype or "float32")):
-        if d not in DTYPES:
-            raise ValueError(f"unknown {name} {d!r}; known: {sorted(DTYPES)}")
+        lookup(DTYPES, d, name)
     try:
         tokenizer = tf.AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code)
         config = tf.AutoConfig.from_pretrained(where, trust_remote_code=trust_remote_code)

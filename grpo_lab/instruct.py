@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 
 from grpo_lab import countdown, word_problems  # noqa: F401  (they register their families)
 from grpo_lab.answers import FORMATS, KINDS, get_format, register_kind
+from grpo_lab.registry import lookup
 from grpo_lab.tasks import Example
 
 RAW = "raw"
@@ -65,11 +66,10 @@ for _name in ("sort", "reverse", "compare"):
 def question(example: Example) -> str:
     if example.task in INSTRUCT_ONLY:
         return example.prompt
-    if example.task not in QUESTIONS:
-        raise ValueError(f"task {example.task!r} has no instruct question: add one to "
-                         f"instruct.QUESTIONS (and answers.register_kind), or train it with "
-                         f"answer_format='raw'")
-    return QUESTIONS[example.task](example.prompt)
+    ask = lookup(QUESTIONS, example.task, "instruct task",
+                 "add one to instruct.QUESTIONS (and answers.register_kind), or train it with "
+                 "answer_format='raw'")
+    return ask(example.prompt)
 
 
 def render(example: Example, fmt: str) -> Example:

@@ -234,8 +234,7 @@ def _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high,
 def _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_weight):
     for name, value, table in (("ratio_level", ratio_level, RATIO_LEVELS),
                                ("kl_estimator", kl_estimator, KL_ESTIMATORS)):
-        if value not in table:
-            raise ValueError(f"unknown {name} {value!r}; known: {sorted(table)}")
+        lookup(table, value, name)
     coef = _number("entropy_coef", entropy_coef)
     if not math.isfinite(coef):
         raise ValueError(f"entropy_coef must be finite, got {coef}")

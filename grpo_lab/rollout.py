@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from grpo_lab.registry import lookup
 from grpo_lab.tokenizer import PAD   # batch padding under a False mask (any valid id)
 
 
@@ -125,8 +126,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
         raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
-    if draw not in DRAWS:
-        raise ValueError(f"unknown draw {draw!r}; known: {sorted(DRAWS)}")
+    lookup(DRAWS, draw, "draw")
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] (1 = off), got {top_p}")
     drop_finished = drop_finished and use_cache and hasattr(model, "select_cache")
@@ -371,8 +371,6 @@ def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
     With ``return_entropy`` also returns the per-token entropy (N, Tc) of the policy
     (``completion_token_stats``; ``entropy_grad``: with its autograd graph).
     """
-    if forward not in UPDATE_FORWARDS:
-        raise ValueError(f"unknown update forward {forward!r}; known: {sorted(UPDATE_FORWARDS)}")
-    logits = UPDATE_FORWARDS[forward](model, r)                            # (N, Tc, V)
+    logits = lookup(UPDATE_FORWARDS, forward, "update forward")(model, r)                            # (N, Tc, V)
     tok_logp, entropy = completion_token_stats(logits, r, temperature, entropy_grad)
     return (tok_logp, entropy) if return_entropy else tok_logp

@@ -113,3 +113,57 @@ def test_policy_kinds_and_shard_policies_are_records():
 def test_codec_wire_ids_are_the_registry_order():
     # the byte each codec is written as: old messages must keep decoding, so never reorder
     assert wire.CODEC_IDS == tuple(CODECS) == ("raw_int32", "huffman", "rice", "ans", "zstd")
+
+
+def test_lookup_takes_a_tuple_of_names_too():
+    assert lookup(("fp16", "bf16"), "bf16", "format") == "bf16"
+    with pytest.raises(ValueError, match=r"unknown format 'fp4'; known: \['bf16', 'fp16'\]$"):
+        lookup(("fp16", "bf16"), "fp4", "format")
+    with pytest.raises(ValueError, match=r"unknown format \['fp4'\]; known: "):
+        lookup({"fp16": 1}, ["fp4"], "format")                  # unhashable: the same message
+
+
+def _unknown_name_sites():
+    """(call with a bad name, kind, bad name, every known name): one per hand-written message
+    the package had before lookup answered them all."""
+    from grpo_lab import answers, experiments, grouping, instruct, rewards, rollout
+    from grpo_lab.distributed import calibrate, compression, fastpath, scaling, topology
+    from grpo_lab.exercises import check_grouper
+    from grpo_lab.tasks import Example
+    res = experiments.Results([{"strategy": "a", "seed": 0, "history": []}])
+    batch = grouping.PromptBatch(["1+2=", "3+4="], ["add", "add"])
+    return [
+        (lambda: rollout.sample(None, [[1]], 1, 1, draw="gumbel"), "draw", "gumbel",
+         rollout.DRAWS),
+        (lambda: rollout.completion_logprobs(None, None, forward="jit"), "update forward", "jit",
+         rollout.UPDATE_FORWARDS),
+        (lambda: answers.kind_of("chess"), "instruct task", "chess", answers.TASK_KINDS),
+        (lambda: instruct.question(Example("1", "1", "chess")), "instruct task", "chess",
+         instruct.QUESTIONS),
+        (lambda: calibrate.rel_errors(None, "linear"), "fit", "linear", calibrate.FITS),
+        (lambda: compression.dense_encode(torch.zeros(2), "fp4"), "dense format", "fp4",
+         compression.HALF_DTYPES),
+        (lambda: fastpath.sparsify_(torch.ones(4), None, 2, select="magic"), "selection",
+         "magic", fastpath.SELECT),
+        (lambda: fastpath.get_fast_codec("ans"), "fast index codec", "ans",
+         fastpath.FAST_CODECS),
+        (lambda: scaling.exchange_time(topology.CLUSTERS["dgx_ib"](2), "ring", 1e6, "int4"),
+         "preset", "int4", scaling.MEASURED_RATIOS),
+        (lambda: scaling.study(2, clusters=("moon",)), "cluster", "moon", topology.CLUSTERS),
+        (lambda: res.compare("a", "b"), "strategy", "b", ["a"]),
+        (lambda: res.compare("a", "a", "speed"), "metric", "speed", experiments.METRICS),
+        (lambda: rewards.weighted_reward(["1"], [Example("1", "1", "add")], {"speed": 1.0}),
+         "reward function", "speed", rewards.REWARDS),
+        (lambda: grouping.kmeans_semantic(batch, 2, embedder="bert"), "embedder", "bert",
+         grouping.EMBEDDERS),
+        (lambda: check_grouper(lambda b, k, seed=0: None, "mixed"), "check_grouper strategy",
+         "mixed", ("by_task", "random", "kmeans_semantic")),
+    ]
+
+
+@pytest.mark.parametrize("i", range(15))
+def test_every_unknown_name_gets_the_one_message(i):
+    call, kind, bad, known = _unknown_name_sites()[i]
+    with pytest.raises(ValueError) as e:
+        call()
+    assert str(e.value).startswith(f"unknown {kind} {bad!r}; known: {sorted(known)}"), e.value

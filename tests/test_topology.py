@@ -56,7 +56,7 @@ def test_binomial_tree_phases_by_hand():
 @pytest.mark.parametrize("p", [2, 3, 4, 5, 8, 13, 16])
 def test_simulated_bytes_equal_the_formula(p):
     for name in T.SCHEDULES:
-        if name == "rhd" and p & (p - 1):
+        if T.SCHEDULES[name].power_of_two and p & (p - 1):
             continue
         kw = {"groups": [list(range(p))]} if name == "hierarchical" else {}
         r = T.simulate(T.SCHEDULES[name](p, N, chunks=3, **kw), flat(p))
@@ -206,6 +206,52 @@ def test_scaling_arithmetic_by_hand():
         S.exchange_time(c, "ring", params, "int4")
     with pytest.raises(ValueError, match="stage must be 0..3 and N >= 1, got stage=4"):
         S.zero_memory(1, 1, 4)
+
+
+def test_schedules_are_records_and_their_closed_forms_keep_the_hand_worked_values():
+    # what each takes is on its record, not in an if-ladder on the name
+    caps = {name: (s.takes_chunks, s.node_layout, s.power_of_two) for name, s in T.SCHEDULES.items()}
+    assert caps == {"ring": (False, False, False), "rhd": (False, False, True),
+                    "tree": (False, False, False), "dbtree": (True, False, False),
+                    "hierarchical": (False, True, False)}
+    # 4 nodes x 4 ranks, n = 3.2 MB: the values the if-ladder gave, worked by hand
+    c, n = T.Cluster(4, 4, 1e-6, 1e-9, 5e-6, 2e-8), 3.2e6
+    by_hand = {"ring": 30 * (5e-6 + n / 16 * 2e-8),
+               "rhd": 4 * 1e-6 + 1.5 * n * 1e-9 + 4 * 5e-6 + 1.5 * n / 4 * 2e-8,
+               "tree": 4 * (1e-6 + n * 1e-9) + 4 * (5e-6 + n * 2e-8),
+               "dbtree": 2 * (3 + 4 - 1) * (5e-6 + n * 2e-8 / 3),           # chunks=3, D=4
+               "hierarchical": 6 * (1e-6 + n / 4 * 1e-9) + 6 * (5e-6 + n / 16 * 2e-8)}
+    for name, t in by_hand.items():
+        assert T.closed_form(name, c, n, chunks=3) == pytest.approx(t, rel=1e-12), name
+    # one node: the flat forms, the inside links everywhere
+    assert T.closed_form("ring", T.Cluster(1, 4, A, B, 9, 9), N) == pytest.approx(12.0)
+    assert T.closed_form("rhd", T.Cluster(1, 4, A, B, 9, 9), N) == pytest.approx(4 + 1.5 * 4)
+    # a schedule record builds its phases when called, as the plain function does
+    assert [p.label for p in T.SCHEDULES["ring"](4, N)] == [p.label for p in T.ring_schedule(4, N)]
+
+
+def test_an_unknown_schedule_is_refused_by_the_one_lookup_everywhere():
+    from grpo_lab.distributed import scaling as S
+    msg = r"unknown schedule 'mesh'; known: \['dbtree', 'hierarchical', 'rhd', 'ring', 'tree'\]"
+    with pytest.raises(ValueError, match=msg):
+        T.closed_form("mesh", flat(4), N)
+    with pytest.raises(ValueError, match=msg):
+        T.schedule("mesh", flat(4), N)
+    with pytest.raises(ValueError, match=msg):                       # the simulated path
+        S.exchange_time(T.CLUSTERS["hetero"](2), "mesh", 1e6, "fp32")
+
+
+def test_a_registered_schedule_is_simulated_and_timed_like_the_built_in_ones():
+    def star(P, n, **_):                     # everyone to rank 0, then rank 0 to everyone
+        return [T._phase([(r, 0) for r in range(1, P)], n, "gather"),
+                T._phase([(0, r) for r in range(1, P)], n, "scatter")]
+    T.register_schedule("star_test", star, lambda L, n, chunks=None: 2 * (L.ai + (L.P - 1) * n * L.bi))
+    try:
+        c = flat(4)
+        assert T.simulate(T.schedule("star_test", c, N), c).time == pytest.approx(2 * (1 + 3 * 4))
+        assert T.closed_form("star_test", c, N) == pytest.approx(2 * (1 + 3 * 4))
+    finally:
+        del T.SCHEDULES["star_test"]
 
 
 def test_ring_drawing_keeps_every_rank_label_inside_the_axes():

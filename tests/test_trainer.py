@@ -181,7 +181,7 @@ def test_dynamic_sampling_keeps_b_prompts_with_reward_variance(tmp_path):
     (dict(recluster_every=5), "needs a reclusterable grouping \\(\\['kmeans_semantic'\\]\\), got 'by_prompt'"),
     (dict(grouping="kmeans_semantic", group_schedule=True), "set recluster_every > 0"),
     (dict(supervision="process", combine="within_prompt_pooled_std"), "combine='cluster'"),
-    (dict(task="mixture,count"), "unknown task 'mixture' in task='mixture,count'"),
+    (dict(task="mixture,count"), "unknown task 'mixture'; known: \\[.*\\] \\(in task='mixture,count'"),
     (dict(task="count,count"), "names a task twice"),
     (dict(dynamic_max_draws=0), "dynamic_max_draws must be > 0"),
     (dict(group_k=-1), "group_k must be >= 0"),

@@ -29,6 +29,7 @@ import torch.distributed as dist
 
 from grpo_lab.distributed.launch import spawn
 from grpo_lab.distributed.topology import ring_time
+from grpo_lab.registry import lookup
 
 QUICK_SIZES = [4 * 2 ** k for k in range(0, 19, 3)]                  # 4 B .. 1 MiB
 FULL_SIZES = [4 * 2 ** k for k in range(0, 22)]                      # 4 B .. 8 MiB
@@ -151,12 +152,15 @@ def calibrate(measured: dict) -> Calibration:
     return Calibration(measured, fits, rows)
 
 
+FITS = ("pingpong", "allreduce", "allreduce per p")
+"""The fits a ``Calibration`` row carries a prediction of (``rel_errors``' ``which``)."""
+
+
 def rel_errors(cal: Calibration, which: str = "allreduce", p: int | None = None,
                min_bytes: int = 0) -> np.ndarray:
     """|predicted - measured| / measured of the all_reduce points (of group size ``p``, of at
     least ``min_bytes``) under fit ``which``: "pingpong", "allreduce" or "allreduce per p"."""
-    if which not in ("pingpong", "allreduce", "allreduce per p"):
-        raise ValueError(f"unknown fit {which!r}; known: pingpong, allreduce, allreduce per p")
+    lookup(FITS, which, "fit")
     return np.array([abs(r[which] - r["measured_s"]) / r["measured_s"] for r in cal.rows
                      if r["bytes"] >= min_bytes and (p is None or r["p"] == p)])
 

@@ -68,6 +68,7 @@ import torch
 
 from grpo_lab.distributed import codecs, fastpath, wire
 from grpo_lab.distributed.wire import TensorRecord, WireError
+from grpo_lab.registry import lookup
 
 
 # --------------------------------------------------------------------------- value formats
@@ -87,9 +88,7 @@ HALF_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloa
 
 
 def fp8_format(name: str) -> Fp8Format:
-    if name not in FP8_FORMATS:
-        raise ValueError(f"unknown fp8 format {name!r}; known: {sorted(FP8_FORMATS)}")
-    return FP8_FORMATS[name]
+    return lookup(FP8_FORMATS, name, "fp8 format")
 
 
 def fp8_quantize(x: torch.Tensor, fmt: str = "e4m3", block: int = 0):
@@ -132,9 +131,8 @@ def dense_encode(x: torch.Tensor, fmt: str, block: int = 0):
     if fmt in FP8_FORMATS:
         codes, scales = fp8_quantize(x, fmt, block)
         return codes.numpy().tobytes(), scales.numpy()
-    if fmt not in HALF_DTYPES:
-        raise ValueError(f"unknown dense format {fmt!r}; known: {sorted([*HALF_DTYPES, *FP8_FORMATS])}")
-    v = x.detach().reshape(-1).to(HALF_DTYPES[fmt]).contiguous()          # (n,)
+    dtype = lookup(HALF_DTYPES, fmt, "dense format", f"the fp8 ones: {sorted(FP8_FORMATS)}")
+    v = x.detach().reshape(-1).to(dtype).contiguous()          # (n,)
     if v.numel() and not torch.isfinite(v.abs().amax()):
         raise ValueError(f"cannot encode {int((~torch.isfinite(v)).sum())} non-finite values "
                          f"(or beyond {fmt}'s range)")
@@ -259,13 +257,10 @@ class CompressionConfig:
         for field in ("density", "warmup_density"):
             if not 0.0 < getattr(self, field) <= 1.0:
                 raise ValueError(f"{field} must be in (0, 1], got {getattr(self, field)}")
-        if self.dense_format not in wire.FORMATS:
-            raise ValueError(f"unknown dense_format {self.dense_format!r}; known: {wire.FORMATS}")
-        if self.topk not in TOPK:
-            raise ValueError(f"unknown topk {self.topk!r}; known: {sorted(TOPK)}")
+        lookup(wire.FORMATS, self.dense_format, "dense_format")
+        lookup(TOPK, self.topk, "topk")
         codecs.get_codec(self.index_codec)
-        if self.topk_format not in TOPK_FORMATS:
-            raise ValueError(f"unknown topk_format {self.topk_format!r}; known: {TOPK_FORMATS}")
+        lookup(TOPK_FORMATS, self.topk_format, "topk_format")
         if self.fast:
             fastpath.get_fast_codec(self.index_codec)
             if self.momentum:
@@ -305,9 +300,7 @@ def get_config(cfg: CompressionConfig | str) -> CompressionConfig:
     """A preset name or a config -> the config; unknown names raise, listing the presets."""
     if isinstance(cfg, CompressionConfig):
         return cfg
-    if cfg not in PRESETS:
-        raise ValueError(f"unknown compression preset {cfg!r}; known: {sorted(PRESETS)}")
-    return PRESETS[cfg]
+    return lookup(PRESETS, cfg, "compression preset")
 
 
 def density_at(step: int, cfg: CompressionConfig) -> float:

@@ -53,6 +53,7 @@ import torch
 
 from grpo_lab.distributed import codecs
 from grpo_lab.distributed.codecs import CodecError
+from grpo_lab.registry import lookup
 
 
 NUMPY_ON_CPU = True
@@ -114,8 +115,7 @@ def sparsify_(grad: torch.Tensor, residual: torch.Tensor | None, k: int, select:
     n = g.numel()
     if not 1 <= k <= n:
         raise ValueError(f"top-k needs 1 <= k <= n; got k={k} for a tensor of {n} elements")
-    if select not in SELECT:
-        raise ValueError(f"unknown selection {select!r}; known: {sorted(SELECT)}")
+    lookup(SELECT, select, "selection")
     acc = g if residual is None else residual.add_(g)                     # (n,) the accumulator
     a = torch.abs(acc, out=absbuf) if absbuf is not None else acc.abs()   # (n,) |acc|
     if not torch.isfinite(a.max()):                                       # one reduction pass
@@ -290,6 +290,5 @@ def decode_indices(name: str, payload, n: int, k: int) -> torch.Tensor:
 
 
 def get_fast_codec(name: str) -> FastCodec:
-    if name not in FAST_CODECS:
-        raise ValueError(f"index codec {name!r} has no fast path; fast ones: {sorted(FAST_CODECS)}")
-    return FAST_CODECS[name]
+    return lookup(FAST_CODECS, name, "fast index codec",
+                  "the other index codecs have no fast path")

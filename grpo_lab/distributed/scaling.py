@@ -49,8 +49,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from grpo_lab.distributed.topology import (CLUSTERS, Cluster, closed_form, dbtree_chunks, schedule,
-                                           simulate)
+from grpo_lab.distributed.topology import (CLUSTERS, SCHEDULES, Cluster, closed_form, dbtree_chunks,
+                                           schedule, simulate)
+from grpo_lab.registry import lookup
 
 MEASURED_RATIOS = {"fp32": 1.0, "fp16": 2.0, "fp8_topk5": 10.1, "aggressive": 105.0}
 """Bytes ratio vs fp32 measured on the toy (BENCHMARKS.md section 4)."""
@@ -67,9 +68,7 @@ def allgather_time(p: int, m: float, alpha: float, beta: float) -> float:
 def exchange_time(c: Cluster, sched: str, params: float, preset: str = "fp32") -> float:
     """Seconds for one gradient exchange of ``params`` fp32 gradients compressed by ``preset``:
     an all-reduce under ``sched`` for dense formats, a flat ring all-gather for top-k ones."""
-    if preset not in MEASURED_RATIOS:
-        raise ValueError(f"unknown preset {preset!r}; known: {sorted(MEASURED_RATIOS)}")
-    n = 4 * params / MEASURED_RATIOS[preset]                                   # bytes per rank
+    n = 4 * params / lookup(MEASURED_RATIOS, preset, "preset")                 # bytes per rank
     if TRAVELS_AS[preset] == "allgather":
         alpha, beta = c.links()
         worst = (c.alpha_inter, c.beta_inter) if c.nodes > 1 else (c.alpha_intra, c.beta_intra)
@@ -77,9 +76,9 @@ def exchange_time(c: Cluster, sched: str, params: float, preset: str = "fp32") -
             worst = (float(alpha.max()), float(beta.max()))                    # the ring's slowest link
         return allgather_time(c.size, n, *worst)
     if c.capacity is None and c.latency is None and c.node_of is None:
-        return closed_form(sched, c, n)                  # dbtree: the best chunk count
+        return closed_form(sched, c, n)           # a takes_chunks one: the best chunk count
     kw = {}
-    if sched == "dbtree":                                # best chunk count for the slowest link
+    if lookup(SCHEDULES, sched, "schedule").takes_chunks:    # best count for the slowest link
         _, beta = c.links()
         kw["chunks"] = min(256, dbtree_chunks(c.size, n, c.alpha_inter, float(beta.max())))
     return simulate(schedule(sched, c, n, **kw), c).time
@@ -91,7 +90,7 @@ def study(nodes: int = 128, clusters=("dgx_ib", "ethernet", "hetero"),
     """Rows {cluster, schedule, model, preset, seconds} for every combination (P = 8 x nodes)."""
     rows = []
     for cname in clusters:
-        c = CLUSTERS[cname](nodes)
+        c = lookup(CLUSTERS, cname, "cluster")(nodes)
         for sched in schedules:
             for model in models:
                 for preset in presets:

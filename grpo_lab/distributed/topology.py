@@ -37,6 +37,9 @@ cluster, a per-pair latency matrix and scrambled rank placement included, where 
 do not exist; on the homogeneous cases tests check it reproduces the closed forms' bytes
 and times.
 
+Each schedule is a record in ``SCHEDULES`` (``Schedule``: its phases, its two-level closed
+form and what it takes: chunks, the node layout, p = 2^k); ``register_schedule`` adds one.
+
 Deviations and assumptions (say them before trusting a number):
   * no gamma (reduction arithmetic), no contention beyond a rank's own port: a full-bisection
     network, one NIC per GPU (rail-optimized, as in DGX nodes);
@@ -53,9 +56,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
+
+from grpo_lab.registry import check_new, lookup
 
 
 @dataclass(frozen=True)
@@ -184,33 +189,58 @@ def hierarchical_time(M: int, g: int, n: float, a_in: float, b_in: float, a_out:
     return 2 * (g - 1) * (a_in + n / g * b_in) + 2 * (M - 1) * (a_out + n / (g * M) * b_out)
 
 
+class Links(NamedTuple):
+    """A uniform two-level cluster as the closed forms see it: P = M nodes x g ranks, alpha
+    and beta inside a node (ai, bi) and between nodes (ae, be; the inside ones when M = 1)."""
+    P: int
+    M: int
+    g: int
+    ai: float
+    bi: float
+    ae: float
+    be: float
+
+
+def _ring_closed(L: Links, n: float, chunks=None) -> float:
+    worst = (L.ae, L.be) if L.M > 1 else (L.ai, L.bi)
+    return ring_time(L.P, n, *worst) if L.g > 1 or L.M > 1 else 0.0
+
+
+def _rhd_closed(L: Links, n: float, chunks=None) -> float:
+    """log2 g steps inside (n/2 .. n/g), then log2 M between nodes."""
+    rhd_time(L.P, n, 0, 0)         # validates p = 2^k
+    return (2 * math.log2(L.g) * L.ai + 2 * (1 - 1 / L.g) * n * L.bi
+            + 2 * math.log2(L.M) * L.ae + 2 * (1 - 1 / L.M) * n / L.g * L.be)
+
+
+def _tree_closed(L: Links, n: float, chunks=None) -> float:
+    """Binomial: distances 1, 2, 4, ...: first inside the node."""
+    if L.P & (L.P - 1) or L.g & (L.g - 1):
+        raise ValueError(f"the two-level tree form needs p and g powers of 2, got p={L.P}, g={L.g}")
+    return 2 * math.log2(L.g) * (L.ai + n * L.bi) + 2 * math.log2(L.M) * (L.ae + n * L.be)
+
+
+def _dbtree_closed(L: Links, n: float, chunks=None) -> float:
+    """Heap-ordered trees mix both kinds of link: the worst link."""
+    worst = (L.ae, L.be) if L.M > 1 else (L.ai, L.bi)
+    return dbtree_time(L.P, n, *worst, chunks=chunks)
+
+
+def _hierarchical_closed(L: Links, n: float, chunks=None) -> float:
+    return hierarchical_time(L.M, L.g, n, L.ai, L.bi, L.ae, L.be)
+
+
 def closed_form(schedule: str, c: Cluster, n: float, chunks: int | None = None) -> float:
     """All-reduce time (s) of ``schedule`` for n bytes on cluster ``c`` (ranks in node order,
     no latency matrix, no capacity: the closed forms need uniform links per level)."""
     if c.latency is not None or c.capacity is not None or c.node_of is not None:
         raise ValueError(f"closed forms need a uniform two-level cluster; {c.name or c} has a latency "
                          f"matrix, capacities or a scrambled placement: use simulate()")
-    P, M, g = c.size, c.nodes, c.gpus_per_node
-    ai, bi, ae, be = c.alpha_intra, c.beta_intra, c.alpha_inter, c.beta_inter
-    if M == 1:
-        ae, be = ai, bi
-    if schedule == "ring":
-        worst = (ae, be) if M > 1 else (ai, bi)
-        return ring_time(P, n, *worst) if g > 1 or M > 1 else 0.0
-    if schedule == "rhd":          # log2 g steps inside (n/2 .. n/g), then log2 M between nodes
-        rhd_time(P, n, 0, 0)       # validates p = 2^k
-        return (2 * math.log2(g) * ai + 2 * (1 - 1 / g) * n * bi
-                + 2 * math.log2(M) * ae + 2 * (1 - 1 / M) * n / g * be)
-    if schedule == "tree":         # binomial: distances 1, 2, 4, ...: first inside the node
-        if P & (P - 1) or g & (g - 1):
-            raise ValueError(f"the two-level tree form needs p and g powers of 2, got p={P}, g={g}")
-        return 2 * math.log2(g) * (ai + n * bi) + 2 * math.log2(M) * (ae + n * be)
-    if schedule == "dbtree":       # heap-ordered trees mix both kinds of link: worst link
-        worst = (ae, be) if M > 1 else (ai, bi)
-        return dbtree_time(P, n, *worst, chunks=chunks)
-    if schedule == "hierarchical":
-        return hierarchical_time(M, g, n, ai, bi, ae, be)
-    raise ValueError(f"unknown schedule {schedule!r}; known: {sorted(SCHEDULES)}")
+    record = lookup(SCHEDULES, schedule, "schedule")
+    M = c.nodes
+    ai, bi = c.alpha_intra, c.beta_intra
+    ae, be = (ai, bi) if M == 1 else (c.alpha_inter, c.beta_inter)
+    return record.closed(Links(c.size, M, c.gpus_per_node, ai, bi, ae, be), n, chunks)
 
 
 def total_bytes(p: int, n: float) -> float:
@@ -315,23 +345,51 @@ def hierarchical_schedule(P: int, n: float, groups: list[list[int]] | None = Non
     return inside + between + gather
 
 
-SCHEDULES = {
-    "ring": ring_schedule,
-    "rhd": rhd_schedule,
-    "tree": tree_schedule,
-    "dbtree": dbtree_schedule,
-    "hierarchical": hierarchical_schedule,
-}
+@dataclass(frozen=True)
+class Schedule:
+    """An all-reduce schedule: its phases for the simulator and its two-level closed form,
+    with what it takes. Calling the record builds the phases (``SCHEDULES[name](P, n, **kw)``).
+
+    ``phases(P, n, **kw) -> [Phase]``; ``closed(Links, n, chunks) -> seconds``;
+    ``takes_chunks``: pipelined in ``chunks`` pieces (the closed form picks the best count
+    when none is given); ``node_layout``: its phases need the node size ``g`` (``schedule``
+    passes the cluster's unless ``groups`` is given); ``power_of_two``: its phases need
+    p = 2^k (the tree's two-level closed form also does; its phases do not)."""
+    name: str
+    phases: Callable[..., list]
+    closed: Callable[..., float]
+    takes_chunks: bool = False
+    node_layout: bool = False
+    power_of_two: bool = False
+
+    def __call__(self, P: int, n: float, **kw) -> list[Phase]:
+        return self.phases(P, n, **kw)
+
+
+SCHEDULES: dict[str, Schedule] = {}
+
+
+def register_schedule(name: str, phases: Callable, closed: Callable, **capabilities) -> Schedule:
+    """Add an all-reduce schedule -> its record; the registry's naming rule (registry.check_new)."""
+    check_new(SCHEDULES, "schedule", name, phases, lambda s: s.phases)
+    SCHEDULES[name] = Schedule(name, phases, closed, **capabilities)
+    return SCHEDULES[name]
+
+
+register_schedule("ring", ring_schedule, _ring_closed)
+register_schedule("rhd", rhd_schedule, _rhd_closed, power_of_two=True)
+register_schedule("tree", tree_schedule, _tree_closed)
+register_schedule("dbtree", dbtree_schedule, _dbtree_closed, takes_chunks=True)
+register_schedule("hierarchical", hierarchical_schedule, _hierarchical_closed, node_layout=True)
 
 
 def schedule(name: str, c: Cluster, n: float, **kw) -> list[Phase]:
-    """The phases of schedule ``name`` for n bytes on cluster ``c`` (hierarchical: node layout
-    unless ``groups`` is given)."""
-    if name not in SCHEDULES:
-        raise ValueError(f"unknown schedule {name!r}; known: {sorted(SCHEDULES)}")
-    if name == "hierarchical":
+    """The phases of schedule ``name`` for n bytes on cluster ``c`` (a ``node_layout`` one,
+    hierarchical: the cluster's nodes unless ``groups`` is given)."""
+    record = lookup(SCHEDULES, name, "schedule")
+    if record.node_layout:
         kw.setdefault("g", c.gpus_per_node)
-    return SCHEDULES[name](c.size, n, **kw)
+    return record(c.size, n, **kw)
 
 
 class SimResult(NamedTuple):

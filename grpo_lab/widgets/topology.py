@@ -50,7 +50,7 @@ def topology_explorer(plots: bool = True):
         c = explorer_cluster(parts["nodes"].value, parts["gpus"].value, parts["alpha_us"].value,
                              parts["gbps"].value)
         name, n = parts["schedule"].value, parts["size"].value
-        kw = {"chunks": 4} if name == "dbtree" else {}
+        kw = {"chunks": 4} if SCHEDULES[name].takes_chunks else {}
         try:
             phases = schedule(name, c, n, **kw)
             closed = closed_form(name, c, n, **kw)
