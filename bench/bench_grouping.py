@@ -2,13 +2,19 @@
 
 Goal: TF-IDF K-means grouping at 256 prompts costs under 5% of a training step.
 
-One step (the denominator) is a real GRPO step of the toy policy, GPT(GPTConfig()) with
-random init: sample G completions for each of P prompts from the task mixture (KV cache),
-rewards, full-forward log-probs, the GRPO loss, backward and an AdamW step. Default
+One step (the denominator) is the trainer's own GRPO step (trainer.train on
+trainer.setup's policy, prompt source and grouper: the loop every run uses), on the toy
+policy GPT(GPTConfig()) with random init (saved to a temporary base checkpoint): sample G
+completions for each of P prompts of the task mixture (KV cache), rewards, group ids,
+advantages, the loss forward, backward, gradient clipping and an AdamW step, with beta = 0
+(no reference policy) and reward weights partial 1.0 + format 0.1 (a random policy earns
+no accuracy). Its time is the interval between the loop's ``on_step`` calls. Default
 P = 256 prompts x G = 4 completions (1024 rows): G = 8 doubles the step on 2 cores and would
 only lower the ratios. The results file records how many completions stopped (<eos>)
-before ``max_new_tokens`` and their mean length: a trained policy that stops early has a
-shorter step, so the ratios would be larger.
+before ``max_new_tokens`` and their mean length (the step's own completion/ metrics): a
+trained policy that stops early has a shorter step, so the ratios would be larger. The
+grouping timings run on one more batch collected by the same step (``collect``) with the
+trained policy.
 
 Measured in the same run, each timed ``--reps`` times (median reported):
   * embed, uncached: ``tfidf_embed`` fitted on the step's prompts (what
@@ -33,23 +39,24 @@ import argparse
 import os
 import platform
 import random
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from grpo_lab.config import TrainConfig
 from grpo_lab.embeddings import cached, fit_tfidf, tfidf_embed
 from grpo_lab.grouping import (PromptBatch, cluster_diagnostics, grouped_advantages,
                                kmeans_semantic, reward_group_diagnostics)
-from grpo_lab.loss import grpo_loss
-from grpo_lab.model import GPT, GPTConfig
+from grpo_lab.model import GPT, GPTConfig, save_policy
 from grpo_lab.reclustering import Reclusterer
-from grpo_lab.rollout import completion_logprobs
-from grpo_lab.step import sample_and_score
 from grpo_lab.task_data import load_mixture
+from grpo_lab.trainer import setup, train
 
 
 def timed(fn, reps: int):
@@ -85,32 +92,35 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    rng = random.Random(args.seed)
     pool = load_mixture()
-    model = GPT(GPTConfig())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    gen = torch.Generator().manual_seed(args.seed)
+    model = GPT(GPTConfig())                                               # random init
+    tmp = Path(tempfile.mkdtemp(prefix="bench_grouping_"))
+    save_policy(model, tmp / "random_init.safetensors")
+    cfg = TrainConfig(task="mixture", base_checkpoint=str(tmp / "random_init.safetensors"),
+                      out_dir=str(tmp / "run"), steps=args.steps + 2, time_budget_s=0.0,
+                      prompts_per_step=args.prompts, group_size=args.G,
+                      max_new_tokens=args.max_new_tokens, temperature=1.0,
+                      reward_weights={"partial": 1.0, "format": 0.1}, beta=0.0, lr=1e-4,
+                      warmup_steps=0, lr_schedule="constant", eval_size=0, eval_every=0,
+                      ckpt_every=10 ** 9, seed=args.seed, threads=args.threads)
+    marks = []                       # (wall, CPU, metrics, policy) as each step ends
 
-    def grpo_step(examples):
-        s = sample_and_score(model, examples, args.G, args.max_new_tokens,
-                             {"partial": 1.0, "format": 0.1}, generator=gen)  # N = P*G rows
-        r, rewards = s.rollout, s.rewards                                  # (N,)
-        adv = grouped_advantages(np.arange(len(examples)), r.prompt_index, rewards)  # (N,)
-        logp = completion_logprobs(model.train(), r)                      # (N, Tc)
-        loss, _ = grpo_loss(logp, r.logprobs, None, adv, r.completion_mask)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return r, rewards
+    def on_step(metrics, policy):
+        marks.append((time.perf_counter(), time.process_time(), metrics, policy))
 
-    batches = [rng.sample(pool, args.prompts) for _ in range(args.steps + 1)]
     load_before = os.getloadavg()[0]
-    grpo_step(batches[0])                                                   # warm-up
-    it = iter(batches[1:])
-    step, (r, rewards) = timed(lambda: grpo_step(next(it)), args.steps)
+    train(cfg, progress=False, on_step=on_step)     # step 0 warms up; the last one writes the
+    ends = marks[:args.steps + 1]                   # checkpoint before its mark: not timed
+    step = (statistics.median(b[0] - a[0] for a, b in zip(ends, ends[1:])),
+            statistics.median(b[1] - a[1] for a, b in zip(ends, ends[1:])))
+    last = ends[-1][2]                                                     # its metrics
+    run = setup(cfg)                                # one more batch, from the trained policy
+    batch = run.objective.collect(marks[-1][3], cfg, cfg.steps, run.ctx)
+    r, rewards = batch.scored.rollout, batch.scored.rewards               # (N,) rows
+    shutil.rmtree(tmp, ignore_errors=True)
 
-    prompts = [e.prompt for e in batches[-1]]
-    tasks = [e.task for e in batches[-1]]
+    prompts = [e.prompt for e in batch.scored.examples]
+    tasks = [e.task for e in batch.scored.examples]
     embed_fixed = cached(fit_tfidf([e.prompt for e in pool]))
     embed_fixed([e.prompt for e in pool])                                  # fill the cache
     t_embed, X_unc = timed(lambda: tfidf_embed(prompts), args.reps)
@@ -143,7 +153,7 @@ def main(argv=None):
     share = lambda t: f"{100 * t[0] / step[0]:.2f}% | {100 * t[1] / step[1]:.2f}%"
 
     rows = [
-        ("GRPO step (sample + rewards + logprobs + loss + backward + AdamW)", step),
+        ("GRPO step (trainer: sample + rewards + advantages + loss + backward + AdamW)", step),
         ("TF-IDF embed, uncached (fit on the step's prompts)", t_embed),
         ("TF-IDF embed, cached (fixed fit, lookup)", t_embed_c),
         (f"K-means k={args.k}, n_init=4 (default)", t_km),
@@ -167,8 +177,9 @@ def main(argv=None):
         f"({torch.get_num_threads()} threads), Python {platform.python_version()}.", "",
         f"Step: {args.prompts} prompts x G={args.G} = {args.prompts * args.G} rows from the task "
         f"mixture, max_new_tokens={args.max_new_tokens}, toy GPT ({model.num_params():,} params, "
-        f"random init); {100 * float(r.stopped.float().mean()):.0f}% of completions emitted <eos>, "
-        f"mean length {float(r.completion_mask.sum(1).float().mean()):.1f} tokens; "
+        f"random init, beta 0); {100 * last['completion/stopped_frac']:.0f}% of completions "
+        f"emitted <eos>, mean length {last['completion/mean_len']:.1f} tokens (last timed "
+        f"step); "
         f"median of {args.steps} steps. Grouping timings: median of {args.reps} "
         f"repetitions. Load average (1 min) {load_before:.1f} before, {load_after:.1f} after: "
         f"above {os.cpu_count()} means other processes shared the CPUs, which inflates the "

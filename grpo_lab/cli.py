@@ -89,8 +89,8 @@ def add_config_args(parser: argparse.ArgumentParser, cls, skip=(), prefix: str =
     if cls is TrainConfig:                        # one release: --vf_lr for --ppo.vf_lr, ...
         for old, (sub, new) in MOVED_FIELDS.items():
             default = getattr(getattr(cls(), sub), new)
-            parser.add_argument(f"--{old}", type=field_type(None, default), default=None,
-                                help=argparse.SUPPRESS)
+            kind = parse_bool if isinstance(default, bool) else field_type(None, default)
+            parser.add_argument(f"--{old}", type=kind, default=None, help=argparse.SUPPRESS)
 
 
 def overrides(args, cls, prefix: str = "") -> dict:

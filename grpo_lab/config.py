@@ -25,6 +25,7 @@ from grpo_lab.advantages import ADVANTAGES
 from grpo_lab.distributed.exchanges import ExchangeConfig
 from grpo_lab.instruct import check_config as check_instruct
 from grpo_lab.grouping import COMBINE, GROUPERS, get_grouper
+from grpo_lab.hf import HFConfig
 from grpo_lab.loss import AGGREGATIONS, KL_ESTIMATORS, KL_PLACEMENTS, RATIO_LEVELS
 from grpo_lab.overlong import OVERLONG
 from grpo_lab.policy import POLICIES, get_policy_kind
@@ -69,44 +70,22 @@ class TrainConfig:
     policy: str = "toy"
     """"toy": the char-level GPT (model.py); "hf": any transformers causal LM with its
     tokenizer (hf.py; pip install -e ".[hf]"). Both go through policy.py's interface."""
-    hf_dtype: str = "float32"
-    """policy="hf": dtype the weights are loaded and trained in ("float32", "bfloat16",
-    "float16"). bfloat16 halves memory but AdamW then updates bf16 weights, which keep about
-    3 significant digits: a step of lr 1e-6 on a weight of 1e-2 rounds to no change. To
-    train, keep float32 weights and set hf_autocast."""
-    hf_autocast: bool = False
-    """policy="hf": run every forward under torch.autocast to bfloat16 (mixed precision:
-    weights and AdamW stay in hf_dtype); log-probs are computed in float32 either way."""
-    hf_chat_template: bool = False
-    """policy="hf": wrap each prompt in the tokenizer's chat template as one user turn,
-    with the generation prompt (for instruct models)."""
     answer_format: str = "raw"
     """How prompts ask for the answer. "raw": the toy's own format ("12+34=" -> "46<eos>",
-    exact-match rewards). For instruct models (policy="hf", hf_chat_template): each task
+    exact-match rewards). For instruct models (policy="hf", hf.chat_template): each task
     asked in words (instruct.py) with "tags" (<answer>42</answer>), "boxed" (\\boxed{42}) or
     "number" (the number alone); accuracy then reads the answer whatever wraps it (tags,
     boxed, last number) and the format reward checks the requested format (answers.py).
     With max_new_tokens=0 an instruct format gets 64 new tokens."""
     system_prompt: str = ""
-    """policy="hf" with hf_chat_template: a system turn before each prompt ("": the chat
+    """policy="hf" with hf.chat_template: a system turn before each prompt ("": the chat
     template's own default, if it has one)."""
-    hf_trust_remote_code: bool = False
-    """policy="hf": let transformers run model code shipped with the checkpoint (off:
-    only architectures transformers itself implements)."""
-    hf_gradient_checkpointing: bool = False
-    """policy="hf": recompute activations in backward (less memory, about a third more
-    compute per training forward): checkpoint_every=1; checkpoint_every=k > 1 checkpoints
-    every k-th layer instead."""
-    hf_sample_dtype: str = ""
-    """policy="hf": sample (and evaluate, and run a frozen reference) with a copy of the
-    weights in this dtype ("bfloat16": 2-5x faster matmuls on CPUs with AVX-512 BF16/AMX),
-    refreshed from the master weights after each update ("": the master weights)."""
-    lora_r: int = 0
-    """policy="hf": train LoRA adapters of this rank on every linear layer but the head
-    (peft; pip install -e ".[lora]") instead of every weight (0: full fine-tuning). The
-    reference policy (beta > 0) is then the model with its adapters off: no second copy."""
-    lora_alpha: int = 0
-    """LoRA scale numerator: adapters add (alpha / r) * B A x (0: alpha = 2 * lora_r)."""
+    hf: HFConfig = field(default_factory=HFConfig)
+    """policy="hf": dtype, autocast, chat template, remote code, gradient checkpointing,
+    sampling dtype and LoRA of the transformers model (see hf.HFConfig; --hf.dtype on the
+    command line). The flat names of older configs (hf_dtype, hf_autocast, hf_chat_template,
+    hf_trust_remote_code, hf_gradient_checkpointing, hf_sample_dtype, lora_r, lora_alpha) are
+    read into it for one release (MOVED_FIELDS)."""
     # ---- speed levers of the rollout and the update (issue 22; bench/bench_hf_speed.py)
     sample_draw: str = "race"
     """How the sampler draws a token (rollout.DRAWS): "race" (exponential race, V noise
@@ -257,7 +236,7 @@ class TrainConfig:
     """Activation checkpointing of the training forward: block i keeps only its input and
     recomputes its activations in backward when i % k == 0 (1: every block; 0: off). Same
     gradients, less activation memory, one more forward of those blocks. policy="hf":
-    transformers' every_n_layers, the same rule (hf_gradient_checkpointing is k = 1)."""
+    transformers' every_n_layers, the same rule (hf.gradient_checkpointing is k = 1)."""
     micro_batches: int = 1
     """Gradient accumulation: the step's prompts split into this many micro-batches (whole
     prompts), objective and backward on each; their losses keep the global batch's
@@ -266,7 +245,7 @@ class TrainConfig:
     autocast: bool = False
     """Toy policy: bf16 autocast of the training forward (mixed precision: weights, AdamW,
     sampling, the reference and evaluation stay float32; log-probs are taken in float32).
-    policy="hf" has hf_autocast (every forward) instead."""
+    policy="hf" has hf.autocast (every forward) instead."""
     # ---- data parallel (distributed/exchanges.py): N processes, one global batch
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
@@ -294,6 +273,8 @@ class TrainConfig:
             self.exchange = ExchangeConfig(**self.exchange)
         if isinstance(self.ppo, dict):
             self.ppo = PPOConfig(**self.ppo)
+        if isinstance(self.hf, dict):
+            self.hf = HFConfig(**self.hf)
         objective = get_objective(self.objective)
         self._check_policy()
         if not self.adam_eps > 0:
@@ -375,13 +356,14 @@ class TrainConfig:
                if self.exchange.overlap else None)
         if self.micro_batches > 1 and why:
             raise ValueError(f"micro_batches={self.micro_batches} does not work with {why}")
-        if self.hf_gradient_checkpointing and self.checkpoint_every > 1:
-            raise ValueError(f"hf_gradient_checkpointing=True checkpoints every layer, "
+        if self.hf.gradient_checkpointing and self.checkpoint_every > 1:
+            raise ValueError(f"hf.gradient_checkpointing=True checkpoints every layer, "
                              f"checkpoint_every={self.checkpoint_every} every "
                              f"{self.checkpoint_every}-th: set one of them")
         if self.autocast and not get_policy_kind(self.policy).own_autocast:
             raise ValueError("autocast=True is the toy policy's training-forward autocast; "
-                             "for policy='hf' set hf_autocast=True (every forward)")
+                             "for policy='hf' set hf.autocast=True (every forward; formerly "
+                             "hf_autocast)")
 
     def _check_ppo(self, objective):
         if self.ppo.vf_lr and not objective.critic:
@@ -393,15 +375,11 @@ class TrainConfig:
 
     def _check_policy(self):
         kind = get_policy_kind(self.policy)
-        lookup(("float32", "bfloat16", "float16"), self.hf_dtype, "hf_dtype")
-        if self.hf_sample_dtype:
-            lookup(("float32", "bfloat16", "float16"), self.hf_sample_dtype, "hf_sample_dtype")
-        _nonnegative(self, "lora_r", "lora_alpha")
         lookup(DRAWS, self.sample_draw, "sample_draw")
         lookup(UPDATE_FORWARDS, self.update_forward, "update_forward")
-        if self.lora_r and self.policy != "hf":
-            raise ValueError(f"lora_r={self.lora_r} adds LoRA adapters to a transformers model: "
-                             f"it needs policy='hf' (policy={self.policy!r})")
+        if self.hf.lora_r and self.policy != "hf":
+            raise ValueError(f"hf.lora_r={self.hf.lora_r} adds LoRA adapters to a transformers "
+                             f"model: it needs policy='hf' (policy={self.policy!r})")
         if not kind.file_based and self.base_checkpoint.endswith(".safetensors"):
             raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
                              f"base_checkpoint={self.base_checkpoint!r} is a grpo_lab file "
@@ -510,8 +488,8 @@ PRESETS: dict[str, dict] = {
     # chat template, activation checkpointing.
     # Untested here (no GPU, no network): the numbers are a starting point, not a result.
     "hf_gpu": {"policy": "hf", "base_checkpoint": "Qwen/Qwen2.5-0.5B-Instruct",
-               "hf_autocast": True, "hf_chat_template": True,
-               "hf_gradient_checkpointing": True, "temperature": 1.0,
+               "hf": {"autocast": True, "chat_template": True, "gradient_checkpointing": True},
+               "temperature": 1.0,
                "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "beta": 0.0,
                "steps": 500, "time_budget_s": 0.0, "eval_every": 50, "eval_size": 200,
                "ckpt_every": 100, "adam_eps": 1e-6,
@@ -528,8 +506,8 @@ PRESETS: dict[str, dict] = {
     # 240 s each, too few to move held-out accuracy; lr 5e-5 broke one seed of 3 in 3 steps
     # float32 on purpose: on a CPU without bf16 units (this one: AMD EPYC, AVX2) a bf16 matmul
     # forward + backward took 14.6 s where float32 took 1.0 s (1280 x 576 @ 576 x 1536, one
-    # thread); on a CPU with AVX-512 BF16 / AMX, --hf_autocast true is the faster choice
-    "smollm_cpu": {"policy": "hf", "base_checkpoint": "smollm2-135m", "hf_chat_template": True,
+    # thread); on a CPU with AVX-512 BF16 / AMX, --hf.autocast true is the faster choice
+    "smollm_cpu": {"policy": "hf", "base_checkpoint": "smollm2-135m", "hf": {"chat_template": True},
                    "task": "addition", "answer_format": "tags",
                    "system_prompt": "Reply with the final answer only, inside <answer></answer> "
                                     "tags, like <answer>12</answer>.",
@@ -544,8 +522,14 @@ PRESETS: dict[str, dict] = {
 # a config dict, keyword arguments or a flag with the old name still work (``migrate``)
 MOVED_FIELDS = {"ppo_gamma": ("ppo", "gamma"), "ppo_lambda": ("ppo", "gae_lambda"),
                 "vf_coef": ("ppo", "vf_coef"), "vf_clip": ("ppo", "vf_clip"),
-                "ppo_critic": ("ppo", "critic"), "vf_lr": ("ppo", "vf_lr")}
-SUB_CONFIGS = ("exchange", "ppo")
+                "ppo_critic": ("ppo", "critic"), "vf_lr": ("ppo", "vf_lr"),
+                "hf_dtype": ("hf", "dtype"), "hf_autocast": ("hf", "autocast"),
+                "hf_chat_template": ("hf", "chat_template"),
+                "hf_trust_remote_code": ("hf", "trust_remote_code"),
+                "hf_gradient_checkpointing": ("hf", "gradient_checkpointing"),
+                "hf_sample_dtype": ("hf", "sample_dtype"), "lora_r": ("hf", "lora_r"),
+                "lora_alpha": ("hf", "lora_alpha")}
+SUB_CONFIGS = ("exchange", "ppo", "hf")
 
 
 def migrate(fields: dict) -> dict:

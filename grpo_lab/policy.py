@@ -60,14 +60,15 @@ def _load_toy(cfg, path) -> torch.nn.Module:
 
 def _load_hf(cfg, path) -> torch.nn.Module:
     from grpo_lab.hf import load_hf_policy     # lazy: transformers is an optional extra
-    return load_hf_policy(path, dtype=cfg.hf_dtype, autocast=cfg.hf_autocast,
-                          chat_template=cfg.hf_chat_template,
-                          trust_remote_code=cfg.hf_trust_remote_code,
+    hf = cfg.hf
+    return load_hf_policy(path, dtype=hf.dtype, autocast=hf.autocast,
+                          chat_template=hf.chat_template,
+                          trust_remote_code=hf.trust_remote_code,
                           system_prompt=cfg.system_prompt,
                           gradient_checkpointing=cfg.checkpoint_every
-                          or int(cfg.hf_gradient_checkpointing),
-                          sample_dtype=cfg.hf_sample_dtype, lora_r=cfg.lora_r,
-                          lora_alpha=cfg.lora_alpha)
+                          or int(hf.gradient_checkpointing),
+                          sample_dtype=hf.sample_dtype, lora_r=hf.lora_r,
+                          lora_alpha=hf.lora_alpha)
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class PolicyKind:
     name: str
     load: Callable                # (cfg, path) -> policy, on the CPU, in training mode
     file_based: bool              # base_checkpoint is a grpo_lab .safetensors file (else a folder/hub id)
-    own_autocast: bool            # autocast=True is its lever (hf has hf_autocast instead)
+    own_autocast: bool            # autocast=True is its lever (hf has hf.autocast instead)
     description: str = ""
 
 
@@ -94,8 +95,8 @@ def load_for(cfg, path: str | None = None) -> torch.nn.Module:
     """The policy ``cfg`` names (``cfg.policy``), loaded from ``path`` (default
     ``cfg.base_checkpoint``) on the CPU, in training mode, with the config's memory levers:
     ``checkpoint_every`` (toy: ``GPT.checkpoint_every``; hf: transformers' activation
-    checkpointing of every k-th layer, ``hf_gradient_checkpointing`` meaning k = 1) and
-    ``autocast`` (toy only; hf has ``hf_autocast``)."""
+    checkpointing of every k-th layer, ``hf.gradient_checkpointing`` meaning k = 1) and
+    ``autocast`` (toy only; hf has ``hf.autocast``)."""
     return get_policy_kind(cfg.policy).load(cfg, cfg.base_checkpoint if path is None else path)
 
 

@@ -225,7 +225,7 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     policy = policy.to(device)
     ref = None
     if cfg.beta and obj.uses_reference:        # a second, frozen copy (LoRA: adapters off)
-        ref = policy.reference() if cfg.lora_r else frozen(load_for(cfg).to(device))
+        ref = policy.reference() if cfg.hf.lora_r else frozen(load_for(cfg).to(device))
     ctx = StepContext(rendered_source(prompt_source(cfg, held), cfg.answer_format),
                       make_grouper(cfg), ref, group)
     return Setup(policy, ctx, eval_sets, held, obj)

@@ -9,6 +9,7 @@ from grpo_lab import exercises as ex
 from grpo_lab.advantages import EPS, grpo_advantages
 from grpo_lab.distributed.compression import sparsify
 from grpo_lab.embeddings import tfidf_embed
+from grpo_lab.exercise_loss import _loss_variant
 from grpo_lab.grouping import GROUPERS
 from grpo_lab.loss import grpo_loss
 
@@ -149,8 +150,8 @@ def test_the_two_classic_clip_mistakes_fail_on_the_a_below_zero_cases(capsys):
             torch.tensor([-1.0], dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64))
     assert float(make_loss()(*args, beta=0.0)) == pytest.approx(0.8)
     for kind in ("clip_upper_only", "min_of_ratios"):
-        assert float(ex._loss_variant(kind, *args, beta=0.0)) == pytest.approx(0.5)
-        assert float(ex._loss_variant(kind, args[0], args[1], args[2], -args[3], args[4],
+        assert float(_loss_variant(kind, *args, beta=0.0)) == pytest.approx(0.5)
+        assert float(_loss_variant(kind, args[0], args[1], args[2], -args[3], args[4],
                                       beta=0.0)) == pytest.approx(-0.5)   # A > 0: right
 
 
@@ -299,3 +300,25 @@ def test_checks_reject_a_non_function_naming_it(check):
 def test_check_grouper_rejects_an_unknown_strategy():
     with pytest.raises(ValueError, match="'mixed'"):
         ex.check_grouper(GROUPERS["mixed"], "mixed")
+
+
+def test_exercises_keeps_its_public_names_after_the_split():
+    public = {"NOT_WRITTEN", "Failure", "TIME_LIMIT_S", "ADVANTAGE_MISTAKES", "LOSS_MISTAKES",
+              "GSPO_MISTAKES", "KL_MISTAKES", "CHECKS", "check_advantages", "check_grpo_loss",
+              "check_grouper", "check_topk_error_feedback", "check_gspo_ratio",
+              "check_kl_estimators"}
+    assert all(hasattr(ex, n) for n in public) and set(ex.__all__) == public
+    assert set(ex.CHECKS.values()) == {getattr(ex, n) for n in public if n.startswith("check_")}
+
+
+def test_the_time_limit_set_on_exercises_is_the_one_the_checks_read(monkeypatch):
+    import time
+
+    from grpo_lab import exercise_harness as H
+    assert ex.TIME_LIMIT_S == H.TIME_LIMIT_S == 10.0
+    with monkeypatch.context() as m:
+        m.setattr(ex, "TIME_LIMIT_S", 0.2)
+        assert H.TIME_LIMIT_S == 0.2
+        got, hint = H.call(time.sleep, 2.0)
+        assert got is None and "did not return within 0.2 s" in hint
+    assert ex.TIME_LIMIT_S == H.TIME_LIMIT_S == 10.0                   # undone in both places
