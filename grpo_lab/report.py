@@ -9,13 +9,16 @@ import matplotlib.pyplot as plt
 
 from grpo_lab import health, samples
 
-PANELS = [  # (metric, title)
-    ("reward/mean", "mean reward (train samples)"),
-    ("eval/accuracy", "held-out greedy accuracy"),
-    ("loss/kl", "KL to reference (k3)"),
-    ("clip/high_frac", "clip fraction (0 when mu = 1)"),
-    ("completion/mean_len", "completion length (tokens)"),
+PANELS = [  # (metrics drawn together, title, y label)
+    (("reward/mean",), "mean reward (train samples)", "reward"),
+    (("eval/accuracy", "eval/format"), "held-out greedy accuracy", "accuracy"),
+    (("loss/kl",), "KL to reference (k3)", "KL (nats/token)"),
+    (("clip/high_frac", "clip/low_frac"), "tokens clipped", "fraction"),
+    (("completion/mean_len",), "completion length", "tokens"),
+    (("group/zero_std_frac",), "groups with equal rewards", "fraction (no signal)"),
 ]
+FONT = 9          # points: >= 9 pt at 100% zoom (the figure is drawn at notebook width)
+WIDTH_IN = 9.0    # about a JupyterLab cell's width at 100 dpi: shown unscaled, not shrunk
 
 
 def running_mean(y: list[float], window: int = 0) -> list[float]:
@@ -28,32 +31,51 @@ def running_mean(y: list[float], window: int = 0) -> list[float]:
     return out
 
 
-def plot_history(history: list[dict], title: str = ""):
-    """Five small panels (reward, accuracy, KL, clip fractions, length) -> matplotlib Figure."""
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(3.2 * len(PANELS), 2.8))
-    for ax, (key, name) in zip(axes, PANELS):
-        keys = (["clip/high_frac", "clip/low_frac"] if key == "clip/high_frac" else
-                ["eval/accuracy", "eval/format"] if key == "eval/accuracy"
-                and any("eval/format" in h for h in history) else [key])
+def drawn_panels(history: list[dict]) -> list[tuple[tuple[str, ...], str, str]]:
+    """The ``PANELS`` that have something to show, each with only its metrics that do: a metric
+    never logged, or 0 at every step (the KL at beta = 0 in older runs, the clip fractions when
+    mu = 1: nothing is ever clipped), is left out, and a panel with none left is left out."""
+    out = []
+    for keys, name, ylabel in PANELS:
+        shown = tuple(k for k in keys if any(h.get(k) for h in history))
+        if shown:
+            out.append((shown, name, ylabel))
+    return out
+
+
+def plot_history(history: list[dict], title: str = "", target: float | None = None):
+    """The panels of ``drawn_panels`` (reward, accuracy, KL, clip fractions, length, equal-reward
+    groups) in rows of 3 at notebook width, a y label on each, ``target`` (e.g. the run's
+    ``target_accuracy``) as a dashed line on the accuracy panel -> matplotlib Figure."""
+    panels = drawn_panels(history)
+    if not panels:
+        raise ValueError("nothing to plot: the history has none of the metrics "
+                         f"{[k for keys, _, _ in PANELS for k in keys]}")
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(WIDTH_IN, 2.6 * nrows + (0.3 if title else 0)),
+                             squeeze=False, layout="constrained")
+    for ax in axes.flat[len(panels):]:
+        ax.remove()
+    for ax, (keys, name, ylabel) in zip(axes.flat, panels):
         for k in keys:
             rows = [h for h in history if k in h]
             x, y = [h["step"] for h in rows], [h[k] for h in rows]
-            if k == "loss/kl" and not any(y):     # beta = 0: not logged (older runs: 0s)
-                ax.text(0.5, 0.5, "beta = 0: no reference policy,\nKL not computed",
-                        transform=ax.transAxes, ha="center", va="center", fontsize=8)
-            elif k.startswith("eval/"):
+            if k.startswith("eval/"):
                 ax.plot(x, y, marker="o", ms=3, label=k[5:])
             else:  # per-step values are noisy: faint raw curve, bold running mean
                 line, = ax.plot(x, y, alpha=0.25, lw=0.8)
-                ax.plot(x, running_mean(y), color=line.get_color(), lw=1.5, label=k[5:])
-        if len(keys) > 1:
-            ax.legend(fontsize=7)
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-        ax.tick_params(labelsize=7)
+                ax.plot(x, running_mean(y), color=line.get_color(), lw=1.5, label=k.split("/")[1])
+        if target and "eval/accuracy" in keys:
+            ax.axhline(target, color="grey", ls="--", lw=1, label=f"target {target:.0%}")
+        if len(ax.get_legend_handles_labels()[1]) > 1:
+            ax.legend(fontsize=FONT, frameon=False)
+        ax.set_title(name, fontsize=FONT + 1)
+        ax.set_xlabel("step", fontsize=FONT)
+        ax.set_ylabel(ylabel, fontsize=FONT)
+        ax.tick_params(labelsize=FONT)
     if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+        fig.suptitle(title, fontsize=FONT + 2)
     return fig
 
 
@@ -102,9 +124,12 @@ def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None
     """Write ``report.png`` and ``report.md`` into ``out_dir`` -> path of the markdown."""
     out = Path(out_dir)
     s = summary(history)
-    fig = plot_history(history, f"GRPO on {cfg_dict.get('task', '?') if cfg_dict else '?'}")
-    fig.savefig(out / "report.png", dpi=110)
-    plt.close(fig)
+    drawn = bool(drawn_panels(history))              # a run stopped before its first step: none
+    if drawn:
+        fig = plot_history(history, f"GRPO on {cfg_dict.get('task', '?') if cfg_dict else '?'}",
+                           target=(cfg_dict or {}).get("target_accuracy") or None)
+        fig.savefig(out / "report.png", dpi=110)
+        plt.close(fig)
     lines = ["# GRPO run report", ""]
     if s["base_accuracy"] is None:
         lines += ["No held-out evaluation (eval_size=0).", ""]
@@ -128,7 +153,7 @@ def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None
             changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in h["resume/overrides"].items())
             lines += [f"**Resumed at step {h['step']} with a changed config** ({changed}): the "
                       f"steps before and after it ran under different settings.", ""]
-    lines += ["![curves](report.png)", ""]
+    lines += ["![curves](report.png)", ""] if drawn else []
     if cfg_dict:
         lines += ["## Config", "", "```json", json.dumps(cfg_dict, indent=1, default=_plain), "```",
                   ""]

@@ -243,22 +243,27 @@ def plot_reward_hacking(results: dict, smooth: int = 20):
     seeds with a min-max band -> Figure. ``results``: bench/RESULTS_reward_hacking.json."""
     import matplotlib.pyplot as plt
     variants = results["variants"]
-    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.6), sharey=True,
-                             squeeze=False)
-    for ax, (name, v) in zip(axes[0], variants.items()):
+    ncols = min(2, len(variants))                          # 2 per row: readable at notebook width
+    nrows = -(-len(variants) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(9, 2.6 * nrows + 0.9), sharey=True,
+                             squeeze=False, layout="constrained")
+    for ax in axes.flat[len(variants):]:
+        ax.remove()
+    for ax, (name, v) in zip(axes.flat, variants.items()):
         n = len(v["seeds"])
         _band(ax, v["steps"], v["learned"], f"learned reward (train, avg {smooth})", "C1",
               smooth)
         _band(ax, v["steps"], v["train_accuracy"], f"true accuracy (train, avg {smooth})",
               "C0", smooth)
         _band(ax, v["eval_steps"], v["eval_accuracy"], "true accuracy (held-out)", "C2")
-        ax.set_title(f"{name} (n={n})", fontsize=9)
-        ax.set_xlabel("GRPO step")
-    axes[0][0].set_ylabel("reward / accuracy (mean, min-max band)")
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("GRPO against a learned reward model: proxy vs true reward "
-                 "(Gao et al. 2022)", fontsize=10)
-    fig.tight_layout()
+        ax.set_title(f"{name} (n={n} seeds)", fontsize=10)
+        ax.set_xlabel("GRPO step", fontsize=9)
+        ax.set_ylabel("reward / accuracy", fontsize=9)
+        ax.tick_params(labelsize=9)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=9, frameon=False)
+    fig.suptitle("GRPO against a learned reward model: proxy vs true reward (Gao et al. 2022); "
+                 "mean over seeds, min-max band", fontsize=10)
     return fig
 
 

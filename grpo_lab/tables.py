@@ -54,3 +54,24 @@ class Table:
         body = "".join("<tr>" + "".join(f"<td>{escape(s)}</td>" for s in r) + "</tr>"
                        for r in self.cells())
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def doc(obj, max_chars: int | None = None) -> str:
+    """``obj``'s docstring (or a string) for a notebook cell: whole, or its leading whole
+    paragraphs up to ``max_chars`` followed by one line saying how many lines are left and where
+    to read them (never cut mid-paragraph, let alone mid-word)."""
+    import inspect
+    text = obj if isinstance(obj, str) else inspect.getdoc(obj) or ""
+    if max_chars is None or len(text) <= max_chars:
+        return text
+    paragraphs, kept = text.split("\n\n"), []
+    for p in paragraphs:
+        if kept and len("\n\n".join(kept + [p])) > max_chars:
+            break
+        kept.append(p)
+    rest = "\n\n".join(paragraphs[len(kept):])
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", "it")
+    module = getattr(obj, "__module__", None)
+    where = f"{module}.{name}" if module and module != name else name
+    return ("\n\n".join(kept) + f"\n\n[... {len(rest.splitlines())} more lines: "
+            f"help({where})]")

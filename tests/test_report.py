@@ -28,14 +28,69 @@ def test_report_says_when_the_time_budget_ended_the_run(tmp_path):
     assert "Stopped by the time budget" in md.read_text()
 
 
-def test_kl_panel_says_it_was_not_computed_when_beta_is_0():
+def _history(steps=40, kl=0.0, clip=0.0):
+    h = [{"step": -1, "eval/accuracy": 0.5}]
+    for s in range(steps):
+        h.append({"step": s, "reward/mean": 0.1 * s, "loss/kl": kl * s, "clip/high_frac": clip,
+                  "clip/low_frac": clip / 2, "completion/mean_len": 4.0 + s % 3,
+                  "group/zero_std_frac": 0.5})
+        if s % 10 == 9:
+            h[-1]["eval/accuracy"] = 0.5 + 0.01 * s
+    return h
+
+
+def _titles(fig):
+    return [ax.get_title() for ax in fig.axes]
+
+
+def test_empty_panels_are_left_out_and_the_rest_fill_rows_of_three():
     from grpo_lab.report import plot_history
-    h = [{"step": s, "reward/mean": 0.1 * s, "loss/kl": 0.0} for s in range(5)]
-    texts = [t.get_text() for t in plot_history(h).axes[2].texts]
-    assert texts == ["beta = 0: no reference policy,\nKL not computed"]
-    h[3]["loss/kl"] = 0.01                                        # a measured KL is drawn
-    ax = plot_history(h).axes[2]
-    assert not ax.texts and len(ax.lines) == 2
+    fig = plot_history(_history(kl=0.0, clip=0.0))        # beta = 0, mu = 1: nothing to show
+    assert _titles(fig) == ["mean reward (train samples)", "held-out greedy accuracy",
+                            "completion length", "groups with equal rewards"]
+    assert [ax.get_subplotspec().get_geometry()[:2] for ax in fig.axes] == [(2, 3)] * 4
+    fig = plot_history(_history(kl=0.01, clip=0.1))       # all six: a full 2 x 3 grid
+    assert len(fig.axes) == 6 and "KL to reference (k3)" in _titles(fig)
+    clip = fig.axes[_titles(fig).index("tokens clipped")]
+    assert [line.get_label() for line in clip.lines if not line.get_label().startswith("_")] \
+        == ["high_frac", "low_frac"]
+    only_reward = plot_history([{"step": 0, "reward/mean": 1.0}])
+    assert _titles(only_reward) == ["mean reward (train samples)"]
+
+
+def test_every_panel_has_a_y_label_readable_text_and_the_target_line():
+    from grpo_lab.report import FONT, WIDTH_IN, plot_history
+    fig = plot_history(_history(kl=0.01, clip=0.1), "GRPO on addition", target=0.9)
+    assert fig.get_size_inches()[0] == WIDTH_IN
+    assert all(ax.get_ylabel() for ax in fig.axes)
+    acc = fig.axes[1]
+    dashed = [line for line in acc.lines if line.get_linestyle() == "--"]
+    assert len(dashed) == 1 and list(dashed[0].get_ydata()) == [0.9, 0.9]
+    assert "target 90%" in [t.get_text() for t in acc.get_legend().get_texts()]
+    texts = [t for ax in fig.axes for t in [ax.title, ax.xaxis.label, ax.yaxis.label,
+                                            *ax.get_xticklabels(), *ax.get_yticklabels()]]
+    assert min(t.get_fontsize() for t in texts) >= FONT >= 9
+
+
+def test_no_label_is_clipped_and_no_two_panels_overlap():
+    """Drawn with the report's layout, every panel's box with its labels lies inside the figure
+    and no two panels' boxes overlap (labels overprinting a neighbour)."""
+    from grpo_lab.report import plot_history
+    fig = plot_history(_history(kl=0.01, clip=0.1), "GRPO on addition", target=0.9)
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    page = fig.bbox
+    boxes = [ax.get_tightbbox(r) for ax in fig.axes]
+    for b in boxes:
+        assert page.x0 <= b.x0 and b.x1 <= page.x1 and page.y0 <= b.y0 and b.y1 <= page.y1, b
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+
+
+def test_report_png_is_left_out_when_nothing_was_logged(tmp_path):
+    md = write_report([{"step": -1}], tmp_path, {"task": "addition"}).read_text()
+    assert "report.png" not in md and not (tmp_path / "report.png").exists()
 
 
 def test_report_says_whether_the_target_was_reached():

@@ -252,3 +252,24 @@ def test_a_registered_schedule_is_simulated_and_timed_like_the_built_in_ones():
         assert T.closed_form("star_test", c, N) == pytest.approx(2 * (1 + 3 * 4))
     finally:
         del T.SCHEDULES["star_test"]
+
+
+def test_ring_drawing_keeps_every_rank_label_inside_the_axes():
+    """16 ranks: the labels of ranks 0, 4, 8 and 12 sit beyond the ring's extremes (radius 1.12);
+    an annotation whose point is outside the axes' limits is not drawn at all, so every label's
+    point must lie inside them, and its box inside the figure."""
+    from grpo_lab.widgets.topology import _phase_figure, explorer_cluster
+    c = explorer_cluster(4, 4, 5.0, 50.0)
+    fig = _phase_figure(c, T.schedule("ring", c, 1e6)[0])
+    ax = fig.axes[0]
+    labels = [t for t in ax.texts if t.get_text().isdigit()]
+    assert sorted(int(t.get_text()) for t in labels) == list(range(16))
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    r = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(r)
+    box = fig.bbox
+    for t in labels:
+        b = t.get_window_extent(r)
+        assert box.x0 <= b.x0 and b.x1 <= box.x1 and box.y0 <= b.y0 and b.y1 <= box.y1, t.get_text()
+        (x0, x1), (y0, y1), (x, y) = ax.get_xlim(), ax.get_ylim(), t.xy
+        assert x0 <= x <= x1 and y0 <= y <= y1, t.get_text()   # else matplotlib skips the label

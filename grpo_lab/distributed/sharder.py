@@ -6,9 +6,10 @@ in float32 holds, per parameter element, on every data-parallel rank:
     params 4 B + grads 4 B + Adam exp_avg 4 B + exp_avg_sq 4 B  = 16 B per element
 
 ZeRO-1 splits the Adam state over N ranks: 4 + 4 + 8/N. ZeRO-2 also splits the reduced
-gradients: 4 + (4 + 8)/N. On the default toy policy (343,488 elements) Adam's state is
-2.75 MB; on 4 ranks each should hold 0.69 MB, and "imbalance" (max/mean bytes per rank)
-says how far the busiest rank is from that: the busiest rank sets the memory peak.
+gradients: 4 + (4 + 8)/N. On the shipped toy policy (data/base_policy.safetensors, 3 layers
+x 80 wide, 240,160 elements) Adam's state is 8 B x 240,160 = 1.92 MB; on 4 ranks each should
+hold 0.48 MB, and "imbalance" (max/mean bytes per rank) says how far the busiest rank is from
+that: the busiest rank sets the memory peak.
 
 The step, for a parameter shard s owned by rank o(s):
 

@@ -40,8 +40,8 @@ def compression_explorer(tensor: torch.Tensor | None = None, seed: int = 0, plot
                                     description="density"),
         "format": W.Dropdown(options=sorted(FP8_FORMATS), value="e4m3", description="fp8"),
         "codec": W.Dropdown(options=list(CODECS), value="huffman", description="indices"),
-        "step": W.Button(description="step (error feedback)"),
-        "reset": W.Button(description="reset residual"),
+        "step": W.Button(description="step (error feedback)", layout=W.Layout(width="auto")),
+        "reset": W.Button(description="reset residual", layout=W.Layout(width="auto")),
         "ratio": W.HTML(), "bytes": W.HTML(), "fp8": W.HTML(), "bits": W.HTML(),
         "steps": W.HTML(), "out": W.Output(),
     }
@@ -93,25 +93,28 @@ def compression_explorer(tensor: torch.Tensor | None = None, seed: int = 0, plot
 
 
 def _figure(tr) -> Figure:
-    fig = Figure(figsize=(12, 5.5))
-    ax = fig.subplots(2, 4)
+    """Eight panels in 4 rows of 2 at notebook width (9 in), 9 pt text."""
+    fig = Figure(figsize=(9, 9.5), layout="constrained")
+    ax = fig.subplots(4, 2).T.reshape(2, 4)     # ax[0]: the four images, ax[1]: the four plots
     images = [("original", tr["x"]), ("fp8 error", tr["fp8_error"]),
               ("top-k mask", tr["mask"].float()), ("residual (next step)", tr["residual"])]
     for a, (title, t) in zip(ax[0], images):
         im = a.imshow(t.numpy(), aspect="auto", cmap="gray" if "mask" in title else "RdBu_r")
-        a.set_title(title, fontsize=9)
-        fig.colorbar(im, ax=a, fraction=0.046)
+        a.set_title(title, fontsize=10)
+        fig.colorbar(im, ax=a, fraction=0.046).ax.tick_params(labelsize=9)
     ax[1, 0].hist(tr["x"].flatten().numpy(), bins=80, log=True)
-    ax[1, 0].set_title("values (log count)", fontsize=9)
+    ax[1, 0].set_title("values (log count)", fontsize=10)
+    ax[1, 0].locator_params(axis="x", nbins=4)                 # 9 pt tick labels must not touch
     ax[1, 1].hist(tr["gaps"], bins=50)
-    ax[1, 1].set_title("index gaps", fontsize=9)
+    ax[1, 1].set_title("index gaps", fontsize=10)
     ax[1, 2].plot(np.sort(tr["gaps"]), np.asarray(tr["code_lengths"])[np.argsort(tr["gaps"])], ".")
     ax[1, 2].axhline(tr["bound"], color="k", ls="--", label="bound")
-    ax[1, 2].set_title("code length per gap (bits)", fontsize=9)
-    ax[1, 2].legend(fontsize=8)
+    ax[1, 2].set_title("code length per gap (bits)", fontsize=10)
+    ax[1, 2].legend(fontsize=9)
     sizes = {"fp32": tr["raw_bytes"], "fp8": tr["fp8_bytes"], "top-k": tr["topk_bytes"],
              "indices": tr["index_bytes"]}
     ax[1, 3].bar(list(sizes), list(sizes.values()))
-    ax[1, 3].set_title("bytes", fontsize=9)
-    fig.tight_layout()
+    ax[1, 3].set_title("bytes", fontsize=10)
+    for a in ax.flat:
+        a.tick_params(labelsize=9)
     return fig

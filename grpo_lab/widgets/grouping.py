@@ -169,20 +169,29 @@ def _summary_html(d: dict) -> str:
 
 
 def _plot(d: dict, xy: np.ndarray, tasks):
-    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(12, 3.4))
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(9, 3.4), layout="constrained")  # notebook width
     ids = np.asarray(d["ids"])
-    a1.scatter(xy[:, 0], xy[:, 1], c=ids % 20, cmap="tab20", s=14)
-    for t in sorted(set(tasks)):                                          # label each family
+    families = sorted(set(tasks))
+    for t, marker in zip(families, "osD^v<>PX*hd" * 3):     # marker = family, colour = group
         m = np.asarray(tasks) == t
-        a1.annotate(t, xy[m].mean(0), fontsize=7, ha="center")
+        a1.scatter(xy[m, 0], xy[m, 1], c=ids[m] % 20, cmap="tab20", vmin=0, vmax=19, s=18,
+                   marker=marker, label=t)
+    legend = fig.legend(*a1.get_legend_handles_labels(), loc="outside lower center",
+                        ncols=min(7, len(families)), fontsize=9, frameon=False)
+    for h in legend.legend_handles:                     # the legend names the family, not a group
+        h.set_color("0.4")
     a1.set(title="prompts (PCA of embeddings), colour = group", xticks=[], yticks=[])
     a2.scatter(d["group_mean"], d["group_std"], s=8 + 2 * np.asarray(d["group_size"]),
                alpha=0.6)
     a2.set(title="groups: reward mean vs std (size = rows)", xlabel="mean reward",
            ylabel="std of rewards")
     a3.hist(d["advantages"], bins=30)
-    a3.set(title=f"advantages (var {d['adv/var']:.2f})", xlabel="advantage")
-    fig.tight_layout()
+    a3.set(title=f"advantages (var {d['adv/var']:.2f})", xlabel="advantage", ylabel="rows")
+    for a in (a1, a2, a3):
+        a.title.set_fontsize(9)
+        a.tick_params(labelsize=9)
+        a.xaxis.label.set_fontsize(9)
+        a.yaxis.label.set_fontsize(9)
 
 
 # ---------------------------------------------------------------- one GRPO step, stage by stage
@@ -302,7 +311,7 @@ def _stage_html(d: dict, stage: int, G: int) -> str:
         notes.append(f"adv/var = {ad['adv/var']:.3f}")
     if stage >= 4:
         lo = d["loss"]
-        notes.append(f"loss = {lo['loss']:+.4f}, gradient norm = {lo['grad_norm']:.4f}, "
+        notes.append(f"loss = {lo['loss']:+.1e}, gradient norm = {lo['grad_norm']:.4f}, "
                      f"clip/ratio_mean = {lo['clip/ratio_mean']:.3f}. On-policy the ratio is 1, "
                      f"so the loss is about -mean(A) = 0, but its gradient is not: each "
                      f"completion's log-probability is pushed by its advantage")

@@ -30,7 +30,8 @@ def sharder_explorer(recording: dict | None = None, steps: int = 30, plots: bool
                              description="policy"),
         "ranks": W.IntSlider(value=2, min=2, max=8, description="ranks"),
         "interval": W.IntSlider(value=min(10, n_steps), min=0, max=n_steps,
-                                description="re-shard every"),
+                                description="re-shard every",
+                                style={"description_width": "initial"}),   # the whole label
         "score": W.Dropdown(options=list(IMPORTANCE), value="seed", description="importance"),
         "step": W.IntSlider(value=n_steps - 1, min=0, max=n_steps - 1, description="step"),
         "summary": W.HTML(), "out": W.Output(), "data": {},
@@ -71,7 +72,7 @@ def sharder_explorer(recording: dict | None = None, steps: int = 30, plots: bool
 
 
 def _figure(r: dict, t: int, n_ranks: int) -> Figure:
-    fig = Figure(figsize=(12, 6))
+    fig = Figure(figsize=(9, 6.5), layout="constrained")    # notebook width, 9 pt text
     ax = fig.subplots(2, 2)
     numel = np.array([s.numel for s in r["shards"]])
     left = np.concatenate([[0], np.cumsum(numel)[:-1]])
@@ -81,15 +82,15 @@ def _figure(r: dict, t: int, n_ranks: int) -> Figure:
     ax[0, 0].set_yticks(range(n_ranks))
     ax[0, 0].set_xlabel("parameter elements (shards in model order)")
     ax[0, 0].set_ylabel("owner rank")
-    ax[0, 0].set_title(f"assignment at step {t}", fontsize=9)
+    ax[0, 0].set_title(f"assignment at step {t}", fontsize=10)
     loads = np.array(r["loads"]) / 1024                                   # (steps, N)
     for k in range(n_ranks):
         ax[0, 1].plot(loads[:, k], label=f"rank {k}", color=f"C{k}")
-    ax[0, 1].set_title("Adam state per rank (KiB)", fontsize=9)
-    ax[0, 1].legend(fontsize=7)
+    ax[0, 1].set_title("Adam state per rank (KiB)", fontsize=10)
+    ax[0, 1].legend(fontsize=9, ncols=2)
     scores = np.array(r["scores"]).T                                      # (S, steps)
     im = ax[1, 0].imshow(np.log10(scores + 1e-12), aspect="auto", cmap="viridis")
-    ax[1, 0].set_title("importance score per shard (log10) over steps", fontsize=9)
+    ax[1, 0].set_title("importance score per shard (log10) over steps", fontsize=10)
     ax[1, 0].set_xlabel("step")
     ax[1, 0].set_ylabel("shard")
     fig.colorbar(im, ax=ax[1, 0], fraction=0.046)
@@ -97,7 +98,10 @@ def _figure(r: dict, t: int, n_ranks: int) -> Figure:
     ax2 = ax[1, 1].twinx()
     ax2.bar(range(len(r["migrated_bytes"])), np.array(r["migrated_bytes"]) / 1e6, color="C3",
             alpha=0.5, label="migrated MB")
-    ax[1, 1].set_title("imbalance (line) and migrated MB (bars)", fontsize=9)
+    ax[1, 1].set_title("imbalance (line) and migrated MB (bars)", fontsize=10)
     ax[1, 1].set_xlabel("step")
-    fig.tight_layout()
+    for a in [*ax.flat, ax2]:
+        a.tick_params(labelsize=9)
+        a.xaxis.label.set_fontsize(9)
+        a.yaxis.label.set_fontsize(9)
     return fig

@@ -96,12 +96,12 @@ def topology_explorer(plots: bool = True):
 
 def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
+    fig.savefig(buf, format="png", dpi=100)      # the two side by side fit a notebook cell
     return buf.getvalue()
 
 
 def _phase_figure(c: Cluster, ph) -> Figure:
-    fig = Figure(figsize=(5, 5))
+    fig = Figure(figsize=(4.4, 4.4), layout="constrained")
     ax = fig.subplots()
     P, node = c.size, c.node()
     ang = 2 * np.pi * np.arange(P) / P
@@ -109,19 +109,21 @@ def _phase_figure(c: Cluster, ph) -> Figure:
     ax.scatter(xy[:, 0], xy[:, 1], c=[f"C{k % 10}" for k in node], s=max(8, 300 // P), zorder=3)
     if P <= 32:
         for r in range(P):
-            ax.annotate(str(r), 1.12 * xy[r], ha="center", va="center", fontsize=7)
+            ax.annotate(str(r), 1.12 * xy[r], ha="center", va="center", fontsize=9)
     for s, d in zip(ph.src, ph.dst):
         ax.annotate("", xy[d], xy[s], arrowprops=dict(
             arrowstyle="->", lw=0.8, color="C3" if node[s] != node[d] else "0.4", alpha=0.7))
     ax.set_title(f"{ph.label}\n{len(ph.src)} messages of {ph.nbytes[0]:.3g} B "
                  f"(red: between nodes)", fontsize=9)
+    ax.set_xlim(-1.25, 1.25)                  # the rank labels sit at radius 1.12: keep them in
+    ax.set_ylim(-1.25, 1.25)
     ax.set_aspect("equal")
     ax.axis("off")
     return fig
 
 
 def _curve(c: Cluster, n: float, current: str) -> Figure:
-    fig = Figure(figsize=(5.5, 4))
+    fig = Figure(figsize=(4.8, 4.4), layout="constrained")
     ax = fig.subplots()
     Ms = [2 ** k for k in range(0, 11) if 2 ** k * c.gpus_per_node <= 4096]
     for name in SCHEDULES:
@@ -131,10 +133,10 @@ def _curve(c: Cluster, n: float, current: str) -> Figure:
     ax.axvline(c.size, color="k", ls=":", lw=1)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("N ranks (g per node fixed)")
-    ax.set_ylabel("all-reduce time (s), closed form")
-    ax.set_title(f"{n:.3g} B, alpha {c.alpha_inter * 1e6:.3g} us, "
+    ax.set_xlabel("N ranks (g per node fixed)", fontsize=9)
+    ax.set_ylabel("all-reduce time (s), closed form", fontsize=9)
+    ax.tick_params(labelsize=9)
+    ax.set_title(f"{n:.3g} B, alpha {c.alpha_inter * 1e6:.3g} us,\n"
                  f"{1 / c.beta_inter / 1e9:.3g} GB/s between nodes", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    ax.legend(fontsize=9)
     return fig
