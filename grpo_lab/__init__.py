@@ -18,7 +18,8 @@ __version__ = "0.1.0"
 LAYERS = (
     ("teaching, CLI, reports, harnesses",
      ("cli", "widgets", "widgets.*", "exercises", "exercise_harness", "exercise_advantages",
-      "exercise_loss", "exercise_grouper", "exercise_topk", "claims", "claims_measure", "workshop",
+      "exercise_loss", "exercise_grouper", "exercise_topk", "claims", "claims_data", "claims_table",
+      "claims_measure", "workshop",
       "report", "reward_model", "experiments", "overlap_timing")),
     ("trainer: the one loop and its setup", ("trainer", "pretrain")),
     ("step: collect and the objectives; the config", ("step", "ranks", "ppo", "config")),

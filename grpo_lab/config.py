@@ -133,6 +133,9 @@ class TrainConfig:
     pretrained policy are otherwise a shock)."""
     lr_schedule: str = "cosine"
     """"constant", or "cosine": decay to 10% of lr over `steps` (after the warm-up)."""
+    schedule_steps: int = 0
+    """Length of the cosine decay when it is not `steps` (0: `steps`): a run that stops on
+    purpose before its schedule ends, as the pretraining warm-up does (1800 of 2000 steps)."""
     weight_decay: float = 0.0
     """AdamW weight decay (at most 1, config.CEILINGS)."""
     adam_eps: float = 1e-8
@@ -282,7 +285,7 @@ class TrainConfig:
         _finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps", "grad_clip", "eps_low",
                 "eps_high", "beta", "time_budget_s")
         _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
-        _nonnegative(self, "time_budget_s", "warmup_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
+        _nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
                      "grad_clip", "beta", "eval_every", "eval_size", "threads")
         if self.group_size < 2 and objective.needs_group:       # PPO's critic needs no group
             raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
@@ -472,6 +475,15 @@ PRESETS: dict[str, dict] = {
     # after 3000 steps, or 5 minutes)
     "tiny_cpu": {"lr": 3e-4, "beta": 0.0, "dynamic_sampling": True, "eval_every": 50,
                  "target_accuracy": 0.9},
+    # the supervised warm-up that made data/base_policy.safetensors (`grpo-lab pretrain`,
+    # pretrain.py, writes a fresh policy and runs this from it): cross-entropy on the answers
+    # of 64 demonstrations a step, drawn from one seeded stream; AdamW lr 2e-3, weight decay
+    # 0.01, no clipping or warm-up, cosine over 2000 steps stopped at 1800 (partly competent)
+    "pretrain_cpu": {"objective": "pretrain", "task": "addition,sort,reverse",
+                     "prompts_per_step": 64, "group_size": 1, "lr": 2e-3, "weight_decay": 0.01,
+                     "grad_clip": 0.0, "warmup_steps": 0, "steps": 1800, "schedule_steps": 2000,
+                     "beta": 0.0, "time_budget_s": 0.0, "eval_every": 0, "eval_size": 0,
+                     "ckpt_every": 1000},
     "quick": {"steps": 30, "time_budget_s": 0.0, "prompts_per_step": 8, "group_size": 4,
               "eval_every": 10, "eval_size": 50, "ckpt_every": 10},
     # the 7-family mixture from a base that knows each family a little (data/README.md);

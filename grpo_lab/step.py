@@ -80,6 +80,8 @@ class StepContext:
     ref: torch.nn.Module | None = None   # frozen reference policy (beta > 0)
     group: Group = Group()
     clock: dict = field(default_factory=dict)  # seconds per phase of this step (time/*_s)
+    carry: dict = field(default_factory=dict)  # an objective's state across steps, rebuilt
+                                               # from (seed, step) when absent (resume)
 
 
 class Batch(NamedTuple):
@@ -348,6 +350,24 @@ def collect_demos(policy, cfg, step: int, ctx: StepContext) -> DemoBatch:
     return DemoBatch(ids, mask, tmask, n_tokens, {})
 
 
+def collect_demo_stream(policy, cfg, step: int, ctx: StepContext) -> DemoBatch:
+    """``collect_demos`` with the demonstrations of step s the s-th batch of one stream,
+    random.Random(seed) (the order the shipped base policies were pretrained in, pretrain.py),
+    not a draw seeded by (seed, step). The stream lives in ``ctx.carry``; a context that has
+    not drawn up to ``step`` (a resumed run) replays the stream from the start, so a resume
+    stays exact."""
+    at, rng = ctx.carry.get("demo_stream", (0, None))
+    if rng is None or at != step:
+        rng = random.Random(cfg.seed)
+        for _ in range(step):
+            ctx.draw(rng, cfg.prompts_per_step)
+    examples = ctx.draw(rng, cfg.prompts_per_step)                          # (B,)
+    ctx.carry["demo_stream"] = (step + 1, rng)
+    ids, mask, tmask = demo_batch([examples[i] for i in ctx.group.slice(len(examples))], policy)
+    n_tokens = sum(len(policy.encode(e.answer)) + 1 for e in examples)      # global targets
+    return DemoBatch(ids, mask, tmask, n_tokens, {})
+
+
 def supervised_objective(policy, batch: DemoBatch, cfg, world: int = 1):
     dev = next(policy.parameters()).device
     ids, mask, t = batch.ids.to(dev), batch.mask.to(dev), batch.target_mask[:, 1:].to(dev)
@@ -438,5 +458,9 @@ register_objective("grpo", collect, grpo_objective,
                    description="GRPO: group-relative advantages, clipped surrogate + beta * KL")
 register_objective("supervised", collect_demos, supervised_objective, uses_reference=False,
                    description="cross-entropy on task demonstrations (answers only)")
+register_objective("pretrain", collect_demo_stream, supervised_objective, uses_reference=False,
+                   needs_group=False,
+                   description="the supervised warm-up (preset pretrain_cpu, pretrain.py): "
+                               "cross-entropy on demonstrations drawn from one seeded stream")
 _draw_prompts = draw_prompts     # one release: the old private name (ppo.py used it)
 ROW_NORMALISED = tuple(n for n, a in AGGREGATIONS.items() if a.per == "rows")  # one release

@@ -118,10 +118,12 @@ def evaluate_tasks(model: GPT, eval_sets: dict, weights: dict, max_new: int,
 
 
 def learning_rate(cfg: TrainConfig, step: int) -> float:
-    """Linear warm-up, then constant or cosine decay to 10% at ``cfg.steps``."""
+    """Linear warm-up, then constant or cosine decay to 10% at ``cfg.schedule_steps`` (0:
+    ``cfg.steps``)."""
     lr = cfg.lr * min(1.0, (step + 1) / (cfg.warmup_steps + 1))
     if cfg.lr_schedule == "cosine":
-        lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / cfg.steps, 1.0)))
+        horizon = cfg.schedule_steps or cfg.steps
+        lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / horizon, 1.0)))
     return lr
 
 
