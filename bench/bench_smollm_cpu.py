@@ -99,7 +99,7 @@ def main():
     lines = ["# smollm_cpu: SmolLM2-135M-Instruct, base vs after GRPO on 2-digit addition", "",
              f"`python bench/bench_smollm_cpu.py --seeds {a.seeds} --threads {a.threads}`"
              f" (overrides {a.overrides}); held-out: the first 50 of data/eval_addition.jsonl, "
-             f"greedy, asked in words with <answer> tags.", "",
+             f"greedy, asked in words as the preset asks (answer_format, system_prompt).", "",
              "| seed | accuracy before | after | format before | after | steps | s/step | rollout s | update s | load (1 min) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

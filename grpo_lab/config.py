@@ -511,20 +511,23 @@ PRESETS: dict[str, dict] = {
                "task": "addition,word_problems", "answer_format": "tags",
                "reward_weights": {"accuracy": 1.0, "format": 0.2}, "max_new_tokens": 128},
     # SmolLM2-135M-Instruct on a 2-core CPU (grpo-lab model get smollm2-135m, models.py):
-    # 2-digit sums asked in words, the answer read whatever wraps it (the base gets 28% of the
-    # held-out sums that way, 0% in the <answer> format it is asked for) plus a format reward;
-    # 4 prompts x 4 completions of at most 20 tokens; 10 minutes of training. Measured on a
-    # machine loaded 10x over (BENCHMARKS.md section 16): 3 steps in the 10 minutes, about
-    # 240 s each, too few to move held-out accuracy; lr 5e-5 broke one seed of 3 in 3 steps
+    # 2-digit sums asked in words; the system prompt asks for the equation with its result in
+    # \boxed{} (no worked example: the base copies an example's numbers), the accuracy reward
+    # reads the answer whatever wraps it, a small format reward for \boxed{}; 4 prompts x 8
+    # completions of at most 24 tokens at temperature 0.8 (the base gets about 5% of sampled
+    # sums right: 8 samples find one in more groups than 4); 10 minutes of training
+    # (BENCHMARKS.md section 16 has base vs after over 3 seeds). A format reward as large as
+    # the accuracy's taught \boxed{} in 4 steps and cost the arithmetic (the model boxed a
+    # guess at once): format 0.5 -> 0.25, and the accuracy reward leads.
     # float32 on purpose: on a CPU without bf16 units (this one: AMD EPYC, AVX2) a bf16 matmul
     # forward + backward took 14.6 s where float32 took 1.0 s (1280 x 576 @ 576 x 1536, one
     # thread); on a CPU with AVX-512 BF16 / AMX, --hf.autocast true is the faster choice
     "smollm_cpu": {"policy": "hf", "base_checkpoint": "smollm2-135m", "hf": {"chat_template": True},
-                   "task": "addition", "answer_format": "tags",
-                   "system_prompt": "Reply with the final answer only, inside <answer></answer> "
-                                    "tags, like <answer>12</answer>.",
-                   "reward_weights": {"accuracy": 1.0, "format": 0.5}, "max_new_tokens": 20,
-                   "temperature": 0.5, "prompts_per_step": 4, "group_size": 4, "lr": 1e-5,
+                   "task": "addition", "answer_format": "boxed",
+                   "system_prompt": "You are a calculator. Reply with the equation, and put its "
+                                    "result in \\boxed{}.",
+                   "reward_weights": {"accuracy": 1.0, "format": 0.25}, "max_new_tokens": 24,
+                   "temperature": 0.8, "prompts_per_step": 4, "group_size": 8, "lr": 1e-5,
                    "beta": 0.0, "warmup_steps": 2, "lr_schedule": "constant", "steps": 200,
                    "time_budget_s": 600.0, "eval_every": 0, "eval_size": 50, "ckpt_every": 1000},
 }
