@@ -3,6 +3,7 @@ the transformers policy's into ``TrainConfig.hf`` (hf.HFConfig);
 configs saved with the old flat names (checkpoints of earlier runs), old keyword arguments and
 old flags still give the same config, and a run saved that way still resumes."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -55,22 +56,31 @@ class Stop(Exception):
     pass
 
 
-def test_a_checkpoint_with_the_old_flat_config_resumes(tmp_path):
-    def cfg(name):
-        return preset("quick", objective="ppo", steps=4, ckpt_every=2, eval_size=5, threads=1,
-                      out_dir=str(tmp_path / name), vf_lr=1e-3)
+def run_and_flatten(cfg) -> tuple[list[dict], dict]:
+    """Run ``cfg("a")`` whole; run ``cfg("b")`` stopped during step 2 (its checkpoint holds
+    steps 0-1) and rewrite that checkpoint's config flat, as older versions wrote it ->
+    (the whole run's history, the flat config written)."""
     full = train(cfg("a"), progress=False)
 
-    def stop(m, policy):             # stopped during step 2: the checkpoint holds steps 0-1
+    def stop(m, policy):
         if m["step"] == 2:
             raise Stop
 
     with pytest.raises(Stop):
         train(cfg("b"), progress=False, on_step=stop)
-    ckpt = tmp_path / "b" / "checkpoint.safetensors"
+    ckpt = Path(cfg("b").out_dir) / "checkpoint.safetensors"
     tensors, meta = read_tensors(ckpt)
-    meta["config"] = json.dumps(flat(json.loads(meta["config"])))   # as older versions wrote it
+    old = flat(json.loads(meta["config"]))
+    meta["config"] = json.dumps(old)
     atomic_save_tensors(tensors, ckpt, meta)
+    return full, old
+
+
+def test_a_checkpoint_with_the_old_flat_config_resumes(tmp_path):
+    def cfg(name):
+        return preset("quick", objective="ppo", steps=4, ckpt_every=2, eval_size=5, threads=1,
+                      out_dir=str(tmp_path / name), vf_lr=1e-3)
+    full, _ = run_and_flatten(cfg)
     resumed = train(cfg("b"), resume=True, progress=False)          # steps 2, 3
     keys = ["loss/total", "ppo/value_loss", "reward/mean"]
     assert [[h[k] for k in keys] for h in full[1:]] == [[h[k] for k in keys] for h in resumed[1:]]
@@ -149,20 +159,9 @@ def test_an_hf_checkpoint_with_the_old_flat_config_resumes(tmp_path):
         return preset("hf_tiny_cpu", steps=4, ckpt_every=2, prompts_per_step=4, group_size=4,
                       eval_every=0, eval_size=5, threads=1, time_budget_s=0.0, beta=0.05,
                       out_dir=str(tmp_path / name), hf_gradient_checkpointing=True)
-    full = train(cfg("a"), progress=False)
-
-    def stop(m, policy):             # stopped during step 2: the checkpoint holds steps 0-1
-        if m["step"] == 2:
-            raise Stop
-
-    with pytest.raises(Stop):
-        train(cfg("b"), progress=False, on_step=stop)
-    ckpt = tmp_path / "b" / "checkpoint.safetensors"
-    tensors, meta = read_tensors(ckpt)
-    old = flat(json.loads(meta["config"]))                           # as older versions wrote it
+    full, old = run_and_flatten(cfg)
     assert "hf" not in old and old["hf_gradient_checkpointing"] is True
-    meta["config"] = json.dumps(old)
-    atomic_save_tensors(tensors, ckpt, meta)
+    ckpt = tmp_path / "b" / "checkpoint.safetensors"
     args = build_parser().parse_args(["train", "--resume", "--out_dir", str(tmp_path / "b")])
     assert train_config(args) == cfg("b")           # --resume reads the flat names into hf
     resumed = train(cfg("b"), resume=True, progress=False)          # steps 2, 3
