@@ -40,7 +40,7 @@ def test_non_finite_reward_names_function_and_sample(monkeypatch):
                                          r"\(completion '47'\)"):
         weighted_reward(["46", "47", "4", "5"], EX, {"broken": 1.0})
     with pytest.raises(ValueError, match=r"unknown reward function 'speed'; known: "
-                                         r"\[.*'partial'\]"):
+                                         r"\[.*'accuracy', .*'partial'.*\]"):
         weighted_reward(["46"], EX[:1], {"speed": 1.0})
     with pytest.raises(ValueError, match="2 completions but 4 examples"):
         weighted_reward(["46", "4"], EX, {"accuracy": 1.0})
