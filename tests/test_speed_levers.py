@@ -5,10 +5,12 @@ the same tokens whichever prompts share its batch (1 vs N processes) or leave it
 LoRA with its adapters off is the base model; the bf16 sampling copy stays close to fp32."""
 import pytest
 import torch
+import torch.nn.functional as F
 from scipy.stats import chisquare
 
 from grpo_lab.model import GPT, GPTConfig
-from grpo_lab.rollout import DRAWS, UPDATE_FORWARDS, completion_logprobs, sample
+from grpo_lab.rollout import (DRAWS, UPDATE_FORWARDS, chosen_logprobs, completion_logprobs,
+                              completion_token_stats, sample)
 from grpo_lab.step import prompt_generators
 from grpo_lab.tasks import EOS, encode
 from tolerance import mean_tol
@@ -71,6 +73,61 @@ def test_update_forwards_give_the_same_loss_and_gradients(which, tiny):
         scale = float(ref_g.abs().max())
         torch.testing.assert_close(g, ref_g, rtol=0, atol=1e-4 * scale, msg=fw)
     model.zero_grad()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chosen_logprobs_equal_log_softmax_gather_and_entropy(temperature):
+    """The fewer-passes path (one log_softmax, probabilities kept for a one-pass backward, the
+    entropy as a dot product) against autograd's log_softmax -> gather, -(p * log p).sum."""
+    torch.manual_seed(0)
+    N, Tc, V = 4, 6, 2000
+    x = (torch.randn(N, Tc, V) * 3).requires_grad_()                     # (N, Tc, V) logits
+    ids = torch.randint(0, V, (N, Tc))                                     # (N, Tc)
+    w = torch.randn(N, Tc)                                                 # (N, Tc) d loss / d logp
+    logp = F.log_softmax(x / temperature, -1)                              # (N, Tc, V)
+    want_tok = logp.gather(-1, ids[..., None]).squeeze(-1)                 # (N, Tc)
+    want_ent = -(logp.exp() * logp).sum(-1)                                # (N, Tc)
+    (want_tok * w).sum().backward()
+    want_g, x.grad = x.grad.clone(), None
+    tok, ent = chosen_logprobs(x, ids, temperature)
+    (tok * w).sum().backward()
+    assert torch.equal(tok, want_tok)                                      # the same log_softmax
+    assert not ent.requires_grad
+    terms = (logp.exp() * logp).detach().abs()                             # (N, Tc, V)
+    for e, we, t in zip(ent.flatten(), want_ent.flatten(), terms.reshape(-1, V)):
+        assert abs(float(e - we)) <= mean_tol(V, float(t.sum()))           # a sum of V terms
+    # each element is (onehot - p) * w / T from two roundings of terms of size |p w / T| and,
+    # at the chosen token, |w / T|: 4 eps of those
+    size = want_g.abs() + torch.zeros_like(x).scatter_(-1, ids[..., None],
+                                                        (w / temperature).abs()[..., None])
+    assert ((x.grad - want_g).abs() <= 4 * torch.finfo(torch.float32).eps * size).all()
+    assert chosen_logprobs(x, ids, temperature, with_entropy=False)[1] is None
+    with torch.no_grad():                                                  # no graph: no probs kept
+        nt, ne = chosen_logprobs(x, ids, temperature)
+    assert torch.equal(nt, want_tok) and torch.equal(ne, ent)
+
+
+def test_chosen_logprobs_give_the_update_autograds_gradients(tiny):
+    """Through the HF model: the parameters' gradients of sum(logp * A) by the fewer-passes
+    path equal autograd's (completion_token_stats with entropy_grad takes autograd's path)."""
+    ps = hf_prompts(tiny)
+    r = sample(tiny, ps, 3, 6, 0.8, generator=prompt_generators(0, 0, 0, range(len(ps))))
+    adv = torch.linspace(-1, 1, len(r.prompt_index))                      # (N,)
+    tiny.train()
+    out = []
+    for autograd_path in (True, False):
+        tiny.zero_grad()
+        logits = UPDATE_FORWARDS["prompt_once"](tiny, r)                   # (N, Tc, V)
+        logp, ent = completion_token_stats(logits, r, 0.8, entropy_grad=autograd_path)
+        (logp * adv[:, None] * r.completion_mask).sum().backward()
+        g = torch.cat([p.grad.flatten() for p in tiny.parameters() if p.grad is not None])
+        out.append((logp.detach(), ent.detach(), g))
+    (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = out
+    tiny.zero_grad()
+    assert torch.equal(lp_a, lp_b)
+    V = tiny.cfg.vocab_size                              # each entropy sums V terms p |log p|
+    torch.testing.assert_close(ent_b, ent_a, rtol=0, atol=mean_tol(V, float(ent_a.max())))
+    torch.testing.assert_close(g_b, g_a, rtol=0, atol=1e-5 * float(g_a.abs().max()))
 
 
 def test_prompt_once_keeps_the_head_off_prompt_positions(tiny):
