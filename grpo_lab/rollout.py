@@ -416,8 +416,43 @@ def prompt_once_logits(model, r: Rollout) -> torch.Tensor:
     return torch.cat([first, rest], 1)                                     # (N, Tc, V)
 
 
+def packed_logits(model, r: Rollout) -> torch.Tensor:
+    """Each prompt once with its G completions after it in one row, (B, Tp + G (Tc-1)), and an
+    attention mask that lets completion g see the prompt and its own earlier tokens only: the
+    prompt's work done once as in ``prompt_once``, but in one forward, so each weight meets one
+    matrix of all the step's tokens. ``prompt_once``'s two passes (prompt, then completions
+    against its cache) give every weight two gradient GEMMs that autograd then adds, the
+    embedding two dense gradients, the head a second GEMM for one position; and it needs no KV
+    cache (so it also runs under activation checkpointing or DDP). Positions as the sampler's.
+    Logits at the prompt's last position (shared by its G completions) and the completions'.
+    Falls back to ``completion_logits`` when the rows are not G-blocks of one prompt."""
+    G = shared_prompt_rows(r)
+    if not G:
+        return completion_logits(model, r)
+    dev = next(model.parameters()).device
+    p_ids, p_mask = r.prompt_ids[::G].to(dev), r.prompt_mask[::G].to(dev)  # (B, Tp)
+    (B, Tp), Tc = p_ids.shape, r.completion_ids.shape[1]
+    n_c = G * (Tc - 1)                                   # completion inputs per row: G segments
+    p_pos = positions(p_mask)                                              # (B, Tp)
+    c_pos = p_pos[:, -1:] + 1 + torch.arange(Tc - 1, device=dev).repeat(G)  # (B, n_c)
+    ids = torch.cat([p_ids, r.completion_ids[:, :-1].to(dev).reshape(B, n_c)], 1)  # (B, L)
+    real = torch.cat([p_mask, r.completion_mask[:, :-1].to(dev).reshape(B, n_c)], 1)  # (B, L)
+    seg = torch.cat([torch.full((Tp,), -1, device=dev),                    # (L,) -1: prompt,
+                     torch.arange(G, device=dev).repeat_interleave(Tc - 1)])  # g: completion g
+    i = torch.arange(Tp + n_c, device=dev)
+    causal = (seg[:, None] == seg[None, :]) & (i[None, :] <= i[:, None])   # (L, L) own segment
+    prompt = (seg[None, :] == -1) & (seg[:, None] >= 0)                    # (L, L) -> the prompt
+    see = (causal | prompt)[None] & real[:, None, :] | (i[:, None] == i[None, :])  # (B, L, L)
+    logits, _ = model(ids, torch.cat([p_pos, c_pos], 1), see,
+                      logits_to_keep=n_c + 1)                              # (B, 1 + n_c, V)
+    V = logits.shape[-1]
+    first = logits[:, :1, None].expand(B, G, 1, V)                         # (B, G, 1, V)
+    rest = logits[:, 1:].reshape(B, G, Tc - 1, V)                          # (B, G, Tc-1, V)
+    return torch.cat([first, rest], 2).reshape(B * G, Tc, V)               # (N, Tc, V)
+
+
 UPDATE_FORWARDS = {"all_positions": all_positions_logits, "completion": completion_logits,
-                   "prompt_once": prompt_once_logits}
+                   "prompt_once": prompt_once_logits, "packed": packed_logits}
 
 
 def completion_logprobs(model, r: Rollout, temperature: float = 1.0,

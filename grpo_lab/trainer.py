@@ -68,7 +68,7 @@ from grpo_lab.tasks import sample_examples
 
 # the per-phase timings every step logs (seconds; "time/rollout_s" is the whole collect)
 PHASES = ("time/sample_s", "time/score_s", "time/loss_forward_s", "time/backward_s",
-          "time/exchange_s", "time/optimizer_s")
+          "time/exchange_s", "time/optimizer_s", "time/check_s")
 
 __all__ = ["train", "setup", "held_out_sets", "evaluate", "evaluate_tasks", "learning_rate", "prompt_source",
            "make_grouper", "max_new_tokens", "load_policy_any"]
@@ -350,7 +350,9 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
             add_time(clock, "time/exchange_s", t_opt - t_reduce)
             add_time(clock, "time/optimizer_s", now() - t_opt)
             payload, sent = payload + b, sent + ex.wire(b)
+        t_check = now()
         _check_finite(ex, step, ckpt, group)
+        add_time(clock, "time/check_s", now() - t_check)
         metrics = {"step": step, **batch.metrics, **_reduce_shares(shares, group), **ex_metrics,
                    **{k: 0.0 for k in PHASES}, **clock,
                    "time/rollout_s": t_collect, "time/step_s": now() - t_step}

@@ -130,6 +130,31 @@ def test_chosen_logprobs_give_the_update_autograds_gradients(tiny):
     torch.testing.assert_close(g_b, g_a, rtol=0, atol=1e-5 * float(g_a.abs().max()))
 
 
+def test_packed_forward_runs_under_activation_checkpointing():
+    """The packed forward needs no KV cache: with checkpointing on (where prompt_once falls
+    back to a forward per row) it still packs, and gives the plain forward's loss and grads."""
+    model = toy()
+    ps = [encode("12+34="), encode("sort:3142="), encode("7+5=")]
+    r = sample(model, ps, 3, 6, 0.8, generator=prompt_generators(0, 0, 0, range(len(ps))))
+    adv = torch.linspace(-1, 1, len(r.prompt_index))
+    model.train()
+    ref_loss, ref_g, mag = loss_and_grads(model, r, "all_positions", adv)
+    model.checkpoint_every = 1
+    rows = []
+    h = model.lm_head.register_forward_hook(lambda m, i, o: rows.append(o.shape[:2]))
+    try:
+        loss, g, _ = loss_and_grads(model, r, "packed", adv)
+    finally:
+        h.remove()
+        model.checkpoint_every = 0
+    Tc = r.completion_ids.shape[1]
+    assert rows == [(len(ps), 1 + 3 * (Tc - 1))]                          # one packed forward
+    n = int(r.completion_mask.sum())
+    assert abs(float(loss - ref_loss)) <= 10 * mean_tol(n, mag / n) * n
+    torch.testing.assert_close(g, ref_g, rtol=0, atol=1e-4 * float(ref_g.abs().max()))
+    model.zero_grad()
+
+
 def test_prompt_once_keeps_the_head_off_prompt_positions(tiny):
     ps = hf_prompts(tiny)
     r = sample(tiny, ps, 2, 4, generator=prompt_generators(0, 0, 0, range(len(ps))))
@@ -145,7 +170,8 @@ def test_prompt_once_keeps_the_head_off_prompt_positions(tiny):
     B = len(ps)
     assert rows[0] == (N, Tp + Tc)                                         # all positions
     assert rows[1] == (N, Tc + 1)                                          # logits_to_keep
-    assert rows[2:] == [(B, 1), (N, Tc - 1)]                               # prompt once
+    assert rows[2:4] == [(B, 1), (N, Tc - 1)]                              # prompt once
+    assert rows[4:] == [(B, 1 + 2 * (Tc - 1))]                             # packed, G = 2
 
 
 @pytest.mark.parametrize("which", ["toy", "hf"])
@@ -237,7 +263,7 @@ def test_lora_run_trains_adapters_only_with_the_adapters_off_reference(tmp_path)
     h = train(preset("hf_tiny_cpu", out_dir=str(tmp_path / "run"), **kw), progress=False)
     assert h[1]["loss/kl"] == 0.0 and h[-1]["loss/kl"] > 0                 # adapters moved away
     assert all(h[-1][k] > 0 for k in ("time/prefill_s", "time/ref_s", "time/loss_forward_s",
-                                      "time/backward_s", "time/optimizer_s"))
+                                      "time/backward_s", "time/optimizer_s", "time/check_s"))
 
 
 def test_bf16_paths_stay_close_to_fp32(tiny):
