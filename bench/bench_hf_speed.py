@@ -160,9 +160,20 @@ def grpo_lab_run(a, beta: float, levers: dict, lora_r: int = 0, seed: int = 0) -
         rollout_cpu.append(time.process_time() - c)
         return out
 
+    import grpo_lab.trainer as trainer_mod
+    save, saving = trainer_mod._checkpoint, [0.0]
+
+    def timed_save(*args, **kw):                    # the run's last checkpoint: not a step's work
+        c = time.process_time()                     # (TRL's side saves nothing)
+        save(*args, **kw)
+        saving[0] += time.process_time() - c
+
     def on_step(m, p):
-        heads.append({**clock.take(), "cpu_s": time.process_time() - cpu[-1]})
+        heads.append({**clock.take(), "cpu_s": time.process_time() - cpu[-1] - saving[0]})
+        saving[0] = 0.0
         cpu.append(time.process_time())
+
+    trainer_mod._checkpoint = timed_save
 
     step_mod.OBJECTIVES["grpo"] = dataclasses.replace(step_mod.OBJECTIVES["grpo"],
                                                       collect=timed_collect)
