@@ -405,9 +405,14 @@ class Compressor:
             index = codecs.get_codec(cfg.index_codec).encode(idx.numpy(), n)
         scales = np.zeros(0, np.float32)
         if cfg.topk_format in FP8_FORMATS:
-            codes, sc = fp8_quantize(vals, cfg.topk_format)                # (k',), (1,)
-            if cfg.error_feedback:                                         # keep the rounding error
-                self.residual[name][idx] = vals - fp8_dequantize(codes, sc, cfg.topk_format)
+            fused = fastpath.fp8_sent_(vals, idx, self.residual[name] if cfg.error_feedback
+                                       else None, cfg.topk_format) if cfg.fast else None
+            if fused is not None:                                          # one pass, same bytes
+                codes, sc = fused                                          # (k',), (1,)
+            else:
+                codes, sc = fp8_quantize(vals, cfg.topk_format)            # (k',), (1,)
+                if cfg.error_feedback:                                     # keep the rounding error
+                    self.residual[name][idx] = vals - fp8_dequantize(codes, sc, cfg.topk_format)
             values, scales = codes.numpy().tobytes(), sc.numpy()
         else:
             values = vals.numpy().astype("<f4").tobytes()
@@ -468,7 +473,9 @@ def decode_message(payload, fast: bool = False) -> dict[str, torch.Tensor]:
             if len(idx) != r.k:
                 raise WireError(f"tensor {r.name!r}: index payload holds {len(idx)} positions, "
                                 f"record says k={r.k}")
-            flat = topk_decode(idx, r.values, n, r.format, r.scales)        # (n,)
+            flat = fastpath.scatter(idx, r.values, n, r.format, r.scales) if fast else None
+            if flat is None:
+                flat = topk_decode(idx, r.values, n, r.format, r.scales)    # (n,)
         out[r.name] = flat.reshape(r.shape)
     return out
 
