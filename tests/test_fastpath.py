@@ -71,16 +71,20 @@ def test_raw_fast_matches_reference():
     assert np.array_equal(F.raw_decode(codecs.raw_encode(idx, 5000), 5000).numpy(), idx)
 
 
+@pytest.mark.parametrize("n,feedback", [(200_000, True), (4_099, True), (1_001, False)])
 @pytest.mark.parametrize("select", ["exact", "sampled"])
-def test_fast_selection_equals_reference(select, path):
-    g = torch.randn(200_000, generator=torch.Generator().manual_seed(3)) ** 3  # heavy tails
-    res = torch.randn(200_000, generator=torch.Generator().manual_seed(4)) * 0.1
-    ref_idx, ref_vals, ref_res, _ = C.sparsify(g, res.clone(), None, 1000, select,
-                                               generator=torch.Generator().manual_seed(5))
-    idx, vals, new_res = F.sparsify_(g, res.clone(), 1000, select,
+def test_fast_selection_equals_reference(select, path, n, feedback):
+    """Sizes that are and are not a multiple of the kernel's 8-byte words; with and without
+    a residual (error feedback)."""
+    g = torch.randn(n, generator=torch.Generator().manual_seed(3)) ** 3  # heavy tails
+    res = torch.randn(n, generator=torch.Generator().manual_seed(4)) * 0.1 if feedback else None
+    k = max(1, n // 200)
+    ref_idx, ref_vals, ref_res, _ = C.sparsify(g, None if res is None else res.clone(), None, k,
+                                               select, generator=torch.Generator().manual_seed(5))
+    idx, vals, new_res = F.sparsify_(g, None if res is None else res.clone(), k, select,
                                      generator=torch.Generator().manual_seed(5))
     assert torch.equal(idx, ref_idx) and torch.equal(vals, ref_vals)
-    assert torch.equal(new_res, ref_res)
+    assert (new_res is None and ref_res is None) or torch.equal(new_res, ref_res)
 
 
 def _toy_gradients(steps=3):
@@ -255,9 +259,9 @@ def test_non_finite_is_refused_and_the_residual_kept_alike(path, where, bad):
 def test_sampled_threshold_with_ties_beyond_the_kernel_buffer(path, feedback):
     """A mostly-zero gradient: the sampled threshold is 0, every entry passes it (more than the
     kernel's 2k + 1024 buffer), and the top k of them are kept; as the reference, bit for bit."""
-    g = torch.zeros(20_000)
+    g = torch.zeros(20_003)                                                # not a multiple of 8
     g[::97] = torch.randn(len(g[::97]), generator=torch.Generator().manual_seed(0))
-    res = torch.zeros(20_000) if feedback else None
+    res = torch.zeros(20_003) if feedback else None
     ref_idx, ref_vals, ref_res, _ = C.sparsify(g, None if res is None else res.clone(), None, 500,
                                                "sampled", generator=torch.Generator().manual_seed(5))
     idx, vals, new_res = F.sparsify_(g, None if res is None else res.clone(), 500, "sampled",
@@ -280,3 +284,18 @@ def test_kernel_decode_scatter_equals_the_torch_decode(path):
         got = F.scatter(idx, payload, 10_000, fmt, scales)
         assert got is None if (path == "torch" or fmt == "e5m2") else torch.equal(got, ref), fmt
     assert F.scatter(idx, vals.numpy().tobytes(), 500, "fp32", np.zeros(0)) is None
+
+
+@pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")
+def test_a_cpu_tensor_takes_every_kernel_once(monkeypatch):
+    """fast_topk5 on one CPU tensor: selection, fp8, Rice encode, Rice decode and the scatter
+    each run their kernel once (so the equality tests above test the kernels, not a fallback)."""
+    calls = []
+    for name in ("feedback_select", "fp8_e4m3_sent", "rice_encode", "rice_decode", "scatter_fp8"):
+        fn = getattr(kernels, name)
+        monkeypatch.setattr(kernels, name, lambda *a, _f=fn, _n=name: calls.append(_n) or _f(*a))
+    monkeypatch.setattr(F, "KERNELS_ON_CPU", True)
+    g = {"w": torch.randn(20_000, generator=torch.Generator().manual_seed(0))}
+    C.decode_message(C.Compressor("fast_topk5").encode(g), fast=True)
+    assert sorted(calls) == ["feedback_select", "fp8_e4m3_sent", "rice_decode", "rice_encode",
+                             "scatter_fp8"]

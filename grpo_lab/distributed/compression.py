@@ -35,8 +35,8 @@ top-k values travel as fp32 unless ``topk_format`` says fp8 (one scale per tenso
 values; the residual then keeps their rounding error too); DGC's local gradient clipping is
 left out.
 
-The fast path (``fast=True``, ``fastpath.py``): the same algorithm in whole-tensor torch ops, the
-residual updated in place, the index codec's bytes written without one byte per bit. It
+The fast path (``fast=True``, ``fastpath.py``): the same algorithm in whole-tensor torch ops
+(on a CPU tensor fused numba kernels, ``kernels.py``), the residual updated in place, the index codec's bytes written without one byte per bit. It
 gives the same indices, values and bytes as this module's readable path for the same config
 (``tests/test_fastpath.py``); ``fast_topk5`` is the preset built for speed (DGC's sampled
 threshold, fp8 values, Rice), ``fp8_topk5_fast`` is ``fp8_topk5`` through the fast path

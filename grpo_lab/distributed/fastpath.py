@@ -36,6 +36,12 @@ What changes against the reference, and what stays bit for bit:
     where torch's kernels are the slow part: its bool compare and nonzero run at 0.6 and 1.5 ns
     per element against numpy's 0.07 and 0.8, and its bit packing 30x slower than np.packbits.
     Everything else is the same torch code on both (tests run the torch branches on a CPU).
+  * Fused CPU kernels (``kernels.py``, numba; ``KERNELS_ON_CPU``): on a CPU tensor the sampled
+    selection with error feedback (``_sampled_fused``), Rice encode and decode, the fp8 values
+    with their rounding error (``fp8_sent_``) and the decode scatter (``scatter``) are one
+    compiled loop each, the same outputs bit for bit; with them the fast Rice codec is the
+    faster writer at every k. The torch ops above stay for GPU tensors and when numba is not
+    importable; the tests run both on every equality check.
 
 Values after fp8 (``CompressionConfig.topk_format``) are quantised by ``compression.fp8_quantize``
 on both paths; the residual keeps the quantisation error of the sent values (error feedback
@@ -129,7 +135,7 @@ def sparsify_(grad: torch.Tensor, residual: torch.Tensor | None, k: int, select:
             and not g.requires_grad
             and (residual is None or (residual.dtype == torch.float32 and residual.is_contiguous()
                                       and residual.shape == g.shape))):
-        return _sampled_fused(g, residual, k, generator)
+        return _sampled_fused(g, residual, k, generator, absbuf)
     acc = g if residual is None else residual.add_(g)                     # (n,) the accumulator
     a = torch.abs(acc, out=absbuf) if absbuf is not None else acc.abs()   # (n,) |acc|
     if not torch.isfinite(a.max()):                                       # one reduction pass
@@ -144,11 +150,12 @@ def sparsify_(grad: torch.Tensor, residual: torch.Tensor | None, k: int, select:
 
 
 def _sampled_fused(g: torch.Tensor, residual: torch.Tensor | None, k: int, generator=None,
-                   sample: float = 0.01):
+                   absbuf: torch.Tensor | None = None, sample: float = 0.01):
     """``sparsify_`` with ``select_sampled`` through ``kernels.feedback_select``: the probe is
     drawn first (the same draws: ``torch.randint`` with the same generator) and read as
     |residual + g| at the drawn positions (the same float32 sums), then one pass adds, compares,
-    compacts and updates the residual. Needs n > 1000 (the probe a strict sample)."""
+    compacts and updates the residual. Needs n > 1000 (the probe a strict sample). ``absbuf``
+    (n,) float32, if given, is the kernel's byte mask (its first n bytes)."""
     n = g.numel()
     s = min(n, max(1000, int(sample * n)))
     draw = torch.randint(n, (s,), generator=generator)                    # (s,)
@@ -158,8 +165,10 @@ def _sampled_fused(g: torch.Tensor, residual: torch.Tensor | None, k: int, gener
     idx, val = np.empty(cap, np.int64), np.empty(cap, np.float32)         # (cap,), (cap,)
     feedback = residual is not None
     gn = g.numpy()
+    mask = (absbuf.numpy().view(np.uint8) if absbuf is not None and absbuf.numel() >= n
+            and absbuf.is_contiguous() else np.empty(n, np.uint8))       # (>= n,) scratch
     m, nbad = kernels.feedback_select(gn, residual.numpy() if feedback else gn,
-                                             np.float32(thr.item()), feedback, idx, val)
+                                      np.float32(thr.item()), feedback, idx, val, mask)
     chosen, values = torch.from_numpy(idx[:min(m, cap)]), torch.from_numpy(val[:min(m, cap)])
     if feedback and (nbad or m > cap):                        # residual = acc everywhere again
         residual.index_copy_(0, chosen, values)
