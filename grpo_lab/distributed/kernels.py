@@ -194,31 +194,25 @@ def rice_decode(body, k, r, out):
 
 
 @njit(cache=True, nogil=True)
-def _e4m3_code(x):
-    """float32 -> e4m3fn code (uint8), c10's fp8e4m3fn_from_fp32_value on the float's bits."""
-    bits = np.empty(1, np.float32)
-    bits[0] = x
-    f = np.int64(bits.view(np.uint32)[0])
-    sign = f & 0x80000000
-    f ^= sign
+def _e4m3(f, ax):
+    """e4m3fn code (no sign) of a float32 with bits ``f`` (sign cleared) and value ``ax`` >= 0:
+    c10's fp8e4m3fn_from_fp32_value with torch's CPU saturation."""
     if f > 0x43E00000:                                       # |x| > 448: saturate; NaN: NaN
-        res = 0x7F if f > 0x7F800000 else 0x7E
-    elif f < (121 << 23):                                    # below 2^-6: subnormal e4m3
-        bits[0] = np.float32(abs(x)) + np.float32(16384.0)   # 2^14 = bits 141 << 23
-        res = (np.int64(bits.view(np.uint32)[0]) - (141 << 23)) & 255
-    else:
-        mant_odd = (f >> 20) & 1
-        f += ((7 - 127) << 23) + 0x7FFFF + mant_odd
-        res = (f >> 20) & 255
-    return np.uint8(res | (sign >> 24))
+        return 0x7F if f > 0x7F800000 else 0x7E
+    if f < (121 << 23):                                      # below 2^-6: subnormal e4m3, a
+        return np.int64(np.rint(ax * np.float32(512.0)))     # multiple of 2^-9, ties to even
+    f += ((7 - 127) << 23) + 0x7FFFF + ((f >> 20) & 1)       # round the mantissa to 3 bits,
+    return (f >> 20) & 255                                   # ties to even, rebias 127 -> 7
 
 
 @njit(cache=True, nogil=True)
 def e4m3_codes(x):
     """float32 (m,) -> e4m3fn codes (m,) uint8 (for the tests: against torch's cast)."""
     out = np.empty(x.shape[0], np.uint8)
+    xb = x.view(np.uint32)
     for i in range(x.shape[0]):
-        out[i] = _e4m3_code(x[i])
+        f = np.int64(xb[i])
+        out[i] = _e4m3(f & 0x7FFFFFFF, abs(x[i])) | ((f >> 24) & 0x80)
     return out
 
 
@@ -238,22 +232,13 @@ def fp8_e4m3_sent(vals, idx, res, table, feedback, codes):
     if nbad:
         return np.float32(1.0), nbad
     scale = amax / np.float32(448.0) if amax > 0 else np.float32(1.0)
-    bits = np.empty(1, np.float32)
+    x = np.empty(k, np.float32)
     for j in range(k):
-        x = vals[j] / scale
-        bits[0] = x
-        f = np.int64(bits.view(np.uint32)[0])
-        sign = f & 0x80000000
-        f ^= sign
-        if f > 0x43E00000:
-            c = 0x7F if f > 0x7F800000 else 0x7E
-        elif f < (121 << 23):
-            bits[0] = np.float32(abs(x)) + np.float32(16384.0)
-            c = (np.int64(bits.view(np.uint32)[0]) - (141 << 23)) & 255
-        else:
-            f += ((7 - 127) << 23) + 0x7FFFF + ((f >> 20) & 1)
-            c = (f >> 20) & 255
-        c |= sign >> 24
+        x[j] = vals[j] / scale                               # float32, as torch divides
+    xb = x.view(np.uint32)
+    for j in range(k):
+        f = np.int64(xb[j])
+        c = _e4m3(f & 0x7FFFFFFF, abs(x[j])) | ((f >> 24) & 0x80)
         codes[j] = c
         if feedback:
             res[idx[j]] = vals[j] - table[c] * scale
