@@ -299,3 +299,21 @@ def test_a_cpu_tensor_takes_every_kernel_once(monkeypatch):
     C.decode_message(C.Compressor("fast_topk5").encode(g), fast=True)
     assert sorted(calls) == ["feedback_select", "fp8_e4m3_sent", "rice_decode", "rice_encode",
                              "scatter_fp8"]
+
+
+def test_without_numba_the_fast_path_runs_its_torch_ops():
+    """numba not importable (blocked in a fresh interpreter): kernels.AVAILABLE is False and
+    fast_topk5 still sends the readable path's bytes."""
+    import subprocess
+    import sys
+    code = ("import sys, dataclasses, torch; sys.modules['numba'] = None\n"
+            "from grpo_lab.distributed import kernels, fastpath, compression as C\n"
+            "assert not kernels.AVAILABLE and not fastpath.KERNELS_ON_CPU\n"
+            "g = {'w': torch.randn(20_000, generator=torch.Generator().manual_seed(0))}\n"
+            "cfg = C.get_config('fast_topk5')\n"
+            "m = C.Compressor(cfg).encode(g)\n"
+            "assert m == C.Compressor(dataclasses.replace(cfg, fast=False)).encode(g)\n"
+            "assert torch.equal(C.decode_message(m, fast=True)['w'], C.decode_message(m)['w'])\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
