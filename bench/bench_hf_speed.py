@@ -88,10 +88,10 @@ class HeadClock:
 def grpo_lab_run(a, beta: float, levers: dict, lora_r: int = 0, seed: int = 0) -> dict:
     from bench_hf_trl import WEIGHTS
 
-    from grpo_lab.config import preset
-    from grpo_lab.trainer import train
+    from grpo_lab.training.config import preset
+    from grpo_lab.training.trainer import train
     torch.set_num_threads(a.threads)
-    import grpo_lab.step as step_mod
+    import grpo_lab.training.step as step_mod
     clock = HeadClock(_vocab(a.model))
     heads, cpu, rollout_cpu = [], [time.process_time()], []
     collect = step_mod.OBJECTIVES["grpo"][0]
@@ -173,7 +173,7 @@ def med(rows, k):
 
 
 def ci(values, fmt=".2f") -> str:
-    from grpo_lab.experiments import mean_ci
+    from grpo_lab.training.experiments import mean_ci
     m, lo, hi = mean_ci(values)
     return f"{m:{fmt}}" + (f" [{lo:{fmt}}, {hi:{fmt}}]" if len(values) > 1 else "")
 
