@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 PHASES = ("time/prefill_s", "time/decode_forward_s", "time/decode_sample_s",
           "time/decode_cache_s", "time/ref_s", "time/loss_forward_s", "time/backward_s",
-          "time/optimizer_s")
+          "time/optimizer_s", "time/check_s")
 BEFORE = {"sample_draw": "race", "drop_finished": False, "update_forward": "all_positions",
           "hf_sample_dtype": "", "hf_autocast": False}
 LEVERS = {                                      # name -> overrides on top of BEFORE
@@ -48,11 +48,64 @@ LEVERS = {                                      # name -> overrides on top of BE
     "bf16 autocast (every forward)": {"hf_autocast": True},
     "after (fp32 levers)": {"sample_draw": "inverse_cdf", "drop_finished": True,
                             "update_forward": "prompt_once"},
+    "packed update forward": {"update_forward": "packed"},
     "after (all)": {"sample_draw": "inverse_cdf", "drop_finished": True,
-                    "update_forward": "prompt_once", "hf_sample_dtype": "bfloat16",
+                    "update_forward": "packed", "hf_sample_dtype": "bfloat16",
                     "hf_autocast": True},
 }
 AFTER = LEVERS["after (all)"]
+# the second round of levers (issue 22, the update): each is on in grpo_lab's code; a bench
+# run names the ones it turns back off ("undo"), so each is measured alone against the others
+UNDO = ("fused AdamW", "chosen log-prob", "summed finite check")
+LEVERS.update({                 # on top of "after (fp32 levers)" (the update forward prompt_once)
+    "after, none of the update levers": {"undo": UNDO},
+    "+ fused AdamW": {"undo": ("chosen log-prob", "summed finite check")},
+    "+ chosen log-prob": {"undo": ("fused AdamW", "summed finite check")},
+    "+ summed finite check": {"undo": ("fused AdamW", "chosen log-prob")},
+    "+ packed update forward": {"undo": UNDO, "update_forward": "packed"},
+    "after, all update levers": {"update_forward": "packed"},
+})
+for _k in list(LEVERS)[-6:]:
+    LEVERS[_k] = {**LEVERS["after (fp32 levers)"], **LEVERS[_k]}
+
+
+def _old_token_stats(logits, r, temperature=1.0, entropy_grad=False, with_entropy=True):
+    """rollout.completion_token_stats before the 'chosen log-prob' lever: autograd's
+    log_softmax -> gather, the entropy from exp * logp, computed whether asked or not."""
+    import torch.nn.functional as F
+    logp = F.log_softmax(logits.float() / temperature, -1)                 # (N, Tc, V)
+    c_ids, c_mask = r.completion_ids.to(logits.device), r.completion_mask.to(logits.device)
+    tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2)                 # (N, Tc)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        lp = logp if entropy_grad else logp.detach()
+        entropy = -(lp.exp() * lp).sum(-1).masked_fill(~c_mask, 0.0)       # (N, Tc)
+    return tok_logp.masked_fill(~c_mask, 0.0), entropy
+
+
+def _old_first_non_finite(named):
+    """exchanges.first_non_finite before the 'summed finite check' lever: isfinite -> all."""
+    for name, t in named:
+        if torch.is_tensor(t) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return name
+    return None
+
+
+def undo_levers(names) -> None:
+    """Turn the named update levers back off in this (child) process."""
+    import dataclasses
+
+    import grpo_lab.distributed.exchanges as exchanges
+    import grpo_lab.policies.policy as policy
+    import grpo_lab.algorithm.rollout as rollout
+    for name in names:
+        if name == "fused AdamW":
+            policy.POLICIES["hf"] = dataclasses.replace(policy.POLICIES["hf"], fused_adamw=False)
+        elif name == "chosen log-prob":
+            rollout.completion_token_stats = _old_token_stats
+        elif name == "summed finite check":
+            exchanges.first_non_finite = _old_first_non_finite
+        else:
+            raise ValueError(f"no update lever {name!r}; known: {UNDO}")
 
 
 # ---- one run in a child process: rows per step + peak RSS
@@ -91,10 +144,14 @@ def grpo_lab_run(a, beta: float, levers: dict, lora_r: int = 0, seed: int = 0) -
     from grpo_lab.training.config import preset
     from grpo_lab.training.trainer import train
     torch.set_num_threads(a.threads)
+    import dataclasses
+
     import grpo_lab.training.step as step_mod
+    levers = dict(levers)
+    undo_levers(levers.pop("undo", ()))
     clock = HeadClock(_vocab(a.model))
     heads, cpu, rollout_cpu = [], [time.process_time()], []
-    collect = step_mod.OBJECTIVES["grpo"][0]
+    collect = step_mod.OBJECTIVES["grpo"].collect
 
     def timed_collect(*args, **kw):                 # the rollout's CPU seconds
         c = time.process_time()
@@ -106,7 +163,8 @@ def grpo_lab_run(a, beta: float, levers: dict, lora_r: int = 0, seed: int = 0) -
         heads.append({**clock.take(), "cpu_s": time.process_time() - cpu[-1]})
         cpu.append(time.process_time())
 
-    step_mod.OBJECTIVES["grpo"] = (timed_collect, step_mod.OBJECTIVES["grpo"][1])
+    step_mod.OBJECTIVES["grpo"] = dataclasses.replace(step_mod.OBJECTIVES["grpo"],
+                                                      collect=timed_collect)
     with tempfile.TemporaryDirectory() as d:
         c = preset("hf_tiny_cpu", **{
             "base_checkpoint": a.model, "out_dir": d, "steps": a.steps, "lr": a.lr,
@@ -201,11 +259,12 @@ def profile(a) -> list[str]:
                   f"{med(out['rows'], 'cpu_s'):.2f} CPU s, peak {out['peak_rss_mb']:.0f} MB, "
                   f"{load()}", flush=True)
     cols = ["prefill", "decode fwd (body)", "decode fwd (head)", "sampling", "cache/rows",
-            "rollout other", "ref fwd", "loss fwd", "backward", "optimizer", "step CPU s"]
-    out = ["| lever (alone, on top of 'before') | " + " | ".join(cols)
-           + " | step / before (CPU s) | step wall s | peak RSS MB | mean len |",
+            "rollout other", "ref fwd", "loss fwd", "backward", "optimizer", "finite check",
+            "step CPU s"]
+    out = [f"| lever (alone, on top of '{next(iter(runs))}') | " + " | ".join(cols)
+           + " | step / first row (CPU s) | step wall s | peak RSS MB | mean len |",
            "|---|" + "---|" * (len(cols) + 4)]
-    base = [r for o in runs["before"] for r in o["rows"][a.skip:]]
+    base = [r for o in runs[next(iter(runs))] for r in o["rows"][a.skip:]]   # the first lever
     base_cpu = statistics.median(r["cpu_s"] for r in base)
     for name, outs in runs.items():
         raw = [r for o in outs for r in o["rows"][a.skip:]]
@@ -217,7 +276,7 @@ def profile(a) -> list[str]:
             - m("time/decode_cache_s") - m("time/ref_s")
         cells = [m("time/prefill_s"), dec - head, head, m("time/decode_sample_s"),
                  m("time/decode_cache_s"), other, m("time/ref_s"), m("time/loss_forward_s"),
-                 m("time/backward_s"), m("time/optimizer_s"), m("cpu_s")]
+                 m("time/backward_s"), m("time/optimizer_s"), m("time/check_s"), m("cpu_s")]
         ratio = [r["cpu_s"] / base_cpu for r in raw]
         out.append(f"| {name} | " + " | ".join(f"{c:.2f}" for c in cells)
                    + f" | {ci(ratio)} | {statistics.median(r['step_s'] for r in raw):.1f} | "
@@ -227,8 +286,8 @@ def profile(a) -> list[str]:
             "scaled by its step's CPU s / wall s (the share of a core the run got on the shared "
             "machine). rollout other = rollout - prefill - decode forwards - sampling - cache "
             "(tokenizer decode, rewards, grouping, advantages); head = the output layer, timed "
-            "by forward hooks, in no-grad forwards (sampling). Step / before: each measured "
-            "step's CPU s over the median 'before' step, mean [95% interval]. "
+            "by forward hooks, in no-grad forwards (sampling). Step / first row: each measured "
+            "step's CPU s over the first row's median step, mean [95% interval]. "
             f"{load()} at the end."]
     return out
 
@@ -247,24 +306,31 @@ def trl_table(a) -> list[str]:
                       f"{med(out['rows'], 'cpu_s'):.2f} CPU s (rollout "
                       f"{med(out['rows'], 'rollout_cpu_s'):.2f}), peak "
                       f"{out['peak_rss_mb']:.0f} MB, {load()}", flush=True)
-    out = ["| beta | weights trained | grpo_lab CPU s/step (rollout) | TRL CPU s/step (rollout) "
-           "| TRL / grpo_lab, step | TRL / grpo_lab, rollout | wall s/step grpo_lab / TRL | "
-           "peak RSS MB grpo_lab / TRL |", "|---|---|---|---|---|---|---|---|"]
+    out = ["| beta | weights trained | grpo_lab CPU s/step (rollout + update) | TRL CPU s/step "
+           "(rollout + update) | TRL / grpo_lab, step | TRL / grpo_lab, rollout | TRL / "
+           "grpo_lab, update | wall s/step grpo_lab / TRL | peak RSS MB grpo_lab / TRL |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for beta, r in settings:
         o, t = res[((beta, r), "grpo_lab")], res[((beta, r), "TRL")]
         oc, tc = [med(x["rows"], "cpu_s") for x in o], [med(x["rows"], "cpu_s") for x in t]
         orl = [med(x["rows"], "rollout_cpu_s") for x in o]
         trl_ = [med(x["rows"], "rollout_cpu_s") for x in t]
+        ou = [med([{"u": y["cpu_s"] - y["rollout_cpu_s"]} for y in x["rows"]], "u") for x in o]
+        tu = [med([{"u": y["cpu_s"] - y["rollout_cpu_s"]} for y in x["rows"]], "u") for x in t]
         ow, tw = [med(x["rows"], "step_s") for x in o], [med(x["rows"], "step_s") for x in t]
-        out.append(f"| {beta} | {'LoRA r=%d' % r if r else 'all'} | {statistics.mean(oc):.2f} "
-                   f"({statistics.mean(orl):.2f}) | {statistics.mean(tc):.2f} "
-                   f"({statistics.mean(trl_):.2f}) | {ci([y / x for x, y in zip(oc, tc)])} | "
-                   f"{ci([y / x for x, y in zip(orl, trl_)])} | {statistics.mean(ow):.1f} / "
-                   f"{statistics.mean(tw):.1f} | "
-                   f"{statistics.mean(x['peak_rss_mb'] for x in o):.0f} / "
-                   f"{statistics.mean(x['peak_rss_mb'] for x in t):.0f} |")
+        mean = statistics.mean
+        out.append(f"| {beta} | {'LoRA r=%d' % r if r else 'all'} | {mean(oc):.2f} "
+                   f"({mean(orl):.2f} + {mean(ou):.2f}) | {mean(tc):.2f} "
+                   f"({mean(trl_):.2f} + {mean(tu):.2f}) | {ci([y / x for x, y in zip(oc, tc)])} | "
+                   f"{ci([y / x for x, y in zip(orl, trl_)])} | "
+                   f"{ci([y / x for x, y in zip(ou, tu)])} | {mean(ow):.1f} / "
+                   f"{mean(tw):.1f} | "
+                   f"{mean(x['peak_rss_mb'] for x in o):.0f} / "
+                   f"{mean(x['peak_rss_mb'] for x in t):.0f} |")
     out += ["", "CPU s: the process's CPU time per optimizer step (one torch thread each), "
-            f"median over each run's steps after the first {SKIP[0]}; ratios per round, mean "
+            f"median over each run's steps after the first {SKIP[0]}; update = step - rollout "
+            "(grpo_lab: reference forward inside the rollout; TRL: inside its "
+            "_generate_and_score_completions too); ratios per round, mean "
             f"[95% interval] over the rounds. {load()} at the end."]
     return out
 

@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_lab.distributed import codecs, compression as C, fastpath as F, wire
+from grpo_lab.distributed import codecs, compression as C, fastpath as F, kernels, wire
+
+
+@pytest.fixture(params=["numba", "torch"])
+def path(request, monkeypatch):
+    """Both CPU writers of the fast path: the fused numba kernels and the torch ops."""
+    if request.param == "numba" and not kernels.AVAILABLE:
+        pytest.skip("numba is not importable")
+    monkeypatch.setattr(F, "KERNELS_ON_CPU", request.param == "numba")
+    return request.param
 
 
 def random_indices(n, k, seed):
@@ -15,7 +24,7 @@ def random_indices(n, k, seed):
 
 @pytest.mark.parametrize("n,k", [(1_000_000, 50_000), (100_000, 1_000), (100_000, 100),
                                  (1000, 300), (64, 64), (7, 1), (10, 0), (2 ** 31 + 7, 3)])
-def test_rice_fast_writes_the_reference_bytes_and_round_trips(n, k):
+def test_rice_fast_writes_the_reference_bytes_and_round_trips(n, k, path):
     idx = random_indices(n, k, seed=k) if n < 2 ** 31 else np.array([0, 5, 2 ** 31 + 6])
     ref = codecs.rice_encode(idx, n)
     fast = F.rice_encode(torch.from_numpy(idx), n)
@@ -39,6 +48,7 @@ def test_gpu_branches_run_on_cpu_give_the_same_bytes(monkeypatch, preset):
     """NUMPY_ON_CPU off: every primitive takes its torch (GPU) branch; bytes and residuals as
     the readable path's, Rice round trips included."""
     monkeypatch.setattr(F, "NUMPY_ON_CPU", False)
+    monkeypatch.setattr(F, "KERNELS_ON_CPU", False)
     monkeypatch.setattr(F, "FAST_MIN_K", 0)                               # the torch codec always
     for n, k in [(100_000, 5000), (1000, 13), (64, 64)]:
         idx = random_indices(n, k, seed=n)
@@ -61,16 +71,20 @@ def test_raw_fast_matches_reference():
     assert np.array_equal(F.raw_decode(codecs.raw_encode(idx, 5000), 5000).numpy(), idx)
 
 
+@pytest.mark.parametrize("n,feedback", [(200_000, True), (4_099, True), (1_001, False)])
 @pytest.mark.parametrize("select", ["exact", "sampled"])
-def test_fast_selection_equals_reference(select):
-    g = torch.randn(200_000, generator=torch.Generator().manual_seed(3)) ** 3  # heavy tails
-    res = torch.randn(200_000, generator=torch.Generator().manual_seed(4)) * 0.1
-    ref_idx, ref_vals, ref_res, _ = C.sparsify(g, res.clone(), None, 1000, select,
-                                               generator=torch.Generator().manual_seed(5))
-    idx, vals, new_res = F.sparsify_(g, res.clone(), 1000, select,
+def test_fast_selection_equals_reference(select, path, n, feedback):
+    """Sizes that are and are not a multiple of the kernel's 8-byte words; with and without
+    a residual (error feedback)."""
+    g = torch.randn(n, generator=torch.Generator().manual_seed(3)) ** 3  # heavy tails
+    res = torch.randn(n, generator=torch.Generator().manual_seed(4)) * 0.1 if feedback else None
+    k = max(1, n // 200)
+    ref_idx, ref_vals, ref_res, _ = C.sparsify(g, None if res is None else res.clone(), None, k,
+                                               select, generator=torch.Generator().manual_seed(5))
+    idx, vals, new_res = F.sparsify_(g, None if res is None else res.clone(), k, select,
                                      generator=torch.Generator().manual_seed(5))
     assert torch.equal(idx, ref_idx) and torch.equal(vals, ref_vals)
-    assert torch.equal(new_res, ref_res)
+    assert (new_res is None and ref_res is None) or torch.equal(new_res, ref_res)
 
 
 def _toy_gradients(steps=3):
@@ -95,7 +109,7 @@ def _random_gradients(steps=3):
 @pytest.mark.parametrize("min_k", [0, F.FAST_MIN_K], ids=["torch codec", "size-picked codec"])
 @pytest.mark.parametrize("make", [_random_gradients, _toy_gradients])
 @pytest.mark.parametrize("preset", ["fp8_topk5", "fast_topk5", "aggressive"])
-def test_fast_compressor_sends_the_reference_bytes(make, preset, min_k, monkeypatch):
+def test_fast_compressor_sends_the_reference_bytes(make, preset, min_k, monkeypatch, path):
     """Over three steps of error feedback: every message byte-identical to the readable path's
     (so the same indices, the same values after fp8), the same residuals, decoded alike."""
     monkeypatch.setattr(F, "FAST_MIN_K", min_k)
@@ -112,7 +126,7 @@ def test_fast_compressor_sends_the_reference_bytes(make, preset, min_k, monkeypa
             assert torch.equal(d_ref[name], d_fast[name]), name
 
 
-def test_fp8_topk_values_are_the_fp8_rounding_of_the_sent_values():
+def test_fp8_topk_values_are_the_fp8_rounding_of_the_sent_values(path):
     g = {"w": torch.randn(10_000, generator=torch.Generator().manual_seed(0))}
     comp = C.Compressor(C.get_config("fast_topk5"))
     payload = comp.encode(g)
@@ -149,6 +163,7 @@ def test_fp32_messages_keep_wire_version_1_bytes():
 
 
 def test_indices_go_to_the_faster_writer_of_the_same_bytes(monkeypatch):
+    monkeypatch.setattr(F, "KERNELS_ON_CPU", False)                       # torch ops: by size
     calls = []
     monkeypatch.setattr(F, "FAST_CODECS", {"rice": F.FastCodec(
         lambda idx, n: calls.append("fast") or F.rice_encode(idx, n),
@@ -161,7 +176,7 @@ def test_indices_go_to_the_faster_writer_of_the_same_bytes(monkeypatch):
     assert calls == ["fast", "fast"]                                       # only at FAST_MIN_K
 
 
-def test_density_one_round_trips_exactly_and_density_zero_is_refused():
+def test_density_one_round_trips_exactly_and_density_zero_is_refused(path):
     g = {"w": torch.randn(40, 50, generator=torch.Generator().manual_seed(0))}
     cfg = C.CompressionConfig(dense_fraction=0.0, density=1.0, index_codec="rice", fast=True)
     out = C.decode_message(C.Compressor(cfg).encode(g), fast=True)["w"]
@@ -170,7 +185,7 @@ def test_density_one_round_trips_exactly_and_density_zero_is_refused():
         C.CompressionConfig(density=0.0, fast=True)
 
 
-def test_bad_inputs_get_clear_errors():
+def test_bad_inputs_get_clear_errors(path):
     g = torch.randn(1000)
     g[17] = float("nan")
     comp = C.Compressor(C.get_config("fast_topk5"))
@@ -197,7 +212,7 @@ def test_bad_inputs_get_clear_errors():
         C.CompressionConfig(topk_format="int4")
 
 
-def test_fast_rice_decoder_rejects_corrupt_payloads():
+def test_fast_rice_decoder_rejects_corrupt_payloads(path):
     idx = random_indices(10_000, 500, 0)
     good = codecs.rice_encode(idx, 10_000)
     with pytest.raises(codecs.CodecError, match="unary terminators"):
@@ -206,3 +221,99 @@ def test_fast_rice_decoder_rejects_corrupt_payloads():
         F.rice_decode(good + b"\0", 10_000)
     with pytest.raises(codecs.CodecError, match="more than n"):
         F.rice_decode(good, 100)
+
+
+@pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")
+def test_kernel_e4m3_rounding_is_torchs_cast():
+    """The kernel's float32 -> e4m3 against torch's cast: random bit patterns, every e4m3 value,
+    the midpoints between neighbours (ties to even) and one ulp either side, the specials.
+    (Every one of the 2^32 float32 patterns agreed when checked by hand.)"""
+    rng = np.random.default_rng(0)
+    table = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float().numpy()
+    fin = np.unique(np.abs(table[np.isfinite(table)]))                    # 0 .. 448
+    mid = ((fin[1:].astype(np.float64) + fin[:-1]) / 2).astype(np.float32)  # exact in float32
+    around = np.concatenate([fin, mid, np.nextafter(mid, 0), np.nextafter(mid, 1e9),
+                             np.array([448.5, 464, 479.9, 480, 1e30, np.inf, np.nan], np.float32)])
+    x = np.concatenate([rng.integers(0, 2 ** 32, 1_000_000, dtype=np.uint64).astype(np.uint32)
+                        .view(np.float32), around, -around])
+    assert np.array_equal(kernels.e4m3_codes(x),
+                          torch.from_numpy(x).to(torch.float8_e4m3fn).view(torch.uint8).numpy())
+
+
+@pytest.mark.parametrize("where", [0, 4999, 1234])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_is_refused_and_the_residual_kept_alike(path, where, bad):
+    """Both writers raise the same error on a NaN or infinity anywhere (first, last, middle),
+    and leave the residual as the torch ops leave it: residual + g, nothing zeroed."""
+    g = torch.randn(5000, generator=torch.Generator().manual_seed(1))
+    g[where] = bad
+    res = torch.randn(5000, generator=torch.Generator().manual_seed(2))
+    expect = res + g
+    with pytest.raises(ValueError, match=f"top-k met 1 non-finite values.*position {where}$"):
+        F.sparsify_(g, res, 250, "sampled", torch.Generator().manual_seed(3))
+    assert torch.equal(res, expect) or (torch.isnan(expect[where]) and
+                                        torch.equal(res.nan_to_num(), expect.nan_to_num()))
+
+
+@pytest.mark.parametrize("feedback", [True, False])
+def test_sampled_threshold_with_ties_beyond_the_kernel_buffer(path, feedback):
+    """A mostly-zero gradient: the sampled threshold is 0, every entry passes it (more than the
+    kernel's 2k + 1024 buffer), and the top k of them are kept; as the reference, bit for bit."""
+    g = torch.zeros(20_003)                                                # not a multiple of 8
+    g[::97] = torch.randn(len(g[::97]), generator=torch.Generator().manual_seed(0))
+    res = torch.zeros(20_003) if feedback else None
+    ref_idx, ref_vals, ref_res, _ = C.sparsify(g, None if res is None else res.clone(), None, 500,
+                                               "sampled", generator=torch.Generator().manual_seed(5))
+    idx, vals, new_res = F.sparsify_(g, None if res is None else res.clone(), 500, "sampled",
+                                     generator=torch.Generator().manual_seed(5))
+    assert len(idx) == 500 and torch.equal(idx, ref_idx) and torch.equal(vals, ref_vals)
+    assert (new_res is None and ref_res is None) or torch.equal(new_res, ref_res)
+
+
+def test_kernel_decode_scatter_equals_the_torch_decode(path):
+    """fastpath.scatter (the dense tensor from positions and fp32 or e4m3 values) against
+    compression.topk_decode; an index out of range goes to the torch ops and their error."""
+    idx = torch.from_numpy(random_indices(10_000, 700, 3))
+    vals = torch.randn(700, generator=torch.Generator().manual_seed(4)) * 1e-3
+    codes, sc = C.fp8_quantize(vals, "e4m3")
+    for fmt, payload, scales in [("fp32", vals.numpy().astype("<f4").tobytes(), np.zeros(0)),
+                                 ("e4m3", codes.numpy().tobytes(), sc.numpy()),
+                                 ("e5m2", C.fp8_quantize(vals, "e5m2")[0].numpy().tobytes(),
+                                  C.fp8_quantize(vals, "e5m2")[1].numpy())]:
+        ref = C.topk_decode(idx, payload, 10_000, fmt, scales)
+        got = F.scatter(idx, payload, 10_000, fmt, scales)
+        assert got is None if (path == "torch" or fmt == "e5m2") else torch.equal(got, ref), fmt
+    assert F.scatter(idx, vals.numpy().tobytes(), 500, "fp32", np.zeros(0)) is None
+
+
+@pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")
+def test_a_cpu_tensor_takes_every_kernel_once(monkeypatch):
+    """fast_topk5 on one CPU tensor: selection, fp8, Rice encode, Rice decode and the scatter
+    each run their kernel once (so the equality tests above test the kernels, not a fallback)."""
+    calls = []
+    for name in ("feedback_select", "fp8_e4m3_sent", "rice_encode", "rice_decode", "scatter_fp8"):
+        fn = getattr(kernels, name)
+        monkeypatch.setattr(kernels, name, lambda *a, _f=fn, _n=name: calls.append(_n) or _f(*a))
+    monkeypatch.setattr(F, "KERNELS_ON_CPU", True)
+    g = {"w": torch.randn(20_000, generator=torch.Generator().manual_seed(0))}
+    C.decode_message(C.Compressor("fast_topk5").encode(g), fast=True)
+    assert sorted(calls) == ["feedback_select", "fp8_e4m3_sent", "rice_decode", "rice_encode",
+                             "scatter_fp8"]
+
+
+def test_without_numba_the_fast_path_runs_its_torch_ops():
+    """numba not importable (blocked in a fresh interpreter): kernels.AVAILABLE is False and
+    fast_topk5 still sends the readable path's bytes."""
+    import subprocess
+    import sys
+    code = ("import sys, dataclasses, torch; sys.modules['numba'] = None\n"
+            "from grpo_lab.distributed import kernels, fastpath, compression as C\n"
+            "assert not kernels.AVAILABLE and not fastpath.KERNELS_ON_CPU\n"
+            "g = {'w': torch.randn(20_000, generator=torch.Generator().manual_seed(0))}\n"
+            "cfg = C.get_config('fast_topk5')\n"
+            "m = C.Compressor(cfg).encode(g)\n"
+            "assert m == C.Compressor(dataclasses.replace(cfg, fast=False)).encode(g)\n"
+            "assert torch.equal(C.decode_message(m, fast=True)['w'], C.decode_message(m)['w'])\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

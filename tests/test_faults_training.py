@@ -96,6 +96,22 @@ def test_exchange_names_its_first_non_finite_tensor():
     assert ex.bad_state() == "ln_f.weight"                                 # parameters first
 
 
+def test_the_summed_finite_check_names_the_same_tensor_as_an_element_wise_one():
+    """first_non_finite checks one sum per tensor; a sum that overflows on finite elements is
+    no alarm, and inf + -inf inside one tensor (a NaN sum) is found like a NaN."""
+    from grpo_lab.distributed.exchanges import first_non_finite
+    big = torch.full((4,), 3e38)                                           # sum overflows: finite
+    ok = [("a", torch.ones(3)), ("big", big), ("step", torch.tensor(5.0)),
+          ("ids", torch.ones(2, dtype=torch.long))]
+    assert first_non_finite(ok) is None
+    both = torch.tensor([1.0, float("inf"), -float("inf")])                # sum is NaN
+    assert first_non_finite(ok + [("both", both), ("nan", torch.tensor([float("nan")]))]) == "both"
+    late = torch.zeros(5, dtype=torch.float64)
+    late[4] = float("-inf")
+    assert first_non_finite(ok + [("late", late)]) == "late"
+    assert first_non_finite([]) is None
+
+
 @pytest.mark.parametrize("flags,msg", [
     (["--lr", "inf"], "TrainConfig.lr must be a finite number, got inf"),
     (["--temperature", "inf"], "TrainConfig.temperature must be a finite number, got inf"),

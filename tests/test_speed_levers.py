@@ -5,10 +5,12 @@ the same tokens whichever prompts share its batch (1 vs N processes) or leave it
 LoRA with its adapters off is the base model; the bf16 sampling copy stays close to fp32."""
 import pytest
 import torch
+import torch.nn.functional as F
 from scipy.stats import chisquare
 
 from grpo_lab.policies.model import GPT, GPTConfig
-from grpo_lab.algorithm.rollout import DRAWS, UPDATE_FORWARDS, completion_logprobs, sample
+from grpo_lab.algorithm.rollout import (DRAWS, UPDATE_FORWARDS, chosen_logprobs, completion_logprobs,
+                              completion_token_stats, sample)
 from grpo_lab.training.step import prompt_generators
 from grpo_lab.tasks import EOS, encode
 from tolerance import mean_tol
@@ -73,6 +75,86 @@ def test_update_forwards_give_the_same_loss_and_gradients(which, tiny):
     model.zero_grad()
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chosen_logprobs_equal_log_softmax_gather_and_entropy(temperature):
+    """The fewer-passes path (one log_softmax, probabilities kept for a one-pass backward, the
+    entropy as a dot product) against autograd's log_softmax -> gather, -(p * log p).sum."""
+    torch.manual_seed(0)
+    N, Tc, V = 4, 6, 2000
+    x = (torch.randn(N, Tc, V) * 3).requires_grad_()                     # (N, Tc, V) logits
+    ids = torch.randint(0, V, (N, Tc))                                     # (N, Tc)
+    w = torch.randn(N, Tc)                                                 # (N, Tc) d loss / d logp
+    logp = F.log_softmax(x / temperature, -1)                              # (N, Tc, V)
+    want_tok = logp.gather(-1, ids[..., None]).squeeze(-1)                 # (N, Tc)
+    want_ent = -(logp.exp() * logp).sum(-1)                                # (N, Tc)
+    (want_tok * w).sum().backward()
+    want_g, x.grad = x.grad.clone(), None
+    tok, ent = chosen_logprobs(x, ids, temperature)
+    (tok * w).sum().backward()
+    assert torch.equal(tok, want_tok)                                      # the same log_softmax
+    assert not ent.requires_grad
+    terms = (logp.exp() * logp).detach().abs()                             # (N, Tc, V)
+    for e, we, t in zip(ent.flatten(), want_ent.flatten(), terms.reshape(-1, V)):
+        assert abs(float(e - we)) <= mean_tol(V, float(t.sum()))           # a sum of V terms
+    # each element is (onehot - p) * w / T from two roundings of terms of size |p w / T| and,
+    # at the chosen token, |w / T|: 4 eps of those
+    size = want_g.abs() + torch.zeros_like(x).scatter_(-1, ids[..., None],
+                                                        (w / temperature).abs()[..., None])
+    assert ((x.grad - want_g).abs() <= 4 * torch.finfo(torch.float32).eps * size).all()
+    assert chosen_logprobs(x, ids, temperature, with_entropy=False)[1] is None
+    with torch.no_grad():                                                  # no graph: no probs kept
+        nt, ne = chosen_logprobs(x, ids, temperature)
+    assert torch.equal(nt, want_tok) and torch.equal(ne, ent)
+
+
+def test_chosen_logprobs_give_the_update_autograds_gradients(tiny):
+    """Through the HF model: the parameters' gradients of sum(logp * A) by the fewer-passes
+    path equal autograd's (completion_token_stats with entropy_grad takes autograd's path)."""
+    ps = hf_prompts(tiny)
+    r = sample(tiny, ps, 3, 6, 0.8, generator=prompt_generators(0, 0, 0, range(len(ps))))
+    adv = torch.linspace(-1, 1, len(r.prompt_index))                      # (N,)
+    tiny.train()
+    out = []
+    for autograd_path in (True, False):
+        tiny.zero_grad()
+        logits = UPDATE_FORWARDS["prompt_once"](tiny, r)                   # (N, Tc, V)
+        logp, ent = completion_token_stats(logits, r, 0.8, entropy_grad=autograd_path)
+        (logp * adv[:, None] * r.completion_mask).sum().backward()
+        g = torch.cat([p.grad.flatten() for p in tiny.parameters() if p.grad is not None])
+        out.append((logp.detach(), ent.detach(), g))
+    (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = out
+    tiny.zero_grad()
+    assert torch.equal(lp_a, lp_b)
+    V = tiny.cfg.vocab_size                              # each entropy sums V terms p |log p|
+    torch.testing.assert_close(ent_b, ent_a, rtol=0, atol=mean_tol(V, float(ent_a.max())))
+    torch.testing.assert_close(g_b, g_a, rtol=0, atol=1e-5 * float(g_a.abs().max()))
+
+
+def test_packed_forward_runs_under_activation_checkpointing():
+    """The packed forward needs no KV cache: with checkpointing on (where prompt_once falls
+    back to a forward per row) it still packs, and gives the plain forward's loss and grads."""
+    model = toy()
+    ps = [encode("12+34="), encode("sort:3142="), encode("7+5=")]
+    r = sample(model, ps, 3, 6, 0.8, generator=prompt_generators(0, 0, 0, range(len(ps))))
+    adv = torch.linspace(-1, 1, len(r.prompt_index))
+    model.train()
+    ref_loss, ref_g, mag = loss_and_grads(model, r, "all_positions", adv)
+    model.checkpoint_every = 1
+    rows = []
+    h = model.lm_head.register_forward_hook(lambda m, i, o: rows.append(o.shape[:2]))
+    try:
+        loss, g, _ = loss_and_grads(model, r, "packed", adv)
+    finally:
+        h.remove()
+        model.checkpoint_every = 0
+    Tc = r.completion_ids.shape[1]
+    assert rows == [(len(ps), 1 + 3 * (Tc - 1))]                          # one packed forward
+    n = int(r.completion_mask.sum())
+    assert abs(float(loss - ref_loss)) <= 10 * mean_tol(n, mag / n) * n
+    torch.testing.assert_close(g, ref_g, rtol=0, atol=1e-4 * float(ref_g.abs().max()))
+    model.zero_grad()
+
+
 def test_prompt_once_keeps_the_head_off_prompt_positions(tiny):
     ps = hf_prompts(tiny)
     r = sample(tiny, ps, 2, 4, generator=prompt_generators(0, 0, 0, range(len(ps))))
@@ -88,7 +170,8 @@ def test_prompt_once_keeps_the_head_off_prompt_positions(tiny):
     B = len(ps)
     assert rows[0] == (N, Tp + Tc)                                         # all positions
     assert rows[1] == (N, Tc + 1)                                          # logits_to_keep
-    assert rows[2:] == [(B, 1), (N, Tc - 1)]                               # prompt once
+    assert rows[2:4] == [(B, 1), (N, Tc - 1)]                              # prompt once
+    assert rows[4:] == [(B, 1 + 2 * (Tc - 1))]                             # packed, G = 2
 
 
 @pytest.mark.parametrize("which", ["toy", "hf"])
@@ -180,7 +263,7 @@ def test_lora_run_trains_adapters_only_with_the_adapters_off_reference(tmp_path)
     h = train(preset("hf_tiny_cpu", out_dir=str(tmp_path / "run"), **kw), progress=False)
     assert h[1]["loss/kl"] == 0.0 and h[-1]["loss/kl"] > 0                 # adapters moved away
     assert all(h[-1][k] > 0 for k in ("time/prefill_s", "time/ref_s", "time/loss_forward_s",
-                                      "time/backward_s", "time/optimizer_s"))
+                                      "time/backward_s", "time/optimizer_s", "time/check_s"))
 
 
 def test_bf16_paths_stay_close_to_fp32(tiny):

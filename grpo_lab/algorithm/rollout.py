@@ -157,7 +157,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     toks, lps, masks = [], [], []
     tick("time/prefill_s")
     for _ in range(max_new_tokens):
-        logp = F.log_softmax(last.float() / temperature, dim=-1)           # (n, V)
+        logp = F.log_softmax(scaled_logits(last, temperature), dim=-1)     # (n, V)
         if greedy:
             tok_n = logp.argmax(-1)                                        # (n,)
         else:
@@ -286,19 +286,77 @@ def full_sequence(r: Rollout, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return ids, positions(mask), mask
 
 
+def scaled_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """fp32 logits / temperature; at temperature 1 the logits themselves (no copy: x / 1 == x)."""
+    x = logits.float()
+    return x if temperature == 1.0 else x / temperature
+
+
+def _token_stats(logits, ids, temperature: float, with_entropy: bool, keep_probs: bool):
+    """-> (log-prob of ``ids`` (...), entropy (...) or None, probabilities (..., V) or None):
+    one log-softmax over the V-wide logits, the probabilities only when the entropy or a
+    backward needs them, the entropy -sum p log p as one dot product (no (..., V) product)."""
+    logp = F.log_softmax(scaled_logits(logits, temperature), -1)           # (..., V)
+    tok = logp.gather(-1, ids[..., None]).squeeze(-1)                      # (...)
+    probs = logp.exp() if with_entropy or keep_probs else None             # (..., V)
+    entropy = None
+    if with_entropy:
+        entropy = -(probs[..., None, :] @ logp[..., :, None])[..., 0, 0]   # (...)
+    return tok, entropy, probs
+
+
+class _ChosenLogprob(torch.autograd.Function):
+    """log softmax(x / T) at the chosen tokens with its gradient, (onehot - softmax) g / T,
+    written out: backward is one pass over the probabilities kept from forward, where
+    autograd's log_softmax -> gather makes two (gather's zeros, log_softmax's backward)."""
+
+    @staticmethod
+    def forward(ctx, logits, ids, temperature: float, with_entropy: bool):
+        tok, entropy, probs = _token_stats(logits, ids, temperature, with_entropy, True)
+        ctx.save_for_backward(probs, ids)
+        ctx.temperature, ctx.dtype = temperature, logits.dtype
+        if entropy is not None:
+            ctx.mark_non_differentiable(entropy)
+        return tok, entropy
+
+    @staticmethod
+    def backward(ctx, g, _):
+        probs, ids = ctx.saved_tensors                                     # (..., V), (...)
+        g = g / ctx.temperature                                            # (...)
+        grad = probs * -g[..., None]                                       # (..., V)
+        grad.scatter_add_(-1, ids[..., None], g[..., None])               # + g at the token
+        return grad.to(ctx.dtype), None, None, None
+
+
+def chosen_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
+                    with_entropy: bool = True):
+    """Logits (..., V), chosen ids (...) -> (log softmax(logits / T) at the ids (...), with
+    its gradient; the entropy of softmax(logits / T) (...) without a graph, or None). The same
+    numbers as ``log_softmax(x / T).gather(ids)`` and ``-(p * log p).sum(-1)``, in fewer passes
+    over the V-wide logits (tests/test_speed_levers.py)."""
+    if torch.is_grad_enabled() and logits.requires_grad:
+        return _ChosenLogprob.apply(logits, ids, temperature, with_entropy)
+    with torch.no_grad():
+        return _token_stats(logits, ids, temperature, with_entropy, False)[:2]
+
+
 def completion_token_stats(logits: torch.Tensor, r: Rollout, temperature: float = 1.0,
-                           entropy_grad: bool = False):
+                           entropy_grad: bool = False, with_entropy: bool = True):
     """Logits predicting each completion token (N, Tc, V) -> (log-prob of each completion
-    token (N, Tc), the policy's entropy at each (N, Tc)), 0 on padding. The entropy is
-    computed outside the autograd graph (it is logged) unless ``entropy_grad`` (an entropy
-    bonus in the loss)."""
-    logp = F.log_softmax(logits.float() / temperature, -1)                 # (N, Tc, V)
+    token (N, Tc), the policy's entropy at each (N, Tc), or None without ``with_entropy``),
+    0 on padding. The entropy is computed outside the autograd graph (it is logged, by
+    ``chosen_logprobs``) unless ``entropy_grad`` (an entropy bonus in the loss: autograd's
+    path, log_softmax -> gather and -(p * log p).sum with their graphs)."""
     c_ids = r.completion_ids.to(logits.device)
     c_mask = r.completion_mask.to(logits.device)
-    tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2)                 # (N, Tc)
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        lp = logp if entropy_grad else logp.detach()
-        entropy = -(lp.exp() * lp).sum(-1).masked_fill(~c_mask, 0.0)       # (N, Tc)
+    if entropy_grad and torch.is_grad_enabled():
+        logp = F.log_softmax(scaled_logits(logits, temperature), -1)       # (N, Tc, V)
+        tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2)             # (N, Tc)
+        entropy = -(logp.exp() * logp).sum(-1)                             # (N, Tc)
+    else:
+        tok_logp, entropy = chosen_logprobs(logits, c_ids, temperature, with_entropy)
+    if entropy is not None:
+        entropy = entropy.masked_fill(~c_mask, 0.0)                        # (N, Tc)
     return tok_logp.masked_fill(~c_mask, 0.0), entropy
 
 
@@ -358,8 +416,43 @@ def prompt_once_logits(model, r: Rollout) -> torch.Tensor:
     return torch.cat([first, rest], 1)                                     # (N, Tc, V)
 
 
+def packed_logits(model, r: Rollout) -> torch.Tensor:
+    """Each prompt once with its G completions after it in one row, (B, Tp + G (Tc-1)), and an
+    attention mask that lets completion g see the prompt and its own earlier tokens only: the
+    prompt's work done once as in ``prompt_once``, but in one forward, so each weight meets one
+    matrix of all the step's tokens. ``prompt_once``'s two passes (prompt, then completions
+    against its cache) give every weight two gradient GEMMs that autograd then adds, the
+    embedding two dense gradients, the head a second GEMM for one position; and it needs no KV
+    cache (so it also runs under activation checkpointing or DDP). Positions as the sampler's.
+    Logits at the prompt's last position (shared by its G completions) and the completions'.
+    Falls back to ``completion_logits`` when the rows are not G-blocks of one prompt."""
+    G = shared_prompt_rows(r)
+    if not G:
+        return completion_logits(model, r)
+    dev = next(model.parameters()).device
+    p_ids, p_mask = r.prompt_ids[::G].to(dev), r.prompt_mask[::G].to(dev)  # (B, Tp)
+    (B, Tp), Tc = p_ids.shape, r.completion_ids.shape[1]
+    n_c = G * (Tc - 1)                                   # completion inputs per row: G segments
+    p_pos = positions(p_mask)                                              # (B, Tp)
+    c_pos = p_pos[:, -1:] + 1 + torch.arange(Tc - 1, device=dev).repeat(G)  # (B, n_c)
+    ids = torch.cat([p_ids, r.completion_ids[:, :-1].to(dev).reshape(B, n_c)], 1)  # (B, L)
+    real = torch.cat([p_mask, r.completion_mask[:, :-1].to(dev).reshape(B, n_c)], 1)  # (B, L)
+    seg = torch.cat([torch.full((Tp,), -1, device=dev),                    # (L,) -1: prompt,
+                     torch.arange(G, device=dev).repeat_interleave(Tc - 1)])  # g: completion g
+    i = torch.arange(Tp + n_c, device=dev)
+    causal = (seg[:, None] == seg[None, :]) & (i[None, :] <= i[:, None])   # (L, L) own segment
+    prompt = (seg[None, :] == -1) & (seg[:, None] >= 0)                    # (L, L) -> the prompt
+    see = (causal | prompt)[None] & real[:, None, :] | (i[:, None] == i[None, :])  # (B, L, L)
+    logits, _ = model(ids, torch.cat([p_pos, c_pos], 1), see,
+                      logits_to_keep=n_c + 1)                              # (B, 1 + n_c, V)
+    V = logits.shape[-1]
+    first = logits[:, :1, None].expand(B, G, 1, V)                         # (B, G, 1, V)
+    rest = logits[:, 1:].reshape(B, G, Tc - 1, V)                          # (B, G, Tc-1, V)
+    return torch.cat([first, rest], 2).reshape(B * G, Tc, V)               # (N, Tc, V)
+
+
 UPDATE_FORWARDS = {"all_positions": all_positions_logits, "completion": completion_logits,
-                   "prompt_once": prompt_once_logits}
+                   "prompt_once": prompt_once_logits, "packed": packed_logits}
 
 
 def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
@@ -371,6 +464,7 @@ def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
     With ``return_entropy`` also returns the per-token entropy (N, Tc) of the policy
     (``completion_token_stats``; ``entropy_grad``: with its autograd graph).
     """
-    logits = lookup(UPDATE_FORWARDS, forward, "update forward")(model, r)                            # (N, Tc, V)
-    tok_logp, entropy = completion_token_stats(logits, r, temperature, entropy_grad)
+    logits = lookup(UPDATE_FORWARDS, forward, "update forward")(model, r)  # (N, Tc, V)
+    tok_logp, entropy = completion_token_stats(logits, r, temperature, entropy_grad,
+                                               with_entropy=return_entropy)
     return (tok_logp, entropy) if return_entropy else tok_logp

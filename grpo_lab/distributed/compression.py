@@ -35,8 +35,8 @@ top-k values travel as fp32 unless ``topk_format`` says fp8 (one scale per tenso
 values; the residual then keeps their rounding error too); DGC's local gradient clipping is
 left out.
 
-The fast path (``fast=True``, ``fastpath.py``): the same algorithm in whole-tensor torch ops, the
-residual updated in place, the index codec's bytes written without one byte per bit. It
+The fast path (``fast=True``, ``fastpath.py``): the same algorithm in whole-tensor torch ops
+(on a CPU tensor fused numba kernels, ``kernels.py``), the residual updated in place, the index codec's bytes written without one byte per bit. It
 gives the same indices, values and bytes as this module's readable path for the same config
 (``tests/test_fastpath.py``); ``fast_topk5`` is the preset built for speed (DGC's sampled
 threshold, fp8 values, Rice), ``fp8_topk5_fast`` is ``fp8_topk5`` through the fast path
@@ -405,9 +405,14 @@ class Compressor:
             index = codecs.get_codec(cfg.index_codec).encode(idx.numpy(), n)
         scales = np.zeros(0, np.float32)
         if cfg.topk_format in FP8_FORMATS:
-            codes, sc = fp8_quantize(vals, cfg.topk_format)                # (k',), (1,)
-            if cfg.error_feedback:                                         # keep the rounding error
-                self.residual[name][idx] = vals - fp8_dequantize(codes, sc, cfg.topk_format)
+            fused = fastpath.fp8_sent_(vals, idx, self.residual[name] if cfg.error_feedback
+                                       else None, cfg.topk_format) if cfg.fast else None
+            if fused is not None:                                          # one pass, same bytes
+                codes, sc = fused                                          # (k',), (1,)
+            else:
+                codes, sc = fp8_quantize(vals, cfg.topk_format)            # (k',), (1,)
+                if cfg.error_feedback:                                     # keep the rounding error
+                    self.residual[name][idx] = vals - fp8_dequantize(codes, sc, cfg.topk_format)
             values, scales = codes.numpy().tobytes(), sc.numpy()
         else:
             values = vals.numpy().astype("<f4").tobytes()
@@ -468,7 +473,9 @@ def decode_message(payload, fast: bool = False) -> dict[str, torch.Tensor]:
             if len(idx) != r.k:
                 raise WireError(f"tensor {r.name!r}: index payload holds {len(idx)} positions, "
                                 f"record says k={r.k}")
-            flat = topk_decode(idx, r.values, n, r.format, r.scales)        # (n,)
+            flat = fastpath.scatter(idx, r.values, n, r.format, r.scales) if fast else None
+            if flat is None:
+                flat = topk_decode(idx, r.values, n, r.format, r.scales)    # (n,)
         out[r.name] = flat.reshape(r.shape)
     return out
 

@@ -175,6 +175,15 @@ class AdamW:
     """Parameter-name prefix -> multiplier of the scheduled lr: those parameters get their own
     AdamW parameter group (PPO's critic: {"value_head.": vf_lr / lr}); {}: one group. Only
     the exchanges that step a torch AdamW (all but the sharded ones)."""
+    fused: bool = False
+    """torch's fused AdamW (``fused=True``: one kernel per tensor, no Python loop over the
+    AdamW arithmetic) instead of its per-tensor loop: the same update up to float rounding
+    (tests/test_fused_adamw.py), 0.17 vs 0.48-0.88 CPU s over SmolLM2's 134.5 M weights
+    (BENCHMARKS.md section 15). The trainer sets it from the policy's record
+    (``policy.PolicyKind.fused_adamw``: on for HF models; off for the toy, whose exact
+    equivalence tests compare against the sharder's own per-tensor Adam). Only the exchanges
+    that step a torch AdamW; a resumed run keeps the setting its checkpoint was saved with
+    (torch restores it with the parameter groups), so resume stays exact."""
 
 
 @dataclass
@@ -200,12 +209,26 @@ class Exchange:
 
 def first_non_finite(named) -> str | None:
     """The name of the first tensor in ``named`` ((name, tensor) pairs) with a NaN or inf.
-    (A fused check, torch._foreach_norm(inf) over all tensors, measured no faster on the CPU:
-    BENCHMARKS.md section 13.)"""
+
+    One pass per tensor: its sum, which is NaN or inf when any element is (inf - inf is NaN),
+    all sums checked at once (one host sync per device, not one per tensor). Only when a sum
+    is not finite (a NaN or inf inside, or finite elements whose sum overflows) are the
+    tensors looked at element by element, to name the first bad one or clear them all. The
+    element-wise check alone (isfinite -> all: a bool copy of every tensor written and read)
+    costs about twice the memory traffic; over SmolLM2's weights and AdamW moments (3 x 134.5 M
+    floats) that is tenths of a CPU second a step (BENCHMARKS.md section 15). A fused
+    ``torch._foreach_norm(inf)`` measured no faster on the toy (section 13)."""
+    named = [(n, t) for n, t in named if torch.is_tensor(t) and t.is_floating_point()]
+    by_device: dict = {}
+    for _, t in named:                 # float64 sums stay float64, the rest sum in float32
+        acc = torch.float64 if t.dtype == torch.float64 else torch.float32
+        by_device.setdefault(t.device, []).append(t.sum(dtype=acc).to(torch.float64))
+    if all(bool(torch.isfinite(torch.stack(s)).all()) for s in by_device.values()):
+        return None
     for name, t in named:
-        if torch.is_tensor(t) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        if not bool(torch.isfinite(t).all()):
             return name
-    return None
+    return None                                      # finite elements, an overflowing sum
 
 
 def param_groups(model, lr_scales: dict) -> tuple[list[list], list[float]]:
@@ -226,7 +249,7 @@ def _adamw(model, opt: AdamW, beta1: float = 0.9):
     adam = torch.optim.AdamW([{"params": g, "lr": opt.lr * s}   # saved state: a resume with
                               for g, s in zip(groups, scales)],  # another vf_lr uses its own
                              lr=opt.lr, eps=opt.eps, betas=(beta1, 0.999),
-                             weight_decay=opt.weight_decay)
+                             weight_decay=opt.weight_decay, fused=opt.fused or None)
     params = list(model.parameters())
 
     def set_lr(lr):

@@ -36,6 +36,12 @@ What changes against the reference, and what stays bit for bit:
     where torch's kernels are the slow part: its bool compare and nonzero run at 0.6 and 1.5 ns
     per element against numpy's 0.07 and 0.8, and its bit packing 30x slower than np.packbits.
     Everything else is the same torch code on both (tests run the torch branches on a CPU).
+  * Fused CPU kernels (``kernels.py``, numba; ``KERNELS_ON_CPU``): on a CPU tensor the sampled
+    selection with error feedback (``_sampled_fused``), Rice encode and decode, the fp8 values
+    with their rounding error (``fp8_sent_``) and the decode scatter (``scatter``) are one
+    compiled loop each, the same outputs bit for bit; with them the fast Rice codec is the
+    faster writer at every k. The torch ops above stay for GPU tensors and when numba is not
+    importable; the tests run both on every equality check.
 
 Values after fp8 (``CompressionConfig.topk_format``) are quantised by ``compression.fp8_quantize``
 on both paths; the residual keeps the quantisation error of the sent values (error feedback
@@ -51,7 +57,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from grpo_lab.distributed import codecs
+from grpo_lab.distributed import codecs, kernels
 from grpo_lab.distributed.codecs import CodecError
 from grpo_lab.registry import lookup
 
@@ -61,8 +67,17 @@ NUMPY_ON_CPU = True
 everywhere, as on a GPU; the tests use it to check the GPU branches on a CPU)."""
 
 
+KERNELS_ON_CPU = kernels.AVAILABLE
+"""Run the fused numba kernels of ``kernels.py`` for CPU tensors where a stage has one (False,
+or numba not importable: the torch ops below, as on a GPU; the tests run both)."""
+
+
 def _numpy(t: torch.Tensor) -> bool:
     return NUMPY_ON_CPU and t.device.type == "cpu"
+
+
+def _kernel(t: torch.Tensor) -> bool:
+    return KERNELS_ON_CPU and t.device.type == "cpu"
 
 
 # --------------------------------------------------------------------------- selection
@@ -116,6 +131,11 @@ def sparsify_(grad: torch.Tensor, residual: torch.Tensor | None, k: int, select:
     if not 1 <= k <= n:
         raise ValueError(f"top-k needs 1 <= k <= n; got k={k} for a tensor of {n} elements")
     lookup(SELECT, select, "selection")
+    if (select == "sampled" and _kernel(g) and g.dtype == torch.float32 and n > 1000
+            and not g.requires_grad
+            and (residual is None or (residual.dtype == torch.float32 and residual.is_contiguous()
+                                      and residual.shape == g.shape))):
+        return _sampled_fused(g, residual, k, generator, absbuf)
     acc = g if residual is None else residual.add_(g)                     # (n,) the accumulator
     a = torch.abs(acc, out=absbuf) if absbuf is not None else acc.abs()   # (n,) |acc|
     if not torch.isfinite(a.max()):                                       # one reduction pass
@@ -127,6 +147,103 @@ def sparsify_(grad: torch.Tensor, residual: torch.Tensor | None, k: int, select:
     if residual is not None:
         residual.index_fill_(0, idx, 0.0)                                 # what was sent leaves it
     return idx, values, residual
+
+
+def _sampled_fused(g: torch.Tensor, residual: torch.Tensor | None, k: int, generator=None,
+                   absbuf: torch.Tensor | None = None, sample: float = 0.01):
+    """``sparsify_`` with ``select_sampled`` through ``kernels.feedback_select``: the probe is
+    drawn first (the same draws: ``torch.randint`` with the same generator) and read as
+    |residual + g| at the drawn positions (the same float32 sums), then one pass adds, compares,
+    compacts and updates the residual. Needs n > 1000 (the probe a strict sample). ``absbuf``
+    (n,) float32, if given, is the kernel's byte mask (its first n bytes)."""
+    n = g.numel()
+    s = min(n, max(1000, int(sample * n)))
+    draw = torch.randint(n, (s,), generator=generator).numpy()            # (s,)
+    feedback = residual is not None
+    gn = g.numpy()
+    probe = np.abs(gn[draw] if residual is None else residual.numpy()[draw] + gn[draw])  # (s,)
+    d = max(1, math.ceil(k * s / n))
+    thr = torch.tensor(np.partition(probe, s - d)[s - d])  # 0-d: the d-th largest, as topk's
+    #       values[-1] (numpy: 3x faster; a NaN orders differently, but then the kernel raises)
+    cap = min(n, 2 * k + 1024)                                            # room for what passes
+    idx, val = np.empty(cap, np.int64), np.empty(cap, np.float32)         # (cap,), (cap,)
+    mask = (absbuf.numpy().view(np.uint8) if absbuf is not None and absbuf.numel() >= n
+            and absbuf.is_contiguous() else np.empty(n, np.uint8))       # (>= n,) scratch
+    m, nbad = kernels.feedback_select(gn, residual.numpy() if feedback else gn,
+                                      np.float32(thr.item()), feedback, idx, val, mask)
+    chosen, values = torch.from_numpy(idx[:min(m, cap)]), torch.from_numpy(val[:min(m, cap)])
+    if feedback and (nbad or m > cap):                        # residual = acc everywhere again
+        residual.index_copy_(0, chosen, values)
+    if nbad:
+        acc = g if residual is None else residual
+        raise ValueError(f"top-k met {nbad} non-finite values (residual included), the first at "
+                         f"position {int((~torch.isfinite(acc)).nonzero()[0])}")
+    if m > cap:                                               # a low threshold (ties): the
+        acc = g if residual is None else residual             # torch ops on the whole tensor
+        chosen = positions_at_least(acc.abs(), thr)                       # (m,) sorted
+        values = acc.index_select(0, chosen)                              # (m,)
+        if feedback:
+            residual.index_fill_(0, chosen, 0.0)
+    if len(chosen) > k:                                       # the top k of them, in position order
+        keep = torch.zeros(len(chosen), dtype=torch.bool)                 # (m,)
+        keep[torch.topk(values.abs(), k, sorted=False).indices] = True
+        if feedback:                                          # the dropped stay in the residual
+            residual.index_copy_(0, chosen[~keep], values[~keep])
+        chosen, values = chosen[keep], values[keep]                       # (k,), (k,)
+    return chosen, values, residual
+
+
+def fp8_sent_(values: torch.Tensor, idx: torch.Tensor, residual: torch.Tensor | None, fmt: str):
+    """``compression.fp8_quantize(values, fmt)`` (one scale) and, with a residual, residual[idx] =
+    values - their dequantization, in one pass (``kernels.fp8_e4m3_sent``). -> (codes (k,)
+    uint8, scale (1,) float32), or None where no kernel applies (not e4m3, not a CPU float32
+    tensor, numba missing, a non-finite value): the caller runs the torch ops."""
+    if (fmt != "e4m3" or not _kernel(values) or values.dtype != torch.float32
+            or (residual is not None and (residual.dtype != torch.float32
+                                          or not residual.is_contiguous()))):
+        return None
+    codes = np.empty(len(values), np.uint8)                              # (k,)
+    feedback = residual is not None
+    scale, nbad = kernels.fp8_e4m3_sent(values.numpy(), idx.numpy(),
+                                        residual.numpy() if feedback else values.numpy(),
+                                        _e4m3_table(), feedback, codes)
+    if nbad:
+        return None
+    return torch.from_numpy(codes), torch.tensor([scale], dtype=torch.float32)
+
+
+def scatter(indices, values: bytes, n: int, fmt: str, scales) -> torch.Tensor | None:
+    """``compression.topk_decode`` in one pass (``kernels.scatter_fp8`` / ``scatter_f32``): the
+    dense float32 tensor (n,) from k positions and their fp32 values or e4m3 codes with one
+    scale. None where no kernel applies (numba missing or off, e5m2, mismatched lengths or an
+    index out of range): the caller runs the torch ops, which raise their own errors."""
+    if not KERNELS_ON_CPU or fmt not in ("e4m3", "fp32"):
+        return None
+    idx = np.ascontiguousarray(indices.numpy() if isinstance(indices, torch.Tensor) else indices,
+                               dtype=np.int64)                            # (k,)
+    out = torch.zeros(n)                                                  # (n,)
+    if fmt == "e4m3":
+        codes = np.frombuffer(values, np.uint8)                           # (k,)
+        if len(codes) != len(idx) or len(scales) != 1:
+            return None
+        bad = kernels.scatter_fp8(idx, codes, _e4m3_table(), np.float32(scales[0]), out.numpy())
+    else:
+        vals = np.frombuffer(values, "<f4")                               # (k,)
+        if len(vals) != len(idx):
+            return None
+        bad = kernels.scatter_f32(idx, vals, out.numpy())
+    return out if bad < 0 else None
+
+
+_E4M3 = []
+
+
+def _e4m3_table() -> np.ndarray:
+    """The 256 e4m3fn values as float32 (256,), torch's own decoding of every code."""
+    if not _E4M3:
+        _E4M3.append(torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+                     .numpy())
+    return _E4M3[0]
 
 
 # --------------------------------------------------------------------------- bit arrays
@@ -192,13 +309,17 @@ def bytes_uint(body: torch.Tensor, k: int, r: int) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- index codecs
 
-def _check(idx: torch.Tensor, n: int) -> torch.Tensor:
-    """-> step (k,) = gaps + 1; a cheap check, and on failure the reference's precise error."""
+def _check_args(idx: torch.Tensor, n: int) -> None:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n < 2 ** 32:
         raise ValueError(f"n must be an int in [0, 2**32), got {n!r}")
     if not isinstance(idx, torch.Tensor) or idx.ndim != 1 or idx.dtype != torch.int64:
         raise ValueError(f"indices must be a 1-D int64 tensor, got "
                          f"{getattr(idx, 'dtype', type(idx))} of shape {tuple(getattr(idx, 'shape', ()))}")
+
+
+def _check(idx: torch.Tensor, n: int) -> torch.Tensor:
+    """-> step (k,) = gaps + 1; a cheap check, and on failure the reference's precise error."""
+    _check_args(idx, n)
     step = torch.diff(idx, prepend=idx.new_full((1,), -1))                # (k,)
     if len(idx) and (bool((step <= 0).any()) or int(idx[-1]) >= n):
         codecs.check_indices(idx.cpu().numpy(), n)                        # raises, naming the index
@@ -218,6 +339,12 @@ def raw_decode(payload, n: int, device=None) -> torch.Tensor:
 
 def rice_encode(idx: torch.Tensor, n: int) -> bytes:
     """``codecs.rice_encode``'s bytes: header (k u32, r u8), k r-bit remainders, k unary codes."""
+    if _kernel(idx):
+        _check_args(idx, n)
+        out, bad = kernels.rice_encode(idx.numpy(), n, codecs.rice_parameter(len(idx), n))
+        if bad >= 0:
+            codecs.check_indices(idx.numpy(), n)                          # raises, naming the index
+        return out.tobytes()
     step = _check(idx, n)                                                 # (k,) = gaps + 1
     k = len(idx)
     r = codecs.rice_parameter(k, n)
@@ -237,6 +364,8 @@ def rice_decode(payload, n: int, device=None) -> torch.Tensor:
     codecs._check_k(k, n)
     if r > 32:
         raise CodecError(f"Rice parameter r={r} is above 32")
+    if KERNELS_ON_CPU and torch.device(device or "cpu").type == "cpu":
+        return _rice_decode_kernel(payload, n, k, r)
     body = torch.from_numpy(np.frombuffer(payload, np.uint8, offset=5).copy()).to(device or "cpu")
     bits = unpack_bits(body)                                              # (8B,)
     nbits = len(bits)
@@ -259,6 +388,27 @@ def rice_decode(payload, n: int, device=None) -> torch.Tensor:
     return idx
 
 
+def _rice_decode_kernel(payload, n: int, k: int, r: int) -> torch.Tensor:
+    """``rice_decode`` through ``kernels.rice_decode``: the same checks and errors, in order."""
+    body = np.frombuffer(payload, np.uint8, offset=5)                     # (B,)
+    nbits = 8 * len(body)
+    if k * r > nbits:
+        raise CodecError(f"{k} remainders of {r} bits need {k * r} bits, payload has {nbits}")
+    out = np.empty(k, np.int64)                                           # (k,)
+    count, last, qmax = kernels.rice_decode(body, k, r, out)
+    if count != k:
+        raise CodecError(f"found {count} unary terminators, header says k={k}")
+    if k == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    if nbits - (last + 1) >= 8:
+        raise CodecError("trailing bytes after the last Rice code")
+    if qmax > (n >> r):
+        raise CodecError(f"unary part {qmax} is too large for n={n}")
+    if out[-1] >= n:
+        raise CodecError(f"decoded index {int(out[-1])} is out of range for n={n}")
+    return torch.from_numpy(out)
+
+
 class FastCodec(NamedTuple):
     encode: Callable        # (indices (k,) int64 tensor, n) -> bytes, the reference codec's bytes
     decode: Callable        # (payload, n, device=None) -> indices (k,) int64 tensor
@@ -271,20 +421,25 @@ FAST_CODECS = {"raw_int32": FastCodec(raw_encode, raw_decode),
 
 FAST_MIN_K = 8192
 """Below this many indices the readable numpy codec is the faster writer of the same bytes
-(a torch op costs 10-20 us whatever its size: Rice on 500 indices 0.2 ms fast, 0.06 readable;
-on 50,000 0.7 fast, 1.0 readable; one core)."""
+than the torch ops (a torch op costs 10-20 us whatever its size: Rice on 500 indices 0.2 ms
+fast, 0.06 readable; on 50,000 0.7 fast, 1.0 readable; one core). The numba kernels are the
+faster writer at every size: with them every k takes the fast codec."""
+
+
+def _min_k() -> int:
+    return 0 if KERNELS_ON_CPU else FAST_MIN_K
 
 
 def encode_indices(name: str, idx: torch.Tensor, n: int) -> bytes:
     """The bytes of codec ``name`` for sorted positions (k,), by the faster of the two writers."""
-    if len(idx) < FAST_MIN_K:
+    if len(idx) < (0 if _kernel(idx) else FAST_MIN_K):
         return codecs.get_codec(name).encode(idx.cpu().numpy(), n)
     return get_fast_codec(name).encode(idx, n)
 
 
 def decode_indices(name: str, payload, n: int, k: int) -> torch.Tensor:
     """Positions (k,) int64 from codec ``name``'s bytes, by the faster reader for ``k``."""
-    if k < FAST_MIN_K or name not in FAST_CODECS:
+    if k < _min_k() or name not in FAST_CODECS:
         return torch.from_numpy(codecs.get_codec(name).decode(payload, n))
     return FAST_CODECS[name].decode(payload, n)
 

@@ -222,11 +222,15 @@ class HFPolicy(nn.Module):
                 logits_to_keep: int = 0, use_cache: bool | None = None):
         """Logits for ``idx`` (B, T) -> ((B, T, V), cache): the toy GPT's signature.
 
-        pos: (B, T) position ids; key_mask: (B, Tk) bool over cached + new keys. A cache is
-        built in eval mode (sampling) or when ``use_cache``; a training forward keeps none.
+        pos: (B, T) position ids; key_mask: (B, Tk) bool over cached + new keys, or (B, T, Tk)
+        bool, which keys each query sees (rollout.packed_logits; an attention implementation
+        that takes boolean masks: sdpa, transformers' default). A cache is built in eval mode
+        (sampling) or when ``use_cache``; a training forward keeps none.
         ``logits_to_keep`` k > 0: the head on the last k positions only -> (B, k, V).
         ``return_hidden`` adds the last hidden states (B, T, C) (embeddings.policy_embed)."""
         mask = None if key_mask is None else key_mask.long()              # (B, Tk)
+        if key_mask is not None and key_mask.dim() == 3:   # who sees whom (packed_logits):
+            mask = key_mask[:, None]     # (B, 1, T, Tk) bool; transformers takes 4-D as given
         model = self.model
         if self.cfg.sample_dtype and not self.training and not torch.is_grad_enabled():
             model = self.sampling_copy()

@@ -155,6 +155,8 @@ class GPT(nn.Module):
 
         pos:      (B, T) position ids; default 0..T-1 (after the cache's length).
         key_mask: (B, Tk) bool, True where a key is real (Tk = cached + T); default all True.
+                  Or (B, T, Tk) bool: which keys each query sees, replacing the causal rule
+                  (rollout.packed_logits: a prompt and its G completions in one row).
         cache:    per-layer (k, v) from an earlier call, extended and returned.
         """
         B, T = idx.shape
@@ -169,7 +171,9 @@ class GPT(nn.Module):
         qi = torch.arange(past_len, Tk, device=idx.device)[:, None]         # (T, 1)
         kj = torch.arange(Tk, device=idx.device)[None, :]                  # (1, Tk)
         mask = (kj <= qi)[None]                                            # (1, T, Tk)
-        if key_mask is not None:
+        if key_mask is not None and key_mask.dim() == 3:  # a whole mask (rollout.packed_logits)
+            mask = key_mask | (kj == qi)[None]                             # (B, T, Tk)
+        elif key_mask is not None:
             mask = mask & key_mask[:, None, :] | (kj == qi)[None]          # (B, T, Tk)
         mask = mask[:, None]                                               # (B|1, 1, T, Tk)
         train = self.training and torch.is_grad_enabled()

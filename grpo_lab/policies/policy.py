@@ -79,11 +79,14 @@ class PolicyKind:
     file_based: bool              # base_checkpoint is a grpo_lab .safetensors file (else a folder/hub id)
     own_autocast: bool            # autocast=True is its lever (hf has hf.autocast instead)
     description: str = ""
+    fused_adamw: bool = False     # the trainer's AdamW runs fused (exchanges.AdamW.fused): hf on,
+                                  # toy off (its exact tests compare against a per-tensor Adam)
 
 
 POLICIES: dict[str, PolicyKind] = {
     "toy": PolicyKind("toy", _load_toy, True, True, "the char-level GPT (model.py)"),
-    "hf": PolicyKind("hf", _load_hf, False, False, "a transformers causal LM (hf.py)"),
+    "hf": PolicyKind("hf", _load_hf, False, False, "a transformers causal LM (hf.py)",
+                     fused_adamw=True),
 }
 
 

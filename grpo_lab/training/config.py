@@ -96,8 +96,12 @@ class TrainConfig:
     update_forward: str = "prompt_once"
     """The training forward (rollout.UPDATE_FORWARDS): "prompt_once" (each prompt once, its
     KV cache shared by its G completions, logits only where a completion token is
-    predicted), "completion" (prompt + completion per row, logits on the completion only,
-    TRL's logits_to_keep) or "all_positions" (logits everywhere). Same log-probs."""
+    predicted), "packed" (each prompt once with its G completions in one row under an
+    attention mask: one forward, so every weight gets one gradient GEMM instead of two added;
+    its attention spans prompt + G completions, so it pays for short completions, e.g. on
+    SmolLM2 with <= 16 tokens, BENCHMARKS.md section 15), "completion" (prompt + completion
+    per row, logits on the completion only, TRL's logits_to_keep) or "all_positions" (logits
+    everywhere). Same log-probs."""
     out_dir: str = "runs/demo"
     """Folder for metrics.jsonl, checkpoint.safetensors, report.png and report.md."""
     steps: int = 3000

@@ -50,7 +50,8 @@ from grpo_lab.distributed.exchanges import AdamW, make_exchange
 from grpo_lab.distributed.group import Group
 from grpo_lab.machine import busy_cores, free_cores, wchar  # noqa: F401 (re-exported)
 from grpo_lab.policies.model import GPT
-from grpo_lab.policies.policy import frozen, load_for, load_policy_any  # noqa: F401 (re-exported)
+from grpo_lab.policies.policy import (frozen, get_policy_kind, load_for,  # noqa: F401 (re-exported)
+                             load_policy_any)
 from grpo_lab.algorithm.reclustering import StepGrouper
 from grpo_lab.algorithm.scoring import add_time, now, sample_and_score
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
@@ -67,7 +68,7 @@ from grpo_lab.tasks import sample_examples
 
 # the per-phase timings every step logs (seconds; "time/rollout_s" is the whole collect)
 PHASES = ("time/sample_s", "time/score_s", "time/loss_forward_s", "time/backward_s",
-          "time/exchange_s", "time/optimizer_s")
+          "time/exchange_s", "time/optimizer_s", "time/check_s")
 
 __all__ = ["train", "setup", "held_out_sets", "evaluate", "evaluate_tasks", "learning_rate", "prompt_source",
            "make_grouper", "max_new_tokens", "load_policy_any"]
@@ -281,8 +282,9 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
     run = setup(cfg, group)
     policy, ctx, eval_sets = run.policy, run.ctx, run.eval_sets
     scales = {"value_head.": cfg.ppo.vf_lr / cfg.lr} if cfg.ppo.vf_lr else {}   # critic's own lr
+    fused = get_policy_kind(cfg.policy).fused_adamw      # HF models: fused AdamW
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
-                                                   cfg.grad_clip, cfg.seed, scales),
+                                                   cfg.grad_clip, cfg.seed, scales, fused),
                        group.world, group.rank)
     collect, objective = run.objective.collect, run.objective.loss
     max_new = max_new_tokens(cfg)
@@ -348,7 +350,9 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
             add_time(clock, "time/exchange_s", t_opt - t_reduce)
             add_time(clock, "time/optimizer_s", now() - t_opt)
             payload, sent = payload + b, sent + ex.wire(b)
+        t_check = now()
         _check_finite(ex, step, ckpt, group)
+        add_time(clock, "time/check_s", now() - t_check)
         metrics = {"step": step, **batch.metrics, **_reduce_shares(shares, group), **ex_metrics,
                    **{k: 0.0 for k in PHASES}, **clock,
                    "time/rollout_s": t_collect, "time/step_s": now() - t_step}
