@@ -96,8 +96,8 @@ def undo_levers(names) -> None:
     import dataclasses
 
     import grpo_lab.distributed.exchanges as exchanges
-    import grpo_lab.policy as policy
-    import grpo_lab.rollout as rollout
+    import grpo_lab.policies.policy as policy
+    import grpo_lab.algorithm.rollout as rollout
     for name in names:
         if name == "fused AdamW":
             policy.POLICIES["hf"] = dataclasses.replace(policy.POLICIES["hf"], fused_adamw=False)
@@ -142,12 +142,12 @@ class HeadClock:
 def grpo_lab_run(a, beta: float, levers: dict, lora_r: int = 0, seed: int = 0) -> dict:
     from bench_hf_trl import WEIGHTS
 
-    from grpo_lab.config import preset
-    from grpo_lab.trainer import train
+    from grpo_lab.training.config import preset
+    from grpo_lab.training.trainer import train
     torch.set_num_threads(a.threads)
     import dataclasses
 
-    import grpo_lab.step as step_mod
+    import grpo_lab.training.step as step_mod
     levers = dict(levers)
     undo_levers(levers.pop("undo", ()))
     clock = HeadClock(_vocab(a.model))
@@ -243,7 +243,7 @@ def med(rows, k):
 
 
 def ci(values, fmt=".2f") -> str:
-    from grpo_lab.experiments import mean_ci
+    from grpo_lab.training.experiments import mean_ci
     m, lo, hi = mean_ci(values)
     return f"{m:{fmt}}" + (f" [{lo:{fmt}}, {hi:{fmt}}]" if len(values) > 1 else "")
 
