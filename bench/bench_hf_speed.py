@@ -160,7 +160,7 @@ def grpo_lab_run(a, beta: float, levers: dict, lora_r: int = 0, seed: int = 0) -
         rollout_cpu.append(time.process_time() - c)
         return out
 
-    import grpo_lab.trainer as trainer_mod
+    import grpo_lab.training.trainer as trainer_mod
     save, saving = trainer_mod._checkpoint, [0.0]
 
     def timed_save(*args, **kw):                    # the run's last checkpoint: not a step's work
