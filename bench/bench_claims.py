@@ -1,4 +1,4 @@
-"""Measurements the claims table (grpo_lab.claims) quotes that need real gradients or seeds.
+"""Measurements the claims table (grpo_lab.teaching.claims) quotes that need real gradients or seeds.
 
   * claim 3: bits per index of the top 5% of real toy-policy gradients, chosen over the whole
     model ("global") and per tensor (the fp8_topk5 protocol), for each index codec, beside the
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from grpo_lab import claims_measure as M
-from grpo_lab.experiments import mean_ci
+from grpo_lab.teaching import claims_measure as M
+from grpo_lab.training.experiments import mean_ci
 
 CODECS = ("huffman", "rice", "ans", "zstd")
 

@@ -49,14 +49,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from grpo_lab.config import TrainConfig
-from grpo_lab.embeddings import cached, fit_tfidf, tfidf_embed
-from grpo_lab.grouping import (PromptBatch, cluster_diagnostics, grouped_advantages,
+from grpo_lab.training.config import TrainConfig
+from grpo_lab.algorithm.embeddings import cached, fit_tfidf, tfidf_embed
+from grpo_lab.algorithm.grouping import (PromptBatch, cluster_diagnostics, grouped_advantages,
                                kmeans_semantic, reward_group_diagnostics)
-from grpo_lab.model import GPT, GPTConfig, save_policy
-from grpo_lab.reclustering import Reclusterer
-from grpo_lab.task_data import load_mixture
-from grpo_lab.trainer import setup, train
+from grpo_lab.policies.model import GPT, GPTConfig, save_policy
+from grpo_lab.algorithm.reclustering import Reclusterer
+from grpo_lab.tasks.task_data import load_mixture
+from grpo_lab.training.trainer import setup, train
 
 
 def timed(fn, reps: int):

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-from grpo_lab.config import preset
-from grpo_lab.experiments import difference_sentence, mean_ci, run_experiment
+from grpo_lab.training.config import preset
+from grpo_lab.training.experiments import difference_sentence, mean_ci, run_experiment
 
 STRATEGIES = {  # name -> TrainConfig overrides (the notebook uses the same dict's spirit)
     "by_prompt (GRPO)": {},

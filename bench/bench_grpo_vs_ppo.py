@@ -50,13 +50,13 @@ from pathlib import Path
 
 import torch
 
-from grpo_lab import step as step_mod
+from grpo_lab.training import step as step_mod
 from grpo_lab.checkpoint import read_training_checkpoint
-from grpo_lab.claims_measure import ratio_interval
-from grpo_lab.config import preset
-from grpo_lab.experiments import mean_ci, run_experiment, time_to_target
-from grpo_lab.policy import load_for
-from grpo_lab.trainer import train
+from grpo_lab.teaching.claims_measure import ratio_interval
+from grpo_lab.training.config import preset
+from grpo_lab.training.experiments import mean_ci, run_experiment, time_to_target
+from grpo_lab.policies.policy import load_for
+from grpo_lab.training.trainer import train
 
 PPO = {"objective": "ppo"}
 VARIANTS = {  # name -> TrainConfig overrides (128 completions per step each)
@@ -155,8 +155,8 @@ def memory_row(name: str, overrides: dict, steps: int) -> dict:
 RSS_CHILD = """
 import json, sys, tempfile
 from pathlib import Path
-from grpo_lab.config import preset
-from grpo_lab.trainer import train
+from grpo_lab.training.config import preset
+from grpo_lab.training.trainer import train
 
 def hwm():   # this process image's peak RSS in KiB (ru_maxrss would carry the parent's over exec)
     line = [x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmHWM")]

@@ -24,11 +24,11 @@ import time
 
 import torch
 
-from grpo_lab import rollout
-from grpo_lab.hf import DTYPES, HFPolicy, HFPolicyConfig, load_hf_policy
-from grpo_lab.rollout import sample
-from grpo_lab.step import prompt_generators
-from grpo_lab.task_data import load_eval
+from grpo_lab.algorithm import rollout
+from grpo_lab.policies.hf import DTYPES, HFPolicy, HFPolicyConfig, load_hf_policy
+from grpo_lab.algorithm.rollout import sample
+from grpo_lab.training.step import prompt_generators
+from grpo_lab.tasks.task_data import load_eval
 
 
 def random_policy(tiny: HFPolicy, width: int, layers: int) -> HFPolicy:

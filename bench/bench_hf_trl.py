@@ -43,13 +43,13 @@ from pathlib import Path
 
 import torch
 
-from grpo_lab.config import preset
-from grpo_lab.experiments import mean_ci
-from grpo_lab.hf import HFPolicy, load_hf_policy
-from grpo_lab.rewards import weighted_reward
-from grpo_lab.task_data import load_eval
+from grpo_lab.training.config import preset
+from grpo_lab.training.experiments import mean_ci
+from grpo_lab.policies.hf import HFPolicy, load_hf_policy
+from grpo_lab.tasks.rewards import weighted_reward
+from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.tasks import Example, sample_examples
-from grpo_lab.trainer import evaluate, learning_rate, train
+from grpo_lab.training.trainer import evaluate, learning_rate, train
 
 WEIGHTS = {"accuracy": 1.0, "partial": 0.5}
 WARMUP, MIN_LR_RATE = 20, 0.1                       # hf_tiny_cpu's warm-up; cosine to 10%

@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from grpo_lab.model import GPT, GPTConfig
-from grpo_lab.rollout import sample
+from grpo_lab.policies.model import GPT, GPTConfig
+from grpo_lab.algorithm.rollout import sample
 from grpo_lab.tokenizer import EOS, encode
 
 

@@ -44,14 +44,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from grpo_lab.config import preset
-from grpo_lab.experiments import mean_ci
-from grpo_lab.memory import (peak_bytes, reset_peak_rss, rss_bytes, saved_bytes,
+from grpo_lab.training.config import preset
+from grpo_lab.training.experiments import mean_ci
+from grpo_lab.policies.memory import (peak_bytes, reset_peak_rss, rss_bytes, saved_bytes,
                              tensor_bytes)
-from grpo_lab.model import GPT, GPTConfig
-from grpo_lab.policy import load_for
-from grpo_lab.step import backward, get_objective, split_batch
-from grpo_lab.trainer import setup, train
+from grpo_lab.policies.model import GPT, GPTConfig
+from grpo_lab.policies.policy import load_for
+from grpo_lab.training.step import backward, get_objective, split_batch
+from grpo_lab.training.trainer import setup, train
 
 VARIANTS = {                       # TrainConfig overrides of tiny_cpu (beta 0.02 by default)
     "default": {},

@@ -1,6 +1,6 @@
 """GRPO against a learned reward model: the proxy rises, the true reward does not (issue 14).
 
-A small reward model (grpo_lab/reward_model.py) is trained once, in seconds, on the base
+A small reward model (grpo_lab/training/reward_model.py) is trained once, in seconds, on the base
 policy's own addition samples labelled by the verifiable accuracy reward. GRPO then trains the
 base policy through the one trainer (``experiments.run_experiment`` -> ``trainer.train``)
 against it, in four variants, each over several seeds:
@@ -33,14 +33,14 @@ from pathlib import Path
 
 import torch
 
-from grpo_lab.policy import load_policy_any
-from grpo_lab.config import preset
-from grpo_lab.experiments import difference_sentence, mean_ci, run_experiment
-from grpo_lab.reward_model import (default_data, default_reward_model, plot_reward_hacking,
+from grpo_lab.policies.policy import load_policy_any
+from grpo_lab.training.config import preset
+from grpo_lab.training.experiments import difference_sentence, mean_ci, run_experiment
+from grpo_lab.training.reward_model import (default_data, default_reward_model, plot_reward_hacking,
                                    use_reward_model)
-from grpo_lab.step import sample_and_score
-from grpo_lab.task_data import load_eval
-from grpo_lab.trainer import train
+from grpo_lab.training.step import sample_and_score
+from grpo_lab.tasks.task_data import load_eval
+from grpo_lab.training.trainer import train
 
 LEARNED_ONLY = {"learned": 1.0, "accuracy": 0.0}
 VARIANTS = {  # name -> TrainConfig overrides

@@ -20,8 +20,8 @@ import time
 
 import torch
 
-from grpo_lab.config import preset
-from grpo_lab.trainer import spawn_train
+from grpo_lab.training.config import preset
+from grpo_lab.training.trainer import spawn_train
 
 
 def main():

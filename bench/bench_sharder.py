@@ -27,7 +27,7 @@ from grpo_lab.distributed.shard_plan import (POLICIES, assign,  # noqa: E402
                                              default_max_shard_numel, hardware_capacity,
                                              imbalance, make_shards, rank_bytes)
 from grpo_lab.distributed.sharder import ShardedOptimizer  # noqa: E402
-from grpo_lab.model import GPT, GPTConfig  # noqa: E402
+from grpo_lab.policies.model import GPT, GPTConfig  # noqa: E402
 
 SEED, RANKS, B, T = 0, (2, 3, 4), 16, 32
 TIMED_STEPS, WARMUP = 30, 5

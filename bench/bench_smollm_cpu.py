@@ -18,10 +18,10 @@ import os
 import time
 from pathlib import Path
 
-from grpo_lab import samples
-from grpo_lab.config import preset
-from grpo_lab.experiments import mean_ci
-from grpo_lab.trainer import train
+from grpo_lab.algorithm import samples
+from grpo_lab.training.config import preset
+from grpo_lab.training.experiments import mean_ci
+from grpo_lab.training.trainer import train
 
 
 def run_seed(seed: int, threads: int, out_root: Path, overrides: dict) -> dict:

@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from grpo_lab.config import PRESETS, preset  # noqa: E402
-from grpo_lab.experiments import mean_ci, run_experiment, time_to_target  # noqa: E402
-from grpo_lab.trainer import train  # noqa: E402
+from grpo_lab.training.config import PRESETS, preset  # noqa: E402
+from grpo_lab.training.experiments import mean_ci, run_experiment, time_to_target  # noqa: E402
+from grpo_lab.training.trainer import train  # noqa: E402
 
 # The variants measured (BENCHMARKS.md section 13); overrides of the field defaults.
 OLD_DEMO = dict(lr=1e-4, steps=3000, beta=0.02, warmup_steps=20, lr_schedule="cosine",

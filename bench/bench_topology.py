@@ -33,7 +33,7 @@ from grpo_lab.distributed import calibrate as C  # noqa: E402
 from grpo_lab.distributed import placement as PL  # noqa: E402
 from grpo_lab.distributed import scaling as S  # noqa: E402
 from grpo_lab.distributed import topology as T  # noqa: E402
-from grpo_lab.overlap_timing import measure_overlap  # noqa: E402
+from grpo_lab.training.overlap_timing import measure_overlap  # noqa: E402
 
 
 def us(s):
@@ -148,7 +148,7 @@ def part_placement() -> list[str]:
 
 def part_value_order(cal: C.Calibration) -> list[str]:
     from grpo_lab.distributed.replay import replay_sharding
-    from grpo_lab.experiments import record_gradients
+    from grpo_lab.training.experiments import record_gradients
     rec = record_gradients(steps=8)
     r = replay_sharding(rec, "size_balanced", 2, 0, "seed")
     nbytes = [4 * s.numel for s in r["shards"]]

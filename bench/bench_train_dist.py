@@ -27,10 +27,10 @@ import time
 
 import torch
 
-from grpo_lab.config import preset
-from grpo_lab.experiments import mean_ci
-from grpo_lab.report import comm_summary
-from grpo_lab.trainer import spawn_train
+from grpo_lab.training.config import preset
+from grpo_lab.training.experiments import mean_ci
+from grpo_lab.training.report import comm_summary
+from grpo_lab.training.trainer import spawn_train
 
 CLAIM_TB, CLAIM_GB = 1.2e12, 280e9            # "1.2 TB -> 280 GB"
 

@@ -46,10 +46,10 @@ from pathlib import Path
 import torch
 
 from bench_hf_trl import grpo_lab_steps, trl_steps
-from grpo_lab.config import preset
-from grpo_lab.experiments import mean_ci
-from grpo_lab.hf import HFPolicy, HFPolicyConfig, transformers_module
-from grpo_lab.trainer import train
+from grpo_lab.training.config import preset
+from grpo_lab.training.experiments import mean_ci
+from grpo_lab.policies.hf import HFPolicy, HFPolicyConfig, transformers_module
+from grpo_lab.training.trainer import train
 
 CHARS = "0123456789+="
 SIDES = ("grpo_lab", "grpo_lab hf", "TRL")     # the demo; grpo_lab on the peer GPT-2; TRL

@@ -29,8 +29,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_time_to_accuracy import markdown, summarize  # noqa: E402
-from grpo_lab.config import PRESETS  # noqa: E402
-from grpo_lab.experiments import Results, mean_ci, run_experiment  # noqa: E402
+from grpo_lab.training.config import PRESETS  # noqa: E402
+from grpo_lab.training.experiments import Results, mean_ci, run_experiment  # noqa: E402
 
 DEMO = dict(PRESETS["tiny_cpu"])
 VARIANTS = {

@@ -241,5 +241,5 @@ def __getattr__(name: str):
     (a file-format module does not import what sits above it)."""
     if name == "load_policy_any":
         import importlib
-        return importlib.import_module("grpo_lab.policy").load_policy_any
+        return importlib.import_module("grpo_lab.policies.policy").load_policy_any
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

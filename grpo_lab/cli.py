@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpo_lab.config import (MOVED_FIELDS, PRESETS, SUB_CONFIGS, PretrainConfig, TrainConfig,
+from grpo_lab.training.config import (MOVED_FIELDS, PRESETS, SUB_CONFIGS, PretrainConfig, TrainConfig,
                              field_docs, migrate, preset, to_dict)
 from grpo_lab.paths import checkout_dir
 from grpo_lab.registry import lookup
@@ -263,7 +263,7 @@ def train_config(args) -> TrainConfig:
         check_group_k(cfg, given)
         return cfg
     from grpo_lab.checkpoint import read_training_checkpoint
-    from grpo_lab.config import from_dict
+    from grpo_lab.training.config import from_dict
 
     if args.preset is not None:
         raise ValueError(f"--preset {args.preset} with --resume: a resumed run takes its saved "
@@ -285,7 +285,7 @@ def train_config(args) -> TrainConfig:
 
 def check_group_k(cfg: TrainConfig, given: dict) -> None:
     """--group_k for a grouper that takes no k would be ignored: an error instead."""
-    from grpo_lab.grouping import GROUPERS
+    from grpo_lab.algorithm.grouping import GROUPERS
 
     if given.get("group_k") and not GROUPERS[cfg.grouping].takes_k:
         with_k = sorted(n for n, g in GROUPERS.items() if g.takes_k)
@@ -306,8 +306,8 @@ def eval_task(checkpoint: str, task: str | None) -> tuple[str, str]:
 def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False,
               overwrite: bool = False) -> int:
     """Train in this process; under torchrun (RANK in the environment) join its group first."""
-    from grpo_lab.report import write_report
-    from grpo_lab.trainer import train
+    from grpo_lab.training.report import write_report
+    from grpo_lab.training.trainer import train
 
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     rank = 0
@@ -365,10 +365,10 @@ def main(argv: list[str] | None = None) -> int:
                     os.environ.pop(LOCKED_ENV, None)
             return run_train(cfg, args.resume, args.override, args.overwrite)
         elif args.command == "eval":
-            from grpo_lab.policy import load_policy_any
+            from grpo_lab.policies.policy import load_policy_any
             from grpo_lab.registry import load_plugins
-            from grpo_lab.task_data import load_eval
-            from grpo_lab.trainer import evaluate_tasks, max_new_tokens
+            from grpo_lab.tasks.task_data import load_eval
+            from grpo_lab.training.trainer import evaluate_tasks, max_new_tokens
 
             task, run_plugins = eval_task(args.checkpoint, args.task)
             load_plugins(",".join(filter(None, [run_plugins, plugin_spec(args)])))
@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
             res = evaluate_tasks(model, sets, cfg.reward_weights, max_new_tokens(cfg))
             print(json.dumps({"checkpoint": args.checkpoint, "task": task, **res}))
         elif args.command == "pretrain":
-            from grpo_lab.pretrain import main as pretrain_main
+            from grpo_lab.training.pretrain import main as pretrain_main
             from grpo_lab.registry import load_plugins
 
             load_plugins(plugin_spec(args))          # a plugin's task can be pretrained on
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "bench":
             return run_bench(args.name, args.bench_args)
         elif args.command == "lab":
-            from grpo_lab.workshop import lab_command, lab_env
+            from grpo_lab.teaching.workshop import lab_command, lab_env
             notebooks = checkout_dir("notebooks")
             env = lab_env(args.full)
             print(f"grpo-lab lab: GRPO_LAB_QUICK={env['GRPO_LAB_QUICK']} "
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
                    else lab_command(notebooks, args.workshop or None))
             return subprocess.call(cmd, env=env)
         elif args.command == "preflight":
-            from grpo_lab.workshop import preflight, preflight_report
+            from grpo_lab.teaching.workshop import preflight, preflight_report
             if args.steps < 1:
                 raise ValueError(f"--steps must be at least 1, got {args.steps}")
             ok, text = preflight_report(preflight(".", args.steps))

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from grpo_lab.advantages import ADVANTAGES
-from grpo_lab.widgets.advantage import advantage_explorer, explain_group
+from grpo_lab.algorithm.advantages import ADVANTAGES
+from grpo_lab.teaching.widgets.advantage import advantage_explorer, explain_group
 
 
 def test_sliders_drive_the_advantages():

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from grpo_lab.advantages import ADVANTAGES
+from grpo_lab.algorithm.advantages import ADVANTAGES
 
 T = torch.tensor
 
@@ -47,7 +47,7 @@ def test_bad_input(name):
 
 
 def test_process_supervision_by_hand():
-    from grpo_lab.advantages import process_advantages
+    from grpo_lab.algorithm.advantages import process_advantages
     from grpo_lab.tasks import Example, step_rewards
 
     ex = [Example("12+34=", "46", "addition")] * 2
@@ -67,7 +67,7 @@ def test_process_supervision_by_hand():
 
 
 def test_process_supervision_bad_shapes():
-    from grpo_lab.advantages import process_advantages
+    from grpo_lab.algorithm.advantages import process_advantages
 
     with pytest.raises(ValueError, match="one \\(N, T\\) shape"):
         process_advantages(torch.zeros(2, 3), torch.ones(2, 2, dtype=torch.bool), T([0, 0]))

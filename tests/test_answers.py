@@ -5,12 +5,12 @@ from fractions import Fraction
 
 import pytest
 
-from grpo_lab import answers
-from grpo_lab.answers import extract, follows_format, is_correct
-from grpo_lab.config import TrainConfig
-from grpo_lab.instruct import render, render_all
+from grpo_lab.tasks import answers
+from grpo_lab.tasks.answers import extract, follows_format, is_correct
+from grpo_lab.training.config import TrainConfig
+from grpo_lab.tasks.instruct import render, render_all
 from grpo_lab.tasks import REWARDS, Example, load_eval, weighted_reward
-from grpo_lab.word_problems import eval_examples, make, operations
+from grpo_lab.tasks.word_problems import eval_examples, make, operations
 
 
 @pytest.mark.parametrize("text, want", [

@@ -42,7 +42,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync"]
 CELLS = [
     "import os\nos.environ['GRPO_LAB_QUICK'] = '1'\n"
-    "from grpo_lab.widgets.grouping import grouping_explorer",
+    "from grpo_lab.teaching.widgets.grouping import grouping_explorer",
     "box, parts = grouping_explorer(n=70)\ndisplay(box)",
 ]
 DRIVER_TIMEOUT_S = 200

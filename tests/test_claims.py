@@ -1,4 +1,4 @@
-"""The claims table (grpo_lab.claims): a verdict for every row, every number traced to the file
+"""The claims table (grpo_lab.teaching.claims): a verdict for every row, every number traced to the file
 or the computation it comes from, and the cheap measurements against values worked out by hand.
 Nothing here reads outside the repository, so it runs (never skips) in any checkout."""
 import math
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_lab import claims as C
-from grpo_lab import claims_measure as M
+from grpo_lab.teaching import claims as C
+from grpo_lab.teaching import claims_measure as M
 
 ROOT = Path(__file__).resolve().parents[1]
 NUMBER = re.compile(r"(?<![A-Za-z_\d.])\d+(?:,\d{3})*(?:\.\d+)?")   # not the 32 of fp32

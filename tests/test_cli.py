@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from grpo_lab.cli import build_parser, main, parse_weights
-from grpo_lab.config import TrainConfig, field_docs
+from grpo_lab.training.config import TrainConfig, field_docs
 
 
 def test_every_field_documented_and_in_help():

@@ -54,7 +54,7 @@ def test_cpu_codecs_lose_on_datacentre_links_and_a_gpu_speed_one_wins_on_some():
 
 
 def test_widget_verdict_flips_with_the_bandwidth():
-    from grpo_lab.widgets.compression_pays import compression_pays_explorer
+    from grpo_lab.teaching.widgets.compression_pays import compression_pays_explorer
     box, parts = compression_pays_explorer(plots=False)
     v = parts["state"]["verdict"]
     assert not v.pays and "does NOT pay" in parts["verdict"].value
@@ -81,7 +81,7 @@ def test_a_gloo_calibration_becomes_a_link():
 def test_widget_draws_its_figure_with_plain_tick_labels(monkeypatch):
     from io import BytesIO
 
-    import grpo_lab.widgets.compression_pays as M
+    import grpo_lab.teaching.widgets.compression_pays as M
     figures = []
 
     def draw(fig):

@@ -2,7 +2,7 @@
 import torch
 
 from grpo_lab.distributed.compression import trace_step
-from grpo_lab.widgets.compression import compression_explorer
+from grpo_lab.teaching.widgets.compression import compression_explorer
 
 
 def test_controls_drive_the_numbers():

@@ -9,10 +9,10 @@ import pytest
 
 from grpo_lab.checkpoint import atomic_save_tensors, read_tensors
 from grpo_lab.cli import build_parser, train_config
-from grpo_lab.config import MOVED_FIELDS, TrainConfig, config_changes, from_dict, preset, to_dict
-from grpo_lab.hf import HFConfig
-from grpo_lab.ppo import PPOConfig
-from grpo_lab.trainer import train
+from grpo_lab.training.config import MOVED_FIELDS, TrainConfig, config_changes, from_dict, preset, to_dict
+from grpo_lab.policies.hf import HFConfig
+from grpo_lab.training.ppo import PPOConfig
+from grpo_lab.training.trainer import train
 
 OLD = {"ppo_gamma": 0.9, "ppo_lambda": 0.8, "vf_coef": 0.25, "vf_clip": 0.1,
        "ppo_critic": "network", "vf_lr": 1e-3}
@@ -88,7 +88,7 @@ def test_a_checkpoint_with_the_old_flat_config_resumes(tmp_path):
 
 def test_building_a_config_has_no_side_effects():
     """TrainConfig(...) imports no plugin and registers no grouper; preset() does both."""
-    from grpo_lab.grouping import GROUPERS
+    from grpo_lab.algorithm.grouping import GROUPERS
 
     def halves_test(batch, k, seed=0):
         return [i % 2 for i in range(len(batch.prompts))]

@@ -4,10 +4,10 @@ from fractions import Fraction
 
 import pytest
 
-from grpo_lab import countdown
-from grpo_lab.countdown import ExpressionError, evaluate, last_expression, verify
+from grpo_lab.tasks import countdown
+from grpo_lab.tasks.countdown import ExpressionError, evaluate, last_expression, verify
 from grpo_lab.tasks import REWARDS, Example
-from grpo_lab.instruct import render
+from grpo_lab.tasks.instruct import render
 
 SOLUTION = "(3 + 5) * 8"          # numbers 3, 5, 8; target 64
 

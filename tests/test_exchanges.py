@@ -9,13 +9,13 @@ the collective's bandwidth-optimal algorithm; at 2 ranks a ring all_reduce of b 
 import pytest
 import torch
 
-from grpo_lab.config import TrainConfig, preset
+from grpo_lab.training.config import TrainConfig, preset
 from grpo_lab.distributed import wire
 from grpo_lab.distributed.exchanges import EXCHANGES, ExchangeConfig
 from grpo_lab.distributed.shard_plan import assign, default_max_shard_numel, make_shards
-from grpo_lab.model import GPT, GPTConfig, load_policy, save_policy
-from grpo_lab.report import comm_summary
-from grpo_lab.trainer import spawn_train, train
+from grpo_lab.policies.model import GPT, GPTConfig, load_policy, save_policy
+from grpo_lab.training.report import comm_summary
+from grpo_lab.training.trainer import spawn_train, train
 from tolerance import mean_tol
 
 WORLD, STEPS = 2, 3

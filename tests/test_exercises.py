@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_lab import exercises as ex
-from grpo_lab.advantages import EPS, grpo_advantages
+from grpo_lab.teaching import exercises as ex
+from grpo_lab.algorithm.advantages import EPS, grpo_advantages
 from grpo_lab.distributed.compression import sparsify
-from grpo_lab.embeddings import tfidf_embed
-from grpo_lab.exercise_loss import _loss_variant
-from grpo_lab.grouping import GROUPERS
-from grpo_lab.loss import grpo_loss
+from grpo_lab.algorithm.embeddings import tfidf_embed
+from grpo_lab.teaching.exercise_loss import _loss_variant
+from grpo_lab.algorithm.grouping import GROUPERS
+from grpo_lab.algorithm.loss import grpo_loss
 
 
 def verdict(check, fn, capsys, *args):
@@ -314,7 +314,7 @@ def test_exercises_keeps_its_public_names_after_the_split():
 def test_the_time_limit_set_on_exercises_is_the_one_the_checks_read(monkeypatch):
     import time
 
-    from grpo_lab import exercise_harness as H
+    from grpo_lab.teaching import exercise_harness as H
     assert ex.TIME_LIMIT_S == H.TIME_LIMIT_S == 10.0
     with monkeypatch.context() as m:
         m.setattr(ex, "TIME_LIMIT_S", 0.2)

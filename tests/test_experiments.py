@@ -5,7 +5,7 @@ import math
 import matplotlib
 import pytest
 
-from grpo_lab.experiments import (Results, difference_sentence, mean_ci, run_experiment,
+from grpo_lab.training.experiments import (Results, difference_sentence, mean_ci, run_experiment,
                                   run_metrics, time_to_target)
 
 matplotlib.use("Agg")

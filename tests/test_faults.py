@@ -16,13 +16,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from grpo_lab.advantages import ADVANTAGES, process_advantages
+from grpo_lab.algorithm.advantages import ADVANTAGES, process_advantages
 from grpo_lab.checkpoint import (CHECKSUM_KEY, CheckpointError, add_checksum, atomic_save_tensors,
                                  content_checksum, load_state_strict, read_tensors)
 from grpo_lab.distributed import codecs, compression as C, wire
 from grpo_lab.distributed.wire import TensorRecord, WireError
-from grpo_lab.loss import grpo_loss
-from grpo_lab.model import FORMAT_TAG, GPT, GPTConfig, load_policy, save_policy
+from grpo_lab.algorithm.loss import grpo_loss
+from grpo_lab.policies.model import FORMAT_TAG, GPT, GPTConfig, load_policy, save_policy
 from grpo_lab.tasks import REWARDS, Example, accuracy_reward, weighted_reward
 
 T = torch.tensor
@@ -189,7 +189,7 @@ def test_loss_ranges(kw, message):
 
 def reference_loss(logp, old_logp, ref_logp, adv, mask, eps_low, eps_high, beta, agg, max_len):
     """grpo_loss as it was before the input checks: padding multiplied by the mask."""
-    from grpo_lab.loss import AGGREGATIONS
+    from grpo_lab.algorithm.loss import AGGREGATIONS
     mask = mask.to(logp.dtype)
     A = adv[:, None] if adv.dim() == 1 else adv
     ratio = torch.exp(logp - old_logp)
@@ -202,7 +202,7 @@ def reference_loss(logp, old_logp, ref_logp, adv, mask, eps_low, eps_high, beta,
 
 @pytest.mark.parametrize("seed", range(4))
 def test_loss_on_valid_inputs_is_bit_identical_to_the_unchecked_one(seed):
-    from grpo_lab.loss import AGGREGATIONS
+    from grpo_lab.algorithm.loss import AGGREGATIONS
     g = torch.Generator().manual_seed(seed)
     logp = -torch.rand(8, 7, generator=g) * 3                              # (N, T)
     old, ref = (logp + torch.randn(8, 7, generator=g) * 0.3 for _ in range(2))

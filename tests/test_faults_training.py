@@ -9,9 +9,9 @@ import torch
 
 from grpo_lab.checkpoint import read_training_checkpoint
 from grpo_lab.cli import main
-from grpo_lab.config import TrainConfig
+from grpo_lab.training.config import TrainConfig
 from grpo_lab.distributed.exchanges import AdamW, ExchangeConfig, make_exchange
-from grpo_lab.model import GPT, GPTConfig
+from grpo_lab.policies.model import GPT, GPTConfig
 
 QUICK = ["--preset", "quick", "--eval_size", "10", "--threads", "1"]
 

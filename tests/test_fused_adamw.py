@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from grpo_lab.checkpoint import read_training_checkpoint
-from grpo_lab.config import preset
+from grpo_lab.training.config import preset
 from grpo_lab.distributed.exchanges import AdamW, ExchangeConfig, make_exchange
-from grpo_lab.model import GPT, GPTConfig
-from grpo_lab.policy import POLICIES
-from grpo_lab.trainer import train
+from grpo_lab.policies.model import GPT, GPTConfig
+from grpo_lab.policies.policy import POLICIES
+from grpo_lab.training.trainer import train
 from tolerance import mean_tol
 
 STEPS, LR = 6, 1e-2

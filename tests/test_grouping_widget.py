@@ -5,14 +5,14 @@ import random
 import pytest
 import torch
 
-from grpo_lab.advantages import ADVANTAGES
-from grpo_lab.embeddings import tfidf_embed
-from grpo_lab.grouping import GROUPERS, PromptBatch, grouped_advantages
-from grpo_lab.loss import grpo_loss
-from grpo_lab.model import load_policy
-from grpo_lab.rollout import completion_logprobs, sample
+from grpo_lab.algorithm.advantages import ADVANTAGES
+from grpo_lab.algorithm.embeddings import tfidf_embed
+from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, grouped_advantages
+from grpo_lab.algorithm.loss import grpo_loss
+from grpo_lab.policies.model import load_policy
+from grpo_lab.algorithm.rollout import completion_logprobs, sample
 from grpo_lab.tasks import decode, encode, load_mixture, sample_examples, weighted_reward
-from grpo_lab.widgets.grouping import (STAGES, WEIGHTS, base_rollout_rewards, grouping_explorer,
+from grpo_lab.teaching.widgets.grouping import (STAGES, WEIGHTS, base_rollout_rewards, grouping_explorer,
                                        grpo_step_explorer, grpo_step_stages)
 
 
@@ -89,7 +89,7 @@ def test_step_stages_agree_with_the_library():
     policy = load_policy("data/base_policy.safetensors")
     exs = sample_examples(["addition", "max", "sort"], 3, random.Random(5))
     d = grpo_step_stages(policy, exs, G=4, grouping="by_task", seed=3)
-    from grpo_lab.step import prompt_generators                           # the trainer's seeding
+    from grpo_lab.training.step import prompt_generators                           # the trainer's seeding
     r = sample(policy, [encode(e.prompt) for e in exs], 4, 8, 0.7,
                generator=prompt_generators(3, 0, 0, range(3)))
     texts = [decode(c) for c in r.completion_ids.tolist()]

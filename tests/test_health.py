@@ -1,6 +1,6 @@
 """health.py: the "nothing is being learned" findings fire on the histories that show them."""
-from grpo_lab import health
-from grpo_lab.health import diagnose, report_lines, timeline
+from grpo_lab.algorithm import health
+from grpo_lab.algorithm.health import diagnose, report_lines, timeline
 
 CFG = {"reward_weights": {"accuracy": 1.0, "format": 0.5}, "max_new_tokens": 24,
        "prompts_per_step": 8, "dynamic_sampling": True, "dynamic_max_draws": 4}
@@ -73,9 +73,9 @@ def test_timeline_and_report_name_the_steps_covered():
 def test_the_trainer_says_it_on_a_constant_reward_and_the_report_lists_it(tmp_path, monkeypatch,
                                                                          capsys):
     from grpo_lab import tasks
-    from grpo_lab.config import preset
-    from grpo_lab.report import write_report
-    from grpo_lab.trainer import train
+    from grpo_lab.training.config import preset
+    from grpo_lab.training.report import write_report
+    from grpo_lab.training.trainer import train
 
     monkeypatch.setitem(tasks.REWARDS, "never", lambda c, e, s: [0.0] * len(c))
     cfg = preset("quick", steps=12, eval_size=8, eval_every=0, threads=1, out_dir=str(tmp_path),

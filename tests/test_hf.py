@@ -9,12 +9,12 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from grpo_lab.checkpoint import load_policy_any                       # noqa: E402
-from grpo_lab.config import TrainConfig, preset                        # noqa: E402
-from grpo_lab.hf import HFPolicy, build_tiny_tokenizer, load_hf_policy  # noqa: E402
-from grpo_lab.rollout import completion_logprobs, sample               # noqa: E402
-from grpo_lab.step import prompt_generators                           # noqa: E402
+from grpo_lab.training.config import TrainConfig, preset                        # noqa: E402
+from grpo_lab.policies.hf import HFPolicy, build_tiny_tokenizer, load_hf_policy  # noqa: E402
+from grpo_lab.algorithm.rollout import completion_logprobs, sample               # noqa: E402
+from grpo_lab.training.step import prompt_generators                           # noqa: E402
 from grpo_lab.tasks import load_eval                                   # noqa: E402
-from grpo_lab.trainer import train                                     # noqa: E402
+from grpo_lab.training.trainer import train                                     # noqa: E402
 
 TINY = "data/hf_tiny"
 
@@ -145,9 +145,9 @@ def test_chat_template_dtype_autocast_and_gradient_checkpointing():
 
 def test_grpo_lab_imports_without_transformers():
     code = ("import sys; sys.modules['transformers'] = None; sys.modules['tokenizers'] = None\n"
-            "import grpo_lab.trainer, grpo_lab.cli, grpo_lab.policy, grpo_lab.step\n"
-            "from grpo_lab.config import preset\n"
-            "from grpo_lab.policy import load_for\n"
+            "import grpo_lab.training.trainer, grpo_lab.cli, grpo_lab.policies.policy, grpo_lab.training.step\n"
+            "from grpo_lab.training.config import preset\n"
+            "from grpo_lab.policies.policy import load_for\n"
             "try:\n    load_for(preset('hf_tiny_cpu'))\n"
             "except ImportError as e:\n    print('IMPORT-ERROR', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -156,7 +156,7 @@ def test_grpo_lab_imports_without_transformers():
 
 
 def test_hf_run_is_the_same_on_1_and_2_processes(tmp_path):
-    from grpo_lab.trainer import spawn_train
+    from grpo_lab.training.trainer import spawn_train
 
     kw = dict(threads=1, steps=3, prompts_per_step=5, group_size=4, eval_every=0, eval_size=10,
               time_budget_s=0.0, lr=3e-4, warmup_steps=0, adam_eps=1e-6, beta=0.05)
@@ -176,7 +176,7 @@ def test_hf_run_is_the_same_on_1_and_2_processes(tmp_path):
 
 
 def test_policy_embedder_reads_the_hf_model(tiny):
-    from grpo_lab.embeddings import policy_embed
+    from grpo_lab.algorithm.embeddings import policy_embed
 
     z = policy_embed(["12+34=", "1+2=", "99+99="], model=tiny)
     assert z.shape == (3, 96) and abs(float((z ** 2).sum(1).mean()) - 1) < 1e-6

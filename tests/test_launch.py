@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from grpo_lab.distributed.launch import RankFailedError, init_from_env, pick_backend, spawn
 from grpo_lab.distributed.sharder import ShardedOptimizer
-from grpo_lab.model import GPT, GPTConfig
+from grpo_lab.policies.model import GPT, GPTConfig
 
 CFG = GPTConfig(n_layer=1, n_embd=16, n_head=2, block_size=8)
 TIMEOUT_S = 8

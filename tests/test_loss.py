@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from grpo_lab.loss import AGGREGATIONS, grpo_loss
+from grpo_lab.algorithm.loss import AGGREGATIONS, grpo_loss
 
 # old_logp = 0, so ratio = exp(logp). Row 0 (A = +1): ratios 1.5 (clipped high at 1.28), 1.1.
 # Row 1 (A = -1): ratio 0.5 (clipped low at 0.8), second token masked out.

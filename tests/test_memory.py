@@ -5,16 +5,16 @@ import copy
 import pytest
 import torch
 
-import grpo_lab.model
-from grpo_lab.config import preset
-from grpo_lab.memory import peak_bytes, saved_bytes, tensor_bytes
-from grpo_lab.model import GPT, GPTConfig
-from grpo_lab.policy import frozen, load_for
-from grpo_lab.rollout import completion_logprobs, sample
-from grpo_lab.step import (StepContext, backward, collect, collect_demos, grpo_objective,
+import grpo_lab.policies.model
+from grpo_lab.training.config import preset
+from grpo_lab.policies.memory import peak_bytes, saved_bytes, tensor_bytes
+from grpo_lab.policies.model import GPT, GPTConfig
+from grpo_lab.policies.policy import frozen, load_for
+from grpo_lab.algorithm.rollout import completion_logprobs, sample
+from grpo_lab.training.step import (StepContext, backward, collect, collect_demos, grpo_objective,
                            split_batch, supervised_objective)
 from grpo_lab.tasks import load_eval
-from grpo_lab.trainer import make_grouper, prompt_source, train
+from grpo_lab.training.trainer import make_grouper, prompt_source, train
 from tolerance import mean_tol
 
 
@@ -87,7 +87,7 @@ def test_sampling_and_no_grad_forwards_never_checkpoint(monkeypatch):
 
     def refuse(*a, **k):
         raise AssertionError("checkpoint called outside a training forward")
-    monkeypatch.setattr(grpo_lab.model, "checkpoint", refuse)
+    monkeypatch.setattr(grpo_lab.policies.model, "checkpoint", refuse)
     got = sample(m, [[1, 2, 3]], 2, 4, generator=torch.Generator().manual_seed(0))
     assert torch.equal(got.completion_ids, want.completion_ids)
     assert torch.equal(got.logprobs, want.logprobs)                       # float32, no autocast
@@ -235,7 +235,7 @@ def test_bad_memory_settings_name_the_value(kw, match):
 
 def test_hf_checkpoint_every_k_layers_same_gradients_less_memory():
     pytest.importorskip("transformers")
-    from grpo_lab.rollout import completion_logprobs
+    from grpo_lab.algorithm.rollout import completion_logprobs
     c = preset("hf_tiny_cpu", threads=1)
     base = load_for(c)
     r = sample(base, [base.encode("12+34=")] * 4, 2, 4, generator=torch.Generator().manual_seed(0))

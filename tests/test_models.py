@@ -8,7 +8,7 @@ import zipfile
 import pytest
 
 from grpo_lab import cli, models
-from grpo_lab.hf import model_location
+from grpo_lab.policies.hf import model_location
 
 
 @pytest.fixture

@@ -9,15 +9,15 @@ import textwrap
 import numpy as np
 import pytest
 
-from grpo_lab.config import preset
-from grpo_lab.grouping import GROUPERS, PromptBatch, get_grouper
+from grpo_lab.training.config import preset
+from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, get_grouper
 from grpo_lab.registry import PluginReloaded, load_plugins, plugin_digests
 from grpo_lab.tasks import REWARDS
-from grpo_lab.trainer import train
+from grpo_lab.training.trainer import train
 
 GROUPER = """
 import numpy as np
-from grpo_lab.grouping import register_grouper
+from grpo_lab.algorithm.grouping import register_grouper
 from grpo_lab.tasks import register_reward
 
 @register_grouper("{name}", takes_k=False)

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from grpo_lab.cli import main
-from grpo_lab.config import preset
-from grpo_lab.grouping import GROUPERS, PromptBatch, get_grouper, register_grouper
+from grpo_lab.training.config import preset
+from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, get_grouper, register_grouper
 from grpo_lab.registry import load_plugins
 from grpo_lab.tasks import Example, TASKS, load_eval, register_task
-from grpo_lab.trainer import train
+from grpo_lab.training.trainer import train
 
 PLUGIN = str(Path(__file__).resolve().parent / "plugins" / "lab_plugin.py")
 RUN = dict(steps=3, eval_size=10, eval_every=0, threads=1, time_budget_s=0.0)
@@ -45,7 +45,7 @@ def test_plugin_from_the_command_line(tmp_path, capsys):
 
 
 def test_plugin_grouper_in_the_grouping_explorer():
-    from grpo_lab.widgets.grouping import grouping_explorer
+    from grpo_lab.teaching.widgets.grouping import grouping_explorer
     load_plugins(PLUGIN)
     prompts = ["1+2=", "3+4=", "rev:abc=", "rev:xyz="]
     rewards = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.5, 0.5])      # means 1, 0, .5, .5
@@ -181,7 +181,7 @@ def test_eval_defaults_to_the_checkpoint_task_and_a_checkpoint_can_start_a_run(t
     assert {"eval/accuracy/double", "eval/accuracy/addition"} <= set(res)
     # a training checkpoint as base_checkpoint: a new run from its weights, with a warning
     from grpo_lab.checkpoint import read_training_checkpoint
-    from grpo_lab.model import load_policy
+    from grpo_lab.policies.model import load_policy
     with pytest.warns(UserWarning, match="training checkpoint .saved at step 1.*--resume"):
         policy = load_policy(ckpt)
     saved = read_training_checkpoint(ckpt)["policy"]
@@ -201,7 +201,7 @@ def test_eval_path_of_a_plugin_task_and_the_held_out_rule_in_the_docstring():
     assert '{"prompt": "dbl:21=", "answer": "42", "task": "double"}' in doc
     assert "removes every prompt of the whole file" in doc
     # the rule itself: no training draw of the plugin task is one of its held-out prompts
-    from grpo_lab.trainer import prompt_source
+    from grpo_lab.training.trainer import prompt_source
     held = {e.prompt for e in load_eval("double")}
     draw = prompt_source(preset("quick", plugins=PLUGIN, task="double"), held)
     import random

@@ -2,13 +2,13 @@
 import pytest
 import torch
 
-from grpo_lab.config import preset
-from grpo_lab.model import load_policy
-from grpo_lab.policy import state_without_aliases
-from grpo_lab.rollout import left_pad, sample
-from grpo_lab.step import prompt_generators
+from grpo_lab.training.config import preset
+from grpo_lab.policies.model import load_policy
+from grpo_lab.policies.policy import state_without_aliases
+from grpo_lab.algorithm.rollout import left_pad, sample
+from grpo_lab.training.step import prompt_generators
 from grpo_lab.tasks import PAD, encode, load_eval
-from grpo_lab.trainer import train
+from grpo_lab.training.trainer import train
 from tolerance import mean_tol
 
 # recorded with the code of commit 8aa7428 (before the seam), one torch thread

@@ -4,9 +4,9 @@ trains the critic, resumes exactly and refuses what it does not support."""
 import pytest
 import torch
 
-from grpo_lab.model import load_policy
-from grpo_lab.ppo import ValueHead, explained_variance, gae, value_loss
-from grpo_lab.rollout import positions, sample
+from grpo_lab.policies.model import load_policy
+from grpo_lab.training.ppo import ValueHead, explained_variance, gae, value_loss
+from grpo_lab.algorithm.rollout import positions, sample
 from grpo_lab.tasks import accuracy_reward, decode, encode, sample_examples
 
 
@@ -79,14 +79,14 @@ def test_critic_loss_falls_on_a_fixed_batch():
 # ---- PPO through the one trainer (objective="ppo")
 
 def _ppo_cfg(tmp_path, **kw):
-    from grpo_lab.config import preset
+    from grpo_lab.training.config import preset
     return preset("quick", **{"out_dir": str(tmp_path / "run"), "threads": 1, "objective": "ppo",
                               **kw})
 
 
 def test_ppo_run_raises_reward_and_trains_the_critic(tmp_path):
     from grpo_lab.checkpoint import load_policy_any, read_training_checkpoint
-    from grpo_lab.trainer import train
+    from grpo_lab.training.trainer import train
     c = _ppo_cfg(tmp_path, steps=40, prompts_per_step=16, group_size=6, eval_every=0, lr=1e-4,
                  train_pool=16)
     history = train(c, progress=False)
@@ -104,7 +104,7 @@ def test_ppo_run_raises_reward_and_trains_the_critic(tmp_path):
 
 @pytest.mark.parametrize("critic,vf_lr", [("head", 0.0), ("head", 1e-3), ("network", 1e-3)])
 def test_ppo_resume_is_exact(tmp_path, critic, vf_lr):     # vf_lr 1e-3: the critic's own group
-    from grpo_lab.trainer import train
+    from grpo_lab.training.trainer import train
     kw = dict(steps=4, ckpt_every=2, eval_size=5, vf_lr=vf_lr, ppo_critic=critic)
     full = train(_ppo_cfg(tmp_path / "a", **kw), progress=False)
 
@@ -140,7 +140,7 @@ def test_ppo_bad_config_is_a_clear_error(tmp_path):
 
 def _first_step(tmp_path, steps=1, **kw) -> dict:
     """Train PPO steps (constant lr, no warm-up: the step's lr is lr) -> the parameters."""
-    from grpo_lab.trainer import train
+    from grpo_lab.training.trainer import train
     seen = {}
     train(_ppo_cfg(tmp_path, steps=steps, eval_size=0, warmup_steps=0, lr_schedule="constant",
                    beta=0.0, **kw), progress=False,
@@ -194,7 +194,7 @@ def test_value_network_on_the_policys_body_equals_the_head():
     # equivalence: a ValueNetwork whose body is the policy itself and whose head has the
     # ValueHead's weights gives the same values (the two critics differ only in the body)
     import random
-    from grpo_lab.ppo import ValueNetwork, logprobs_and_values
+    from grpo_lab.training.ppo import ValueNetwork, logprobs_and_values
     torch.manual_seed(0)
     policy = load_policy("data/base_policy.safetensors").eval()
     exs = sample_examples(["addition"], 4, random.Random(0))
@@ -226,7 +226,7 @@ def _with(policy, critic):
 
 def test_ppo_with_a_critic_network_trains_both_networks(tmp_path):
     from grpo_lab.checkpoint import load_policy_any
-    from grpo_lab.ppo import ValueNetwork
+    from grpo_lab.training.ppo import ValueNetwork
     # two steps: the head starts at zero, so the critic's body gets its first gradient in step 1
     seen = _first_step(tmp_path, steps=2, ppo_critic="network", lr=1e-4, vf_lr=1e-3)
     base = _base_params()

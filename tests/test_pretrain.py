@@ -8,14 +8,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from grpo_lab.config import PretrainConfig, preset
-from grpo_lab.model import GPT, GPTConfig
-from grpo_lab.pretrain import fresh_policy, pretrain, save_any, train_config
-from grpo_lab.rollout import positions
-from grpo_lab.step import demo_batch
-from grpo_lab.task_data import load_eval
+from grpo_lab.training.config import PretrainConfig, preset
+from grpo_lab.policies.model import GPT, GPTConfig
+from grpo_lab.training.pretrain import fresh_policy, pretrain, save_any, train_config
+from grpo_lab.algorithm.rollout import positions
+from grpo_lab.training.step import demo_batch
+from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.tasks import sample_examples
-from grpo_lab.trainer import evaluate, train
+from grpo_lab.training.trainer import evaluate, train
 
 TINY = dict(n_layer=1, n_head=2, n_embd=32, batch_size=8, threads=1)
 
@@ -28,7 +28,7 @@ def old_pretrain(cfg: PretrainConfig):
     tasks = cfg.tasks.split(",")
     held_out = {ex.prompt for t in tasks for ex in load_eval(t)}
     if cfg.policy == "hf":
-        from grpo_lab.hf import build_tiny
+        from grpo_lab.policies.hf import build_tiny
         model = build_tiny(tasks, cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.seed)
     else:
         model = GPT(GPTConfig(block_size=cfg.block_size, n_layer=cfg.n_layer,
@@ -90,7 +90,7 @@ def test_a_resumed_warm_up_replays_the_stream_exactly(tmp_path):
 
 
 def load_policy_from_run(out_dir):
-    from grpo_lab.policy import load_policy_any
+    from grpo_lab.policies.policy import load_policy_any
     return load_policy_any(out_dir / "checkpoint.safetensors")
 
 
@@ -109,7 +109,7 @@ def test_the_warm_up_learns():
 
 
 def test_schedule_steps_stretches_the_cosine_by_hand():
-    from grpo_lab.trainer import learning_rate
+    from grpo_lab.training.trainer import learning_rate
     c = preset("pretrain_cpu", lr=2e-3, steps=1800, schedule_steps=2000)
     # no warm-up; factor 0.1 + 0.9 * (1 + cos(pi * step / 2000)) / 2, not over 1800 steps
     assert learning_rate(c, 0) == 2e-3

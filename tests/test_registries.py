@@ -4,13 +4,13 @@ with the one "unknown X 'name'; known: [...]" message."""
 import pytest
 import torch
 
-from grpo_lab.config import TrainConfig, preset
+from grpo_lab.training.config import TrainConfig, preset
 from grpo_lab.distributed import exchanges, shard_plan, wire
 from grpo_lab.distributed.codecs import CODECS
-from grpo_lab.loss import AGGREGATIONS, grpo_loss, register_aggregation
-from grpo_lab.policy import POLICIES
+from grpo_lab.algorithm.loss import AGGREGATIONS, grpo_loss, register_aggregation
+from grpo_lab.policies.policy import POLICIES
 from grpo_lab.registry import lookup
-from grpo_lab.step import OBJECTIVES, register_objective
+from grpo_lab.training.step import OBJECTIVES, register_objective
 
 
 def test_lookup_names_the_unknown_value_and_every_known_one():
@@ -126,9 +126,11 @@ def test_lookup_takes_a_tuple_of_names_too():
 def _unknown_name_sites():
     """(call with a bad name, kind, bad name, every known name): one per hand-written message
     the package had before lookup answered them all."""
-    from grpo_lab import answers, experiments, grouping, instruct, rewards, rollout
+    from grpo_lab.tasks import answers, instruct, rewards
+    from grpo_lab.training import experiments
+    from grpo_lab.algorithm import grouping, rollout
     from grpo_lab.distributed import calibrate, compression, fastpath, scaling, topology
-    from grpo_lab.exercises import check_grouper
+    from grpo_lab.teaching.exercises import check_grouper
     from grpo_lab.tasks import Example
     res = experiments.Results([{"strategy": "a", "seed": 0, "history": []}])
     batch = grouping.PromptBatch(["1+2=", "3+4="], ["add", "add"])

@@ -1,5 +1,5 @@
 """Report helpers: running mean by hand, summary of a history."""
-from grpo_lab.report import running_mean, summary, write_report
+from grpo_lab.training.report import running_mean, summary, write_report
 
 
 def test_running_mean_by_hand():
@@ -17,7 +17,7 @@ def test_summary():
 
 
 def test_report_says_when_the_time_budget_ended_the_run(tmp_path):
-    from grpo_lab.report import budget_note
+    from grpo_lab.training.report import budget_note
     h = [{"step": -1, "eval/accuracy": 0.5}, {"step": 0, "time/step_s": 0.5, "reward/mean": 0.1},
          {"step": 1, "time/step_s": 0.9, "reward/mean": 0.2, "eval/accuracy": 0.6}]
     note = budget_note(h, {"time_budget_s": 300.0, "steps": 3000})
@@ -44,7 +44,7 @@ def _titles(fig):
 
 
 def test_empty_panels_are_left_out_and_the_rest_fill_rows_of_three():
-    from grpo_lab.report import plot_history
+    from grpo_lab.training.report import plot_history
     fig = plot_history(_history(kl=0.0, clip=0.0))        # beta = 0, mu = 1: nothing to show
     assert _titles(fig) == ["mean reward (train samples)", "held-out greedy accuracy",
                             "completion length", "groups with equal rewards"]
@@ -59,7 +59,7 @@ def test_empty_panels_are_left_out_and_the_rest_fill_rows_of_three():
 
 
 def test_every_panel_has_a_y_label_readable_text_and_the_target_line():
-    from grpo_lab.report import FONT, WIDTH_IN, plot_history
+    from grpo_lab.training.report import FONT, WIDTH_IN, plot_history
     fig = plot_history(_history(kl=0.01, clip=0.1), "GRPO on addition", target=0.9)
     assert fig.get_size_inches()[0] == WIDTH_IN
     assert all(ax.get_ylabel() for ax in fig.axes)
@@ -75,7 +75,7 @@ def test_every_panel_has_a_y_label_readable_text_and_the_target_line():
 def test_no_label_is_clipped_and_no_two_panels_overlap():
     """Drawn with the report's layout, every panel's box with its labels lies inside the figure
     and no two panels' boxes overlap (labels overprinting a neighbour)."""
-    from grpo_lab.report import plot_history
+    from grpo_lab.training.report import plot_history
     fig = plot_history(_history(kl=0.01, clip=0.1), "GRPO on addition", target=0.9)
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
@@ -94,7 +94,7 @@ def test_report_png_is_left_out_when_nothing_was_logged(tmp_path):
 
 
 def test_report_says_whether_the_target_was_reached():
-    from grpo_lab.report import budget_note
+    from grpo_lab.training.report import budget_note
     h = [{"step": -1, "eval/accuracy": 0.5}, {"step": 0, "time/step_s": 0.5},
          {"step": 1, "time/step_s": 0.9, "eval/accuracy": 0.91, "time/elapsed_s": 1.4}]
     cfg = {"time_budget_s": 300.0, "steps": 3000, "target_accuracy": 0.9}

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from grpo_lab import reward_model as rm
-from grpo_lab.config import preset
+from grpo_lab.training import reward_model as rm
+from grpo_lab.training.config import preset
 from grpo_lab.tasks import REWARDS, Example, load_eval, weighted_reward
-from grpo_lab.trainer import train
+from grpo_lab.training.trainer import train
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from grpo_lab.model import GPT, GPTConfig
-from grpo_lab.rollout import completion_logprobs, sample
+from grpo_lab.policies.model import GPT, GPTConfig
+from grpo_lab.algorithm.rollout import completion_logprobs, sample
 from grpo_lab.tasks import EOS, PAD, encode
 
 

@@ -19,9 +19,9 @@ import pytest
 from grpo_lab import checkpoint
 from grpo_lab.checkpoint import read_training_checkpoint
 from grpo_lab.cli import main
-from grpo_lab.config import preset
+from grpo_lab.training.config import preset
 from grpo_lab.rundir import RunFolderError, claim, write_lines_atomic
-from grpo_lab.trainer import train
+from grpo_lab.training.trainer import train
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ["--preset", "quick", "--eval_size", "10", "--threads", "1"]
@@ -152,8 +152,8 @@ import os, signal, sys
 from pathlib import Path
 import safetensors.torch
 from grpo_lab import checkpoint
-from grpo_lab.config import preset
-from grpo_lab.trainer import train
+from grpo_lab.training.config import preset
+from grpo_lab.training.trainer import train
 calls = []
 def dying_save(tensors, path, metadata):
     calls.append(path)

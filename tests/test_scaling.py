@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from grpo_lab.checkpoint import load_policy_any, read_training_checkpoint
-from grpo_lab.config import preset
+from grpo_lab.training.config import preset
 from grpo_lab.distributed import launch
-from grpo_lab.trainer import spawn_train, train
+from grpo_lab.training.trainer import spawn_train, train
 from tolerance import mean_tol
 
 # a grouper that crosses prompts, dynamic sampling, mu = 2 and token_mean: everything that

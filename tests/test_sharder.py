@@ -13,7 +13,7 @@ from grpo_lab.distributed.shard_plan import (ShardInfo, assign, default_max_shar
                                              hardware_capacity, imbalance, make_shards,
                                              rank_bytes)
 from grpo_lab.distributed.sharder import ShardedOptimizer
-from grpo_lab.model import GPT, GPTConfig
+from grpo_lab.policies.model import GPT, GPTConfig
 
 # ---- policies on a hand-worked list: numel 4, 1, 3, 2, 5 (float32: 16, 4, 12, 8, 20 bytes) ----
 

@@ -8,7 +8,7 @@ import torch
 
 from grpo_lab.distributed.replay import replay_sharding
 from grpo_lab.distributed.shard_plan import assign, imbalance, rank_bytes
-from grpo_lab.widgets.sharder import sharder_explorer
+from grpo_lab.teaching.widgets.sharder import sharder_explorer
 
 STEPS = 8
 

@@ -8,16 +8,16 @@ import torch
 import torch.nn.functional as F
 from scipy.stats import chisquare
 
-from grpo_lab.model import GPT, GPTConfig
-from grpo_lab.rollout import (DRAWS, UPDATE_FORWARDS, chosen_logprobs, completion_logprobs,
+from grpo_lab.policies.model import GPT, GPTConfig
+from grpo_lab.algorithm.rollout import (DRAWS, UPDATE_FORWARDS, chosen_logprobs, completion_logprobs,
                               completion_token_stats, sample)
-from grpo_lab.step import prompt_generators
+from grpo_lab.training.step import prompt_generators
 from grpo_lab.tasks import EOS, encode
 from tolerance import mean_tol
 
 transformers = pytest.importorskip("transformers")
 
-from grpo_lab.hf import load_hf_policy                                 # noqa: E402
+from grpo_lab.policies.hf import load_hf_policy                                 # noqa: E402
 from grpo_lab.tasks import load_eval                                   # noqa: E402
 
 TINY = "data/hf_tiny"
@@ -256,8 +256,8 @@ def test_lora_with_adapters_off_is_the_base_model():
 
 def test_lora_run_trains_adapters_only_with_the_adapters_off_reference(tmp_path):
     pytest.importorskip("peft")
-    from grpo_lab.config import preset
-    from grpo_lab.trainer import train
+    from grpo_lab.training.config import preset
+    from grpo_lab.training.trainer import train
     kw = dict(threads=1, steps=3, prompts_per_step=4, group_size=4, eval_every=0, eval_size=0,
               time_budget_s=0.0, beta=0.05, lora_r=4, lr=1e-2, warmup_steps=0)
     h = train(preset("hf_tiny_cpu", out_dir=str(tmp_path / "run"), **kw), progress=False)

@@ -162,7 +162,7 @@ def test_fit_recovers_alpha_beta_from_exact_ring_times():
 
 
 def test_explorer_controls_drive_the_data():
-    from grpo_lab.widgets.topology import topology_explorer
+    from grpo_lab.teaching.widgets.topology import topology_explorer
     box, parts = topology_explorer(plots=False)
     d = parts["data"]
     assert d["cluster"].size == 16 and parts["phase"].max == 29      # ring: 2 (16-1) phases
@@ -177,7 +177,7 @@ def test_explorer_controls_drive_the_data():
 
 
 def test_explorer_renders_png():
-    from grpo_lab.widgets.topology import topology_explorer
+    from grpo_lab.teaching.widgets.topology import topology_explorer
     box, parts = topology_explorer()
     assert parts["phase_image"].value[:4] == b"\x89PNG" and parts["curve_image"].value[:4] == b"\x89PNG"
     before = parts["phase_image"].value
@@ -258,7 +258,7 @@ def test_ring_drawing_keeps_every_rank_label_inside_the_axes():
     """16 ranks: the labels of ranks 0, 4, 8 and 12 sit beyond the ring's extremes (radius 1.12);
     an annotation whose point is outside the axes' limits is not drawn at all, so every label's
     point must lie inside them, and its box inside the figure."""
-    from grpo_lab.widgets.topology import _phase_figure, explorer_cluster
+    from grpo_lab.teaching.widgets.topology import _phase_figure, explorer_cluster
     c = explorer_cluster(4, 4, 5.0, 50.0)
     fig = _phase_figure(c, T.schedule("ring", c, 1e6)[0])
     ax = fig.axes[0]

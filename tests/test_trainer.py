@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from grpo_lab.checkpoint import CheckpointError, load_policy_any, read_training_checkpoint
-from grpo_lab.config import TrainConfig, preset
-from grpo_lab.grouping import informative_rows
-from grpo_lab.model import load_policy
-from grpo_lab.rollout import completion_logprobs
+from grpo_lab.training.config import TrainConfig, preset
+from grpo_lab.algorithm.grouping import informative_rows
+from grpo_lab.policies.model import load_policy
+from grpo_lab.algorithm.rollout import completion_logprobs
 from grpo_lab.tasks import decode, load_eval, load_mixture, weighted_reward
-from grpo_lab.step import StepContext, collect, max_new_tokens
-from grpo_lab.trainer import make_grouper, prompt_source, train
+from grpo_lab.training.step import StepContext, collect, max_new_tokens
+from grpo_lab.training.trainer import make_grouper, prompt_source, train
 
 
 def cfg(tmp_path, **kw):
@@ -192,7 +192,7 @@ def test_invalid_grouping_config(tmp_path, kw, msg):
 
 
 def test_step_grouper_by_hand_and_its_state():
-    from grpo_lab.reclustering import StepGrouper
+    from grpo_lab.algorithm.reclustering import StepGrouper
     prompts = ["1+2=", "sort:321=", "3+4=", "sort:987="]
     tasks = ["addition", "sort", "addition", "sort"]
     rewards, index = torch.zeros(8), torch.arange(4).repeat_interleave(2)
@@ -216,7 +216,7 @@ def test_step_grouper_by_hand_and_its_state():
 
 
 def test_learning_rate_schedule_by_hand():
-    from grpo_lab.trainer import learning_rate
+    from grpo_lab.training.trainer import learning_rate
 
     c = preset("tiny_cpu", lr=1e-4, steps=100, warmup_steps=4, lr_schedule="cosine")
     # warm-up: (step+1)/5; cosine factor 0.1 + 0.9 * (1 + cos(pi * step/100)) / 2
@@ -285,5 +285,5 @@ def test_busy_cores_reads_the_runnable_count_without_this_process(monkeypatch):
 def test_kl_is_absent_not_zero_when_beta_is_0(tmp_path):
     h = train(cfg(tmp_path, steps=2, beta=0.0, eval_size=0), progress=False)
     assert all("loss/kl" not in m for m in h) and all("clip/ratio_mean" in m for m in h[1:])
-    from grpo_lab.report import write_report
+    from grpo_lab.training.report import write_report
     write_report(h, tmp_path / "run", {"beta": 0.0})            # the report copes with it

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_lab import exercises
-from grpo_lab.advantages import ADVANTAGES, grpo_advantages, register_advantage
+from grpo_lab.teaching import exercises
+from grpo_lab.algorithm.advantages import ADVANTAGES, grpo_advantages, register_advantage
 from grpo_lab.cli import main
-from grpo_lab.config import CEILINGS, preset
+from grpo_lab.training.config import CEILINGS, preset
 from grpo_lab.tasks import (REWARD_CEILING, TASKS, Example, load_eval, register_task,
                             weighted_reward)
-from grpo_lab.trainer import train
+from grpo_lab.training.trainer import train
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ["--preset", "quick", "--eval_size", "10", "--threads", "1"]
@@ -81,7 +81,7 @@ def test_held_out_rows_are_checked_again_on_load(tmp_path, monkeypatch):
 
 
 def test_families_in_words_are_checked_for_what_applies_to_them(monkeypatch):
-    import grpo_lab.instruct  # noqa: F401  (registers countdown and word_problems)
+    import grpo_lab.tasks.instruct  # noqa: F401  (registers countdown and word_problems)
     assert len(load_eval("word_problems")) == 200                  # capitals, no '=': fine
     t = TASKS["word_problems"]
     rows = [Example("Ann has 2 cats. How many?", "2", "word_problems"),

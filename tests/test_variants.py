@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
-from grpo_lab.config import preset
-from grpo_lab.loss import KL_ESTIMATORS, grpo_loss, sequence_kl
-from grpo_lab.model import GPT, GPTConfig
-from grpo_lab.overlong import OVERLONG, soft_penalty
-from grpo_lab.rollout import sample, top_p_filter
+from grpo_lab.training.config import preset
+from grpo_lab.algorithm.loss import KL_ESTIMATORS, grpo_loss, sequence_kl
+from grpo_lab.policies.model import GPT, GPTConfig
+from grpo_lab.algorithm.overlong import OVERLONG, soft_penalty
+from grpo_lab.algorithm.rollout import sample, top_p_filter
 from grpo_lab.tasks import encode
 from tolerance import mean_tol
 
@@ -241,7 +241,7 @@ OPTIONS = {
 
 def test_every_option_same_on_1_and_2_processes(tmp_path):
     from grpo_lab.checkpoint import load_policy_any
-    from grpo_lab.trainer import spawn_train, train
+    from grpo_lab.training.trainer import spawn_train, train
     import json
     cfgs = {n: preset("quick", out_dir=str(tmp_path / f"{n}2"), **SCALE, **kw)
             for n, kw in OPTIONS.items()}

@@ -3,7 +3,7 @@ mistake fails with its own hint, a stub fails with 'not written yet'."""
 import torch
 import pytest
 
-from grpo_lab import exercises as ex
+from grpo_lab.teaching import exercises as ex
 
 
 def verdict(check, fn, capsys):

@@ -4,7 +4,7 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib.figure import Figure
 
-from grpo_lab import widgets
+from grpo_lab.teaching import widgets
 
 
 @pytest.fixture
@@ -42,6 +42,6 @@ def test_no_widget_displays_a_bare_figure(module):
     display(fig)): the browser test catches a `<Figure size` text as well."""
     import importlib
     import inspect
-    src = inspect.getsource(importlib.import_module(f"grpo_lab.widgets.{module}"))
+    src = inspect.getsource(importlib.import_module(f"grpo_lab.teaching.widgets.{module}"))
     assert "plt.show()" not in src and "display(_figure" not in src
     assert "show_figure(" in src

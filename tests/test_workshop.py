@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_lab import workshop
+from grpo_lab.teaching import workshop
 from grpo_lab.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grpo_lab.grouping import register_grouper
+from grpo_lab.algorithm.grouping import register_grouper
 from grpo_lab.tasks import Example, register_reward, register_task
 
 HERE = Path(__file__).resolve().parent

@@ -1,0 +1,277 @@
+"""Grouping: which completions share a baseline.
+
+GRPO (DeepSeekMath sec. 4.1.2) judges each of the G completions of a prompt against the
+other G - 1: the group is the prompt. Here the group is a choice. A *grouper* maps B
+prompts to a cluster id per prompt; one signature
+``grouper(batch: PromptBatch, k: int | None, seed: int = 0) -> ids (B,) int64 in 0..k-1``:
+
+  * ``by_prompt``:       one group per prompt (canonical GRPO; ``k`` ignored).
+  * ``random``:          k balanced random groups (a control: groups with no meaning).
+  * ``by_task``:         one group per task family (``k`` ignored).
+  * ``kmeans_semantic``: K-means (Lloyd 1982, k-means++ init, Arthur & Vassilvitskii
+                         2007) on prompt embeddings (``embeddings.py``), seeded.
+  * ``mixed``:           K-means on embeddings joined with per-prompt reward statistics.
+
+Each is a ``Grouper`` record in ``GROUPERS`` (what it takes and needs); add your own with
+``register_grouper`` (a function or a decorator), from a notebook or a plugin module.
+
+How a prompt cluster meets its prompts' completions (``COMBINE``, ``grouped_advantages``) is
+group_advantages.py; the diagnostics of a step's groups and DAPO's filter
+(``informative_groups``) are group_diagnostics.py; their names are importable from here too.
+Groups over training (``Reclusterer``, ``StepGrouper``) live in ``reclustering.py``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from grpo_lab.algorithm.advantages import group_stats
+from grpo_lab.algorithm.embeddings import EMBEDDERS, check_prompts
+from grpo_lab.algorithm.group_advantages import (COMBINE, cluster_baseline, grouped_advantages,  # noqa: F401
+                                       within_prompt_pooled_std)
+from grpo_lab.algorithm.group_diagnostics import (_ids, advantage_diagnostics,  # noqa: F401
+                                        advantage_split, cluster_diagnostics,
+                                        informative_groups, informative_rows,
+                                        reward_group_diagnostics)
+from grpo_lab.registry import check_new, lookup
+
+
+class PromptBatch:
+    """What a grouper may look at, one entry per prompt (B prompts).
+
+    ``embeddings`` and ``reward_mean`` / ``reward_std`` are given, or computed on first use
+    from ``embed`` (a fixed embedder, prompts -> (B, d)) and from ``rewards`` (N,) with
+    ``prompt_index`` (N,): a grouper pays only for what it reads, whatever its name.
+    """
+
+    def __init__(self, prompts, tasks=None, embeddings=None, reward_mean=None, reward_std=None,
+                 *, embed: Callable | None = None, rewards=None, prompt_index=None):
+        self.prompts: list[str] = list(prompts)                     # (B,) prompt texts
+        self.tasks: list[str] | None = None if tasks is None else list(tasks)  # (B,) labels
+        self._embeddings, self._embed = embeddings, embed
+        self._mean, self._std = reward_mean, reward_std
+        self._rewards, self._prompt_index = rewards, prompt_index
+
+    @property
+    def embeddings(self) -> np.ndarray | None:
+        """(B, d) prompt embeddings, or None when the batch has no way to make them."""
+        if self._embeddings is None and self._embed is not None:
+            self._embeddings = self._embed(self.prompts)
+        return self._embeddings
+
+    def _stats(self):
+        if self._mean is None and self._rewards is not None:
+            self._mean, self._std = prompt_reward_stats(self._rewards, self._prompt_index,
+                                                        len(self.prompts))
+        return self._mean, self._std
+
+    @property
+    def reward_mean(self) -> np.ndarray | None:
+        """(B,) mean reward of each prompt's completions."""
+        return self._stats()[0]
+
+    @property
+    def reward_std(self) -> np.ndarray | None:
+        """(B,) unbiased std of each prompt's completion rewards."""
+        return self._stats()[1]
+
+
+def prompt_reward_stats(rewards: torch.Tensor, prompt_index: torch.Tensor, B: int):
+    """Per-row rewards (N,) -> per-prompt (mean (B,), unbiased std (B,)) as numpy."""
+    _, _, mean, std = group_stats(rewards, prompt_index)                   # (P,) over present ids
+    present = torch.unique(prompt_index)
+    if len(present) != B or int(present[0]) != 0 or int(present[-1]) != B - 1:
+        raise ValueError(f"prompt_index must cover every prompt 0..{B - 1}, "
+                         f"got ids {present.tolist()[:10]}...")
+    return mean.numpy(), std.numpy()
+
+
+def check_k(k, B: int) -> int:
+    if k is None or isinstance(k, bool) or int(k) != k or k < 1:
+        raise ValueError(f"number of groups k must be a positive integer, got {k!r}")
+    if k > B:
+        raise ValueError(f"k={k} groups is more than the {B} prompts to group")
+    return int(k)
+
+
+def _embeddings(batch: PromptBatch, embedder) -> np.ndarray:
+    if batch.embeddings is not None:
+        X = np.asarray(batch.embeddings, dtype=np.float64)                 # (B, d)
+        if X.ndim != 2 or X.shape[0] != len(batch.prompts):
+            raise ValueError(f"embeddings of shape {X.shape} do not match "
+                             f"{len(batch.prompts)} prompts")
+        return X
+    embed = lookup(EMBEDDERS, embedder, "embedder") if isinstance(embedder, str) else embedder
+    return embed(batch.prompts)                                            # (B, d)
+
+
+def kmeans_fit(X: np.ndarray, k: int, seed: int, init="k-means++", n_init: int = 4):
+    from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
+    n_init = 1 if isinstance(init, np.ndarray) else n_init                # warm start: one run
+    # Speed only: scikit-learn splits Lloyd's step over chunks of 256 samples, so a batch of
+    # a few hundred prompts gains nothing from threads, and on a busy CPU the OpenMP/BLAS
+    # threads spin: 2.7 s instead of 0.07 s measured (bench/bench_grouping.py). One thread.
+    with threadpool_limits(1):
+        return KMeans(k, init=init, n_init=n_init, random_state=seed).fit(X)
+
+
+# ---------------------------------------------------------------- groupers
+def by_prompt(batch: PromptBatch, k: int | None = None, seed: int = 0) -> np.ndarray:
+    return np.arange(len(check_prompts(batch.prompts)), dtype=np.int64)    # (B,)
+
+
+def random_groups(batch: PromptBatch, k: int | None, seed: int = 0) -> np.ndarray:
+    B = len(check_prompts(batch.prompts))
+    k = check_k(k, B)
+    perm = np.random.default_rng(seed).permutation(B)                      # (B,)
+    ids = np.empty(B, dtype=np.int64)
+    ids[perm] = np.arange(B) % k                                           # sizes differ by <= 1
+    return ids
+
+
+def by_task(batch: PromptBatch, k: int | None = None, seed: int = 0) -> np.ndarray:
+    check_prompts(batch.prompts)
+    if batch.tasks is None or len(batch.tasks) != len(batch.prompts):
+        raise ValueError(f"by_task needs one task label per prompt, got "
+                         f"{None if batch.tasks is None else len(batch.tasks)} labels "
+                         f"for {len(batch.prompts)} prompts")
+    names = sorted(set(batch.tasks))                                       # id = rank of the name
+    return np.array([names.index(t) for t in batch.tasks], dtype=np.int64)
+
+
+def kmeans_semantic(batch: PromptBatch, k: int | None, seed: int = 0,
+                    embedder: str | Callable = "tfidf", n_init: int = 4) -> np.ndarray:
+    """``n_init`` k-means++ restarts, best kept: 4 costs 4x one run and recovers the mixture's
+    families more reliably (bench/RESULTS_grouping.md measures both)."""
+    B = len(check_prompts(batch.prompts))
+    k = check_k(k, B)
+    X = _embeddings(batch, embedder)                                       # (B, d)
+    return kmeans_fit(X, k, seed, n_init=n_init).labels_.astype(np.int64)     # (B,)
+
+
+def mixed_features(X: np.ndarray, reward_mean, reward_std, reward_weight: float = 0.5,
+                   reward_scale: float = 1.0) -> np.ndarray:
+    """[sqrt(1 - w) * e, sqrt(w) * (mean, std) / reward_scale] -> (B, d + 2).
+
+    With unit-length embeddings e, the squared distance K-means minimises is
+    (1 - w) * |e_a - e_b|^2 + w * |s_a - s_b|^2: w = 0 is ``kmeans_semantic``, w = 1 groups
+    by reward statistics alone (prompts of like difficulty). The default w = 0.5 weighs
+    both alike when rewards lie in [0, 1]; set ``reward_scale`` to the reward range otherwise.
+    """
+    if not 0.0 <= reward_weight <= 1.0:
+        raise ValueError(f"reward_weight must be in [0, 1], got {reward_weight}")
+    if reward_scale <= 0:
+        raise ValueError(f"reward_scale must be positive, got {reward_scale}")
+    S = np.stack([np.asarray(reward_mean, float), np.asarray(reward_std, float)], 1)  # (B, 2)
+    if S.shape[0] != X.shape[0]:
+        raise ValueError(f"{S.shape[0]} reward statistics for {X.shape[0]} prompts")
+    return np.hstack([math.sqrt(1 - reward_weight) * X,
+                      math.sqrt(reward_weight) * S / reward_scale])        # (B, d + 2)
+
+
+def mixed(batch: PromptBatch, k: int | None, seed: int = 0, embedder: str | Callable = "tfidf",
+          reward_weight: float = 0.5, reward_scale: float = 1.0) -> np.ndarray:
+    B = len(check_prompts(batch.prompts))
+    k = check_k(k, B)
+    if batch.reward_mean is None or batch.reward_std is None:
+        raise ValueError("the mixed grouper needs per-prompt reward statistics: PromptBatch("
+                         "reward_mean=..., reward_std=...) (see prompt_reward_stats)")
+    F = mixed_features(_embeddings(batch, embedder), batch.reward_mean, batch.reward_std,
+                       reward_weight, reward_scale)                        # (B, d + 2)
+    return kmeans_fit(F, k, seed).labels_.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Grouper:
+    """One grouping strategy and what it needs (the registry ``GROUPERS`` holds these).
+
+    Called like its function, ``grouper(batch, k, seed) -> ids (B,)``, it passes k only when
+    ``takes_k`` (``fn(batch, k, seed)``; the others are called ``fn(batch, seed=seed)``) and
+    checks the answer: one integer id per prompt.
+    """
+    name: str
+    fn: Callable[..., np.ndarray]
+    """(batch: PromptBatch, k: int, seed: int) -> (B,) integer group ids when takes_k, else
+    (batch: PromptBatch, seed: int) -> ids: a grouper without k is never given one."""
+    takes_k: bool = False
+    """It uses k, the number of groups (config group_k); the others are called without k."""
+    needs_embeddings: bool = False
+    """It reads batch.embeddings (computed lazily, so this is documentation)."""
+    needs_reward_stats: bool = False
+    """It reads batch.reward_mean / reward_std (computed lazily too)."""
+    reclusterable: bool = False
+    """reclustering.Reclusterer can keep its clusters across steps (recluster_every)."""
+    description: str = ""
+
+    def __call__(self, batch: PromptBatch, k: int | None = None, seed: int = 0,
+                 **options) -> np.ndarray:
+        B = len(batch.prompts)
+        if self.takes_k:
+            k = check_k(k, B)                        # a clear error, never a silent clamp
+        ids = np.asarray(self.fn(batch, k, seed, **options) if self.takes_k
+                         else self.fn(batch, seed=seed, **options))
+        if ids.shape != (B,):
+            raise ValueError(f"grouper {self.name!r} returned {ids.shape[0] if ids.ndim else 0} "
+                             f"ids of shape {ids.shape} for {B} prompts: it must return one "
+                             f"integer group id per prompt, shape ({B},)")
+        if ids.dtype.kind not in "iu":
+            raise ValueError(f"grouper {self.name!r} returned ids of dtype {ids.dtype}: group "
+                             f"ids must be integers")
+        return ids.astype(np.int64)
+
+
+GROUPERS: dict[str, Grouper] = {}
+
+
+def register_grouper(name: str | Callable | None = None, fn: Callable | None = None, *,
+                     takes_k: bool = False, needs_embeddings: bool = False,
+                     needs_reward_stats: bool = False, reclusterable: bool = False,
+                     description: str = ""):
+    """Add a grouper to ``GROUPERS`` -> its record; as a decorator, returns the function.
+
+        register_grouper("by_difficulty", my_fn, takes_k=True, needs_reward_stats=True)
+        @register_grouper("by_difficulty", takes_k=True)
+        def my_fn(batch, k, seed): ...
+
+    Re-running a notebook cell that defines the same function again replaces it; another
+    function under a taken name is an error naming both.
+    """
+    if callable(name) and fn is None:                        # register_grouper(my_fn)
+        name, fn = name.__name__, name
+    if fn is None:                                           # decorator form
+        return lambda f: (register_grouper(name or f.__name__, f, takes_k=takes_k,
+                                           needs_embeddings=needs_embeddings,
+                                           needs_reward_stats=needs_reward_stats,
+                                           reclusterable=reclusterable,
+                                           description=description), f)[1]
+    check_new(GROUPERS, "grouping", name, fn, lambda rec: rec.fn)
+    rec = Grouper(name, fn, takes_k, needs_embeddings, needs_reward_stats, reclusterable,
+                  description or (fn.__doc__ or "").strip().split("\n")[0])
+    GROUPERS[name] = rec
+    return rec
+
+
+def get_grouper(grouping) -> Grouper:
+    """A name, a ``Grouper`` record or a bare function -> its record (a function or record
+    not yet registered is registered under its name; a bare function is given k)."""
+    if isinstance(grouping, Grouper):
+        GROUPERS.setdefault(grouping.name, grouping)
+        return GROUPERS[grouping.name]
+    if callable(grouping):
+        return register_grouper(grouping.__name__, grouping, takes_k=True)
+    return lookup(GROUPERS, grouping, "grouping", "register your own with grouping.register_grouper")
+
+
+register_grouper("by_prompt", by_prompt, description="one group per prompt (canonical GRPO)")
+register_grouper("random", random_groups, takes_k=True,
+                 description="k balanced random groups (a control: groups with no meaning)")
+register_grouper("by_task", by_task, description="one group per task family")
+register_grouper("kmeans_semantic", kmeans_semantic, takes_k=True, needs_embeddings=True,
+                 reclusterable=True, description="K-means on prompt embeddings")
+register_grouper("mixed", mixed, takes_k=True, needs_embeddings=True, needs_reward_stats=True,
+                 description="K-means on embeddings joined with reward statistics")

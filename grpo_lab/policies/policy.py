@@ -1,0 +1,137 @@
+"""The policy seam: what rollout, the objectives, evaluation and the trainer need from a policy.
+
+A policy is a ``torch.nn.Module`` with this small surface (``Policy`` below spells it out):
+
+    encode(text) -> ids, decode(ids) -> text   its tokenizer (tasks stay text in, text out)
+    pad_id, eos_id                             ids the sampler writes after a stop / stops on
+    cfg.block_size                             longest prompt + completion it can take
+    forward(idx (B, T), pos (B, T), key_mask (B, Tk), cache) -> (logits (B, T, V), cache)
+                                               left-padded batches: explicit positions and
+                                               a key mask; a KV cache taken and returned
+    repeat_cache(cache, G) -> cache            each prompt's cache repeated for its G
+                                               completions (rows i*G..i*G+G-1 are prompt i)
+    select_cache(cache, rows) -> cache         the cache's rows (the sampler drops finished ones)
+    checkpointing                              the training forward keeps no KV cache
+    forward(..., logits_to_keep=k, use_cache=b)  the head on the last k positions; a cache
+                                               built in a training forward too (the update's
+                                               prompt_once forward)
+    forward(idx, pos, key_mask (B, T, Tk), ...)  a whole attention mask, which key each query
+                                               sees (the update's packed forward)
+
+Two implementations: the toy char-level GPT (``model.GPT``, this file's ``load_toy``) and any
+``transformers`` causal LM with its tokenizer (``hf.HFPolicy``, imported only when asked
+for, so grpo_lab imports without transformers). Sampling (``rollout.sample``: per-prompt
+generators, the exponential race, a KV cache shared by a prompt's G completions) and the
+log-probs (``rollout.completion_logprobs``) are written once against this surface, so a
+data-parallel run of either samples the same tokens on 1 or N processes.
+Pick one with ``TrainConfig.policy`` (a name in ``POLICIES``: "toy" | "hf"); ``load_for(cfg)``
+builds it; ``load_policy_any(path)`` reads any saved policy or training checkpoint back.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+import torch
+
+from grpo_lab.checkpoint import (CKPT_TAG, load_state_strict, read_tensors, resolve_path,
+                                 state_without_aliases)  # noqa: F401 (re-exported)
+from grpo_lab.registry import lookup
+
+
+class Policy(Protocol):
+    """The interface (structural: nothing inherits from it)."""
+    pad_id: int
+    eos_id: int
+    cfg: Any                      # .block_size: int, the longest sequence; vars() is JSON
+
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: Sequence[int]) -> str: ...
+    def repeat_cache(self, cache, G: int): ...
+    def __call__(self, idx: torch.Tensor, pos: torch.Tensor | None = None,
+                 key_mask: torch.Tensor | None = None, cache=None): ...
+
+
+def _load_toy(cfg, path) -> torch.nn.Module:
+    from grpo_lab.policies.model import load_policy
+    model = load_policy(path)
+    model.checkpoint_every, model.autocast = cfg.checkpoint_every, cfg.autocast
+    return model
+
+
+def _load_hf(cfg, path) -> torch.nn.Module:
+    from grpo_lab.policies.hf import load_hf_policy     # lazy: transformers is an optional extra
+    hf = cfg.hf
+    return load_hf_policy(path, dtype=hf.dtype, autocast=hf.autocast,
+                          chat_template=hf.chat_template,
+                          trust_remote_code=hf.trust_remote_code,
+                          system_prompt=cfg.system_prompt,
+                          gradient_checkpointing=cfg.checkpoint_every
+                          or int(hf.gradient_checkpointing),
+                          sample_dtype=hf.sample_dtype, lora_r=hf.lora_r,
+                          lora_alpha=hf.lora_alpha)
+
+
+@dataclass(frozen=True)
+class PolicyKind:
+    """A kind of policy ``TrainConfig.policy`` can name, with what config.py checks as fields."""
+    name: str
+    load: Callable                # (cfg, path) -> policy, on the CPU, in training mode
+    file_based: bool              # base_checkpoint is a grpo_lab .safetensors file (else a folder/hub id)
+    own_autocast: bool            # autocast=True is its lever (hf has hf.autocast instead)
+    description: str = ""
+    fused_adamw: bool = False     # the trainer's AdamW runs fused (exchanges.AdamW.fused): hf on,
+                                  # toy off (its exact tests compare against a per-tensor Adam)
+
+
+POLICIES: dict[str, PolicyKind] = {
+    "toy": PolicyKind("toy", _load_toy, True, True, "the char-level GPT (model.py)"),
+    "hf": PolicyKind("hf", _load_hf, False, False, "a transformers causal LM (hf.py)",
+                     fused_adamw=True),
+}
+
+
+def get_policy_kind(name: str) -> PolicyKind:
+    return lookup(POLICIES, name, "policy")
+
+
+def load_for(cfg, path: str | None = None) -> torch.nn.Module:
+    """The policy ``cfg`` names (``cfg.policy``), loaded from ``path`` (default
+    ``cfg.base_checkpoint``) on the CPU, in training mode, with the config's memory levers:
+    ``checkpoint_every`` (toy: ``GPT.checkpoint_every``; hf: transformers' activation
+    checkpointing of every k-th layer, ``hf.gradient_checkpointing`` meaning k = 1) and
+    ``autocast`` (toy only; hf has ``hf.autocast``)."""
+    return get_policy_kind(cfg.policy).load(cfg, cfg.base_checkpoint if path is None else path)
+
+
+def load_policy_any(path):
+    """A policy from a policy file (``model.save_policy``), a transformers model folder
+    (hf.py), or a training checkpoint of either (a PPO run's with its critic, critic.py)."""
+    from grpo_lab.policies.model import GPT, model_config, policy_from_tensors
+
+    if resolve_path(path).is_dir():
+        from grpo_lab.policies.hf import load_hf_policy
+        return load_hf_policy(path)
+    tensors, meta = read_tensors(path)
+    if meta.get("format") != CKPT_TAG:
+        return policy_from_tensors(tensors, meta, path)
+    hf = json.loads(meta.get("model_config", "{}"))
+    if "path" in hf:                                   # an HF run: hf.HFPolicyConfig
+        from grpo_lab.policies.hf import load_hf_policy
+        keep = ("dtype", "autocast", "chat_template", "trust_remote_code")
+        policy = load_hf_policy(hf["path"], **{k: hf[k] for k in keep if k in hf})
+        load_state_strict(policy, tensors, path, prefix="policy.")
+        return policy
+    policy = GPT(model_config(meta, path, "model_config"))
+    if any(k.startswith("policy.value_head.") for k in tensors):   # a PPO run's critic
+        from grpo_lab.algorithm.critic import ValueHead, ValueNetwork
+        policy.value_head = (ValueHead(policy.cfg.n_embd) if "policy.value_head.proj.weight"
+                             in tensors else ValueNetwork(GPT(policy.cfg)))
+    load_state_strict(policy, tensors, path, prefix="policy.")
+    return policy
+
+
+def frozen(policy: torch.nn.Module) -> torch.nn.Module:
+    """The reference policy: ``policy`` in eval mode with gradients off."""
+    return policy.eval().requires_grad_(False)

@@ -1,0 +1,161 @@
+"""Reward functions of the verifiable tasks (DeepSeekMath sec. 4 uses rule-based rewards the
+same way: no learned reward model).
+
+Rewards (each returns floats in [0, 1], one per completion):
+  * ``accuracy``: 1 if the completion equals the answer exactly.
+  * ``partial``:  fraction of answer characters right at their position, divided by the
+                   longer of the two lengths (so padding an answer with junk costs credit).
+  * ``format``:   1 if the completion stopped (emitted <eos>) and uses only the task's
+                   answer alphabet.
+They are combined by ``weighted_reward`` with weights from the config; add your own by
+putting a function of the same signature into ``REWARDS``. An example rendered for an
+instruct model (``Example.fmt`` set, instruct.py) is scored the instruct way instead
+(answers.py): accuracy reads the answer whatever wraps it, partial compares that answer,
+format checks the requested answer format.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Sequence
+
+import torch
+
+from grpo_lab.tasks.answers import extract, follows_format, is_correct, kind_of
+from grpo_lab.registry import check_new, lookup
+from grpo_lab.tasks import Example, get_task
+
+
+def register_reward(name: str, fn=None):
+    """Add a reward ``(completions, examples, stopped) -> list of floats`` to ``REWARDS``
+    (use it with ``reward_weights={name: w}``); as a decorator too. Values are checked
+    finite at every call (``weighted_reward``)."""
+    if fn is None:
+        return lambda f: (register_reward(name, f), f)[1]
+    check_new(REWARDS, "reward", name, fn)
+    REWARDS[name] = fn
+    return fn
+
+
+# Every reward function has one signature: (completions, examples, stopped) -> list[float],
+# where ``stopped[i]`` says whether completion i emitted <eos> before the length limit.
+# ``weighted_reward`` turns the lists into float32 tensors and checks every value.
+def check_batch(completions: Sequence, examples: Sequence, stopped: Sequence) -> None:
+    """Raise ValueError unless completions, examples and stopped have one length
+    (``zip`` would silently drop the tail of the longer ones)."""
+    if not len(completions) == len(examples) == len(stopped):
+        raise ValueError(f"{len(completions)} completions, {len(examples)} examples and "
+                         f"{len(stopped)} stopped flags: need one of each per completion")
+
+
+def accuracy_reward(completions: Sequence[str], examples: Sequence[Example],
+                    stopped: Sequence[bool]) -> list[float]:
+    check_batch(completions, examples, stopped)
+    return [float(s and c == ex.answer) if not ex.fmt else   # instruct: answers.py
+            float(is_correct(c, s, ex.fmt, ex.task, ex.answer))
+            for c, ex, s in zip(completions, examples, stopped)]
+
+
+def partial_reward(completions: Sequence[str], examples: Sequence[Example],
+                   stopped: Sequence[bool]) -> list[float]:
+    check_batch(completions, examples, stopped)
+    out = []
+    for c, ex in zip(completions, examples):
+        c = c if not ex.fmt else (extract(c, kind_of(ex.task).read) or "")   # instruct
+        hits = sum(a == b for a, b in zip(c, ex.answer))
+        out.append(hits / max(len(c), len(ex.answer), 1))
+    return out
+
+
+def format_reward(completions: Sequence[str], examples: Sequence[Example],
+                  stopped: Sequence[bool]) -> list[float]:
+    check_batch(completions, examples, stopped)
+    out = []
+    for c, ex, s in zip(completions, examples, stopped):
+        if ex.fmt:                                      # instruct: the requested format
+            out.append(float(follows_format(c, s, ex.fmt)))
+            continue
+        chars = get_task(ex.task).answer_chars
+        out.append(float(bool(s) and len(c) > 0 and all(ch in chars for ch in c)))
+    return out
+
+
+def step_rewards(completions: Sequence[str], examples: Sequence[Example],
+                 stopped: Sequence[bool]) -> list[list[float]]:
+    """Per-token rewards for process supervision: one per completion token.
+
+    Character j earns 1 if it equals the answer's character j; the final <eos> earns 1 if
+    the completion stopped at exactly the answer's length. A completion cut off at the
+    length limit has no <eos> token and so no reward for it.
+    """
+    check_batch(completions, examples, stopped)
+    out = []
+    for c, ex, s in zip(completions, examples, stopped):
+        row = [float(j < len(ex.answer) and ch == ex.answer[j]) for j, ch in enumerate(c)]
+        if s:
+            row.append(float(len(c) == len(ex.answer)))
+        out.append(row)
+    return out
+
+
+REWARDS = {"accuracy": accuracy_reward, "partial": partial_reward, "format": format_reward}
+
+
+def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
+                    weights: dict[str, float], stopped: Sequence[bool] | None = None
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Weighted sum of the named rewards -> (total (N,), {name: (N,)}).
+
+    Raises if a weight is not a finite number, or a reward function returns a value that
+    is not a finite number, naming the function and the sample, so a broken reward never
+    reaches the advantages; and if the weighted sum overflows float32.
+    """
+    if len(completions) != len(examples):
+        raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
+    for name in sorted(weights, key=str):
+        lookup(REWARDS, name, "reward function")
+    for name, w in weights.items():
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
+            raise ValueError(f"reward weight {name!r} must be a finite number, got {w!r}")
+    stopped = [True] * len(completions) if stopped is None else list(stopped)
+    check_batch(completions, examples, stopped)
+    parts = {}
+    total = torch.zeros(len(completions))
+    for name, w in weights.items():
+        vals = REWARDS[name](completions, examples, stopped)
+        check_finite_rewards(name, vals, completions)
+        parts[name] = torch.tensor([float(v) for v in vals], dtype=torch.float32)   # (N,)
+        total += w * parts[name]
+    bad = (~(total.abs() <= REWARD_CEILING)).nonzero().flatten()          # nan, inf, too big
+    if len(bad):
+        raise ValueError(f"weighted reward of sample {int(bad[0])} is {float(total[bad[0]]):.4g}: "
+                         f"weights {weights} take it beyond |reward| <= {REWARD_CEILING:g} "
+                         f"(tasks.REWARD_CEILING)")
+    return total, parts
+
+
+REWARD_CEILING = 1e6
+"""Largest |reward| accepted. Finite is not enough: GRPO's advantages divide by a group's
+std, which squares the rewards (float32 overflows past ~1e19), Dr. GRPO's do not divide at
+all (a loss of 1e38), and no verifiable reward needs more than a few digits: rescale."""
+
+
+def check_finite_rewards(name: str, values: Sequence[float], completions: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming the reward function and sample of a non-finite reward or one
+    beyond ``REWARD_CEILING``."""
+    if len(values) != len(completions):
+        raise ValueError(f"reward function {name!r} returned {len(values)} values "
+                         f"for {len(completions)} completions")
+    for i, v in enumerate(values):
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"reward function {name!r} returned {v!r} for sample {i} "
+                             f"(completion {completions[i]!r}), not a number") from None
+        if not math.isfinite(v):
+            raise ValueError(f"reward function {name!r} returned {v} for sample {i} "
+                             f"(completion {completions[i]!r})")
+        if abs(v) > REWARD_CEILING:
+            raise ValueError(f"reward function {name!r} returned {v:.4g} for sample {i} "
+                             f"(completion {completions[i]!r}), beyond the ceiling "
+                             f"|reward| <= {REWARD_CEILING:g} (tasks.REWARD_CEILING): rescale it")

@@ -1,0 +1,112 @@
+"""``LIVE``: the registry of the cheap measurements the claims table computes when it is shown
+(claims_table.measure): one ``Live`` record per measurement, with the sentence it prints and
+about how long it takes; the measurements are in claims_gradient, claims_bytes and
+claims_systems."""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from grpo_lab.teaching.claims_bytes import format_savings, fp8_errors, index_bound, real_gradient
+from grpo_lab.teaching.claims_gradient import backward_rows, optimizer_inputs, relative_reward_gradient
+from grpo_lab.teaching.claims_systems import (GPU_PEAK_BF16, capacity, cluster_figures, flops_vs_peak,
+                                     prompt_kv_bytes, shard_work, zero_traffic)
+
+
+class Live(NamedTuple):
+    """A measurement the table computes when it is shown: ``run() -> str`` (one sentence with
+    the numbers) and about how long it takes."""
+    run: Callable[[], str]
+    seconds: float
+
+
+def _fp8_text() -> str:
+    e = sorted(fp8_errors(real_gradient()).values())
+    return f"e4m3 round trip, {len(e)} tensors of a real gradient: {e[len(e) // 2]:.1%} median, {e[0]:.1%}-{e[-1]:.1%}"
+
+
+def _index_text() -> str:
+    b = index_bound()
+    return (f"bound {b['bits']:.2f} bits/index at 5% = {b['vs_int32']:.1f}x vs int32 for random positions; "
+            f"8:1 needs {b['density_8to1']:.0%} density")
+
+
+def _cluster_text() -> str:
+    f = cluster_figures()
+    return (f"175B fp32 on 1024 GPUs: floor {f['floor_fp32_s']:.2f} s (bf16 {f['floor_bf16_s']:.2f} s), "
+            f"best schedule {f['best_fp32_s']:.2f} s; ring latency term {f['ring_latency_s'] * 1e3:.1f} ms")
+
+
+def _memory_text() -> str:
+    f = cluster_figures()
+    return (f"fp32 weights {f['weights_fp32_gb']:.0f} + grads {f['grads_fp32_gb']:.0f} + Adam moments "
+            f"{f['adam_moments_fp32_gb']:.0f} = {f['mem_total_gb']:.0f} GB (16 B/param); ZeRO-3 on 4 GPUs "
+            f"{f['mem_zero3_4_gb']:.0f} GB, on 1024 {f['mem_zero3_1024_gb']:.2f} GB per GPU")
+
+
+def _rows_text() -> str:
+    rows = backward_rows()
+    return (f"samples receiving a gradient, N = 32: {', '.join(f'G={G}: {n}' for G, n in rows.items())} "
+            f"({', '.join(f'{32 // G}' for G in rows)} baselines)")
+
+
+def _kv_text() -> str:
+    k, s = prompt_kv_bytes(), prompt_kv_bytes(prompt_len=200, completion_len=1000)
+    return (f"toy rollout (16 x 8, prompt 6, completion 4): {k['copied']:,} -> {k['shared']:,} B "
+            f"({k['saved']:.0%} saved); prompt 200, completion 1000: {s['saved']:.0%}")
+
+
+def _format_text() -> str:
+    f = format_savings()
+    return f"fp16 {f['fp16']:.0%} fewer bytes, 8-bit {f['int8']:.0%} ({f['int8_block_scaled']:.1%} with a scale per 128)"
+
+
+def _shard_text() -> str:
+    w = shard_work()
+    return (f"80 x 320 layer, k = 4: {w['per_shard_elements'][0]:,} elements per shard, "
+            f"{w['total_elements']:,} in all (= m n = {w['full_elements']:,})")
+
+
+def _relative_text() -> str:
+    m = relative_reward_gradient()
+    return (f"R per member {[round(float(x), 3) for x in m['R']]}: advantage max |A| "
+            f"{max(float(a.abs().max()) for a in m['advantages'].values())}, gradient max {float(m['grad'].abs().max())}")
+
+
+def _zero_text() -> str:
+    z = zero_traffic()
+    return ("bytes sent per rank per step, x one gradient: " + "; ".join(
+        f"N={N}: DDP {v['ddp']:.2f}, ZeRO-3 {v['zero3']:.2f}" for N, v in z.items() if N in (2, 1024))
+        + f"; ZeRO-3 memory at N=1024: {z[1024]['zero3_memory']:.4f} of a replica")
+
+
+def _capacity_text() -> str:
+    c = capacity()
+    return f"8 x 80 GB = {c['have_gb']:.0f} GB < {c['need_gb']:.0f} GB: {c['need_over_have']:.3f}x too little"
+
+
+def _flops_text() -> str:
+    return "; ".join(f"{r:.2f}x the {gpu} dense bf16 peak ({GPU_PEAK_BF16[gpu] / 1e12:.0f} TFLOPS)"
+                     for gpu, r in flops_vs_peak().items())
+
+
+def _optimizer_text() -> str:
+    o = optimizer_inputs()
+    return (f"Optimizer.step({', '.join(o['optimizer_step'])}) vs grpo_loss({', '.join(o['grpo_loss'])}): "
+            f"the rewards' advantages and old log-probs never reach an optimizer")
+
+
+LIVE: dict[str, Live] = {
+    "fp8_errors": Live(_fp8_text, 2.0),
+    "index_bound": Live(_index_text, 0.01),
+    "cluster_figures": Live(_cluster_text, 0.01),
+    "adam_memory": Live(_memory_text, 0.01),
+    "backward_rows": Live(_rows_text, 0.05),
+    "prompt_kv_bytes": Live(_kv_text, 0.01),
+    "format_savings": Live(_format_text, 0.0),
+    "shard_work": Live(_shard_text, 0.01),
+    "relative_reward_gradient": Live(_relative_text, 0.05),
+    "zero_traffic": Live(_zero_text, 0.0),
+    "capacity": Live(_capacity_text, 0.0),
+    "flops_vs_peak": Live(_flops_text, 0.0),
+    "optimizer_inputs": Live(_optimizer_text, 0.0),
+}

@@ -1,0 +1,83 @@
+"""The claims list rendered: each claim's measurement (a ``live`` row's computed now), the
+verdict counts, the rows notebook 08 shows (``table``, ``html_table``) and ``data/claims.md``
+(``markdown``, written by ``python -m grpo_lab.teaching.claims``).
+"""
+from __future__ import annotations
+
+from grpo_lab.teaching.claims_data import CLAIMS, VERDICTS
+from grpo_lab.teaching.claims_measure import LIVE
+
+
+def measure(number: int) -> str:
+    """The measurement of one claim as text: a ``live`` row's computation
+    (``claims_measure.LIVE``) run now, after any bench figures it quotes; ``measured`` otherwise."""
+    c = CLAIMS[number - 1]
+    if not c.live:
+        return c.measured
+    now = LIVE[c.live].run()
+    quoted = c.measured[:-len(now)] if c.measured.endswith(now) else ""   # the bench part, if any
+    return quoted + now
+
+
+def counts() -> dict:
+    """{verdict: number of claims} over ``VERDICTS``."""
+    return {v: sum(c.verdict == v for c in CLAIMS) for v in VERDICTS}
+
+
+def table(live: bool = True) -> list[dict]:
+    """One row per claim: {number, claim, scale, measured, verdict, why, remember, source};
+    ``live=False`` shows every row's stored ``measured`` (no computation)."""
+    return [{"number": c.number, "claim": c.claim, "scale": c.scale,
+             "measured": measure(c.number) if live else c.measured, "verdict": c.verdict_text,
+             "why": c.why, "remember": c.remember, "source": c.source} for c in CLAIMS]
+
+
+_COLOURS = {"holds": "#d8f0d8", "does not hold": "#f6d5d5", "holds only as": "#fbeccb",
+            "cannot be tested here": "#e6e6e6", "open": "#d9e6f6"}
+_WIDTHS = {"#": "3%", "claim": "19%", "scale": "5%", "measured here": "21%", "verdict": "15%",
+           "why": "22%", "remember": "15%"}
+
+
+def _kind(verdict_text: str) -> str:
+    return next(v for v in VERDICTS[::-1] if verdict_text.startswith(v))   # "holds" tried last
+
+
+def html_table(rows: list[dict]) -> str:
+    """``table()`` rows -> one HTML table: fixed column widths, wrapped text, the verdict cell
+    coloured by kind, the measurement's source in small grey under it."""
+    from html import escape
+    style = "text-align:left;vertical-align:top;white-space:normal;overflow-wrap:anywhere;padding:4px"
+    head = "".join(f'<th style="width:{w};text-align:left">{escape(h)}</th>' for h, w in _WIDTHS.items())
+    body = []
+    for r in rows:
+        kind = _kind(r["verdict"])
+        source = f'<br><span style="color:#777;font-size:90%">{escape(r["source"])}</span>' if r["source"] else ""
+        cells = [(str(r["number"]), style), (escape(r["claim"]), style), (escape(r["scale"]), style),
+                 (escape(r["measured"]) + source, style),
+                 (f'<b>{escape(kind)}</b>{escape(r["verdict"][len(kind):])}', f"{style};background:{_COLOURS[kind]}"),
+                 (escape(r["why"]), style), (f'<i>{escape(r["remember"])}</i>', style)]
+        body.append("<tr>" + "".join(f'<td style="{st}">{c}</td>' for c, st in cells) + "</tr>")
+    return ('<table style="table-layout:fixed;width:100%;font-size:12px;border-collapse:collapse">'
+            f"<tr>{head}</tr>{''.join(body)}</table>")
+
+
+def markdown() -> str:
+    """The list as markdown (``data/claims.md``): one table row per claim, then each claim's why,
+    source and sentence to remember. Uses the stored measurements: no computation."""
+    cell = lambda s: s.replace("|", "\\|")                                  # noqa: E731
+    lines = ["# Claims about \"GRPO\" from popular write-ups, and what this workbench measured", "",
+             "Rendered from `grpo_lab/teaching/claims.py` by `python -m grpo_lab.teaching.claims > data/claims.md` "
+             "(tests/test_claims.py checks that this file is up to date and that every number below "
+             "is in the file it is quoted from). Scale: toy (a CPU toy can test it), sim (a cost model "
+             "only), no (not testable), fact (a definition or arithmetic settles it). Notebook 08 "
+             "shows the same table with the cheap measurements computed live.", "",
+             "Verdicts: " + ", ".join(f"{v} {n}" for v, n in counts().items()) + ".", "",
+             "| # | claim as written | scale | what a fair test looks like | measured here | verdict |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {c.number} | {cell(c.claim)} | {c.scale} | {cell(c.fair_test)} | {cell(c.measured)} | "
+              f"**{cell(c.verdict_text)}** |" for c in CLAIMS]
+    lines += ["", "## Why, and where each number comes from", ""]
+    for c in CLAIMS:
+        lines += [f"**{c.number}.** {c.why} *{c.remember}*" + (f" Source: {c.source}." if c.source else ""), ""]
+    return "\n".join(lines)
+

@@ -1,0 +1,136 @@
+"""``grpo-lab lab --workshop [DIR]``, ``grpo-lab preflight``: what a workshop room runs.
+
+``lab --workshop``: a learner gets the exercise notebooks (notebooks/exercises/*.ipynb, the
+stubs, never ``solutions/``) copied into DIR (default ``runs/workshop/`` of the checkout),
+without outputs, in a JupyterLab rooted at DIR (so the file browser cannot reach the
+solutions), whose workspace is reset (no tabs or kernels from an earlier session) and which
+opens on the first exercise. Running it again starts clean again; what a learner wrote before
+is moved, not deleted, to ``DIR/previous/<time>/``.
+
+``lab`` (with or without ``--workshop``) turns quick mode on (``GRPO_LAB_QUICK=1``) unless the
+environment already sets ``GRPO_LAB_QUICK`` or ``--full`` is given.
+
+``preflight``: what a learner runs on arrival. Python version, free disk, torch and the
+notebook packages import, and a timed run of GRPO steps of the toy policy (the compute of the
+longest quick-mode lesson cell, notebook 00's training) -> one line per check, then OK or
+what is wrong.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+FIRST = "advantages.ipynb"
+MIN_PYTHON = (3, 10)          # pyproject.toml requires-python (tests/test_workshop.py checks)
+MIN_FREE_GB = 1.0             # runs/ and the notebooks' checkpoints need well under this
+LESSON_STEPS = 300            # notebook 00's quick-mode training: the session's longest cell
+SLOW_LESSON_S = 180           # above this estimate a learner should pair or watch the projector
+PACKAGES = ("numpy", "sklearn", "matplotlib", "ipywidgets", "jupyterlab", "safetensors")
+
+
+def prepare(exercises: Path, dest: Path) -> list[Path]:
+    """Copy the exercise stubs of ``exercises`` into ``dest``; earlier copies move to
+    ``dest/previous/<time>/``. -> the fresh copies."""
+    stubs = sorted(Path(exercises).glob("*.ipynb"))
+    if not stubs:
+        raise FileNotFoundError(f"no exercise notebooks (*.ipynb) in {exercises}")
+    dest = Path(dest)
+    old = sorted(dest.glob("*.ipynb"))
+    if old:
+        keep = dest / "previous" / time.strftime("%Y%m%d-%H%M%S")
+        keep.mkdir(parents=True, exist_ok=True)
+        for p in old:
+            shutil.move(str(p), keep / p.name)
+    dest.mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copy2(p, dest / p.name)) for p in stubs]
+
+
+def lab_env(full: bool = False, environ=None) -> dict:
+    """The environment JupyterLab runs in: ``GRPO_LAB_QUICK=1`` unless ``full`` (then 0) or the
+    caller's environment already says (``GRPO_LAB_QUICK=0 grpo-lab lab`` is the full mode too)."""
+    env = dict(os.environ if environ is None else environ)
+    if full:
+        env["GRPO_LAB_QUICK"] = "0"
+    else:
+        env.setdefault("GRPO_LAB_QUICK", "1")
+    return env
+
+
+def lab_command(notebooks: Path, dest: Path | None = None) -> list[str]:
+    """Prepare ``dest`` (default ``<checkout>/runs/workshop``) from the stubs of
+    ``notebooks/exercises`` -> the jupyter lab command line that opens it, rooted there, with a
+    reset workspace on the first exercise."""
+    dest = Path(dest if dest is not None else Path(notebooks).resolve().parent / "runs" / "workshop")
+    dest = dest.expanduser().resolve()
+    copies = prepare(Path(notebooks) / "exercises", dest)
+    first = FIRST if any(p.name == FIRST for p in copies) else copies[0].name
+    return [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={dest}",
+            f"--LabApp.default_url=/lab/tree/{first}?reset"]
+
+
+def _check(name: str, ok: bool, detail: str) -> tuple[str, bool, str]:
+    return name, ok, detail
+
+
+def preflight(where: Path | str = ".", steps: int = 20) -> list[tuple[str, bool, str]]:
+    """The learner's arrival check -> [(check, ok, detail)]: Python, free disk at ``where``,
+    the packages, and ``steps`` timed GRPO steps of the toy policy scaled to notebook 00's
+    ``LESSON_STEPS`` (slow above ``SLOW_LESSON_S``)."""
+    out = [_check("python", sys.version_info[:2] >= MIN_PYTHON,
+                  f"{sys.version.split()[0]} (needs >= {'.'.join(map(str, MIN_PYTHON))})")]
+    free = shutil.disk_usage(Path(where).resolve()).free / 2**30
+    out.append(_check("disk", free >= MIN_FREE_GB, f"{free:.1f} GB free at {Path(where).resolve()} "
+                                                   f"(needs >= {MIN_FREE_GB:g} GB)"))
+    try:
+        import torch
+        build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
+        out.append(_check("torch", True, f"{torch.__version__} ({build})"))
+    except Exception as e:                     # a broken wheel raises more than ImportError
+        out.append(_check("torch", False, f"does not import: {e}"))
+        return out
+    missing = []
+    for name in PACKAGES:
+        try:
+            __import__(name)
+        except Exception as e:
+            missing.append(f"{name} ({type(e).__name__})")
+    out.append(_check("packages", not missing, "missing: " + ", ".join(missing) if missing
+                      else ", ".join(PACKAGES) + " import"))
+    out.append(_timed_steps(steps))
+    return out
+
+
+def _timed_steps(steps: int) -> tuple[str, bool, str]:
+    import tempfile
+
+    from grpo_lab.training.config import preset
+    from grpo_lab.training.trainer import train
+    with tempfile.TemporaryDirectory() as d:
+        cfg = preset("tiny_cpu", out_dir=d, steps=steps, time_budget_s=0, eval_every=0,
+                     eval_size=20, threads=1)
+        t0 = time.perf_counter()
+        history = train(cfg, progress=False)
+        wall = time.perf_counter() - t0
+    step_s = [h["time/step_s"] for h in history if "time/step_s" in h]
+    if len(step_s) != steps:
+        return _check("GRPO steps", False, f"ran {len(step_s)} of {steps} steps")
+    per = sum(step_s) / steps
+    lesson = per * LESSON_STEPS
+    return _check("GRPO steps", lesson <= SLOW_LESSON_S,
+                  f"{steps} steps of the toy policy in {wall:.1f} s ({per * 1000:.0f} ms a step): "
+                  f"notebook 00's quick training ({LESSON_STEPS} steps) would take about "
+                  f"{lesson:.0f} s here" + ("" if lesson <= SLOW_LESSON_S else
+                                            f", over {SLOW_LESSON_S} s: a slow machine "
+                                            "(notebooks/WORKSHOP.md, 'On a slow laptop')"))
+
+
+def preflight_report(checks) -> tuple[bool, str]:
+    """-> (all ok, the text a learner reads: one line per check, then the verdict)."""
+    lines = [f"{'ok ' if ok else 'BAD'}  {name:10s} {detail}" for name, ok, detail in checks]
+    bad = [name for name, ok, _ in checks if not ok]
+    lines.append("OK: ready for the workshop" if not bad else
+                 f"NOT READY: {', '.join(bad)} (see above; notebooks/WORKSHOP.md, 'Set-up')")
+    return not bad, "\n".join(lines)

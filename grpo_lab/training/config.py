@@ -1,0 +1,656 @@
+"""Configs: one dataclass per concern, a docstring under each field.
+
+The docstrings are the documentation: ``grpo-lab train --help`` prints them (the CLI is
+generated from these classes by ``cli.py``) and notebooks build the same objects.
+``TrainConfig`` holds its gradient exchange as a typed sub-config
+(``exchanges.ExchangeConfig``: ``cfg.exchange.name``, ``--exchange.name`` on the command
+line); a plain dict is turned into one when the config is built, so presets and saved
+configs (JSON) round-trip. Presets give sizes for scale: ``tiny_cpu`` (the default demo, tuned for time to accuracy),
+``defaults`` (the field defaults as they are),
+``quick`` (tests and notebooks in CI), ``mixture_cpu``, ``hf_tiny_cpu`` (a transformers
+model on the CPU), ``smollm_cpu`` (SmolLM2-135M-Instruct on a laptop CPU), ``hf_gpu`` (a real
+model on GPUs).
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import math
+import textwrap
+import warnings
+from dataclasses import dataclass, field
+
+from grpo_lab.algorithm.advantages import ADVANTAGES
+from grpo_lab.distributed.exchanges import ExchangeConfig
+from grpo_lab.tasks.instruct import check_config as check_instruct
+from grpo_lab.algorithm.grouping import COMBINE, GROUPERS, get_grouper
+from grpo_lab.policies.hf import HFConfig
+from grpo_lab.algorithm.loss import AGGREGATIONS, KL_ESTIMATORS, KL_PLACEMENTS, RATIO_LEVELS
+from grpo_lab.algorithm.overlong import OVERLONG
+from grpo_lab.policies.policy import POLICIES, get_policy_kind
+from grpo_lab.training.ppo import PPOConfig  # importing ppo.py also registers objective "ppo"
+from grpo_lab.registry import load_plugins, lookup
+from grpo_lab.tasks.rewards import REWARDS
+from grpo_lab.algorithm.rollout import DRAWS, UPDATE_FORWARDS
+from grpo_lab.training.step import OBJECTIVES, get_objective
+from grpo_lab.tasks import MIXTURE_TASKS, TASKS
+
+# finite is not enough: values past these wreck a run in a few steps, then fail far away
+# ("logp is nan") without naming the cause
+CEILINGS = {"lr": 1.0, "vf_lr": 1.0, "weight_decay": 1.0}
+CEILING_WHY = {
+    "lr": "AdamW moves every weight by about lr per step (typical: 1e-6 for a pretrained LM, "
+          "1e-4 to 1e-3 for the toy policy)",
+    "vf_lr": "AdamW moves every critic weight by about vf_lr per step",
+    "weight_decay": "AdamW multiplies each weight by (1 - lr * weight_decay) per step "
+                    "(typical: 0 to 0.1)"}
+
+
+@dataclass
+class TrainConfig:
+    plugins: str = ""
+    """Modules (names or .py paths, comma-separated) imported before the config is checked:
+    their register_grouper / register_task / register_reward / register_advantage calls
+    add what this run uses (grpo-lab train --plugin my_module)."""
+    objective: str = "grpo"
+    """"grpo"; or "supervised": cross-entropy on task demonstrations (answers only), as the
+    base policy was made, through the same loop (the compression benchmarks' control); or
+    "ppo": PPO with a learned critic (ppo.py; ppo_critic: a value head on the policy's hidden
+    states, or a critic network of its own), GAE advantages instead of the group baseline
+    (toy policy, one process, by_prompt)."""
+    task: str = "addition"
+    """Task to train and evaluate on: one of tasks.TASKS, several joined by commas
+    ("count,compare"), or "mixture" (the families of tasks.MIXTURE_TASKS). With several,
+    prompts are drawn uniformly over them and eval/accuracy/<task> is logged per task."""
+    base_checkpoint: str = "data/base_policy.safetensors"
+    """Policy to start from; also the frozen reference policy for the KL term. With
+    policy="hf": a folder holding a transformers model and its tokenizer, or a hub id
+    (downloaded by transformers on your machine; nothing here ever downloads)."""
+    policy: str = "toy"
+    """"toy": the char-level GPT (model.py); "hf": any transformers causal LM with its
+    tokenizer (hf.py; pip install -e ".[hf]"). Both go through policy.py's interface."""
+    answer_format: str = "raw"
+    """How prompts ask for the answer. "raw": the toy's own format ("12+34=" -> "46<eos>",
+    exact-match rewards). For instruct models (policy="hf", hf.chat_template): each task
+    asked in words (instruct.py) with "tags" (<answer>42</answer>), "boxed" (\\boxed{42}) or
+    "number" (the number alone); accuracy then reads the answer whatever wraps it (tags,
+    boxed, last number) and the format reward checks the requested format (answers.py).
+    With max_new_tokens=0 an instruct format gets 64 new tokens."""
+    system_prompt: str = ""
+    """policy="hf" with hf.chat_template: a system turn before each prompt ("": the chat
+    template's own default, if it has one)."""
+    hf: HFConfig = field(default_factory=HFConfig)
+    """policy="hf": dtype, autocast, chat template, remote code, gradient checkpointing,
+    sampling dtype and LoRA of the transformers model (see hf.HFConfig; --hf.dtype on the
+    command line). The flat names of older configs (hf_dtype, hf_autocast, hf_chat_template,
+    hf_trust_remote_code, hf_gradient_checkpointing, hf_sample_dtype, lora_r, lora_alpha) are
+    read into it for one release (MOVED_FIELDS)."""
+    # ---- speed levers of the rollout and the update (issue 22; bench/bench_hf_speed.py)
+    sample_draw: str = "race"
+    """How the sampler draws a token (rollout.DRAWS): "race" (exponential race, V noise
+    draws per token and row) or "inverse_cdf" (one uniform per row; same distribution,
+    other tokens for the same seed). Both keep one generator per prompt."""
+    drop_finished: bool = True
+    """Take completions that emitted <eos> out of the decode batch (same tokens, less work)."""
+    update_forward: str = "prompt_once"
+    """The training forward (rollout.UPDATE_FORWARDS): "prompt_once" (each prompt once, its
+    KV cache shared by its G completions, logits only where a completion token is
+    predicted), "packed" (each prompt once with its G completions in one row under an
+    attention mask: one forward, so every weight gets one gradient GEMM instead of two added;
+    its attention spans prompt + G completions, so it pays for short completions, e.g. on
+    SmolLM2 with <= 16 tokens, BENCHMARKS.md section 15), "completion" (prompt + completion
+    per row, logits on the completion only, TRL's logits_to_keep) or "all_positions" (logits
+    everywhere). Same log-probs."""
+    out_dir: str = "runs/demo"
+    """Folder for metrics.jsonl, checkpoint.safetensors, report.png and report.md."""
+    steps: int = 3000
+    """Number of GRPO steps (each: one rollout, mu policy updates)."""
+    time_budget_s: float = 300.0
+    """Stop after this many seconds of training (0 = no limit); the last step finishes."""
+    target_accuracy: float = 0.0
+    """Stop at the first evaluation whose held-out accuracy reaches this (0 = run all steps):
+    time to accuracy. The report says which ended the run: steps, target or budget."""
+    train_pool: int = 0
+    """Draw training prompts from a fixed pool of this many (a finite training set, as
+    GSM8K is); 0 = fresh prompts from the task's generator every step."""
+    prompts_per_step: int = 16
+    """B: prompts sampled per step."""
+    group_size: int = 8
+    """G: completions sampled per prompt (GRPO needs G >= 2)."""
+    max_new_tokens: int = 0
+    """Longest completion; 0 = the task's longest answer + 2."""
+    temperature: float = 0.7
+    """Sampling temperature; the loss scores tokens at the same temperature (0.7 wastes
+    fewer samples on garbage than 1.0 for a partly trained policy)."""
+    top_k: int = 0
+    """Sample only from the k most likely tokens (0 = off)."""
+    top_p: float = 1.0
+    """Nucleus sampling (Holtzman et al. 2020): sample only from the most likely tokens whose
+    probability adds up to top_p (1.0 = off, the sampler unchanged bit for bit). The loss
+    still scores tokens under the untruncated policy, as with top_k."""
+    lr: float = 1e-4
+    """AdamW learning rate (3e-4 and up made held-out accuracy fall on the toy policy; at
+    most 1, config.CEILINGS)."""
+    warmup_steps: int = 20
+    """Linear learning-rate warm-up from 0 over this many steps (Adam's first steps on a
+    pretrained policy are otherwise a shock)."""
+    lr_schedule: str = "cosine"
+    """"constant", or "cosine": decay to 10% of lr over `steps` (after the warm-up)."""
+    schedule_steps: int = 0
+    """Length of the cosine decay when it is not `steps` (0: `steps`): a run that stops on
+    purpose before its schedule ends, as the pretraining warm-up does (1800 of 2000 steps)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay (at most 1, config.CEILINGS)."""
+    adam_eps: float = 1e-8
+    """AdamW eps."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 = off)."""
+    mu: int = 1
+    """Policy updates per rollout (DeepSeekMath's mu); old log-probs come from the rollout."""
+    eps_low: float = 0.2
+    """Lower clip range: ratios below 1 - eps_low stop pushing a negative advantage."""
+    eps_high: float = 0.28
+    """Upper clip range (DAPO's clip-higher uses 0.28 > 0.2)."""
+    beta: float = 0.02
+    """Weight of the KL penalty to the reference policy (0 skips the reference forward)."""
+    kl_estimator: str = "k3"
+    """How the KL to the reference is estimated from sampled tokens (one of
+    loss.KL_ESTIMATORS, Schulman 2020): "k1" log pi/pi_ref (unbiased, can be negative), "k2"
+    (log pi/pi_ref)^2 / 2 (biased, >= 0), "k3" the paper's (unbiased, >= 0)."""
+    kl_in: str = "loss"
+    """Where beta * KL goes (one of loss.KL_PLACEMENTS): "loss", a per-token term of the loss
+    (DeepSeekMath; logged as loss/kl and loss/kl_<estimator>), or "reward", the completion's
+    summed estimate subtracted from its reward before the advantages (logged as
+    reward/kl_<estimator>)."""
+    ratio_level: str = "token"
+    """Importance ratio of the clipped surrogate (one of loss.RATIO_LEVELS): "token" (GRPO) or
+    "sequence" (GSPO, Zheng et al. 2025: the length-normalised sequence ratio, clipped per
+    completion; GSPO's paper used eps 3e-4 / 4e-4, set eps_low / eps_high yourself)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: entropy_coef * the policy's token entropy is subtracted from each token's
+    loss, aggregated like the loss (0 = off). policy/entropy is logged either way."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling (Yao et al. 2025): the trainer recomputes the old
+    log-probs and weights each token's policy-gradient term by min(pi_trainer /
+    pi_sampler, tis_cap), for a sampler whose log-probs differ from the trainer's (bf16
+    sampling); the gap is logged as sample/logprob_gap (0 = off, no extra forward)."""
+    overlong: str = "none"
+    """Truncated completions (one of overlong.OVERLONG, DAPO sec. 3.4): "none"; "filter"
+    (masked out of the loss); "soft" (a length penalty ramping from 0 at max_new_tokens -
+    overlong_buffer to -overlong_penalty at max_new_tokens, added to the reward)."""
+    overlong_buffer: int = 1
+    """overlong="soft": L_cache, the tokens before the limit over which the penalty ramps (1:
+    only a truncated completion is penalised, the toy's longest right answer is limit - 1
+    tokens; DAPO used a fifth of the limit for long reasoning)."""
+    overlong_penalty: float = 1.0
+    """overlong="soft": the penalty at the limit (DAPO: 1)."""
+    advantage: str = "grpo"
+    """Group-relative advantage estimator (one of advantages.ADVANTAGES)."""
+    supervision: str = "outcome"
+    """"outcome": one reward per completion, its advantage on every token (DeepSeekMath
+    4.1.2); "process": a reward per answer character (tasks.step_rewards), advantages
+    from advantages.process_advantages (4.1.3)."""
+    aggregation: str = "seq_mean_token_mean"
+    """Loss aggregation (one of loss.AGGREGATIONS)."""
+    reward_weights: dict = field(default_factory=lambda: {"accuracy": 1.0, "partial": 0.5,
+                                                          "format": 0.1})
+    """Weights of the reward functions, as name=weight pairs (names from rewards.REWARDS)."""
+    eval_every: int = 100
+    """Evaluate greedy accuracy on the held-out set every this many steps (0 = only at the ends)."""
+    eval_size: int = 200
+    """How many held-out examples to evaluate on per task (from data/eval_<task>.jsonl; at
+    most the set's size); 0 = no evaluation."""
+    ckpt_every: int = 250
+    """Write the checkpoint every this many steps (and at the end)."""
+    seed: int = 0
+    """Seed of prompt draws and sampling; step s uses seeds derived from (seed, s)."""
+    threads: int = 0
+    """torch CPU threads (0 = the cores other processes leave free: CPU count minus the load
+    average, at least 1; trainer.free_cores)."""
+    # ---- grouping (grouping.py): which completions share a baseline
+    grouping: str = "by_prompt"
+    """Grouper: a name in grouping.GROUPERS (register your own with register_grouper, or pass
+    the function or record itself from Python); "by_prompt" is canonical GRPO."""
+    group_k: int = 0
+    """Groups per step for the groupers that take k (random, kmeans_semantic, mixed; a plugin's
+    with takes_k=True); at most prompts_per_step. 0 = a default, with a warning: the number of
+    tasks trained (7 for "mixture"), or max(2, prompts_per_step // 4) for one task. The CLI
+    refuses --group_k for a grouper without k."""
+    combine: str = "cluster"
+    """How a prompt cluster meets its prompts' completions (one of grouping.COMBINE):
+    "cluster" runs the advantage estimator on the cluster, "within_prompt_pooled_std"
+    centres on the prompt's mean and scales by the cluster's pooled within-prompt std."""
+    recluster_every: int = 0
+    """kmeans_semantic only: 0 = fit K-means afresh on every step's prompts; N > 0 = keep
+    clusters across steps (reclustering.Reclusterer), re-fitted warm every N steps."""
+    group_schedule: bool = False
+    """With recluster_every: grow k coarse to fine, group_count_schedule from
+    max(1, group_k // 4), 1.2x per re-fit, up to group_k."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop prompts whose G rewards are all equal and draw more
+    until prompts_per_step informative prompts are found (at most dynamic_max_draws
+    rollouts; any shortfall is topped up with uninformative prompts)."""
+    dynamic_max_draws: int = 4
+    """Most rollouts of prompts_per_step prompts drawn per step by dynamic sampling."""
+    # ---- PPO with a critic (objective="ppo", ppo.py)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """objective="ppo": the critic and GAE (see ppo.PPOConfig; --ppo.gamma on the command line).
+    The flat names of older configs (ppo_gamma, ppo_lambda, vf_coef, vf_clip, ppo_critic,
+    vf_lr) are read into it for one release (MOVED_FIELDS)."""
+    # ---- memory levers (issue 14; memory.py measures them, bench/bench_memory.py)
+    checkpoint_every: int = 0
+    """Activation checkpointing of the training forward: block i keeps only its input and
+    recomputes its activations in backward when i % k == 0 (1: every block; 0: off). Same
+    gradients, less activation memory, one more forward of those blocks. policy="hf":
+    transformers' every_n_layers, the same rule (hf.gradient_checkpointing is k = 1)."""
+    micro_batches: int = 1
+    """Gradient accumulation: the step's prompts split into this many micro-batches (whole
+    prompts), objective and backward on each; their losses keep the global batch's
+    normaliser, so the gradients add up to the whole batch's. At most prompts_per_step; not
+    with objective="ppo", the DDP exchanges or exchange.overlap (they reduce during backward)."""
+    autocast: bool = False
+    """Toy policy: bf16 autocast of the training forward (mixed precision: weights, AdamW,
+    sampling, the reference and evaluation stay float32; log-probs are taken in float32).
+    policy="hf" has hf.autocast (every forward) instead."""
+    # ---- data parallel (distributed/exchanges.py): N processes, one global batch
+    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
+
+    @property
+    def task_names(self) -> list[str]:
+        """The task names ``task`` stands for ("mixture" -> MIXTURE_TASKS)."""
+        return list(MIXTURE_TASKS) if self.task == "mixture" else self.task.split(",")
+
+    @property
+    def n_groups(self) -> int:
+        """k for the groupers that take one: group_k, or the number of tasks trained, or for
+        one task max(2, prompts_per_step // 4) (never 1: one group of the whole batch)."""
+        if self.group_k:
+            return self.group_k
+        tasks = len(self.task_names)
+        if tasks > 1:
+            return tasks
+        return min(self.prompts_per_step, max(2, self.prompts_per_step // 4))
+
+    def __post_init__(self):
+        # no side effects here: plugins are imported by preset(), from_dict(), the CLI and the
+        # trainer's setup before a config naming what they register is built
+        if isinstance(self.exchange, dict):
+            self.exchange = ExchangeConfig(**self.exchange)
+        if isinstance(self.ppo, dict):
+            self.ppo = PPOConfig(**self.ppo)
+        if isinstance(self.hf, dict):
+            self.hf = HFConfig(**self.hf)
+        objective = get_objective(self.objective)
+        self._check_policy()
+        if not self.adam_eps > 0:
+            raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
+        _finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps", "grad_clip", "eps_low",
+                "eps_high", "beta", "time_budget_s")
+        _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
+        _nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
+                     "grad_clip", "beta", "eval_every", "eval_size", "threads")
+        if self.group_size < 2 and objective.needs_group:       # PPO's critic needs no group
+            raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
+                             f"got {self.group_size}")
+        if self.group_size < 1:
+            raise ValueError(f"group_size (G) must be >= 1, got {self.group_size}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 <= self.target_accuracy <= 1:
+            raise ValueError(f"target_accuracy must be in [0, 1] (0 = off), got "
+                             f"{self.target_accuracy}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        for name, ceiling in CEILINGS.items():
+            if getattr(self, name) > ceiling:
+                raise ValueError(f"{name}={getattr(self, name)} is above its ceiling {ceiling} "
+                                 f"(config.CEILINGS): {CEILING_WHY[name]}")
+        if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
+            raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, "
+                             f"got eps_low={self.eps_low}, eps_high={self.eps_high}")
+        for t in self.task_names:
+            lookup(TASKS, t, "task", f"in task={self.task!r}: several join by commas, or 'mixture'")
+        if len(set(self.task_names)) != len(self.task_names):
+            raise ValueError(f"task {self.task!r} names a task twice")
+        lookup(ADVANTAGES, self.advantage, "advantage")
+        lookup(AGGREGATIONS, self.aggregation, "aggregation")
+        self._check_variants()
+        lookup(("outcome", "process"), self.supervision, "supervision")
+        check_instruct(self.task_names, self.answer_format, self.policy, self.supervision)
+        if self.answer_format != "raw" and not self.max_new_tokens:
+            self.max_new_tokens = 64                 # a sentence, not the toy's answer + 2
+        lookup(("constant", "cosine"), self.lr_schedule, "lr_schedule")
+        if not self.reward_weights:
+            raise ValueError("reward_weights is empty")
+        for name, w in self.reward_weights.items():
+            lookup(REWARDS, name, "reward function")
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
+                raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
+        self._check_grouping()
+        self._check_ppo(objective)
+        self._check_memory(objective)
+
+    def _check_variants(self):
+        lookup(KL_ESTIMATORS, self.kl_estimator, "kl_estimator")
+        lookup(KL_PLACEMENTS, self.kl_in, "kl_in")
+        lookup(RATIO_LEVELS, self.ratio_level, "ratio_level")
+        lookup(OVERLONG, self.overlong, "overlong")
+        _finite(self, "top_p", "entropy_coef", "tis_cap", "overlong_penalty")
+        _nonnegative(self, "entropy_coef", "tis_cap", "overlong_penalty")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
+        if self.tis_cap and self.tis_cap < 1:
+            raise ValueError(f"tis_cap must be 0 (off) or >= 1 (a cap below 1 would shrink "
+                             f"on-policy tokens too), got {self.tis_cap}")
+        if OVERLONG[self.overlong].penalty is not None and not (
+                isinstance(self.overlong_buffer, int) and self.overlong_buffer >= 1):
+            raise ValueError(f"overlong_buffer must be an int >= 1, got {self.overlong_buffer!r}")
+
+    def _check_memory(self, objective):
+        _nonnegative(self, "checkpoint_every")
+        _positive(self, "micro_batches")
+        if self.micro_batches > self.prompts_per_step:
+            raise ValueError(f"micro_batches={self.micro_batches} is more than the "
+                             f"prompts_per_step={self.prompts_per_step} prompts to split "
+                             f"(a micro-batch holds whole prompts)")
+        why = (f"objective={self.objective!r} (its loss is not normalised by global counts yet)"
+               if not objective.splits else
+               f"exchange.name={self.exchange.name!r} (DDP reduces during each backward)"
+               if self.exchange.kind.reduces_in_backward else
+               "exchange.overlap=True (it reduces during each backward)"
+               if self.exchange.overlap else None)
+        if self.micro_batches > 1 and why:
+            raise ValueError(f"micro_batches={self.micro_batches} does not work with {why}")
+        if self.hf.gradient_checkpointing and self.checkpoint_every > 1:
+            raise ValueError(f"hf.gradient_checkpointing=True checkpoints every layer, "
+                             f"checkpoint_every={self.checkpoint_every} every "
+                             f"{self.checkpoint_every}-th: set one of them")
+        if self.autocast and not get_policy_kind(self.policy).own_autocast:
+            raise ValueError("autocast=True is the toy policy's training-forward autocast; "
+                             "for policy='hf' set hf.autocast=True (every forward; formerly "
+                             "hf_autocast)")
+
+    def _check_ppo(self, objective):
+        if self.ppo.vf_lr and not objective.critic:
+            critics = sorted(n for n, o in OBJECTIVES.items() if o.critic)
+            raise ValueError(f"vf_lr={self.ppo.vf_lr} is the critic's learning rate: it needs "
+                             f"objective={critics[0]!r}, not {self.objective!r}")
+        if objective.check is not None:
+            objective.check(self)
+
+    def _check_policy(self):
+        kind = get_policy_kind(self.policy)
+        lookup(DRAWS, self.sample_draw, "sample_draw")
+        lookup(UPDATE_FORWARDS, self.update_forward, "update_forward")
+        if self.hf.lora_r and self.policy != "hf":
+            raise ValueError(f"hf.lora_r={self.hf.lora_r} adds LoRA adapters to a transformers "
+                             f"model: it needs policy='hf' (policy={self.policy!r})")
+        if not kind.file_based and self.base_checkpoint.endswith(".safetensors"):
+            raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
+                             f"base_checkpoint={self.base_checkpoint!r} is a grpo_lab file "
+                             f"(a toy policy: policy='toy')")
+
+    def _check_grouping(self):
+        if not isinstance(self.grouping, str):        # registering is preset()'s, not ours
+            raise ValueError(f"grouping={self.grouping!r}: a config holds a grouper's name; "
+                             f"pass the function or record to config.preset(...), which "
+                             f"registers it, or register it (grouping.register_grouper) first")
+        record = lookup(GROUPERS, self.grouping, "grouping",
+                        "register your own with grouping.register_grouper")
+        lookup(COMBINE, self.combine, "combine option")
+        _nonnegative(self, "group_k", "recluster_every")
+        if record.takes_k and not self.group_k:
+            why = ("one per task" if len(self.task_names) > 1 else
+                   f"max(2, prompts_per_step // 4) for one task")
+            warnings.warn(f"grouping={self.grouping!r} takes k and group_k is not set: using "
+                          f"k = {self.n_groups} ({why}); set group_k to choose", stacklevel=3)
+        if record.takes_k and self.n_groups > self.prompts_per_step:
+            raise ValueError(f"{self.n_groups} groups (group_k={self.group_k}) is more than the "
+                             f"prompts_per_step={self.prompts_per_step} prompts to group")
+        if self.recluster_every and not record.reclusterable:
+            reclusterable = sorted(n for n, g in GROUPERS.items() if g.reclusterable)
+            raise ValueError(f"recluster_every={self.recluster_every} keeps K-means clusters "
+                             f"across steps: it needs a reclusterable grouping "
+                             f"({reclusterable}), got {self.grouping!r}")
+        if self.group_schedule and not self.recluster_every:
+            raise ValueError("group_schedule grows k at each re-fit: set recluster_every > 0")
+        if self.supervision == "process" and self.combine != "cluster":
+            raise ValueError(f"supervision='process' normalises step rewards per group id: "
+                             f"it needs combine='cluster', got {self.combine!r}")
+
+
+@dataclass
+class PretrainConfig:
+    policy: str = "toy"
+    """"toy": the char-level GPT, written as one safetensors file; "hf": a tiny Llama-style
+    transformers model with a BPE tokenizer trained here (hf.build_tiny; no download),
+    written as a transformers folder (out is then a folder, e.g. data/hf_tiny)."""
+    tasks: str = "addition,sort,reverse"
+    """Comma-separated tasks whose demonstrations the base policy is trained on."""
+    out: str = "data/base_policy.safetensors"
+    """Where to write the base policy."""
+    steps: int = 2000
+    """Length of the learning-rate schedule (cosine decay to 10% over this many steps)."""
+    stop_after: int = 1800
+    """Stop after this many steps, deliberately early, so the base is only partly
+    competent (0 = run the whole schedule)."""
+    batch_size: int = 64
+    """Demonstrations per step."""
+    lr: float = 2e-3
+    """AdamW learning rate (cosine decay to 10%)."""
+    n_layer: int = 3
+    """Transformer blocks."""
+    n_head: int = 4
+    """Attention heads."""
+    n_embd: int = 80
+    """Width of the residual stream."""
+    block_size: int = 32
+    """Longest sequence the policy handles."""
+    seed: int = 0
+    """Seed of initialisation and data order."""
+    threads: int = 0
+    """torch CPU threads (0 = torch's default)."""
+
+    def __post_init__(self):
+        lookup(POLICIES, self.policy, "policy")
+        if self.policy == "hf" and self.out.endswith(".safetensors"):
+            raise ValueError(f"policy='hf' writes a transformers folder; out={self.out!r} "
+                             f"names a file (e.g. --out data/hf_tiny)")
+        _positive(self, "steps", "batch_size", "n_layer", "n_head", "n_embd", "block_size")
+        if not 0 <= self.stop_after <= self.steps:
+            raise ValueError(f"stop_after must be in [0, steps={self.steps}], got {self.stop_after}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        for t in self.tasks.split(","):
+            lookup(TASKS, t, "task")
+
+
+PRESETS: dict[str, dict] = {
+    # the field defaults as they are (lr 1e-4, beta 0.02, evaluation every 100 steps, no target):
+    # the experiments harness and the benches' control, so their recorded results keep meaning
+    "defaults": {},
+    # the README's demo (`make demo`), tuned for time to accuracy (BENCHMARKS.md section 13):
+    # lr 3e-4 with beta 0 (no reference policy to run) reached 90% held-out in 2200 +- 248
+    # steps over 3 seeds where the field defaults (lr 1e-4, beta 0.02) reached it in 1 seed of
+    # 3 by step 3000; DAPO's dynamic sampling then cut that to ~1350 steps (1.25x the cost per
+    # step: 53.8-78.4 s on an idle 2-core machine); stops at the first evaluation at 90% (or
+    # after 3000 steps, or 5 minutes)
+    "tiny_cpu": {"lr": 3e-4, "beta": 0.0, "dynamic_sampling": True, "eval_every": 50,
+                 "target_accuracy": 0.9},
+    # the supervised warm-up that made data/base_policy.safetensors (`grpo-lab pretrain`,
+    # pretrain.py, writes a fresh policy and runs this from it): cross-entropy on the answers
+    # of 64 demonstrations a step, drawn from one seeded stream; AdamW lr 2e-3, weight decay
+    # 0.01, no clipping or warm-up, cosine over 2000 steps stopped at 1800 (partly competent)
+    "pretrain_cpu": {"objective": "pretrain", "task": "addition,sort,reverse",
+                     "prompts_per_step": 64, "group_size": 1, "lr": 2e-3, "weight_decay": 0.01,
+                     "grad_clip": 0.0, "warmup_steps": 0, "steps": 1800, "schedule_steps": 2000,
+                     "beta": 0.0, "time_budget_s": 0.0, "eval_every": 0, "eval_size": 0,
+                     "ckpt_every": 1000},
+    "quick": {"steps": 30, "time_budget_s": 0.0, "prompts_per_step": 8, "group_size": 4,
+              "eval_every": 10, "eval_size": 50, "ckpt_every": 10},
+    # the 7-family mixture from a base that knows each family a little (data/README.md);
+    # 4 prompts per family per step; measured 57.0% -> 62.4% held-out in 71 s on 2 cores
+    # (grouping kmeans_semantic)
+    "mixture_cpu": {"task": "mixture", "base_checkpoint": "data/base_mixture.safetensors",
+                    "prompts_per_step": 28, "steps": 300, "eval_every": 50, "eval_size": 100},
+    # the tiny offline transformers model (Llama-style, data/hf_tiny, data/README.md) through
+    # hf.py: the HF code path end to end on a laptop CPU, nothing downloaded
+    "hf_tiny_cpu": {"policy": "hf", "base_checkpoint": "data/hf_tiny", "steps": 300,
+                    "eval_every": 50, "eval_size": 200},
+    # a real model on GPUs: grpo-lab train --preset hf_gpu --nproc <GPUs> (torchrun, NCCL;
+    # README "Hugging Face models"); bf16 autocast over fp32 weights and AdamW (0.5B: 8 GB),
+    # chat template, activation checkpointing.
+    # Untested here (no GPU, no network): the numbers are a starting point, not a result.
+    "hf_gpu": {"policy": "hf", "base_checkpoint": "Qwen/Qwen2.5-0.5B-Instruct",
+               "hf": {"autocast": True, "chat_template": True, "gradient_checkpointing": True},
+               "temperature": 1.0,
+               "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "beta": 0.0,
+               "steps": 500, "time_budget_s": 0.0, "eval_every": 50, "eval_size": 200,
+               "ckpt_every": 100, "adam_eps": 1e-6,
+               # instruct formats (instruct.py): each task asked in words, the answer read
+               # from <answer></answer> tags (or the last number), a format reward for the tags;
+               # room for a short working before the answer
+               "task": "addition,word_problems", "answer_format": "tags",
+               "reward_weights": {"accuracy": 1.0, "format": 0.2}, "max_new_tokens": 128},
+    # SmolLM2-135M-Instruct on a 2-core CPU (grpo-lab model get smollm2-135m, models.py):
+    # 2-digit sums asked in words; the system prompt asks for the equation with its result in
+    # \boxed{} (no worked example: the base copies an example's numbers), the accuracy reward
+    # reads the answer whatever wraps it, a small format reward for \boxed{}; 4 prompts x 8
+    # completions of at most 24 tokens at temperature 0.8 (the base gets about 5% of sampled
+    # sums right: 8 samples find one in more groups than 4); 10 minutes of training
+    # (BENCHMARKS.md section 16 has base vs after over 3 seeds). A format reward as large as
+    # the accuracy's taught \boxed{} in 4 steps and cost the arithmetic (the model boxed a
+    # guess at once): format 0.5 -> 0.25, and the accuracy reward leads.
+    # float32 on purpose: on a CPU without bf16 units (this one: AMD EPYC, AVX2) a bf16 matmul
+    # forward + backward took 14.6 s where float32 took 1.0 s (1280 x 576 @ 576 x 1536, one
+    # thread); on a CPU with AVX-512 BF16 / AMX, --hf.autocast true is the faster choice
+    "smollm_cpu": {"policy": "hf", "base_checkpoint": "smollm2-135m", "hf": {"chat_template": True},
+                   "task": "addition", "answer_format": "boxed",
+                   "system_prompt": "You are a calculator. Reply with the equation, and put its "
+                                    "result in \\boxed{}.",
+                   "reward_weights": {"accuracy": 1.0, "format": 0.25}, "max_new_tokens": 24,
+                   "temperature": 0.8, "prompts_per_step": 4, "group_size": 8, "lr": 1e-5,
+                   "beta": 0.0, "warmup_steps": 2, "lr_schedule": "constant", "steps": 200,
+                   "time_budget_s": 600.0, "eval_every": 0, "eval_size": 50, "ckpt_every": 1000},
+}
+
+
+# one release: fields that moved into a sub-config, by their old flat name -> (sub-config, field);
+# a config dict, keyword arguments or a flag with the old name still work (``migrate``)
+MOVED_FIELDS = {"ppo_gamma": ("ppo", "gamma"), "ppo_lambda": ("ppo", "gae_lambda"),
+                "vf_coef": ("ppo", "vf_coef"), "vf_clip": ("ppo", "vf_clip"),
+                "ppo_critic": ("ppo", "critic"), "vf_lr": ("ppo", "vf_lr"),
+                "hf_dtype": ("hf", "dtype"), "hf_autocast": ("hf", "autocast"),
+                "hf_chat_template": ("hf", "chat_template"),
+                "hf_trust_remote_code": ("hf", "trust_remote_code"),
+                "hf_gradient_checkpointing": ("hf", "gradient_checkpointing"),
+                "hf_sample_dtype": ("hf", "sample_dtype"), "lora_r": ("hf", "lora_r"),
+                "lora_alpha": ("hf", "lora_alpha")}
+SUB_CONFIGS = ("exchange", "ppo", "hf")
+
+
+def migrate(fields: dict) -> dict:
+    """Config fields with the flat names of moved fields (a checkpoint written before the
+    sub-configs, old keyword arguments) -> the nested form; a nested value given too wins."""
+    out = dict(fields)
+    for old, (sub, new) in MOVED_FIELDS.items():
+        if old in out:
+            value, given = out.pop(old), out.get(sub) or {}
+            nested = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given)
+            out[sub] = {new: value, **nested}
+    return out
+
+
+def _accept_moved_fields(init):
+    """TrainConfig(**fields) accepts the flat names of moved fields for one release."""
+    def __init__(self, *args, **fields):
+        init(self, *args, **migrate(fields))
+    __init__.__doc__, __init__.__signature__ = init.__doc__, inspect.signature(init)
+    return __init__
+
+
+TrainConfig.__init__ = _accept_moved_fields(TrainConfig.__init__)
+for _old, (_sub, _new) in MOVED_FIELDS.items():      # cfg.vf_lr reads cfg.ppo.vf_lr
+    setattr(TrainConfig, _old, property(lambda self, s=_sub, n=_new: getattr(getattr(self, s), n),
+                                        doc=f"One release: {_sub}.{_new}."))
+
+
+def preset(name: str, **overrides) -> TrainConfig:
+    """A TrainConfig from a named preset, with field overrides (a sub-config, e.g. ``exchange``,
+    as a dict merged into the preset's, or its dataclass). The config's plugins are imported
+    first, so it may name what they register; a grouper given as a function or record is
+    registered (grouping.get_grouper) and the config keeps its name."""
+    lookup(PRESETS, name, "preset")
+    base, overrides = migrate(PRESETS[name]), migrate(overrides)
+    fields = {**base, **overrides}
+    for sub in SUB_CONFIGS:
+        if isinstance(overrides.get(sub), dict):
+            fields[sub] = {**base.get(sub, {}), **overrides[sub]}
+    load_plugins(fields.get("plugins", ""))
+    if not isinstance(fields.get("grouping", ""), str):   # a function or record: registered
+        fields["grouping"] = get_grouper(fields["grouping"]).name   # the config keeps its name
+    return TrainConfig(**fields)
+
+
+def from_dict(d: dict) -> TrainConfig:
+    """A TrainConfig from ``to_dict``'s output (a checkpoint's or a report's config, flat names
+    of older versions included); its plugins are imported first."""
+    load_plugins(d.get("plugins", ""))
+    return TrainConfig(**migrate(d))
+
+
+# fields a resumed run may change freely: how it runs, not what it computes
+RUNTIME_FIELDS = ("out_dir", "threads", "time_budget_s", "target_accuracy", "exchange.timeout_s",
+                  "exchange.overlap")  # overlap changes when bytes move, not what is computed
+
+
+def config_changes(saved: dict, cfg: TrainConfig) -> dict:
+    """{field: [saved value, given value]} for every field of ``cfg`` that differs from the
+    saved config (sub-configs dotted: "exchange.name"), runtime fields left out."""
+    now, out, saved = to_dict(cfg), {}, migrate(saved)
+    for k, v in now.items():
+        if isinstance(v, dict) and k != "reward_weights":
+            for sk, sv in v.items():
+                old = (saved.get(k) or {}).get(sk, sv)
+                if old != sv and f"{k}.{sk}" not in RUNTIME_FIELDS:
+                    out[f"{k}.{sk}"] = [old, sv]
+        elif k in saved and saved[k] != v and k not in RUNTIME_FIELDS:
+            out[k] = [saved[k], v]
+    return out
+
+
+def field_docs(cls) -> dict[str, str]:
+    """Field name -> the docstring written under it in the class body."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def _finite(cfg, *names):
+    for n in names:
+        v = getattr(cfg, n)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{type(cfg).__name__}.{n} must be a finite number, got {v!r}")
+
+
+def _positive(cfg, *names):
+    for n in names:
+        if not getattr(cfg, n) > 0:
+            raise ValueError(f"{type(cfg).__name__}.{n} must be > 0, got {getattr(cfg, n)!r}")
+
+
+def _nonnegative(cfg, *names):
+    for n in names:
+        if not getattr(cfg, n) >= 0:
+            raise ValueError(f"{type(cfg).__name__}.{n} must be >= 0, got {getattr(cfg, n)!r}")

@@ -1,0 +1,163 @@
+"""PPO (Schulman et al. 2017; for language models Ouyang et al. 2022) as an objective of the one
+trainer: ``objective="ppo"`` = ``collect_ppo`` (sample as GRPO does, rewards on the last token,
+the critic's values, GAE(lambda), whitened advantages) and ``ppo_objective`` (the clipped
+surrogate of loss.py on per-token advantages + vf_coef * the clipped value loss).
+
+The critic itself (GAE, the value loss, ``ValueHead``, ``ValueNetwork``) is critic.py; its names
+are re-exported here. The critic (``cfg.ppo.critic``, ``CRITICS``) is attached by ``attach_critic`` as
+``policy.value_head``, so the one optimizer trains it (its own lr: ``cfg.ppo.vf_lr``) and
+checkpoints hold it; ``PPOConfig`` (``TrainConfig.ppo``) holds PPO's settings. One process, the toy policy, outcome rewards (config.py checks).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from grpo_lab.algorithm.critic import (ValueHead, ValueNetwork, explained_variance, gae,  # noqa: F401
+                             logprobs_and_values, outcome_rewards, value_loss, whiten)
+from grpo_lab.algorithm.loss import grpo_loss
+from grpo_lab.registry import lookup
+from grpo_lab.algorithm.rollout import completion_logprobs
+from grpo_lab.training.step import draw_prompts, logged_stats, max_new_tokens, register_objective
+
+
+@dataclass
+class PPOConfig:
+    """objective="ppo": the critic and GAE (``TrainConfig.ppo``; ``--ppo.FIELD`` on the command
+    line)."""
+    gamma: float = 1.0
+    """Discount of GAE (1.0: an outcome reward counts fully at every token)."""
+    gae_lambda: float = 0.95
+    """GAE's lambda (0: one-step TD advantages, 1: Monte Carlo returns - V)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss added to the policy loss."""
+    vf_clip: float = 0.2
+    """The value loss's clip range around the rollout's values (PPO2)."""
+    critic: str = "head"
+    """"head", a value head on the policy's hidden states (shared body), or "network", a
+    second GPT from base_checkpoint with its own value head (the classic RLHF critic, as big
+    as the policy: twice the parameters and optimizer state)."""
+    vf_lr: float = 0.0
+    """The critic's AdamW learning rate, its own parameter group, with lr's warm-up and
+    schedule (0: lr). A critic starting from zero usually wants more than lr."""
+
+    def __post_init__(self):
+        for name in ("gamma", "gae_lambda", "vf_coef", "vf_clip", "vf_lr"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"PPOConfig.{name} must be a finite number, got {v!r}")
+        for name in ("vf_coef", "vf_clip", "vf_lr"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"PPOConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.critic not in CRITICS:
+            lookup(CRITICS, self.critic, "ppo_critic")
+        if not (0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1):
+            raise ValueError(f"need ppo_gamma and ppo_lambda in [0, 1] (ppo.gamma, "
+                             f"ppo.gae_lambda), got {self.gamma}, {self.gae_lambda}")
+
+
+PPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",
+             "policy/entropy", "ppo/value_loss", "ppo/explained_variance")
+
+
+class PPOBatch(NamedTuple):
+    """One PPO step's data (one process): completions and the critic's view of them."""
+    scored: object                # step.Scored: N = B*G rows
+    advantages: torch.Tensor      # (N, Tc) GAE, whitened over the batch's real tokens
+    returns: torch.Tensor         # (N, Tc) the critic's targets
+    old_values: torch.Tensor      # (N, Tc) the critic's values at sampling time
+    ref_logprobs: torch.Tensor | None  # (N, Tc), None when beta == 0
+    n_rows: int
+    n_tokens: int
+    metrics: dict
+
+
+@torch.no_grad()
+def collect_ppo(policy, cfg, step: int, ctx) -> PPOBatch:
+    """B prompts, G completions each (as GRPO samples them) -> rewards on the last token ->
+    the critic's values -> GAE -> whitened advantages."""
+    if ctx.group.world > 1:
+        raise ValueError(f"objective='ppo' runs on one process for now, not {ctx.group.world}")
+    if not hasattr(policy, "value_head"):
+        raise ValueError("objective='ppo' needs policy.value_head (the trainer attaches one)")
+    _, draws, _ = draw_prompts(cfg, ctx, step, policy)   # no dynamic sampling (config.py)
+    scored = draws[0][1]
+    r = scored.rollout
+    mask = r.completion_mask                                               # (N, Tc)
+    _, _, values = logprobs_and_values(policy, r, cfg.temperature)
+    values = values.cpu()
+    adv, ret = gae(outcome_rewards(scored.rewards, mask), values, mask, cfg.ppo.gamma,
+                   cfg.ppo.gae_lambda)
+    ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature).cpu() if cfg.beta else None
+    lengths = mask.sum(1)
+    metrics = {
+        "reward/mean": float(scored.rewards.mean()),
+        "reward/std": float(scored.rewards.std()) if len(scored.rewards) > 1 else 0.0,
+        **{f"reward/{k}": float(v.mean()) for k, v in scored.parts.items()},
+        "adv/abs_mean": float(adv[mask].abs().mean()),
+        "completion/mean_len": float(lengths.float().mean()),
+        "completion/stopped_frac": float(r.stopped.float().mean()),
+    }
+    return PPOBatch(scored, whiten(adv, mask), ret, values, ref_logp, len(lengths),
+                    int(lengths.sum()), metrics)
+
+
+def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
+    """Clipped surrogate on the GAE advantages (loss.grpo_loss, (N, T) advantages, optional
+    beta KL as GRPO) + vf_coef * the clipped value loss -> (loss, shares)."""
+    r = batch.scored.rollout
+    logp, entropy, values = logprobs_and_values(policy, r, cfg.temperature)
+    dev = logp.device
+    m = r.completion_mask.to(dev)
+    pg_loss, stats = grpo_loss(logp, r.logprobs.to(dev), batch.ref_logprobs,
+                               batch.advantages.to(dev), m, cfg.eps_low, cfg.eps_high,
+                               cfg.beta, cfg.aggregation, max_new_tokens(cfg))
+    returns = batch.returns.to(dev)
+    vf_loss = value_loss(values, batch.old_values.to(dev), returns, m, cfg.ppo.vf_clip)
+    loss = pg_loss + cfg.ppo.vf_coef * vf_loss
+    n_tok = int(m.sum())
+    stats.update({"loss/total": float(loss.detach()),
+                  "policy/entropy": float(entropy.detach()[m].sum()) / max(n_tok, 1),
+                  "ppo/value_loss": float(vf_loss.detach()),
+                  "ppo/explained_variance": explained_variance(values.detach(), returns, m)})
+    return loss * world, {k: stats[k] for k in logged_stats(PPO_STATS, cfg)}  # shares = values
+
+
+def _head(policy, load):
+    return ValueHead(policy.cfg.n_embd)
+
+
+def _network(policy, load):
+    return ValueNetwork(load())
+
+
+# the critics a PPO run can train: (policy, load) -> the module attached as policy.value_head
+CRITICS = {"head": _head, "network": _network}
+
+
+def attach_critic(policy, cfg, load) -> None:
+    """The critic as ``policy.value_head``, trained by the one optimizer: a ``ValueHead`` on
+    the policy's hidden states ("head"), or a ``ValueNetwork`` on a second copy of the base
+    (``load()``, "network")."""
+    policy.value_head = CRITICS[cfg.ppo.critic](policy, load)
+
+
+def check_ppo(cfg) -> None:
+    """What PPO here does not support (yet): the critic, not a group, gives the baseline."""
+    for name, bad in (("dynamic_sampling", cfg.dynamic_sampling),
+                      ("grouping", cfg.grouping != "by_prompt"),
+                      ("supervision", cfg.supervision != "outcome"),
+                      ("policy", cfg.policy != "toy")):
+        if bad:
+            raise ValueError(f"objective='ppo' does not support {name}="
+                             f"{getattr(cfg, name)!r} (yet): the critic, not a group, gives "
+                             f"the baseline; PPO runs the toy policy, outcome rewards, "
+                             f"grouping='by_prompt', no dynamic sampling")
+
+
+register_objective("ppo", collect_ppo, ppo_objective, needs_group=False, splits=False,
+                   critic=True, prepare=attach_critic, check=check_ppo,
+                   description="PPO with a learned critic: GAE advantages, value loss")

@@ -1,0 +1,466 @@
+"""One training step in two halves, the same for every caller (trainer, notebooks, widgets).
+
+    collect(policy, cfg, step, ctx) -> Batch                      (no grad)
+        draw B prompts, seeded by (seed, step, draw): the same list on every rank
+        this rank's contiguous slice of them -> G completions each (rollout.sample), prompt i
+            sampled with its own generator seeded by (seed, step, draw, i)
+        score (rewards.weighted_reward; step rewards for process supervision)
+        gather every rank's rewards (distributed/group.py; the identity on one process)
+        [dynamic sampling (DAPO): keep prompts whose G rewards differ, decided on the gathered
+         rewards, so every rank keeps the same prompts]
+        group ids: the grouper on all kept prompts (every rank computes the same ids)
+        advantages on the global batch; this rank keeps the rows it sampled
+    objective(policy, batch, cfg, world) -> (loss, shares)        (with grad)
+        [reward shaping, this rank's rows before the gather: DAPO's soft overlong penalty
+         (overlong.py), beta * the completion's KL estimate when kl_in="reward"]
+        grpo: loss.grpo_loss on this rank's rows, scaled by N * local / global normaliser, so
+        the mean over ranks of the gradients is the gradient of the global batch's loss for
+        every aggregation (token_mean divides by the global token count, not the rank's).
+        supervised: cross-entropy on the answer tokens of demonstrations, likewise.
+        ``shares`` are this rank's shares of the logged statistics: summed over ranks they give
+        the global batch's value (on one process, the value itself).
+    backward(objective, policy, split_batch(batch, m), cfg, world) -> shares
+        gradient accumulation: the same decomposition inside a rank. A micro-batch of whole
+        prompts keeps the global counts, so its loss is its share of the global loss, and the
+        m backwards add up to the gradient (and the shares to the statistics) of the batch.
+
+Everything a step computes depends only on (seed, step) and the global batch, so a run on N
+processes computes what one process does, up to the float rounding of a gradient averaged
+from N parts (tests/test_scaling.py). Metrics in ``Batch.metrics`` are those of the global
+batch, the same on every rank.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from grpo_lab.algorithm.advantages import process_advantages
+from grpo_lab.distributed.group import Group
+from grpo_lab.algorithm.group_advantages import grouped_advantages
+from grpo_lab.algorithm.group_diagnostics import (advantage_diagnostics, advantage_split,
+                                        cluster_diagnostics, informative_groups,
+                                        reward_group_diagnostics)
+from grpo_lab.algorithm.loss import AGGREGATIONS, KL_PLACEMENTS, grpo_loss, sequence_kl
+from grpo_lab.algorithm.overlong import OVERLONG
+from grpo_lab.registry import check_new, lookup
+from grpo_lab.training.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
+from grpo_lab.algorithm.rollout import completion_logprobs, left_pad, positions, sample  # noqa: F401
+from grpo_lab.algorithm.scoring import (Scored, add_time, cat_scored, now, sample_and_score,  # noqa: F401
+                              take_scored)
+from grpo_lab.tasks import get_task
+from grpo_lab.tokenizer import EOS, PAD, encode
+
+
+def max_new_tokens(cfg) -> int:
+    return cfg.max_new_tokens or max(get_task(t).max_answer_len for t in cfg.task_names) + 2
+
+
+def seed_of(*parts) -> int:
+    """A 63-bit seed from any tuple of values (stable across processes and runs)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2 ** 63 - 1)
+
+
+def prompt_generators(seed: int, step: int, draw: int, indices) -> list[torch.Generator]:
+    """One generator per prompt, seeded by (seed, step, draw, prompt index)."""
+    return [torch.Generator().manual_seed(seed_of(seed, step, draw, i)) for i in indices]
+
+
+@dataclass
+class StepContext:
+    """What a step needs besides the policy and the config; built once by the trainer."""
+    draw: Callable                # (rng, n) -> n training examples
+    grouper: Callable             # reclustering.StepGrouper
+    ref: torch.nn.Module | None = None   # frozen reference policy (beta > 0)
+    group: Group = Group()
+    clock: dict = field(default_factory=dict)  # seconds per phase of this step (time/*_s)
+    carry: dict = field(default_factory=dict)  # an objective's state across steps, rebuilt
+                                               # from (seed, step) when absent (resume)
+
+
+class Batch(NamedTuple):
+    """One GRPO step's data on this rank, plus the global counts the loss normalises by."""
+    scored: Scored                # this rank's prompts and rows (N_r = B_r * G)
+    advantages: torch.Tensor      # (N_r,) outcome, or (N_r, Tc) process supervision
+    ref_logprobs: torch.Tensor | None  # (N_r, Tc), None unless beta > 0 and kl_in="loss"
+    n_rows: int                   # rows of the global batch the loss keeps (B * G unless filtered)
+    n_tokens: int                 # completion tokens of those rows
+    cluster_ids: torch.Tensor     # (B,) group id of each prompt of the global batch
+    metrics: dict                 # reward/, group/, adv/, sample/, completion/ of the global batch
+    old_logprobs: torch.Tensor | None = None  # (N_r, Tc) the trainer's (tis_cap > 0), else None
+
+
+def _varies(rewards: torch.Tensor, G: int) -> torch.Tensor:
+    """(B*G,) rewards -> (B,) bool: the prompt's G rewards are not all equal (DAPO's filter,
+    grouping.informative_groups with the prompts as groups)."""
+    if not len(rewards):
+        return torch.zeros(0, dtype=torch.bool)
+    return informative_groups(rewards, torch.arange(len(rewards)) // G)[1]
+
+
+def draw_prompts(cfg, ctx: StepContext, step: int, policy):
+    """Draws of B prompts (dynamic sampling: until B informative) -> (kept [(draw, index)]
+    sorted, per draw (examples, this rank's Scored), informative flags per draw or None)."""
+    G, B = cfg.group_size, cfg.prompts_per_step
+    mine = ctx.group.slice(B)
+    draws, flags, kept = [], [], []
+    for d in range(cfg.dynamic_max_draws if cfg.dynamic_sampling else 1):
+        examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
+        s = sample_and_score(policy, [examples[i] for i in mine], G, max_new_tokens(cfg),
+                             cfg.reward_weights, cfg.temperature, cfg.top_k or None,
+                             generator=prompt_generators(cfg.seed, step, d, mine),
+                             draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
+                             clock=ctx.clock, top_p=cfg.top_p)
+        draws.append((examples, s))
+        if not cfg.dynamic_sampling:
+            return [(0, i) for i in range(B)], draws, None
+        f = torch.cat(ctx.group.gather(_varies(s.rewards, G)))             # (B,) rank order
+        flags.append(f)
+        kept += [(d, i) for i in range(B) if f[i]][:B - len(kept)]
+        if len(kept) == B:
+            break
+    if len(kept) < B:                  # bounded: top up with the first draw's dull prompts
+        kept += [(0, i) for i in range(B) if not flags[0][i]][:B - len(kept)]
+    return sorted(kept), draws, flags
+
+
+def _vectors(ctx: StepContext):
+    """The step's prompt vectors from the grouper's fixed embedder (None: fit per batch)."""
+    batch = getattr(ctx.grouper, "last_batch", None)
+    return None if batch is None else batch.embeddings
+
+
+def shape_rewards(cfg, s: Scored, ref_logp, max_len: int) -> Scored:
+    """This rank's rows -> the same with the reward shaped before the gather: the overlong
+    rule's length penalty and, when kl_in="reward", minus beta * the completion's summed KL
+    estimate (on the sampler's log-probs). Each shaping term is also a reward part, so it is
+    gathered and logged (reward/overlong, reward/kl_<estimator>)."""
+    r = s.rollout
+    lengths = r.completion_mask.sum(1)                                     # (N_r,)
+    rule = OVERLONG[cfg.overlong]
+    parts, rewards = dict(s.parts), s.rewards
+    if rule.penalty is not None:
+        pen = cfg.overlong_penalty * rule.penalty(lengths, max_len, cfg.overlong_buffer)  # (N_r,)
+        parts["overlong"], rewards = pen, rewards + pen
+    if cfg.beta and KL_PLACEMENTS[cfg.kl_in].in_reward:
+        kl = (torch.zeros(0) if ref_logp is None else                     # a rank with no rows
+              sequence_kl(r.logprobs, ref_logp, r.completion_mask, cfg.kl_estimator))  # (N_r,)
+        parts[f"kl_{cfg.kl_estimator}"], rewards = kl, rewards - cfg.beta * kl
+    return s._replace(rewards=rewards, parts=parts)
+
+
+def _advantages(cfg, g: Gathered, cluster_ids, prompt_index, group_ids):
+    """-> (advantages of the global batch: (N,) or (N, T), their values over real tokens)."""
+    if cfg.supervision != "process":
+        adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
+                                 cfg.advantage)                           # (N,)
+        bad = (~torch.isfinite(torch.as_tensor(adv, dtype=torch.float64))).nonzero().flatten()
+        if len(bad):                  # the rewards were checked finite: the estimator is at fault
+            raise FloatingPointError(f"advantage estimator {cfg.advantage!r} (combine "
+                                     f"{cfg.combine!r}) returned {float(adv[bad[0]])} for sample "
+                                     f"{int(bad[0])} ({len(bad)} non-finite in all) from finite "
+                                     f"rewards")
+        return adv, adv
+    T = max(len(x) for x in g.step_rewards)
+    sr = torch.zeros(len(g.step_rewards), T)                              # (N, T)
+    mask = torch.arange(T)[None] < g.lengths[:, None]                     # (N, T)
+    for i, row in enumerate(g.step_rewards):
+        sr[i, :len(row)] = torch.tensor(row)
+    adv = process_advantages(sr, mask, group_ids)                         # (N, T)
+    return adv, adv[mask]
+
+
+@torch.no_grad()
+def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
+    """Prompts -> rollouts -> rewards -> group ids -> advantages: one ``Batch``."""
+    G, B = cfg.group_size, cfg.prompts_per_step
+    # 1. B prompts, G completions each, scored (this rank samples its slice; DAPO redraws)
+    kept, draws, flags = draw_prompts(cfg, ctx, step, policy)
+    # 2. this rank's rows; the reference's log-probs (the KL term, in the loss or the reward)
+    mine, places = my_rows(kept, draws, ctx.group.slice(B))
+    r = mine.rollout
+    ref_logp = None
+    if cfg.beta and len(r.completion_ids):
+        t = now()
+        ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature,
+                                       forward=cfg.update_forward)         # (N_r, Tc)
+        add_time(ctx.clock, "time/ref_s", now() - t)
+    # 3. reward shaping of this rank's rows (overlong penalty, KL in the reward), then the
+    #    global batch's rewards, lengths, stop flags (ranks.py; identity on one process)
+    mine = shape_rewards(cfg, mine, ref_logp, max_new_tokens(cfg))
+    g = gather_rows(ctx.group, places, mine, G, cfg.supervision == "process")
+    rows = torch.tensor([p * G + j for p in places for j in range(G)], dtype=torch.long)
+    examples = [draws[d][0][i] for d, i in kept]                           # (B,)
+    prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
+    # 4. group ids: the grouper on the global batch's prompts
+    prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
+    cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index, step))  # (B,)
+    group_ids = cluster_ids[prompt_index]                                  # (N,)
+    # 5. advantages on the global batch; this rank keeps its rows
+    adv_all, adv_flat = _advantages(cfg, g, cluster_ids, prompt_index, group_ids)
+    adv = adv_all[rows]                                                    # (N_r,) or (N_r, T)
+    if adv.dim() == 2:
+        adv = adv[:, :r.completion_ids.shape[1]]                           # (N_r, Tc)
+    # 6. the KL in the loss needs the reference's log-probs; TIS the trainer's own
+    if not KL_PLACEMENTS[cfg.kl_in].in_loss:
+        ref_logp = None                                                    # used in the reward
+    old_logp = None
+    if cfg.tis_cap and len(rows):                  # the trainer's log-probs of the same tokens
+        old_logp = completion_logprobs(policy, r, cfg.temperature,
+                                       forward=cfg.update_forward)         # (N_r, Tc)
+    keep = OVERLONG[cfg.overlong].keep(g.stopped)                          # (N,) rows in the loss
+    return Batch(mine, adv, ref_logp, int(keep.sum()), int(g.lengths[keep].sum()), cluster_ids,
+                 _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index,
+                          adv_all, adv_flat, kept, draws, flags), old_logp)
+
+
+def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_all, adv_flat,
+             kept, draws, flags) -> dict:
+    """reward/, group/, adv/, completion/, sample/ metrics of the global batch."""
+    quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == len(prompts)
+               else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks, tfidf=_vectors(ctx)))
+    metrics = {
+        "reward/mean": float(g.rewards.mean()), "reward/std": float(g.rewards.std()),
+        **{f"reward/{k}": float(v.mean()) for k, v in g.parts.items()},
+        **reward_group_diagnostics(g.rewards, group_ids),
+        **{k: v for k, v in quality.items() if not math.isnan(v)},
+        "adv/abs_mean": float(adv_flat.abs().mean()),
+        **advantage_diagnostics(adv_flat),
+        **(advantage_split(adv_all, prompt_index) if adv_all.dim() == 1 else {}),
+        "completion/mean_len": float(g.lengths.float().mean()),
+        "completion/stopped_frac": float(g.stopped.float().mean()),
+        "completion/truncated_frac": float((~g.stopped).float().mean()),
+    }
+    if flags is not None:
+        metrics.update({"sample/draws": len(draws), "sample/informative_frac":
+                        float(torch.cat(flags).float().mean()),
+                        "sample/topped_up": sum(not flags[d][i] for d, i in kept)})  # health.py
+    return metrics
+
+
+# ---- the objectives: (policy, batch, cfg, world) -> (loss, shares)
+
+GRPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",
+              "policy/entropy")
+
+
+TIS_STATS = ("sample/logprob_gap", "sample/tis_capped_frac")
+
+
+def logged_stats(names: tuple, cfg) -> tuple:
+    """The statistics an objective logs: ``names`` without loss/kl when beta = 0 (no KL is
+    computed then; a metric that was not computed is absent, not 0). The same on every rank."""
+    return tuple(k for k in names if cfg.beta != 0 or k != "loss/kl")
+
+
+def grpo_stat_keys(cfg) -> tuple:
+    """The statistics grpo_objective shares: ``logged_stats(GRPO_STATS)`` (no loss/kl unless
+    a KL is computed in the loss), then the KL's name with its estimator (loss/kl_k3), and
+    TIS_STATS when tis_cap > 0. The same on every rank."""
+    in_loss = cfg.beta != 0 and KL_PLACEMENTS[cfg.kl_in].in_loss
+    base = tuple(k for k in logged_stats(GRPO_STATS, cfg) if in_loss or k != "loss/kl")
+    kl = (f"loss/kl_{cfg.kl_estimator}",) if in_loss else ()
+    return base + kl + (TIS_STATS if cfg.tis_cap else ())
+
+
+def _zero_loss(policy) -> torch.Tensor:
+    """A loss of 0 that still reaches every parameter, so backward gives zero gradients (a
+    rank that holds no prompt this step still takes part in the exchange)."""
+    return sum(p.sum() * 0.0 for p in policy.parameters())
+
+
+def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
+    r = batch.scored.rollout
+    keep = OVERLONG[cfg.overlong].keep(r.stopped)                          # (N_r,) rows in the loss
+    n = int(keep.sum())
+    keys = grpo_stat_keys(cfg)
+    if n == 0:
+        return _zero_loss(policy), dict.fromkeys(keys, 0.0)
+    logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
+                                        forward=cfg.update_forward,
+                                        entropy_grad=bool(cfg.entropy_coef))
+    dev = logp.device                                    # the batch is kept on the CPU
+    m = r.completion_mask.to(dev)
+    sampler = r.logprobs.to(dev)                                           # (N_r, Tc)
+    old = sampler if batch.old_logprobs is None else batch.old_logprobs.to(dev)
+    tis = None
+    if cfg.tis_cap:                                # Yao et al. 2025: min(pi_old / pi_sampler, C)
+        tis = torch.exp(old - sampler).clamp(max=cfg.tis_cap)              # (N_r, Tc)
+    in_loss = KL_PLACEMENTS[cfg.kl_in].in_loss
+    loss, stats = grpo_loss(logp, old, batch.ref_logprobs, batch.advantages.to(dev), m,
+                            cfg.eps_low, cfg.eps_high, cfg.beta if in_loss else 0.0,
+                            cfg.aggregation, max_new_tokens(cfg), cfg.ratio_level,
+                            cfg.kl_estimator, entropy, cfg.entropy_coef, tis, keep.to(dev))
+    m = m & keep.to(dev)[:, None]                                          # (N_r, Tc) kept tokens
+    n_tok = int(m.sum())
+    per_rows = AGGREGATIONS[cfg.aggregation].per == "rows"     # what its normaliser counts
+    local, glob = (n, batch.n_rows) if per_rows else (n_tok, batch.n_tokens)
+    share = local / glob                                                   # 1.0 on one process
+    tok_share = n_tok / batch.n_tokens
+    stats["policy/entropy"] = float(entropy.detach()[m].sum()) / max(n_tok, 1)
+    if "loss/kl" in stats:
+        stats[f"loss/kl_{cfg.kl_estimator}"] = stats["loss/kl"]
+    if tis is not None:
+        stats["sample/logprob_gap"] = float((old - sampler).abs()[m].sum()) / max(n_tok, 1)
+        stats["sample/tis_capped_frac"] = float((tis[m] >= cfg.tis_cap).sum()) / max(n_tok, 1)
+    shares = {k: stats[k] * (share if k == "loss/total" else tok_share) for k in keys}
+    return loss * (world * share), shares
+
+
+class DemoBatch(NamedTuple):
+    """Supervised step data on this rank: demonstrations, answer tokens as targets."""
+    ids: torch.Tensor             # (B_r, T) long, left-padded
+    mask: torch.Tensor            # (B_r, T) bool, real tokens
+    target_mask: torch.Tensor     # (B_r, T) bool, answer + <eos> tokens (predicted)
+    n_tokens: int                 # target tokens of the global batch
+    metrics: dict
+
+
+def demo_batch(examples, policy=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Examples -> ids (B, T), key mask (B, T), loss mask (B, T) on answer + <eos> targets.
+
+    Prompt and answer are tokenized apart, as sampling sees them (a BPE merge across the
+    "=" would teach tokens the sampler never starts from); ``policy`` gives the tokenizer
+    (default: the toy char tokenizer)."""
+    enc, eos, pad = (encode, EOS, PAD) if policy is None else \
+        (policy.encode, policy.eos_id, policy.pad_id)
+    seqs, n_answer = [], []
+    for ex in examples:
+        answer = enc(ex.answer) + [eos]
+        seqs.append(enc(ex.prompt) + answer)
+        n_answer.append(len(answer))
+    ids, mask = left_pad(seqs, pad)                                        # (B, T)
+    T = ids.shape[1]
+    target_mask = torch.zeros_like(mask)
+    for i, n in enumerate(n_answer):
+        target_mask[i, T - n:] = True                                      # predict these
+    return ids, mask, target_mask
+
+
+def collect_demos(policy, cfg, step: int, ctx: StepContext) -> DemoBatch:
+    examples = ctx.draw(random.Random(f"{cfg.seed}-batch-{step}"), cfg.prompts_per_step)
+    ids, mask, tmask = demo_batch([examples[i] for i in ctx.group.slice(len(examples))], policy)
+    n_tokens = sum(len(policy.encode(e.answer)) + 1 for e in examples)      # global targets
+    return DemoBatch(ids, mask, tmask, n_tokens, {})
+
+
+def collect_demo_stream(policy, cfg, step: int, ctx: StepContext) -> DemoBatch:
+    """``collect_demos`` with the demonstrations of step s the s-th batch of one stream,
+    random.Random(seed) (the order the shipped base policies were pretrained in, pretrain.py),
+    not a draw seeded by (seed, step). The stream lives in ``ctx.carry``; a context that has
+    not drawn up to ``step`` (a resumed run) replays the stream from the start, so a resume
+    stays exact."""
+    at, rng = ctx.carry.get("demo_stream", (0, None))
+    if rng is None or at != step:
+        rng = random.Random(cfg.seed)
+        for _ in range(step):
+            ctx.draw(rng, cfg.prompts_per_step)
+    examples = ctx.draw(rng, cfg.prompts_per_step)                          # (B,)
+    ctx.carry["demo_stream"] = (step + 1, rng)
+    ids, mask, tmask = demo_batch([examples[i] for i in ctx.group.slice(len(examples))], policy)
+    n_tokens = sum(len(policy.encode(e.answer)) + 1 for e in examples)      # global targets
+    return DemoBatch(ids, mask, tmask, n_tokens, {})
+
+
+def supervised_objective(policy, batch: DemoBatch, cfg, world: int = 1):
+    dev = next(policy.parameters()).device
+    ids, mask, t = batch.ids.to(dev), batch.mask.to(dev), batch.target_mask[:, 1:].to(dev)
+    logits, _ = policy(ids, positions(mask), mask)                         # (B_r, T, V)
+    ce = F.cross_entropy(logits[:, :-1][t].float(), ids[:, 1:][t], reduction="sum")  # t -> t+1
+    return ce * world / batch.n_tokens, {"train/loss": float(ce.detach()) / batch.n_tokens}
+
+
+def split_batch(batch, m: int) -> list:
+    """This rank's ``Batch`` or ``DemoBatch`` -> up to ``m`` micro-batches of whole prompts
+    (contiguous, sizes differing by at most one; fewer when the rank holds fewer prompts),
+    each keeping the global counts (n_rows, n_tokens) that the objectives normalise by."""
+    if isinstance(batch, DemoBatch):
+        chunks = [c for c in torch.arange(batch.ids.shape[0]).tensor_split(m) if len(c)]
+        return [batch._replace(ids=batch.ids[c], mask=batch.mask[c],
+                               target_mask=batch.target_mask[c]) for c in chunks] or [batch]
+    if not isinstance(batch, Batch):
+        raise ValueError(f"micro-batches split a GRPO Batch or a DemoBatch, not a "
+                         f"{type(batch).__name__}")
+    index = batch.scored.rollout.prompt_index                              # (N_r,)
+    chunks = [c for c in torch.arange(len(batch.scored.examples)).tensor_split(m) if len(c)]
+    parts = []
+    for c in chunks:
+        rows = torch.isin(index, c)                                        # (N_r,) bool
+        ref = None if batch.ref_logprobs is None else batch.ref_logprobs[rows]
+        old = None if batch.old_logprobs is None else batch.old_logprobs[rows]
+        parts.append(batch._replace(scored=take_scored(batch.scored, rows),
+                                    advantages=batch.advantages[rows], ref_logprobs=ref,
+                                    old_logprobs=old))
+    return parts or [batch]
+
+
+def backward(objective, policy, parts: list, cfg, world: int = 1,
+             clock: dict | None = None) -> dict:
+    """objective -> backward on each micro-batch (``split_batch``): the gradients accumulate
+    in ``.grad`` to the whole batch's -> the shares, summed over the micro-batches.
+    ``clock`` gets the seconds of the loss forwards and the backwards added
+    (time/loss_forward_s, time/backward_s)."""
+    shares = {}
+    for part in parts:
+        t0 = now()
+        loss, s = objective(policy, part, cfg, world)
+        t1 = now()
+        loss.backward()
+        if clock is not None:
+            add_time(clock, "time/loss_forward_s", t1 - t0)
+            add_time(clock, "time/backward_s", now() - t1)
+        shares = {k: shares.get(k, 0.0) + v for k, v in s.items()}
+    return shares
+
+
+@dataclass(frozen=True)
+class Objective:
+    """An objective of the one trainer, with what it needs and allows as fields (the trainer
+    and config.py read these, never the name)."""
+    name: str
+    collect: Callable             # (policy, cfg, step, ctx) -> batch          (no grad)
+    loss: Callable                # (policy, batch, cfg, world) -> (loss, shares)
+    uses_reference: bool = True   # runs a frozen reference policy when beta > 0
+    needs_group: bool = True      # a group-relative baseline: group_size >= 2
+    splits: bool = True           # its loss keeps global normalisers: micro_batches > 1 works
+    critic: bool = False          # trains a value head beside the policy (vf_lr applies)
+    prepare: Callable | None = None   # (policy, cfg, load) -> None: attach extra modules
+    check: Callable | None = None     # (cfg) -> None: raise on settings it does not support
+    description: str = ""
+
+    def __iter__(self):           # one release: ``collect, objective = OBJECTIVES[name]``
+        return iter((self.collect, self.loss))
+
+
+OBJECTIVES: dict[str, Objective] = {}
+
+
+def register_objective(name: str, collect: Callable, loss: Callable, **capabilities) -> Objective:
+    """Add an objective (``TrainConfig(objective=name)``) -> its record; the registry's naming
+    rule (registry.check_new): re-registering the same function replaces it, another function
+    under a taken name is an error."""
+    check_new(OBJECTIVES, "objective", name, loss, lambda o: o.loss)
+    OBJECTIVES[name] = Objective(name, collect, loss, **capabilities)
+    return OBJECTIVES[name]
+
+
+def get_objective(name: str) -> Objective:
+    return lookup(OBJECTIVES, name, "objective", "register your own with step.register_objective")
+
+
+register_objective("grpo", collect, grpo_objective,
+                   description="GRPO: group-relative advantages, clipped surrogate + beta * KL")
+register_objective("supervised", collect_demos, supervised_objective, uses_reference=False,
+                   description="cross-entropy on task demonstrations (answers only)")
+register_objective("pretrain", collect_demo_stream, supervised_objective, uses_reference=False,
+                   needs_group=False,
+                   description="the supervised warm-up (preset pretrain_cpu, pretrain.py): "
+                               "cross-entropy on demonstrations drawn from one seeded stream")
+_draw_prompts = draw_prompts     # one release: the old private name (ppo.py used it)
+ROW_NORMALISED = tuple(n for n, a in AGGREGATIONS.items() if a.per == "rows")  # one release
