@@ -306,6 +306,8 @@ def profile(a) -> list[str]:
 
 def trl_table(a) -> list[str]:
     settings = [(0.0, 0), (a.beta, 0)] + ([(a.beta, a.lora_r)] if a.lora_r else [])
+    if a.lora_only:
+        settings = [(a.beta, a.lora_r)]
     res = {(s, side): [] for s in settings for side in ("grpo_lab", "TRL")}
     for rnd in range(a.rounds):
         for beta, r in settings:
@@ -428,6 +430,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-6)
     ap.add_argument("--beta", type=float, default=0.04)
     ap.add_argument("--lora_r", type=int, default=16, help="trl table: also LoRA (0: skip)")
+    ap.add_argument("--lora_only", action="store_true", help="trl table: the LoRA row only")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
