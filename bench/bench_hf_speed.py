@@ -15,6 +15,7 @@ sampling copy, allocator warm-up). The machine is shared: read ratios within a t
         --model /work/models/smollm2-135m-instruct --steps 3 --rounds 3
     PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py matmul     # GFLOP/s fp32, bf16
     PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py adamw      # AdamW variants, CPU s
+    PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py finite     # the finite check, CPU s
 
 Needs the bench venv (trl 1.16.0, peft) for ``trl``; ``profile`` and ``matmul`` run in .venv.
 """
@@ -58,12 +59,12 @@ AFTER = LEVERS["after (all)"]
 # run names the ones it turns back off ("undo"), so each is measured alone against the others
 UNDO = ("fused AdamW", "chosen log-prob", "summed finite check")
 LEVERS.update({                 # on top of "after (fp32 levers)" (the update forward prompt_once)
-    "after, none of the update levers": {"undo": UNDO},
+    "after: none of the update levers": {"undo": UNDO},
     "+ fused AdamW": {"undo": ("chosen log-prob", "summed finite check")},
     "+ chosen log-prob": {"undo": ("fused AdamW", "summed finite check")},
     "+ summed finite check": {"undo": ("fused AdamW", "chosen log-prob")},
     "+ packed update forward": {"undo": UNDO, "update_forward": "packed"},
-    "after, all update levers": {"update_forward": "packed"},
+    "after: all update levers": {"update_forward": "packed"},
 })
 for _k in list(LEVERS)[-6:]:
     LEVERS[_k] = {**LEVERS["after (fp32 levers)"], **LEVERS[_k]}
@@ -159,9 +160,20 @@ def grpo_lab_run(a, beta: float, levers: dict, lora_r: int = 0, seed: int = 0) -
         rollout_cpu.append(time.process_time() - c)
         return out
 
+    import grpo_lab.training.trainer as trainer_mod
+    save, saving = trainer_mod._checkpoint, [0.0]
+
+    def timed_save(*args, **kw):                    # the run's last checkpoint: not a step's work
+        c = time.process_time()                     # (TRL's side saves nothing)
+        save(*args, **kw)
+        saving[0] += time.process_time() - c
+
     def on_step(m, p):
-        heads.append({**clock.take(), "cpu_s": time.process_time() - cpu[-1]})
+        heads.append({**clock.take(), "cpu_s": time.process_time() - cpu[-1] - saving[0]})
+        saving[0] = 0.0
         cpu.append(time.process_time())
+
+    trainer_mod._checkpoint = timed_save
 
     step_mod.OBJECTIVES["grpo"] = dataclasses.replace(step_mod.OBJECTIVES["grpo"],
                                                       collect=timed_collect)
@@ -384,9 +396,31 @@ def adamw_cpu(a) -> list[str]:
     return out
 
 
+def finite_cpu(a) -> list[str]:
+    """The loop's check that every weight and AdamW moment is finite, over SmolLM2's tensors
+    (3 x 134.5 M fp32 floats, one thread), CPU s: element-wise (isfinite -> all per tensor)
+    vs one sum per tensor (exchanges.first_non_finite)."""
+    from safetensors.torch import load_file
+
+    from grpo_lab.distributed.exchanges import first_non_finite
+    torch.set_num_threads(a.threads)
+    w = [v.float() for v in load_file(str(Path(a.model) / "model.safetensors")).values()]
+    named = [(f"{k}{i}", t.clone() if k else t) for k in ("", "m", "v") for i, t in enumerate(w)]
+    res = {}
+    for _ in range(3):
+        for name, fn in (("element-wise", _old_first_non_finite), ("summed", first_non_finite)):
+            t = time.process_time()
+            assert fn(named) is None
+            res.setdefault(name, []).append(time.process_time() - t)
+    n = sum(t.numel() for _, t in named)
+    return ["| finite check | CPU s per step (3 repeats) |", "|---|---|",
+            *[f"| {k} | {' / '.join(f'{x:.3f}' for x in v)} |" for k, v in res.items()],
+            "", f"{len(named)} tensors, {n / 1e6:.1f} M floats."]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("profile", "trl", "matmul", "adamw"))
+    ap.add_argument("what", choices=("profile", "trl", "matmul", "adamw", "finite"))
     ap.add_argument("--model", default="/work/models/smollm2-135m-instruct")
     ap.add_argument("--B", type=int, default=8)
     ap.add_argument("--G", type=int, default=4)
@@ -416,6 +450,8 @@ def main() -> None:
         lines = matmul_gflops(a.threads)
     elif a.what == "adamw":
         lines = adamw_cpu(a)
+    elif a.what == "finite":
+        lines = finite_cpu(a)
     elif a.what == "profile":
         lines = profile(a)
     else:

@@ -423,7 +423,8 @@ FAST_MIN_K = 8192
 """Below this many indices the readable numpy codec is the faster writer of the same bytes
 than the torch ops (a torch op costs 10-20 us whatever its size: Rice on 500 indices 0.2 ms
 fast, 0.06 readable; on 50,000 0.7 fast, 1.0 readable; one core). The numba kernels are the
-faster writer at every size: with them every k takes the fast codec."""
+faster writer at every size (500 indices: 7.6 + 7.0 us encode + decode against the readable
+62 + 59): with them every k takes the fast codec."""
 
 
 def _min_k() -> int:

@@ -14,14 +14,17 @@ one loop, compiled by numba (``@njit(cache=True)``: compiled once per machine, t
     MSB first, then k unary codes: q zeros and a 1) written and read with a 64-bit accumulator
     straight into / out of the byte buffer, no bit array.
   * ``fp8_e4m3_sent``: the per-tensor scale, the e4m3 codes and the rounding error back into
-    the residual for the k sent values, one pass; the float32 -> e4m3 rounding is c10's
+    the residual for the k sent values, three loops over the k values (amax, divide, round and
+    write back) instead of a dozen torch ops; the float32 -> e4m3 rounding is c10's
     ``fp8e4m3fn_from_fp32_value`` (round to nearest even) with torch's CPU cast's saturation
     (anything above 448, infinity included, becomes 448; NaN stays NaN), checked against
     torch's own cast on every float32 bit pattern (once, by hand) and on sampled ones in
     ``tests/test_fastpath.py``.
   * ``scatter_fp8`` / ``scatter_f32``: the dense tensor back from k positions and values.
 
-Every kernel computes exactly what the torch path computes (same float32 operations in the
+The algorithms are the fast path's (DGC, Lin et al. 2018, sec. 3.1 for the sampled threshold;
+Rice coding as ``codecs.py``), with no deviation in what they output. Every kernel computes
+exactly what the torch path computes (same float32 operations in the
 same order per element); the tests compare messages, indices, values and residuals byte for
 byte. ``AVAILABLE`` is False when numba is not importable: the fast path then runs its torch
 ops (and on a GPU it always does).

@@ -15,6 +15,8 @@ A policy is a ``torch.nn.Module`` with this small surface (``Policy`` below spel
     forward(..., logits_to_keep=k, use_cache=b)  the head on the last k positions; a cache
                                                built in a training forward too (the update's
                                                prompt_once forward)
+    forward(idx, pos, key_mask (B, T, Tk), ...)  a whole attention mask, which key each query
+                                               sees (the update's packed forward)
 
 Two implementations: the toy char-level GPT (``model.GPT``, this file's ``load_toy``) and any
 ``transformers`` causal LM with its tokenizer (``hf.HFPolicy``, imported only when asked
