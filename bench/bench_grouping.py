@@ -52,7 +52,7 @@ import torch
 from grpo_lab.training.config import TrainConfig
 from grpo_lab.algorithm.embeddings import cached, fit_tfidf, tfidf_embed
 from grpo_lab.algorithm.grouping import (PromptBatch, cluster_diagnostics, grouped_advantages,
-                               kmeans_semantic, reward_group_diagnostics)
+                                         kmeans_semantic, reward_group_diagnostics)
 from grpo_lab.policies.model import GPT, GPTConfig, save_policy
 from grpo_lab.algorithm.reclustering import Reclusterer
 from grpo_lab.tasks.task_data import load_mixture

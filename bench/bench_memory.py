@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from grpo_lab.training.config import preset
 from grpo_lab.training.experiments import mean_ci
 from grpo_lab.policies.memory import (peak_bytes, reset_peak_rss, rss_bytes, saved_bytes,
-                             tensor_bytes)
+                                      tensor_bytes)
 from grpo_lab.policies.model import GPT, GPTConfig
 from grpo_lab.policies.policy import load_for
 from grpo_lab.training.step import backward, get_objective, split_batch

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from grpo_lab.training.config import (MOVED_FIELDS, PRESETS, SUB_CONFIGS, PretrainConfig, TrainConfig,
-                             field_docs, migrate, preset, to_dict)
+                                      field_docs, migrate, preset, to_dict)
 from grpo_lab.paths import checkout_dir
 from grpo_lab.registry import lookup
 

@@ -7,7 +7,7 @@ import torch
 
 from grpo_lab.algorithm import embeddings
 from grpo_lab.algorithm.embeddings import (EMBEDDERS, cached, fit_tfidf, get_embedder, minilm_embed,
-                                 policy_embed, tfidf_embed)
+                                           policy_embed, tfidf_embed)
 from grpo_lab.policies.model import GPT, GPTConfig
 from grpo_lab.tasks import load_mixture
 

@@ -6,7 +6,7 @@ import matplotlib
 import pytest
 
 from grpo_lab.training.experiments import (Results, difference_sentence, mean_ci, run_experiment,
-                                  run_metrics, time_to_target)
+                                           run_metrics, time_to_target)
 
 matplotlib.use("Agg")
 

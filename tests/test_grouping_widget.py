@@ -13,7 +13,7 @@ from grpo_lab.policies.model import load_policy
 from grpo_lab.algorithm.rollout import completion_logprobs, sample
 from grpo_lab.tasks import decode, encode, load_mixture, sample_examples, weighted_reward
 from grpo_lab.teaching.widgets.grouping import (STAGES, WEIGHTS, base_rollout_rewards, grouping_explorer,
-                                       grpo_step_explorer, grpo_step_stages)
+                                                grpo_step_explorer, grpo_step_stages)
 
 
 def test_grouping_explorer_controls_drive_the_data():

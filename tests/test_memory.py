@@ -12,7 +12,7 @@ from grpo_lab.policies.model import GPT, GPTConfig
 from grpo_lab.policies.policy import frozen, load_for
 from grpo_lab.algorithm.rollout import completion_logprobs, sample
 from grpo_lab.training.step import (StepContext, backward, collect, collect_demos, grpo_objective,
-                           split_batch, supervised_objective)
+                                    split_batch, supervised_objective)
 from grpo_lab.tasks import load_eval
 from grpo_lab.training.trainer import make_grouper, prompt_source, train
 from tolerance import mean_tol

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from grpo_lab.training.config import PretrainConfig, preset
 from grpo_lab.policies.model import GPT, GPTConfig
+from grpo_lab.policies.policy import get_policy_kind
 from grpo_lab.training.pretrain import fresh_policy, pretrain, save_any, train_config
 from grpo_lab.algorithm.rollout import positions
 from grpo_lab.training.step import demo_batch
@@ -33,7 +34,10 @@ def old_pretrain(cfg: PretrainConfig):
     else:
         model = GPT(GPTConfig(block_size=cfg.block_size, n_layer=cfg.n_layer,
                               n_head=cfg.n_head, n_embd=cfg.n_embd))
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+    # the optimizer the loop runs for this policy kind: fused for HF models (policy.PolicyKind
+    # .fused_adamw, issue 22; fused vs the per-tensor loop: tests/test_fused_adamw.py)
+    fused = get_policy_kind(cfg.policy).fused_adamw or None
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, fused=fused)
     losses = []
     for step in range(cfg.stop_after or cfg.steps):
         lr = cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / cfg.steps)))

@@ -32,11 +32,11 @@ import torch
 from grpo_lab.algorithm.advantages import group_stats
 from grpo_lab.algorithm.embeddings import EMBEDDERS, check_prompts
 from grpo_lab.algorithm.group_advantages import (COMBINE, cluster_baseline, grouped_advantages,  # noqa: F401
-                                       within_prompt_pooled_std)
+                                                 within_prompt_pooled_std)
 from grpo_lab.algorithm.group_diagnostics import (_ids, advantage_diagnostics,  # noqa: F401
-                                        advantage_split, cluster_diagnostics,
-                                        informative_groups, informative_rows,
-                                        reward_group_diagnostics)
+                                                  advantage_split, cluster_diagnostics,
+                                                  informative_groups, informative_rows,
+                                                  reward_group_diagnostics)
 from grpo_lab.registry import check_new, lookup
 
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 # CLAIMS: the records, data only) and claims_table.py (measure, counts, table, html_table,
 # markdown: rendering)
 from grpo_lab.teaching.claims_data import (_B4, _CL, _FP8, _GRPO200, _M, _MEM, _PPO,  # noqa: F401
-                                  _PPO_SEEDS, _SAMPLES, CLAIMS, VERDICTS, Claim)
+                                           _PPO_SEEDS, _SAMPLES, CLAIMS, VERDICTS, Claim)
 from grpo_lab.teaching.claims_table import (_COLOURS, _WIDTHS, _kind, counts, html_table,  # noqa: F401
-                                   markdown, measure, table)
+                                            markdown, measure, table)
 
 __all__ = ["Claim", "VERDICTS", "CLAIMS", "measure", "counts", "table", "html_table", "markdown"]
 

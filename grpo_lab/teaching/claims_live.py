@@ -9,7 +9,7 @@ from typing import Callable, NamedTuple
 from grpo_lab.teaching.claims_bytes import format_savings, fp8_errors, index_bound, real_gradient
 from grpo_lab.teaching.claims_gradient import backward_rows, optimizer_inputs, relative_reward_gradient
 from grpo_lab.teaching.claims_systems import (GPU_PEAK_BF16, capacity, cluster_figures, flops_vs_peak,
-                                     prompt_kv_bytes, shard_work, zero_traffic)
+                                              prompt_kv_bytes, shard_work, zero_traffic)
 
 
 class Live(NamedTuple):

@@ -30,15 +30,15 @@ from __future__ import annotations
 # claims_gradient (claims 11, 20, 29, 30), claims_bytes (2, 3, 16), claims_systems (5, 6, 13,
 # 18, 26, 28, 31), claims_stats (10, 21: paired ratios) and claims_live (the LIVE registry)
 from grpo_lab.teaching.claims_bytes import (exchange_bytes, format_savings, fp8_errors,  # noqa: F401
-                                   index_bound, real_gradient, real_gradients, topk_index_bits)
+                                            index_bound, real_gradient, real_gradients, topk_index_bits)
 from grpo_lab.teaching.claims_gradient import (BASELINES, _grad_moments, backward_rows,  # noqa: F401
-                                      backward_time, baseline_variance, minus_group_mean,
-                                      optimizer_inputs, relative_reward_gradient)
+                                               backward_time, baseline_variance, minus_group_mean,
+                                               optimizer_inputs, relative_reward_gradient)
 from grpo_lab.teaching.claims_live import (LIVE, Live, _capacity_text, _cluster_text,  # noqa: F401
-                                  _flops_text, _format_text, _fp8_text, _index_text, _kv_text,
-                                  _memory_text, _optimizer_text, _relative_text, _rows_text,
-                                  _shard_text, _zero_text)
+                                           _flops_text, _format_text, _fp8_text, _index_text, _kv_text,
+                                           _memory_text, _optimizer_text, _relative_text, _rows_text,
+                                           _shard_text, _zero_text)
 from grpo_lab.teaching.claims_stats import paired_ratio, ratio_interval  # noqa: F401
 from grpo_lab.teaching.claims_systems import (GPU_PEAK_BF16, capacity, cluster_figures,  # noqa: F401
-                                     flops_vs_peak, prompt_cache_storage, prompt_kv_bytes,
-                                     shard_work, zero_traffic)
+                                              flops_vs_peak, prompt_cache_storage, prompt_kv_bytes,
+                                              shard_work, zero_traffic)

@@ -10,7 +10,7 @@ import torch
 
 from grpo_lab.algorithm.advantages import EPS, dr_grpo_advantages, grpo_advantages
 from grpo_lab.teaching.exercise_harness import (Failure, as_tensor, best_mistake, call, close, fmt,
-                                       report, require_function)
+                                                report, require_function)
 
 
 def _population_std_advantages(rewards, group_ids):

@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 
 from grpo_lab.teaching.exercise_harness import (Failure, as_tensor, best_mistake, call, check_against,
-                                       close, fmt, report, require_function)
+                                                close, fmt, report, require_function)
 from grpo_lab.algorithm.loss import KL_ESTIMATORS, grpo_loss, sequence_ratio
 
 

@@ -42,7 +42,7 @@ from grpo_lab.teaching.exercise_advantages import ADVANTAGE_MISTAKES, check_adva
 from grpo_lab.teaching.exercise_grouper import check_grouper
 from grpo_lab.teaching.exercise_harness import NOT_WRITTEN, Failure
 from grpo_lab.teaching.exercise_loss import (GSPO_MISTAKES, KL_MISTAKES, LOSS_MISTAKES, check_gspo_ratio,
-                                    check_grpo_loss, check_kl_estimators)
+                                             check_grpo_loss, check_kl_estimators)
 from grpo_lab.teaching.exercise_topk import check_topk_error_feedback
 
 __all__ = ["ADVANTAGE_MISTAKES", "CHECKS", "Failure", "GSPO_MISTAKES", "KL_MISTAKES",

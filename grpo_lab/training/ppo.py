@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 
 from grpo_lab.algorithm.critic import (ValueHead, ValueNetwork, explained_variance, gae,  # noqa: F401
-                             logprobs_and_values, outcome_rewards, value_loss, whiten)
+                                       logprobs_and_values, outcome_rewards, value_loss, whiten)
 from grpo_lab.algorithm.loss import grpo_loss
 from grpo_lab.registry import lookup
 from grpo_lab.algorithm.rollout import completion_logprobs

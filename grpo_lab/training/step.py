@@ -44,15 +44,15 @@ from grpo_lab.algorithm.advantages import process_advantages
 from grpo_lab.distributed.group import Group
 from grpo_lab.algorithm.group_advantages import grouped_advantages
 from grpo_lab.algorithm.group_diagnostics import (advantage_diagnostics, advantage_split,
-                                        cluster_diagnostics, informative_groups,
-                                        reward_group_diagnostics)
+                                                  cluster_diagnostics, informative_groups,
+                                                  reward_group_diagnostics)
 from grpo_lab.algorithm.loss import AGGREGATIONS, KL_PLACEMENTS, grpo_loss, sequence_kl
 from grpo_lab.algorithm.overlong import OVERLONG
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.training.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
 from grpo_lab.algorithm.rollout import completion_logprobs, left_pad, positions, sample  # noqa: F401
 from grpo_lab.algorithm.scoring import (Scored, add_time, cat_scored, now, sample_and_score,  # noqa: F401
-                              take_scored)
+                                        take_scored)
 from grpo_lab.tasks import get_task
 from grpo_lab.tokenizer import EOS, PAD, encode
 

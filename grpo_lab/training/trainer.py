@@ -51,11 +51,11 @@ from grpo_lab.distributed.group import Group
 from grpo_lab.machine import busy_cores, free_cores, wchar  # noqa: F401 (re-exported)
 from grpo_lab.policies.model import GPT
 from grpo_lab.policies.policy import (frozen, get_policy_kind, load_for,  # noqa: F401 (re-exported)
-                             load_policy_any)
+                                      load_policy_any)
 from grpo_lab.algorithm.reclustering import StepGrouper
 from grpo_lab.algorithm.scoring import add_time, now, sample_and_score
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
-                           split_batch)
+                                    split_batch)
 from grpo_lab.registry import load_plugins, plugin_changes, plugin_digests
 from grpo_lab.algorithm.health import diagnose
 from grpo_lab.tasks.instruct import render_all, rendered_source
