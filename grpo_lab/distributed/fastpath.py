@@ -359,54 +359,53 @@ def rice_encode(idx: torch.Tensor, n: int) -> bytes:
 
 
 def rice_decode(payload, n: int, device=None) -> torch.Tensor:
-    """The inverse, with the reference's checks (``codecs.rice_decode``): -> indices (k,) int64."""
+    """The inverse, with the reference's checks (``codecs.rice_decode``): -> indices (k,) int64.
+    The bits are read by the numba kernel on a CPU (``KERNELS_ON_CPU``), else by torch ops;
+    the checks below are the same for both, in the same order."""
     k, r = codecs._unpack("<IB", payload)
     codecs._check_k(k, n)
     if r > 32:
         raise CodecError(f"Rice parameter r={r} is above 32")
-    if KERNELS_ON_CPU and torch.device(device or "cpu").type == "cpu":
-        return _rice_decode_kernel(payload, n, k, r)
-    body = torch.from_numpy(np.frombuffer(payload, np.uint8, offset=5).copy()).to(device or "cpu")
-    bits = unpack_bits(body)                                              # (8B,)
-    nbits = len(bits)
+    body = np.frombuffer(payload, np.uint8, offset=5)                     # (B,)
+    nbits = 8 * len(body)
     if k * r > nbits:
         raise CodecError(f"{k} remainders of {r} bits need {k * r} bits, payload has {nbits}")
-    ones = positions(bits[k * r:].view(torch.bool)).to(body.device)       # (k,) terminators
-    if len(ones) != k:
-        raise CodecError(f"found {len(ones)} unary terminators, header says k={k}")
+    on_cpu = torch.device(device or "cpu").type == "cpu"
+    read = _rice_read_kernel if KERNELS_ON_CPU and on_cpu else _rice_read_torch
+    count, last, qmax, idx = read(body, k, r, device or "cpu")
+    if count != k:
+        raise CodecError(f"found {count} unary terminators, header says k={k}")
     if k == 0:
-        return torch.zeros(0, dtype=torch.int64, device=body.device)
-    if nbits - (k * r + int(ones[-1]) + 1) >= 8:
+        return torch.zeros(0, dtype=torch.int64, device=device or "cpu")
+    if nbits - (last + 1) >= 8:
         raise CodecError("trailing bytes after the last Rice code")
-    q = torch.diff(ones, prepend=ones.new_full((1,), -1)) - 1             # (k,) unary parts
-    if int(q.max()) > (n >> r):
-        raise CodecError(f"unary part {int(q.max())} is too large for n={n}")
-    low = bytes_uint(body, k, r) if r else 0                              # (k,)
-    idx = torch.cumsum(((q << r) | low) + 1, 0) - 1                       # (k,)
+    if qmax > (n >> r):
+        raise CodecError(f"unary part {qmax} is too large for n={n}")
     if int(idx[-1]) >= n:
         raise CodecError(f"decoded index {int(idx[-1])} is out of range for n={n}")
     return idx
 
 
-def _rice_decode_kernel(payload, n: int, k: int, r: int) -> torch.Tensor:
-    """``rice_decode`` through ``kernels.rice_decode``: the same checks and errors, in order."""
-    body = np.frombuffer(payload, np.uint8, offset=5)                     # (B,)
-    nbits = 8 * len(body)
-    if k * r > nbits:
-        raise CodecError(f"{k} remainders of {r} bits need {k * r} bits, payload has {nbits}")
+def _rice_read_kernel(body: np.ndarray, k: int, r: int, device):
+    """-> (unary terminators found, the last one's bit position, the largest unary part,
+    indices (k,) int64) through ``kernels.rice_decode``; the caller checks them."""
     out = np.empty(k, np.int64)                                           # (k,)
     count, last, qmax = kernels.rice_decode(body, k, r, out)
-    if count != k:
-        raise CodecError(f"found {count} unary terminators, header says k={k}")
-    if k == 0:
-        return torch.zeros(0, dtype=torch.int64)
-    if nbits - (last + 1) >= 8:
-        raise CodecError("trailing bytes after the last Rice code")
-    if qmax > (n >> r):
-        raise CodecError(f"unary part {qmax} is too large for n={n}")
-    if out[-1] >= n:
-        raise CodecError(f"decoded index {int(out[-1])} is out of range for n={n}")
-    return torch.from_numpy(out)
+    return count, last, qmax, torch.from_numpy(out)
+
+
+def _rice_read_torch(body: np.ndarray, k: int, r: int, device):
+    """The same as ``_rice_read_kernel`` in torch ops (on ``device``); the unary parts and the
+    indices only when there are k terminators (the caller raises otherwise)."""
+    body = torch.from_numpy(body.copy()).to(device)                       # (B,)
+    bits = unpack_bits(body)                                              # (8B,)
+    ones = positions(bits[k * r:].view(torch.bool)).to(body.device)       # (k,) terminators
+    if len(ones) != k or k == 0:
+        return len(ones), None, None, None
+    q = torch.diff(ones, prepend=ones.new_full((1,), -1)) - 1             # (k,) unary parts
+    low = bytes_uint(body, k, r) if r else 0                              # (k,)
+    idx = torch.cumsum(((q << r) | low) + 1, 0) - 1                       # (k,)
+    return len(ones), k * r + int(ones[-1]), int(q.max()), idx
 
 
 class FastCodec(NamedTuple):
