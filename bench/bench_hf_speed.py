@@ -38,7 +38,8 @@ PHASES = ("time/prefill_s", "time/decode_forward_s", "time/decode_sample_s",
           "time/decode_cache_s", "time/ref_s", "time/loss_forward_s", "time/backward_s",
           "time/optimizer_s", "time/check_s")
 BEFORE = {"sample_draw": "race", "drop_finished": False, "update_forward": "all_positions",
-          "hf_sample_dtype": "", "hf_autocast": False}
+          "hf_sample_dtype": "", "hf_autocast": False, "hf": {"decoder": "transformers"}}
+LEAN = {"hf": {"decoder": "lean"}}              # the third round's lever: policies/decoder.py
 LEVERS = {                                      # name -> overrides on top of BEFORE
     "before": {},
     "inverse-CDF draw": {"sample_draw": "inverse_cdf"},
@@ -52,7 +53,7 @@ LEVERS = {                                      # name -> overrides on top of BE
     "packed update forward": {"update_forward": "packed"},
     "after (all)": {"sample_draw": "inverse_cdf", "drop_finished": True,
                     "update_forward": "packed", "hf_sample_dtype": "bfloat16",
-                    "hf_autocast": True},
+                    "hf_autocast": True, **LEAN},
 }
 AFTER = LEVERS["after (all)"]
 # the second round of levers (issue 22, the update): each is on in grpo_lab's code; a bench
@@ -68,6 +69,7 @@ LEVERS.update({                 # on top of "after (fp32 levers)" (the update fo
 })
 for _k in list(LEVERS)[-6:]:
     LEVERS[_k] = {**LEVERS["after (fp32 levers)"], **LEVERS[_k]}
+LEVERS["+ lean decoder"] = {**LEVERS["after: all update levers"], **LEAN}   # the third round
 
 
 def _old_token_stats(logits, r, temperature=1.0, entropy_grad=False, with_entropy=True):
