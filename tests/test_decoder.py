@@ -162,3 +162,31 @@ def test_bad_decoder_names_and_a_full_cache_are_clear_errors(tiny):
         dec.step(tok, pos + 1, torch.cat([mask, mask[:, :1]], 1), cache)
     with pytest.raises(ValueError, match="do not agree"):
         dec.step(tok, pos, mask, cache)
+
+
+@pytest.mark.parametrize("n", [1, 5, 8])
+def test_the_small_gemm_is_f_linear_within_rounding(n):
+    """x W^T at up to 8 rows: the streaming kernel against MKL's, the bound K * eps * sum |x w|
+    per output (the two sum K products in different orders); NaN and inf propagate."""
+    small_gemm = pytest.importorskip("grpo_lab.policies.small_gemm")
+    if not small_gemm.AVAILABLE:
+        pytest.skip("numba is not installed")
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(n)
+    x, w = torch.randn(n, 77, generator=g), torch.randn(130, 77, generator=g)   # odd sizes
+    with torch.no_grad():
+        assert small_gemm.applies(x, w)
+        got, want = small_gemm.linear_rows8(x, w), torch.nn.functional.linear(x, w)
+        bound = 77 * torch.finfo(torch.float32).eps * (x.abs() @ w.abs().T)     # (n, 130)
+        assert got.shape == (n, 130)
+        assert bool(((got - want).abs() <= bound).all())
+        x[0, 3], x[-1, 5] = float("nan"), float("inf")
+        bad = small_gemm.linear_rows8(x, w)
+        assert bool(bad[0].isnan().all()) and bool((~bad[-1].isfinite()).all())
+        if n > 1:
+            assert bool(bad[1:-1].isfinite().all())
+    assert not small_gemm.applies(x, w)                 # autograd on: MKL's, which has a backward
+    with torch.no_grad():
+        assert not small_gemm.applies(torch.randn(9, 77), w)           # more than 8 rows
+        assert not small_gemm.applies(x.double(), w.double())
+        assert not small_gemm.applies(x, w.T.contiguous().T)           # not contiguous

@@ -14,7 +14,9 @@ token per row, written out:
     column of, so nothing is concatenated or reallocated;
   * the key mask turned into an additive bias once per step, not once per layer;
   * the output head in column blocks of 2,048 vocabulary rows (MKL's GEMM at 8-32 rows and
-    49,152 columns runs 10-25% faster in blocks that stay in cache).
+    49,152 columns runs 10-25% faster in blocks that stay in cache);
+  * at up to 8 rows and one torch thread every GEMM (head included) is ``small_gemm``'s
+    streaming kernel instead of MKL's: 52 vs 84 ms for SmolLM2's layers at 8 rows.
 
 What it computes is the model's own: RMSNorm as ``LlamaRMSNorm`` (float32 variance, weight
 times the normalised input), RoPE from the model's own ``rotary_emb`` module (so every rope
@@ -38,8 +40,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from grpo_lab.policies import small_gemm
+
 HEAD_BLOCK = 2048
 """Vocabulary rows per block of the output head's GEMM."""
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x (n, K) @ w (N, K)^T: ``small_gemm`` for up to 8 rows at one thread, else MKL's."""
+    return small_gemm.linear_rows8(x, w) if small_gemm.applies(x, w) else F.linear(x, w)
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -152,7 +161,7 @@ class LlamaDecoder:
         bias.masked_fill_(~key_mask[:, None, None], float("-inf"))         # (n, 1, 1, t+1)
         for i in range(self.L):
             x = _rms(h, self.norm1[i], self.eps)                           # (n, C)
-            qkv = F.linear(x, self.qkv[i])                                 # (n, (H+2KV) d)
+            qkv = _linear(x, self.qkv[i])                                 # (n, (H+2KV) d)
             q = _rotate(qkv[:, :H * d].view(n, H, d), cos, sin)            # (n, H, d)
             k = _rotate(qkv[:, H * d:(H + KV) * d].view(n, KV, d), cos, sin)  # (n, KV, d)
             cache.keys[i, :, :, t] = k
@@ -162,12 +171,14 @@ class LlamaDecoder:
             s = torch.matmul(q.view(n, KV, g, d), keys.transpose(2, 3))    # (n, KV, g, t+1)
             p = torch.softmax(s.mul_(self.scaling).add_(bias), dim=-1)
             o = torch.matmul(p, vals).reshape(n, H * d)                    # (n, H d)
-            h = h + F.linear(o, self.o[i])                                 # (n, C)
+            h = h + _linear(o, self.o[i])                                 # (n, C)
             x = _rms(h, self.norm2[i], self.eps)
-            gate, up = F.linear(x, self.gate[i]), F.linear(x, self.up[i])  # (n, I) each
-            h = h + F.linear(F.silu(gate).mul_(up), self.down[i])          # (n, C)
+            gate, up = _linear(x, self.gate[i]), _linear(x, self.up[i])    # (n, I) each
+            h = h + _linear(F.silu(gate).mul_(up), self.down[i])          # (n, C)
         cache.t = t + 1
         h = _rms(h, self.norm_f, self.eps)                                 # (n, C)
+        if small_gemm.applies(h, self.head):
+            return small_gemm.linear_rows8(h, self.head)                   # (n, V)
         return torch.cat([F.linear(h, self.head[s:s + HEAD_BLOCK])        # (n, V)
                           for s in range(0, self.head.shape[0], HEAD_BLOCK)], dim=1)
 

@@ -29,6 +29,12 @@ Deviations from using the model as it ships, on purpose:
   * ``lora_r`` > 0: the model is wrapped by ``peft`` (LoRA, Hu et al. 2021, on every linear
     layer but the head, dropout 0); only the adapters train. The reference policy is the
     same model with its adapters off (``AdaptersOff``), so beta > 0 keeps no second model.
+  * ``decoder`` "lean" (the default): the sampler's one-token forwards of a Llama-style model
+    (fp32, no LoRA, no sampling copy, no autocast) run ``decoder.LlamaDecoder``, the model's
+    arithmetic without transformers' per-call machinery, on its own static KV cache
+    (``start_decode``); the prefill, the update and every other forward stay transformers'.
+    Its logits equal transformers' within float32 rounding, so a token may differ where a
+    draw falls within that rounding of a boundary; 1 and N processes still sample alike.
 Imported lazily (``policy.load_for``): grpo_lab itself never needs transformers.
 """
 from __future__ import annotations
