@@ -6,7 +6,7 @@ weights. MKL's sgemm at M=8 runs SmolLM2's 211 linear layers (body 106 M weights
 28 M) in 84 ms on one core of this machine, 6.4 GB/s of weights: it packs and blocks for
 large M. ``linear_rows8`` streams each weight row once and updates 8 accumulators (one per
 row of x) from it, so one load of W feeds 8 fused multiply-adds: 52 ms for the same layers
-(10.3 GB/s, bench/bench_hf_speed.py small_gemm). At 16 rows it ties with MKL and at 32 MKL
+(10.3 GB/s; bench/bench_hf_speed.py decode). At 16 rows it ties with MKL and at 32 MKL
 is faster (its register blocking re-uses x too), so ``decoder.py`` uses this only for up to
 8 rows (fewer rows are padded with zeros to 8) and only at one torch thread.
 
