@@ -286,19 +286,189 @@ def test_kernel_decode_scatter_equals_the_torch_decode(path):
     assert F.scatter(idx, vals.numpy().tobytes(), 500, "fp32", np.zeros(0)) is None
 
 
-@pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")
-def test_a_cpu_tensor_takes_every_kernel_once(monkeypatch):
-    """fast_topk5 on one CPU tensor: selection, fp8, Rice encode, Rice decode and the scatter
-    each run their kernel once (so the equality tests above test the kernels, not a fallback)."""
+def _count_kernel_calls(monkeypatch):
     calls = []
-    for name in ("feedback_select", "fp8_e4m3_sent", "rice_encode", "rice_decode", "scatter_fp8"):
+    for name in ("probe_threshold", "feedback_mask", "bit_positions", "gather_sent",
+                 "sent_e4m3_rice", "fp8_e4m3_sent", "rice_encode", "rice_decode", "rice_scatter",
+                 "scatter_fp8"):
         fn = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a, _f=fn, _n=name: calls.append(_n) or _f(*a))
     monkeypatch.setattr(F, "KERNELS_ON_CPU", True)
+    return calls
+
+
+@pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")
+def test_a_cpu_tensor_takes_every_kernel_once(monkeypatch):
+    """fast_topk5 on one CPU tensor: when at most k pass the threshold, the threshold, the
+    marking pass, the positions and one kernel for fp8 + residual + Rice on the way out, one
+    Rice + dense kernel on the way in; when more pass, the stages one by one (so the equality
+    tests above test the kernels, not a fallback)."""
+    calls = _count_kernel_calls(monkeypatch)
     g = {"w": torch.randn(20_000, generator=torch.Generator().manual_seed(0))}
-    C.decode_message(C.Compressor("fast_topk5").encode(g), fast=True)
-    assert sorted(calls) == ["feedback_select", "fp8_e4m3_sent", "rice_decode", "rice_encode",
-                             "scatter_fp8"]
+    comp = C.Compressor("fast_topk5", seed=1)                              # 796 of 1000 pass
+    C.decode_message(comp.encode(g), fast=True)
+    assert calls == ["probe_threshold", "feedback_mask", "bit_positions", "sent_e4m3_rice",
+                     "rice_scatter"]
+    calls.clear()
+    tied = {"w": torch.zeros(20_000)}                     # every entry passes a threshold of 0
+    tied["w"][::97] = 1.0
+    C.decode_message(C.Compressor("fast_topk5").encode(tied), fast=True)
+    assert calls == ["probe_threshold", "feedback_mask", "bit_positions", "gather_sent",
+                     "fp8_e4m3_sent", "rice_encode", "rice_scatter"]
+
+
+@pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")
+@pytest.mark.parametrize("feedback", [True, False])
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 1000, 4099, 100_000])
+def test_marking_kernel_equals_numpy(n, feedback):
+    """kernels.feedback_mask (64 elements a step as LLVM vectors, then the tail) against numpy:
+    the residual, the bits (packbits, little-endian), their count and the largest |acc|, on
+    sizes around the 64-element step, with -0.0, exact ties with the threshold, NaN and inf."""
+    rng = np.random.default_rng(n)
+    g = (rng.standard_normal(n) ** 3).astype(np.float32)
+    res = (rng.standard_normal(n) * 0.1).astype(np.float32)
+    acc = res + g if feedback else g.copy()
+    thr = np.float32(np.quantile(np.abs(acc), 0.9))
+    g[:: 7] = (thr - res[:: 7]) if feedback else thr                      # ties: |acc| == thr
+    g[3 % n] = -0.0
+    acc = res + g if feedback else g.copy()
+    for bad in (None, np.nan, np.inf, -np.inf):
+        gb = g.copy()
+        if bad is not None:
+            gb[(n * 2) // 3] = bad
+        r = res.copy()
+        words = np.full(-(-n // 64), 0xAAAA, np.uint64)                  # stale bits: overwritten
+        m, amax = kernels.feedback_mask(gb, r, thr, feedback, words)
+        expect = res + gb if feedback else gb
+        passed = np.abs(expect) >= thr                                     # NaN: False
+        assert np.array_equal(r, expect if feedback else res, equal_nan=True)
+        assert m == passed.sum()
+        padded = np.zeros(64 * len(words), bool)
+        padded[:n] = passed
+        assert np.array_equal(words, np.packbits(padded, bitorder="little").view(np.uint64))
+        if bad is None:
+            assert amax <= kernels.FINITE_BITS and \
+                np.uint32(amax).view(np.float32) == np.abs(expect).max()
+        else:
+            assert amax > kernels.FINITE_BITS
+
+
+@pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")
+def test_bit_positions_equal_flatnonzero():
+    """Words with 0, 1-4 and more than 4 bits (the branch-free part and the rest), all 64."""
+    rng = np.random.default_rng(0)
+    for density in (0.0, 0.01, 0.05, 0.3, 0.9, 1.0):
+        bits = rng.random(64 * 50) < density
+        bits[64:128] = True                                                # a full word
+        words = np.packbits(bits, bitorder="little").view(np.uint64)
+        m = int(bits.sum())
+        out = np.full(m + 4, -1, np.int64)
+        assert kernels.bit_positions(words, out) == m
+        assert np.array_equal(out[:m], np.flatnonzero(bits))
+
+
+@pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")
+@pytest.mark.parametrize("n,m", [(1_000_000, 50_000), (100_003, 31), (4099, 205), (1001, 1001),
+                                 (70, 3)])
+@pytest.mark.parametrize("feedback", [True, False])
+def test_sent_kernel_writes_the_staged_bytes(n, m, feedback):
+    """kernels.sent_e4m3_rice (fp8 codes, residual error and Rice bytes in one loop) against
+    compression.fp8_quantize / fp8_dequantize and codecs.rice_encode, for Rice parameters from
+    0 (every position sent) to 15, values that round to subnormals and to 448."""
+    rng = np.random.default_rng(m)
+    idx = np.sort(rng.choice(n, m, replace=False))
+    acc = rng.standard_normal(n).astype(np.float32)
+    acc[idx[: m // 3]] *= np.float32(1e-4)                                 # e4m3 subnormals
+    res = acc.copy()
+    vals = torch.from_numpy(acc[idx])
+    codes_ref, scale = C.fp8_quantize(vals, "e4m3")
+    r = codecs.rice_parameter(m, n)
+    codes = np.empty(m, np.uint8)
+    out = np.zeros(5 + (m * r + ((n - m) >> r) + m + 7) // 8, np.uint8)
+    padded = np.concatenate([idx, np.zeros(4, np.int64)])
+    used = kernels.sent_e4m3_rice(padded, res, res, feedback, scale.numpy()[0], F._e4m3_table(),
+                                  r, codes, out)
+    assert out[:used].tobytes() == codecs.rice_encode(idx, n)
+    assert not out[used:].any()
+    assert np.array_equal(codes, codes_ref.numpy())
+    expect = acc.copy()
+    if feedback:
+        expect[idx] = (vals - C.fp8_dequantize(codes_ref, scale, "e4m3")).numpy()
+    assert np.array_equal(res, expect)
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "fp32"])
+@pytest.mark.parametrize("n,k", [(1_000_000, 50_000), (10_007, 1), (64, 64), (100, 1)])
+def test_rice_dense_equals_decode_then_scatter(fmt, n, k, path):
+    """fastpath.rice_dense (Rice positions and values to the dense tensor in one kernel)
+    against codecs.rice_decode + compression.topk_decode; None without the kernels."""
+    idx = random_indices(n, k, seed=n + k)
+    vals = torch.randn(k, generator=torch.Generator().manual_seed(1))
+    if fmt == "e4m3":
+        codes, sc = C.fp8_quantize(vals, "e4m3")
+        values, scales = codes.numpy().tobytes(), sc.numpy()
+    else:
+        values, scales = vals.numpy().tobytes(), np.zeros(0, np.float32)
+    payload = codecs.rice_encode(idx, n)
+    got = F.rice_dense(payload, n, k, fmt, values, scales)
+    if path == "torch":
+        assert got is None
+        return
+    assert torch.equal(got, C.topk_decode(idx, values, n, fmt, scales))
+    assert F.rice_dense(payload, n, k + 1, fmt, values, scales) is None  # k disagrees: staged
+
+
+@pytest.mark.parametrize("cut", ["short", "trailing", "n_small", "k_big", "unary", "last",
+                                 "q_big", "r_bits", "r_big"])
+def test_dense_decode_errors_are_the_staged_ones(cut, path):
+    """Corrupt Rice payloads inside a valid message: decode_message(fast=True) raises the same
+    WireError as the readable decoder, whichever writer (one kernel, or stage by stage)."""
+    n, k = 10_000, 500
+    idx = random_indices(n, k, 0)
+    good = codecs.rice_encode(idx, n)
+    body = bytearray(good)
+    if cut == "short":
+        body = body[:-20]
+    elif cut == "trailing":
+        body += b"\0"
+    elif cut == "n_small":
+        idx = idx[idx < 5000]
+        k = len(idx)
+        body = bytearray(codecs.rice_encode(np.append(idx, 9000), n))  # one index too large
+        k += 1
+    elif cut == "k_big":
+        body[0:4] = (k + 1).to_bytes(4, "little")
+    elif cut == "unary":
+        body[-1] = 0                                                       # the last terminator lost
+    elif cut == "last":
+        body[5 + (k * body[4]) // 8 + 3] = 0xFF                            # extra terminators
+    elif cut == "q_big":                                                   # 9999 >> r = 1 > 100 >> r
+        k, body = 1, bytearray(codecs.rice_encode(np.array([9999]), n))
+    else:
+        body[4] = 32 if cut == "r_bits" else 40                            # r: too many bits, > 32
+    codes, sc = C.fp8_quantize(torch.randn(k, generator=torch.Generator().manual_seed(0)), "e4m3")
+    size = {"n_small": 5000, "q_big": 100}.get(cut, n)
+    rec = wire.TensorRecord("w", "topk", "e4m3", "rice", (size,), 0, sc.numpy(), k,
+                            codes.numpy().tobytes(), bytes(body))
+    msg = wire.pack([rec])
+    with pytest.raises(wire.WireError) as ref:
+        C.decode_message(msg)
+    with pytest.raises(wire.WireError) as fast:
+        C.decode_message(msg, fast=True)
+    assert str(fast.value) == str(ref.value), cut
+
+
+def test_fp8_value_check_shortcut_is_exact():
+    """wire._first_bad_code: for every scale tried, the codes it calls finite are exactly the
+    codes whose value times the scale is finite (so the shortcut in _check_values can only
+    accept what the full check accepts)."""
+    for fmt in ("e4m3", "e5m2"):
+        table = wire._FP8_TABLES[fmt]
+        for scale in np.float32([1e-30, 1e-3, 1.0, 448.0, 1e30, 7.6e35, 1e36, 3e38]):
+            first = wire._first_bad_code(fmt, scale)
+            with np.errstate(over="ignore", invalid="ignore"):
+                finite = np.isfinite(table * scale)                       # (256,)
+            assert np.array_equal(finite, (np.arange(256) & 0x7F) < first), (fmt, scale)
 
 
 def test_without_numba_the_fast_path_runs_its_torch_ops():

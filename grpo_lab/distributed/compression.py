@@ -395,6 +395,11 @@ class Compressor:
             return TensorRecord(name, "dense", cfg.dense_format, None, shape, cfg.fp8_block,
                                 scales, n, values, b"")
         k = min(n, max(1, round(density * n)))
+        fused = self._fused_topk(name, g, k) if cfg.fast else None
+        if fused is not None:                                              # one call, same bytes
+            codes, scales, index = fused                                   # (k',), (1,), bytes
+            return TensorRecord(name, "topk", cfg.topk_format, cfg.index_codec, shape, 0,
+                                scales, len(codes), codes.tobytes(), index)
         idx, vals = self._sparsify(name, g, k)
         if not torch.isfinite(vals).all():                                 # top-k picks inf/nan first
             raise ValueError(f"gradient {name!r}: top-k met {int((~torch.isfinite(g)).sum())} "
@@ -419,17 +424,41 @@ class Compressor:
         return TensorRecord(name, "topk", cfg.topk_format, cfg.index_codec, shape, 0,
                             scales, len(idx), values, index)
 
-    def _sparsify(self, name: str, g: torch.Tensor, k: int):
+    def _flat_residual(self, name: str, g: torch.Tensor):
+        """-> (the gradient flat (n,) float32, its residual (n,) or None without feedback)."""
         flat = g.detach().reshape(-1).float()                              # (n,)
         res = self.residual.get(name) if self.cfg.error_feedback else None
         if self.cfg.error_feedback and (res is None or res.shape != flat.shape):
             res = torch.zeros_like(flat)
+        return flat, res
+
+    def _scratch(self, n: int) -> torch.Tensor:
+        if self.absbuf.numel() < n:                                        # the largest so far
+            self.absbuf = torch.empty(n)
+        return self.absbuf[:n]
+
+    def _fused_topk(self, name: str, g: torch.Tensor, k: int):
+        """The whole top-k record through one of ``fastpath.FUSED_TOPK`` where the settings have
+        one and its kernels apply: -> (codes, scales, index bytes), else None."""
+        cfg = self.cfg
+        encode = fastpath.FUSED_TOPK.get((cfg.topk, cfg.topk_format, cfg.index_codec))
+        if encode is None or cfg.momentum:
+            return None
+        flat, res = self._flat_residual(name, g)
+        try:
+            out = encode(flat, res, k, self.generator, self._scratch(flat.numel()))
+        except ValueError as e:
+            raise ValueError(f"gradient {name!r}: {e}") from None
+        if out is not None and res is not None:
+            self.residual[name] = res
+        return out
+
+    def _sparsify(self, name: str, g: torch.Tensor, k: int):
+        flat, res = self._flat_residual(name, g)
         if self.cfg.fast:                                                  # in place, same values
-            if self.absbuf.numel() < flat.numel():                         # one scratch, the largest
-                self.absbuf = torch.empty_like(flat)
             try:
                 idx, vals, res = fastpath.sparsify_(flat, res, k, self.cfg.topk, self.generator,
-                                                    self.absbuf[:flat.numel()])
+                                                    self._scratch(flat.numel()))
             except ValueError as e:
                 raise ValueError(f"gradient {name!r}: {e}") from None
             if res is not None:
@@ -455,7 +484,8 @@ class Compressor:
 
 def decode_message(payload, fast: bool = False) -> dict[str, torch.Tensor]:
     """bytes -> {name: float32 tensor}; raises WireError on anything invalid. ``fast``: decode
-    the indices with fastpath.FAST_CODECS where the codec has one (the same positions)."""
+    with fastpath.DENSE_DECODERS (indices and values to the dense tensor in one pass) or
+    fastpath.FAST_CODECS where the codec has one (the same positions, the same tensor)."""
     _, records = wire.unpack(payload)
     out = {}
     for r in records:
@@ -464,6 +494,12 @@ def decode_message(payload, fast: bool = False) -> dict[str, torch.Tensor]:
             flat = dense_decode(r.values, r.scales, r.format, n, r.block)  # (n,)
         else:
             try:
+                dense = fastpath.DENSE_DECODERS.get(r.codec) if fast else None
+                flat = None if dense is None else \
+                    dense(r.index, n, r.k, r.format, r.values, r.scales)       # (n,) or None
+                if flat is not None:                                       # one pass, same tensor
+                    out[r.name] = flat.reshape(r.shape)
+                    continue
                 if fast:
                     idx = fastpath.decode_indices(r.codec, r.index, n, r.k)  # (k,) tensor
                 else:

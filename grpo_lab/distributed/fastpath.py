@@ -131,10 +131,7 @@ def sparsify_(grad: torch.Tensor, residual: torch.Tensor | None, k: int, select:
     if not 1 <= k <= n:
         raise ValueError(f"top-k needs 1 <= k <= n; got k={k} for a tensor of {n} elements")
     lookup(SELECT, select, "selection")
-    if (select == "sampled" and _kernel(g) and g.dtype == torch.float32 and n > 1000
-            and not g.requires_grad
-            and (residual is None or (residual.dtype == torch.float32 and residual.is_contiguous()
-                                      and residual.shape == g.shape))):
+    if select == "sampled" and _sampled_applies(g, residual):
         return _sampled_fused(g, residual, k, generator, absbuf)
     acc = g if residual is None else residual.add_(g)                     # (n,) the accumulator
     a = torch.abs(acc, out=absbuf) if absbuf is not None else acc.abs()   # (n,) |acc|
@@ -149,48 +146,108 @@ def sparsify_(grad: torch.Tensor, residual: torch.Tensor | None, k: int, select:
     return idx, values, residual
 
 
-def _sampled_fused(g: torch.Tensor, residual: torch.Tensor | None, k: int, generator=None,
-                   absbuf: torch.Tensor | None = None, sample: float = 0.01):
-    """``sparsify_`` with ``select_sampled`` through ``kernels.feedback_select``: the probe is
-    drawn first (the same draws: ``torch.randint`` with the same generator) and read as
-    |residual + g| at the drawn positions (the same float32 sums), then one pass adds, compares,
-    compacts and updates the residual. Needs n > 1000 (the probe a strict sample). ``absbuf``
-    (n,) float32, if given, is the kernel's byte mask (its first n bytes)."""
+def _sampled_applies(g: torch.Tensor, residual: torch.Tensor | None) -> bool:
+    """Whether the kernels can run the sampled selection on this flat tensor and residual."""
+    return (_kernel(g) and g.dtype == torch.float32 and g.numel() > 1000 and g.is_contiguous()
+            and not g.requires_grad
+            and (residual is None or (residual.dtype == torch.float32 and residual.is_contiguous()
+                                      and residual.shape == g.shape)))
+
+
+def _sampled_mark(g: torch.Tensor, residual: torch.Tensor | None, k: int, generator=None,
+                  absbuf: torch.Tensor | None = None, sample: float = 0.01):
+    """The first half of the sampled selection on the kernels: the probe is drawn as the
+    reference draws it (``torch.randint`` with the same generator) and read as |residual + g|
+    at the drawn positions (the same float32 sums); its d-th largest is the threshold
+    (``torch.topk(probe, d).values[-1]``'s value, ``kernels.probe_threshold``); then one pass
+    (``kernels.feedback_mask``) adds (residual = acc in place), compares and marks one bit per
+    passing element. -> (acc (n,) numpy: the residual or g, m passing, largest |acc|, the bit
+    words). Raises the torch path's ValueError on a NaN or infinity (the residual is then
+    residual + g everywhere, as there). ``absbuf`` (n,) float32, if given, holds the bit words
+    (n / 8 bytes of its 4 n)."""
     n = g.numel()
     s = min(n, max(1000, int(sample * n)))
     draw = torch.randint(n, (s,), generator=generator).numpy()            # (s,)
-    feedback = residual is not None
-    gn = g.numpy()
-    probe = np.abs(gn[draw] if residual is None else residual.numpy()[draw] + gn[draw])  # (s,)
-    d = max(1, math.ceil(k * s / n))
-    thr = torch.tensor(np.partition(probe, s - d)[s - d])  # 0-d: the d-th largest, as topk's
-    #       values[-1] (numpy: 3x faster; a NaN orders differently, but then the kernel raises)
-    cap = min(n, 2 * k + 1024)                                            # room for what passes
-    idx, val = np.empty(cap, np.int64), np.empty(cap, np.float32)         # (cap,), (cap,)
-    mask = (absbuf.numpy().view(np.uint8) if absbuf is not None and absbuf.numel() >= n
-            and absbuf.is_contiguous() else np.empty(n, np.uint8))       # (>= n,) scratch
-    m, nbad = kernels.feedback_select(gn, residual.numpy() if feedback else gn,
-                                      np.float32(thr.item()), feedback, idx, val, mask)
-    chosen, values = torch.from_numpy(idx[:min(m, cap)]), torch.from_numpy(val[:min(m, cap)])
-    if feedback and (nbad or m > cap):                        # residual = acc everywhere again
-        residual.index_copy_(0, chosen, values)
-    if nbad:
-        acc = g if residual is None else residual
-        raise ValueError(f"top-k met {nbad} non-finite values (residual included), the first at "
-                         f"position {int((~torch.isfinite(acc)).nonzero()[0])}")
-    if m > cap:                                               # a low threshold (ties): the
-        acc = g if residual is None else residual             # torch ops on the whole tensor
-        chosen = positions_at_least(acc.abs(), thr)                       # (m,) sorted
-        values = acc.index_select(0, chosen)                              # (m,)
-        if feedback:
-            residual.index_fill_(0, chosen, 0.0)
-    if len(chosen) > k:                                       # the top k of them, in position order
+    gn = g.numpy()                                                        # (n,)
+    acc = gn if residual is None else residual.numpy()                    # (n,)
+    thr = kernels.probe_threshold(gn, acc, residual is not None, draw, max(1, math.ceil(k * s / n)))
+    nw = -(-n // 64)
+    words = (absbuf.numpy()[:2 * nw].view(np.uint64) if absbuf is not None
+             and absbuf.numel() >= 2 * nw and absbuf.is_contiguous()
+             and absbuf.dtype == torch.float32 else np.empty(nw, np.uint64))  # (nw,) scratch
+    m, amax = kernels.feedback_mask(gn, acc, thr, residual is not None, words)
+    if amax > kernels.FINITE_BITS:
+        bad = ~torch.isfinite(torch.from_numpy(acc))                      # (n,)
+        raise ValueError(f"top-k met {int(bad.sum())} non-finite values (residual included), "
+                         f"the first at position {int(bad.nonzero()[0])}")
+    return acc, m, np.array(amax, np.uint32).view(np.float32)[()], words
+
+
+def _passers(m: int, words: np.ndarray) -> np.ndarray:
+    """Positions (m + 4,) int64 of the marked elements (the first m valid), increasing."""
+    idx = np.empty(m + 4, np.int64)                                       # (m + 4,)
+    kernels.bit_positions(words, idx)
+    return idx
+
+
+def _sampled_fused(g: torch.Tensor, residual: torch.Tensor | None, k: int, generator=None,
+                   absbuf: torch.Tensor | None = None):
+    """``sparsify_`` with ``select_sampled`` through the kernels (``_sampled_mark``, then the
+    marked positions and their values, zeroed in the residual). Needs ``_sampled_applies``."""
+    acc, m, _, words = _sampled_mark(g, residual, k, generator, absbuf)
+    idx = _passers(m, words)                   # (m + 4,)
+    val = np.empty(m, np.float32)                                         # (m,)
+    kernels.gather_sent(idx, acc, acc, residual is not None, val)
+    return _top_k_of_passers(torch.from_numpy(idx[:m]), torch.from_numpy(val), residual, k)
+
+
+def _top_k_of_passers(chosen: torch.Tensor, values: torch.Tensor, residual, k: int):
+    """More than k passed the threshold: keep the exact top k of them, in position order (the
+    reference's ``torch.topk`` among them); the dropped go back to the residual."""
+    if len(chosen) > k:
         keep = torch.zeros(len(chosen), dtype=torch.bool)                 # (m,)
         keep[torch.topk(values.abs(), k, sorted=False).indices] = True
-        if feedback:                                          # the dropped stay in the residual
+        if residual is not None:                                          # the dropped stay
             residual.index_copy_(0, chosen[~keep], values[~keep])
         chosen, values = chosen[keep], values[keep]                       # (k,), (k,)
     return chosen, values, residual
+
+
+def sampled_e4m3_rice_(g: torch.Tensor, residual: torch.Tensor | None, k: int, generator=None,
+                       absbuf: torch.Tensor | None = None):
+    """The ``fast_topk5`` record in one go: ``sparsify_`` (sampled), ``fp8_sent_`` (e4m3) and
+    ``rice_encode`` of the sent positions, the same bytes, values and residual. When at most k
+    pass the threshold (all of them are sent) the sent values' amax is the largest |acc|,
+    which the marking pass found, so the scale is known before any value is visited and one
+    kernel (``kernels.sent_e4m3_rice``) quantises, updates the residual and writes the Rice
+    bytes; with more than k, the top k among them is chosen first and the stages run one by
+    one. -> (codes (k',) uint8, scale (1,) float32, Rice bytes) as numpy / bytes, or None when
+    the kernels do not apply (the caller runs the stages)."""
+    if not _sampled_applies(g, residual):
+        return None
+    feedback = residual is not None
+    acc, m, amax, words = _sampled_mark(g, residual, k, generator, absbuf)
+    idx = _passers(m, words)                               # (m + 4,)
+    n = g.numel()
+    if m > k:                                                             # top-k among them first
+        val = np.empty(m, np.float32)                                     # (m,)
+        kernels.gather_sent(idx, acc, acc, feedback, val)
+        chosen, values, _ = _top_k_of_passers(torch.from_numpy(idx[:m]), torch.from_numpy(val),
+                                              residual, k)
+        codes, scale = fp8_sent_(values, chosen, residual, "e4m3")        # finite: not None
+        return codes.numpy(), scale.numpy(), rice_encode(chosen, n)
+    scale = amax / np.float32(448.0) if amax > 0 else np.float32(1.0)     # compression.fp8_quantize
+    r = codecs.rice_parameter(m, n)
+    codes = np.empty(m, np.uint8)                                         # (m,)
+    out = np.zeros(5 + (m * r + ((n - m) >> r) + m + 7) // 8, np.uint8)   # header + the bound
+    used = kernels.sent_e4m3_rice(idx, acc, acc, feedback, scale, _e4m3_table(), r, codes, out)
+    return codes, np.array([scale], np.float32), out[:used].tobytes()
+
+
+FUSED_TOPK = {("sampled", "e4m3", "rice"): sampled_e4m3_rice_}
+"""Whole top-k records in one call, by (selection, value format, index codec): each takes
+(flat gradient, residual or None, k, generator, scratch) and returns (codes, scales, index
+bytes), or None where its kernels do not apply; the other combinations run stage by stage."""
 
 
 def fp8_sent_(values: torch.Tensor, idx: torch.Tensor, residual: torch.Tensor | None, fmt: str):
@@ -362,28 +419,71 @@ def rice_decode(payload, n: int, device=None) -> torch.Tensor:
     """The inverse, with the reference's checks (``codecs.rice_decode``): -> indices (k,) int64.
     The bits are read by the numba kernel on a CPU (``KERNELS_ON_CPU``), else by torch ops;
     the checks below are the same for both, in the same order."""
+    k, r, body = _rice_header(payload, n)
+    on_cpu = torch.device(device or "cpu").type == "cpu"
+    read = _rice_read_kernel if KERNELS_ON_CPU and on_cpu else _rice_read_torch
+    count, last, qmax, idx = read(body, k, r, device or "cpu")
+    if _rice_check(count, last, qmax, int(idx[-1]) if count == k and k else 0, k, r, n, body):
+        return idx
+    return torch.zeros(0, dtype=torch.int64, device=device or "cpu")
+
+
+def _rice_header(payload, n: int):
+    """-> (k, r, body (B,) uint8) after the reference's checks on the header and the length."""
     k, r = codecs._unpack("<IB", payload)
     codecs._check_k(k, n)
     if r > 32:
         raise CodecError(f"Rice parameter r={r} is above 32")
     body = np.frombuffer(payload, np.uint8, offset=5)                     # (B,)
-    nbits = 8 * len(body)
-    if k * r > nbits:
-        raise CodecError(f"{k} remainders of {r} bits need {k * r} bits, payload has {nbits}")
-    on_cpu = torch.device(device or "cpu").type == "cpu"
-    read = _rice_read_kernel if KERNELS_ON_CPU and on_cpu else _rice_read_torch
-    count, last, qmax, idx = read(body, k, r, device or "cpu")
+    if k * r > 8 * len(body):
+        raise CodecError(f"{k} remainders of {r} bits need {k * r} bits, payload has "
+                         f"{8 * len(body)}")
+    return k, r, body
+
+
+def _rice_check(count: int, last, qmax, top: int, k: int, r: int, n: int, body) -> bool:
+    """The reference's checks after reading (terminators found, the last one's bit position,
+    the largest unary part, the last index ``top``), in its order. -> k > 0."""
     if count != k:
         raise CodecError(f"found {count} unary terminators, header says k={k}")
     if k == 0:
-        return torch.zeros(0, dtype=torch.int64, device=device or "cpu")
-    if nbits - (last + 1) >= 8:
+        return False
+    if 8 * len(body) - (last + 1) >= 8:
         raise CodecError("trailing bytes after the last Rice code")
     if qmax > (n >> r):
         raise CodecError(f"unary part {qmax} is too large for n={n}")
-    if int(idx[-1]) >= n:
-        raise CodecError(f"decoded index {int(idx[-1])} is out of range for n={n}")
-    return idx
+    if top >= n:
+        raise CodecError(f"decoded index {top} is out of range for n={n}")
+    return True
+
+
+def rice_dense(payload, n: int, k: int, fmt: str, values: bytes, scales) -> torch.Tensor | None:
+    """``rice_decode`` and ``scatter`` in one pass (``kernels.rice_scatter``): the dense float32
+    tensor (n,) from a Rice index payload and its k values (fp32, or e4m3 codes with one
+    scale), with every check of ``rice_decode``, in its order. None where the kernel does not
+    apply (numba missing or off, another format, a header k other than ``k``, lengths that do
+    not match): the caller decodes stage by stage, which raises its own errors."""
+    if not KERNELS_ON_CPU or fmt not in ("e4m3", "fp32") or (fmt == "e4m3" and len(scales) != 1):
+        return None
+    hk, r, body = _rice_header(payload, n)
+    fp8 = fmt == "e4m3"
+    raw = np.frombuffer(values, np.uint8 if fp8 else "<f4")               # (k,)
+    if hk != k or len(raw) != k or k == 0:
+        return None
+    out = torch.empty(n)                                                  # (n,) the kernel zeroes
+    count, last, qmax, top = kernels.rice_scatter(
+        body, k, r, raw if fp8 else _NO_CODES, _e4m3_table(), np.float32(scales[0] if fp8 else 1.0),
+        _NO_VALUES if fp8 else raw, fp8, out.numpy())
+    _rice_check(count, last, qmax, top, k, r, n, body)
+    return out
+
+
+_NO_CODES, _NO_VALUES = np.zeros(0, np.uint8), np.zeros(0, np.float32)
+
+
+DENSE_DECODERS = {"rice": rice_dense}
+"""The dense tensor straight from an index codec's bytes and the values, by codec (one pass
+each); the other codecs decode the indices, then scatter."""
 
 
 def _rice_read_kernel(body: np.ndarray, k: int, r: int, device):

@@ -6,13 +6,22 @@ stage that is one loop over the elements takes five to ten ops and passes. Here 
 one loop, compiled by numba (``@njit(cache=True)``: compiled once per machine, then loaded from
 ``__pycache__``), over the CPU tensor's memory (``tensor.numpy()``, no copy):
 
-  * ``feedback_select``: error feedback + DGC's sampled-threshold compare + compaction of the
-    positions and values + the residual update: one pass over the tensor and one over a byte
-    mask (the torch path: add_, abs, max, compare, nonzero, index_select, index_fill_; seven
-    passes and temporaries).
+  * ``probe_threshold``: DGC's sampled threshold, the d-th largest |residual + g| over the
+    drawn positions (the draws stay torch's, so they are the reference's).
+  * ``feedback_mask``: error feedback + the threshold compare in one pass, 64 elements a step as
+    LLVM vectors (``_mark64``: add, store the residual, compare straight to one 64-bit word of
+    bits, an integer max of |acc|), so the pass runs at about one memory copy and says how many
+    passed and the largest |acc| (the fp8 scale when all of them are sent, and a NaN or
+    infinity check for free). ``bit_positions`` turns the bits into positions (a hardware count
+    of trailing zeros, branch-free for up to 4 bits a word); ``gather_sent`` takes their values
+    and zeroes them in the residual (the torch path: add_, abs, max, compare, nonzero,
+    index_select, index_fill_; seven passes and temporaries).
+  * ``sent_e4m3_rice``: when every passing entry is sent, the e4m3 codes, the rounding error
+    back into the residual and the Rice bytes of the positions in one loop over them.
   * ``rice_encode`` / ``rice_decode``: ``codecs.rice_encode``'s bit layout (k r-bit remainders,
     MSB first, then k unary codes: q zeros and a 1) written and read with a 64-bit accumulator
-    straight into / out of the byte buffer, no bit array.
+    straight into / out of the byte buffer, no bit array. ``rice_scatter``: the decode and the
+    dense tensor in one pass (the unary codes read 64 bits at a time).
   * ``fp8_e4m3_sent``: the per-tensor scale, the e4m3 codes and the rounding error back into
     the residual for the k sent values, three loops over the k values (amax, divide, round and
     write back) instead of a dozen torch ops; the float32 -> e4m3 rounding is c10's
@@ -24,8 +33,9 @@ one loop, compiled by numba (``@njit(cache=True)``: compiled once per machine, t
 
 The algorithms are the fast path's (DGC, Lin et al. 2018, sec. 3.1 for the sampled threshold;
 Rice coding as ``codecs.py``), with no deviation in what they output. Every kernel computes
-exactly what the torch path computes (same float32 operations in the
-same order per element); the tests compare messages, indices, values and residuals byte for
+exactly what the torch path computes (same float32 operations in the same order per element;
+the marking pass's integer max of |acc| bits is the float max, as non-negative float32 values
+order like their bits); the tests compare messages, indices, values and residuals byte for
 byte. ``AVAILABLE`` is False when numba is not importable: the fast path then runs its torch
 ops (and on a GPU it always does).
 """
@@ -44,61 +54,232 @@ except ImportError:                                          # the torch path st
         return (lambda f: f) if not args or not callable(args[0]) else args[0]
 
 
-_DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
-_DEBRUIJN_BIT = np.zeros(64, np.int64)
-"""(lowest set bit of x * _DEBRUIJN) >> 58 -> the bit's position: count trailing zeros."""
-for _b in range(64):
-    _DEBRUIJN_BIT[(((1 << _b) * 0x03F79D71B4CB0A89) & (2 ** 64 - 1)) >> 58] = _b
+if AVAILABLE:                                               # bit instructions, inlined
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def _ctz0(typingctx, x):
+        """Count trailing zeros, the bit width for 0 (tzcnt)."""
+        def codegen(context, builder, sig, args):
+            return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+        return x(x), codegen
+
+    @intrinsic
+    def _clz(typingctx, x):
+        """Count leading zeros of a nonzero unsigned integer (one lzcnt/bsr)."""
+        def codegen(context, builder, sig, args):
+            return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 1))
+        return x(x), codegen
+
+    @intrinsic
+    def _popcount(typingctx, x):
+        def codegen(context, builder, sig, args):
+            return builder.ctpop(args[0])
+        return x(x), codegen
+
+    def _splat(builder, value, count):
+        """An LLVM vector of ``count`` copies of a scalar."""
+        vty, i32 = ir.VectorType(value.type, count), ir.IntType(32)
+        v = builder.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(i32, 0))
+        return builder.shuffle_vector(v, ir.Constant(vty, ir.Undefined),
+                                      ir.Constant(ir.VectorType(i32, count), [0] * count))
+
+    @intrinsic
+    def _mark64(typingctx, g, res, i, thr, words, w, feedback):
+        """64 elements from i at once, as LLVM vectors: a = g[i:i+64] (+ res[i:i+64], stored back
+        into res with ``feedback``, a literal bool); words[w] = the 64 bits |a| >= thr (a vector
+        compare whose 64 lanes are one integer: movemask, no byte per element); -> the largest
+        |a| bit pattern (float32, sign cleared) among the 64."""
+        f32c = types.Array(types.float32, 1, "C")
+        if (not isinstance(feedback, types.BooleanLiteral) or thr != types.float32
+                or not all(isinstance(x, types.Array) and x.dtype == types.float32
+                           and x.layout == "C" and x.ndim == 1 for x in (g, res))
+                or words != types.Array(types.uint64, 1, "C")):
+            return None                                      # not typed: numba says so
+
+        def codegen(context, builder, sig, args):
+            garr = context.make_array(sig.args[0])(context, builder, args[0])
+            rarr = context.make_array(sig.args[1])(context, builder, args[1])
+            warr = context.make_array(sig.args[4])(context, builder, args[4])
+            i, thr = args[2], args[3]
+            f32, i32 = ir.FloatType(), ir.IntType(32)
+            vf, vi = ir.VectorType(f32, 64), ir.VectorType(i32, 64)
+            gp = builder.bitcast(builder.gep(garr.data, [i]), vf.as_pointer())
+            a = builder.load(gp, align=4)
+            if feedback.literal_value:
+                rp = builder.bitcast(builder.gep(rarr.data, [i]), vf.as_pointer())
+                a = builder.fadd(builder.load(rp, align=4), a)
+                builder.store(a, rp, align=4)
+            sign_off = _splat(builder, ir.Constant(i32, 0x7FFFFFFF), 64)
+            u = builder.and_(builder.bitcast(a, vi), sign_off)              # |a| as bits
+            ge = builder.fcmp_ordered(">=", builder.bitcast(u, vf), _splat(builder, thr, 64))
+            builder.store(builder.bitcast(ge, ir.IntType(64)), builder.gep(warr.data, [args[5]]))
+            umax = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [vi]),
+                                                  "llvm.vector.reduce.umax.v64i32")
+            return builder.call(umax, [u])
+        return types.uint32(g, res, i, thr, words, w, feedback), codegen
+
+    @intrinsic
+    def _bits32(typingctx, x):
+        """A float32's bit pattern as uint32 (no conversion)."""
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(args[0], ir.IntType(32))
+        return types.uint32(types.float32), codegen
+else:                                                        # the same in Python (unused)
+    def _ctz0(x):
+        return type(x)(64 if not x else (int(x) & -int(x)).bit_length() - 1)
+
+    def _clz(x):
+        return type(x)(64 - int(x).bit_length())
+
+    def _popcount(x):
+        return type(x)(bin(int(x)).count("1"))
+
+    def _bits32(x):
+        return np.float32(x).view(np.uint32)
+
+    def _mark64(g, res, i, thr, words, w, feedback):
+        a = res[i:i + 64] + g[i:i + 64] if feedback else g[i:i + 64]
+        if feedback:
+            res[i:i + 64] = a
+        words[w] = np.packbits(np.abs(a) >= thr, bitorder="little").view(np.uint64)[0]
+        return np.uint32(np.abs(a).view(np.uint32).max())
+
+
+_U1, _U8, _TOP = np.uint64(1), np.uint64(8), np.uint64(1 << 63)
+FINITE_BITS = np.uint32(0x7F7FFFFF)
+"""float32 max as bits: |x|'s bits above it are an infinity or a NaN."""
 
 
 @njit(cache=True, nogil=True)
-def feedback_select(g, res, thr, feedback, idx_out, val_out, mask):
-    """acc = res + g (float32); positions with |acc| >= thr -> idx_out[:m], val_out[:m];
-    with ``feedback`` the residual becomes acc with the selected entries zeroed. Past
-    len(idx_out) it counts the entries that pass but neither stores nor zeroes them.
-    -> (m, how many acc are NaN or infinite).
+def probe_threshold(g, res, feedback, draw, d):
+    """DGC's sampled threshold: the d-th largest of |res[j] + g[j]| (float32 sums; |g[j]|
+    without ``feedback``) over the drawn positions j (s,) -- ``torch.topk(probe, d).values[-1]``'s
+    value (a NaN orders differently, but then the marking pass finds it and the caller raises)."""
+    s = draw.shape[0]
+    probe = np.empty(s, np.float32)
+    for t in range(s):
+        j = draw[t]
+        probe[t] = abs(res[j] + g[j]) if feedback else abs(g[j])
+    return np.partition(probe, s - d)[s - d]
 
-    Two passes: (1) add, test finiteness (a count, not a branch), write the residual and one
-    byte per element, |acc| >= thr, into ``mask`` (uint8, >= n; a loop the compiler
-    vectorises); (2) read the mask 8 bytes at a time and visit only the set bytes (lowest set
-    bit, de Bruijn count of trailing zeros), so the work is ~n/8 words + m hits instead of n
-    mispredicted branches (one core, n = 1e6 at 5%: 0.8 ms against 1.5 for one branchy loop)."""
+
+@njit(cache=True, nogil=True)
+def feedback_mask(g, res, thr, feedback, words):
+    """acc = res + g (float32; with ``feedback`` stored into res, else acc = g); bit i % 64 of
+    words[i // 64] = |acc[i]| >= thr; ``words``: uint64 (ceil(n / 64),). -> (m, how many bits
+    are set; amax, the largest |acc| as float32 bits: above ``FINITE_BITS`` when some acc is
+    NaN or infinite, and NaN never passes the compare).
+
+    64 elements a step as LLVM vectors (``_mark64``: add, store, compare straight to bits, an
+    integer max), the last n % 64 one by one."""
     n = g.shape[0]
-    cap = idx_out.shape[0]
-    nbad = 0
-    big = np.float32(3.4028235e38)                           # float32 max: inf and NaN fail
-    for i in range(n):
-        a = res[i] + g[i] if feedback else g[i]
-        nbad += not (abs(a) <= big)
-        mask[i] = abs(a) >= thr
-        if feedback:
-            res[i] = a
-    n8 = n - n % 8
-    words = mask[:n8].view(np.uint64)                        # byte b of word w: element 8w + b
+    nw = words.shape[0]
+    n64 = n // 64
+    thr = np.float32(thr)                                    # a float32 value, exactly
+    amax = np.uint32(0)
     m = 0
-    one = np.uint64(1)
-    s58 = np.uint64(58)
+    if feedback:
+        for w in range(n64):
+            amax = max(amax, _mark64(g, res, 64 * w, thr, words, w, True))
+            m += np.int64(_popcount(words[w]))
+    else:
+        for w in range(n64):
+            amax = max(amax, _mark64(g, res, 64 * w, thr, words, w, False))
+            m += np.int64(_popcount(words[w]))
+    if nw > n64:                                             # the tail, < 64 elements
+        bits = np.uint64(0)
+        for i in range(64 * n64, n):
+            a = res[i] + g[i] if feedback else g[i]
+            if feedback:
+                res[i] = a
+            amax = max(amax, _bits32(a) & np.uint32(0x7FFFFFFF))
+            if abs(a) >= thr:
+                bits |= _U1 << np.uint64(i - 64 * n64)
+        words[n64] = bits
+        m += np.int64(_popcount(bits))
+    return m, amax
+
+
+@njit(cache=True, nogil=True)
+def bit_positions(words, idx_out):
+    """The set bits of ``words`` as positions in increasing order into idx_out (>= m + 4 slots,
+    m the set bits). Branch-free for up to 4 bits a word: each word writes 4 slots whatever it
+    holds (one trailing-zero count each; past its bits they are overwritten by the next word's)
+    and advances by its popcount, so the loop's branches depend on the data only for the words
+    with more than 4 bits, not on every word's exit. -> m."""
+    j = 0
     for w in range(words.shape[0]):
         x = words[w]
-        while x:
-            low = x & (~x + one)                             # the lowest set bit
-            i = 8 * w + (_DEBRUIJN_BIT[(low * _DEBRUIJN) >> s58] >> 3)
-            if m < cap:
-                idx_out[m] = i
-                val_out[m] = res[i] if feedback else g[i]
-                if feedback:
-                    res[i] = 0.0
-            m += 1                                           # past the buffer: counted only
-            x &= x - one
-    for i in range(n8, n):
-        if mask[i]:
-            if m < cap:
-                idx_out[m] = i
-                val_out[m] = res[i] if feedback else g[i]
-                if feedback:
-                    res[i] = 0.0
-            m += 1
-    return m, nbad
+        base = 64 * w
+        cnt = np.int64(_popcount(x))
+        for t in range(4):
+            idx_out[j + t] = base + np.int64(_ctz0(x))      # 64 past the last bit: overwritten
+            x &= x - _U1
+        if cnt > 4:
+            for t in range(4, cnt):
+                idx_out[j + t] = base + np.int64(_ctz0(x))
+                x &= x - _U1
+        j += cnt
+    return j
+
+
+@njit(cache=True, nogil=True)
+def gather_sent(idx, src, res, feedback, val_out):
+    """val_out[j] = src[idx[j]] for j < len(val_out); with ``feedback`` res[idx[j]] = 0 (what is
+    sent leaves the residual)."""
+    for j in range(val_out.shape[0]):
+        i = idx[j]
+        val_out[j] = src[i]
+        if feedback:
+            res[i] = 0.0
+
+
+@njit(cache=True, nogil=True)
+def sent_e4m3_rice(idx, src, res, feedback, scale, table, r, codes, out):
+    """m = len(codes) sent positions idx[:m] (increasing) straight to the wire in one loop: their
+    values src[i] / scale as e4m3 codes into codes (``fp8_e4m3_sent``'s float32 ops); with
+    ``feedback`` res[i] = src[i] - the dequantized value (the rounding error stays); and the
+    positions as ``rice_encode``'s bytes with parameter r into out (zeroed, at least 5 +
+    (m * r + (n - m) // 2**r + m + 7) // 8 bytes: the unary part sums to <= (n - m) >> r).
+    -> the bytes of out used."""
+    m = codes.shape[0]
+    out[0] = m & 255                                         # header "<IB": k u32, r u8
+    out[1] = (m >> 8) & 255
+    out[2] = (m >> 16) & 255
+    out[3] = (m >> 24) & 255
+    out[4] = r
+    low = (1 << r) - 1
+    acc = 0
+    nacc = 0
+    p = 5                                                    # remainders from byte 5, MSB first
+    unary = 40 + m * r - 1                                   # then the unary codes
+    prev = -1
+    for j in range(m):
+        i = idx[j]
+        a = src[i]
+        y = a / scale                                        # float32, as torch divides
+        f = np.int64(_bits32(y))
+        c = _e4m3(f & 0x7FFFFFFF, abs(y)) | ((f >> 24) & 0x80)
+        codes[j] = c
+        if feedback:
+            res[i] = a - table[c] * scale
+        gap = i - prev - 1
+        prev = i
+        acc = (acc << r) | (gap & low)
+        nacc += r
+        while nacc >= 8:
+            nacc -= 8
+            out[p] = (acc >> nacc) & 255
+            p += 1
+        acc &= (1 << nacc) - 1
+        unary += (gap >> r) + 1                              # q zeros, then a 1
+        out[unary >> 3] |= 128 >> (unary & 7)
+    if nacc:                                                 # the byte the unary part starts in
+        out[p] |= (acc << (8 - nacc)) & 255
+    return (unary >> 3) + 1
 
 
 @njit(cache=True, nogil=True)
@@ -194,6 +375,60 @@ def rice_decode(body, k, r, out):
             count += 1
             prev = pos
     return count, prev, qmax
+
+
+@njit(cache=True, nogil=True)
+def rice_scatter(body, k, r, codes, table, scale, vals, fp8, out):
+    """``rice_decode`` and the dense tensor in one pass: the j-th decoded position i gets
+    out[i] = table[codes[j]] * scale (``fp8``) or vals[j], every other element of out (n,)
+    float32 0. The unary codes are read 64 bits at a time (the highest set bit: one
+    instruction), each terminator's remainder from its own cursor. Positions past len(out)
+    are not written. -> ``rice_decode``'s (terminators found, position of the last, largest
+    unary part) and the last decoded position; out is valid only when the caller's checks pass.
+    The caller checked k * r <= 8 * len(body)."""
+    n = out.shape[0]
+    nb = body.shape[0]
+    low = (1 << r) - 1
+    racc = 0
+    rbits = 0
+    rp = 0                                                   # the remainders' cursor
+    start = k * r
+    count = 0
+    prev = start - 1
+    qmax = 0
+    cur = -1
+    for i in range(n):                                       # a memset
+        out[i] = 0.0
+    b = start >> 3
+    while b < nb:
+        word = np.uint64(0)
+        for t in range(8):                                   # 8 bytes, big-endian (MSB first)
+            word <<= _U8
+            if b + t < nb:
+                word |= np.uint64(body[b + t])
+        if b == start >> 3:
+            word &= ~np.uint64(0) >> np.uint64(start & 7)    # the remainders' bits are not ones
+        while word:
+            t = np.int64(_clz(word))
+            word ^= _TOP >> np.uint64(t)
+            pos = 8 * b + t
+            if count < k:
+                q = pos - prev - 1
+                if q > qmax:
+                    qmax = q
+                while rbits < r:
+                    racc = (racc << 8) | body[rp]
+                    rp += 1
+                    rbits += 8
+                rbits -= r
+                cur += ((q << r) | ((racc >> rbits) & low)) + 1
+                racc &= (1 << rbits) - 1
+                if cur < n:
+                    out[cur] = table[codes[count]] * scale if fp8 else vals[count]
+            count += 1
+            prev = pos
+        b += 8
+    return count, prev, qmax, cur
 
 
 @njit(cache=True, nogil=True)
