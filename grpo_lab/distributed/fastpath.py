@@ -37,11 +37,14 @@ What changes against the reference, and what stays bit for bit:
     per element against numpy's 0.07 and 0.8, and its bit packing 30x slower than np.packbits.
     Everything else is the same torch code on both (tests run the torch branches on a CPU).
   * Fused CPU kernels (``kernels.py``, numba; ``KERNELS_ON_CPU``): on a CPU tensor the sampled
-    selection with error feedback (``_sampled_fused``), Rice encode and decode, the fp8 values
-    with their rounding error (``fp8_sent_``) and the decode scatter (``scatter``) are one
-    compiled loop each, the same outputs bit for bit; with them the fast Rice codec is the
-    faster writer at every k. The torch ops above stay for GPU tensors and when numba is not
-    importable; the tests run both on every equality check.
+    selection with error feedback is one kernel call (threshold, a marking pass at about one
+    memory copy, the positions), and for ``fast_topk5`` the whole record is one more
+    (``sampled_e4m3_rice_``, registered in ``FUSED_TOPK``: the e4m3 codes, their rounding error
+    into the residual and the Rice bytes); the decode is one kernel from the Rice bytes to the
+    dense tensor (``rice_dense``, ``DENSE_DECODERS``). Rice encode and decode alone, the fp8
+    values with their rounding error (``fp8_sent_``) and the decode scatter (``scatter``) have
+    kernels too. All of them write the same outputs bit for bit; the torch ops above stay for
+    GPU tensors and when numba is not importable; the tests run both on every equality check.
 
 Values after fp8 (``CompressionConfig.topk_format``) are quantised by ``compression.fp8_quantize``
 on both paths; the residual keeps the quantisation error of the sent values (error feedback
