@@ -14,9 +14,11 @@
     Each figure is the minimum of ``--repeats`` timings: on a 2-core machine shared by several
     jobs a 2 ms stage is often preempted for a 4-10 ms time slice, which the median of a few
     repeats does not remove (the median was reported until issue 27); the minimum is the least
-    disturbed repeat, for the memory copy as for the codecs. Read the ratios to the memory
-    copy, not the absolute MB/s; a longer stage is preempted more often, so under load the
-    ratios of the slow rows are pessimistic.
+    disturbed repeat, for the memory copy as for the codecs. 40 repeats by default (15 until
+    issue 27's last session: with another job on the second core, 15 repeats of a 1 ms
+    protocol often held no undisturbed one). Read the ratios to the memory copy, not the
+    absolute MB/s; a longer stage is preempted more often, so under load the ratios of the
+    slow rows are pessimistic.
 (3) The fast path (issue 27, ``fastpath.py``), in the same run: the Rice codec in torch (the
     reference's bytes) and the whole protocol through ``Compressor(fast=True)`` with the
     ``fast_topk5`` settings on one 4 MB tensor (DGC sampled threshold, fp8 values, Rice), stage
@@ -267,12 +269,12 @@ def pays_table() -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--repeats", type=int, default=40)
     ap.add_argument("--out", default=str(Path(__file__).with_name("RESULTS_compression.md")))
     args = ap.parse_args()
     torch.set_num_threads(1)
     command = "    .venv/bin/python bench/bench_codecs.py" + \
-        (f" --repeats {args.repeats}" if args.repeats != 15 else "")
+        (f" --repeats {args.repeats}" if args.repeats != 40 else "")
     t0 = time.time()
     warm = warm_up()
     size_rows, ok = size_table()
