@@ -14,9 +14,11 @@
     Each figure is the minimum of ``--repeats`` timings: on a 2-core machine shared by several
     jobs a 2 ms stage is often preempted for a 4-10 ms time slice, which the median of a few
     repeats does not remove (the median was reported until issue 27); the minimum is the least
-    disturbed repeat, for the memory copy as for the codecs. Read the ratios to the memory
-    copy, not the absolute MB/s; a longer stage is preempted more often, so under load the
-    ratios of the slow rows are pessimistic.
+    disturbed repeat, for the memory copy as for the codecs. 40 repeats by default (15 until
+    issue 27's last session: with another job on the second core, 15 repeats of a 1 ms
+    protocol often held no undisturbed one). Read the ratios to the memory copy, not the
+    absolute MB/s; a longer stage is preempted more often, so under load the ratios of the
+    slow rows are pessimistic.
 (3) The fast path (issue 27, ``fastpath.py``), in the same run: the Rice codec in torch (the
     reference's bytes) and the whole protocol through ``Compressor(fast=True)`` with the
     ``fast_topk5`` settings on one 4 MB tensor (DGC sampled threshold, fp8 values, Rice), stage
@@ -158,36 +160,55 @@ def fast_codec_rows(tidx, idx, repeats, ceiling, mb, goals, how) -> list[str]:
 
 
 def stage_rows(grad: torch.Tensor, repeats: int, ceiling: float) -> list[str]:
-    """The fast_topk5 protocol's stages on the 4 MB tensor, each timed alone (median ms)."""
+    """The fast_topk5 protocol's stages on the 4 MB tensor, each timed alone (best of the
+    repeats): the kernels' stages where numba is present, else the torch ops'."""
     from grpo_lab.distributed import wire
     from grpo_lab.distributed.compression import fp8_dequantize, fp8_quantize
     n, k = grad.numel(), round(0.05 * grad.numel())
     res, absbuf, gen = torch.zeros(n), torch.empty(n), torch.Generator().manual_seed(0)
-    idx, vals, _ = fastpath.sparsify_(grad, res, k, "sampled", gen, absbuf)
-    codes, sc = fp8_quantize(vals, "e4m3")
-    index = fastpath.rice_encode(idx, n)
-    rec = wire.TensorRecord("w", "topk", "e4m3", "rice", (n,), 0, sc.numpy(), len(idx),
-                            codes.numpy().tobytes(), index)
+    if fastpath.KERNELS_ON_CPU:
+        acc, m, idx, amax = fastpath._sampled_mark(grad, res, k, gen, absbuf)
+        scale, r = amax / np.float32(448.0), codecs.rice_parameter(min(m, k), n)
+        codes, index = kernels.sent_e4m3_rice(idx, min(m, k), acc, acc, True, np.float32(0.0),
+                                              scale, fastpath._e4m3_table(), n, r)
+        sc, index = np.array([scale], np.float32), index.tobytes()
+    else:
+        idx, vals, _ = fastpath.sparsify_(grad, res, k, "sampled", gen, absbuf)
+        codes, sc = fp8_quantize(vals, "e4m3")
+        codes, sc, index = codes.numpy(), sc.numpy(), fastpath.rice_encode(idx, n)
+    rec = wire.TensorRecord("w", "topk", "e4m3", "rice", (n,), 0, sc, len(codes),
+                            codes.tobytes(), index)
     msg = wire.pack([rec])
-    stages = [
-        ("error feedback + select (residual += g, abs, sampled threshold, positions, gather, "
-         "zero the sent)", lambda: fastpath.sparsify_(grad, res, k, "sampled", gen, absbuf)),
-        ("fp8 e4m3 of the k values, rounding error back to the residual",
-         lambda: fastpath.fp8_sent_(vals, idx, res, "e4m3") or
-         res.index_copy_(0, idx, vals - fp8_dequantize(*fp8_quantize(vals, "e4m3"), "e4m3"))),
-        ("Rice encode", lambda: fastpath.rice_encode(idx, n)),
-        ("wire pack (header, CRC-32)", lambda: wire.pack([rec])),
-        ("wire unpack (CRC-32, every field and value checked)", lambda: wire.unpack(msg)),
-        ("Rice decode", lambda: fastpath.rice_decode(index, n)),
-        ("dense tensor from k positions and fp8 values",
-         lambda: fastpath.scatter(idx, rec.values, n, "e4m3", rec.scales) if fastpath.KERNELS_ON_CPU
-         else _topk_decode(idx, rec.values, n, "e4m3", rec.scales)),
-    ]
+    if fastpath.KERNELS_ON_CPU:
+        stages = [
+            ("error feedback + sampled threshold + marking + positions (torch.randint draws, "
+             "kernels.sampled_marks)", lambda: fastpath._sampled_mark(grad, res, k, gen, absbuf)),
+            ("fp8 e4m3 of the sent values + rounding error to the residual + Rice bytes "
+             "(kernels.sent_e4m3_rice)",
+             lambda: kernels.sent_e4m3_rice(idx, min(m, k), acc, acc, True, np.float32(0.0),
+                                            scale, fastpath._e4m3_table(), n, r)),
+            ("wire pack (header, CRC-32)", lambda: wire.pack([rec])),
+            ("wire unpack (CRC-32, every field and value checked)", lambda: wire.unpack(msg)),
+            ("Rice decode + the dense tensor (fastpath.rice_dense)",
+             lambda: fastpath.rice_dense(index, n, len(codes), "e4m3", rec.values, sc)),
+        ]
+    else:
+        stages = [
+            ("error feedback + select (residual += g, abs, sampled threshold, positions, gather, "
+             "zero the sent)", lambda: fastpath.sparsify_(grad, res, k, "sampled", gen, absbuf)),
+            ("fp8 e4m3 of the k values, rounding error back to the residual",
+             lambda: res.index_copy_(0, idx, vals - fp8_dequantize(*fp8_quantize(vals, "e4m3"),
+                                                                   "e4m3"))),
+            ("Rice encode", lambda: fastpath.rice_encode(idx, n)),
+            ("wire pack (header, CRC-32)", lambda: wire.pack([rec])),
+            ("wire unpack (CRC-32, every field and value checked)", lambda: wire.unpack(msg)),
+            ("Rice decode", lambda: fastpath.rice_decode(index, n)),
+            ("dense tensor from k positions and fp8 values",
+             lambda: _topk_decode(idx, rec.values, n, "e4m3", rec.scales)),
+        ]
     how = "numba kernels" if fastpath.KERNELS_ON_CPU else "torch ops"
     rows = ["", f"Fast path stage by stage ({how}; fast_topk5 settings, 4 MB tensor, best of the "
-            "repeats; fp8 through fastpath.fp8_sent_ and the dense tensor through fastpath.scatter "
-            "where a kernel applies):", "",
-            "| stage | ms | memcpys of the 4 MB |", "|---|---|---|"]
+            "repeats):", "", "| stage | ms | memcpys of the 4 MB |", "|---|---|---|"]
     total = 0.0
     for label, fn in stages:
         t = best_time(fn, repeats)
@@ -248,12 +269,12 @@ def pays_table() -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--repeats", type=int, default=40)
     ap.add_argument("--out", default=str(Path(__file__).with_name("RESULTS_compression.md")))
     args = ap.parse_args()
     torch.set_num_threads(1)
     command = "    .venv/bin/python bench/bench_codecs.py" + \
-        (f" --repeats {args.repeats}" if args.repeats != 15 else "")
+        (f" --repeats {args.repeats}" if args.repeats != 40 else "")
     t0 = time.time()
     warm = warm_up()
     size_rows, ok = size_table()

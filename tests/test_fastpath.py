@@ -288,8 +288,7 @@ def test_kernel_decode_scatter_equals_the_torch_decode(path):
 
 def _count_kernel_calls(monkeypatch):
     calls = []
-    for name in ("probe_threshold", "feedback_mask", "bit_positions", "gather_sent",
-                 "sent_e4m3_rice", "fp8_e4m3_sent", "rice_encode", "rice_decode", "rice_scatter",
+    for name in ("sampled_marks", "gather_sent", "sent_e4m3_rice", "fp8_e4m3_sent", "rice_encode", "rice_decode", "rice_scatter",
                  "scatter_fp8"):
         fn = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a, _f=fn, _n=name: calls.append(_n) or _f(*a))
@@ -299,22 +298,52 @@ def _count_kernel_calls(monkeypatch):
 
 @pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")
 def test_a_cpu_tensor_takes_every_kernel_once(monkeypatch):
-    """fast_topk5 on one CPU tensor: when at most k pass the threshold, the threshold, the
-    marking pass, the positions and one kernel for fp8 + residual + Rice on the way out, one
-    Rice + dense kernel on the way in; when more pass, the stages one by one (so the equality
-    tests above test the kernels, not a fallback)."""
+    """fast_topk5 on one CPU tensor: when at most k pass the threshold, one kernel for the
+    threshold, the marking pass and the positions, one for fp8 + residual + Rice on the way
+    out, one Rice + dense kernel on the way in; when more pass, their values first (for the
+    floor that keeps the top k); with a tie across the k-th, the stages one by one (so the
+    equality tests above test the kernels, not a fallback)."""
     calls = _count_kernel_calls(monkeypatch)
     g = {"w": torch.randn(20_000, generator=torch.Generator().manual_seed(0))}
-    comp = C.Compressor("fast_topk5", seed=1)                              # 796 of 1000 pass
-    C.decode_message(comp.encode(g), fast=True)
-    assert calls == ["probe_threshold", "feedback_mask", "bit_positions", "sent_e4m3_rice",
-                     "rice_scatter"]
+    for seed, more in [(1, []), (0, ["gather_sent"])]:                     # 796 and > 1000 pass
+        calls.clear()
+        C.decode_message(C.Compressor("fast_topk5", seed=seed).encode(g), fast=True)
+        assert calls == ["sampled_marks", *more, "sent_e4m3_rice", "rice_scatter"], seed
     calls.clear()
     tied = {"w": torch.zeros(20_000)}                     # every entry passes a threshold of 0
     tied["w"][::97] = 1.0
     C.decode_message(C.Compressor("fast_topk5").encode(tied), fast=True)
-    assert calls == ["probe_threshold", "feedback_mask", "bit_positions", "gather_sent",
-                     "fp8_e4m3_sent", "rice_encode", "rice_scatter"]
+    assert calls == ["sampled_marks", "gather_sent", "gather_sent", "fp8_e4m3_sent",
+                     "rice_encode", "rice_scatter"]
+
+
+@pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")
+@pytest.mark.parametrize("feedback", [True, False])
+@pytest.mark.parametrize("levels", [0, 4], ids=["continuous", "few values"])
+def test_fused_record_over_steps_takes_every_branch_and_sends_the_reference_bytes(
+        monkeypatch, levels, feedback):
+    """Ten steps of fast_topk5 on a 60,003-element tensor: at most k passing (one kernel), more
+    than k with a unique top k (the floor), and, on gradients of a few distinct values, a tie
+    across the k-th (torch.topk's choice, stage by stage); every message and residual equal
+    to the readable path's."""
+    calls = _count_kernel_calls(monkeypatch)
+    cfg = dataclasses.replace(C.get_config("fast_topk5"), error_feedback=feedback)
+    slow = C.Compressor(dataclasses.replace(cfg, fast=False), seed=3)
+    fast = C.Compressor(cfg, seed=3)
+    gen = torch.Generator().manual_seed(4)
+    seen = set()
+    for _ in range(10):
+        g = torch.randn(60_003, generator=gen)
+        if levels:
+            g = torch.round(g * levels) / levels                            # many equal |values|
+        calls.clear()
+        m = fast.encode({"w": g})
+        seen.add(["all", "floor", "tie"][calls.count("gather_sent")])
+        assert m == slow.encode({"w": g})
+        if feedback:
+            assert torch.equal(fast.residual["w"], slow.residual["w"])
+        assert torch.equal(C.decode_message(m, fast=True)["w"], C.decode_message(m)["w"])
+    assert seen >= ({"all", "floor"} if not levels else {"tie"}), seen
 
 
 @pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")
@@ -371,29 +400,30 @@ def test_bit_positions_equal_flatnonzero():
 @pytest.mark.parametrize("n,m", [(1_000_000, 50_000), (100_003, 31), (4099, 205), (1001, 1001),
                                  (70, 3)])
 @pytest.mark.parametrize("feedback", [True, False])
-def test_sent_kernel_writes_the_staged_bytes(n, m, feedback):
-    """kernels.sent_e4m3_rice (fp8 codes, residual error and Rice bytes in one loop) against
+@pytest.mark.parametrize("cut", [False, True], ids=["all sent", "floor"])
+def test_sent_kernel_writes_the_staged_bytes(n, m, feedback, cut):
+    """kernels.sent_e4m3_rice (fp8 codes, residual error and Rice bytes in one call) against
     compression.fp8_quantize / fp8_dequantize and codecs.rice_encode, for Rice parameters from
-    0 (every position sent) to 15, values that round to subnormals and to 448."""
+    0 (every position sent) to 15, values that round to subnormals and to 448; with a floor,
+    only the positions whose |value| reaches it (the others keep their residual)."""
     rng = np.random.default_rng(m)
     idx = np.sort(rng.choice(n, m, replace=False))
     acc = rng.standard_normal(n).astype(np.float32)
     acc[idx[: m // 3]] *= np.float32(1e-4)                                 # e4m3 subnormals
     res = acc.copy()
-    vals = torch.from_numpy(acc[idx])
+    floor = np.float32(np.quantile(np.abs(acc[idx]), 0.3)) if cut else np.float32(0.0)
+    sent = idx[np.abs(acc[idx]) >= floor]
+    vals = torch.from_numpy(acc[sent])
     codes_ref, scale = C.fp8_quantize(vals, "e4m3")
-    r = codecs.rice_parameter(m, n)
-    codes = np.empty(m, np.uint8)
-    out = np.zeros(5 + (m * r + ((n - m) >> r) + m + 7) // 8, np.uint8)
+    r = codecs.rice_parameter(len(sent), n)
     padded = np.concatenate([idx, np.zeros(4, np.int64)])
-    used = kernels.sent_e4m3_rice(padded, res, res, feedback, scale.numpy()[0], F._e4m3_table(),
-                                  r, codes, out)
-    assert out[:used].tobytes() == codecs.rice_encode(idx, n)
-    assert not out[used:].any()
+    codes, index = kernels.sent_e4m3_rice(padded, m, res, res, feedback, floor,
+                                          scale.numpy()[0], F._e4m3_table(), n, r)
+    assert index.tobytes() == codecs.rice_encode(sent, n)
     assert np.array_equal(codes, codes_ref.numpy())
     expect = acc.copy()
     if feedback:
-        expect[idx] = (vals - C.fp8_dequantize(codes_ref, scale, "e4m3")).numpy()
+        expect[sent] = (vals - C.fp8_dequantize(codes_ref, scale, "e4m3")).numpy()
     assert np.array_equal(res, expect)
 
 

@@ -36,7 +36,9 @@ values; the residual then keeps their rounding error too); DGC's local gradient 
 left out.
 
 The fast path (``fast=True``, ``fastpath.py``): the same algorithm in whole-tensor torch ops
-(on a CPU tensor fused numba kernels, ``kernels.py``), the residual updated in place, the index codec's bytes written without one byte per bit. It
+(on a CPU tensor fused numba kernels, ``kernels.py``; a whole ``fast_topk5`` record in two
+kernel calls, its decode in one), the residual updated in place, the index codec's bytes
+written without one byte per bit. It
 gives the same indices, values and bytes as this module's readable path for the same config
 (``tests/test_fastpath.py``); ``fast_topk5`` is the preset built for speed (DGC's sampled
 threshold, fp8 values, Rice), ``fp8_topk5_fast`` is ``fp8_topk5`` through the fast path

@@ -37,11 +37,14 @@ What changes against the reference, and what stays bit for bit:
     per element against numpy's 0.07 and 0.8, and its bit packing 30x slower than np.packbits.
     Everything else is the same torch code on both (tests run the torch branches on a CPU).
   * Fused CPU kernels (``kernels.py``, numba; ``KERNELS_ON_CPU``): on a CPU tensor the sampled
-    selection with error feedback (``_sampled_fused``), Rice encode and decode, the fp8 values
-    with their rounding error (``fp8_sent_``) and the decode scatter (``scatter``) are one
-    compiled loop each, the same outputs bit for bit; with them the fast Rice codec is the
-    faster writer at every k. The torch ops above stay for GPU tensors and when numba is not
-    importable; the tests run both on every equality check.
+    selection with error feedback is one kernel call (threshold, a marking pass at about one
+    memory copy, the positions), and for ``fast_topk5`` the whole record is one more
+    (``sampled_e4m3_rice_``, registered in ``FUSED_TOPK``: the e4m3 codes, their rounding error
+    into the residual and the Rice bytes); the decode is one kernel from the Rice bytes to the
+    dense tensor (``rice_dense``, ``DENSE_DECODERS``). Rice encode and decode alone, the fp8
+    values with their rounding error (``fp8_sent_``) and the decode scatter (``scatter``) have
+    kernels too. All of them write the same outputs bit for bit; the torch ops above stay for
+    GPU tensors and when numba is not importable; the tests run both on every equality check.
 
 Values after fp8 (``CompressionConfig.topk_format``) are quantised by ``compression.fp8_quantize``
 on both paths; the residual keeps the quantisation error of the sent values (error feedback
@@ -159,43 +162,35 @@ def _sampled_mark(g: torch.Tensor, residual: torch.Tensor | None, k: int, genera
     """The first half of the sampled selection on the kernels: the probe is drawn as the
     reference draws it (``torch.randint`` with the same generator) and read as |residual + g|
     at the drawn positions (the same float32 sums); its d-th largest is the threshold
-    (``torch.topk(probe, d).values[-1]``'s value, ``kernels.probe_threshold``); then one pass
-    (``kernels.feedback_mask``) adds (residual = acc in place), compares and marks one bit per
-    passing element. -> (acc (n,) numpy: the residual or g, m passing, largest |acc|, the bit
-    words). Raises the torch path's ValueError on a NaN or infinity (the residual is then
-    residual + g everywhere, as there). ``absbuf`` (n,) float32, if given, holds the bit words
-    (n / 8 bytes of its 4 n)."""
+    (``torch.topk(probe, d).values[-1]``'s value); then one pass adds (residual = acc in place),
+    compares and marks one bit per passing element, and the marks become positions
+    (``kernels.sampled_marks``). -> (acc (n,) numpy: the residual or g, m passing, their
+    positions (m + 4,) (the first m valid), the largest |acc| (float32)). Raises the torch
+    path's ValueError on a NaN or infinity (the residual is then residual + g everywhere, as
+    there). ``absbuf`` (n,) float32, if given, holds the bit words (n / 8 bytes of its 4 n)."""
     n = g.numel()
     s = min(n, max(1000, int(sample * n)))
     draw = torch.randint(n, (s,), generator=generator).numpy()            # (s,)
     gn = g.numpy()                                                        # (n,)
     acc = gn if residual is None else residual.numpy()                    # (n,)
-    thr = kernels.probe_threshold(gn, acc, residual is not None, draw, max(1, math.ceil(k * s / n)))
     nw = -(-n // 64)
     words = (absbuf.numpy()[:2 * nw].view(np.uint64) if absbuf is not None
              and absbuf.numel() >= 2 * nw and absbuf.is_contiguous()
              and absbuf.dtype == torch.float32 else np.empty(nw, np.uint64))  # (nw,) scratch
-    m, amax = kernels.feedback_mask(gn, acc, thr, residual is not None, words)
+    m, amax, idx = kernels.sampled_marks(gn, acc, residual is not None, draw,
+                                         max(1, math.ceil(k * s / n)), words)
     if amax > kernels.FINITE_BITS:
         bad = ~torch.isfinite(torch.from_numpy(acc))                      # (n,)
         raise ValueError(f"top-k met {int(bad.sum())} non-finite values (residual included), "
                          f"the first at position {int(bad.nonzero()[0])}")
-    return acc, m, np.array(amax, np.uint32).view(np.float32)[()], words
-
-
-def _passers(m: int, words: np.ndarray) -> np.ndarray:
-    """Positions (m + 4,) int64 of the marked elements (the first m valid), increasing."""
-    idx = np.empty(m + 4, np.int64)                                       # (m + 4,)
-    kernels.bit_positions(words, idx)
-    return idx
+    return acc, m, idx, np.array(amax, np.uint32).view(np.float32)[()]
 
 
 def _sampled_fused(g: torch.Tensor, residual: torch.Tensor | None, k: int, generator=None,
                    absbuf: torch.Tensor | None = None):
     """``sparsify_`` with ``select_sampled`` through the kernels (``_sampled_mark``, then the
-    marked positions and their values, zeroed in the residual). Needs ``_sampled_applies``."""
-    acc, m, _, words = _sampled_mark(g, residual, k, generator, absbuf)
-    idx = _passers(m, words)                   # (m + 4,)
+    marked positions' values, zeroed in the residual). Needs ``_sampled_applies``."""
+    acc, m, idx, _ = _sampled_mark(g, residual, k, generator, absbuf)
     val = np.empty(m, np.float32)                                         # (m,)
     kernels.gather_sent(idx, acc, acc, residual is not None, val)
     return _top_k_of_passers(torch.from_numpy(idx[:m]), torch.from_numpy(val), residual, k)
@@ -216,32 +211,36 @@ def _top_k_of_passers(chosen: torch.Tensor, values: torch.Tensor, residual, k: i
 def sampled_e4m3_rice_(g: torch.Tensor, residual: torch.Tensor | None, k: int, generator=None,
                        absbuf: torch.Tensor | None = None):
     """The ``fast_topk5`` record in one go: ``sparsify_`` (sampled), ``fp8_sent_`` (e4m3) and
-    ``rice_encode`` of the sent positions, the same bytes, values and residual. When at most k
-    pass the threshold (all of them are sent) the sent values' amax is the largest |acc|,
-    which the marking pass found, so the scale is known before any value is visited and one
-    kernel (``kernels.sent_e4m3_rice``) quantises, updates the residual and writes the Rice
-    bytes; with more than k, the top k among them is chosen first and the stages run one by
-    one. -> (codes (k',) uint8, scale (1,) float32, Rice bytes) as numpy / bytes, or None when
-    the kernels do not apply (the caller runs the stages)."""
+    ``rice_encode`` of the sent positions, the same bytes, values and residual. The sent
+    values' amax is the largest |acc| (the largest always passes and is sent), which the
+    marking pass found, so the scale is known before any value is visited and one kernel
+    (``kernels.sent_e4m3_rice``) quantises, updates the residual and writes the Rice bytes.
+    When more than k pass, the reference keeps ``torch.topk``'s k among them: when exactly k
+    reach the k-th largest |acc| that set is the only top k, and it is kept by that floor;
+    with a tie across the k-th, the stages run one by one with ``torch.topk`` (whose choice
+    among equal values is its own). -> (codes (k',) uint8, scale (1,) float32, Rice bytes) as
+    numpy / bytes, or None when the kernels do not apply (the caller runs the stages)."""
     if not _sampled_applies(g, residual):
         return None
     feedback = residual is not None
-    acc, m, amax, words = _sampled_mark(g, residual, k, generator, absbuf)
-    idx = _passers(m, words)                               # (m + 4,)
+    acc, m, idx, amax = _sampled_mark(g, residual, k, generator, absbuf)
     n = g.numel()
-    if m > k:                                                             # top-k among them first
+    floor = np.float32(0.0)
+    if m > k:                                                             # the top k of them
         val = np.empty(m, np.float32)                                     # (m,)
-        kernels.gather_sent(idx, acc, acc, feedback, val)
-        chosen, values, _ = _top_k_of_passers(torch.from_numpy(idx[:m]), torch.from_numpy(val),
-                                              residual, k)
-        codes, scale = fp8_sent_(values, chosen, residual, "e4m3")        # finite: not None
-        return codes.numpy(), scale.numpy(), rice_encode(chosen, n)
+        kernels.gather_sent(idx, acc, acc, False, val)
+        a = np.abs(val)                                                   # (m,)
+        floor = np.partition(a, m - k)[m - k]                             # the k-th largest
+        if np.count_nonzero(a >= floor) != k:         # a tie across the k-th: torch.topk decides
+            kernels.gather_sent(idx, acc, acc, feedback, val)             # zero them, as staged
+            chosen, values, _ = _top_k_of_passers(torch.from_numpy(idx[:m]),
+                                                  torch.from_numpy(val), residual, k)
+            codes, scale = fp8_sent_(values, chosen, residual, "e4m3")    # finite: not None
+            return codes.numpy(), scale.numpy(), rice_encode(chosen, n)
     scale = amax / np.float32(448.0) if amax > 0 else np.float32(1.0)     # compression.fp8_quantize
-    r = codecs.rice_parameter(m, n)
-    codes = np.empty(m, np.uint8)                                         # (m,)
-    out = np.zeros(5 + (m * r + ((n - m) >> r) + m + 7) // 8, np.uint8)   # header + the bound
-    used = kernels.sent_e4m3_rice(idx, acc, acc, feedback, scale, _e4m3_table(), r, codes, out)
-    return codes, np.array([scale], np.float32), out[:used].tobytes()
+    codes, index = kernels.sent_e4m3_rice(idx, m, acc, acc, feedback, floor, scale, _e4m3_table(),
+                                          n, codecs.rice_parameter(min(m, k), n))
+    return codes, np.array([scale], np.float32), index.tobytes()
 
 
 FUSED_TOPK = {("sampled", "e4m3", "rice"): sampled_e4m3_rice_}

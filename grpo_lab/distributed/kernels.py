@@ -74,6 +74,13 @@ if AVAILABLE:                                               # bit instructions, 
         return x(x), codegen
 
     @intrinsic
+    def _bswap(typingctx, x):
+        """Reverse the bytes of an integer (one bswap)."""
+        def codegen(context, builder, sig, args):
+            return builder.bswap(args[0])
+        return x(x), codegen
+
+    @intrinsic
     def _popcount(typingctx, x):
         def codegen(context, builder, sig, args):
             return builder.ctpop(args[0])
@@ -136,6 +143,9 @@ else:                                                        # the same in Pytho
 
     def _popcount(x):
         return type(x)(bin(int(x)).count("1"))
+
+    def _bswap(x):
+        return type(x)(int.from_bytes(int(x).to_bytes(8, "little"), "big"))
 
     def _bits32(x):
         return np.float32(x).view(np.uint32)
@@ -227,6 +237,20 @@ def bit_positions(words, idx_out):
 
 
 @njit(cache=True, nogil=True)
+def sampled_marks(g, res, feedback, draw, d, words):
+    """``probe_threshold``, ``feedback_mask`` and ``bit_positions`` in one call (one dispatch
+    from Python instead of three). -> (m, amax bits as ``feedback_mask``, positions (m + 4,)
+    int64, the first m valid; empty when amax says NaN or inf)."""
+    thr = probe_threshold(g, res, feedback, draw, d)
+    m, amax = feedback_mask(g, res, thr, feedback, words)
+    if amax > FINITE_BITS:
+        return m, amax, np.empty(0, np.int64)
+    idx = np.empty(m + 4, np.int64)
+    bit_positions(words, idx)
+    return m, amax, idx
+
+
+@njit(cache=True, nogil=True)
 def gather_sent(idx, src, res, feedback, val_out):
     """val_out[j] = src[idx[j]] for j < len(val_out); with ``feedback`` res[idx[j]] = 0 (what is
     sent leaves the residual)."""
@@ -238,25 +262,17 @@ def gather_sent(idx, src, res, feedback, val_out):
 
 
 @njit(cache=True, nogil=True)
-def sent_e4m3_rice(idx, src, res, feedback, scale, table, r, codes, out):
-    """m = len(codes) sent positions idx[:m] (increasing) straight to the wire in one loop: their
-    values src[i] / scale as e4m3 codes into codes (``fp8_e4m3_sent``'s float32 ops); with
-    ``feedback`` res[i] = src[i] - the dequantized value (the rounding error stays); and the
-    positions as ``rice_encode``'s bytes with parameter r into out (zeroed, at least 5 +
-    (m * r + (n - m) // 2**r + m + 7) // 8 bytes: the unary part sums to <= (n - m) >> r).
-    -> the bytes of out used."""
-    m = codes.shape[0]
-    out[0] = m & 255                                         # header "<IB": k u32, r u8
-    out[1] = (m >> 8) & 255
-    out[2] = (m >> 16) & 255
-    out[3] = (m >> 24) & 255
-    out[4] = r
-    low = (1 << r) - 1
-    acc = 0
-    nacc = 0
-    p = 5                                                    # remainders from byte 5, MSB first
-    unary = 40 + m * r - 1                                   # then the unary codes
-    prev = -1
+def sent_e4m3_rice(idx, m, src, res, feedback, floor, scale, table, n, r):
+    """The passing positions idx[:m] (increasing) straight to the wire: with ``floor`` > 0
+    only those with |src[i]| >= floor are kept (``keep_at_least``); their values src[i] / scale
+    as e4m3 codes (``fp8_e4m3_sent``'s float32 ops), with ``feedback`` res[i] = src[i] - the
+    dequantized value (the rounding error stays), then the positions as ``rice_encode``'s
+    bytes with parameter r (the unary parts sum to <= (n - m) >> r: that bounds the buffer).
+    Two loops over them (one is slower: each waits on the other's registers).
+    -> (codes (m',) uint8, the Rice bytes (header + body) uint8)."""
+    if floor > 0:
+        m = keep_at_least(idx, m, src, floor)
+    codes = np.empty(m, np.uint8)
     for j in range(m):
         i = idx[j]
         a = src[i]
@@ -266,20 +282,21 @@ def sent_e4m3_rice(idx, src, res, feedback, scale, table, r, codes, out):
         codes[j] = c
         if feedback:
             res[i] = a - table[c] * scale
-        gap = i - prev - 1
-        prev = i
-        acc = (acc << r) | (gap & low)
-        nacc += r
-        while nacc >= 8:
-            nacc -= 8
-            out[p] = (acc >> nacc) & 255
-            p += 1
-        acc &= (1 << nacc) - 1
-        unary += (gap >> r) + 1                              # q zeros, then a 1
-        out[unary >> 3] |= 128 >> (unary & 7)
-    if nacc:                                                 # the byte the unary part starts in
-        out[p] |= (acc << (8 - nacc)) & 255
-    return (unary >> 3) + 1
+    out = np.zeros((5 + (m * r + ((n - m) >> r) + m + 7) // 8 + 7) & ~7, np.uint8)
+    used = _rice_write(idx, m, r, out)
+    return codes, out[:used]
+
+
+@njit(cache=True, nogil=True)
+def keep_at_least(idx, m, src, floor):
+    """Keep the positions of idx[:m] whose |src[i]| >= floor, in order, in place (branch-free).
+    -> how many."""
+    w = 0
+    for j in range(m):
+        i = idx[j]
+        idx[w] = i
+        w += abs(src[i]) >= floor
+    return w
 
 
 @njit(cache=True, nogil=True)
@@ -297,96 +314,76 @@ def rice_encode(idx, n, r):
         unary += gap >> r
         prev = idx[j]
     nbits = k * r + unary + k
-    out = np.zeros(5 + (nbits + 7) // 8, np.uint8)
-    out[0] = k & 255                                         # header "<IB": k u32, r u8
-    out[1] = (k >> 8) & 255
-    out[2] = (k >> 16) & 255
-    out[3] = (k >> 24) & 255
+    size = 5 + (nbits + 7) // 8
+    out = np.zeros((size + 7) & ~7, np.uint8)                # whole 8-byte words
+    _rice_write(idx, k, r, out)
+    return out[:size], -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rice_write(idx, m, r, out):
+    """``codecs.rice_encode``'s bytes of the increasing positions idx[:m] into out (zeroed, a
+    multiple of 8 bytes, at least the 5-byte header + (m * r + sum of the unary parts + m +
+    7) // 8): the header, the m r-bit remainders, then the m unary codes (q zeros and a 1).
+    Both bit streams are built in a 64-bit register over an aligned 8-byte word of out and
+    OR-ed into it (one byte-swapped store) when the next bits fall past it: a branch every
+    ~64 bits, not every byte or bit. -> the bytes used."""
+    out[0] = m & 255                                         # header "<IB": k u32, r u8
+    out[1] = (m >> 8) & 255
+    out[2] = (m >> 16) & 255
+    out[3] = (m >> 24) & 255
     out[4] = r
-    mask = (1 << r) - 1
-    acc = 0
-    nacc = 0
-    p = 5
+    words = out.view(np.uint64)                              # big-endian 64-bit words, swapped
+    low = np.uint64((1 << r) - 1)
+    rword = 0                                                # remainders: bits of word rword,
+    rpos = 40                                                # the first 40 the header's
+    rwin = np.uint64(0)
+    start = 40 + m * r                                       # the unary part's first bit
+    uword = start >> 6                                       # terminators: bits of word uword
+    u = (start & 63) - 1                                     # the last terminator in it
+    uwin = np.uint64(0)
     prev = -1
-    for j in range(k):                                       # remainders, MSB first
-        acc = (acc << r) | ((idx[j] - prev - 1) & mask)
-        nacc += r
-        prev = idx[j]
-        while nacc >= 8:
-            nacc -= 8
-            out[p] = (acc >> nacc) & 255
-            p += 1
-        acc &= (1 << nacc) - 1
-    if nacc:
-        out[p] = (acc << (8 - nacc)) & 255                   # the unary part ORs into it
-    pos = k * r - 1
-    prev = -1
-    for j in range(k):                                       # a 1 ends each unary code
-        pos += ((idx[j] - prev - 1) >> r) + 1
-        prev = idx[j]
-        out[5 + (pos >> 3)] |= 128 >> (pos & 7)
-    return out, -1
-
-
-_LEAD = np.array([0] + [7 - int(v).bit_length() + 1 for v in range(1, 256)], np.int64)
-"""The position (0 = MSB) of a byte's highest set bit."""
+    for j in range(m):
+        i = idx[j]
+        gap = i - prev - 1
+        prev = i
+        v = np.uint64(gap) & low
+        rpos += r
+        if rpos <= 64:
+            rwin |= v << np.uint64(64 - rpos)
+        else:                                                # the remainder straddles two words
+            rpos -= 64
+            words[rword] |= _bswap(rwin | (v >> np.uint64(rpos)))
+            rword += 1
+            rwin = v << np.uint64(64 - rpos)
+        u += (gap >> r) + 1                                  # q zeros, then a 1
+        while u >= 64:
+            words[uword] |= _bswap(uwin)
+            uwin = np.uint64(0)
+            uword += 1
+            u -= 64
+        uwin |= _TOP >> np.uint64(u)
+    words[rword] |= _bswap(rwin)
+    words[uword] |= _bswap(uwin)
+    return (64 * uword + u) // 8 + 1
 
 
 def numba_version() -> str:
     return numba.__version__ if AVAILABLE else "absent"
 
 
-@njit(cache=True, nogil=True)
-def rice_decode(body, k, r, out):
-    """The body (after the 5-byte header; the caller checked k*r <= 8*len(body)) -> positions
-    in out[:k]. -> (unary terminators found, absolute bit position of the last, largest unary
-    part among the first k); out is valid only when the first equals k."""
-    mask = (1 << r) - 1
-    acc = 0
-    nacc = 0
-    p = 0
-    for j in range(k):                                       # remainders
-        while nacc < r:
-            acc = (acc << 8) | body[p]
-            p += 1
-            nacc += 8
-        nacc -= r
-        out[j] = (acc >> nacc) & mask
-        acc &= (1 << nacc) - 1
-    start = k * r
-    count = 0
-    prev = start - 1
-    qmax = 0
-    cur = -1
-    for b in range(start >> 3, body.shape[0]):               # unary terminators
-        v = np.int64(body[b])
-        if b == start >> 3:
-            v &= 255 >> (start & 7)                          # the remainders' bits are not ones
-        while v:                                             # each set bit, MSB first
-            t = _LEAD[v]
-            v ^= 128 >> t
-            pos = 8 * b + t
-            if count < k:
-                q = pos - prev - 1
-                if q > qmax:
-                    qmax = q
-                cur += ((q << r) | out[count]) + 1
-                out[count] = cur
-            count += 1
-            prev = pos
-    return count, prev, qmax
-
-
-@njit(cache=True, nogil=True)
-def rice_scatter(body, k, r, codes, table, scale, vals, fp8, out):
-    """``rice_decode`` and the dense tensor in one pass: the j-th decoded position i gets
-    out[i] = table[codes[j]] * scale (``fp8``) or vals[j], every other element of out (n,)
-    float32 0. The unary codes are read 64 bits at a time (the highest set bit: one
-    instruction), each terminator's remainder from its own cursor. Positions past len(out)
-    are not written. -> ``rice_decode``'s (terminators found, position of the last, largest
-    unary part) and the last decoded position; out is valid only when the caller's checks pass.
-    The caller checked k * r <= 8 * len(body)."""
-    n = out.shape[0]
+@njit(cache=True, nogil=True, inline="always")
+def _rice_read(body, k, r, idx_out, dense, codes, table, scale, vals, fp8):
+    """Read ``codecs.rice_encode``'s body (after the 5-byte header; the caller checked
+    k * r <= 8 * len(body)): the unary codes 64 bits at a time (the highest set bit: one
+    instruction; a branch per 64 bits, not per bit), each terminator's remainder from its own
+    cursor. The j-th position goes to idx_out[j] when idx_out has k slots, and/or makes the
+    dense tensor: dense[i] = table[codes[j]] * scale (``fp8``) or vals[j], every other element
+    0 (positions past len(dense) not written). -> (terminators found, absolute bit position of
+    the last, largest unary part among the first k, the last position decoded); the outputs are
+    valid only when the caller's checks on these pass."""
+    n = dense.shape[0]
+    to_idx = idx_out.shape[0] >= k
     nb = body.shape[0]
     low = (1 << r) - 1
     racc = 0
@@ -398,7 +395,7 @@ def rice_scatter(body, k, r, codes, table, scale, vals, fp8, out):
     qmax = 0
     cur = -1
     for i in range(n):                                       # a memset
-        out[i] = 0.0
+        dense[i] = 0.0
     b = start >> 3
     while b < nb:
         word = np.uint64(0)
@@ -423,12 +420,33 @@ def rice_scatter(body, k, r, codes, table, scale, vals, fp8, out):
                 rbits -= r
                 cur += ((q << r) | ((racc >> rbits) & low)) + 1
                 racc &= (1 << rbits) - 1
+                if to_idx:
+                    idx_out[count] = cur
                 if cur < n:
-                    out[cur] = table[codes[count]] * scale if fp8 else vals[count]
+                    dense[cur] = table[codes[count]] * scale if fp8 else vals[count]
             count += 1
             prev = pos
         b += 8
     return count, prev, qmax, cur
+
+
+@njit(cache=True, nogil=True)
+def rice_decode(body, k, r, out):
+    """The body (after the 5-byte header; the caller checked k*r <= 8*len(body)) -> positions
+    in out[:k]. -> (unary terminators found, absolute bit position of the last, largest unary
+    part among the first k); out is valid only when the first equals k."""
+    none = np.empty(0, np.float32)
+    count, last, qmax, _ = _rice_read(body, k, r, out, none, np.empty(0, np.uint8), none,
+                                      np.float32(1.0), none, False)
+    return count, last, qmax
+
+
+@njit(cache=True, nogil=True)
+def rice_scatter(body, k, r, codes, table, scale, vals, fp8, out):
+    """``rice_decode`` and the dense tensor in one pass (``_rice_read``): the j-th decoded
+    position i gets out[i] = table[codes[j]] * scale (``fp8``) or vals[j], every other
+    element of out (n,) float32 0. -> ``rice_decode``'s three and the last decoded position."""
+    return _rice_read(body, k, r, np.empty(0, np.int64), out, codes, table, scale, vals, fp8)
 
 
 @njit(cache=True, nogil=True)

@@ -131,7 +131,7 @@ def unpack(payload) -> tuple[int, list[TensorRecord]]:
     if not 1 <= version <= VERSION:
         raise WireError(f"wire format version {version} is not supported (this reads 1..{VERSION})")
     (crc,) = struct.unpack_from("<I", buf, len(buf) - 4)
-    if zlib.crc32(buf[:-4]) != crc:
+    if zlib.crc32(memoryview(buf)[:-4]) != crc:                            # no copy
         raise WireError(f"checksum mismatch: trailer says {crc:#010x}, bytes give "
                         f"{zlib.crc32(buf[:-4]):#010x} (corrupt or truncated message)")
     rd = _Reader(buf, len(buf) - 4)
@@ -212,14 +212,30 @@ def fp8_table(fmt: str) -> np.ndarray:
 _FP8_TABLES = {f: fp8_table(f) for f in ("e4m3", "e5m2")}
 
 
+def _first_special(table: np.ndarray) -> int:
+    """The first NaN/inf code magnitude of an FP8 table, when the finite magnitudes below it
+    grow with the code and every one from it up is NaN or inf (true of e4m3 and e5m2); else 0."""
+    finite = np.isfinite(table[:128])                                      # (128,)
+    first = int(np.argmax(~finite)) if not finite.all() else 128
+    ok = finite[:first].all() and not finite[first:].any() and \
+        bool((np.diff(table[:first]) >= 0).all())
+    return first if ok else 0
+
+
+_FP8_SPECIAL = {f: _first_special(t) for f, t in _FP8_TABLES.items()}
+
+
 def _first_bad_code(fmt: str, scale: np.float32) -> int:
     """The smallest code magnitude c (code & 0x7F) whose value times ``scale`` is NaN or infinite
-    (128: none). Magnitudes grow with c and the NaN and inf codes are the top ones, so every
-    magnitude from c up is bad too (checked here: else 0, and the caller looks at every value)."""
+    (128: none; 0 when the table lacks the order below, and the caller looks at every value).
+    Magnitudes grow with c up to the NaN and inf codes, so if the largest finite one times the
+    scale is finite, the first bad one is the first NaN/inf code; else every magnitude from the
+    first that overflows up is bad."""
+    table, first = _FP8_TABLES[fmt], _FP8_SPECIAL[fmt]
     with np.errstate(over="ignore", invalid="ignore"):
-        bad = ~np.isfinite(np.abs(_FP8_TABLES[fmt][:128]) * scale)         # (128,)
-    first = int(np.argmax(bad)) if bad.any() else 128
-    return first if bad[first:].all() else 0
+        if first == 0 or np.isfinite(table[first - 1] * scale):
+            return first
+        return int(np.argmax(~np.isfinite(table[:first] * scale)))
 
 
 def _check_values(name, fmt, values: bytes, scales: np.ndarray, block: int) -> None:
