@@ -126,6 +126,35 @@ def test_a_fused_adamw_step_refreshes_the_decoder_and_the_sampling_copy(tiny):
         assert torch.equal(c, w.to(torch.bfloat16))
 
 
+def test_a_lora_model_decodes_with_its_adapters_merged(tiny):
+    """LoRA adapters (B made non-zero, as after training) are merged into the decoder's
+    weights: the same tokens and log-probs as peft's forward, and a change of the adapters
+    (an update) is followed."""
+    pytest.importorskip("peft")
+    ps = prompts(tiny, 3)
+    policy = load_hf_policy(TINY, lora_r=4).eval()
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, w in policy.model.named_parameters():
+            if "lora_B" in name:
+                w.copy_(torch.randn(w.shape, generator=g) * 0.3)
+    assert policy.lean_decoder() is not None
+    for _ in range(2):
+        got = {}
+        for decoder in ("lean", "transformers"):
+            policy.cfg.decoder = decoder
+            got[decoder] = sample(policy, ps, 2, 6, draw="inverse_cdf",
+                                  generator=prompt_generators(0, 2, 0, range(len(ps))))
+        assert torch.equal(got["lean"].completion_ids, got["transformers"].completion_ids)
+        torch.testing.assert_close(got["lean"].logprobs, got["transformers"].logprobs,
+                                   rtol=0, atol=1e-4)
+        policy.cfg.decoder = "lean"
+        with torch.no_grad():                                          # an update of the adapters
+            for name, w in policy.model.named_parameters():
+                if "lora_A" in name:
+                    w.mul_(-2.0)
+
+
 def test_where_the_lean_decoder_does_not_apply_transformers_decodes(tiny):
     assert tiny.lean_decoder() is not None
     for field, value in (("decoder", "transformers"), ("sample_dtype", "bfloat16"),

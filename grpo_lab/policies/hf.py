@@ -30,7 +30,7 @@ Deviations from using the model as it ships, on purpose:
     layer but the head, dropout 0); only the adapters train. The reference policy is the
     same model with its adapters off (``AdaptersOff``), so beta > 0 keeps no second model.
   * ``decoder`` "lean" (the default): the sampler's one-token forwards of a Llama-style model
-    (fp32, no LoRA, no sampling copy, no autocast) run ``decoder.LlamaDecoder``, the model's
+    (fp32, LoRA adapters merged, no sampling copy, no autocast) run ``decoder.LlamaDecoder``, the model's
     arithmetic without transformers' per-call machinery, on its own static KV cache
     (``start_decode``); the prefill, the update and every other forward stay transformers'.
     Its logits equal transformers' within float32 rounding, so a token may differ where a
@@ -214,10 +214,10 @@ class HFPolicy(nn.Module):
 
     def lean_decoder(self):
         """``decoder.LlamaDecoder`` for this model, or None where transformers' forward runs
-        the decode steps (``cfg.decoder`` "transformers", LoRA, a sampling copy, autocast, an
+        the decode steps (``cfg.decoder`` "transformers", a sampling copy, autocast, an
         architecture ``decoder.DECODERS`` does not know)."""
-        if (getattr(self.cfg, "decoder", "lean") != "lean" or self.cfg.lora_r
-                or self.cfg.sample_dtype or self.cfg.autocast):
+        if (getattr(self.cfg, "decoder", "lean") != "lean" or self.cfg.sample_dtype
+                or self.cfg.autocast):
             return None
         if self._lean is None:
             from grpo_lab.policies.decoder import decoder_for
@@ -313,10 +313,10 @@ class AdaptersOff(nn.Module):
 
     def lean_decoder(self):
         """``decoder.LlamaDecoder`` for this model, or None where transformers' forward runs
-        the decode steps (``cfg.decoder`` "transformers", LoRA, a sampling copy, autocast, an
+        the decode steps (``cfg.decoder`` "transformers", a sampling copy, autocast, an
         architecture ``decoder.DECODERS`` does not know)."""
-        if (getattr(self.cfg, "decoder", "lean") != "lean" or self.cfg.lora_r
-                or self.cfg.sample_dtype or self.cfg.autocast):
+        if (getattr(self.cfg, "decoder", "lean") != "lean" or self.cfg.sample_dtype
+                or self.cfg.autocast):
             return None
         if self._lean is None:
             from grpo_lab.policies.decoder import decoder_for
