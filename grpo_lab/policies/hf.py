@@ -311,27 +311,6 @@ class AdaptersOff(nn.Module):
         self.pad_id, self.eos_id, self.cfg = policy.pad_id, policy.eos_id, policy.cfg
         self.repeat_cache, self.select_cache = policy.repeat_cache, policy.select_cache
 
-    def lean_decoder(self):
-        """``decoder.LlamaDecoder`` for this model, or None where transformers' forward runs
-        the decode steps (``cfg.decoder`` "transformers", a sampling copy, autocast, an
-        architecture ``decoder.DECODERS`` does not know)."""
-        if (getattr(self.cfg, "decoder", "lean") != "lean" or self.cfg.sample_dtype
-                or self.cfg.autocast):
-            return None
-        if self._lean is None:
-            from grpo_lab.policies.decoder import decoder_for
-            object.__setattr__(self, "_lean", decoder_for(self.model) or False)
-        return self._lean or None
-
-    def start_decode(self, cache, G: int, max_new_tokens: int):
-        """The prompts' cache (B rows) -> the decode cache of B*G rows: a
-        ``decoder.StaticCache`` with room for ``max_new_tokens`` columns when the lean decoder
-        applies, else transformers' Cache repeated (``repeat_cache``)."""
-        lean = self.lean_decoder()
-        if lean is None:
-            return self.repeat_cache(cache, G)
-        return lean.start(cache, G, max_new_tokens)
-
     @property
     def checkpointing(self) -> bool:
         return self.policy.checkpointing
