@@ -308,7 +308,8 @@ def profile(a) -> list[str]:
 
 
 def trl_table(a) -> list[str]:
-    settings = [(0.0, 0), (a.beta, 0)] + ([(a.beta, a.lora_r)] if a.lora_r else [])
+    betas = [float(b) for b in a.betas.split(",")] if a.betas else [0.0, a.beta]
+    settings = [(b, 0) for b in betas] + ([(a.beta, a.lora_r)] if a.lora_r else [])
     if a.lora_only:
         settings = [(a.beta, a.lora_r)]
     res = {(s, side): [] for s in settings for side in ("grpo_lab", "TRL")}
@@ -510,6 +511,8 @@ def main() -> None:
     ap.add_argument("--beta", type=float, default=0.04)
     ap.add_argument("--lora_r", type=int, default=16, help="trl table: also LoRA (0: skip)")
     ap.add_argument("--lora_only", action="store_true", help="trl table: the LoRA row only")
+    ap.add_argument("--betas", default="", help="trl table: full fine-tuning rows at these "
+                    "betas, comma-separated ('': 0 and --beta)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)

@@ -48,11 +48,6 @@ HEAD_BLOCK = 2048
 """Vocabulary rows per block of the output head's GEMM."""
 
 
-def _linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x (n, K) @ w (N, K)^T: ``small_gemm`` for up to 8 rows at one thread, else MKL's."""
-    return small_gemm.linear_rows8(x, w) if small_gemm.applies(x, w) else F.linear(x, w)
-
-
 def _weight(linear: nn.Module) -> torch.Tensor:
     """The weight (N, K) a linear layer applies: an ``nn.Linear``'s own, or for a ``peft`` LoRA
     layer its base weight plus scale * B A of each active adapter (what its forward adds, with
@@ -70,8 +65,9 @@ def _weight(linear: nn.Module) -> torch.Tensor:
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """``LlamaRMSNorm`` in float32 (the only dtype this decoder runs)."""
-    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+    """``LlamaRMSNorm`` in float32 (the only dtype this decoder runs): w * x / sqrt(mean(x^2)
+    + eps), torch's fused op."""
+    return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -177,26 +173,27 @@ class LlamaDecoder:
         cos, sin = self.model.model.rotary_emb(h, pos[:, None])            # (n, 1, d) each
         bias = torch.zeros(n, 1, 1, t + 1, dtype=h.dtype, device=h.device)
         bias.masked_fill_(~key_mask[:, None, None], float("-inf"))         # (n, 1, 1, t+1)
-        for i in range(self.L):
+        lin = small_gemm.linear_rows8 if small_gemm.applies(h, self.head) else F.linear
+        for i in range(self.L):                    # (every weight is C-contiguous float32)
             x = _rms(h, self.norm1[i], self.eps)                           # (n, C)
-            qkv = _linear(x, self.qkv[i])                                 # (n, (H+2KV) d)
-            q = _rotate(qkv[:, :H * d].view(n, H, d), cos, sin)            # (n, H, d)
-            k = _rotate(qkv[:, H * d:(H + KV) * d].view(n, KV, d), cos, sin)  # (n, KV, d)
+            qkv = lin(x, self.qkv[i])                                      # (n, (H+2KV) d)
+            qk = _rotate(qkv[:, :(H + KV) * d].view(n, H + KV, d), cos, sin)  # (n, H+KV, d)
+            q, k = qk[:, :H], qk[:, H:]                                    # (n, H|KV, d)
             cache.keys[i, :, :, t] = k
             cache.values[i, :, :, t] = qkv[:, (H + KV) * d:].view(n, KV, d)
             keys = cache.keys[i, :, :, :t + 1]                             # (n, KV, t+1, d)
             vals = cache.values[i, :, :, :t + 1]                           # (n, KV, t+1, d)
-            s = torch.matmul(q.view(n, KV, g, d), keys.transpose(2, 3))    # (n, KV, g, t+1)
+            s = torch.matmul(q.reshape(n, KV, g, d), keys.transpose(2, 3))  # (n, KV, g, t+1)
             p = torch.softmax(s.mul_(self.scaling).add_(bias), dim=-1)
             o = torch.matmul(p, vals).reshape(n, H * d)                    # (n, H d)
-            h = h + _linear(o, self.o[i])                                 # (n, C)
+            h = h + lin(o, self.o[i])                                      # (n, C)
             x = _rms(h, self.norm2[i], self.eps)
-            gate, up = _linear(x, self.gate[i]), _linear(x, self.up[i])    # (n, I) each
-            h = h + _linear(F.silu(gate).mul_(up), self.down[i])          # (n, C)
+            gate, up = lin(x, self.gate[i]), lin(x, self.up[i])            # (n, I) each
+            h = h + lin(F.silu(gate).mul_(up), self.down[i])               # (n, C)
         cache.t = t + 1
         h = _rms(h, self.norm_f, self.eps)                                 # (n, C)
-        if small_gemm.applies(h, self.head):
-            return small_gemm.linear_rows8(h, self.head)                   # (n, V)
+        if lin is not F.linear:
+            return lin(h, self.head)                                       # (n, V)
         return torch.cat([F.linear(h, self.head[s:s + HEAD_BLOCK])        # (n, V)
                           for s in range(0, self.head.shape[0], HEAD_BLOCK)], dim=1)
 

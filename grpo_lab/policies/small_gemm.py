@@ -76,8 +76,11 @@ def applies(x: torch.Tensor, w: torch.Tensor) -> bool:
 def linear_rows8(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x (n, K) with n <= 8, w (N, K) -> x w^T (n, N); the caller checked ``applies``."""
     n, K = x.shape
-    xp = torch.zeros(ROWS, K, dtype=torch.float32)                          # (8, K)
-    xp[:n] = x
+    if n == ROWS and x.is_contiguous():
+        xp = x                                                              # (8, K)
+    else:
+        xp = torch.zeros(ROWS, K, dtype=torch.float32)                      # (8, K)
+        xp[:n] = x
     out = torch.empty(ROWS, w.shape[0], dtype=torch.float32)                # (8, N)
     _rows8(xp.numpy(), w.detach().numpy(), out.numpy())
     return out[:n]
