@@ -126,10 +126,10 @@ def test_a_fused_adamw_step_refreshes_the_decoder_and_the_sampling_copy(tiny):
         assert torch.equal(c, w.to(torch.bfloat16))
 
 
-def test_a_lora_model_decodes_with_its_adapters_merged(tiny):
-    """LoRA adapters (B made non-zero, as after training) are merged into the decoder's
-    weights: the same tokens and log-probs as peft's forward, and a change of the adapters
-    (an update) is followed."""
+def test_a_lora_model_decodes_with_its_adapters(tiny):
+    """LoRA adapters (B made non-zero, as after training) are added as peft adds them: the
+    same tokens and log-probs as peft's forward, and a change of the adapters (an update) is
+    followed."""
     pytest.importorskip("peft")
     ps = prompts(tiny, 3)
     policy = load_hf_policy(TINY, lora_r=4).eval()

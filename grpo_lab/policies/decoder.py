@@ -28,13 +28,12 @@ sampled from them as from any logits, so 1 and N processes still sample the same
 
 Scope (``DECODERS``: the architectures it knows, by ``config.model_type``): Llama-style
 models without biases (Llama, SmolLM, Mistral without sliding window), bare or with ``peft``
-LoRA adapters (each adapted layer's weight + scale * B A merged into one matrix for the
-decode: the sampler then costs what full fine-tuning's does, where peft's forward adds two
-small GEMMs per layer). Anything else, a bf16 sampling copy or autocast uses transformers'
-forward (``HFPolicy.lean_decoder`` returns None). The stacked (and merged) weights are
-refreshed from the model whenever one of its weights changed (tensor version counters), i.e.
-once per rollout after an optimizer step: ~40 ms for SmolLM2's q/k/v (~0.2 s with LoRA's
-merge of every layer) against seconds of decoding.
+LoRA adapters (each adapted layer's base GEMM, then scale * (x A^T) B^T added as peft's
+forward does: no merged copy of the weights, which would cost LoRA the memory it saves).
+Anything else, a bf16 sampling copy or autocast uses transformers' forward
+(``HFPolicy.lean_decoder`` returns None). The stacked weights are refreshed from the model
+whenever one of its weights changed (tensor version counters), i.e. once per rollout after
+an optimizer step: ~40 ms for SmolLM2's q/k/v against seconds of decoding.
 """
 from __future__ import annotations
 
@@ -48,20 +47,28 @@ HEAD_BLOCK = 2048
 """Vocabulary rows per block of the output head's GEMM."""
 
 
-def _weight(linear: nn.Module) -> torch.Tensor:
-    """The weight (N, K) a linear layer applies: an ``nn.Linear``'s own, or for a ``peft`` LoRA
-    layer its base weight plus scale * B A of each active adapter (what its forward adds, with
-    dropout 0, merged into one matrix: a new tensor, refreshed with the others)."""
-    base = getattr(linear, "base_layer", None)
-    if base is None:
-        return linear.weight
-    w = base.weight
-    if getattr(linear, "disable_adapters", False) or getattr(linear, "merged", False):
-        return w
-    for name in linear.active_adapters:
-        if name in linear.lora_A:
-            w = w + linear.scaling[name] * (linear.lora_B[name].weight @ linear.lora_A[name].weight)
-    return w
+def _base(linear: nn.Module) -> torch.Tensor:
+    """The weight (N, K) of a linear layer, or of a ``peft`` LoRA layer's base layer."""
+    return getattr(linear, "base_layer", linear).weight
+
+
+def _adapters(linear: nn.Module, lo: int = 0) -> list:
+    """A ``peft`` LoRA layer's active adapters as (A (r, K), B (N, r), scale, lo, lo + N): what
+    its forward adds to output columns [lo, lo + N) (dropout 0); [] for a plain layer or with
+    the adapters disabled or merged."""
+    if (not hasattr(linear, "lora_A") or getattr(linear, "disable_adapters", False)
+            or getattr(linear, "merged", False)):
+        return []
+    n = _base(linear).shape[0]
+    return [(linear.lora_A[a].weight, linear.lora_B[a].weight, float(linear.scaling[a]), lo,
+             lo + n) for a in linear.active_adapters if a in linear.lora_A]
+
+
+def _with_adapters(y: torch.Tensor, x: torch.Tensor, adapters: list) -> torch.Tensor:
+    """y (n, N) += scale * (x A^T) B^T in each adapter's columns (peft's order: A first)."""
+    for A, B, scale, lo, hi in adapters:
+        y[:, lo:hi].add_(F.linear(F.linear(x, A), B), alpha=scale)
+    return y
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -126,13 +133,24 @@ class LlamaDecoder:
             return
         body = self.model.model
         with torch.no_grad():
-            self.qkv = [torch.cat([_weight(l.self_attn.q_proj), _weight(l.self_attn.k_proj),
-                                   _weight(l.self_attn.v_proj)]) for l in body.layers]
-            self.gate = [_weight(l.mlp.gate_proj) for l in body.layers]
-            self.up = [_weight(l.mlp.up_proj) for l in body.layers]
-            self.o = [_weight(l.self_attn.o_proj) for l in body.layers]
-            self.down = [_weight(l.mlp.down_proj) for l in body.layers]
-            self.head = _weight(self.model.lm_head)                        # (V, C)
+            self.qkv = [torch.cat([_base(l.self_attn.q_proj), _base(l.self_attn.k_proj),
+                                   _base(l.self_attn.v_proj)]) for l in body.layers]
+        self.gate = [_base(l.mlp.gate_proj) for l in body.layers]
+        self.up = [_base(l.mlp.up_proj) for l in body.layers]
+        self.o = [_base(l.self_attn.o_proj) for l in body.layers]
+        self.down = [_base(l.mlp.down_proj) for l in body.layers]
+        self.head = _base(self.model.lm_head)                              # (V, C)
+        self.adapters = {}                 # (layer, projection) -> _adapters(...): LoRA only
+        for i, l in enumerate(body.layers):
+            a = l.self_attn
+            H, KV, d = self.H, self.KV, self.d
+            found = {"qkv": _adapters(a.q_proj) + _adapters(a.k_proj, H * d)
+                     + _adapters(a.v_proj, (H + KV) * d), "o": _adapters(a.o_proj),
+                     "gate": _adapters(l.mlp.gate_proj), "up": _adapters(l.mlp.up_proj),
+                     "down": _adapters(l.mlp.down_proj)}
+            self.adapters.update({(i, k): v for k, v in found.items() if v})
+        if _adapters(self.model.lm_head):
+            self.adapters["head"] = _adapters(self.model.lm_head)
         self.norm1 = [l.input_layernorm.weight for l in body.layers]
         self.norm2 = [l.post_attention_layernorm.weight for l in body.layers]
         self.norm_f = body.norm.weight
@@ -174,9 +192,12 @@ class LlamaDecoder:
         bias = torch.zeros(n, 1, 1, t + 1, dtype=h.dtype, device=h.device)
         bias.masked_fill_(~key_mask[:, None, None], float("-inf"))         # (n, 1, 1, t+1)
         lin = small_gemm.linear_rows8 if small_gemm.applies(h, self.head) else F.linear
+        ad = self.adapters                                                 # {} without LoRA
         for i in range(self.L):                    # (every weight is C-contiguous float32)
             x = _rms(h, self.norm1[i], self.eps)                           # (n, C)
             qkv = lin(x, self.qkv[i])                                      # (n, (H+2KV) d)
+            if ad:
+                qkv = _with_adapters(qkv, x, ad.get((i, "qkv"), ()))
             qk = _rotate(qkv[:, :(H + KV) * d].view(n, H + KV, d), cos, sin)  # (n, H+KV, d)
             q, k = qk[:, :H], qk[:, H:]                                    # (n, H|KV, d)
             cache.keys[i, :, :, t] = k
@@ -185,13 +206,21 @@ class LlamaDecoder:
             vals = cache.values[i, :, :, :t + 1]                           # (n, KV, t+1, d)
             s = torch.matmul(q.reshape(n, KV, g, d), keys.transpose(2, 3))  # (n, KV, g, t+1)
             p = torch.softmax(s.mul_(self.scaling).add_(bias), dim=-1)
-            o = torch.matmul(p, vals).reshape(n, H * d)                    # (n, H d)
-            h = h + lin(o, self.o[i])                                      # (n, C)
+            o = o_in = torch.matmul(p, vals).reshape(n, H * d)             # (n, H d)
+            o = lin(o, self.o[i])                                          # (n, C)
+            h = h + (_with_adapters(o, o_in, ad.get((i, "o"), ())) if ad else o)
             x = _rms(h, self.norm2[i], self.eps)
             gate, up = lin(x, self.gate[i]), lin(x, self.up[i])            # (n, I) each
-            h = h + lin(F.silu(gate).mul_(up), self.down[i])               # (n, C)
+            if ad:
+                gate = _with_adapters(gate, x, ad.get((i, "gate"), ()))
+                up = _with_adapters(up, x, ad.get((i, "up"), ()))
+            m = F.silu(gate).mul_(up)                                      # (n, I)
+            down = lin(m, self.down[i])                                    # (n, C)
+            h = h + (_with_adapters(down, m, ad.get((i, "down"), ())) if ad else down)
         cache.t = t + 1
         h = _rms(h, self.norm_f, self.eps)                                 # (n, C)
+        if "head" in ad:
+            return _with_adapters(F.linear(h, self.head), h, ad["head"])   # (n, V)
         if lin is not F.linear:
             return lin(h, self.head)                                       # (n, V)
         return torch.cat([F.linear(h, self.head[s:s + HEAD_BLOCK])        # (n, V)

@@ -30,7 +30,7 @@ Deviations from using the model as it ships, on purpose:
     layer but the head, dropout 0); only the adapters train. The reference policy is the
     same model with its adapters off (``AdaptersOff``), so beta > 0 keeps no second model.
   * ``decoder`` "lean" (the default): the sampler's one-token forwards of a Llama-style model
-    (fp32, LoRA adapters merged, no sampling copy, no autocast) run ``decoder.LlamaDecoder``, the model's
+    (fp32, LoRA adapters included, no sampling copy, no autocast) run ``decoder.LlamaDecoder``, the model's
     arithmetic without transformers' per-call machinery, on its own static KV cache
     (``start_decode``); the prefill, the update and every other forward stay transformers'.
     Its logits equal transformers' within float32 rounding, so a token may differ where a
