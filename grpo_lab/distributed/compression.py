@@ -36,8 +36,8 @@ values; the residual then keeps their rounding error too); DGC's local gradient 
 left out.
 
 The fast path (``fast=True``, ``fastpath.py``): the same algorithm in whole-tensor torch ops
-(on a CPU tensor fused numba kernels, ``kernels.py``; a whole ``fast_topk5`` record in two
-kernel calls, its decode in one), the residual updated in place, the index codec's bytes
+(on a CPU tensor fused numba kernels, ``kernels.py``; a whole ``fast_topk5`` record in three
+kernel calls and a numpy partition, its decode in one), the residual updated in place, the index codec's bytes
 written without one byte per bit. It
 gives the same indices, values and bytes as this module's readable path for the same config
 (``tests/test_fastpath.py``); ``fast_topk5`` is the preset built for speed (DGC's sampled
