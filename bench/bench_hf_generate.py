@@ -13,6 +13,10 @@ hit both. Tokens: sampled tokens up to and with <eos> (what a GRPO step trains o
     python bench/bench_hf_generate.py --model /work/models/smollm2-135m-instruct --chat_template \
         --prompts 8 --G 4 --max_new 32 --threads 1 --repeats 3 --draw inverse_cdf \
         --drop_finished --sample_dtype bfloat16
+    # the lean decoder (policies/decoder.py) beside transformers' forward and generate
+    python bench/bench_hf_generate.py --model /work/models/smollm2-135m-instruct --chat_template \
+        --prompts 8 --G 4 --max_new 32 --threads 1 --repeats 3 --draw inverse_cdf \
+        --drop_finished --decoders lean,transformers
 
 The random model never learned to stop, so both sides then run every row to --max_new.
 """
@@ -63,6 +67,9 @@ def main() -> None:
     ap.add_argument("--sample_dtype", default="",
                     help="grpo_lab samples with a copy of the weights in this dtype; generate "
                          "then runs on the fp32 model and on a copy in this dtype as well")
+    ap.add_argument("--decoders", default="lean",
+                    help="grpo_lab's decode paths to run, comma-separated (hf.DECODE_PATHS): "
+                         "lean,transformers puts both beside generate")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -85,7 +92,8 @@ def main() -> None:
         import copy
         low = copy.deepcopy(policy.model).to(DTYPES[a.sample_dtype]).eval()
 
-    def ours(rep):
+    def ours(rep, decoder="lean"):
+        policy.cfg.decoder = decoder
         r = sample(policy, ids, a.G, a.max_new, a.temperature,
                    generator=prompt_generators(0, rep, 0, range(len(ids))), draw=a.draw,
                    drop_finished=a.drop_finished)
@@ -102,7 +110,9 @@ def main() -> None:
         stopped = (new == policy.eos_id).cumsum(1)
         return int(((stopped == 0) | ((stopped == 1) & (new == policy.eos_id))).sum())
 
-    runs = [("grpo_lab sample", ours), ("transformers generate", theirs)]
+    decoders = a.decoders.split(",")
+    runs = [(f"grpo_lab sample, {d} decoder", lambda rep, d=d: ours(rep, d)) for d in decoders]
+    runs.append(("transformers generate", theirs))
     if low is not None:
         runs.append((f"transformers generate, {a.sample_dtype} weights",
                       lambda rep: theirs(rep, low)))
@@ -127,8 +137,9 @@ def main() -> None:
         med, tok_mean = statistics.median(times[k]), statistics.mean(tokens[k])
         rate[k] = tok_mean / med
         print(f"| {k} | {med:.4f} | {tok_mean:.1f} | {rate[k]:.0f} |")
-    for k in list(rate)[1:]:
-        print(f"ratio grpo_lab / {k} (tokens/s): {rate['grpo_lab sample'] / rate[k]:.2f}")
+    for mine in list(rate)[:len(decoders)]:
+        for k in list(rate)[len(decoders):]:
+            print(f"ratio {mine} / {k} (tokens/s): {rate[mine] / rate[k]:.2f}")
     import os
     print(f"grpo_lab: draw {a.draw}, drop_finished {a.drop_finished}, sample_dtype "
           f"{a.sample_dtype or 'float32'}; load average %.1f / %.1f / %.1f" % os.getloadavg())

@@ -16,6 +16,7 @@ sampling copy, allocator warm-up). The machine is shared: read ratios within a t
     PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py matmul     # GFLOP/s fp32, bf16
     PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py adamw      # AdamW variants, CPU s
     PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py finite     # the finite check, CPU s
+    PYTHONPATH=. .venv/bin/python bench/bench_hf_speed.py decode         # one decode step, ms
 
 Needs the bench venv (trl 1.16.0, peft) for ``trl``; ``profile`` and ``matmul`` run in .venv.
 """
@@ -38,7 +39,8 @@ PHASES = ("time/prefill_s", "time/decode_forward_s", "time/decode_sample_s",
           "time/decode_cache_s", "time/ref_s", "time/loss_forward_s", "time/backward_s",
           "time/optimizer_s", "time/check_s")
 BEFORE = {"sample_draw": "race", "drop_finished": False, "update_forward": "all_positions",
-          "hf_sample_dtype": "", "hf_autocast": False}
+          "hf_sample_dtype": "", "hf_autocast": False, "hf": {"decoder": "transformers"}}
+LEAN = {"hf": {"decoder": "lean"}}              # the third round's lever: policies/decoder.py
 LEVERS = {                                      # name -> overrides on top of BEFORE
     "before": {},
     "inverse-CDF draw": {"sample_draw": "inverse_cdf"},
@@ -52,7 +54,7 @@ LEVERS = {                                      # name -> overrides on top of BE
     "packed update forward": {"update_forward": "packed"},
     "after (all)": {"sample_draw": "inverse_cdf", "drop_finished": True,
                     "update_forward": "packed", "hf_sample_dtype": "bfloat16",
-                    "hf_autocast": True},
+                    "hf_autocast": True, **LEAN},
 }
 AFTER = LEVERS["after (all)"]
 # the second round of levers (issue 22, the update): each is on in grpo_lab's code; a bench
@@ -68,6 +70,7 @@ LEVERS.update({                 # on top of "after (fp32 levers)" (the update fo
 })
 for _k in list(LEVERS)[-6:]:
     LEVERS[_k] = {**LEVERS["after (fp32 levers)"], **LEVERS[_k]}
+LEVERS["+ lean decoder"] = {**LEVERS["after: all update levers"], **LEAN}   # the third round
 
 
 def _old_token_stats(logits, r, temperature=1.0, entropy_grad=False, with_entropy=True):
@@ -305,7 +308,8 @@ def profile(a) -> list[str]:
 
 
 def trl_table(a) -> list[str]:
-    settings = [(0.0, 0), (a.beta, 0)] + ([(a.beta, a.lora_r)] if a.lora_r else [])
+    betas = [float(b) for b in a.betas.split(",")] if a.betas else [0.0, a.beta]
+    settings = [(b, 0) for b in betas] + ([(a.beta, a.lora_r)] if a.lora_r else [])
     if a.lora_only:
         settings = [(a.beta, a.lora_r)]
     res = {(s, side): [] for s in settings for side in ("grpo_lab", "TRL")}
@@ -420,9 +424,85 @@ def finite_cpu(a) -> list[str]:
             "", f"{len(named)} tensors, {n / 1e6:.1f} M floats."]
 
 
+def decode_step_ms(a) -> list[str]:
+    """One decode step of the model at 8, 16 and 32 rows (a 36-token prompt cache + 1), CPU
+    ms, one thread: transformers' forward with its DynamicCache, the lean decoder with MKL's
+    GEMMs, the lean decoder with small_gemm's kernel (up to 8 rows); and the GEMMs alone,
+    every linear layer of the model (its own weights, streamed as in a step), MKL vs the
+    kernel. Rounds interleaved; each figure the median of 3 rounds of 5 steps."""
+    import copy
+
+    from grpo_lab.policies import decoder as dec_mod
+    from grpo_lab.policies import small_gemm
+    from grpo_lab.policies.hf import load_hf_policy
+    torch.set_num_threads(a.threads)
+    model = load_hf_policy(a.model).eval().model
+    lean = dec_mod.decoder_for(model)
+    linears = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]  # + head
+
+    def timed(fn, reps=5):
+        fn()
+        t = time.process_time()
+        for _ in range(reps):
+            fn()
+        return (time.process_time() - t) / reps * 1e3
+
+    res = {}
+    for n in (8, 16, 32):
+        ids = torch.randint(0, model.config.vocab_size, (n, 36))
+        with torch.no_grad():
+            out = model(input_ids=ids, use_cache=True)
+        cache = lean.start(copy.deepcopy(out.past_key_values), 1, 4)
+        tok, pos = torch.randint(0, model.config.vocab_size, (n,)), torch.full((n,), 36)
+        mask = torch.ones(n, 37, dtype=torch.bool)
+        xs = {k: torch.randn(n, k) for k in {w.shape[1] for w in linears}}
+
+        def hf_step():
+            c = copy.deepcopy(out.past_key_values)       # a fresh 36-column cache each call
+            with torch.no_grad():
+                model(input_ids=tok[:, None], attention_mask=mask.long(),
+                      position_ids=pos[:, None], cache=c, use_cache=True, logits_to_keep=1)
+
+        def lean_step(kernel):
+            def run():
+                cache.t = 36
+                keep = small_gemm.AVAILABLE
+                small_gemm.AVAILABLE = kernel and keep
+                try:
+                    lean.step(tok, pos, mask, cache)
+                finally:
+                    small_gemm.AVAILABLE = keep
+            return run
+
+        def gemms(kernel):
+            def run():
+                with torch.no_grad():
+                    for w in linears:
+                        x = xs[w.shape[1]]
+                        (small_gemm.linear_rows8(x, w) if kernel and small_gemm.applies(x, w)
+                         else torch.nn.functional.linear(x, w))
+            return run
+        copy_ms = timed(lambda: copy.deepcopy(out.past_key_values))
+        for _ in range(3):
+            for name, fn in (("transformers forward", hf_step), ("lean, MKL", lean_step(False)),
+                             ("lean, small_gemm", lean_step(True)), ("GEMMs, MKL", gemms(False)),
+                             ("GEMMs, small_gemm", gemms(True))):
+                ms = timed(fn) - (copy_ms if fn is hf_step else 0.0)
+                res.setdefault((name, n), []).append(ms)
+    names = list(dict.fromkeys(k for k, _ in res))
+    out = ["| what (ms per decode step, CPU) | 8 rows | 16 rows | 32 rows |", "|---|---|---|---|"]
+    for name in names:
+        out.append(f"| {name} | " + " | ".join(
+            f"{statistics.median(res[name, n]):.1f}" for n in (8, 16, 32)) + " |")
+    out += ["", f"{len(linears)} weight matrices ({sum(w.numel() for w in linears) / 1e6:.1f} M "
+            "weights); small_gemm applies up to 8 rows only (above it the row is MKL's). "
+            f"numba {'present' if small_gemm.AVAILABLE else 'absent'}; {load()}."]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("profile", "trl", "matmul", "adamw", "finite"))
+    ap.add_argument("what", choices=("profile", "trl", "matmul", "adamw", "finite", "decode"))
     ap.add_argument("--model", default="/work/models/smollm2-135m-instruct")
     ap.add_argument("--B", type=int, default=8)
     ap.add_argument("--G", type=int, default=4)
@@ -431,6 +511,8 @@ def main() -> None:
     ap.add_argument("--beta", type=float, default=0.04)
     ap.add_argument("--lora_r", type=int, default=16, help="trl table: also LoRA (0: skip)")
     ap.add_argument("--lora_only", action="store_true", help="trl table: the LoRA row only")
+    ap.add_argument("--betas", default="", help="trl table: full fine-tuning rows at these "
+                    "betas, comma-separated ('': 0 and --beta)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
@@ -455,6 +537,8 @@ def main() -> None:
         lines = adamw_cpu(a)
     elif a.what == "finite":
         lines = finite_cpu(a)
+    elif a.what == "decode":
+        lines = decode_step_ms(a)
     elif a.what == "profile":
         lines = profile(a)
     else:

@@ -150,7 +150,9 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     ids = p_ids.repeat_interleave(G, 0)                                    # (N, Tp)
     key_mask = p_mask.repeat_interleave(G, 0)                              # (N, Tp)
     next_pos = p_pos[:, -1].repeat_interleave(G, 0) + 1                    # (N,)
-    cache = model.repeat_cache(cache, G)                                   # (N, ...) per layer
+    start = getattr(model, "start_decode", None)  # a policy's own decode cache (hf.py), or
+    cache = (start(cache, G, max_new_tokens) if start is not None
+             else model.repeat_cache(cache, G))                            # (N, ...) per layer
     last = logits[:, -1].repeat_interleave(G, 0)                           # (N, V)
     done = torch.zeros(N, dtype=torch.bool, device=dev)
     rows = torch.arange(N, device=dev)          # rows in the decode batch (n,): all, or the live

@@ -46,6 +46,7 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
+from torch.autograd.graph import increment_version
 
 from grpo_lab.distributed import comm
 from grpo_lab.distributed.compression import PRESETS, CompressionConfig, Compressor
@@ -183,7 +184,10 @@ class AdamW:
     (``policy.PolicyKind.fused_adamw``: on for HF models; off for the toy, whose exact
     equivalence tests compare against the sharder's own per-tensor Adam). Only the exchanges
     that step a torch AdamW; a resumed run keeps the setting its checkpoint was saved with
-    (torch restores it with the parameter groups), so resume stays exact."""
+    (torch restores it with the parameter groups), so resume stays exact. torch's fused
+    kernel does not bump the weights' version counters (the per-tensor loop does), so the
+    step bumps them itself: the bf16 sampling copy and the lean decoder's stacked weights
+    (hf.py, decoder.py) are refreshed by them."""
 
 
 @dataclass
@@ -261,6 +265,8 @@ def _adamw(model, opt: AdamW, beta1: float = 0.9):
         if not torch.isfinite(gnorm):                 # stop before a NaN reaches the weights
             raise FloatingPointError(f"gradient norm is {float(gnorm)}")
         adam.step()
+        if opt.fused:              # the fused kernel leaves version counters alone; what caches
+            increment_version([p for p in params if p.grad is not None])  # weights reads them
         return {"grad/norm": float(gnorm)}
     return adam, set_lr, step
 

@@ -29,6 +29,12 @@ Deviations from using the model as it ships, on purpose:
   * ``lora_r`` > 0: the model is wrapped by ``peft`` (LoRA, Hu et al. 2021, on every linear
     layer but the head, dropout 0); only the adapters train. The reference policy is the
     same model with its adapters off (``AdaptersOff``), so beta > 0 keeps no second model.
+  * ``decoder`` "lean" (the default): the sampler's one-token forwards of a Llama-style model
+    (fp32, LoRA adapters included, no sampling copy, no autocast) run ``decoder.LlamaDecoder``, the model's
+    arithmetic without transformers' per-call machinery, on its own static KV cache
+    (``start_decode``); the prefill, the update and every other forward stay transformers'.
+    Its logits equal transformers' within float32 rounding, so a token may differ where a
+    draw falls within that rounding of a boundary; 1 and N processes still sample alike.
 Imported lazily (``policy.load_for``): grpo_lab itself never needs transformers.
 """
 from __future__ import annotations
@@ -46,6 +52,8 @@ from grpo_lab.checkpoint import REPO_ROOT, resolve_path
 from grpo_lab.models import resolve as resolve_model
 from grpo_lab.registry import lookup
 
+DECODE_PATHS = {"lean": "decoder.LlamaDecoder where the model allows it",
+                "transformers": "the model's forward with transformers' DynamicCache"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop", "embd_pdrop",
                   "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob")
@@ -86,9 +94,14 @@ class HFConfig:
     0) is then the model with its adapters off: no second copy."""
     lora_alpha: int = 0
     """LoRA scale numerator: adapters add (alpha / r) * B A x (0: alpha = 2 * lora_r)."""
+    decoder: str = "lean"
+    """The sampler's one-token forwards: "lean" (``decoder.py``: stacked projections and a
+    static KV cache, for Llama-style models in float32 without LoRA; others fall back) or
+    "transformers" (the model's own forward with its DynamicCache)."""
 
     def __post_init__(self):
         lookup(DTYPES, self.dtype, "hf.dtype")
+        lookup(DECODE_PATHS, self.decoder, "hf.decoder")
         if self.sample_dtype:
             lookup(DTYPES, self.sample_dtype, "hf.sample_dtype")
         for name in ("lora_r", "lora_alpha"):
@@ -111,6 +124,7 @@ class HFPolicyConfig:
     sample_dtype: str = ""        # dtype of the copy that eval-mode no-grad forwards run ("": none)
     lora_r: int = 0               # LoRA rank (0: full fine-tuning)
     lora_alpha: int = 0           # LoRA scale numerator (0: 2 * lora_r)
+    decoder: str = "lean"         # the sampler's one-token forwards (HFConfig.decoder)
 
 
 def transformers_module():
@@ -166,6 +180,7 @@ class HFPolicy(nn.Module):
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         object.__setattr__(self, "_copy", None)     # the sample_dtype copy: not a submodule
         object.__setattr__(self, "_copied", None)   # master weights' (data_ptr, version) then
+        object.__setattr__(self, "_lean", None)     # decoder.LlamaDecoder, built on first use
 
     def encode(self, text: str) -> list[int]:
         if self.cfg.chat_template:
@@ -192,8 +207,31 @@ class HFPolicy(nn.Module):
     @staticmethod
     def select_cache(cache, rows: torch.Tensor):
         """Keep the Cache's rows ``rows`` (n,) long (in place): (N, ...) -> (n, ...)."""
+        if hasattr(cache, "select"):                                      # decoder.StaticCache
+            return cache.select(rows)
         cache.batch_select_indices(rows)
         return cache
+
+    def lean_decoder(self):
+        """``decoder.LlamaDecoder`` for this model, or None where transformers' forward runs
+        the decode steps (``cfg.decoder`` "transformers", a sampling copy, autocast, an
+        architecture ``decoder.DECODERS`` does not know)."""
+        if (getattr(self.cfg, "decoder", "lean") != "lean" or self.cfg.sample_dtype
+                or self.cfg.autocast):
+            return None
+        if self._lean is None:
+            from grpo_lab.policies.decoder import decoder_for
+            object.__setattr__(self, "_lean", decoder_for(self.model) or False)
+        return self._lean or None
+
+    def start_decode(self, cache, G: int, max_new_tokens: int):
+        """The prompts' cache (B rows) -> the decode cache of B*G rows: a
+        ``decoder.StaticCache`` with room for ``max_new_tokens`` columns when the lean decoder
+        applies, else transformers' Cache repeated (``repeat_cache``)."""
+        lean = self.lean_decoder()
+        if lean is None:
+            return self.repeat_cache(cache, G)
+        return lean.start(cache, G, max_new_tokens)
 
     @property
     def checkpointing(self) -> bool:
@@ -228,6 +266,9 @@ class HFPolicy(nn.Module):
         (sampling) or when ``use_cache``; a training forward keeps none.
         ``logits_to_keep`` k > 0: the head on the last k positions only -> (B, k, V).
         ``return_hidden`` adds the last hidden states (B, T, C) (embeddings.policy_embed)."""
+        if hasattr(cache, "select") and not self.training and not torch.is_grad_enabled():
+            logits = self.lean_decoder().step(idx[:, 0], pos[:, 0], key_mask, cache)  # (B, V)
+            return logits[:, None], cache                                 # one new token a row
         mask = None if key_mask is None else key_mask.long()              # (B, Tk)
         if key_mask is not None and key_mask.dim() == 3:   # who sees whom (packed_logits):
             mask = key_mask[:, None]     # (B, 1, T, Tk) bool; transformers takes 4-D as given
@@ -304,7 +345,8 @@ def no_dropout(model: nn.Module) -> None:
 def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = False,
                    chat_template: bool = False, trust_remote_code: bool = False,
                    gradient_checkpointing: int = 0, system_prompt: str = "",
-                   sample_dtype: str = "", lora_r: int = 0, lora_alpha: int = 0) -> HFPolicy:
+                   sample_dtype: str = "", lora_r: int = 0, lora_alpha: int = 0,
+                   decoder: str = "lean") -> HFPolicy:
     """An HFPolicy from a local folder (or a hub id: transformers downloads it on your
     machine), in training mode on the CPU, dropout off. ``gradient_checkpointing`` k > 0:
     activation checkpointing of layers 0, k, 2k, ... (transformers' ``every_n_layers``; True
@@ -315,6 +357,7 @@ def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = Fa
     where = model_location(path)
     for name, d in (("hf.dtype", dtype), ("hf.sample_dtype", sample_dtype or "float32")):
         lookup(DTYPES, d, name)
+    lookup(DECODE_PATHS, decoder, "hf.decoder")
     try:
         tokenizer = tf.AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code)
         config = tf.AutoConfig.from_pretrained(where, trust_remote_code=trust_remote_code)
@@ -343,7 +386,8 @@ def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = Fa
     if lora_r:
         model = add_lora(model, lora_r, lora_alpha)
     cfg = HFPolicyConfig(str(path), int(block), vocab, dtype, autocast, chat_template,
-                         trust_remote_code, k, system_prompt, sample_dtype, lora_r, lora_alpha)
+                         trust_remote_code, k, system_prompt, sample_dtype, lora_r, lora_alpha,
+                         decoder)
     return HFPolicy(model, tokenizer, cfg).train()
 
 

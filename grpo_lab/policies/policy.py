@@ -70,7 +70,7 @@ def _load_hf(cfg, path) -> torch.nn.Module:
                           gradient_checkpointing=cfg.checkpoint_every
                           or int(hf.gradient_checkpointing),
                           sample_dtype=hf.sample_dtype, lora_r=hf.lora_r,
-                          lora_alpha=hf.lora_alpha)
+                          lora_alpha=hf.lora_alpha, decoder=hf.decoder)
 
 
 @dataclass(frozen=True)
