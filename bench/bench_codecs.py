@@ -182,7 +182,8 @@ def stage_rows(grad: torch.Tensor, repeats: int, ceiling: float) -> list[str]:
     if fastpath.KERNELS_ON_CPU:
         stages = [
             ("error feedback + sampled threshold + marking + positions (torch.randint draws, "
-             "kernels.sampled_marks)", lambda: fastpath._sampled_mark(grad, res, k, gen, absbuf)),
+             "kernels.probe_values, np.partition, kernels.sampled_marks)",
+             lambda: fastpath._sampled_mark(grad, res, k, gen, absbuf)),
             ("fp8 e4m3 of the sent values + rounding error to the residual + Rice bytes "
              "(kernels.sent_e4m3_rice)",
              lambda: kernels.sent_e4m3_rice(idx, min(m, k), acc, acc, True, np.float32(0.0),

@@ -288,7 +288,7 @@ def test_kernel_decode_scatter_equals_the_torch_decode(path):
 
 def _count_kernel_calls(monkeypatch):
     calls = []
-    for name in ("sampled_marks", "gather_sent", "sent_e4m3_rice", "fp8_e4m3_sent", "rice_encode", "rice_decode", "rice_scatter",
+    for name in ("probe_values", "sampled_marks", "gather_sent", "sent_e4m3_rice", "fp8_e4m3_sent", "rice_encode", "rice_decode", "rice_scatter",
                  "scatter_fp8"):
         fn = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a, _f=fn, _n=name: calls.append(_n) or _f(*a))
@@ -299,8 +299,8 @@ def _count_kernel_calls(monkeypatch):
 @pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")
 def test_a_cpu_tensor_takes_every_kernel_once(monkeypatch):
     """fast_topk5 on one CPU tensor: when at most k pass the threshold, one kernel for the
-    threshold, the marking pass and the positions, one for fp8 + residual + Rice on the way
-    out, one Rice + dense kernel on the way in; when more pass, their values first (for the
+    probe (its d-th largest by numpy), one for the marking pass and the positions, one for
+    fp8 + residual + Rice on the way out, one Rice + dense kernel on the way in; when more pass, their values first (for the
     floor that keeps the top k); with a tie across the k-th, the stages one by one (so the
     equality tests above test the kernels, not a fallback)."""
     calls = _count_kernel_calls(monkeypatch)
@@ -308,12 +308,13 @@ def test_a_cpu_tensor_takes_every_kernel_once(monkeypatch):
     for seed, more in [(1, []), (0, ["gather_sent"])]:                     # 796 and > 1000 pass
         calls.clear()
         C.decode_message(C.Compressor("fast_topk5", seed=seed).encode(g), fast=True)
-        assert calls == ["sampled_marks", *more, "sent_e4m3_rice", "rice_scatter"], seed
+        assert calls == ["probe_values", "sampled_marks", *more, "sent_e4m3_rice",
+                         "rice_scatter"], seed
     calls.clear()
     tied = {"w": torch.zeros(20_000)}                     # every entry passes a threshold of 0
     tied["w"][::97] = 1.0
     C.decode_message(C.Compressor("fast_topk5").encode(tied), fast=True)
-    assert calls == ["sampled_marks", "gather_sent", "gather_sent", "fp8_e4m3_sent",
+    assert calls == ["probe_values", "sampled_marks", "gather_sent", "gather_sent", "fp8_e4m3_sent",
                      "rice_encode", "rice_scatter"]
 
 
@@ -499,6 +500,59 @@ def test_fp8_value_check_shortcut_is_exact():
             with np.errstate(over="ignore", invalid="ignore"):
                 finite = np.isfinite(table * scale)                       # (256,)
             assert np.array_equal(finite, (np.arange(256) & 0x7F) < first), (fmt, scale)
+
+
+def test_fp8_value_check_refuses_exactly_the_non_finite_codes():
+    """wire._check_values with one scale (its unmasked two-max shortcut, then the full check):
+    every code with either sign, next to finite codes of both signs, is refused exactly when
+    its value times the scale is NaN or infinite."""
+    for fmt in ("e4m3", "e5m2"):
+        table = wire._FP8_TABLES[fmt]
+        for scale in np.float32([1e-3, 1.0, 1e36, 3e38]):
+            for c in range(256):
+                with np.errstate(over="ignore", invalid="ignore"):
+                    ok = bool(np.isfinite(table[[1, 0x81, c]] * scale).all())
+                values = bytes([1, 0x81, c])
+                if ok:
+                    wire._check_values("w", fmt, values, np.float32([scale]), 0)
+                else:
+                    with pytest.raises(wire.WireError, match="value 2 decodes to"):
+                        wire._check_values("w", fmt, values, np.float32([scale]), 0)
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("inf"), float("nan")])
+def test_a_bad_fp8_scale_is_refused(scale):
+    """One scale in a message that is not a positive finite number: a WireError naming it."""
+    g = {"w": torch.randn(20_000, generator=torch.Generator().manual_seed(0))}
+    _, records = wire.unpack(C.Compressor("fast_topk5").encode(g))
+    bad = wire.pack([records[0]._replace(scales=np.float32([scale]))])
+    with pytest.raises(wire.WireError, match="FP8 scale .* is not a positive finite number"):
+        wire.unpack(bad)
+
+
+@pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")
+@pytest.mark.parametrize("feedback", [True, False])
+def test_probe_values_and_numpys_partition_give_torchs_threshold(feedback):
+    """The sampled threshold as the kernels take it (kernels.probe_values, then the d-th
+    largest by np.partition) is torch.topk's d-th largest |residual + g| over the same draws,
+    on continuous values, heavy ties and zeros."""
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        n = int(rng.integers(1, 3000))
+        g = rng.standard_normal(n).astype(np.float32)
+        if trial % 3 == 1:
+            g = np.round(g * 2).astype(np.float32)                         # ties
+        if trial % 3 == 2:
+            g[rng.random(n) < 0.7] = 0.0                                   # zeros
+        res = rng.standard_normal(n).astype(np.float32)
+        draw = rng.integers(0, n, int(rng.integers(1, 2000)))
+        s = len(draw)
+        d = int(rng.integers(1, s + 1))
+        probe = kernels.probe_values(g, res, feedback, draw)
+        got = np.partition(probe, s - d)[s - d]
+        acc = torch.from_numpy(res + g if feedback else g)
+        ref = torch.topk(acc[torch.from_numpy(draw)].abs(), d).values[-1]
+        assert np.float32(got).tobytes() == ref.numpy().tobytes(), trial
 
 
 def test_without_numba_the_fast_path_runs_its_torch_ops():

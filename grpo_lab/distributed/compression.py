@@ -36,8 +36,8 @@ values; the residual then keeps their rounding error too); DGC's local gradient 
 left out.
 
 The fast path (``fast=True``, ``fastpath.py``): the same algorithm in whole-tensor torch ops
-(on a CPU tensor fused numba kernels, ``kernels.py``; a whole ``fast_topk5`` record in two
-kernel calls, its decode in one), the residual updated in place, the index codec's bytes
+(on a CPU tensor fused numba kernels, ``kernels.py``; a whole ``fast_topk5`` record in three
+kernel calls and a numpy partition, its decode in one), the residual updated in place, the index codec's bytes
 written without one byte per bit. It
 gives the same indices, values and bytes as this module's readable path for the same config
 (``tests/test_fastpath.py``); ``fast_topk5`` is the preset built for speed (DGC's sampled
@@ -316,8 +316,8 @@ def plan(named_grads: dict, importance: dict | None, dense_fraction: float,
          dense_small: int = 0) -> dict[str, str]:
     """-> {name: "dense" | "topk"}. Default importance: each gradient's RMS. Tensors of at most
     ``dense_small`` elements are dense and left out of the budget."""
-    if importance is None and dense_fraction == 0:
-        importance = {n: 0.0 for n in named_grads}                         # no budget: no ranking
+    if importance is None and dense_fraction == 0:                         # no budget: no ranking
+        return {n: "dense" if g.numel() <= dense_small else "topk" for n, g in named_grads.items()}
     if importance is None:
         importance = {n: float(torch.linalg.vector_norm(g.float())) / max(g.numel(), 1) ** 0.5
                       for n, g in named_grads.items()}                     # RMS
@@ -500,7 +500,7 @@ def decode_message(payload, fast: bool = False) -> dict[str, torch.Tensor]:
                 flat = None if dense is None else \
                     dense(r.index, n, r.k, r.format, r.values, r.scales)       # (n,) or None
                 if flat is not None:                                       # one pass, same tensor
-                    out[r.name] = flat.reshape(r.shape)
+                    out[r.name] = flat if len(r.shape) == 1 else flat.reshape(r.shape)
                     continue
                 if fast:
                     idx = fastpath.decode_indices(r.codec, r.index, n, r.k)  # (k,) tensor

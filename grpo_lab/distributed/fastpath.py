@@ -37,8 +37,9 @@ What changes against the reference, and what stays bit for bit:
     per element against numpy's 0.07 and 0.8, and its bit packing 30x slower than np.packbits.
     Everything else is the same torch code on both (tests run the torch branches on a CPU).
   * Fused CPU kernels (``kernels.py``, numba; ``KERNELS_ON_CPU``): on a CPU tensor the sampled
-    selection with error feedback is one kernel call (threshold, a marking pass at about one
-    memory copy, the positions), and for ``fast_topk5`` the whole record is one more
+    selection with error feedback is two kernel calls (the probe, whose d-th largest numpy's
+    partition takes: 11 us where numba's took 31; then a marking pass at about one memory copy
+    and the positions), and for ``fast_topk5`` the whole record is one more
     (``sampled_e4m3_rice_``, registered in ``FUSED_TOPK``: the e4m3 codes, their rounding error
     into the residual and the Rice bytes); the decode is one kernel from the Rice bytes to the
     dense tensor (``rice_dense``, ``DENSE_DECODERS``). Rice encode and decode alone, the fp8
@@ -161,8 +162,9 @@ def _sampled_mark(g: torch.Tensor, residual: torch.Tensor | None, k: int, genera
                   absbuf: torch.Tensor | None = None, sample: float = 0.01):
     """The first half of the sampled selection on the kernels: the probe is drawn as the
     reference draws it (``torch.randint`` with the same generator) and read as |residual + g|
-    at the drawn positions (the same float32 sums); its d-th largest is the threshold
-    (``torch.topk(probe, d).values[-1]``'s value); then one pass adds (residual = acc in place),
+    at the drawn positions (the same float32 sums, ``kernels.probe_values``); its d-th largest
+    (numpy's ``np.partition``) is the threshold (``torch.topk(probe, d).values[-1]``'s value);
+    then one pass adds (residual = acc in place),
     compares and marks one bit per passing element, and the marks become positions
     (``kernels.sampled_marks``). -> (acc (n,) numpy: the residual or g, m passing, their
     positions (m + 4,) (the first m valid), the largest |acc| (float32)). Raises the torch
@@ -177,8 +179,10 @@ def _sampled_mark(g: torch.Tensor, residual: torch.Tensor | None, k: int, genera
     words = (absbuf.numpy()[:2 * nw].view(np.uint64) if absbuf is not None
              and absbuf.numel() >= 2 * nw and absbuf.is_contiguous()
              and absbuf.dtype == torch.float32 else np.empty(nw, np.uint64))  # (nw,) scratch
-    m, amax, idx = kernels.sampled_marks(gn, acc, residual is not None, draw,
-                                         max(1, math.ceil(k * s / n)), words)
+    probe = kernels.probe_values(gn, acc, residual is not None, draw)      # (s,)
+    d = max(1, math.ceil(k * s / n))
+    thr = np.partition(probe, s - d)[s - d]                               # the d-th largest
+    m, amax, idx = kernels.sampled_marks(gn, acc, residual is not None, thr, words)
     if amax > kernels.FINITE_BITS:
         bad = ~torch.isfinite(torch.from_numpy(acc))                      # (n,)
         raise ValueError(f"top-k met {int(bad.sum())} non-finite values (residual included), "

@@ -253,7 +253,7 @@ MEASURED_CODECS = {
     # BENCHMARKS.md section 3): 5% of a 1e6-element fp32 gradient, the message's ratio and ms
     # to encode / decode it (the fast row: numba kernels; the readable row: top-k only, exact,
     # Huffman, fp32 values)
-    "fast_topk5, fast path (this CPU)": codec_from_bench(46.4, 0.74, 0.35),
+    "fast_topk5, fast path (this CPU)": codec_from_bench(46.4, 0.71, 0.35),
     "fp8_topk5, readable path (this CPU)": codec_from_bench(16.9, 44.71, 29.48),
     # an assumption, not a measurement: a fused GPU encoder at half of an H100's ~3 TB/s HBM
     "top-k 46x at 1.5 TB/s (GPU, assumed)": Codec(46.4, 1.5e12, 1.5e12),

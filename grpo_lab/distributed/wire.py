@@ -96,8 +96,11 @@ def pack(records: list[TensorRecord], step: int = 0) -> bytes:
                 struct.pack(f"<{len(r.shape)}I", *r.shape),
                 _SIZES.pack(r.block, len(scales), r.k, len(r.values), len(r.index)),
                 scales.tobytes(), bytes(r.values), bytes(r.index)]
-    body = b"".join(out)
-    return body + struct.pack("<I", zlib.crc32(body))
+    crc = 0
+    for part in out:                                                       # one join, no copy
+        crc = zlib.crc32(part, crc)                                        # of the body to extend
+    out.append(struct.pack("<I", crc))
+    return b"".join(out)
 
 
 class _Reader:
@@ -157,7 +160,8 @@ def unpack(payload) -> tuple[int, list[TensorRecord]]:
         numel = math.prod(shape)
         _check_sizes(name, kind, fmt, numel, block, nscales, k, nvalues, version)
         scales = np.frombuffer(rd.take(4 * nscales, f"tensor {name!r} scales"), "<f4")
-        if not np.isfinite(scales).all() or (scales <= 0).any():
+        if (not 0.0 < float(scales[0]) < math.inf if nscales == 1 else       # one: no arrays
+                not np.isfinite(scales).all() or (scales <= 0).any()):
             raise WireError(f"tensor {name!r}: FP8 scale {scales[~(scales > 0)][:1]} is not "
                             f"a positive finite number")
         values = rd.take(nvalues, f"tensor {name!r} values")
@@ -249,9 +253,10 @@ def _check_values(name, fmt, values: bytes, scales: np.ndarray, block: int) -> N
         x = (np.frombuffer(values, "<u2").astype(np.uint32) << 16).view(np.float32)
     else:                                                                  # FP8 code x its scale
         codes = np.frombuffer(values, np.uint8)                            # (n,)
-        if len(scales) == 1 and len(codes) and \
-                int(np.bitwise_and(codes, 0x7F).max()) < _first_bad_code(fmt, scales[0]):
-            return                                                         # every code is finite
+        if len(scales) == 1 and len(codes):                                # max(codes & 0x7F) <
+            first = _first_bad_code(fmt, scales[0])                        # first, without the mask
+            if int(codes.view(np.int8).max()) < first and int(codes.max()) < 0x80 + first:
+                return                                                     # every code is finite
         B = block or max(len(codes), 1)
         with np.errstate(over="ignore", invalid="ignore"):
             if len(scales) == 1:                                           # one scale: no index
