@@ -31,9 +31,9 @@ models without biases (Llama, SmolLM, Mistral without sliding window), bare or w
 LoRA adapters (each adapted layer's base GEMM, then scale * (x A^T) B^T added as peft's
 forward does: no merged copy of the weights, which would cost LoRA the memory it saves).
 Anything else, a bf16 sampling copy or autocast uses transformers' forward
-(``HFPolicy.lean_decoder`` returns None). The stacked weights are refreshed from the model
-whenever one of its weights changed (tensor version counters), i.e. once per rollout after
-an optimizer step: ~40 ms for SmolLM2's q/k/v against seconds of decoding.
+(``HFPolicy.lean_decoder`` returns None). The stacked q/k/v weights are the one copy: stacked
+again at a rollout's start when one of them changed (tensor version counters), i.e. after an
+optimizer step of full fine-tuning: ~40 ms for SmolLM2 against seconds of decoding.
 """
 from __future__ import annotations
 
@@ -120,21 +120,21 @@ class LlamaDecoder:
         self.d = att.head_dim
         self.scaling = float(att.scaling)
         self.L = len(body.layers)
-        self._versions = None
+        self._stamp = None
         self.refresh()
 
-    def _weights(self):
-        return [p for p in self.model.parameters()]
-
     def refresh(self) -> None:
-        """Stack the projections again if any weight changed since the last stacking."""
-        now = [(p.data_ptr(), p._version) for p in self._weights()]
-        if now == self._versions:
-            return
+        """Point at the model's weights (references: in-place updates reach them) and stack
+        q/k/v again if one of them changed since the last stacking (tensor version counters;
+        with LoRA the base weights are frozen, so only the first call stacks)."""
         body = self.model.model
-        with torch.no_grad():
-            self.qkv = [torch.cat([_base(l.self_attn.q_proj), _base(l.self_attn.k_proj),
-                                   _base(l.self_attn.v_proj)]) for l in body.layers]
+        qkv = [(_base(l.self_attn.q_proj), _base(l.self_attn.k_proj), _base(l.self_attn.v_proj))
+               for l in body.layers]
+        stamp = [(w.data_ptr(), w._version) for ws in qkv for w in ws]
+        if stamp != self._stamp:
+            with torch.no_grad():
+                self.qkv = [torch.cat(ws) for ws in qkv]                   # ((H+2KV) d, C) each
+            self._stamp = stamp
         self.gate = [_base(l.mlp.gate_proj) for l in body.layers]
         self.up = [_base(l.mlp.up_proj) for l in body.layers]
         self.o = [_base(l.self_attn.o_proj) for l in body.layers]
@@ -155,7 +155,6 @@ class LlamaDecoder:
         self.norm2 = [l.post_attention_layernorm.weight for l in body.layers]
         self.norm_f = body.norm.weight
         self.embed = body.embed_tokens.weight
-        self._versions = now
 
     def start(self, cache, G: int, max_new_tokens: int) -> StaticCache:
         """transformers' prompt cache (B rows, Tp columns) -> a StaticCache of B*G rows with
@@ -247,7 +246,7 @@ DECODERS = {"llama": (LlamaDecoder, _llama_like), "mistral": (LlamaDecoder, _lla
 
 def decoder_for(model: nn.Module):
     """A lean decoder for ``model`` (a transformers causal LM in float32, bare or with peft
-    LoRA adapters, whose weights it merges), or None."""
+    LoRA adapters, which it adds as peft does), or None."""
     if hasattr(model, "get_base_model"):                                   # peft
         model = model.get_base_model()
     kind = DECODERS.get(getattr(model.config, "model_type", ""))

@@ -30,9 +30,10 @@ Deviations from using the model as it ships, on purpose:
     layer but the head, dropout 0); only the adapters train. The reference policy is the
     same model with its adapters off (``AdaptersOff``), so beta > 0 keeps no second model.
   * ``decoder`` "lean" (the default): the sampler's one-token forwards of a Llama-style model
-    (fp32, LoRA adapters included, no sampling copy, no autocast) run ``decoder.LlamaDecoder``, the model's
-    arithmetic without transformers' per-call machinery, on its own static KV cache
-    (``start_decode``); the prefill, the update and every other forward stay transformers'.
+    (fp32, LoRA adapters included, no sampling copy, no autocast) run
+    ``decoder.LlamaDecoder``, the model's arithmetic without transformers' per-call
+    machinery, on its own static KV cache (``start_decode``); the prefill, the update and
+    every other forward stay transformers'.
     Its logits equal transformers' within float32 rounding, so a token may differ where a
     draw falls within that rounding of a boundary; 1 and N processes still sample alike.
 Imported lazily (``policy.load_for``): grpo_lab itself never needs transformers.
@@ -96,8 +97,8 @@ class HFConfig:
     """LoRA scale numerator: adapters add (alpha / r) * B A x (0: alpha = 2 * lora_r)."""
     decoder: str = "lean"
     """The sampler's one-token forwards: "lean" (``decoder.py``: stacked projections and a
-    static KV cache, for Llama-style models in float32 without LoRA; others fall back) or
-    "transformers" (the model's own forward with its DynamicCache)."""
+    static KV cache, for Llama-style models in float32, LoRA adapters included; others fall
+    back) or "transformers" (the model's own forward with its DynamicCache)."""
 
     def __post_init__(self):
         lookup(DTYPES, self.dtype, "hf.dtype")
@@ -216,7 +217,7 @@ class HFPolicy(nn.Module):
         """``decoder.LlamaDecoder`` for this model, or None where transformers' forward runs
         the decode steps (``cfg.decoder`` "transformers", a sampling copy, autocast, an
         architecture ``decoder.DECODERS`` does not know)."""
-        if (getattr(self.cfg, "decoder", "lean") != "lean" or self.cfg.sample_dtype
+        if (self.cfg.decoder != "lean" or self.cfg.sample_dtype
                 or self.cfg.autocast):
             return None
         if self._lean is None:
