@@ -17,6 +17,10 @@ hit both. Tokens: sampled tokens up to and with <eos> (what a GRPO step trains o
     python bench/bench_hf_generate.py --model /work/models/smollm2-135m-instruct --chat_template \
         --prompts 8 --G 4 --max_new 32 --threads 1 --repeats 3 --draw inverse_cdf \
         --drop_finished --decoders lean,transformers
+    # ... and how much of each rollout is GEMMs (--gemm_share: the floor for the decode loop)
+    python bench/bench_hf_generate.py --model /work/models/smollm2-135m-instruct --chat_template \
+        --prompts 8 --G 4 --max_new 32 --threads 1 --repeats 3 --draw inverse_cdf \
+        --drop_finished --gemm_share
 
 The random model never learned to stop, so both sides then run every row to --max_new.
 """
@@ -49,6 +53,37 @@ def random_policy(tiny: HFPolicy, width: int, layers: int) -> HFPolicy:
                                                           c.vocab_size))
 
 
+class GemmMeter:
+    """CPU seconds and FLOPs of every matrix product a rollout runs: ``F.linear`` (the
+    prefill's and generate's nn.Linear layers, the lean decoder above 8 rows and its head)
+    and ``small_gemm.linear_rows8`` (the lean decoder at up to 8 rows), each call timed
+    with ``time.process_time`` while ``start``ed."""
+
+    def __init__(self):
+        from grpo_lab.policies import small_gemm
+        self.mods = [(torch.nn.functional, "linear"), (small_gemm, "linear_rows8")]
+        self.orig = [getattr(m, n) for m, n in self.mods]
+        self.seconds, self.flops = 0.0, 0
+
+    def _timed(self, fn):
+        def run(x, w, *rest, **kw):
+            t0 = time.process_time()
+            y = fn(x, w, *rest, **kw)
+            self.seconds += time.process_time() - t0
+            self.flops += 2 * x.numel() // x.shape[-1] * w.shape[0] * w.shape[1]
+            return y
+        return run
+
+    def start(self) -> None:
+        self.seconds, self.flops = 0.0, 0
+        for (m, n), fn in zip(self.mods, self.orig):
+            setattr(m, n, self._timed(fn))
+
+    def stop(self) -> None:
+        for (m, n), fn in zip(self.mods, self.orig):
+            setattr(m, n, fn)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="data/hf_tiny")
@@ -67,6 +102,10 @@ def main() -> None:
     ap.add_argument("--sample_dtype", default="",
                     help="grpo_lab samples with a copy of the weights in this dtype; generate "
                          "then runs on the fp32 model and on a copy in this dtype as well")
+    ap.add_argument("--gemm_share", action="store_true",
+                    help="also time every GEMM (F.linear, small_gemm) inside each rollout: "
+                         "the CPU s and GFLOP of matrix products, the floor no decode loop "
+                         "around them can go under")
     ap.add_argument("--decoders", default="lean",
                     help="grpo_lab's decode paths to run, comma-separated (hf.DECODE_PATHS): "
                          "lean,transformers puts both beside generate")
@@ -118,13 +157,22 @@ def main() -> None:
                       lambda rep: theirs(rep, low)))
     times = {name: [] for name, _ in runs}
     tokens = {k: [] for k in times}
+    gemm = {k: [] for k in times}                      # (CPU s, GFLOP) of GEMMs per rollout
+    meter = GemmMeter() if a.gemm_share else None
     for rep in range(a.repeats + a.warmup):                                 # warm-up rounds
         for name, fn in runs:
+            if meter:
+                meter.start()
             t0 = time.process_time()              # CPU seconds: the machine is shared
             n = fn(rep)
+            t1 = time.process_time()
+            if meter:
+                meter.stop()
             if rep >= a.warmup:
-                times[name].append(time.process_time() - t0)
+                times[name].append(t1 - t0)
                 tokens[name].append(n)
+                if meter:
+                    gemm[name].append((meter.seconds, meter.flops / 1e9))
     n_params = sum(p.numel() for p in policy.parameters())
     print(f"model {a.model if not a.random_width else f'random Llama {a.random_width}x{a.layers}'}"
           f" ({n_params:,} params), B={a.prompts} G={a.G} max_new={a.max_new} "
@@ -137,6 +185,22 @@ def main() -> None:
         med, tok_mean = statistics.median(times[k]), statistics.mean(tokens[k])
         rate[k] = tok_mean / med
         print(f"| {k} | {med:.4f} | {tok_mean:.1f} | {rate[k]:.0f} |")
+    if meter:
+        print("\n| sampler | GEMM CPU s per rollout (median) | GEMM GFLOP | GEMM GFLOP/s | "
+              "GEMM share of the rollout | rollout without its GEMMs, CPU s |")
+        print("|---|---|---|---|---|---|")
+        for k in times:
+            g_s = statistics.median(s for s, _ in gemm[k])
+            g_f = statistics.median(f for _, f in gemm[k])
+            med = statistics.median(times[k])
+            print(f"| {k} | {g_s:.2f} | {g_f:.1f} | {g_f / g_s:.1f} | {g_s / med:.0%} | "
+                  f"{med - g_s:.2f} |")
+        half = statistics.median(times["transformers generate"]) * (
+            statistics.mean(tokens[list(rate)[0]]) / statistics.mean(tokens["transformers generate"])) / 2
+        print(f"2x generate's tokens per CPU s means grpo_lab's rollout (its token count) in "
+              f"{half:.2f} CPU s; its GEMMs alone take "
+              f"{statistics.median(s for s, _ in gemm[list(rate)[0]]):.2f} (timing each call "
+              f"adds ~1 us a GEMM)")
     for mine in list(rate)[:len(decoders)]:
         for k in list(rate)[len(decoders):]:
             print(f"ratio {mine} / {k} (tokens/s): {rate[mine] / rate[k]:.2f}")

@@ -17,6 +17,7 @@ sampling copy, allocator warm-up). The machine is shared: read ratios within a t
     PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py adamw      # AdamW variants, CPU s
     PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py finite     # the finite check, CPU s
     PYTHONPATH=. .venv/bin/python bench/bench_hf_speed.py decode         # one decode step, ms
+    PYTHONPATH=. .venv/bin/python bench/bench_hf_speed.py int8           # int8 sampler: speed, KL
 
 Needs the bench venv (trl 1.16.0, peft) for ``trl``; ``profile`` and ``matmul`` run in .venv.
 """
@@ -424,6 +425,15 @@ def finite_cpu(a) -> list[str]:
             "", f"{len(named)} tensors, {n / 1e6:.1f} M floats."]
 
 
+def cpu_per_call(fn, reps: int) -> float:
+    """CPU seconds per call of ``fn``, averaged over ``reps`` calls after one warm-up call."""
+    fn()
+    t = time.process_time()
+    for _ in range(reps):
+        fn()
+    return (time.process_time() - t) / reps
+
+
 def decode_step_ms(a) -> list[str]:
     """One decode step of the model at 8, 16 and 32 rows (a 36-token prompt cache + 1), CPU
     ms, one thread: transformers' forward with its DynamicCache, the lean decoder with MKL's
@@ -440,12 +450,8 @@ def decode_step_ms(a) -> list[str]:
     lean = dec_mod.decoder_for(model)
     linears = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]  # + head
 
-    def timed(fn, reps=5):
-        fn()
-        t = time.process_time()
-        for _ in range(reps):
-            fn()
-        return (time.process_time() - t) / reps * 1e3
+    def timed(fn):
+        return cpu_per_call(fn, 5) * 1e3                                   # ms
 
     res = {}
     for n in (8, 16, 32):
@@ -500,9 +506,93 @@ def decode_step_ms(a) -> list[str]:
     return out
 
 
+INT8_SETS = {"q, k, v": ("q_proj", "k_proj", "v_proj"), "o": ("o_proj",),
+             "gate, up": ("gate_proj", "up_proj"), "down": ("down_proj",), "head": ("lm_head",),
+             "every linear layer": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                    "up_proj", "down_proj", "lm_head")}
+
+
+def int8_sampler(a) -> list[str]:
+    """Would int8 weights make the sampler 2x faster at a usable mismatch? fbgemm's dynamic
+    int8 linear (weights per output channel, activations per tensor, 7-bit on AVX2 CPUs
+    without VNNI, i.e. ``reduce_range``): its time against MKL's fp32 GEMM at 8 and 32 rows
+    on SmolLM2's shapes, and, with the named projections quantized, the KL(fp32 || int8) per
+    token and the |log-prob gap| of the sampled token along completions the fp32 model
+    sampled (4 instruct prompts x 32 tokens, T=1)."""
+    import copy
+    import warnings
+
+    import torch.nn.functional as F
+
+    from grpo_lab.policies.hf import load_hf_policy
+    warnings.filterwarnings("ignore", message=".*quantiz.*deprecated")
+    torch.set_num_threads(a.threads)
+    torch.backends.quantized.engine = "fbgemm"
+
+    def pack(w):
+        scale = (w.abs().amax(1) / 127).clamp_min(1e-12).double()              # (N,)
+        q = torch.quantize_per_channel(w.detach(), scale, torch.zeros_like(scale, dtype=torch.long),
+                                       0, torch.qint8)
+        return torch.ops.quantized.linear_prepack(q, None)
+
+    class Int8Linear(torch.nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            self.packed = pack(w)
+
+        def forward(self, x):
+            y = torch.ops.quantized.linear_dynamic(x.reshape(-1, x.shape[-1]), self.packed, True)
+            return y.reshape(*x.shape[:-1], -1)
+
+    def timed(fn):
+        return cpu_per_call(fn, 20) * 1e6                                  # us
+
+    out = ["| shape (M x K -> N) | fp32 MKL, us | int8 fbgemm, us | fp32 / int8 |", "|---|---|---|---|"]
+    for m in (8, 32):
+        for k, n in ((576, 960), (576, 1536), (1536, 576), (576, 49152)):
+            x, w = torch.randn(m, k), torch.randn(n, k) * 0.02
+            p = pack(w)
+            f32 = min(timed(lambda: F.linear(x, w)) for _ in range(3))
+            i8 = min(timed(lambda: torch.ops.quantized.linear_dynamic(x, p, True)) for _ in range(3))
+            out.append(f"| {m} x {k} -> {n} | {f32:.0f} | {i8:.0f} | {f32 / i8:.2f} |")
+    pol = load_hf_policy(a.model, chat_template=True).eval()
+    texts = ["What is 17 + 25? Answer with the number only.", "Name the capital of France.",
+             "Write a haiku about the sea.", "Sort these words: pear, apple, fig."]
+    torch.manual_seed(0)
+    with torch.no_grad():
+        seqs = [pol.model.generate(torch.tensor([pol.encode(t)]), max_new_tokens=32,
+                                   do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+                for t in texts]
+        refs = [(F.log_softmax(pol.model(s).logits[0].float(), -1), len(pol.encode(t)))
+                for s, t in zip(seqs, texts)]
+    out += ["", "| int8 projections (the rest fp32) | KL(fp32 \\|\\| int8) per token, mean | "
+            "median | max | \\|log p - log q\\| of the sampled token, mean |", "|---|---|---|---|---|"]
+    for name, kinds in INT8_SETS.items():
+        qm = copy.deepcopy(pol.model)
+        for mod in list(qm.modules()):
+            for child, c in list(mod.named_children()):
+                if isinstance(c, torch.nn.Linear) and child in kinds:
+                    setattr(mod, child, Int8Linear(c.weight))
+        kl, gap = [], []
+        with torch.no_grad():
+            for s, (lp, tp) in zip(seqs, refs):
+                lq = F.log_softmax(qm(s).logits[0].float(), -1)
+                a_, b_ = lp[tp - 1:-1], lq[tp - 1:-1]                      # (Tc, V)
+                kl.append((a_.exp() * (a_ - b_)).sum(-1))
+                tok = s[0, tp:, None]
+                gap.append((a_.gather(1, tok) - b_.gather(1, tok)).abs()[:, 0])
+        kl, gap = torch.cat(kl), torch.cat(gap)
+        out.append(f"| {name} | {kl.mean():.4f} | {kl.median():.4f} | {kl.max():.3f} | "
+                   f"{gap.mean():.4f} |")
+    out += ["", f"{sum(len(s[0]) - tp for s, (_, tp) in zip(seqs, refs))} sampled positions; "
+            f"{load()}."]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("profile", "trl", "matmul", "adamw", "finite", "decode"))
+    ap.add_argument("what", choices=("profile", "trl", "matmul", "adamw", "finite", "decode",
+                                       "int8"))
     ap.add_argument("--model", default="/work/models/smollm2-135m-instruct")
     ap.add_argument("--B", type=int, default=8)
     ap.add_argument("--G", type=int, default=4)
@@ -539,6 +629,8 @@ def main() -> None:
         lines = finite_cpu(a)
     elif a.what == "decode":
         lines = decode_step_ms(a)
+    elif a.what == "int8":
+        lines = int8_sampler(a)
     elif a.what == "profile":
         lines = profile(a)
     else:

@@ -102,8 +102,21 @@ class StaticCache:
         return self
 
     def select(self, rows: torch.Tensor) -> "StaticCache":
-        """Keep rows ``rows`` (n,) long: the decode batch without its finished rows."""
-        self.keys, self.values = self.keys[:, rows], self.values[:, rows]
+        """Keep rows ``rows`` (n,) long, increasing: the decode batch without its finished
+        rows. Compacted in place, row by row, the t filled columns only (the buffers keep
+        their size; the cache becomes a view of their first n rows). Row j takes row
+        rows[j] >= j, in increasing j, so no source is overwritten before it is read.
+        Gathering with an index tensor (``buf[:, rows]``, ``index_select``) ran at ~1.5 GB/s
+        here: 63 ms a selection on SmolLM2's 32-row cache against ~5 ms for this loop."""
+        n, t = rows.shape[0], self.t
+        if n and (int(rows[0]) < 0 or not bool((rows[1:] > rows[:-1]).all())):
+            raise ValueError(f"StaticCache.select takes increasing row indices, got "
+                             f"{rows.tolist()}")
+        for j, r in enumerate(rows.tolist()):
+            if j != r:
+                for buf in (self.keys, self.values):                       # (L, N, KV, T, d)
+                    buf[:, j, :, :t].copy_(buf[:, r, :, :t])
+        self.keys, self.values = self.keys[:, :n], self.values[:, :n]
         return self
 
 
