@@ -201,9 +201,15 @@ def main() -> None:
               f"{half:.2f} CPU s; its GEMMs alone take "
               f"{statistics.median(s for s, _ in gemm[list(rate)[0]]):.2f} (timing each call "
               f"adds ~1 us a GEMM)")
+    from grpo_lab.training.experiments import mean_ci
     for mine in list(rate)[:len(decoders)]:
         for k in list(rate)[len(decoders):]:
-            print(f"ratio {mine} / {k} (tokens/s): {rate[mine] / rate[k]:.2f}")
+            per = [(tm / sm) / (tk / sk) for sm, tm, sk, tk in          # round by round
+                   zip(times[mine], tokens[mine], times[k], tokens[k])]
+            m, lo, hi = mean_ci(per)
+            print(f"ratio {mine} / {k} (tokens/s): {rate[mine] / rate[k]:.2f} of the medians; "
+                  f"per round {m:.2f} [{lo:.2f}, {hi:.2f}] (mean, 95% t-interval, "
+                  f"{len(per)} rounds)")
     import os
     print(f"grpo_lab: draw {a.draw}, drop_finished {a.drop_finished}, sample_dtype "
           f"{a.sample_dtype or 'float32'}; load average %.1f / %.1f / %.1f" % os.getloadavg())
