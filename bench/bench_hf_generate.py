@@ -106,6 +106,9 @@ def main() -> None:
                     help="also time every GEMM (F.linear, small_gemm) inside each rollout: "
                          "the CPU s and GFLOP of matrix products, the floor no decode loop "
                          "around them can go under")
+    ap.add_argument("--compare_share", action="store_true",
+                    help="also run grpo_lab's sampler with the prompts' common prefix "
+                         "prefilled with each prompt (share_prefix=False)")
     ap.add_argument("--decoders", default="lean",
                     help="grpo_lab's decode paths to run, comma-separated (hf.DECODE_PATHS): "
                          "lean,transformers puts both beside generate")
@@ -131,11 +134,11 @@ def main() -> None:
         import copy
         low = copy.deepcopy(policy.model).to(DTYPES[a.sample_dtype]).eval()
 
-    def ours(rep, decoder="lean"):
+    def ours(rep, decoder="lean", share=True):
         policy.cfg.decoder = decoder
         r = sample(policy, ids, a.G, a.max_new, a.temperature,
                    generator=prompt_generators(0, rep, 0, range(len(ids))), draw=a.draw,
-                   drop_finished=a.drop_finished)
+                   drop_finished=a.drop_finished, share_prefix=share)
         return int(r.completion_mask.sum())
 
     def theirs(rep, model=None):
@@ -151,6 +154,10 @@ def main() -> None:
 
     decoders = a.decoders.split(",")
     runs = [(f"grpo_lab sample, {d} decoder", lambda rep, d=d: ours(rep, d)) for d in decoders]
+    if a.compare_share:
+        runs += [(f"grpo_lab sample, {d} decoder, each prompt prefilled whole",
+                  lambda rep, d=d: ours(rep, d, False)) for d in decoders]
+        decoders = decoders * 2                    # grpo_lab's rows come first in the table
     runs.append(("transformers generate", theirs))
     if low is not None:
         runs.append((f"transformers generate, {a.sample_dtype} weights",
@@ -211,6 +218,9 @@ def main() -> None:
                   f"per round {m:.2f} [{lo:.2f}, {hi:.2f}] (mean, 95% t-interval, "
                   f"{len(per)} rounds)")
     import os
+    print(f"prompts' common prefix: {rollout.shared_prefix(ids)} tokens (prefilled once "
+          f"from {rollout.SHARED_PREFIX_MIN}; prompts {min(map(len, ids))}-{max(map(len, ids))} "
+          f"tokens)")
     print(f"grpo_lab: draw {a.draw}, drop_finished {a.drop_finished}, sample_dtype "
           f"{a.sample_dtype or 'float32'}; load average %.1f / %.1f / %.1f" % os.getloadavg())
 

@@ -86,6 +86,33 @@ def test_sampling_with_the_lean_decoder_draws_transformers_tokens(draw, tiny):
         torch.testing.assert_close(r.logprobs, ref.logprobs, rtol=0, atol=1e-4)
 
 
+def test_a_shared_prompt_prefix_prefilled_once_samples_the_same_tokens(tiny):
+    """Prompts that all start with the same 20 tokens (a chat template's system turn): the
+    prefix prefilled once (rollout.prefill_shared, the default) or every prompt whole, through
+    the lean decoder and transformers' forward, rows dropped or not: the same tokens, log-probs
+    within rounding, and those equal the update's forward over the standard layout."""
+    from grpo_lab.algorithm.rollout import completion_logprobs
+    g = torch.Generator().manual_seed(7)
+    prefix = torch.randint(2, tiny.cfg.vocab_size, (20,), generator=g).tolist()
+    ps = [prefix + p for p in prompts(tiny)]
+    got = {}
+    for decoder in ("lean", "transformers"):
+        tiny.cfg.decoder = decoder
+        for share in (True, False):
+            got[decoder, share] = sample(tiny, ps, 3, 8, temperature=1.0, draw="inverse_cdf",
+                                         drop_finished=True, share_prefix=share,
+                                         generator=prompt_generators(0, 2, 0, range(len(ps))))
+    tiny.cfg.decoder = "lean"
+    ref = got["transformers", False]
+    assert len(set(ref.completion_mask.sum(1).tolist())) > 1     # rows leave at different steps
+    for key, r in got.items():
+        assert torch.equal(r.completion_ids, ref.completion_ids), key
+        torch.testing.assert_close(r.logprobs, ref.logprobs, rtol=0, atol=1e-4)
+    with torch.no_grad():
+        full = completion_logprobs(tiny, got["lean", True], forward="all_positions")
+    torch.testing.assert_close(got["lean", True].logprobs, full, rtol=0, atol=1e-4)
+
+
 def test_the_decoder_follows_the_weights_after_an_update(tiny):
     """Stacked q/k/v weights are copies: an in-place change of the model's weights (what an
     optimizer step does) is picked up at the next rollout's start."""

@@ -68,3 +68,41 @@ def test_bad_input(model):
         sample(model, PROMPTS, 2, 20)
     with pytest.raises(ValueError, match="temperature must be > 0"):
         sample(model, PROMPTS, 2, 4, temperature=0.0)
+
+
+def test_shared_prefix_counts_the_common_leading_tokens():
+    from grpo_lab.algorithm.rollout import shared_prefix
+    a = list(range(2, 22))                                                 # 20 tokens
+    assert shared_prefix([a + [5], a + [6, 7]]) == 20
+    assert shared_prefix([a + [5, 6], a + [5, 7]]) == 21                   # both go on with 5
+    assert shared_prefix([a + [5], a + [5, 7]]) == 20              # but [5] must stay a token
+    assert shared_prefix([a, a + [5]]) == 19                       # the shorter keeps 1 token
+    assert shared_prefix([a, a]) == 19
+    assert shared_prefix([a[:15] + [1], a[:15] + [2]]) == 0                # 15 < 16: not shared
+    assert shared_prefix([a[:15] + [1], a[:15] + [2]], minimum=15) == 15
+    assert shared_prefix([a + [5]]) == 0                                   # one prompt
+    assert shared_prefix([[9] + a, a]) == 0
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_a_shared_prefix_prefilled_once_samples_what_the_whole_prompts_do(drop):
+    """Prompts with an 18-token common prefix: prefilled once (the default) or each whole,
+    the same tokens and the same sampler log-probs within float rounding, which also equal
+    a full forward of the standard left-padded layout."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_embd=32, n_head=4, block_size=48))
+    with torch.no_grad():
+        model.wte.weight[EOS] += 0.5 * model.wte.weight[2:].mean(0)   # some rows stop early
+    g = torch.Generator().manual_seed(3)
+    prefix = torch.randint(2, model.cfg.vocab_size, (18,), generator=g).tolist()
+    prompts = [prefix + s for s in ([4, 5], [6], [7, 8, 9, 10], [11, 12, 13])]
+    runs = [sample(model, prompts, 3, 10, temperature=0.9, drop_finished=drop,
+                   generator=[torch.Generator().manual_seed(i) for i in range(4)],
+                   share_prefix=share) for share in (True, False)]
+    assert torch.equal(runs[0].completion_ids, runs[1].completion_ids)
+    assert torch.equal(runs[0].prompt_ids, runs[1].prompt_ids)              # standard layout
+    assert torch.equal(runs[0].prompt_mask, runs[1].prompt_mask)
+    assert bool(runs[0].stopped.any()) and not bool(runs[0].stopped.all())
+    torch.testing.assert_close(runs[0].logprobs, runs[1].logprobs, rtol=1e-5, atol=1e-5)
+    full = completion_logprobs(model, runs[0], temperature=0.9)
+    torch.testing.assert_close(runs[0].logprobs, full, rtol=1e-5, atol=1e-5)

@@ -94,12 +94,48 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(1) - 1).clamp(min=0)
 
 
+SHARED_PREFIX_MIN = 16
+"""The fewest tokens every prompt of a batch must start with before ``sample`` prefills them
+once (a chat template's system turn: SmolLM2's is 24 tokens). The toy's prompts never share
+that many, so its runs never take this path."""
+
+
+def shared_prefix(prompts: list[list[int]], minimum: int = SHARED_PREFIX_MIN) -> int:
+    """The number of leading tokens all ``prompts`` have in common, each keeping at least one
+    token after them; 0 when that is fewer than ``minimum`` or there is one prompt."""
+    if len(prompts) < 2:
+        return 0
+    first, most = prompts[0], min(len(p) for p in prompts) - 1
+    c = 0
+    while c < most and all(p[c] == first[c] for p in prompts):
+        c += 1
+    return c if c >= minimum else 0
+
+
+def prefill_shared(model, prompts: list[list[int]], c: int, pad: int, dev):
+    """The prompts' first logits and cache with their common first ``c`` tokens run once:
+    the prefix as one row, its cache repeated to the B rows, then the rest of each prompt,
+    left-padded, against it. -> (logits (B, 1, V), cache, ids (B, c + Ts), key mask
+    (B, c + Ts)): the decode's layout is [prefix | padding | rest of the prompt], the
+    positions are the prompts' own (padding is masked and takes no position), so the
+    arithmetic is the left-padded prompt's, up to float rounding."""
+    B = len(prompts)
+    prefix = torch.tensor([prompts[0][:c]], dtype=torch.long, device=dev)  # (1, c)
+    seen = torch.ones(1, c, dtype=torch.bool, device=dev)                  # (1, c)
+    _, cache = model(prefix, positions(seen), seen, logits_to_keep=1)
+    cache = model.repeat_cache(cache, B)                                   # (B, ...) c columns
+    s_ids, s_mask = (t.to(dev) for t in left_pad([p[c:] for p in prompts], pad))  # (B, Ts)
+    key_mask = torch.cat([seen.expand(B, c), s_mask], 1)                   # (B, c + Ts)
+    logits, cache = model(s_ids, c + positions(s_mask), key_mask, cache, logits_to_keep=1)
+    return logits, cache, torch.cat([prefix.expand(B, c), s_ids], 1), key_mask
+
+
 @torch.no_grad()
 def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
            generator: torch.Generator | list[torch.Generator] | None = None,
            use_cache: bool = True, draw: str = "race", drop_finished: bool = False,
-           clock: dict | None = None, top_p: float = 1.0) -> Rollout:
+           clock: dict | None = None, top_p: float = 1.0, share_prefix: bool = True) -> Rollout:
     """Sample G completions for each of B prompts -> Rollout with N = B*G rows.
 
     ``draw`` names how a token is drawn from the temperature-scaled policy (``DRAWS``): the
@@ -117,6 +153,9 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     equivalence tests; the result is the same). ``model`` is any policy.Policy: its
     ``pad_id`` fills rows after their <eos> (``eos_id``), ``repeat_cache`` shares the cache.
     ``clock``: a dict that gets the seconds spent per phase added (``CLOCK_KEYS``).
+    ``share_prefix``: when every prompt starts with the same ``SHARED_PREFIX_MIN`` or more
+    tokens (a chat template's system turn), that prefix is prefilled once for the batch
+    (``prefill_shared``; with the KV cache only): the same numbers up to float rounding.
     """
     if G < 1:
         raise ValueError(f"group size G must be >= 1, got {G}")
@@ -145,10 +184,15 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     was_training = model.training
     model.eval()
     p_pos = positions(p_mask)                                              # (B, Tp)
-    logits, cache = model(p_ids, p_pos, p_mask, logits_to_keep=1)          # prompt once
+    c = shared_prefix(prompts) if share_prefix and use_cache else 0
+    if c:                                             # the common prefix once, then the rest
+        logits, cache, d_ids, d_mask = prefill_shared(model, prompts, c, pad, dev)
+    else:
+        logits, cache = model(p_ids, p_pos, p_mask, logits_to_keep=1)      # prompt once
+        d_ids, d_mask = p_ids, p_mask                                      # the decode's layout
     N = B * G
-    ids = p_ids.repeat_interleave(G, 0)                                    # (N, Tp)
-    key_mask = p_mask.repeat_interleave(G, 0)                              # (N, Tp)
+    ids = d_ids.repeat_interleave(G, 0)                                    # (N, Tp)
+    key_mask = d_mask.repeat_interleave(G, 0)                              # (N, Tp)
     next_pos = p_pos[:, -1].repeat_interleave(G, 0) + 1                    # (N,)
     start = getattr(model, "start_decode", None)  # a policy's own decode cache (hf.py), or
     cache = (start(cache, G, max_new_tokens) if start is not None

@@ -3,7 +3,9 @@
 ``HFPolicy`` wraps the model so that ``rollout.sample`` and ``rollout.completion_logprobs``
 drive it exactly as they drive the toy GPT: left-padded prompts with explicit position ids
 and a key mask (``attention_mask``), the prompt's KV cache (a transformers ``Cache``)
-computed once and repeated for its G completions (``repeat_cache``), per-prompt generators
+computed once and repeated for its G completions (``repeat_cache``; a prefix every prompt
+of the batch shares, such as a chat template's system turn, once for the whole batch:
+``rollout.prefill_shared``), per-prompt generators
 and the exponential race in the sampler, so an N-process run samples what one process does.
 Tasks stay text in, text out: ``encode``/``decode`` are the tokenizer's.
 
