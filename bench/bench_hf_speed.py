@@ -18,7 +18,6 @@ sampling copy, allocator warm-up). The machine is shared: read ratios within a t
     PYTHONPATH=. benchvenv/bin/python bench/bench_hf_speed.py finite     # the finite check, CPU s
     PYTHONPATH=. .venv/bin/python bench/bench_hf_speed.py decode         # one decode step, ms
     PYTHONPATH=. .venv/bin/python bench/bench_hf_speed.py int8           # int8 sampler: speed, KL
-    PYTHONPATH=. .venv/bin/python bench/bench_hf_speed.py prefix --rounds 3   # shared prefix, update
 
 Needs the bench venv (trl 1.16.0, peft) for ``trl``; ``profile`` and ``matmul`` run in .venv.
 """
@@ -507,41 +506,6 @@ def decode_step_ms(a) -> list[str]:
     return out
 
 
-def shared_prefix_update(a) -> list[str]:
-    """The packed update forward + backward (sum of log-probs x advantages) of one SmolLM2
-    rollout (B x G x max_new, chat template: the prompts share the system turn), the common
-    prefix run once (``rollout.shared_prefix_cache``, the default) vs every prompt whole
-    (the minimum raised past the prompts' length), CPU s, rounds interleaved."""
-    from grpo_lab.algorithm import rollout
-    from grpo_lab.policies.hf import load_hf_policy
-    from grpo_lab.tasks.task_data import load_eval
-    from grpo_lab.training.step import prompt_generators
-    torch.set_num_threads(a.threads)
-    pol = load_hf_policy(a.model, chat_template=True)
-    ids = [pol.encode(e.prompt) for e in load_eval("addition")[:a.B]]
-    r = rollout.sample(pol, ids, a.G, a.max_new, 1.0, draw="inverse_cdf", drop_finished=True,
-                       generator=prompt_generators(0, 0, 0, range(len(ids))))
-    adv = torch.linspace(-1, 1, len(r.prompt_index))                      # (N,)
-    pol.train()
-    keep, res = rollout.SHARED_PREFIX_MIN, {True: [], False: []}
-    for _ in range(a.rounds):
-        for share in (True, False):
-            rollout.SHARED_PREFIX_MIN = keep if share else 10 ** 9
-            pol.zero_grad()
-            t = time.process_time()
-            logp = rollout.completion_logprobs(pol, r, forward="packed")   # (N, Tc)
-            (logp * adv[:, None] * r.completion_mask).sum().backward()
-            res[share].append(time.process_time() - t)
-    rollout.SHARED_PREFIX_MIN = keep
-    ratio = [b / s_ for s_, b in zip(res[True], res[False])]
-    return [f"prompts {min(map(len, ids))}-{max(map(len, ids))} tokens, common prefix "
-            f"{rollout.shared_prefix(ids)}; completions {int(r.completion_mask.sum())} tokens", "",
-            "| packed update forward + backward | CPU s (median) |", "|---|---|",
-            f"| prefix once | {statistics.median(res[True]):.2f} |",
-            f"| every prompt whole | {statistics.median(res[False]):.2f} |", "",
-            f"whole / once, round by round: {ci(ratio)} ({a.rounds} rounds); {load()}."]
-
-
 INT8_SETS = {"q, k, v": ("q_proj", "k_proj", "v_proj"), "o": ("o_proj",),
              "gate, up": ("gate_proj", "up_proj"), "down": ("down_proj",), "head": ("lm_head",),
              "every linear layer": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
@@ -628,7 +592,7 @@ def int8_sampler(a) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("profile", "trl", "matmul", "adamw", "finite", "decode",
-                                       "int8", "prefix"))
+                                       "int8"))
     ap.add_argument("--model", default="/work/models/smollm2-135m-instruct")
     ap.add_argument("--B", type=int, default=8)
     ap.add_argument("--G", type=int, default=4)
@@ -667,8 +631,6 @@ def main() -> None:
         lines = decode_step_ms(a)
     elif a.what == "int8":
         lines = int8_sampler(a)
-    elif a.what == "prefix":
-        lines = shared_prefix_update(a)
     elif a.what == "profile":
         lines = profile(a)
     else:

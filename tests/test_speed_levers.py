@@ -130,41 +130,6 @@ def test_chosen_logprobs_give_the_update_autograds_gradients(tiny):
     torch.testing.assert_close(g_b, g_a, rtol=0, atol=1e-5 * float(g_a.abs().max()))
 
 
-@pytest.mark.parametrize("which", ["toy", "hf"])
-def test_a_shared_prompt_prefix_runs_once_in_the_packed_forward(which, tiny):
-    """Prompts that all start with the same 18 tokens (a chat template's system turn): the
-    packed forward runs that prefix once (the head sees a (1, 1) call, then the packed rows)
-    and every update forward gives all_positions' loss and gradients (the prefix's gradient
-    is the sum over the rows that see it)."""
-    if which == "toy":
-        torch.manual_seed(0)
-        model = GPT(GPTConfig(n_layer=2, n_embd=32, n_head=4, block_size=48))
-        head, V = model.lm_head, model.cfg.vocab_size
-    else:
-        model, head, V = tiny, tiny.model.lm_head, tiny.cfg.vocab_size
-    g = torch.Generator().manual_seed(4)
-    prefix = torch.randint(3, V, (18,), generator=g).tolist()
-    ps = [prefix + p for p in ([5, 6], [7], [8, 9, 10, 11])]
-    r = sample(model, ps, 3, 6, 0.8, generator=prompt_generators(0, 0, 0, range(len(ps))))
-    adv = torch.linspace(-1, 1, len(r.prompt_index))
-    model.train()
-    ref_loss, ref_g, mag = loss_and_grads(model, r, "all_positions", adv)
-    n = int(r.completion_mask.sum())
-    for fw in UPDATE_FORWARDS:
-        rows = []
-        h = head.register_forward_hook(lambda m, i, o: rows.append(tuple(o.shape[:2])))
-        try:
-            loss, grad, _ = loss_and_grads(model, r, fw, adv)
-        finally:
-            h.remove()
-        if fw == "packed":
-            assert rows == [(1, 1), (len(ps), 1 + 3 * (r.completion_ids.shape[1] - 1))]
-        assert abs(float(loss - ref_loss)) <= 10 * mean_tol(n, mag / n) * n, fw
-        torch.testing.assert_close(grad, ref_g, rtol=0, atol=1e-4 * float(ref_g.abs().max()),
-                                   msg=fw)
-    model.zero_grad()
-
-
 def test_packed_forward_runs_under_activation_checkpointing():
     """The packed forward needs no KV cache: with checkpointing on (where prompt_once falls
     back to a forward per row) it still packs, and gives the plain forward's loss and grads."""

@@ -462,30 +462,6 @@ def prompt_once_logits(model, r: Rollout) -> torch.Tensor:
     return torch.cat([first, rest], 1)                                     # (N, Tc, V)
 
 
-def shared_prefix_cache(model, p_ids: torch.Tensor, p_mask: torch.Tensor, p_pos: torch.Tensor):
-    """The update's share of a prompt prefix: left-padded prompts (B, Tp) whose real tokens
-    all start with the same c >= ``SHARED_PREFIX_MIN`` tokens -> (c, the prefix's KV cache
-    repeated to B rows (differentiable: its gradient is the sum over the rows), the rest of
-    each prompt left-padded (B, Ts), its mask and positions (those of the whole prompt)).
-    (0, None, the prompts as given) when they share less, or the model keeps no cache in a
-    training forward (activation checkpointing) or is wrapped (no ``repeat_cache``; DDP
-    wants one forward per backward)."""
-    if getattr(model, "checkpointing", False) or not hasattr(model, "repeat_cache"):
-        return 0, None, p_ids, p_mask, p_pos
-    prompts = [row[m].tolist() for row, m in zip(p_ids, p_mask)]
-    c = shared_prefix(prompts)
-    if not c:
-        return 0, None, p_ids, p_mask, p_pos
-    dev = p_ids.device
-    seen = torch.ones(1, c, dtype=torch.bool, device=dev)                  # (1, c)
-    _, cache = model(p_ids.new_tensor([prompts[0][:c]]), positions(seen), seen,
-                     logits_to_keep=1, use_cache=True)
-    cache = model.repeat_cache(cache, len(prompts))                        # (B, ...) c columns
-    s_ids, s_mask = (t.to(dev) for t in left_pad([p[c:] for p in prompts],
-                                                 getattr(model, "pad_id", PAD)))  # (B, Ts)
-    return c, cache, s_ids, s_mask, c + positions(s_mask)
-
-
 def packed_logits(model, r: Rollout) -> torch.Tensor:
     """Each prompt once with its G completions after it in one row, (B, Tp + G (Tc-1)), and an
     attention mask that lets completion g see the prompt and its own earlier tokens only: the
@@ -495,22 +471,16 @@ def packed_logits(model, r: Rollout) -> torch.Tensor:
     embedding two dense gradients, the head a second GEMM for one position; and it needs no KV
     cache (so it also runs under activation checkpointing or DDP). Positions as the sampler's.
     Logits at the prompt's last position (shared by its G completions) and the completions'.
-    A prefix of ``SHARED_PREFIX_MIN`` or more tokens that all B prompts start with (a chat
-    template's system turn) runs once, as one row, and the packed rows see its KV cache
-    repeated B times (``shared_prefix_cache``; not under activation checkpointing or a
-    wrapper, which keep the one forward). Falls back to ``completion_logits`` when the rows
-    are not G-blocks of one prompt."""
+    Falls back to ``completion_logits`` when the rows are not G-blocks of one prompt."""
     G = shared_prompt_rows(r)
     if not G:
         return completion_logits(model, r)
     dev = next(model.parameters()).device
     p_ids, p_mask = r.prompt_ids[::G].to(dev), r.prompt_mask[::G].to(dev)  # (B, Tp)
-    B, Tc = p_ids.shape[0], r.completion_ids.shape[1]
+    (B, Tp), Tc = p_ids.shape, r.completion_ids.shape[1]
     n_c = G * (Tc - 1)                                   # completion inputs per row: G segments
     p_pos = positions(p_mask)                                              # (B, Tp)
     c_pos = p_pos[:, -1:] + 1 + torch.arange(Tc - 1, device=dev).repeat(G)  # (B, n_c)
-    c, cache, p_ids, p_mask, p_pos = shared_prefix_cache(model, p_ids, p_mask, p_pos)
-    Tp = p_ids.shape[1]                                  # the prompts' rest after a prefix c
     ids = torch.cat([p_ids, r.completion_ids[:, :-1].to(dev).reshape(B, n_c)], 1)  # (B, L)
     real = torch.cat([p_mask, r.completion_mask[:, :-1].to(dev).reshape(B, n_c)], 1)  # (B, L)
     seg = torch.cat([torch.full((Tp,), -1, device=dev),                    # (L,) -1: prompt,
@@ -519,9 +489,7 @@ def packed_logits(model, r: Rollout) -> torch.Tensor:
     causal = (seg[:, None] == seg[None, :]) & (i[None, :] <= i[:, None])   # (L, L) own segment
     prompt = (seg[None, :] == -1) & (seg[:, None] >= 0)                    # (L, L) -> the prompt
     see = (causal | prompt)[None] & real[:, None, :] | (i[:, None] == i[None, :])  # (B, L, L)
-    if c:                                                # every query sees the shared prefix
-        see = torch.cat([see.new_ones(B, Tp + n_c, c), see], 2)            # (B, L, c + L)
-    logits, _ = model(ids, torch.cat([p_pos, c_pos], 1), see, cache,
+    logits, _ = model(ids, torch.cat([p_pos, c_pos], 1), see,
                       logits_to_keep=n_c + 1)                              # (B, 1 + n_c, V)
     V = logits.shape[-1]
     first = logits[:, :1, None].expand(B, G, 1, V)                         # (B, G, 1, V)
