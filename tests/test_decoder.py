@@ -221,23 +221,23 @@ def test_bad_decoder_names_and_a_full_cache_are_clear_errors(tiny):
 
 
 def test_selecting_cache_rows_keeps_exactly_those_rows_filled_columns():
-    """StaticCache.select compacts in place: rows [0, 2, 3] of 5 end up as rows 0..2 with
-    their filled columns unchanged, the buffers' other columns are not read; unordered or
-    negative row indices are an error that names them."""
+    """StaticCache.batch_select_indices compacts in place: rows [0, 2, 3] of 5 end up as rows
+    0..2 with their filled columns unchanged, the buffers' other columns are not read;
+    unordered or negative row indices are an error that names them."""
     L, N, KV, T, d, t = 2, 5, 3, 7, 4, 4
     keys = torch.arange(L * N * KV * T * d, dtype=torch.float32).reshape(L, N, KV, T, d)
     values = -keys
     rows = torch.tensor([0, 2, 3])
     want_k, want_v = keys[:, rows, :, :t].clone(), values[:, rows, :, :t].clone()
-    cache = StaticCache(keys.clone(), values.clone(), t).select(rows)
+    cache = StaticCache(keys.clone(), values.clone(), t).batch_select_indices(rows)
     assert cache.rows == 3 and cache.keys.shape == (L, 3, KV, T, d)
     assert torch.equal(cache.keys[..., :t, :], want_k)
     assert torch.equal(cache.values[..., :t, :], want_v)
-    again = cache.select(torch.tensor([1]))                               # rows 2 of the first
+    again = cache.batch_select_indices(torch.tensor([1]))                 # rows 2 of the first
     assert torch.equal(again.keys[..., :t, :], want_k[:, 1:2])
     for bad in ([2, 0], [1, 1], [-1, 2]):
         with pytest.raises(ValueError, match=rf"increasing row indices, got \[{bad[0]}, "):
-            StaticCache(keys.clone(), values.clone(), t).select(torch.tensor(bad))
+            StaticCache(keys.clone(), values.clone(), t).batch_select_indices(torch.tensor(bad))
 
 
 @pytest.mark.parametrize("n", [1, 5, 8])

@@ -87,7 +87,9 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 class StaticCache:
     """Keys and values of every layer in preallocated buffers (L, N, KV, T_max, d): column t
     holds position t of every row's sequence (prompts are left-padded, so all rows share
-    the column index). ``t``: the columns filled."""
+    the column index). ``t``: the columns filled. Rows are repeated and selected in place
+    through transformers' Cache method names, so ``HFPolicy.repeat_cache`` and
+    ``select_cache`` treat it as any cache."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, t: int):
         self.keys, self.values, self.t = keys, values, t
@@ -96,12 +98,12 @@ class StaticCache:
     def rows(self) -> int:
         return self.keys.shape[1]
 
-    def repeat(self, G: int) -> "StaticCache":
+    def batch_repeat_interleave(self, G: int) -> "StaticCache":
         self.keys = self.keys.repeat_interleave(G, 1)
         self.values = self.values.repeat_interleave(G, 1)
         return self
 
-    def select(self, rows: torch.Tensor) -> "StaticCache":
+    def batch_select_indices(self, rows: torch.Tensor) -> "StaticCache":
         """Keep rows ``rows`` (n,) long, increasing: the decode batch without its finished
         rows. Compacted in place, row by row, the t filled columns only (the buffers keep
         their size; the cache becomes a view of their first n rows). Row j takes row
@@ -110,7 +112,7 @@ class StaticCache:
         here: 63 ms a selection on SmolLM2's 32-row cache against ~5 ms for this loop."""
         n, t = rows.shape[0], self.t
         if n and (int(rows[0]) < 0 or not bool((rows[1:] > rows[:-1]).all())):
-            raise ValueError(f"StaticCache.select takes increasing row indices, got "
+            raise ValueError(f"StaticCache.batch_select_indices takes increasing row indices, got "
                              f"{rows.tolist()}")
         for j, r in enumerate(rows.tolist()):
             if j != r:
@@ -182,7 +184,7 @@ class LlamaDecoder:
         for i, layer in enumerate(layers):
             keys[i, :, :, :Tp] = layer.keys
             values[i, :, :, :Tp] = layer.values
-        return StaticCache(keys, values, Tp).repeat(G)
+        return StaticCache(keys, values, Tp).batch_repeat_interleave(G)
 
     @torch.no_grad()
     def step(self, tok: torch.Tensor, pos: torch.Tensor, key_mask: torch.Tensor,

@@ -210,9 +210,7 @@ class HFPolicy(nn.Module):
     @staticmethod
     def select_cache(cache, rows: torch.Tensor):
         """Keep the Cache's rows ``rows`` (n,) long (in place): (N, ...) -> (n, ...)."""
-        if hasattr(cache, "select"):                                      # decoder.StaticCache
-            return cache.select(rows)
-        cache.batch_select_indices(rows)
+        cache.batch_select_indices(rows)               # a transformers Cache or a StaticCache
         return cache
 
     def lean_decoder(self):
@@ -269,9 +267,11 @@ class HFPolicy(nn.Module):
         (sampling) or when ``use_cache``; a training forward keeps none.
         ``logits_to_keep`` k > 0: the head on the last k positions only -> (B, k, V).
         ``return_hidden`` adds the last hidden states (B, T, C) (embeddings.policy_embed)."""
-        if hasattr(cache, "select") and not self.training and not torch.is_grad_enabled():
-            logits = self.lean_decoder().step(idx[:, 0], pos[:, 0], key_mask, cache)  # (B, V)
-            return logits[:, None], cache                                 # one new token a row
+        if self._lean and not self.training and not torch.is_grad_enabled():
+            from grpo_lab.policies.decoder import StaticCache              # loaded with _lean
+            if isinstance(cache, StaticCache):                            # start_decode's cache
+                logits = self._lean.step(idx[:, 0], pos[:, 0], key_mask, cache)  # (B, V)
+                return logits[:, None], cache                             # one new token a row
         mask = None if key_mask is None else key_mask.long()              # (B, Tk)
         if key_mask is not None and key_mask.dim() == 3:   # who sees whom (packed_logits):
             mask = key_mask[:, None]     # (B, 1, T, Tk) bool; transformers takes 4-D as given
