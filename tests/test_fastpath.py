@@ -526,8 +526,9 @@ def test_a_bad_fp8_scale_is_refused(scale):
     g = {"w": torch.randn(20_000, generator=torch.Generator().manual_seed(0))}
     _, records = wire.unpack(C.Compressor("fast_topk5").encode(g))
     bad = wire.pack([records[0]._replace(scales=np.float32([scale]))])
-    with pytest.raises(wire.WireError, match="FP8 scale .* is not a positive finite number"):
+    with pytest.raises(wire.WireError, match="FP8 scale .* is not a positive finite number") as e:
         wire.unpack(bad)
+    assert f"FP8 scale {np.float32([scale])} is not" in str(e.value)       # the value, named
 
 
 @pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not importable")

@@ -134,9 +134,10 @@ def unpack(payload) -> tuple[int, list[TensorRecord]]:
     if not 1 <= version <= VERSION:
         raise WireError(f"wire format version {version} is not supported (this reads 1..{VERSION})")
     (crc,) = struct.unpack_from("<I", buf, len(buf) - 4)
-    if zlib.crc32(memoryview(buf)[:-4]) != crc:                            # no copy
+    got = zlib.crc32(memoryview(buf)[:-4])                                 # no copy
+    if got != crc:
         raise WireError(f"checksum mismatch: trailer says {crc:#010x}, bytes give "
-                        f"{zlib.crc32(buf[:-4]):#010x} (corrupt or truncated message)")
+                        f"{got:#010x} (corrupt or truncated message)")
     rd = _Reader(buf, len(buf) - 4)
     rd.pos = _HEAD.size
     records, names = [], set()
@@ -162,7 +163,8 @@ def unpack(payload) -> tuple[int, list[TensorRecord]]:
         scales = np.frombuffer(rd.take(4 * nscales, f"tensor {name!r} scales"), "<f4")
         if (not 0.0 < float(scales[0]) < math.inf if nscales == 1 else       # one: no arrays
                 not np.isfinite(scales).all() or (scales <= 0).any()):
-            raise WireError(f"tensor {name!r}: FP8 scale {scales[~(scales > 0)][:1]} is not "
+            bad = scales[~((scales > 0) & np.isfinite(scales))][:1]         # inf too, not []
+            raise WireError(f"tensor {name!r}: FP8 scale {bad} is not "
                             f"a positive finite number")
         values = rd.take(nvalues, f"tensor {name!r} values")
         _check_values(name, fmt, values, scales, block)
