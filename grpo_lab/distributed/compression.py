@@ -37,8 +37,8 @@ left out.
 
 The fast path (``fast=True``, ``fastpath.py``): the same algorithm in whole-tensor torch ops
 (on a CPU tensor fused numba kernels, ``kernels.py``; a whole ``fast_topk5`` record in three
-kernel calls and a numpy partition, its decode in one), the residual updated in place, the index codec's bytes
-written without one byte per bit. It
+kernel calls and a numpy partition, its decode in one), the residual updated in place, the
+index codec's bytes written without one byte per bit. It
 gives the same indices, values and bytes as this module's readable path for the same config
 (``tests/test_fastpath.py``); ``fast_topk5`` is the preset built for speed (DGC's sampled
 threshold, fp8 values, Rice), ``fp8_topk5_fast`` is ``fp8_topk5`` through the fast path
