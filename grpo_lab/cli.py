@@ -12,11 +12,13 @@ fields are dotted (``--exchange.name sharded``).
     grpo-lab bench [NAME [ARGS ...]]     # list bench/ scripts, or run bench/bench_NAME.py
     grpo-lab lab [--full] [--workshop [DIR]]   # JupyterLab on notebooks/ (quick mode), or the
                                          # exercise stubs copied to DIR
+    grpo-lab notebooks DIR [--overwrite] # the lessons copied out (from a checkout or an install)
     grpo-lab preflight                   # a learner's arrival check: OK or what is wrong
     grpo-lab model get smollm2-135m      # a real model, fetched and converted once (models.py)
 
-``bench`` and ``lab`` need a checkout of the repository (bench/ and notebooks/ sit beside
-the package, not inside it).
+``bench`` needs a checkout of the repository (bench/ sits beside the package). ``lab`` and
+``notebooks`` work from an installed wheel too, which carries the lessons inside the package
+(paths.py); ``lab`` then opens a copy in ./grpo-lab-notebooks, never the package itself.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from pathlib import Path
 
 from grpo_lab.training.config import (MOVED_FIELDS, PRESETS, SUB_CONFIGS, PretrainConfig, TrainConfig,
                                       field_docs, migrate, preset, to_dict)
-from grpo_lab.paths import checkout_dir
+from grpo_lab.paths import checkout_dir, notebooks_dir
 from grpo_lab.registry import lookup
 
 
@@ -177,6 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default runs/workshop/ of the checkout) in a reset workspace")
     lab.add_argument("--full", action="store_true",
                      help="full-size runs (GRPO_LAB_QUICK=0): for after the workshop")
+    nb = sub.add_parser("notebooks", help="copy the lessons (notebooks, WORKSHOP.md, the "
+                                          "exercises and their solutions) into DIR to open them")
+    nb.add_argument("dir", metavar="DIR", help="folder to copy into (created if missing)")
+    nb.add_argument("--overwrite", action="store_true",
+                    help="replace lesson files already in DIR (default: refuse, naming one)")
     pf = sub.add_parser("preflight", help="a learner's arrival check: Python, disk, torch, the "
                                           "notebook packages, timed GRPO steps; OK or what is wrong")
     pf.add_argument("--steps", type=int, default=20, help="GRPO steps to time (default 20)")
@@ -395,8 +402,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "bench":
             return run_bench(args.name, args.bench_args)
         elif args.command == "lab":
+            from grpo_lab.teaching.lessons import lab_notebooks
             from grpo_lab.teaching.workshop import lab_command, lab_env
-            notebooks = checkout_dir("notebooks")
+            notebooks = lab_notebooks() if args.workshop is None else notebooks_dir()
             env = lab_env(args.full)
             print(f"grpo-lab lab: GRPO_LAB_QUICK={env['GRPO_LAB_QUICK']} "
                   + ("(full-size runs)" if env["GRPO_LAB_QUICK"] in ("0", "") else
@@ -404,6 +412,11 @@ def main(argv: list[str] | None = None) -> int:
             cmd = ([sys.executable, "-m", "jupyterlab", str(notebooks)] if args.workshop is None
                    else lab_command(notebooks, args.workshop or None))
             return subprocess.call(cmd, env=env)
+        elif args.command == "notebooks":
+            from grpo_lab.teaching.lessons import copy_lessons
+            copied = copy_lessons(args.dir, overwrite=args.overwrite)
+            print(f"grpo-lab notebooks: {len(copied)} files copied into {Path(args.dir).resolve()} "
+                  f"(start with 00_quickstart.ipynb; exercises/ holds the workshop's stubs)")
         elif args.command == "preflight":
             from grpo_lab.teaching.workshop import preflight, preflight_report
             if args.steps < 1:
