@@ -13,6 +13,7 @@ With CI set, a missing build tool fails the test instead of skipping it.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -43,8 +44,13 @@ def need(ok: bool, why: str) -> None:
 
 
 def build_wheel(tmp: Path) -> Path:
-    need(__import__("importlib").util.find_spec("setuptools") is not None,
-         "setuptools is not installed in this environment (pip install 'setuptools>=77')")
+    try:
+        found = importlib.metadata.version("setuptools")
+    except importlib.metadata.PackageNotFoundError:
+        found = "none"
+    major = int(found.split(".")[0]) if found[:1].isdigit() else 0
+    need(major >= 77, f"the build needs setuptools >= 77 in this environment (the dev extra), "
+                      f"found {found}: pip install 'setuptools>=77'")
     src = tmp / "src"
     for name in BUILD_INPUTS:
         path = ROOT / name
