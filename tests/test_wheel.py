@@ -43,6 +43,18 @@ def need(ok: bool, why: str) -> None:
         pytest.skip(why)
 
 
+def copy_build_inputs(src: Path) -> Path:
+    """The files a build reads, copied to ``src`` (a build writes build/ and egg-info there)."""
+    src.mkdir()
+    for name in BUILD_INPUTS:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns(
+                "__pycache__", "*.egg-info", ".ipynb_checkpoints"))
+        else:
+            shutil.copy2(ROOT / name, src / name)
+    return src
+
+
 def build_wheel(tmp: Path) -> Path:
     try:
         found = importlib.metadata.version("setuptools")
@@ -51,15 +63,7 @@ def build_wheel(tmp: Path) -> Path:
     major = int(found.split(".")[0]) if found[:1].isdigit() else 0
     need(major >= 77, f"the build needs setuptools >= 77 in this environment (the dev extra), "
                       f"found {found}: pip install 'setuptools>=77'")
-    src = tmp / "src"
-    for name in BUILD_INPUTS:
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns(
-                "__pycache__", "*.egg-info", ".ipynb_checkpoints"))
-        else:
-            src.mkdir(exist_ok=True)
-            shutil.copy2(path, src / name)
+    src = copy_build_inputs(tmp / "src")
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                         "--no-index", "-q", "-w", str(tmp / "dist"), str(src)],
                        capture_output=True, text=True, timeout=300)
@@ -98,6 +102,25 @@ def test_the_listed_packages_are_the_folders_of_the_tree():
     assert sorted(tool["package-data"]["grpo_lab._notebooks"]) == sorted(LESSONS)
 
 
+def fresh_venv(venv: Path) -> tuple[Path, Path]:
+    """A venv with no packages of its own -> (its python, its site-packages); this environment's
+    site-packages (torch, numpy, ...) are on its path through a .pth line, so nothing is
+    downloaded, and a .pth line is only a path: the .pth files there (this environment's own
+    editable grpo_lab) are not run."""
+    r = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, text=True)
+    version = tuple(int(x) for x in r.stdout.split()[1].split(".")[:2]) if r.returncode == 0 else ()
+    need(version >= (22, 3), f"pip >= 22.3 is needed (pip --python), found {r.stdout or r.stderr}")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                   "['purelib'])"], capture_output=True, text=True,
+                                  check=True).stdout.strip())
+    deps = [p for p in dict.fromkeys(site.getsitepackages()) if Path(p).is_dir()
+            and Path(p).resolve() != ROOT]
+    (purelib / "_grpo_lab_test_deps.pth").write_text("\n".join(deps) + "\n")
+    return python, purelib
+
+
 def tree(folder: Path) -> dict[str, tuple[int, int]]:
     return {p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
             for p in sorted(folder.rglob("*"))}
@@ -111,19 +134,9 @@ def set_writable(folder: Path, writable: bool) -> None:
 
 
 def test_the_wheel_installs_and_runs_from_an_empty_folder(wheel, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, text=True)
-    version = tuple(int(x) for x in r.stdout.split()[1].split(".")[:2]) if r.returncode == 0 else ()
-    need(version >= (22, 3), f"pip >= 22.3 is needed (pip --python), found {r.stdout or r.stderr}")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    bindir = venv / ("Scripts" if os.name == "nt" else "bin")
-    python = bindir / ("python.exe" if os.name == "nt" else "python")
-    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
-                                   "['purelib'])"], capture_output=True, text=True,
-                                  check=True).stdout.strip())
-    deps = [p for p in dict.fromkeys(site.getsitepackages()) if Path(p).is_dir()
-            and Path(p).resolve() != ROOT]
-    (purelib / "_grpo_lab_test_deps.pth").write_text("\n".join(deps) + "\n")
+    python, purelib = fresh_venv(venv)
+    bindir = python.parent
     r = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
                         "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True,
                        timeout=300)
@@ -168,13 +181,16 @@ def test_the_wheel_installs_and_runs_from_an_empty_folder(wheel, tmp_path):
             assert (work / "lessons" / rel).read_bytes() == (ROOT / "notebooks" / rel).read_bytes()
 
         # the lab commands on an install: JupyterLab (stubbed: it would serve) on copies only
-        cmds = json.loads(run(python, "-c", (
-            "import json, subprocess\n"
+        cmds, bench = json.loads(run(python, "-c", (
+            "import contextlib, io, json, subprocess\n"
             "from grpo_lab.cli import main\n"
-            "seen = []\n"
+            "seen, err = [], io.StringIO()\n"
             "subprocess.call = lambda cmd, env=None: seen.append(cmd) or 0\n"
             "assert main(['lab']) == 0 and main(['lab', '--workshop']) == 0\n"
-            "print(json.dumps(seen))")).splitlines()[-1])
+            "with contextlib.redirect_stderr(err):\n"
+            "    rc = main(['bench'])\n"
+            "print(json.dumps([seen, [rc, err.getvalue()]]))")).splitlines()[-1])
+        assert bench[0] == 2 and "(an installed package): 'grpo-lab bench' needs a checkout" in bench[1]
         assert cmds[0][-1] == str((work / "grpo-lab-notebooks").resolve())
         assert (work / "grpo-lab-notebooks" / "00_quickstart.ipynb").is_file()
         assert f"--ServerApp.root_dir={(work / 'runs' / 'workshop').resolve()}" in cmds[1]
@@ -182,6 +198,43 @@ def test_the_wheel_installs_and_runs_from_an_empty_folder(wheel, tmp_path):
     finally:
         set_writable(package, True)
     assert tree(package) == before                        # nothing was written into the package
+
+
+def test_an_editable_install_reads_the_checkout(tmp_path):
+    """pip install -e (what make env does): the package and data/ are the tree's own folders,
+    found from any working folder."""
+    src = copy_build_inputs(tmp_path / "checkout")
+    python, purelib = fresh_venv(tmp_path / "venv")
+    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                        "--no-deps", "--no-build-isolation", "--no-index", "-e", str(src)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    r = subprocess.run([str(python), "-c", (
+        "import json, grpo_lab, grpo_lab.paths as p\n"
+        "print(json.dumps([grpo_lab.__file__, p.IN_CHECKOUT, str(p.DATA_DIR),"
+        " str(p.resolve_path('data/hf_tiny')), str(p.notebooks_dir())]))")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    file, checkout, data, hf_tiny, notebooks = json.loads(r.stdout)
+    assert Path(file) == src / "grpo_lab" / "__init__.py" and checkout is True
+    assert (Path(data), Path(hf_tiny), Path(notebooks)) == (src / "data", src / "data" / "hf_tiny",
+                                                            src / "notebooks")
+
+
+def test_resolve_path_in_a_checkout(tmp_path, monkeypatch):
+    from grpo_lab import paths
+    monkeypatch.chdir(tmp_path)                                      # not the repository root
+    assert paths.IN_CHECKOUT and paths.DATA_DIR == ROOT / "data"
+    assert paths.resolve_path("data/eval_addition.jsonl") == ROOT / "data" / "eval_addition.jsonl"
+    assert paths.resolve_path("bench/bench_codecs.py") == ROOT / "bench" / "bench_codecs.py"
+    assert paths.resolve_path("data/no_such.jsonl") == Path("data/no_such.jsonl")   # as asked
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "eval_addition.jsonl").write_text("")
+    assert paths.resolve_path("data/eval_addition.jsonl") == Path("data/eval_addition.jsonl")
+    with pytest.raises(FileNotFoundError, match=r"no nope/ directory at .*nope: 'grpo-lab nope' "
+                                                r"needs a checkout"):
+        paths.checkout_dir("nope")
 
 
 def test_copy_lessons_refuses_to_overwrite_naming_the_file(tmp_path):
