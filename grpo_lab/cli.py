@@ -176,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(GRPO_LAB_QUICK=1) unless --full or GRPO_LAB_QUICK is set")
     lab.add_argument("--workshop", nargs="?", const="", default=None, metavar="DIR",
                      help="open fresh copies of the exercise stubs (no solutions) in DIR "
-                          "(default runs/workshop/ of the checkout) in a reset workspace")
+                          "(default runs/workshop/ of the checkout, or of the current folder "
+                          "for an installed package) in a reset workspace")
     lab.add_argument("--full", action="store_true",
                      help="full-size runs (GRPO_LAB_QUICK=0): for after the workshop")
     nb = sub.add_parser("notebooks", help="copy the lessons (notebooks, WORKSHOP.md, the "
