@@ -133,7 +133,7 @@ def test_config_errors_name_the_combination():
     ("\\boxed{2 \\cdot 3 \\cdot 4}", Fraction(24)),
     ("It is \u22127.", Fraction(-7)),                       # the Unicode minus sign
     ("It costs $.25 each", Fraction(1, 4)),                # a leading-dot decimal
-    ("The answer is 42. That took 3 steps.", Fraction(42)),  # the stated answer, not the last number
+    ("The answer is 42. That took 3 steps.", Fraction(42)),  # the stated answer, not the last
     ("The final answer is: **17**, from 3 tries", Fraction(17)),
     ("Answer: -5 (checked twice)", Fraction(-5)),
     ("3.25 is the result", Fraction(13, 4)),               # not ".25" out of "3.25"
