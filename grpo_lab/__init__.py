@@ -37,9 +37,9 @@ LAYERS = (
      ("algorithm", "algorithm.*", "policies", "policies.*", "tasks", "tasks.*")),
     ("distributed: gradient exchange, sharding, compression, topology",
      ("distributed", "distributed.*")),
-    ("the floor: file formats, paths, the registry helpers, the machine",
+    ("the floor: file formats, paths, the registry helpers, the machine, the user-code time limit",
      ("", "paths", "models", "registry", "checkpoint", "tokenizer", "machine", "rundir",
-      "errors", "tables")),
+      "errors", "tables", "timelimit")),
 )
 
 # release 0.1's flat module names -> their folder (one-release aliases, see the docstring)

@@ -108,6 +108,10 @@ class TrainConfig:
     """Number of GRPO steps (each: one rollout, mu policy updates)."""
     time_budget_s: float = 300.0
     """Stop after this many seconds of training (0 = no limit); the last step finishes."""
+    user_code_timeout_s: float = 30.0
+    """Longest one call of a reward, grouper, estimator or task generator may run (seconds;
+    0 = no limit): past it the run stops with a one-line error naming the function and where
+    it was (timelimit.py), every rank with it, and the last checkpoint stays as it was."""
     target_accuracy: float = 0.0
     """Stop at the first evaluation whose held-out accuracy reaches this (0 = run all steps):
     time to accuracy. The report says which ended the run: steps, target or budget."""
@@ -287,10 +291,11 @@ class TrainConfig:
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
         _finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps", "grad_clip", "eps_low",
-                "eps_high", "beta", "time_budget_s")
+                "eps_high", "beta", "time_budget_s", "user_code_timeout_s")
         _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
         _nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
-                     "grad_clip", "beta", "eval_every", "eval_size", "threads")
+                     "grad_clip", "beta", "eval_every", "eval_size", "threads",
+                     "user_code_timeout_s")
         if self.group_size < 2 and objective.needs_group:       # PPO's critic needs no group
             raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
                              f"got {self.group_size}")
@@ -603,6 +608,7 @@ def from_dict(d: dict) -> TrainConfig:
 
 # fields a resumed run may change freely: how it runs, not what it computes
 RUNTIME_FIELDS = ("out_dir", "threads", "time_budget_s", "target_accuracy", "exchange.timeout_s",
+                  "user_code_timeout_s",
                   "exchange.overlap")  # overlap changes when bytes move, not what is computed
 
 

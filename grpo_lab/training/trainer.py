@@ -56,6 +56,7 @@ from grpo_lab.algorithm.reclustering import StepGrouper
 from grpo_lab.algorithm.scoring import add_time, now, sample_and_score
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
                                     split_batch)
+from grpo_lab import timelimit
 from grpo_lab.registry import load_plugins, plugin_changes, plugin_digests
 from grpo_lab.algorithm.health import diagnose
 from grpo_lab.tasks.instruct import render_all, rendered_source
@@ -219,6 +220,7 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     held-out prompt) and the grouper, for ``cfg`` on ``group``'s device (default: this process,
     ``Group.current()``)."""
     group = Group.current() if group is None else group
+    timelimit.LIMIT_S = cfg.user_code_timeout_s       # every call of user code from here on
     eval_sets, held = held_out_sets(cfg)
     obj = get_objective(cfg.objective)
     device = group.device                      # the rank's GPU under NCCL, else the CPU
