@@ -36,13 +36,14 @@ class Claim:
         return self.verdict
 
 
-_B4 = "BENCHMARKS.md section 4 (bench/bench_train_dist.py --objective grpo --steps 200 --seeds 0 1 2)"
+_B4 = ("bench/RESULTS_train_dist_grpo_fast.md, BENCHMARKS.md section 4 (bench/bench_train_dist.py --objective grpo "
+       "--steps 200 --seeds 0 1 2 --only 'compressed fp8_topk5' fast_topk5: the later of the two GRPO runs)")
 _MEM = "bench/RESULTS_memory.md (bench/bench_memory.py --seeds 0 1 2 --reps 7 --steps 8)"
 _PPO = "bench/RESULTS_grpo_vs_ppo.md and .json (bench/bench_grpo_vs_ppo.py; the JSON feeds notebook 07)"
 _CL = "bench/RESULTS_claims.md (bench/bench_claims.py)"
 _M = "grpo_lab/teaching/claims_measure.py"
-_FP8 = ("BENCHMARKS.md", "| compressed fp8_topk5 | 94,707 | 10.1x | 68.8% ± 1.9 | -0.2 ± 2.6 | 1.73x |")
-_GRPO200 = ("BENCHMARKS.md", "200 steps from `data/base_policy.safetensors`, seeds 0, 1, 2")
+_FP8 = ("bench/RESULTS_train_dist_grpo_fast.md", "| compressed fp8_topk5 | 94,733 | 10.1x | 68.8% ± 1.4 | -0.2 ± 1.9 |")
+_GRPO200 = ("bench/RESULTS_train_dist_grpo_fast.md", "from `data/base_policy.safetensors`, 200 steps, seeds [0, 1, 2]")
 _PPO_SEEDS = (("bench/RESULTS_grpo_vs_ppo.md", "- grpo 16x8: seed 0: 44800, 0.750; seed 1: 41600, 0.780; seed 2: 51200, 0.765"),
               ("bench/RESULTS_grpo_vs_ppo.md", "- ppo 128x1: seed 0: 41600, 0.795; seed 1: 41600, 0.775; seed 2: 32000, 0.770"),
               ("bench/RESULTS_grpo_vs_ppo.md", "| ppo net 128x1 | 0.3466 | 2.10x |"),
@@ -82,7 +83,7 @@ CLAIMS = [
           "does not hold", "",
           "e4m3 keeps 3 mantissa bits: rounding alone moves a value by up to 2^-4 = 6.25%, so a tensor's error is "
           "percents, not 0.3%, for every tensor, so whichever 20% is chosen. Training still tolerates it "
-          "(fp8_topk5 on GRPO: -0.2 ± 2.6 points, 3 seeds).",
+          "(fp8_topk5 on GRPO: -0.2 ± 1.9 points, 3 seeds).",
           "3 mantissa bits cannot give 0.3% error; training survives the error, it does not remove it.",
           measured="e4m3 round trip, 40 tensors of each of 5 real gradients: median 2.6%, smallest 1.8%-2.2%, "
                    "largest 2.8%-2.9%",
@@ -123,9 +124,9 @@ CLAIMS = [
           "Bytes counted on the wire over 200 GRPO steps; accuracy paired by seed (3 seeds) cannot resolve "
           "differences under about 3 points. The terabyte figures themselves are unsourced.",
           "Cutting bytes is arithmetic; 'unchanged convergence' is a measurement with an interval.",
-          measured="fp8_topk5: 960,640 -> 94,707 B/step (10.1x); accuracy 68.8% vs 69.0%, paired -0.2 ± 2.6 points",
+          measured="fp8_topk5: 960,640 -> 94,733 B/step (10.1x); accuracy 68.8% vs 69.0%, paired -0.2 ± 1.9 points",
           source=_B4,
-          quotes=(_FP8, ("BENCHMARKS.md", "| allreduce fp32 (reference) | 960,640 | 1.0x | 69.0% ± 3.3 |"),
+          quotes=(_FP8, ("bench/RESULTS_train_dist_grpo_fast.md", "| allreduce fp32 (reference) | 960,640 | 1.0x | 69.0% ± 3.3 |"),
                   ("BENCHMARKS.md", "differences under about 3 points cannot be resolved here"),
                   ("BENCHMARKS.md", '"1.2 TB -> 280 GB" is a 4.3x ratio'), _GRPO200)),
     Claim(5, 'ring all-reduce latency is O(N); a latency-matrix graph partitioned with METIS plus value-ordered sends cuts '
@@ -179,11 +180,11 @@ CLAIMS = [
     Claim(8, 'compression reaches the target perplexity in "12% fewer steps", accuracy within 0.3%', "toy",
           "steps-to-target with and without compression, several seeds",
           "open", "steps-to-target with and without compression, over enough seeds (or a larger held-out set) "
-                  "to bring the ±2.6-point interval under 0.3",
-          "Closest measurement: final accuracy after 200 GRPO steps, fp8_topk5 -0.2 ± 2.6 points (3 seeds); "
-          "steps-to-target was not measured, and ±2.6 cannot resolve 0.3.",
+                  "to bring the ±1.9-point interval under 0.3",
+          "Closest measurement: final accuracy after 200 GRPO steps, fp8_topk5 -0.2 ± 1.9 points (3 seeds); "
+          "steps-to-target was not measured, and ±1.9 cannot resolve 0.3.",
           "A claim finer than the noise of its measurement is not a finding.",
-          measured="fp8_topk5 vs fp32 after 200 GRPO steps: -0.2 ± 2.6 points (3 seeds); steps-to-target not measured",
+          measured="fp8_topk5 vs fp32 after 200 GRPO steps: -0.2 ± 1.9 points (3 seeds); steps-to-target not measured",
           source=_B4, quotes=(_FP8, _GRPO200)),
     Claim(9, "activation checkpoint interval = sqrt(batch size)", "toy",
           "memory/time sweep over the interval; the classic result (Chen et al. 2016) is about sqrt(number of layers)",
