@@ -331,8 +331,8 @@ CLAIMS = [
           "critic: a critic network of its own (timed, not trained to the target) doubles the memory (1.96x) and the "
           "time per step (2.10x).",
           "GRPO's saving is the critic's memory and compute, not a multiple of sample efficiency.",
-          measured=_SAMPLES + " (PPO with a value head); PPO / GRPO wall time to target 1.14x [0.60, 2.15]; a critic "
-                              "network of its own: 2.10x time per step",
+          measured="PPO with a value head: " + _SAMPLES + "; PPO / GRPO wall time to target 1.14x [0.60, 2.15]; a "
+                                                          "critic network of its own: 2.10x time per step",
           source=_PPO,
           quotes=_PPO_SEEDS + (("bench/RESULTS_grpo_vs_ppo.md", "PPO's wall time to the target / GRPO's 1.14x [0.60, 2.15] "
                                                                 "(claim 1.4x): not shown"),
