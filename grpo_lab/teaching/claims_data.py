@@ -108,7 +108,8 @@ CLAIMS = [
           measured="whole-model top 5% of 5 real gradients: zstd 3.45-3.68 bits/index (8.7-9.3x vs int32), Huffman "
                    "4.79-4.92 (6.5-6.7x); per tensor: 5.21-6.24 bits; random positions: at least 5.73 bits (5.6x); "
                    "against torch.topk's int64 indices: Huffman 13.0-13.4x, random positions up to 11.2x",
-          source=_CL + "; codecs on random positions in BENCHMARKS.md section 3 (bench/bench_codecs.py)",
+          source=_CL + "; codecs on random positions in BENCHMARKS.md section 3 (bench/bench_codecs.py); against "
+                       "int64: claims_measure.index_bound() and torch.topk's index width",
           quotes=(("bench/RESULTS_claims.md", "The busiest tensor holds 39%-45% of the global top 5%: the positions "
                                               "cluster. Claim 3 verdict line: whole-model top 5%: zstd 3.45-3.68 bits/index "
                                               "(8.7-9.3x vs int32), Huffman 4.79-4.92 bits (6.5-6.7x); per tensor: every "
@@ -263,7 +264,7 @@ CLAIMS = [
           "Checkpointing saves activations only; weights, gradients and optimizer state stay.",
           measured="checkpoint_every 1: peak fwd+bwd -56% (toy step), -86% (16 blocks), -57% (hf_tiny); "
                    "update time 1.46 [1.36, 1.57]x (toy step); 175B bf16 weights alone: 350 GB (2 B/param)",
-          source=_MEM,
+          source=_MEM + "; 175B weights: claims_measure.cluster_figures()",
           quotes=(("bench/RESULTS_memory.md", "checkpointing every block of the toy's GRPO step changes peak "
                                               "forward+backward tensor memory by -56% and the bytes saved for backward "
                                               "by -89%, for 1.46 [1.36, 1.57]x the update time; on the 16-block toy "
