@@ -4,7 +4,7 @@ Every field of ``TrainConfig`` / ``PretrainConfig`` becomes a ``--flag`` whose h
 docstring under the field, so the CLI and the configs cannot drift apart; a sub-config's
 fields are dotted (``--exchange.name sharded``).
 
-    grpo-lab train [--preset tiny_cpu] [--resume] [--nproc N] [--FIELD VALUE ...]
+    grpo-lab train [--preset tiny_cpu] [--config FILE] [--resume] [--nproc N] [--FIELD VALUE ...]
     torchrun --nproc_per_node=N -m grpo_lab.cli train [...]   # the same run, N processes
     grpo-lab eval --checkpoint PATH [--task TASK]   # default: the checkpoint's own task
     grpo-lab pretrain [--FIELD VALUE ...]
@@ -15,6 +15,13 @@ fields are dotted (``--exchange.name sharded``).
     grpo-lab notebooks DIR [--overwrite] # the lessons copied out (from a checkout or an install)
     grpo-lab preflight                   # a learner's arrival check: OK or what is wrong
     grpo-lab model get smollm2-135m      # a real model, fetched and converted once (models.py)
+
+``--config FILE`` (JSON, or YAML with PyYAML) holds the same fields as the flags, a
+sub-config as a nested mapping (``{"exchange": {"name": "sharded"}}``, what
+``out_dir/config.json`` holds) or by its flag's dotted name (``"exchange.name"``), and may
+name a ``preset``; each key is read as its flag would be (``--key=value``, ``config_file_args``),
+so a bad key or value gets the flag's error. Flags given on the command line win over the
+file; the preset (``--preset`` first, else the file's) lies under both.
 
 ``bench`` needs a checkout of the repository (bench/ sits beside the package). ``lab`` and
 ``notebooks`` work from an installed wheel too, which carries the lessons inside the package
@@ -128,12 +135,109 @@ def plugin_spec(args) -> str:
     return ",".join(filter(None, args.plugin or []))
 
 
+class ConfigFileError(ValueError):
+    """A key or value of a --config file that its flag would refuse (the flag's message)."""
+
+
+class _FileParser(argparse.ArgumentParser):
+    """The train flags, parsed from a config file: an error raises, naming the file."""
+
+    def error(self, message):
+        raise ConfigFileError(f"--config {self.prog}: {message}")
+
+
+def flag_text(value, key: str, path) -> str:
+    """A config file's value -> the text its flag would be given (JSON's true -> "true",
+    a reward_weights mapping -> "accuracy=1.0,format=0.1", floats exactly: repr)."""
+    if value is None:
+        raise ConfigFileError(f"--config {path}: {key}: null is no value here")
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, dict):
+        return ",".join(f"{k}={flag_text(v, f'{key}.{k}', path)}" for k, v in value.items())
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
+    """A JSON or YAML config file -> (the flags it stands for: ["--steps=30",
+    "--exchange.name=sharded", ...], the dotted keys set to null): a sub-config's mapping
+    becomes its dotted flags."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigFileError(f"--config {path}: cannot read it ({e.strerror})") from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise ConfigFileError(f"--config {path}: YAML needs PyYAML (pip install pyyaml); "
+                                  f"or write the file as JSON") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigFileError(f"--config {path}: not valid YAML: {e}") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigFileError(f"--config {path}: not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"--config {path}: expected a mapping of field names to values, "
+                              f"got {type(data).__name__}")
+    flat = {}
+    for key, value in data.items():
+        if key in SUB_CONFIGS and isinstance(value, dict):
+            flat.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            flat[str(key)] = value
+    return ([f"--{k}={flag_text(v, k, path)}" for k, v in flat.items() if v is not None],
+            [k for k, v in flat.items() if v is None])
+
+
+def nullable(key: str) -> bool:
+    """True for a dotted field name whose default is None (``exchange.momentum``: a
+    ``float | None`` field); a flag cannot say None, a config file can (null)."""
+    sub, _, name = key.rpartition(".")
+    if sub and sub not in SUB_CONFIGS:
+        return False
+    cls = type(getattr(TrainConfig(), sub)) if sub else TrainConfig
+    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    return f is not None and f.default is None
+
+
+def read_config_file(path: str | Path) -> tuple[str | None, dict]:
+    """A --config file -> (its preset or None, {field: value} as ``overrides`` gives them),
+    each key parsed by the train flag of its name (same types, choices and messages)."""
+    p = _FileParser(prog=str(path), add_help=False, allow_abbrev=False)
+    p.add_argument("--preset", default=None, choices=sorted(PRESETS))
+    add_plugin_arg(p)
+    add_config_args(p, TrainConfig, skip=("plugins",))
+    flags, nulls = config_file_args(path)
+    args = p.parse_args(flags)
+    given = overrides(args, TrainConfig)
+    if args.plugin:
+        given["plugins"] = plugin_spec(args)
+    for key in nulls:                          # null: None for a field that may be None
+        if not nullable(key):
+            p.parse_args([f"--{key}=null"])    # an unknown key: the flag's error
+            raise ConfigFileError(f"--config {path}: {key}: null is no value here (only a "
+                                  f"field whose default is None takes null)")
+        sub, _, name = key.rpartition(".")
+        (given.setdefault(sub, {}) if sub else given)[name] = None
+    return args.preset, given
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="grpo-lab", description="GRPO workbench")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train the policy with GRPO and write its report")
     t.add_argument("--preset", default=None, choices=sorted(PRESETS),
                    help="named preset whose values the other flags override (default tiny_cpu)")
+    t.add_argument("--config", default=None, metavar="FILE",
+                   help="a JSON or YAML file of config fields (the flags' names; a "
+                        "sub-config nested or dotted; may name a preset), e.g. a run's "
+                        "out_dir/config.json; flags given here win over it")
     t.add_argument("--resume", action="store_true",
                    help="continue exactly from out_dir/checkpoint.safetensors, with the config "
                         "saved there (a flag that changes it is an error, unless --override)")
@@ -262,19 +366,30 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
 
 
 def train_config(args) -> TrainConfig:
-    """The run's config: preset + flags, or with --resume the saved config + flags."""
+    """The run's config: preset + config file + flags, or with --resume the saved config +
+    config file + flags (flags win over the file)."""
     given = overrides(args, TrainConfig)
     if args.plugin:                                   # --plugin a --plugin b -> plugins "a,b"
         given["plugins"] = plugin_spec(args)
+    preset_name = args.preset
+    if getattr(args, "config", None):
+        file_preset, from_file = read_config_file(args.config)
+        preset_name = preset_name or file_preset
+        from_file, given = migrate(from_file), migrate(given)
+        merged = {**from_file, **given}
+        for sub in SUB_CONFIGS:
+            if sub in from_file and sub in given:
+                merged[sub] = {**from_file[sub], **given[sub]}
+        given = merged
     if not args.resume:
-        cfg = preset(args.preset or "tiny_cpu", **given)
+        cfg = preset(preset_name or "tiny_cpu", **given)
         check_group_k(cfg, given)
         return cfg
     from grpo_lab.checkpoint import read_training_checkpoint
     from grpo_lab.training.config import from_dict
 
-    if args.preset is not None:
-        raise ValueError(f"--preset {args.preset} with --resume: a resumed run takes its saved "
+    if preset_name is not None:
+        raise ValueError(f"preset {preset_name} with --resume: a resumed run takes its saved "
                          f"config; change fields with flags and --override")
     out_dir = given.get("out_dir", TrainConfig().out_dir)
     if (Path(out_dir) / "metrics.jsonl").exists() and \
@@ -362,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError("--resume continues the run in out_dir, --overwrite replaces "
                                  "it: pass one of them")
             cfg = train_config(args)
+            from grpo_lab.training.trackers import check_installed
+            check_installed(cfg.report_to)       # a missing tracker package: before any rank
             if args.nproc is not None:           # claimed here, so a refusal stops every rank
                 from grpo_lab.rundir import LOCKED_ENV, claim
                 lock = claim(cfg.out_dir, args.resume, args.overwrite)
