@@ -544,6 +544,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if ok else 1
     except KeyboardInterrupt as e:
         return interrupted(e, args)
+    except ConfigFileError as e:         # as argparse says a flag's error: the message, exit 2
+        print(f"grpo-lab: error: {e}", file=sys.stderr)
+        return 2
     except Exception as e:               # user code, data, files: one line (errors.py), exit 2
         if getattr(args, "debug", False):
             raise
