@@ -297,3 +297,15 @@ def test_ranks_but_0_and_none_open_nothing(tmp_path):
         t.log({"step": 0, "reward/mean": 1.0}, [{"prompt": "1+1="}])
         t.close()
         assert t.live == {} and list(tmp_path.iterdir()) == []
+
+
+def test_on_two_processes_only_rank_0_logs(tmp_path):
+    """Every rank holds the same metrics; one event file, from rank 0, holds every step once."""
+    pytest.importorskip("tensorboard")
+    from grpo_lab.training.trainer import spawn_train
+    out = tmp_path / "run"
+    by_rank = spawn_train([short_cfg(out, report_to="tensorboard")], 2, run_timeout_s=300,
+                          progress=False)[0]
+    assert len(by_rank) == 2
+    assert len(list((out / "tensorboard").iterdir())) == 1
+    assert_tensorboard_holds(out, metrics(out))
