@@ -16,12 +16,9 @@ fields are dotted (``--exchange.name sharded``).
     grpo-lab preflight                   # a learner's arrival check: OK or what is wrong
     grpo-lab model get smollm2-135m      # a real model, fetched and converted once (models.py)
 
-``--config FILE`` (JSON, or YAML with PyYAML) holds the same fields as the flags, a
-sub-config as a nested mapping (``{"exchange": {"name": "sharded"}}``, what
-``out_dir/config.json`` holds) or by its flag's dotted name (``"exchange.name"``), and may
-name a ``preset``; each key is read as its flag would be (``--key=value``, ``config_file_args``),
-so a bad key or value gets the flag's error. Flags given on the command line win over the
-file; the preset (``--preset`` first, else the file's) lies under both.
+``--config FILE`` (JSON, or YAML with PyYAML; training/config_file.py) holds the flags'
+fields, each read by its own flag (so the same errors); flags given on the command line win
+over the file, and the preset (``--preset`` first, else the file's) lies under both.
 
 ``bench`` needs a checkout of the repository (bench/ sits beside the package). ``lab`` and
 ``notebooks`` work from an installed wheel too, which carries the lessons inside the package
@@ -40,6 +37,7 @@ from pathlib import Path
 
 from grpo_lab.training.config import (MOVED_FIELDS, PRESETS, SUB_CONFIGS, PretrainConfig, TrainConfig,
                                       field_docs, migrate, preset, to_dict)
+from grpo_lab.training.config_file import ConfigFileError, config_file_args, nullable
 from grpo_lab.paths import checkout_dir, notebooks_dir
 from grpo_lab.registry import lookup
 
@@ -135,75 +133,11 @@ def plugin_spec(args) -> str:
     return ",".join(filter(None, args.plugin or []))
 
 
-class ConfigFileError(ValueError):
-    """A key or value of a --config file that its flag would refuse (the flag's message)."""
-
-
 class _FileParser(argparse.ArgumentParser):
     """The train flags, parsed from a config file: an error raises, naming the file."""
 
     def error(self, message):
         raise ConfigFileError(f"--config {self.prog}: {message}")
-
-
-def flag_text(value, key: str, path) -> str:
-    """A config file's value -> the text its flag would be given (JSON's true -> "true",
-    a reward_weights mapping -> "accuracy=1.0,format=0.1", floats exactly: repr)."""
-    if value is None:
-        raise ConfigFileError(f"--config {path}: {key}: null is no value here")
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, dict):
-        return ",".join(f"{k}={flag_text(v, f'{key}.{k}', path)}" for k, v in value.items())
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
-    """A JSON or YAML config file -> (the flags it stands for: ["--steps=30",
-    "--exchange.name=sharded", ...], the dotted keys set to null): a sub-config's mapping
-    becomes its dotted flags."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigFileError(f"--config {path}: cannot read it ({e.strerror})") from None
-    if path.suffix.lower() in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError:
-            raise ConfigFileError(f"--config {path}: YAML needs PyYAML (pip install pyyaml); "
-                                  f"or write the file as JSON") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ConfigFileError(f"--config {path}: not valid YAML: {e}") from None
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigFileError(f"--config {path}: not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigFileError(f"--config {path}: expected a mapping of field names to values, "
-                              f"got {type(data).__name__}")
-    flat = {}
-    for key, value in data.items():
-        if key in SUB_CONFIGS and isinstance(value, dict):
-            flat.update({f"{key}.{k}": v for k, v in value.items()})
-        else:
-            flat[str(key)] = value
-    return ([f"--{k}={flag_text(v, k, path)}" for k, v in flat.items() if v is not None],
-            [k for k, v in flat.items() if v is None])
-
-
-def nullable(key: str) -> bool:
-    """True for a dotted field name whose default is None (``exchange.momentum``: a
-    ``float | None`` field); a flag cannot say None, a config file can (null)."""
-    sub, _, name = key.rpartition(".")
-    if sub and sub not in SUB_CONFIGS:
-        return False
-    cls = type(getattr(TrainConfig(), sub)) if sub else TrainConfig
-    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
-    return f is not None and f.default is None
 
 
 def read_config_file(path: str | Path) -> tuple[str | None, dict]:

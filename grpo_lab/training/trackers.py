@@ -201,6 +201,8 @@ class Trackers:
     def log(self, row: dict, samples: list | None = None) -> None:
         """One metrics row (and, on an evaluation step, its sample rows) to every live sink."""
         self._open()
+        if not self.live:
+            return
         step, numbers = row["step"], scalars(row)
         for name, w in list(self.live.items()):
             try:
