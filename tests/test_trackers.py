@@ -309,3 +309,24 @@ def test_on_two_processes_only_rank_0_logs(tmp_path):
     assert len(by_rank) == 2
     assert len(list((out / "tensorboard").iterdir())) == 1
     assert_tensorboard_holds(out, metrics(out))
+
+
+def test_a_sink_that_cannot_open_is_said_once_and_skipped(tmp_path, monkeypatch):
+    opened = []
+
+    def full_disk(run_dir, config):
+        opened.append(run_dir)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run_dir / "tensorboard"))
+
+    monkeypatch.setitem(trackers.SINKS, "tensorboard",
+                        trackers.Sink("tensorboard", "tensorboard", "tensorboard", full_disk))
+    t = Trackers("tensorboard", tmp_path, {}, fresh=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(3):
+            t.log({"step": step, "reward/mean": 0.5})
+        t.close()
+    said = [str(w.message) for w in caught if issubclass(w.category, TrackerFailed)]
+    assert opened == [tmp_path] and len(said) == 1 and t.live == {}
+    assert "'tensorboard' failed at opening it: OSError: [Errno 28] No space left on device" \
+        in said[0]
