@@ -88,9 +88,10 @@ def test_tensorboard_and_wandb_hold_every_scalar_and_sample_and_config_json_reru
     assert saved == to_dict(cfg) == read_training_checkpoint(out / "checkpoint.safetensors")["config"]
     again = train_config(build_parser().parse_args(["train", "--config", str(out / "config.json")]))
     assert again == cfg
-    # resume: config.json rewritten with the override, TensorBoard gets steps 3 and 4 only
-    assert main(["train", "--out_dir", str(out), "--resume", "--override", "--steps", "5",
-                 "--report_to", "tensorboard"]) == 0
+    # resume from config.json, a flag over it: config.json rewritten with the override,
+    # TensorBoard gets steps 3 and 4 only (a W&B run of its own: not asked for here)
+    assert main(["train", "--config", str(out / "config.json"), "--resume", "--override",
+                 "--steps", "5", "--report_to", "tensorboard"]) == 0
     rows = metrics(out)
     assert [r["step"] for r in rows] == [-1, 0, 1, 2, 3, 4]
     assert json.loads((out / "config.json").read_text())["steps"] == 5
