@@ -110,6 +110,9 @@ class HFConfig:
         for name in ("lora_r", "lora_alpha"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"HFConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.lora_alpha and not self.lora_r:
+            raise ValueError(f"hf.lora_alpha={self.lora_alpha} scales LoRA adapters, but "
+                             f"hf.lora_r is 0 (full fine-tuning, no adapters): set hf.lora_r too")
 
 
 @dataclass
