@@ -193,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help='a task, "a,b" for several, or "mixture" for the grouping mixture '
                         '(default: the task a training checkpoint trained on, else addition)')
     e.add_argument("--eval_size", type=int, default=200)
+    e.add_argument("--answer_format", default=None,
+                   help="how the questions are asked (TrainConfig.answer_format; default: the "
+                        "training checkpoint's own, else raw)")
     add_plugin_arg(e)
     pre = sub.add_parser("pretrain", help="supervised warm-up of the base policy")
     add_plugin_arg(pre)
@@ -350,14 +353,19 @@ def check_group_k(cfg: TrainConfig, given: dict) -> None:
                          f"(it would be ignored); the groupers that take k: {with_k}")
 
 
-def eval_task(checkpoint: str, task: str | None) -> tuple[str, str]:
-    """The task to evaluate -> (task, plugins the run loaded): --task if given, else the one a
-    training checkpoint trained on, else addition (a policy file records no task)."""
+def eval_config(checkpoint: str, task: str | None, answer_format: str | None) -> TrainConfig:
+    """The config a held-out evaluation asks its questions with: a training checkpoint's own
+    (task, answer format, system prompt, new-token budget, rewards: what its run evaluated
+    with), else the defaults (a policy file records none); ``--task`` and ``--answer_format``
+    replace theirs. The checkpoint's plugins are imported first."""
     from grpo_lab.checkpoint import CKPT_TAG, read_tensors
+    from grpo_lab.training.config import from_dict
 
     meta = read_tensors(checkpoint)[1] if str(checkpoint).endswith(".safetensors") else {}
     saved = json.loads(meta["config"]) if meta.get("format") == CKPT_TAG else {}
-    return task or saved.get("task", "addition"), saved.get("plugins", "")
+    cfg = from_dict(saved) if saved else TrainConfig()
+    given = {k: v for k, v in (("task", task), ("answer_format", answer_format)) if v}
+    return dataclasses.replace(cfg, **given) if given else cfg
 
 
 def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False,
@@ -426,21 +434,20 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "eval":
             from grpo_lab.policies.policy import load_policy_any
             from grpo_lab.registry import load_plugins
-            from grpo_lab.tasks.task_data import load_eval
-            from grpo_lab.training.trainer import evaluate_tasks, max_new_tokens
+            from grpo_lab.tasks.task_data import held_out
+            from grpo_lab.training.trainer import evaluate_tasks, held_out_sets, max_new_tokens
 
-            task, run_plugins = eval_task(args.checkpoint, args.task)
-            load_plugins(",".join(filter(None, [run_plugins, plugin_spec(args)])))
-            cfg = TrainConfig(task=task)
+            load_plugins(plugin_spec(args))              # a plugin's task or reward
+            cfg = eval_config(args.checkpoint, args.task, args.answer_format)
+            task = cfg.task
             if args.eval_size < 1:
                 raise ValueError(f"--eval_size must be >= 1, got {args.eval_size}")
-            sets = {t: load_eval(t) for t in cfg.task_names}
-            for t, exs in sets.items():                      # as train checks eval_size
+            for t, exs in held_out(cfg.task_names).items():      # as train checks eval_size
                 if args.eval_size > len(exs):
                     raise ValueError(f"--eval_size {args.eval_size} but the held-out set of "
                                      f"{t!r} has {len(exs)} examples; use at most {len(exs)}")
             model = load_policy_any(args.checkpoint)
-            sets = {t: exs[:args.eval_size] for t, exs in sets.items()}
+            sets, _ = held_out_sets(dataclasses.replace(cfg, eval_size=args.eval_size))
             res = evaluate_tasks(model, sets, cfg.reward_weights, max_new_tokens(cfg))
             print(json.dumps({"checkpoint": args.checkpoint, "task": task, **res}))
         elif args.command == "pretrain":

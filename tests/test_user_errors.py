@@ -311,3 +311,21 @@ def test_a_plugin_that_loops_forever_stops_every_rank_and_keeps_the_checkpoint(t
     assert read_training_checkpoint(out / "checkpoint.safetensors")["step"] == 3
     # start-up and 4 steps take seconds; the loop is stopped at the limit: far from the 300 s
     assert took < 120, took
+
+
+# ---- flags that used to be accepted and silently ignored
+
+@pytest.mark.parametrize("flags, msg", [
+    (["--hf.dtype", "bfloat16"], "hf.dtype='bfloat16' configures a transformers model, but "
+                                 "policy='toy' does not read it"),
+    (["--system_prompt", "You add."], "system_prompt='You add.'... is a system turn of a chat "
+                                      "template: it needs policy='hf' with hf.chat_template=True"),
+    (["--policy", "hf", "--base_checkpoint", "data/hf_tiny", "--hf.lora_alpha", "16"],
+     "hf.lora_alpha=16 scales LoRA adapters, but hf.lora_r is 0"),
+    (["--preset", "smollm_cpu", "--hf.chat_template", "false"],
+     "a preset's own prompt is dropped with system_prompt=''"),
+])
+def test_a_flag_the_run_would_ignore_is_an_error(flags, msg, capsys):
+    code = main(["train", *QUICK, *flags, "--out_dir", "runs/unused"])
+    err = capsys.readouterr().err
+    assert code == 2 and msg in err, err

@@ -70,7 +70,8 @@ def _load_hf(cfg, path) -> torch.nn.Module:
                           gradient_checkpointing=cfg.checkpoint_every
                           or int(hf.gradient_checkpointing),
                           sample_dtype=hf.sample_dtype, lora_r=hf.lora_r,
-                          lora_alpha=hf.lora_alpha, decoder=hf.decoder)
+                          lora_alpha=hf.lora_alpha, decoder=hf.decoder,
+                          seed=getattr(cfg, "seed", 0))
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,8 @@ def load_policy_any(path):
     hf = json.loads(meta.get("model_config", "{}"))
     if "path" in hf:                                   # an HF run: hf.HFPolicyConfig
         from grpo_lab.policies.hf import load_hf_policy
-        keep = ("dtype", "autocast", "chat_template", "trust_remote_code")
+        keep = ("dtype", "autocast", "chat_template", "trust_remote_code", "system_prompt",
+                "lora_r", "lora_alpha")                # as the run asked and what it trained
         policy = load_hf_policy(hf["path"], **{k: hf[k] for k in keep if k in hf})
         load_state_strict(policy, tensors, path, prefix="policy.")
         return policy

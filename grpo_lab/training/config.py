@@ -404,6 +404,20 @@ class TrainConfig:
         if self.hf.lora_r and self.policy != "hf":
             raise ValueError(f"hf.lora_r={self.hf.lora_r} adds LoRA adapters to a transformers "
                              f"model: it needs policy='hf' (policy={self.policy!r})")
+        if self.policy != "hf":                     # every hf field is read by policy="hf" only
+            given = {f.name: getattr(self.hf, f.name) for f in dataclasses.fields(HFConfig)
+                     if getattr(self.hf, f.name) != f.default}
+            if given:
+                name, value = next(iter(given.items()))
+                raise ValueError(f"hf.{name}={value!r} configures a transformers model, but "
+                                 f"policy={self.policy!r} does not read it: set policy='hf' or "
+                                 f"drop it")
+        if self.system_prompt and not (self.policy == "hf" and self.hf.chat_template):
+            raise ValueError(f"system_prompt={self.system_prompt[:40]!r}... is a system turn of "
+                             f"a chat template: it needs policy='hf' with hf.chat_template=True "
+                             f"(policy={self.policy!r}, hf.chat_template="
+                             f"{self.hf.chat_template}); a preset's own prompt is dropped with "
+                             f"system_prompt=''")
         if not kind.file_based and self.base_checkpoint.endswith(".safetensors"):
             raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
                              f"base_checkpoint={self.base_checkpoint!r} is a grpo_lab file "
