@@ -218,3 +218,29 @@ def test_lora_run_is_the_same_on_1_and_2_processes(tmp_path, exchange):
     assert max(float((a[k] - start[k]).abs().max()) for k in a if "lora_B" in k) > 1e-4
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=0, msg=k)
+
+
+def test_an_hf_run_checkpoint_starts_a_new_run_and_nan_weights_are_named(tmp_path):
+    """A training checkpoint of an HF run was refused as base_checkpoint ("a toy policy"); a
+    model folder with a NaN weight reached training and stopped on "logp ... is nan"."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+    first = train(preset("hf_tiny_cpu", out_dir=str(tmp_path / "a"), threads=1, steps=2,
+                         eval_size=0, lr=1e-3), progress=False)
+    ckpt = tmp_path / "a" / "checkpoint.safetensors"
+    cfg = preset("hf_tiny_cpu", base_checkpoint=str(ckpt), out_dir=str(tmp_path / "b"),
+                 threads=1, steps=1, eval_size=0)
+    trained = load_policy_any(ckpt).state_dict()
+    from grpo_lab.policies.policy import load_for
+    started = load_for(cfg).state_dict()
+    assert all(torch.equal(started[k], trained[k]) for k in trained)     # the run's weights
+    assert len(first) > 1 and train(cfg, progress=False)[-1]["step"] == 0
+    bad = tmp_path / "nan_model"
+    shutil.copytree(TINY, bad)
+    w = load_file(str(bad / "model.safetensors"))
+    name = next(k for k in w if k.endswith("q_proj.weight"))
+    w[name][0, 0] = float("nan")
+    save_file(w, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=rf"tensor '.*{name.split('.', 1)[1]}' holds 1 non-finite"):
+        load_for(preset("hf_tiny_cpu", base_checkpoint=str(bad)))

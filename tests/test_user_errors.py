@@ -329,3 +329,17 @@ def test_a_flag_the_run_would_ignore_is_an_error(flags, msg, capsys):
     code = main(["train", *QUICK, *flags, "--out_dir", "runs/unused"])
     err = capsys.readouterr().err
     assert code == 2 and msg in err, err
+
+
+def test_a_reward_returning_none_and_a_short_estimator_are_named(monkeypatch):
+    monkeypatch.setitem(__import__("grpo_lab.tasks").tasks.REWARDS, "nothing", lambda c, e, s: None)
+    ex = [Example("1+1=", "2", "addition")] * 2
+    with pytest.raises(ValueError, match=r"reward function 'nothing' returned None, not a list "
+                                         r"of 2 numbers"):
+        weighted_reward(["2", "3"], ex, {"nothing": 1.0})
+    from grpo_lab.algorithm.group_advantages import grouped_advantages
+    monkeypatch.setitem(ADVANTAGES, "first_only", lambda r, g: r[:1])
+    with pytest.raises(ValueError, match=r"advantage estimator 'first_only' \(combine 'cluster'\) "
+                                         r"returned \(1,\) for \(4,\) rewards"):
+        grouped_advantages([0, 1], torch.tensor([0, 0, 1, 1]), torch.tensor([1., 0, 1, 0]),
+                           "cluster", "first_only")

@@ -145,6 +145,9 @@ all (a loss of 1e38), and no verifiable reward needs more than a few digits: res
 def check_finite_rewards(name: str, values: Sequence[float], completions: Sequence[str]) -> None:
     """Raise ``ValueError`` naming the reward function and sample of a non-finite reward or one
     beyond ``REWARD_CEILING``."""
+    if not hasattr(values, "__len__") or isinstance(values, (str, bytes)):
+        raise ValueError(f"reward function {name!r} returned {values!r:.60}, not a list of "
+                         f"{len(completions)} numbers (one per completion)")
     if len(values) != len(completions):
         raise ValueError(f"reward function {name!r} returned {len(values)} values "
                          f"for {len(completions)} completions")

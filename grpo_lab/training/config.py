@@ -28,7 +28,7 @@ from grpo_lab.algorithm.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.policies.hf import HFConfig
 from grpo_lab.algorithm.loss import AGGREGATIONS, KL_ESTIMATORS, KL_PLACEMENTS, RATIO_LEVELS
 from grpo_lab.algorithm.overlong import OVERLONG
-from grpo_lab.policies.policy import POLICIES, get_policy_kind
+from grpo_lab.policies.policy import POLICIES, get_policy_kind, hf_run_checkpoint
 from grpo_lab.training.ppo import PPOConfig  # importing ppo.py also registers objective "ppo"
 from grpo_lab.registry import load_plugins, lookup
 from grpo_lab.tasks.rewards import REWARDS
@@ -418,10 +418,12 @@ class TrainConfig:
                              f"(policy={self.policy!r}, hf.chat_template="
                              f"{self.hf.chat_template}); a preset's own prompt is dropped with "
                              f"system_prompt=''")
-        if not kind.file_based and self.base_checkpoint.endswith(".safetensors"):
+        if (not kind.file_based and self.base_checkpoint.endswith(".safetensors")
+                and hf_run_checkpoint(self.base_checkpoint) is None):
             raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
                              f"base_checkpoint={self.base_checkpoint!r} is a grpo_lab file "
-                             f"(a toy policy: policy='toy')")
+                             f"(a toy policy: policy='toy'), not an HF run's training "
+                             f"checkpoint")
 
     def _check_grouping(self):
         if not isinstance(self.grouping, str):        # registering is preset()'s, not ours
