@@ -236,7 +236,8 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
     # it is and the ranks stop at once (exit 143, the last checkpoint intact).
     flags = ["--standalone", f"--nproc_per_node={nproc}"]
     if any("--signals_to_handle" in a.option_strings for a in torchrun.get_args_parser()._actions):
-        flags.append("--signals_to_handle=SIGINT,SIGHUP,SIGQUIT")
+        names = [n for n in ("SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n)]  # Windows: SIGINT
+        flags.append("--signals_to_handle=" + ",".join(names))
     old = signal.signal(signal.SIGTERM, sigterm_as_sigint)
     try:
         torchrun.main([*flags, "-m", "grpo_lab.cli", *rest])

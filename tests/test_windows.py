@@ -100,3 +100,35 @@ def test_trainer_cli_preflight_and_notebook_00_run_without_posix_modules(tmp_pat
     assert out["nb00_cells"] == 2                                  # imports/config, groups
     steps, acc, shape = out["nb00"]
     assert steps == 300 and 0.0 <= acc <= 1.0 and shape == [4, 8]  # 4 prompts x G=8
+
+
+def test_torchrun_is_asked_to_handle_only_signals_this_platform_has(monkeypatch):
+    """Windows' signal module has SIGINT but no SIGHUP or SIGQUIT: the launcher names only
+    the signals that exist (torchrun looks each name up in ``signal``)."""
+    import signal
+
+    from torch.distributed import run as torchrun
+
+    from grpo_lab.cli import launch_torchrun
+    calls = []
+    monkeypatch.setattr(torchrun, "main", lambda argv: calls.append(argv))
+    assert launch_torchrun(2, ["train", "--nproc", "2", "--steps", "5"]) == 0
+    monkeypatch.delattr(signal, "SIGHUP")
+    monkeypatch.delattr(signal, "SIGQUIT")
+    assert launch_torchrun(2, ["train", "--nproc=2", "--steps", "5"]) == 0
+    handled = [[a for a in argv if a.startswith("--signals_to_handle")] for argv in calls]
+    assert handled == [["--signals_to_handle=SIGINT,SIGHUP,SIGQUIT"], ["--signals_to_handle=SIGINT"]]
+    assert calls[1][-4:] == ["grpo_lab.cli", "train", "--steps", "5"]
+
+
+def test_bench_peak_memory_is_nan_without_the_resource_module(monkeypatch):
+    import importlib.util
+    import math
+    spec = importlib.util.spec_from_file_location("bench_hf_speed", ROOT / "bench/bench_hf_speed.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(sys, "path", list(sys.path))          # the script adds bench/ to it
+    spec.loader.exec_module(bench)
+    here = bench.peak_rss_mb()
+    assert 10 < here < 1e6                       # this process holds torch: tens of MB at least
+    monkeypatch.setitem(sys.modules, "resource", None)
+    assert math.isnan(bench.peak_rss_mb())
