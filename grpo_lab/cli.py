@@ -11,7 +11,7 @@ fields are dotted (``--exchange.name sharded``).
     (train, eval and pretrain take --plugin MODULE_OR_PATH, repeatable)
     grpo-lab bench [NAME [ARGS ...]]     # list bench/ scripts, or run bench/bench_NAME.py
     grpo-lab lab [--full] [--workshop [DIR]]   # JupyterLab on notebooks/ (quick mode), or the
-                                         # exercise stubs copied to DIR
+                                         # exercise stubs copied to DIR (--allow-root as root)
     grpo-lab preflight                   # a learner's arrival check: OK or what is wrong
     grpo-lab model get smollm2-135m      # a real model, fetched and converted once (models.py)
 
@@ -177,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default runs/workshop/ of the checkout) in a reset workspace")
     lab.add_argument("--full", action="store_true",
                      help="full-size runs (GRPO_LAB_QUICK=0): for after the workshop")
+    lab.add_argument("--allow-root", action="store_true",
+                     help="let JupyterLab run as root (it refuses otherwise): a container, "
+                          "a fresh WSL or cloud machine where you are root")
     pf = sub.add_parser("preflight", help="a learner's arrival check: Python, disk, torch, the "
                                           "notebook packages, timed GRPO steps; OK or what is wrong")
     pf.add_argument("--steps", type=int, default=20, help="GRPO steps to time (default 20)")
@@ -404,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
                      "(quick mode; --full for the full-size runs)"))
             cmd = ([sys.executable, "-m", "jupyterlab", str(notebooks)] if args.workshop is None
                    else lab_command(notebooks, args.workshop or None))
+            if args.allow_root:
+                cmd.append("--allow-root")
             return subprocess.call(cmd, env=env)
         elif args.command == "preflight":
             from grpo_lab.teaching.workshop import preflight, preflight_report

@@ -5,7 +5,12 @@ stubs, never ``solutions/``) copied into DIR (default ``runs/workshop/`` of the 
 without outputs, in a JupyterLab rooted at DIR (so the file browser cannot reach the
 solutions), whose workspace is reset (no tabs or kernels from an earlier session) and which
 opens on the first exercise. Running it again starts clean again; what a learner wrote before
-is moved, not deleted, to ``DIR/previous/<time>/``.
+is moved, not deleted, to ``DIR/previous/<time>/``. The reset is a fresh workspace folder
+(``DIR/.workspaces``, emptied at each start), not JupyterLab's ``?reset`` query: Jupyter
+appends ``?token=...`` to the default URL as it stands, so a default URL that carries a query
+prints an address (``...ipynb?reset?token=...``) whose token the server never sees, and
+pasting it lands on the login page. The printed address must log in as it is: a learner under
+WSL pastes it into the Windows browser.
 
 ``lab`` (with or without ``--workshop``) turns quick mode on (``GRPO_LAB_QUICK=1``) unless the
 environment already sets ``GRPO_LAB_QUICK`` or ``--full`` is given.
@@ -22,8 +27,10 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 FIRST = "advantages.ipynb"
+WORKSPACES = ".workspaces"    # under DIR: JupyterLab's saved layout (open tabs), emptied at start
 MIN_PYTHON = (3, 10)          # pyproject.toml requires-python (tests/test_workshop.py checks)
 MIN_FREE_GB = 1.0             # runs/ and the notebooks' checkpoints need well under this
 LESSON_STEPS = 300            # notebook 00's quick-mode training: the session's longest cell
@@ -62,13 +69,15 @@ def lab_env(full: bool = False, environ=None) -> dict:
 def lab_command(notebooks: Path, dest: Path | None = None) -> list[str]:
     """Prepare ``dest`` (default ``<checkout>/runs/workshop``) from the stubs of
     ``notebooks/exercises`` -> the jupyter lab command line that opens it, rooted there, with a
-    reset workspace on the first exercise."""
+    reset workspace (``dest/.workspaces`` emptied) on the first exercise."""
     dest = Path(dest if dest is not None else Path(notebooks).resolve().parent / "runs" / "workshop")
     dest = dest.expanduser().resolve()
     copies = prepare(Path(notebooks) / "exercises", dest)
     first = FIRST if any(p.name == FIRST for p in copies) else copies[0].name
+    shutil.rmtree(dest / WORKSPACES, ignore_errors=True)
     return [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={dest}",
-            f"--LabApp.default_url=/lab/tree/{first}?reset"]
+            f"--LabApp.workspaces_dir={dest / WORKSPACES}",
+            f"--LabApp.default_url=/lab/tree/{quote(first)}"]
 
 
 def _check(name: str, ok: bool, detail: str) -> tuple[str, bool, str]:
