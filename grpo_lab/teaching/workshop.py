@@ -16,9 +16,10 @@ WSL pastes it into the Windows browser.
 environment already sets ``GRPO_LAB_QUICK`` or ``--full`` is given.
 
 ``preflight``: what a learner runs on arrival. Python version, free disk, torch and the
-notebook packages import, and a timed run of GRPO steps of the toy policy (the compute of the
-longest quick-mode lesson cell, notebook 00's training) -> one line per check, then OK or
-what is wrong.
+notebook packages import (a CUDA build of torch where no GPU is usable is a problem: gigabytes
+installed for nothing, and a sign the set-up skipped the CPU index), and a timed run of GRPO
+steps of the toy policy (the compute of the longest quick-mode lesson cell, notebook 00's
+training) -> one line per check, then OK or what is wrong.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ MIN_PYTHON = (3, 10)          # pyproject.toml requires-python (tests/test_works
 MIN_FREE_GB = 1.0             # runs/ and the notebooks' checkpoints need well under this
 LESSON_STEPS = 300            # notebook 00's quick-mode training: the session's longest cell
 SLOW_LESSON_S = 180           # above this estimate a learner should pair or watch the projector
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"   # torch's CPU wheels (Makefile, tools/)
 PACKAGES = ("numpy", "sklearn", "matplotlib", "ipywidgets", "jupyterlab", "safetensors")
 
 
@@ -96,7 +98,12 @@ def preflight(where: Path | str = ".", steps: int = 20) -> list[tuple[str, bool,
     try:
         import torch
         build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
-        out.append(_check("torch", True, f"{torch.__version__} ({build})"))
+        unused = bool(torch.version.cuda) and not torch.cuda.is_available()
+        out.append(_check("torch", not unused, f"{torch.__version__} ({build})" + (
+            " on a machine without a usable GPU: gigabytes of CUDA libraries for nothing; "
+            "install the CPU build: pip install --force-reinstall torch=="
+            f"{torch.__version__.split('+')[0]} --index-url {CPU_INDEX} (or delete .venv "
+            "and run make env, which picks it)" if unused else "")))
     except Exception as e:                     # a broken wheel raises more than ImportError
         out.append(_check("torch", False, f"does not import: {e}"))
         return out
