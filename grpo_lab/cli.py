@@ -239,7 +239,8 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
     # it is and the ranks stop at once (exit 143, the last checkpoint intact).
     flags = ["--standalone", f"--nproc_per_node={nproc}"]
     if any("--signals_to_handle" in a.option_strings for a in torchrun.get_args_parser()._actions):
-        names = [n for n in ("SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n)]  # Windows: SIGINT
+        # only the signals this platform has (Windows: SIGINT alone; torchrun looks them up)
+        names = [n for n in ("SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n)]
         flags.append("--signals_to_handle=" + ",".join(names))
     old = signal.signal(signal.SIGTERM, sigterm_as_sigint)
     try:

@@ -30,7 +30,7 @@ def report(*metadata):
 @pytest.mark.parametrize("metadata, cuda", [
     (PYPI_LINUX, True), (CPU_WHEEL, False),
     ({"name": "torch", "version": "2.13.0+cu130", "requires_dist": []}, True),
-    ({"name": "torch", "version": "2.13.0", "requires_dist": ["filelock", "sympy"]}, False),  # macOS
+    ({"name": "torch", "version": "2.13.0", "requires_dist": ["filelock", "sympy"]}, False),  # mac
     ({"name": "torch", "version": "2.13.0", "requires_dist": None}, False)])
 def test_a_cuda_build_is_one_that_needs_nvidia_wheels_or_says_cu(metadata, cuda):
     assert torch_index.is_cuda_build(metadata) is cuda

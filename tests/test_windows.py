@@ -81,7 +81,8 @@ def test_trainer_cli_preflight_and_notebook_00_run_without_posix_modules(tmp_pat
     (tmp_path / "sitecustomize.py").write_text(SHIM)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
            "GRPO_LAB_QUICK": "1", "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", LEARNER, ",".join(BLOCKED), str(ROOT / "notebooks")],
+    proc = subprocess.run([sys.executable, "-c", LEARNER, ",".join(BLOCKED),
+                           str(ROOT / "notebooks")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
@@ -117,14 +118,16 @@ def test_torchrun_is_asked_to_handle_only_signals_this_platform_has(monkeypatch)
     monkeypatch.delattr(signal, "SIGQUIT")
     assert launch_torchrun(2, ["train", "--nproc=2", "--steps", "5"]) == 0
     handled = [[a for a in argv if a.startswith("--signals_to_handle")] for argv in calls]
-    assert handled == [["--signals_to_handle=SIGINT,SIGHUP,SIGQUIT"], ["--signals_to_handle=SIGINT"]]
+    assert handled == [["--signals_to_handle=SIGINT,SIGHUP,SIGQUIT"],
+                       ["--signals_to_handle=SIGINT"]]
     assert calls[1][-4:] == ["grpo_lab.cli", "train", "--steps", "5"]
 
 
 def test_bench_peak_memory_is_nan_without_the_resource_module(monkeypatch):
     import importlib.util
     import math
-    spec = importlib.util.spec_from_file_location("bench_hf_speed", ROOT / "bench/bench_hf_speed.py")
+    spec = importlib.util.spec_from_file_location("bench_hf_speed",
+                                                  ROOT / "bench" / "bench_hf_speed.py")
     bench = importlib.util.module_from_spec(spec)
     monkeypatch.setattr(sys, "path", list(sys.path))          # the script adds bench/ to it
     spec.loader.exec_module(bench)

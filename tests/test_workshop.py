@@ -57,7 +57,8 @@ def test_lab_workshop_empties_the_workspace_folder_of_the_last_session(tmp_path)
     assert not [a for a in cmd if a.startswith("--LabApp.default_url=") and "?" in a]
 
 
-@pytest.mark.parametrize("argv", [["lab", "--allow-root"], ["lab", "--workshop", "{tmp}", "--allow-root"]])
+@pytest.mark.parametrize("argv", [["lab", "--allow-root"],
+                                  ["lab", "--workshop", "{tmp}", "--allow-root"]])
 def test_lab_allow_root_is_passed_to_jupyter(monkeypatch, tmp_path, argv):
     calls = []
     monkeypatch.setattr("subprocess.call", lambda cmd, **kw: calls.append(cmd) or 0)
