@@ -27,6 +27,8 @@ for name in {BLOCKED!r}:
 for name in {POSIX_SIGNALS!r}:
     if hasattr(signal, name):
         delattr(signal, name)
+import os
+del os.getloadavg                        # Windows has no load average either
 """
 
 LEARNER = r"""
@@ -39,7 +41,8 @@ for name in sys.argv[1].split(","):
         importlib.import_module(name)
     except ImportError:
         blocked.append(name)
-out = {"blocked": blocked, "sigkill": hasattr(signal, "SIGKILL")}
+out = {"blocked": blocked, "sigkill": hasattr(signal, "SIGKILL"),
+       "loadavg": hasattr(os, "getloadavg")}
 
 from grpo_lab.training.config import preset
 from grpo_lab.training.trainer import train
@@ -50,7 +53,7 @@ out["trainer_steps"] = sum("time/step_s" in h for h in history)
 
 from grpo_lab.cli import main
 argv = ["train", "--preset", "tiny_cpu", "--steps", "2", "--time_budget_s", "0", "--eval_every",
-        "0", "--eval_size", "10", "--threads", "1", "--out_dir", f"{d}/cli"]
+        "0", "--eval_size", "10", "--out_dir", f"{d}/cli"]     # threads=0: the free cores
 out["cli"] = main(argv)
 err = io.StringIO()
 with contextlib.redirect_stderr(err):
@@ -88,7 +91,7 @@ def test_trainer_cli_preflight_and_notebook_00_run_without_posix_modules(tmp_pat
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     assert line, proc.stdout[-2000:] + proc.stderr[-2000:]
     out = json.loads(line[-1][len("RESULT "):])
-    assert out["blocked"] == list(BLOCKED) and out["sigkill"] is False     # the shim took
+    assert out["blocked"] == list(BLOCKED) and out["sigkill"] is out["loadavg"] is False  # shim
     assert out["trainer_steps"] == 3
     assert out["cli"] == 0
     assert out["cli_again"] == 2 and "already holds a run" in out["cli_again_err"], out
@@ -135,3 +138,19 @@ def test_bench_peak_memory_is_nan_without_the_resource_module(monkeypatch):
     assert 10 < here < 1e6                       # this process holds torch: tens of MB at least
     monkeypatch.setitem(sys.modules, "resource", None)
     assert math.isnan(bench.peak_rss_mb())
+
+
+def test_threads_0_on_a_machine_without_proc_or_a_load_average(monkeypatch):
+    """``threads=0`` (the presets' default) counts free cores from /proc/loadavg, else the load
+    average; Windows has neither, and then torch's own default is the answer, not a crash."""
+    import torch
+
+    from grpo_lab import machine
+
+    def no_proc(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "/proc/loadavg")
+    monkeypatch.setattr(machine, "busy_cores", no_proc)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))          # macOS
+    assert machine.free_cores() == max(1, min(torch.get_num_threads(), (os.cpu_count() or 1) - 1))
+    monkeypatch.delattr(os, "getloadavg")                                  # Windows
+    assert machine.free_cores() == torch.get_num_threads()
