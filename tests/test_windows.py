@@ -1,9 +1,9 @@
 """A learner on native Windows (issue 34): no POSIX-only module on the paths a learner takes.
 
 One subprocess runs as Windows would have it: ``fcntl``, ``resource``, ``termios``, ``pwd``,
-``grp``, ``pty`` and ``tty`` cannot be imported and ``signal`` has none of the POSIX-only
-signals (SIGKILL, SIGALRM, SIGHUP, SIGUSR1, ...; a ``sitecustomize.py`` on PYTHONPATH removes
-them before anything else imports). In it: a few steps of the trainer, ``grpo-lab train``
+``grp``, ``pty`` and ``tty`` cannot be imported, ``signal`` has none of the POSIX-only
+signals (SIGKILL, SIGALRM, SIGHUP, SIGUSR1, ...) and ``os`` no ``getloadavg`` (a
+``sitecustomize.py`` on PYTHONPATH removes them before anything else imports). In it: a few steps of the trainer, ``grpo-lab train``
 through the CLI (a second start into the same folder is refused, ``--overwrite`` replaces the
 run), ``grpo-lab preflight`` (a verdict, not a traceback) and notebook 00's code cells up to
 its training cell (its imports, the config, the base policy's sampled groups).
