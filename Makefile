@@ -62,5 +62,13 @@ workshop: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_exercise_notebooks.py \
 		notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900
 
+# The wheel, dist/grpo_lab-0.1.0-py3-none-any.whl (3.4 MB: the package, data/ and the lessons),
+# built with this environment's setuptools (nothing downloaded); build/ goes first, so no file
+# deleted since the last build ships. `make test` checks such a wheel (tests/test_wheel.py).
+.PHONY: wheel
+wheel: $(STAMP)
+	rm -rf build dist
+	$(BIN)/python -m pip wheel --no-deps --no-build-isolation -w dist .
+
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs .pytest_cache build dist

@@ -1,7 +1,8 @@
 """``grpo-lab lab --workshop [DIR]``, ``grpo-lab preflight``: what a workshop room runs.
 
 ``lab --workshop``: a learner gets the exercise notebooks (notebooks/exercises/*.ipynb, the
-stubs, never ``solutions/``) copied into DIR (default ``runs/workshop/`` of the checkout),
+stubs, never ``solutions/``) copied into DIR (default ``runs/workshop/`` of the checkout, or of
+the current folder for an installed package),
 without outputs, in a JupyterLab rooted at DIR (so the file browser cannot reach the
 solutions), whose workspace is reset (no tabs or kernels from an earlier session) and which
 opens on the first exercise. Running it again starts clean again; what a learner wrote before
@@ -29,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
+
+from grpo_lab.paths import IN_CHECKOUT
 
 FIRST = "advantages.ipynb"
 WORKSPACES = ".workspaces"    # under DIR: JupyterLab's saved layout (open tabs), emptied at start
@@ -69,10 +72,12 @@ def lab_env(full: bool = False, environ=None) -> dict:
 
 
 def lab_command(notebooks: Path, dest: Path | None = None) -> list[str]:
-    """Prepare ``dest`` (default ``<checkout>/runs/workshop``) from the stubs of
+    """Prepare ``dest`` (default ``<checkout>/runs/workshop``; for an installed package, whose
+    lessons sit inside it, ``runs/workshop`` of the current folder) from the stubs of
     ``notebooks/exercises`` -> the jupyter lab command line that opens it, rooted there, with a
     reset workspace (``dest/.workspaces`` emptied) on the first exercise."""
-    dest = Path(dest if dest is not None else Path(notebooks).resolve().parent / "runs" / "workshop")
+    home = Path(notebooks).resolve().parent if IN_CHECKOUT else Path.cwd()
+    dest = Path(dest if dest is not None else home / "runs" / "workshop")
     dest = dest.expanduser().resolve()
     copies = prepare(Path(notebooks) / "exercises", dest)
     first = FIRST if any(p.name == FIRST for p in copies) else copies[0].name
