@@ -11,7 +11,7 @@ fields are dotted (``--exchange.name sharded``).
     (train, eval and pretrain take --plugin MODULE_OR_PATH, repeatable)
     grpo-lab bench [NAME [ARGS ...]]     # list bench/ scripts, or run bench/bench_NAME.py
     grpo-lab lab [--full] [--workshop [DIR]]   # JupyterLab on notebooks/ (quick mode), or the
-                                         # exercise stubs copied to DIR
+                                         # exercise stubs copied to DIR (--allow-root as root)
     grpo-lab notebooks DIR [--overwrite] # the lessons copied out (from a checkout or an install)
     grpo-lab preflight                   # a learner's arrival check: OK or what is wrong
     grpo-lab model get smollm2-135m      # a real model, fetched and converted once (models.py)
@@ -221,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "for an installed package) in a reset workspace")
     lab.add_argument("--full", action="store_true",
                      help="full-size runs (GRPO_LAB_QUICK=0): for after the workshop")
+    lab.add_argument("--allow-root", action="store_true",
+                     help="let JupyterLab run as root (it refuses otherwise): a container, "
+                          "a fresh WSL or cloud machine where you are root")
     nb = sub.add_parser("notebooks", help="copy the lessons (notebooks, WORKSHOP.md, the "
                                           "exercises and their solutions) into DIR to open them")
     nb.add_argument("dir", metavar="DIR", help="folder to copy into (created if missing)")
@@ -285,7 +288,9 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
     # it is and the ranks stop at once (exit 143, the last checkpoint intact).
     flags = ["--standalone", f"--nproc_per_node={nproc}"]
     if any("--signals_to_handle" in a.option_strings for a in torchrun.get_args_parser()._actions):
-        flags.append("--signals_to_handle=SIGINT,SIGHUP,SIGQUIT")
+        # only the signals this platform has (Windows: SIGINT alone; torchrun looks them up)
+        names = [n for n in ("SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n)]
+        flags.append("--signals_to_handle=" + ",".join(names))
     old = signal.signal(signal.SIGTERM, sigterm_as_sigint)
     try:
         torchrun.main([*flags, "-m", "grpo_lab.cli", *rest])
@@ -470,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
                      "(quick mode; --full for the full-size runs)"))
             cmd = ([sys.executable, "-m", "jupyterlab", str(notebooks)] if args.workshop is None
                    else lab_command(notebooks, args.workshop or None))
+            if args.allow_root:
+                cmd.append("--allow-root")
             return subprocess.call(cmd, env=env)
         elif args.command == "notebooks":
             from grpo_lab.teaching.lessons import copy_lessons
