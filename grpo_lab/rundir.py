@@ -42,7 +42,7 @@ from pathlib import Path
 import filelock
 
 RUN_FILES = ("checkpoint.safetensors", "metrics.jsonl", "report.md", "report.png",
-             "samples.jsonl")
+             "samples.jsonl", "config.json")
 """The files of one run; ``--overwrite`` deletes these (and nothing else) from out_dir."""
 LOCK_NAME = ".lock"
 """Who holds the folder: ``pid N on HOST since TIME``, emptied on release (text left there
