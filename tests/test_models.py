@@ -159,3 +159,22 @@ def test_a_corrupt_gguf_never_lands_in_the_cache(cache, tmp_path, monkeypatch):
                                          r"values .*nothing was written"):
         models.convert_gguf(gguf, out)
     assert not out.exists() and not any(cache.glob(".bad-*"))
+
+
+def test_a_killed_get_leaves_nothing_after_the_next_one(cache, tmp_path):
+    """A conversion killed mid-way (SIGKILL) left ~640 MB of work files; the next get deletes
+    the work folders whose process is gone, and no other."""
+    import os
+    import sys
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    cache.mkdir(parents=True)
+    stale = cache / f"{models.TEMP_PREFIX}{dead.pid}-abc"
+    mine = cache / f"{models.TEMP_PREFIX}{os.getpid()}-def"
+    for d in (stale, mine):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"x" * 100)
+    fresh = models.work_dir(cache)
+    assert not stale.exists() and mine.exists() and fresh.is_dir()
+    assert fresh.name.startswith(f"{models.TEMP_PREFIX}{os.getpid()}-")
+    assert models.pid_alive(os.getpid()) and not models.pid_alive(dead.pid)
