@@ -388,6 +388,11 @@ def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False,
         rank, _, _ = init_from_env(timeout_s=cfg.exchange.timeout_s)
     try:
         history = train(cfg, resume=resume, allow_override=allow_override, overwrite=overwrite)
+    except Exception:
+        if distributed:                  # a stopped peer must act on torchrun's SIGTERM now
+            from grpo_lab.distributed.launch import wake_local_peers
+            wake_local_peers()
+        raise
     finally:
         if distributed:
             dist.destroy_process_group()

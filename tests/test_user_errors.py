@@ -343,3 +343,37 @@ def test_a_reward_returning_none_and_a_short_estimator_are_named(monkeypatch):
                                          r"returned \(1,\) for \(4,\) rewards"):
         grouped_advantages([0, 1], torch.tensor([0, 0, 1, 1]), torch.tensor([1., 0, 1, 0]),
                            "cluster", "first_only")
+
+
+STOPPED = """
+import os, signal, time
+from pathlib import Path
+from grpo_lab.tasks import register_reward
+
+@register_reward("stops")
+def stops(completions, examples, stopped):
+    if os.environ.get("RANK") == "1":              # rank 1 is stopped (Ctrl-Z, a debugger)
+        Path(__file__).with_suffix(".stopped").write_text(str(time.time()))
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return [0.0] * len(completions)
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGSTOP"), reason="POSIX signals")
+def test_a_stopped_rank_ends_with_the_run_not_30_s_later(tmp_path):
+    """A SIGSTOPped rank cannot act on torchrun's SIGTERM, and torchrun waited 30 s before its
+    SIGKILL (63.6 s at timeout 30); the failing rank now resumes its local peers first."""
+    f = tmp_path / "stop_plugin.py"
+    f.write_text(STOPPED)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    timeout_s = 8
+    r = subprocess.run([sys.executable, "-m", "grpo_lab.cli", "train", *QUICK, "--steps", "5",
+                        "--nproc", "2", "--eval_size", "0", "--plugin", str(f),
+                        "--exchange.timeout_s", str(timeout_s), "--reward_weights",
+                        "accuracy=1,stops=1", "--out_dir", str(tmp_path / "run")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    ended = time.time()
+    stopped_at = float(f.with_suffix(".stopped").read_text())
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "Timed out" in r.stderr and "at step 0" in r.stderr
+    assert ended - stopped_at < timeout_s + 15, (ended - stopped_at, r.stderr[-3000:])

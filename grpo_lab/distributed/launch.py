@@ -89,7 +89,34 @@ def init_from_env(backend: str | None = None, timeout_s: float = 60.0):
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    global PEERS
+    PEERS = [None] * dist.get_world_size()
+    dist.all_gather_object(PEERS, (socket.gethostname(), os.getpid()))
     return dist.get_rank(), dist.get_world_size(), device
+
+
+PEERS: list = []
+"""(host, pid) of every rank, rank order, gathered when the group was joined from torchrun."""
+
+
+def wake_local_peers() -> list[int]:
+    """SIGCONT to this machine's other ranks -> their pids. Called by a rank that fails (a
+    collective timed out): when torchrun then stops the survivors with SIGTERM, a rank that
+    was stopped (SIGSTOP, Ctrl-Z, a debugger) cannot act on it, and torchrun waits 30 s more
+    before its SIGKILL. Resumed, it dies on the SIGTERM at once. Harmless to a running rank;
+    nothing to do where there is no SIGCONT (Windows)."""
+    import signal
+    if not hasattr(signal, "SIGCONT"):
+        return []
+    here, woken = socket.gethostname(), []
+    for host, pid in PEERS:
+        if host == here and pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGCONT)
+                woken.append(pid)
+            except OSError:                        # gone already
+                pass
+    return woken
 
 
 def _worker(rank, fn, world_size, port, backend, timeout_s, args, out_dir):
