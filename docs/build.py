@@ -101,7 +101,7 @@ def executed_lesson(lesson: Path, log=print) -> dict:
     saved = EXECUTED / lesson.name
     why = "none saved" if not saved.exists() else usable(json.loads(saved.read_text()), source)
     if why is None:
-        log(f"{lesson.name}: the saved run ({saved.relative_to(ROOT)})")
+        log(f"{lesson.name}: the saved run ({saved})")
     else:
         t0 = time.time()
         log(f"{lesson.name}: executing in quick mode ({why}) ...")
@@ -129,7 +129,7 @@ def _term_pattern(term: str) -> re.Pattern:
 
 
 _PROTECTED = re.compile(r"```.*?```|`[^`\n]*`|\$\$.*?\$\$|\$[^$\n]*\$|\[[^\]\n]*\]\([^)\n]*\)"
-                        r"|<[^>\n]*>|^#+ .*$", re.S | re.M)
+                        r"|<[^>\n]*>|^#+ [^\n]*$", re.S | re.M)
 
 
 def link_terms(markdown: str, terms: dict[str, list[str]], seen: set, href: str) -> str:
@@ -144,7 +144,7 @@ def link_terms(markdown: str, terms: dict[str, list[str]], seen: set, href: str)
         if anchor in seen:   # longer names first: 'Dr. GRPO' before 'GRPO'
             continue
         hits = [m for name in names for a, b in plain
-                if (m := _term_pattern(name).search(markdown, a, b))]
+                for m in _term_pattern(name).finditer(markdown, a, b)]
         free = [m for m in hits if not any(s < m.end() and m.start() < e for s, e, _ in edits)]
         if free:
             first = min(free, key=lambda m: m.start())
