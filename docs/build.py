@@ -63,6 +63,11 @@ def code_sources(nb) -> list[str]:
 
 def usable(executed: dict, lesson: dict) -> str | None:
     """Why an executed copy cannot stand for the lesson (None: it can)."""
+    import nbformat
+    try:
+        nbformat.validate(nbformat.from_dict(copy.deepcopy(executed)))
+    except nbformat.ValidationError as e:
+        return f"not a valid notebook ({str(e).splitlines()[0][:80]})"
     if code_sources(executed) != code_sources(lesson):
         return "its code differs from the lesson's"
     code = [c for c in executed["cells"] if c["cell_type"] == "code"]
