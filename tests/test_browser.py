@@ -224,8 +224,10 @@ window.__nb = {
       .filter(e => e.textContent.includes('*')).length; },
   progress(p) { const w = this.panel(p); if (!w) return 'no panel';
     const cells = w.content.model.cells; let ran = 0, counts = 0, outs = 0;
-    for (let i = 0; i < cells.length; i++) { const c = cells.get(i); if (c.type !== 'code') continue;
-      if (c.executionCount != null) { ran++; counts += c.executionCount; } outs += c.outputs.length; }
+    for (let i = 0; i < cells.length; i++) { const c = cells.get(i);
+      if (c.type !== 'code') continue;
+      if (c.executionCount != null) { ran++; counts += c.executionCount; }
+      outs += c.outputs.length; }
     const text = [...w.node.querySelectorAll('.jp-OutputArea')]
       .reduce((n, e) => n + e.textContent.length, 0);
     return JSON.stringify([ran, counts, outs, text, this.kernel(p)]); },

@@ -155,7 +155,7 @@ def test_glossary_defines_every_acronym_the_lessons_use():
     for path, source in texts:
         text = re.sub(r"`[^`]*`|\$[^$]*\$", "", source)
         for word in re.findall(r"(?<![\w/.-])([A-Z][A-Za-z0-9]*[A-Z][A-Za-z0-9-]*)(?!\w)", text):
-            if word not in names and word.rstrip("s") not in names and word.rstrip("s") not in NOT_JARGON:
+            if not {word, word.rstrip("s")} & (names | NOT_JARGON):
                 missing.add(f"{word} ({path.name})")
     assert not missing, sorted(missing)
 
