@@ -271,3 +271,23 @@ def test_build_script_help_runs():
     r = subprocess.run([sys.executable, str(ROOT / "docs" / "build.py"), "--help"],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "--only" in r.stdout
+
+
+def test_mkdocs_strict_with_our_validation_fails_on_a_broken_page_link(tmp_path):
+    """The validation block of mkdocs.yml, on a two-page site: a link to a missing page or
+    anchor fails the strict build; the same site with the links fixed builds."""
+    validation = re.search(r"^validation:\n(?:  .*\n)+", (ROOT / "mkdocs.yml").read_text(),
+                           re.M).group(0)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "mkdocs.yml").write_text(f"site_name: t\n{validation}")
+    (tmp_path / "docs" / "b.md").write_text("# B\n\n## Here\n")
+    env = {**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"}
+
+    def strict(index: str) -> int:
+        (tmp_path / "docs" / "index.md").write_text(index)
+        return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"],
+                              cwd=tmp_path, capture_output=True, env=env).returncode
+
+    assert strict("[b](b.md) [here](b.md#here)\n") == 0
+    assert strict("[gone](missing.md)\n") != 0
+    assert strict("[b](b.md#nowhere)\n") != 0
