@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed-stamp
 # machine: the suite's time and results do not depend on a 538 MB download.
 TEST_ENV := GRPO_LAB_QUICK=1 OMP_NUM_THREADS=1 MPLBACKEND=Agg GRPO_LAB_MODELS=$(CURDIR)/runs/no-models
 
-.PHONY: demo test env bench pretrain lab preflight workshop clean
+.PHONY: demo test env bench pretrain lab preflight workshop clean docs
 
 env: $(STAMP)
 
@@ -70,5 +70,18 @@ wheel: $(STAMP)
 	rm -rf build dist
 	$(BIN)/python -m pip wheel --no-deps --no-build-isolation -w dist .
 
+
+# The course site into site/ (docs/site.md): every lesson with its quick-mode outputs (the browser
+# test's runs in runs/executed/ when current, else run here), the pages of docs/, the API; offline,
+# and it fails on a broken internal link.
+DOCS_STAMP := $(VENV)/.docs-stamp
+$(DOCS_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	GRPO_LAB_QUICK=1 OMP_NUM_THREADS=1 NO_MKDOCS_2_WARNING=1 GRPO_LAB_MODELS=$(CURDIR)/runs/no-models \
+		$(BIN)/python docs/build.py
+
 clean:
-	rm -rf runs .pytest_cache build dist
+	rm -rf runs .pytest_cache build dist site

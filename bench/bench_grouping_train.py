@@ -10,7 +10,7 @@ half-width of its 95% t-interval:
   * held-out greedy accuracy on the union of the 7 eval sets at the end, and its gain over
     the base policy;
   * step means of ``group/zero_std_frac``, ``adv/var``, rollouts per step, ``group/purity``
-    and ``adv/between_prompt_frac`` (README "Metrics" defines each);
+    and ``adv/between_prompt_frac`` (docs/reference/metrics.md defines each);
   * the paired difference (same seed) of each strategy minus by_prompt, with its interval:
     a difference is called real only when that interval excludes 0.
 

@@ -1,6 +1,6 @@
 """grpo_lab: a notebook-first workbench for GRPO (DeepSeekMath, Shao et al. 2024).
 
-The folders name the parts (README "Architecture"), top to bottom:
+The folders name the parts (docs/reference/architecture.md), top to bottom:
 ``teaching/`` (widgets, exercises, the claims table) and ``cli``; ``training/`` (the config, one
 step, the one loop); ``algorithm/`` (rollout, grouping, advantages, the loss), ``policies/`` (the
 toy GPT, any HF causal LM), ``tasks/`` (verifiable tasks and their rewards); ``distributed/``

@@ -16,15 +16,29 @@ shown as text (``<Figure size``), a widget shown as text or not rendered, or a b
 The run-all logic follows ../shared/tools/lab_screens.py (our tool): windowing off so every cell
 is in the DOM, autosave off and checkpoints in a temporary folder so the checkout is untouched.
 
-The browser part runs in a child process (this file run as a script) with an outer timeout
-and one retry: a headless run was once seen to hang. Without chromium the test fails when
+Time: a slow machine alone never fails the run. A notebook fails as hung only when nothing
+advances for ``STALL_S`` (900 s, nbval's ``--nbval-cell-timeout`` for the other notebooks): no
+cell finishing, no new output and no output text changing (a progress bar counts) and the kernel
+not changing state. The whole run-all of the lessons has one generous ceiling, ``CEILING_S``
+(45 min, 8 times what it takes on an idle 2-core machine, inside CI's 90), for a run that keeps
+advancing forever.
+
+Each lesson the run-all executed is saved, outputs included, to ``runs/executed/`` (read from
+the page's notebook model: nothing is saved into the checkout's notebooks), and ``make docs``
+renders those copies instead of running the lessons again (docs/build.py).
+
+The browser part runs in a child process (this file run as a script) that prints a heartbeat
+line whenever a notebook advances; the parent ends it as hung after ``STALL_S`` without one (and
+retries once: a headless run was once seen to hang). Without chromium the test fails when
 ``CI`` is set (``.ci/run`` installs it) and is skipped otherwise.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
+import selectors
 import shutil
 import signal
 import socket
@@ -38,6 +52,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
+EXECUTED = ROOT / "runs" / "executed"       # the lessons as run here, for make docs
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 CELLS = [
@@ -174,7 +189,7 @@ def test_grouping_explorer_renders_and_reacts_in_a_real_browser(tmp_path):
     lab = _start_lab(folder, port, token)
     try:
         result = _drive([f"http://127.0.0.1:{port}/lab/tree/{name}?token={token}", chromium,
-                         str(shot)], DRIVER_TIMEOUT_S)
+                         str(shot)], DRIVER_TIMEOUT_S, 3 * DRIVER_TIMEOUT_S)
     finally:
         _stop(lab)
     assert result["src_changed"], result                       # the plot was redrawn
@@ -193,7 +208,8 @@ LAB_SETTINGS = {  # user settings for the checkout's JupyterLab (as lab_screens.
                                                     "checkForUpdates": False},
     "@jupyterlab/docmanager-extension/plugin": {"autosave": False},  # never save outputs
 }
-NOTEBOOK_TIMEOUT_S = 300          # open + run one notebook
+STALL_S = 900             # a notebook is hung when nothing advances this long (see the docstring)
+CEILING_S = 45 * 60       # the whole run-all of every lesson, however steadily it advances
 WIDGET_TEXT = ("VBox(", "HBox(", "IntSlider(", "FloatSlider(", "Dropdown(", "Output(",
                "FloatProgress(", "Error displaying widget")
 JS_HELPERS = r"""
@@ -206,6 +222,16 @@ window.__nb = {
   pending(p) { const w = this.panel(p); if (!w) return -1;
     return [...w.node.querySelectorAll('.jp-InputPrompt')]
       .filter(e => e.textContent.includes('*')).length; },
+  progress(p) { const w = this.panel(p); if (!w) return 'no panel';
+    const cells = w.content.model.cells; let ran = 0, counts = 0, outs = 0;
+    for (let i = 0; i < cells.length; i++) { const c = cells.get(i);
+      if (c.type !== 'code') continue;
+      if (c.executionCount != null) { ran++; counts += c.executionCount; }
+      outs += c.outputs.length; }
+    const text = [...w.node.querySelectorAll('.jp-OutputArea')]
+      .reduce((n, e) => n + e.textContent.length, 0);
+    return JSON.stringify([ran, counts, outs, text, this.kernel(p)]); },
+  notebook(p) { return this.panel(p).content.model.toJSON(); },
   acceptDialogs() { const b = document.querySelector('.jp-Dialog .jp-mod-accept');
     if (b) { b.click(); return true; } return false; },
   runAll(p) { const w = this.panel(p); this.done = false; this.runErr = null;
@@ -257,48 +283,86 @@ def _start_checkout_lab(tmp: Path, port: int, token: str) -> subprocess.Popen:
     return _start_and_wait(cmd, env, tmp, port, token, cwd=ROOT)
 
 
-def run_notebooks(base: str, token: str, chromium: str, out: str, *paths: str) -> list:
+def run_notebooks(base: str, token: str, chromium: str, out: str, executed: str,
+                  *paths: str) -> list:
     """The browser part (run in a child process): open each notebook in a fresh workspace,
-    Run All, wait until the kernel is idle with no [*] left, and read what was rendered."""
+    Run All, wait until the kernel is idle with no [*] left, read what was rendered, and save
+    the executed lessons to ``executed``. A heartbeat line goes to stdout whenever the notebook
+    advances; a notebook is hung after STALL_S without advancing; the run stops CEILING_S after
+    the first notebook started (the rest reported as not run)."""
     from playwright.sync_api import sync_playwright
 
-    results = []
+    results, start = [], time.time()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
         for i, path in enumerate(paths):
-            t0, deadline = time.time(), time.time() + NOTEBOOK_TIMEOUT_S
+            if time.time() - start > CEILING_S:
+                results.append({"notebook": path, "status": f"not run: the run-all of the "
+                                f"notebooks passed its {CEILING_S // 60} min ceiling"})
+                continue
+            t0 = time.time()
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.add_init_script(JS_HELPERS)
             res = {"notebook": path, "status": "ok", "page_errors": []}
             page.on("pageerror", lambda e: res["page_errors"].append(str(e)[:300]))
 
-            def wait(cond):
-                stable = 0
-                while time.time() < deadline:
+            def wait(cond) -> str | None:
+                """None once cond holds on three polls in a row; else why not (hang, ceiling)."""
+                stable, last, advanced = 0, None, time.time()
+                while True:
                     page.evaluate("__nb.acceptDialogs()")
                     stable = stable + 1 if page.evaluate(cond, path) else 0
                     if stable >= 3:                             # true on three polls in a row
-                        return True
+                        return None
+                    now, sig = time.time(), page.evaluate("p => __nb.progress(p)", path)
+                    if sig != last:
+                        last, advanced = sig, now
+                        print(f"progress {path} {sig}", flush=True)      # the parent's heartbeat
+                    if now - advanced > STALL_S:
+                        return f"hung: nothing advanced for {STALL_S} s (progress {last})"
+                    if now - start > CEILING_S:
+                        return f"not finished within the {CEILING_S // 60} min ceiling"
                     time.sleep(0.5)
-                return False
 
             page.goto(f"{base}/lab/workspaces/nb{os.getpid()}-{i}/tree/{path}?token={token}",
-                      timeout=60_000)                           # a fresh workspace each
-            if not wait("p => __nb.kernel(p) === 'idle'"):
-                res["status"] = "kernel did not start"
+                      timeout=120_000)                          # a fresh workspace each
+            why = wait("p => __nb.kernel(p) === 'idle'")
+            if why:
+                res["status"] = f"kernel did not start ({why})"
             else:
                 page.evaluate("p => __nb.runAll(p)", path)
-                if not wait("p => __nb.done && __nb.kernel(p) === 'idle' && __nb.pending(p) === 0"):
-                    res["status"] = f"not finished within {NOTEBOOK_TIMEOUT_S} s"
+                why = wait("p => __nb.done && __nb.kernel(p) === 'idle' && __nb.pending(p) === 0")
+                if why:
+                    res["status"] = why
                 page.wait_for_timeout(1500)                     # late widget / image renders
                 res.update(page.evaluate("p => __nb.stats(p)", path))
                 page.screenshot(path=str(Path(out) / (Path(path).stem + ".png")), full_page=True)
+                if executed and re.fullmatch(r"notebooks/\d\d_[^/]+\.ipynb", path):
+                    save_executed(page.evaluate("p => __nb.notebook(p)", path),
+                                  Path(executed) / Path(path).name)
                 page.evaluate("p => __nb.panel(p).sessionContext.shutdown()", path)
             res["seconds"] = round(time.time() - t0, 1)
             page.close()
             results.append(res)
         browser.close()
     return results
+
+
+def save_executed(nb: dict, dest: Path) -> None:
+    """Write a notebook as JupyterLab's model holds it (outputs included), atomically, in valid
+    nbformat: the model gives markdown cells ``attachments: null`` and a 4.4 notebook's cells ids,
+    which the schema refuses."""
+    import nbformat
+    for cell in nb["cells"]:
+        if cell.get("attachments", {}) is None:
+            del cell["attachments"]
+        if nb.get("nbformat_minor", 5) < 5:
+            cell.pop("id", None)
+    nbformat.validate(nbformat.from_dict(nb))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(".tmp")
+    tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    os.replace(tmp, dest)
 
 
 def problems(res: dict) -> list[str]:
@@ -333,6 +397,52 @@ def test_problems_catch_what_a_room_must_not_see():
         assert what in found, found
 
 
+_CHILD = """import sys, time
+for i in range({beats}):
+    print("progress", i, flush=True)
+    time.sleep({every})
+time.sleep({silent})
+print('{{"done": true}}', flush=True)
+"""
+
+
+def _child(beats: int, every: float, silent: float = 0.0) -> subprocess.Popen:
+    code = _CHILD.format(beats=beats, every=every, silent=silent)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def test_a_slow_run_that_keeps_advancing_passes_and_a_silent_one_is_hung():
+    """The watchdog counts time without a heartbeat, not time in all: 3 s of steady beats pass
+    a 1.5 s stall limit; 3 s of silence fail it, long before the ceiling."""
+    t0 = time.monotonic()
+    assert _follow(_child(beats=10, every=0.3), 1.5, t0 + 60) == ({"done": True}, None)
+    assert time.monotonic() - t0 > 2.5                         # longer than the stall limit
+    t0 = time.monotonic()
+    result, why = _follow(_child(beats=1, every=0.1, silent=30), 1.5, t0 + 60)
+    assert result is None and why == "no heartbeat for 2 s" and time.monotonic() - t0 < 10
+    result, why = _follow(_child(beats=100, every=0.2), 10, time.monotonic() + 1.5)
+    assert result is None and why == "past the ceiling"
+
+
+def test_save_executed_writes_the_model_as_a_notebook(tmp_path):
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")])
+    nb.cells[0].execution_count = 1
+    nb.cells[0].outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "2"},
+                                                  execution_count=1)]
+    model = json.loads(nbformat.writes(nb))           # as JupyterLab's model.toJSON() gives it:
+    model["cells"].insert(0, {"cell_type": "markdown", "id": "m", "metadata": {},
+                              "source": "# a", "attachments": None})
+    model["nbformat_minor"] = 4                      # a 4.4 notebook, whose cells have ids
+    save_executed(model, tmp_path / "x" / "00_a.ipynb")
+    back = nbformat.read(tmp_path / "x" / "00_a.ipynb", as_version=4)
+    nbformat.validate(back)
+    assert back.cells[1].outputs[0]["data"]["text/plain"] == "2"
+    assert "attachments" not in back.cells[0] and "id" not in back.cells[0]
+    assert not list((tmp_path / "x").glob("*.tmp"))
+
+
 @pytest.fixture(scope="module")
 def checkout_lab(tmp_path_factory):
     chromium = _require_browser()
@@ -344,32 +454,66 @@ def checkout_lab(tmp_path_factory):
     _stop(lab)
 
 
-def _drive(args: list[str], timeout: float):
-    """Run this file as the browser driver with ``args`` (one retry: a run was once seen to
-    hang) -> the JSON of its last output line."""
-    errors = []
+def _drive(args: list[str], stall_s: float, ceiling_s: float | None = None):
+    """Run this file as the browser driver with ``args`` -> the JSON of its last output line.
+    The child is hung when it prints nothing (no heartbeat) for ``stall_s``; ``ceiling_s``
+    bounds the whole call. One retry, within what is left of the ceiling: a run was once seen to
+    hang."""
+    errors, start = [], time.monotonic()
+    ceiling = ceiling_s if ceiling_s is not None else 2 * stall_s
     for attempt in (1, 2):
-        driver = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            out, err = driver.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _stop(driver)
-            errors.append(f"attempt {attempt}: no result within {timeout:.0f} s")
-            continue
-        if driver.returncode == 0:
-            return json.loads(out.strip().splitlines()[-1])
-        errors.append(f"attempt {attempt}: exit {driver.returncode}: {err[-3000:]}")
-    pytest.fail("the browser run failed twice:\n" + "\n".join(errors))
+        if attempt == 2 and time.monotonic() - start > ceiling / 2:
+            errors.append("no retry: less than half the ceiling is left")
+            break
+        err_log = ARTIFACTS / f"driver_{os.getpid()}_{attempt}.stderr"
+        ARTIFACTS.mkdir(exist_ok=True)
+        with open(err_log, "w") as err_file:
+            driver = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE,
+                                      stderr=err_file, text=True, start_new_session=True)
+            result, why = _follow(driver, stall_s, start + ceiling)
+        err = err_log.read_text()[-3000:]
+        err_log.unlink(missing_ok=True)
+        if result is not None:
+            return result
+        errors.append(f"attempt {attempt}: {why}: {err}")
+    pytest.fail("the browser run failed:\n" + "\n".join(errors))
 
 
-def _drive_notebooks(lab, paths: list[str], timeout: float) -> list[dict]:
+def _follow(driver: subprocess.Popen, stall_s: float, deadline: float):
+    """Read the child's lines until it exits -> (JSON of its last line, None) or (None, why)."""
+    sel = selectors.DefaultSelector()
+    sel.register(driver.stdout, selectors.EVENT_READ)
+    last_line, heard = "", time.monotonic()
+    try:
+        while True:
+            now = time.monotonic()
+            if now - heard > stall_s:
+                return None, f"no heartbeat for {stall_s:.0f} s"
+            if now > deadline:
+                return None, "past the ceiling"
+            if sel.select(timeout=1.0):
+                line = driver.stdout.readline()
+                if not line:                                       # EOF: the child ended
+                    driver.wait(timeout=60)
+                    if driver.returncode == 0 and last_line:
+                        return json.loads(last_line), None
+                    return None, f"exit {driver.returncode}"
+                if line.strip():
+                    last_line, heard = line.strip(), time.monotonic()
+    finally:
+        sel.close()
+        _stop(driver)
+
+
+def _drive_notebooks(lab, paths: list[str], stall_s: float, ceiling_s: float) -> list[dict]:
     base, token, chromium = lab
-    return _drive(["notebooks", base, token, chromium, str(ARTIFACTS), *paths], timeout)
+    return _drive(["notebooks", base, token, chromium, str(ARTIFACTS), str(EXECUTED), *paths],
+                  stall_s + 120, ceiling_s)
 
 
 def test_an_exercise_shows_its_verdict_in_jupyterlab(checkout_lab):
-    (res,) = _drive_notebooks(checkout_lab, ["notebooks/exercises/advantages.ipynb"], 200)
+    (res,) = _drive_notebooks(checkout_lab, ["notebooks/exercises/advantages.ipynb"], STALL_S,
+                              3 * STALL_S)
     assert not problems(res), problems(res)
     verdict = [t for t in res["texts"] if "check_advantages" in t]
     assert verdict, res["texts"]                                    # the verdict is rendered
@@ -380,7 +524,7 @@ NOTEBOOKS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").
 
 
 def test_every_notebook_runs_clean_in_jupyterlab(checkout_lab):
-    results = _drive_notebooks(checkout_lab, NOTEBOOKS, NOTEBOOK_TIMEOUT_S * len(NOTEBOOKS))
+    results = _drive_notebooks(checkout_lab, NOTEBOOKS, STALL_S, CEILING_S + 300)
     (ARTIFACTS / "notebooks_in_lab.json").write_text(json.dumps(results, indent=1))
     found = {r["notebook"]: problems(r) for r in results}
     assert [r["notebook"] for r in results] == NOTEBOOKS
@@ -391,6 +535,6 @@ def test_every_notebook_runs_clean_in_jupyterlab(checkout_lab):
 
 if __name__ == "__main__":                                                 # the child process
     if sys.argv[1] == "notebooks":
-        print(json.dumps(run_notebooks(*sys.argv[2:6], *sys.argv[6:])))
+        print(json.dumps(run_notebooks(*sys.argv[2:7], *sys.argv[7:])))
     else:
         print(json.dumps(drive(*sys.argv[1:4])))

@@ -1,5 +1,5 @@
 """The package's import graph, built from the source: no cycle, no import from a lower layer to a
-higher one (grpo_lab.LAYERS, README "Architecture"), and every module imports on its own.
+higher one (grpo_lab.LAYERS, docs/reference/architecture.md), and every module imports on its own.
 
 Every ``import``/``from ... import`` of a grpo_lab module counts, wherever it is written (at the
 top, inside a function, under ``if TYPE_CHECKING``): a lazy import that hides a cycle is a cycle.

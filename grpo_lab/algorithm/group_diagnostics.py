@@ -1,4 +1,4 @@
-"""Diagnostics of one step's groups, as dicts of documented metric names (README "Metrics"):
+"""Diagnostics of one step's groups, as dicts of metric names (docs/reference/metrics.md):
 ``group/*`` (reward variance within groups, sizes, TF-IDF cosine, silhouette, purity) and
 ``adv/*`` (advantage variance, the share of it between prompts); and the filter of dynamic
 sampling (DAPO, Yu et al. 2025, sec. 3.2): ``informative_groups`` keeps groups whose rewards

@@ -533,7 +533,7 @@ PRESETS: dict[str, dict] = {
     "hf_tiny_cpu": {"policy": "hf", "base_checkpoint": "data/hf_tiny", "steps": 300,
                     "eval_every": 50, "eval_size": 200},
     # a real model on GPUs: grpo-lab train --preset hf_gpu --nproc <GPUs> (torchrun, NCCL;
-    # README "Hugging Face models"); bf16 autocast over fp32 weights and AdamW (0.5B: 8 GB),
+    # docs/guide/hugging-face.md); bf16 autocast over fp32 weights and AdamW (0.5B: 8 GB),
     # chat template, activation checkpointing.
     # Untested here (no GPU, no network): the numbers are a starting point, not a result.
     "hf_gpu": {"policy": "hf", "base_checkpoint": "Qwen/Qwen2.5-0.5B-Instruct",

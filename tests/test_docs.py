@@ -1,0 +1,293 @@
+"""The front-door README, the course site's builder (docs/build.py) and the lessons' two top cells.
+
+The site itself is built by ``make docs`` in CI (``.ci/run``); here: what the builder decides
+(which executed copy stands for a lesson, where glossary links go, which links are broken), on
+small inputs worked out by hand, and one real quick-mode execution of a tiny lesson.
+"""
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("docs_build", ROOT / "docs" / "build.py")
+build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build)
+
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# the sections of the 647-line README this one replaced, and the page each moved to
+MOVED = {
+    "Set-up: two commands": "setup.md",
+    "What the demo does": "guide/demo.md",
+    "Hugging Face models": "guide/hugging-face.md",
+    "Memory levers": "guide/memory.md",
+    "Your own grouper, task, reward or estimator": "guide/extending.md",
+    "What happens when things go wrong": "guide/when-things-go-wrong.md",
+    "The same run on N processes, GPUs and nodes": "guide/scaling.md",
+    "Notebooks": "lessons/index.md",
+    "Exercises": "lessons/index.md",
+    "Architecture": "reference/architecture.md",
+    "Metrics": "reference/metrics.md",
+    "Licence, reuse and citation": "about.md",
+    "Dependencies and why": "reference/dependencies.md",
+    "Benchmarks": "reference/benchmarks.md",
+    "Honest numbers": "reference/benchmarks.md",
+}
+
+
+# ---------------------------------------------------------------- the README and its pages
+def test_readme_is_a_front_door():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    for line in ("make demo    # creates .venv if missing", "make test    # the whole test suite"):
+        assert any(l.startswith(line) for l in text.splitlines()), line   # CI's contract
+    assert "A_i = (r_i - mean(r)) / std(r)" in text and "clip(rho_it, 1 - eps, 1 + eps)" in text
+    assert "notebook 00" in text
+    for path in ("learn", "prototype", "teach"):
+        assert re.search(rf"^\| \*\*{path}\*\*.*\| `[^`]+`[^|]*\| \[", text, re.M), path
+    assert build.check_markdown_links(ROOT / "README.md") == []
+
+
+def test_every_section_of_the_old_readme_has_a_page():
+    for heading, page in MOVED.items():
+        text = (ROOT / "docs" / page).read_text()
+        assert re.search(rf"^#+ {re.escape(heading)}$", text, re.M) or \
+            text.startswith(f"# {heading}\n"), (heading, page)
+        assert f"(docs/{page})" in (ROOT / "README.md").read_text(), f"README does not link {page}"
+
+
+def test_dependencies_page_says_why_each_library_is_used():
+    import tomllib
+    text = (ROOT / "docs" / "reference" / "dependencies.md").read_text()
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for spec in deps:
+        name = re.match(r"[A-Za-z0-9_.-]+", spec).group(0)
+        assert name in text, f"{name} is a dependency the page does not explain"
+    assert "(docs/reference/dependencies.md)" in (ROOT / "README.md").read_text()
+    for name in ("mkdocs-jupyter", "mkdocstrings", "jupyter-server-mathjax"):     # the docs extra
+        assert name in text, name
+
+
+def test_readme_figures_kept_on_their_pages():
+    """Figures the old README stated, word for word on the page the section moved to."""
+    for page, figure in [("guide/demo.md", "1417 ± 560 steps, 64.9 ± 31.0 s"),
+                         ("guide/hugging-face.md", "12%\n-> 63% (+51.3 points"),
+                         ("setup.md", "1074 passed, 1 skipped, 665 s of tests"),
+                         ("reference/benchmarks.md", "5.73 bits each")]:
+        assert figure in (ROOT / "docs" / page).read_text(), (page, figure)
+
+
+# ---------------------------------------------------------------- the lessons' two top cells
+def _top_cells(path):
+    nb = nbformat.read(path, as_version=4)
+    return nb.cells[1], nb.cells[2]
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_each_lesson_opens_with_a_parameters_cell_and_an_install_cell(path):
+    params, setup = _top_cells(path)
+    assert "parameters" in params.metadata.get("tags", []) and "QUICK = None" in params.source
+    assert "import grpo_lab" in setup.source and "%pip install" in setup.source
+    assert len(params.source.splitlines()) <= 4 and len(setup.source.splitlines()) <= 10
+
+
+def _run_setup(source: str, quick, importable: bool, monkeypatch) -> list:
+    """Run the install cell as IPython would (its %pip line transformed) -> the magics called."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    calls = []
+
+    class Shell:
+        def run_line_magic(self, name, line):
+            calls.append((name, line))
+
+    if not importable:
+        monkeypatch.setitem(sys.modules, "grpo_lab", None)     # import grpo_lab raises
+    code = TransformerManager().transform_cell(source)
+    try:
+        exec(code, {"get_ipython": lambda: Shell(), "QUICK": quick})
+    except ImportError:
+        pass                            # the second import, after a pip that only was recorded
+    return calls
+
+
+def test_install_cell_does_nothing_when_installed_and_installs_when_missing(monkeypatch):
+    _, setup = _top_cells(LESSONS[0])
+    monkeypatch.setenv("GRPO_LAB_QUICK", "1")
+    assert _run_setup(setup.source, None, True, monkeypatch) == []
+    import os
+    assert os.environ["GRPO_LAB_QUICK"] == "1"                  # QUICK = None: left alone
+    assert _run_setup(setup.source, 0, True, monkeypatch) == []
+    assert os.environ["GRPO_LAB_QUICK"] == "0"                  # papermill's -p QUICK 0
+    assert _run_setup(setup.source, None, False, monkeypatch) == [("pip",
+                                                                    "install --quiet grpo-lab")]
+
+
+# ---------------------------------------------------------------- glossary
+def test_glossary_entries_parse_with_their_aliases():
+    terms = build.glossary_terms()
+    assert terms["grpo"] == ["GRPO", "Group Relative Policy Optimization"]
+    assert "ZeRO-2" in terms["zero"] and "e4m3" in terms["fp8"] and "k3" in terms["kl-estimators"]
+    for anchor in ("ppo", "advantage", "group", "dapo", "dr-grpo", "kl-estimators", "zero",
+                   "ef21-p", "gspo", "tis", "rloo", "gae", "top-k", "error-feedback", "fp8"):
+        assert anchor in terms, anchor
+
+
+# acronyms that are units, file names or placeholders rather than terms of the subject
+NOT_JARGON = {"GB", "KB", "MB", "TB", "JSON", "HOST", "NaN", "BENCHMARKS", "CI", "CLI", "PyPI",
+              "API", "MIT", "PNG", "DataFrame"}
+
+
+def test_glossary_defines_every_acronym_the_lessons_use():
+    """Every acronym or CamelCase term of the lessons' text, the README and the site's front
+    pages has an entry (or an alias of one) in the glossary."""
+    names = {n for ns in build.glossary_terms().values() for n in ns}
+    missing = set()
+    texts = [(p, c.source) for p in LESSONS for c in nbformat.read(p, as_version=4).cells
+             if c.cell_type == "markdown"]
+    texts += [(p, re.sub(r"```.*?```", "", p.read_text(), flags=re.S))
+              for p in (ROOT / "README.md", ROOT / "docs/index.md", ROOT / "docs/lessons/index.md")]
+    for path, source in texts:
+        text = re.sub(r"`[^`]*`|\$[^$]*\$", "", source)
+        for word in re.findall(r"(?<![\w/.-])([A-Z][A-Za-z0-9]*[A-Z][A-Za-z0-9-]*)(?!\w)", text):
+            if not {word, word.rstrip("s")} & (names | NOT_JARGON):
+                missing.add(f"{word} ({path.name})")
+    assert not missing, sorted(missing)
+
+
+def test_link_terms_links_each_term_once_outside_code_math_and_headings():
+    terms = {"grpo": ["GRPO"], "dr-grpo": ["Dr. GRPO"], "kl-estimators": ["k3"],
+             "advantage": ["advantage", "advantages"]}
+    seen = set()
+    md = "## GRPO\nUse `GRPO` and $k3$; Dr. GRPO beats GRPO. Advantages!\nGRPO again."
+    out = build.link_terms(md, terms, seen, "G/")
+    assert out == ("## GRPO\nUse `GRPO` and $k3$; [Dr. GRPO](G/#dr-grpo) beats [GRPO](G/#grpo). "
+                   "[Advantages](G/#advantage)!\nGRPO again.")
+    assert seen == {"grpo", "dr-grpo", "advantage"}
+    assert build.link_terms("GRPO and k3", terms, seen, "G/") == "GRPO and [k3](G/#kl-estimators)"
+
+
+def test_toc_anchor_added_for_a_heading_with_code():
+    out = build.toc_anchors("## The policies against torch's `ZeroRedundancyOptimizer`\ntext")
+    assert out.startswith('<a id="the-policies-against-torchs"></a>\n\n## The policies')
+    assert build.toc_anchors("## Plain heading\n") == "## Plain heading\n"
+
+
+# ---------------------------------------------------------------- executed lessons
+def _nb(*cells):
+    nb = nbformat.v4.new_notebook(cells=list(cells))
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    return json.loads(nbformat.writes(nb))
+
+
+def test_an_executed_copy_stands_for_a_lesson_only_when_current_complete_and_clean():
+    lesson = _nb(nbformat.v4.new_markdown_cell("# t"), nbformat.v4.new_code_cell("x = 1"))
+    ran = json.loads(json.dumps(lesson))
+    ran["cells"][1]["execution_count"] = 1
+    assert build.usable(ran, lesson) is None
+    edited = json.loads(json.dumps(lesson))
+    edited["cells"][1]["source"] = "x = 2"
+    assert build.usable(ran, edited) == "its code differs from the lesson's"
+    assert build.usable(lesson, lesson) == "not every code cell ran"
+    ran["cells"][1]["outputs"] = [{"output_type": "error", "ename": "E", "evalue": "",
+                                   "traceback": []}]
+    assert build.usable(ran, lesson) == "it holds an error output"
+
+
+def test_a_lesson_without_a_current_run_is_executed_in_quick_mode(tmp_path, monkeypatch):
+    monkeypatch.setattr(build, "EXECUTED", tmp_path / "executed")
+    lesson = tmp_path / "99_tiny.ipynb"
+    nbformat.write(nbformat.from_dict(_nb(
+        nbformat.v4.new_code_cell("import grpo_lab, matplotlib.pyplot as plt\n"
+                                  "print('quick', grpo_lab.quick_mode())"),
+        nbformat.v4.new_code_cell("plt.plot([0, 1]); plt.show()"))), lesson)
+    logs = []
+    nb = build.executed_lesson(lesson, log=logs.append)
+    assert "executing in quick mode (none saved)" in logs[0]
+    outs = [o for c in nb["cells"] for o in c["outputs"]]
+    assert any("quick True" in "".join(o.get("text", "")) for o in outs), outs
+    assert any("image/png" in o.get("data", {}) for o in outs), outs           # the plot
+    nb2 = build.executed_lesson(lesson, log=logs.append)                       # saved: reused
+    assert "the saved run" in logs[-1] and nb2 == nb
+    staged = build.stage_lesson(nb, {})
+    assert staged["cells"][1]["outputs"] == nb["cells"][1]["outputs"]
+
+
+def test_widget_outputs_become_a_note_on_the_site():
+    nb = _nb(nbformat.v4.new_code_cell("w"))
+    nb["cells"][0]["outputs"] = [{"output_type": "display_data", "metadata": {},
+                                  "data": {build.WIDGET_MIME: {"model_id": "x"},
+                                           "text/plain": "VBox(children=...)"}}]
+    nb["metadata"]["widgets"] = {"state": {}}
+    staged = build.stage_lesson(nb, {})
+    assert staged["cells"][0]["outputs"][0]["data"] == {"text/html": build.WIDGET_NOTE}
+    assert "widgets" not in staged["metadata"]
+
+
+# ---------------------------------------------------------------- links
+def test_check_links_finds_missing_pages_and_anchors(tmp_path):
+    site = tmp_path / "site"
+    (site / "a").mkdir(parents=True)
+    (site / "index.html").write_text('<a href="a/">a</a> <a href="a/#there">ok</a> '
+                                     '<img src="img.png"> <a href="https://x.org/y">ext</a>'
+                                     '<a href="#top">self</a><h1 id="top">t</h1>')
+    (site / "img.png").write_bytes(b"png")
+    (site / "a" / "index.html").write_text('<h2 id="there">x</h2><a href="../b/">b</a>'
+                                           '<a href="../index.html#nowhere">n</a>'
+                                           '<link href="/index.html" rel="stylesheet">')
+    broken = build.check_links(site)
+    assert len(broken) == 2, broken
+    assert broken[0].startswith("a/index.html: ../b/ (no file")
+    assert broken[1] == "a/index.html: ../index.html#nowhere (no anchor #nowhere)"
+
+
+def test_check_markdown_links(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "p.md").write_text("x")
+    md = tmp_path / "README.md"
+    md.write_text("[p](docs/p.md) [q](docs/q.md) [w](https://x.org) [a](#anchor)\n"
+                  "```\n[not a link](nowhere.md)\n```\n")
+    assert build.check_markdown_links(md) == ["README.md: docs/q.md"]
+
+
+def test_mkdocs_nav_names_every_lesson_and_page():
+    text = (ROOT / "mkdocs.yml").read_text()
+    for path in LESSONS:
+        assert f"lessons/{path.name}" in text, path.name
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    staged = {dest for dest in build.COPIES.values() if dest.endswith(".md")}
+    for page in pages - staged:
+        assert page in text, f"docs/{page} is not in mkdocs.yml's nav"
+    assert "strict: true" in text and "not_found: warn" in text
+
+
+def test_build_script_help_runs():
+    r = subprocess.run([sys.executable, str(ROOT / "docs" / "build.py"), "--help"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "--only" in r.stdout
+
+
+def test_mkdocs_strict_with_our_validation_fails_on_a_broken_page_link(tmp_path):
+    """The validation block of mkdocs.yml, on a two-page site: a link to a missing page or
+    anchor fails the strict build; the same site with the links fixed builds."""
+    validation = re.search(r"^validation:\n(?:  .*\n)+", (ROOT / "mkdocs.yml").read_text(),
+                           re.M).group(0)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "mkdocs.yml").write_text(f"site_name: t\n{validation}")
+    (tmp_path / "docs" / "b.md").write_text("# B\n\n## Here\n")
+    env = {**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"}
+
+    def strict(index: str) -> int:
+        (tmp_path / "docs" / "index.md").write_text(index)
+        return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"],
+                              cwd=tmp_path, capture_output=True, env=env).returncode
+
+    assert strict("[b](b.md) [here](b.md#here)\n") == 0
+    assert strict("[gone](missing.md)\n") != 0
+    assert strict("[b](b.md#nowhere)\n") != 0
