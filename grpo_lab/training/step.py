@@ -200,7 +200,8 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
     # 4. group ids: the grouper on the global batch's prompts
     prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
-    cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index, step))  # (B,)
+    cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index, step,
+                                              examples=examples))          # (B,)
     group_ids = cluster_ids[prompt_index]                                  # (N,)
     # 5. advantages on the global batch; this rank keeps its rows
     adv_all, adv_flat = _advantages(cfg, g, cluster_ids, prompt_index, group_ids)

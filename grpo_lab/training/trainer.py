@@ -65,6 +65,7 @@ from grpo_lab.rundir import (Interrupted, StopSignals, claim, claimed_by_parent,
 from grpo_lab.algorithm.samples import FILE as SAMPLES_FILE, append as append_samples, rows as sample_rows
 from grpo_lab.tasks.task_data import held_out
 from grpo_lab.tasks import sample_examples
+from grpo_lab.tokenizer import ALPHABET
 
 # the per-phase timings every step logs (seconds; "time/rollout_s" is the whole collect)
 PHASES = ("time/sample_s", "time/score_s", "time/loss_forward_s", "time/backward_s",
@@ -213,6 +214,31 @@ def held_out_sets(cfg: TrainConfig) -> tuple[dict, set]:
             for t, exs in sets.items()}, prompts
 
 
+def check_readable(policy, cfg: TrainConfig, eval_sets: dict, draw) -> None:
+    """Every character of the run's text, as the run renders it (each task's held-out
+    examples and 64 seeded training draws, prompt and answer), is one the policy's tokenizer
+    reads and writes back (``Policy.unknown_chars``) -> else an error naming the task, the
+    text and the character. What a task needs (``Task.alphabet``) meets what this policy
+    has here, once: the toy's char tokenizer refuses a capital, a BPE without byte fallback
+    (data/hf_tiny) would drop it silently."""
+    first: dict[str, tuple] = {}                       # character -> where it first occurs
+    drawn = draw(random.Random(f"{cfg.seed}-readable"), 64)
+    for ex in [e for exs in eval_sets.values() for e in exs] + drawn:
+        for text, what in ((ex.prompt, "prompt"), (ex.answer, "answer")):
+            for c in text:
+                first.setdefault(c, (ex.task, what, text))
+    bad = policy.unknown_chars("".join(first))
+    if bad:
+        task, what, text = first[bad[0]]
+        why = (f"the toy's char tokenizer reads only {ALPHABET!r}; a task written in words "
+               f"trains on policy='hf' with an answer_format" if cfg.policy == "toy" else
+               f"the tokenizer of {cfg.base_checkpoint!r} does not give it back (it would be "
+               f"dropped silently); reword the task or use a model whose tokenizer reads it")
+        more = f" (all it cannot read: {bad})" if len(bad) > 1 else ""
+        raise ValueError(f"task {task!r}: {what} {text!r} has character {bad[0]!r}, which "
+                         f"the {cfg.policy} policy cannot read{more}: {why}")
+
+
 def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     """The held-out sets, the policy (and the objective's extra modules: PPO's critic), the
     frozen reference only when the objective uses one and beta > 0, the prompt source (never a
@@ -229,8 +255,9 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     ref = None
     if cfg.beta and obj.uses_reference:        # a second, frozen copy (LoRA: adapters off)
         ref = policy.reference() if cfg.hf.lora_r else frozen(load_for(cfg).to(device))
-    ctx = StepContext(rendered_source(prompt_source(cfg, held), cfg.answer_format),
-                      make_grouper(cfg), ref, group)
+    draw = rendered_source(prompt_source(cfg, held), cfg.answer_format)
+    check_readable(policy, cfg, eval_sets, draw)           # the task's needs vs this policy
+    ctx = StepContext(draw, make_grouper(cfg), ref, group)
     return Setup(policy, ctx, eval_sets, held, obj)
 
 
