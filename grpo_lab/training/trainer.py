@@ -262,7 +262,8 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
 
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
-          on_step=None, allow_override: bool = False, overwrite: bool = True) -> list[dict]:
+          on_step=None, allow_override: bool = False, overwrite: bool = True,
+          base_eval: dict | None = None) -> list[dict]:
     """Run ``cfg`` -> history (one metrics dict per step, eval rows merged).
 
     Writes ``out_dir/metrics.jsonl`` and ``out_dir/checkpoint.safetensors`` (rank 0). With
@@ -274,7 +275,10 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     ``allow_override``. The folder is locked while the run lasts (rundir.py); a new run into
     a folder holding one replaces it if ``overwrite`` (the default here, so a re-run notebook
     cell replaces its run; the CLI refuses unless --overwrite). SIGINT/SIGTERM finish the
-    step, write a checkpoint and raise ``rundir.Interrupted``.
+    step, write a checkpoint and raise ``rundir.Interrupted``. ``base_eval``: the base
+    policy's evaluation (``evaluate_tasks`` of this config's base), when the caller already
+    has it: the step -1 row then takes it instead of evaluating again (experiments.py
+    evaluates a study's shared base once).
     """
     lead = Group.current().rank == 0 and not claimed_by_parent(cfg.out_dir)
     lock = claim(cfg.out_dir, resume, overwrite and not resume) if lead else None
@@ -282,7 +286,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     stop = StopSignals(progress, (signal.SIGINT,) if several else StopSignals.SIGNALS)
     try:
         with stop:
-            return _train(cfg, resume, progress, on_step, allow_override, stop)
+            return _train(cfg, resume, progress, on_step, allow_override, stop, base_eval)
     except Exception as e:                      # the CLI's one-line error names the step
         e.add_note(f"at step {stop.step}" if stop.step is not None else
                    "before the first step (setup or the first evaluation)")
@@ -292,7 +296,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
             lock.release()
 
 
-def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
+def _train(cfg, resume, progress, on_step, allow_override, stop, base_eval=None) -> list[dict]:
     group = Group.current()
     threads = cfg.threads or free_cores()
     torch.set_num_threads(threads)
@@ -341,7 +345,8 @@ def _train(cfg, resume, progress, on_step, allow_override, stop) -> list[dict]:
                           f"exactly, the one that never stopped", RuntimeWarning, stacklevel=2)
         start, history = c["step"] + 1, c["history"]
     else:
-        history.append({"step": -1, **(evaluate_now(-1) if lead else {}), "time/elapsed_s": 0.0,
+        base = (base_eval if base_eval is not None else evaluate_now(-1)) if lead else {}
+        history.append({"step": -1, **base, "time/elapsed_s": 0.0,
                         "time/threads": threads, **({"plugins/sha256": plugins} if plugins else {})})
     if lead:                                    # replaced atomically: a kill leaves old or new
         write_lines_atomic(log_path, [json.dumps(h) + "\n" for h in history])
