@@ -147,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run on N local processes through torch's launcher (torchrun "
                         "--standalone --nproc_per_node=N); results do not depend on N")
     add_config_args(t, TrainConfig, skip=("plugins",))           # --plugin (above) sets it
+    from grpo_lab.training.study_cli import add_study_args
+    add_study_args(sub.add_parser("study", help="strategies x seeds on any preset, paired by "
+                                  "step, resumable, with a cost and power forecast"))
     e = sub.add_parser("eval", help="held-out greedy accuracy of a policy or training checkpoint")
     e.add_argument("--checkpoint", default="data/base_policy.safetensors")
     e.add_argument("--task", default=None,
@@ -364,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
                     lock.release()
                     os.environ.pop(LOCKED_ENV, None)
             return run_train(cfg, args.resume, args.override, args.overwrite)
+        elif args.command == "study":
+            from grpo_lab.training.study_cli import run_study
+            return run_study(args)
         elif args.command == "eval":
             from grpo_lab.policies.policy import load_policy_any
             from grpo_lab.registry import load_plugins

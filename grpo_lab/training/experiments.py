@@ -33,6 +33,7 @@ import math
 import multiprocessing
 import os
 import re
+import sys
 import tempfile
 import time
 import traceback
@@ -405,7 +406,8 @@ def _run_all(jobs: list[Job], processes: int, method: str, progress: bool) -> No
         return
     steps = {(j.name, j.seed): j.cfg.steps for j in jobs}
     bar = tqdm(total=sum(steps.values()), desc=f"{len(jobs)} runs", disable=not progress)
-    say = bar.write if progress else (lambda _line: None)
+    out = sys.stdout                  # here, not the run's captured stdout (its health lines)
+    say = (lambda line: bar.write(line, file=out)) if progress else (lambda _line: None)
 
     def finished(name, seed, err):
         if err is not None:
@@ -464,9 +466,12 @@ def _evaluations(cfg) -> int:
                 if (cfg.eval_every and (s + 1) % cfg.eval_every == 0) or s == cfg.steps - 1})
 
 
-def _plan(pilot_runs: list, cfgs: list, n_pending: int, processes: int, seeds, sd, effect,
-          pilot_steps: int) -> dict:
-    """The cost forecast and the detectable difference -> a dict with the sentences."""
+def _plan(pilot_runs: list, pilot_wall_s: float, pilot_procs: int, cfgs: list, n_pending: int,
+          processes: int, seeds, sd, effect, pilot_steps: int) -> dict:
+    """The cost forecast and the detectable difference -> a dict with the sentences. Cost:
+    a run's steps x the pilot's seconds a step, its evaluations x the pilot's seconds an
+    evaluation, plus the pilot's per-run overhead (start, policy load, report: its wall time
+    per wave minus its steps and evaluation), per wave of ``processes`` runs."""
     plan: dict = {"lines": []}
     if pilot_runs:
         rows = [h for r in pilot_runs for h in r if h["step"] >= 0]
@@ -474,15 +479,18 @@ def _plan(pilot_runs: list, cfgs: list, n_pending: int, processes: int, seeds, s
         evals = [r[-1]["time/elapsed_s"] - sum(h["time/step_s"] for h in r if h["step"] >= 0)
                  for r in pilot_runs if "eval/accuracy" in r[-1]]
         s_eval = max(0.0, sum(evals) / len(evals)) if evals else 0.0
-        per_run = [c.steps * s_step + _evaluations(c) * s_eval for c in cfgs]
+        pilot_waves = math.ceil(len(pilot_runs) / pilot_procs)
+        overhead = max(0.0, pilot_wall_s / pilot_waves - pilot_steps * s_step - s_eval)
+        per_run = [c.steps * s_step + _evaluations(c) * s_eval + overhead for c in cfgs]
         waves = math.ceil(n_pending / processes)
         total = waves * (sum(per_run) / len(per_run))
-        plan.update(seconds_per_step=s_step, seconds_per_eval=s_eval, total_s=total)
+        plan.update(seconds_per_step=s_step, seconds_per_eval=s_eval, overhead_s=overhead,
+                    total_s=total)
         plan["lines"].append(
-            f"cost here: {s_step:.2f} s a step and {s_eval:.1f} s an evaluation (pilot: "
-            f"{len(pilot_runs)} seeds x {pilot_steps} steps of the first arm, {processes} "
-            f"process(es) at once) -> {n_pending} runs in {waves} wave(s) of {processes}: "
-            f"about {total / 60:.1f} min")
+            f"cost here: {s_step:.2f} s a step, {s_eval:.1f} s an evaluation and {overhead:.1f} "
+            f"s a run to start (pilot: {len(pilot_runs)} seeds x {pilot_steps} steps of the "
+            f"first arm, {pilot_procs} at once) -> {n_pending} runs in {waves} wave(s) of "
+            f"{processes}: about {total / 60:.1f} min")
         accs = [r[-1]["eval/accuracy"] for r in pilot_runs if "eval/accuracy" in r[-1]]
         if sd is None and len(accs) >= 2:
             m = sum(accs) / len(accs)
@@ -501,7 +509,10 @@ def _plan(pilot_runs: list, cfgs: list, n_pending: int, processes: int, seeds, s
         plan.setdefault("sd_source", "given")
         plan["sd"] = sd
         n = len(seeds)
-        if n >= 2:
+        if n < MIN_SEEDS:
+            plan["lines"].append(f"can detect: nothing with {n} seed(s); a comparison gives no "
+                                 f"verdict from fewer than {MIN_SEEDS}")
+        else:
             plan["detectable"] = detectable_difference(sd, n)
             plan["lines"].append(
                 f"can detect: a paired difference in eval/accuracy of {plan['detectable']:.3f} "
@@ -639,10 +650,13 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
                 cfgs[name], seed=s, steps=pilot_steps, eval_every=pilot_steps, ckpt_every=10**9,
                 out_dir=str(root / "pilot" / f"seed{s}")),
                 base_evals.get(_eval_key(cfgs[name])), models) for s in seeds]
+            t0 = time.perf_counter()
             _run_all(pilots, min(processes, len(pilots)), method, progress)
+            wall = time.perf_counter() - t0
         runs = [json.loads((Path(j.cfg.out_dir) / RESULT_FILE).read_text())["history"]
                 for j in pilots]
-        plan = _plan(runs, [c for _, _, c in todo], len(todo), processes, seeds, sd, effect,
+        plan = _plan(runs, wall if pilots else 0.0, min(processes, max(1, len(pilots))),
+                     [c for _, _, c in todo], len(todo), processes, seeds, sd, effect,
                      pilot_steps)
         for line in plan["lines"]:
             print(line)
