@@ -163,3 +163,13 @@ def test_arm_syntax_names_what_is_wrong():
         arms([["eps_high=0.2"]])
     with pytest.raises(ValueError, match="--arm 'a' is given twice"):
         arms([["a"], ["a"]])
+
+
+def test_health_findings_name_the_strategy_and_seed(capsys):
+    # every completion cut at 1 token: the trainer's "truncated" finding after its window
+    res = run_experiment({"cut": {"max_new_tokens": 1}}, seeds=(0,), processes=1,
+                         base={**TINY, "steps": 10, "eval_every": 0})
+    found = res.runs[0]["findings"]
+    assert any(": truncated: " in f and "max_new_tokens=1" in f for f in found), found
+    text = capsys.readouterr()
+    assert "[cut seed 0] step 9: truncated: " in text.out + text.err
