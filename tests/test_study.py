@@ -15,7 +15,7 @@ import pytest
 from grpo_lab.cli import main
 from grpo_lab.training.experiments import run_experiment
 from grpo_lab.training.power import detectable_difference, paired_power, seeds_needed
-from grpo_lab.training.study_cli import arms
+from grpo_lab.cli import study_arms as arms
 
 TINY = {"steps": 3, "prompts_per_step": 4, "group_size": 4, "eval_every": 2, "eval_size": 10,
         "ckpt_every": 10}
