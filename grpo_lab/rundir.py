@@ -6,11 +6,14 @@ What can lose a run, and what this module does about it:
     ``claim`` refuses, naming ``--resume`` (continue it) and ``--overwrite`` (replace it).
     Overwriting deletes the old run's files (``RUN_FILES``) before any work, so a folder
     never mixes two runs' checkpoint and metrics.
-  * Two runs into one folder at once: ``claim`` takes an exclusive ``fcntl.flock`` on
-    ``out_dir/.lock`` and writes its pid there. The kernel drops the lock when the process
-    dies however it dies, so a lock left by a dead process (SIGKILL, power loss) is simply
-    taken over (and said so); a live holder is named by its pid. (flock is advisory and
-    local: a folder shared over NFS between machines is not protected.)
+  * Two runs into one folder at once: ``claim`` takes an exclusive OS lock on
+    ``out_dir/.lock.held`` (the ``filelock`` package: ``flock`` on Linux and macOS,
+    ``LockFileEx`` on Windows) and writes who holds it (pid, host, time) to ``out_dir/.lock``,
+    a plain text file any process can read (Windows forbids reading a locked byte range,
+    hence two files). The OS drops the lock when the process dies however it dies, so a lock
+    left by a dead process (SIGKILL, power loss) is simply taken over (and said so: its
+    ``.lock`` still names it); a live holder is named by its pid and host. (The lock is local:
+    a folder shared over NFS between machines is not protected.)
   * Ctrl-C (SIGINT) or SIGTERM mid-run: ``StopSignals`` turns the first signal into a flag
     the trainer reads at the step boundary; it then writes a checkpoint and raises
     ``Interrupted``, which the CLI reports with the exact resume command and exit code
@@ -28,8 +31,6 @@ What can lose a run, and what this module does about it:
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import signal
 import socket
@@ -38,10 +39,16 @@ import threading
 import time
 from pathlib import Path
 
+import filelock
+
 RUN_FILES = ("checkpoint.safetensors", "metrics.jsonl", "report.md", "report.png",
-             "samples.jsonl")
+             "samples.jsonl", "config.json")
 """The files of one run; ``--overwrite`` deletes these (and nothing else) from out_dir."""
 LOCK_NAME = ".lock"
+"""Who holds the folder: ``pid N on HOST since TIME``, emptied on release (text left there
+means the holder died)."""
+HELD_NAME = ".lock.held"
+"""The file the OS lock is taken on (its content means nothing)."""
 LOCKED_ENV = "GRPO_LAB_CLAIMED_OUT_DIR"
 """Set by ``grpo-lab train --nproc`` to the folder it claimed for the ranks it launches."""
 
@@ -69,31 +76,40 @@ def holds_run(out: Path) -> list[str]:
 
 
 class RunLock:
-    """An exclusive lock on ``out_dir/.lock`` for this process; ``release()`` (or process exit)
-    frees it."""
+    """An exclusive lock on ``out_dir`` for this process; ``release()`` (or process exit) frees
+    it. ``stale``: what ``.lock`` said when the lock was taken (non-empty: a holder that died)."""
 
     def __init__(self, out: Path):
         self.path = out / LOCK_NAME
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        self.held = filelock.FileLock(out / HELD_NAME, timeout=0, thread_local=False)
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            holder = os.pread(self.fd, 200, 0).decode(errors="replace").strip() or "?"
-            os.close(self.fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise RunFolderError(f"out_dir {str(out)!r} is in use by another run ({holder}); "
-                                     f"wait for it, stop it, or pick another --out_dir") from None
+            self.held.acquire()
+        except filelock.Timeout:
+            holder = read_holder(self.path) or "?"
+            raise RunFolderError(f"out_dir {str(out)!r} is in use by another run ({holder}); "
+                                 f"wait for it, stop it, or pick another --out_dir") from None
+        try:
+            self.stale = read_holder(self.path)
+            self.path.write_text(f"pid {os.getpid()} on {socket.gethostname()} since "
+                                 f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        except BaseException:
+            self.held.release()
             raise
-        self.stale = os.pread(self.fd, 200, 0).decode(errors="replace").strip()
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"pid {os.getpid()} on {socket.gethostname()} since "
-                           f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
 
     def release(self) -> None:
-        if self.fd is not None:
-            os.ftruncate(self.fd, 0)
-            os.close(self.fd)                     # closing drops the flock
-            self.fd = None
+        if self.held.is_locked:
+            try:
+                self.path.write_text("")              # released cleanly: no holder to name
+            finally:
+                self.held.release()
+
+
+def read_holder(path: Path) -> str:
+    """The holder line of a ``.lock`` file ("" when there is none)."""
+    try:
+        return path.read_bytes()[:200].decode(errors="replace").strip()
+    except FileNotFoundError:
+        return ""
 
 
 def remove_stale_tmp(out: Path) -> list[str]:

@@ -34,3 +34,17 @@ def test_bad_input():
         advantage_explorer(rewards=[1.0])
     with pytest.raises(ValueError, match="3 lengths for 2 rewards"):
         explain_group([1.0, 0.0], [1, 2, 3])
+
+
+def test_loss_is_zero_at_ratio_one_while_its_gradient_is_not():
+    """seq_mean_token_mean: each completion weighs 1/G, so the loss is -mean(A) = 0; the push on a
+    token is A_i / (G |o_i|), so the gradient's norm is that of those pushes, by hand."""
+    d = explain_group([1.0, 0.0], [2, 4], "dr_grpo", "seq_mean_token_mean")
+    assert d["loss"] == pytest.approx(0.0, abs=1e-7)
+    assert d["grad_norm"] == pytest.approx((2 * 0.125 ** 2 + 4 * 0.0625 ** 2) ** 0.5)
+    d = explain_group([1.0, 0.0], [2, 4], "dr_grpo", "token_mean")          # longer weighs more:
+    assert d["loss"] == pytest.approx(-(2 * 0.5 - 4 * 0.5) / 6)              # not 0 any more
+    d = explain_group([1.0, 1.0], [2, 4])                                     # equal rewards
+    assert d["loss"] == 0 and d["grad_norm"] == 0                             # no signal at all
+    box, parts = advantage_explorer(rewards=[1.0, 0.0, 0.0, 1.0], lengths=[2, 2, 3, 3])
+    assert "gradient's norm" in parts["advantages"].value and parts["data"]["grad_norm"] > 0

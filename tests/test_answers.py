@@ -124,3 +124,95 @@ def test_config_errors_name_the_combination():
     cfg = TrainConfig(policy="hf", base_checkpoint="data/hf_tiny", answer_format="boxed",
                       task="word_problems,countdown,addition")
     assert cfg.max_new_tokens == 64
+
+
+@pytest.mark.parametrize("text, value", [
+    ("\\boxed{\\frac{3}{4}}", Fraction(3, 4)),
+    ("so the answer is $\\dfrac{-1}{2}$", Fraction(-1, 2)),
+    ("\\boxed{6 \\times 7}", Fraction(42)),
+    ("\\boxed{2 \\cdot 3 \\cdot 4}", Fraction(24)),
+    ("It is \u22127.", Fraction(-7)),                       # the Unicode minus sign
+    ("It costs $.25 each", Fraction(1, 4)),                # a leading-dot decimal
+    ("The answer is 42. That took 3 steps.", Fraction(42)),  # the stated answer, not the last
+    ("The final answer is: **17**, from 3 tries", Fraction(17)),
+    ("Answer: -5 (checked twice)", Fraction(-5)),
+    ("3.25 is the result", Fraction(13, 4)),               # not ".25" out of "3.25"
+])
+def test_answers_read_the_forms_graders_read(text, value):
+    assert answers.as_number(extract(text)) == value
+
+
+def test_the_tail_cut_never_splits_a_number_or_hides_a_well_formed_answer():
+    long_number = "9" * 5000 + "12345"
+    assert answers.tail(long_number) == ""                 # cut inside a number: no partial "345"
+    assert answers.last_number("x" * 10_000 + " so 46") == "46"
+    reasoning = "Let me think. " * 2000                    # 28,000 characters before the answer
+    for text in ("12 + 34 = 46.", "<answer>46</answer>", "\\boxed{46}", "The answer is 46. Done."):
+        assert extract(reasoning + text) == extract(text)
+    # wrappers are found anywhere, however long the text after them
+    assert extract("<answer>46</answer>" + " blah" * 5000) == "46"
+
+
+HOSTILE = {                              # what a model in a repetition loop writes
+    "open tags": "<answer>", "boxes": "\\boxed{", "parentheses": "(", "spaces": " ",
+    "braces": "{", "number list": "1,", "newlines": "\n",
+}
+
+
+def _hostile(name: str, n: int) -> list[str]:
+    unit = HOSTILE[name]
+    body = (unit * (n // len(unit) + 1))[:n]
+    texts = [body + "\\boxed{", "<answer>" + body + "</answer>", body, "\\boxed{" + body]
+    return texts[:1] if n >= 1_000_000 else texts
+
+
+def _every_reader(text: str) -> None:
+    from grpo_lab.tasks import countdown, instruct  # noqa: F401  (registers the task kinds)
+    for task, ans in (("addition", "46"), ("countdown", "3 + 5")):
+        for fmt in answers.FORMATS:
+            is_correct(text, True, fmt, task, ans)
+            is_correct(text, False, fmt, task, ans)
+            follows_format(text, True, fmt)
+    countdown.verify(countdown.last_expression(text), "3 + 5")
+    answers.last_word(text)
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE) + ["random"])
+def test_every_reader_is_linear_on_hostile_text(name):
+    """Before the linear readers: 4,000 characters of repeated \\boxed{ took 0.8 s and the time
+    grew ~4x a doubling (1 MB: hours). All readers together (~14 calls) measured 0.01 / 0.03 /
+    0.11 / 0.76 s at 1k / 10k / 100k / 1 MB of repeated \\boxed{ on a loaded core; the bounds
+    are ~5x that, and a quadratic reader exceeds them by orders of magnitude from 100k on."""
+    import random as _random
+    import string
+    import time
+    limits = {1_000: 0.05, 10_000: 0.1, 100_000: 0.5, 1_000_000: 4.0}   # seconds, all readers
+    for n, limit in limits.items():
+        if name == "random":
+            rng = _random.Random(n)
+            texts = ["".join(rng.choices(string.printable, k=n))]
+        else:
+            texts = _hostile(name, n)
+        for text in texts:
+            best = min(_timed(text, time) for _ in range(1 if n >= 1_000_000 else 3))
+            assert best < limit, f"{name}, {n:,} characters: {best:.3f} s (limit {limit} s)"
+
+
+def _timed(text, time):
+    t0 = time.perf_counter()
+    _every_reader(text)
+    return time.perf_counter() - t0
+
+
+def test_one_extraction_of_16k_hostile_characters_takes_under_50_ms():
+    import time
+    from grpo_lab.tasks.countdown import last_expression
+    for name in sorted(HOSTILE):
+        for text in _hostile(name, 16_000):
+            for fallback in (answers.final_number, last_expression):
+                best = float("inf")
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    extract(text, fallback)
+                    best = min(best, time.perf_counter() - t0)
+                assert best < 0.05, f"{name}: {best * 1000:.1f} ms"

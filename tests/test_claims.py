@@ -24,7 +24,7 @@ def numbers(text: str) -> set:
 
 
 def test_every_row_has_a_verdict():
-    assert [c.number for c in C.CLAIMS] == list(range(1, 32))
+    assert [c.number for c in C.CLAIMS] == list(range(1, 39))
     for c in C.CLAIMS:
         assert c.verdict in C.VERDICTS, (c.number, c.verdict)
         for text in (c.why, c.remember, c.claim, c.fair_test, c.measured):
@@ -35,9 +35,10 @@ def test_every_row_has_a_verdict():
             assert not c.qualifier, c.number
         assert not c.live or c.live in M.LIVE, c.number
     rows = C.table(live=False)
-    assert len(rows) == 31 and all(r["verdict"] and r["measured"] for r in rows)
-    assert {c.number for c in C.CLAIMS if c.verdict == "cannot be tested here"} == {14, 17, 19, 24}
-    assert sum(C.counts().values()) == 31
+    assert len(rows) == 38 and all(r["verdict"] and r["measured"] for r in rows)
+    assert {c.number for c in C.CLAIMS if c.verdict == "cannot be tested here"} == {7, 14, 17, 19, 24, 38}
+    assert {c.number for c in C.CLAIMS if c.verdict == "holds"} == {32, 33, 34}
+    assert sum(C.counts().values()) == 38 and C.counts()["holds"] == 3
 
 
 def test_quotes_are_in_their_files():
@@ -210,6 +211,46 @@ def test_claims_28_and_31_arithmetic():
     assert c["have_gb"] == 640 and c["need_gb"] == 1200 and c["need_over_have"] == 1.875
     f = M.flops_vs_peak(1.2e15)
     assert f["A100 SXM"] == pytest.approx(1200 / 312) and f["H100 SXM"] == pytest.approx(1200 / 989)
+    fp8 = M.flops_vs_peak(1.2e15, peaks=M.GPU_PEAK_FP8)
+    assert fp8 == {"H100 SXM": pytest.approx(1200 / 1979)} and fp8["H100 SXM"] < 1   # below the FP8 peak
+    assert M.GPU_PEAK_FP8["H100 SXM"] == pytest.approx(2 * M.GPU_PEAK_BF16["H100 SXM"], rel=1e-3)
+    assert C.CLAIMS[30].verdict == "open"          # under the FP8 peak: arithmetic cannot refute it
+
+
+def test_claim_35_nvlink_generations():
+    assert M.nvlink("H100 SXM") == {"generation": 4, "gb_s": 900}
+    assert M.nvlink("A100 SXM") == {"generation": 3, "gb_s": 600}
+    from grpo_lab.distributed.topology import CLUSTERS
+    c = CLUSTERS["dgx_ib"](1)                      # the cost model's H100 node: half of 900 per direction
+    assert 1 / c.beta_intra == pytest.approx(900e9 / 2)
+
+
+def test_claims_6_and_15_byte_arithmetic():
+    f = M.cluster_figures()
+    assert f["weights_bf16_gb"] == 350 and f["weights_bf16_gb"] > 320       # above the claimed 320 GB
+    assert f["mem_bf16_adam8_zero3_4_gb"] == pytest.approx(6 * 175 / 4)      # 2 + 2 + 1 + 1 B/param over 4
+
+
+def test_claim_3_against_int64_indices():
+    text = M.LIVE["index_int64"].run()
+    assert "int64" in text and "13.0-13.4x" in text and "11.2x" in text     # 64 / 4.92, 64 / 4.79, 64 / 5.728
+    assert "Huffman 4.79-4.92" in C.CLAIMS[2].measured
+
+
+def test_claim_32_group_mean_gradient_is_the_formula():
+    m = M.group_mean_gradient()
+    assert m["max_diff"] < 1e-12 and m["loss"] == 0.0 and m["grad_norm"] > 0.01
+    # a group whose rewards are all equal: zero advantages, so the gradient is 0 as well
+    z = M.group_mean_gradient(rewards=(1.0, 1.0, 1.0, 1.0))
+    assert z["grad_norm"] == 0.0 and z["max_diff"] == 0.0
+
+
+def test_claim_33_clipped_surrogate_by_hand():
+    c = M.clipped_surrogate()
+    assert c["cases"] == 22 and c["max_diff"] < 1e-12 and c["zero_grad_where_clipped"]
+    # a ratio of 1.5 with A > 0 is clipped (no gradient); with A < 0 it is not
+    one = M.clipped_surrogate(ratios=(1.5,))
+    assert one["cases"] == 2 and one["zero_grad_where_clipped"]
 
 
 def test_claim_30_optimizer_step_sees_no_rewards():
@@ -248,4 +289,4 @@ def test_live_table_runs_every_cheap_measurement():
     rows = {r["number"]: r for r in C.table(live=True)}
     assert "5.73 bits" in rows[3]["measured"] or "5.73 bits" in C.CLAIMS[2].measured
     assert "gradient max 0.0" in rows[20]["measured"] and "G=16: 32" in rows[11]["measured"]
-    assert np.isclose(sum(C.counts().values()), 31)
+    assert np.isclose(sum(C.counts().values()), 38)

@@ -9,6 +9,8 @@ import pytest
 from grpo_lab.cli import build_parser, main, parse_weights
 from grpo_lab.training.config import TrainConfig, field_docs
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def test_every_field_documented_and_in_help():
     docs = field_docs(TrainConfig)
@@ -75,3 +77,35 @@ def test_lab_opens_jupyterlab_on_the_notebooks(monkeypatch):
     monkeypatch.setattr(subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
     assert main(["lab"]) == 0
     assert calls[0][1:3] == ["-m", "jupyterlab"] and calls[0][3].endswith("notebooks")
+
+
+def _long_context_tiny(tmp_path):
+    """data/hf_tiny with room for an instruct prompt (RoPE: its weights work at any length)."""
+    import shutil
+    model = tmp_path / "tiny"
+    shutil.copytree(ROOT / "data" / "hf_tiny", model)
+    config = json.loads((model / "config.json").read_text())
+    config["max_position_embeddings"] = 256
+    (model / "config.json").write_text(json.dumps(config))
+    return model
+
+
+@pytest.mark.parametrize("lora", [0, 4])
+def test_eval_of_a_training_checkpoint_asks_as_its_run_asked(tmp_path, capsys, lora):
+    """`grpo-lab eval` on an instruct run (answer format, new-token budget) and on a LoRA run
+    gives the run's own final held-out accuracy; it used to ask '7+74=' with 5 new tokens
+    (instruct: 0.0 where the run said 5%) and refused every LoRA checkpoint ('30 missing')."""
+    model, out = _long_context_tiny(tmp_path), tmp_path / "run"
+    args = ["train", "--preset", "hf_tiny_cpu", "--base_checkpoint", str(model),
+            "--answer_format", "tags", "--max_new_tokens", "12", "--steps", "2",
+            "--eval_size", "20", "--eval_every", "0", "--threads", "1", "--hf.lora_r", str(lora),
+            "--out_dir", str(out)]
+    assert main(args) == 0
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    final = [r for r in rows if "eval/accuracy" in r][-1]
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(out / "checkpoint.safetensors"),
+                 "--eval_size", "20"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["eval/accuracy"] == final["eval/accuracy"]
+    assert got["eval/format"] == final["eval/format"] and got["eval/reward"] == final["eval/reward"]

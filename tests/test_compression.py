@@ -304,3 +304,22 @@ def test_trace_step_measures_real_bytes():
     assert tr["topk_bytes"] == 16 + 26 + 1 + 8 + 4 * tr["k"] + tr["index_bytes"]
     assert tr["fp8_bytes"] == 16 + 26 + 1 + 8 + 4 + 2048
     torch.testing.assert_close(tr["sent"] + tr["residual"], x, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("block", [2 ** 27, 2 ** 31 - 1])
+def test_a_peer_block_far_past_the_tensor_decodes_as_one_block(block):
+    """A valid message whose FP8 block field is 2**27 made the decoder pad 10 codes to 2**27
+    (42.8 s, 1.44 GB); a block past the tensor is one scale over the tensor, decoded in n."""
+    import time
+    from grpo_lab.distributed.wire import TensorRecord
+    x = torch.linspace(-1, 1, 10)
+    codes, scales = C.fp8_quantize(x, "e4m3", 0)
+    msg = wire.pack([TensorRecord("x", "dense", "e4m3", None, (10,), block, scales.numpy(), 10,
+                                  codes.numpy().tobytes(), b"")], step=1)
+    t0 = time.perf_counter()
+    out = C.decode_message(msg)["x"]
+    assert time.perf_counter() - t0 < 1.0
+    assert torch.equal(out, C.fp8_dequantize(codes, scales, "e4m3", 0))
+    # and the encoder's view of the same: a block larger than the tensor is one block
+    c2, s2 = C.fp8_quantize(x, "e4m3", 64)
+    assert torch.equal(c2, codes) and torch.equal(s2, scales)

@@ -181,3 +181,66 @@ def test_policy_embedder_reads_the_hf_model(tiny):
     z = policy_embed(["12+34=", "1+2=", "99+99="], model=tiny)
     assert z.shape == (3, 96) and abs(float((z ** 2).sum(1).mean()) - 1) < 1e-6
     assert tiny.training                                                  # mode restored
+
+
+def test_lora_adapters_start_from_the_run_seed():
+    """peft draws the A matrices from torch's global generator: two runs with one seed differed
+    at step 0 (grad/norm 2.111 vs 2.072); now drawn under the run's seed, the caller's generator
+    untouched."""
+    def adapters(seed):
+        p = load_hf_policy(TINY, lora_r=4, seed=seed)
+        return {k: v for k, v in p.state_dict().items() if "lora_A" in k}
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    a, b, c = adapters(0), adapters(0), adapters(1)
+    assert torch.equal(torch.rand(3), before)                      # global generator untouched
+    assert a.keys() == b.keys() and len(a) > 0
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], c[k]) for k in a)
+
+
+@pytest.mark.parametrize("exchange", ["allreduce", "sharded"])
+def test_lora_run_is_the_same_on_1_and_2_processes(tmp_path, exchange):
+    """--nproc 2 with LoRA crashed at step 0 (the frozen base weights have no gradient: every
+    exchange reduced model.parameters()); the exchanges now average and step the parameters
+    that train."""
+    from grpo_lab.training.trainer import spawn_train
+
+    kw = dict(threads=1, steps=2, prompts_per_step=4, group_size=4, eval_every=0, eval_size=0,
+              time_budget_s=0.0, lr=1e-3, warmup_steps=0, hf={"lora_r": 4})
+    train(preset("hf_tiny_cpu", out_dir=str(tmp_path / "one"), **kw), progress=False)  # AdamW
+    spawn_train([preset("hf_tiny_cpu", out_dir=str(tmp_path / "two"), exchange={"name": exchange},
+                        **kw)], 2, run_timeout_s=300)
+    a = load_policy_any(tmp_path / "one" / "checkpoint.safetensors").state_dict()
+    b = load_policy_any(tmp_path / "two" / "checkpoint.safetensors").state_dict()
+    start = load_hf_policy(TINY, lora_r=4).state_dict()
+    assert max(float((a[k] - start[k]).abs().max()) for k in a if "lora_B" in k) > 1e-4
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=0, msg=k)
+
+
+def test_an_hf_run_checkpoint_starts_a_new_run_and_nan_weights_are_named(tmp_path):
+    """A training checkpoint of an HF run was refused as base_checkpoint ("a toy policy"); a
+    model folder with a NaN weight reached training and stopped on "logp ... is nan"."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+    first = train(preset("hf_tiny_cpu", out_dir=str(tmp_path / "a"), threads=1, steps=2,
+                         eval_size=0, lr=1e-3), progress=False)
+    ckpt = tmp_path / "a" / "checkpoint.safetensors"
+    cfg = preset("hf_tiny_cpu", base_checkpoint=str(ckpt), out_dir=str(tmp_path / "b"),
+                 threads=1, steps=1, eval_size=0)
+    trained = load_policy_any(ckpt).state_dict()
+    from grpo_lab.policies.policy import load_for
+    started = load_for(cfg).state_dict()
+    assert all(torch.equal(started[k], trained[k]) for k in trained)     # the run's weights
+    assert len(first) > 1 and train(cfg, progress=False)[-1]["step"] == 0
+    bad = tmp_path / "nan_model"
+    shutil.copytree(TINY, bad)
+    w = load_file(str(bad / "model.safetensors"))
+    name = next(k for k in w if k.endswith("q_proj.weight"))
+    w[name][0, 0] = float("nan")
+    save_file(w, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=rf"tensor '.*{name.split('.', 1)[1]}' holds 1 non-finite"):
+        load_for(preset("hf_tiny_cpu", base_checkpoint=str(bad)))

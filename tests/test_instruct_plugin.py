@@ -20,7 +20,7 @@ from grpo_lab.tasks import TASKS, Example, in_words, register_task
 from grpo_lab.tasks.answers import TASK_KINDS, is_correct
 from grpo_lab.tasks.instruct import render
 from grpo_lab.training.config import preset
-from grpo_lab.training.trainer import check_readable, setup
+from grpo_lab.training.trainer import UnreadableText, check_readable, setup
 
 PLUGIN = str(Path(__file__).resolve().parents[1] / "notebooks" / "plugins" / "instruct_lab.py")
 
@@ -74,7 +74,7 @@ def test_the_policy_is_checked_at_setup_naming_the_task_and_character(monkeypatc
         preset("quick", task="times_words", eval_size=0)
 
 
-def test_the_tiny_hf_tokenizer_would_drop_a_capital_and_is_refused(monkeypatch):
+def test_the_tiny_hf_tokenizer_would_drop_a_capital_and_says_so(monkeypatch):
     pytest.importorskip("transformers")
     from grpo_lab.policies.hf import load_hf_policy
     tiny = load_hf_policy("data/hf_tiny")
@@ -85,10 +85,16 @@ def test_the_tiny_hf_tokenizer_would_drop_a_capital_and_is_refused(monkeypatch):
                   answer_kind="number")
     cfg = preset("hf_tiny_cpu", task="times_words", answer_format="number", eval_size=0)
     draw = lambda rng, n: [render(_times_words(rng), "number") for _ in range(n)]  # noqa: E731
-    with pytest.raises(ValueError, match=r"task 'times_words': prompt 'What is \d times two\? "
-                                         r"Answer with the number only.' has character 'A', .*"
-                                         r"\['A', 'W'\].*data/hf_tiny"):
+    with pytest.warns(UnreadableText, match=r"task 'times_words': prompt 'What is \d times "
+                                            r"two\? Answer with the number only.' has character "
+                                            r"'A', .*\['A', 'W'\].*data/hf_tiny.* drops it"):
         check_readable(tiny, cfg, {}, draw)
+    ok = lambda rng, n: [render(Example("what is 2 times two?", "4", "times_words"), "plain")  # noqa: E731
+                         for _ in range(n)]
+    load_plugins(PLUGIN)                               # its lower-case "plain" format
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_readable(tiny, cfg, {}, ok)              # nothing dropped: silent
 
 
 def test_a_grouper_sees_the_raw_prompt_and_fields_beside_the_rendered_one():

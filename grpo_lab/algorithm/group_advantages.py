@@ -54,4 +54,10 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
         raise ValueError(f"prompt_index holds {int(prompt_index.max())} but only "
                          f"{len(cluster_ids)} prompts have a cluster id")
     cluster_of_row = cluster_ids[prompt_index]                             # (N,)
-    return COMBINE[combine](rewards, prompt_index, cluster_of_row, estimator)
+    adv = COMBINE[combine](rewards, prompt_index, cluster_of_row, estimator)
+    if not torch.is_tensor(adv) or adv.shape != rewards.shape:         # a user's estimator
+        got = tuple(adv.shape) if torch.is_tensor(adv) else type(adv).__name__
+        raise ValueError(f"advantage estimator {estimator!r} (combine {combine!r}) returned "
+                         f"{got} for {tuple(rewards.shape)} rewards: it must return one "
+                         f"advantage per reward, a tensor shaped like them")
+    return adv

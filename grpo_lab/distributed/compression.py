@@ -100,7 +100,7 @@ def fp8_quantize(x: torch.Tensor, fmt: str = "e4m3", block: int = 0):
     n = flat.numel()
     if block < 0:
         raise ValueError(f"fp8 block must be >= 0 (0 = one scale per tensor), got {block}")
-    B = block or max(n, 1)
+    B = min(block, n) if block and n else max(n, 1)     # a block past the tensor is one block
     nb = -(-n // B)
     padded = torch.nn.functional.pad(flat, (0, nb * B - n)).view(nb, B)   # (nb, B)
     amax = padded.abs().amax(1)                                            # (nb,)
@@ -117,8 +117,10 @@ def fp8_dequantize(codes: torch.Tensor, scales: torch.Tensor, fmt: str = "e4m3",
     """uint8 codes (n,) and scales -> float32 (n,)."""
     spec = fp8_format(fmt)
     n = codes.numel()
-    B = block or max(n, 1)
-    nb = -(-n // B)
+    B = min(block, n) if block and n else max(n, 1)     # bounded by n: a peer's block of 2**27
+    nb = -(-n // B)                                     # on 10 codes pads nothing
+    if len(scales) != nb:
+        raise ValueError(f"{len(scales)} scales for {n} codes in blocks of {block} (need {nb})")
     padded = torch.nn.functional.pad(codes.reshape(-1), (0, nb * B - n)).view(nb, B)  # (nb, B)
     return (padded.view(spec.dtype).float() * scales[:, None]).reshape(-1)[:n]        # (n,)
 

@@ -235,10 +235,16 @@ def first_non_finite(named) -> str | None:
     return None                                      # finite elements, an overflowing sum
 
 
+def trainable(model) -> list[tuple[str, torch.nn.Parameter]]:
+    """(name, parameter) of every parameter that trains, in model order: what every exchange
+    averages and steps (with LoRA the frozen base weights have no gradient at all)."""
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
 def param_groups(model, lr_scales: dict) -> tuple[list[list], list[float]]:
     """-> (parameter groups, lr multiplier of each): first the parameters no prefix of
     ``lr_scales`` names (multiplier 1), then one group per prefix, in model order."""
-    named = list(model.named_parameters())
+    named = trainable(model)
     prefix = [next((k for k in lr_scales if n.startswith(k)), None) for n, _ in named]
     groups = [[p for (_, p), k in zip(named, prefix) if k is None]]
     for k in lr_scales:
@@ -254,7 +260,7 @@ def _adamw(model, opt: AdamW, beta1: float = 0.9):
                               for g, s in zip(groups, scales)],  # another vf_lr uses its own
                              lr=opt.lr, eps=opt.eps, betas=(beta1, 0.999),
                              weight_decay=opt.weight_decay, fused=opt.fused or None)
-    params = list(model.parameters())
+    params = [p for _, p in trainable(model)]
 
     def set_lr(lr):
         for g, s in zip(adam.param_groups, scales):
@@ -283,7 +289,7 @@ def _local(model, adam, set_lr, step, reduce, wire, module=None) -> Exchange:
 
 
 def make_allreduce(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
-    params = list(model.parameters())
+    params = [p for _, p in trainable(model)]
     adam, set_lr, step = _adamw(model, opt)
     overlapped = OverlappedAllReduce(model) if cfg.overlap and world > 1 else None
 
@@ -323,7 +329,7 @@ def compression_config(cfg: ExchangeConfig) -> CompressionConfig:
 def make_compressed(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
     ccfg = compression_config(cfg)
     compressor = Compressor(ccfg, seed=1000 * opt.seed + rank)
-    named = [(n, p) for n, p in model.named_parameters()]
+    named = trainable(model)
     adam, set_lr, step = _adamw(model, opt, ccfg.adam_beta1)
     stats = comm.new_stats()
     sent = {"bytes": 0}
@@ -396,7 +402,7 @@ def make_sharded(model, cfg: ExchangeConfig, opt: AdamW, world, rank, compressio
         raise ValueError(f"exchange {cfg.name!r} steps one learning rate for all parameters: "
                          f"lr_scales={opt.lr_scales} needs an exchange that steps torch's AdamW")
     beta1 = 0.9 if compression is None else compression.adam_beta1
-    sharded = ShardedOptimizer(model.named_parameters(), lr=opt.lr, betas=(beta1, 0.999),
+    sharded = ShardedOptimizer(trainable(model), lr=opt.lr, betas=(beta1, 0.999),
                                eps=opt.eps, weight_decay=opt.weight_decay, policy=cfg.policy,
                                importance=cfg.importance, reshard_every=cfg.reshard_every,
                                max_shard_numel=cfg.max_shard_numel or None,

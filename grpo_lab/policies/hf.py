@@ -110,6 +110,9 @@ class HFConfig:
         for name in ("lora_r", "lora_alpha"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"HFConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.lora_alpha and not self.lora_r:
+            raise ValueError(f"hf.lora_alpha={self.lora_alpha} scales LoRA adapters, but "
+                             f"hf.lora_r is 0 (full fine-tuning, no adapters): set hf.lora_r too")
 
 
 @dataclass
@@ -331,9 +334,11 @@ class AdaptersOff(nn.Module):
             return self.policy(*args, **kw)
 
 
-def add_lora(model: nn.Module, r: int, alpha: int = 0) -> nn.Module:
+def add_lora(model: nn.Module, r: int, alpha: int = 0, seed: int = 0) -> nn.Module:
     """``model`` wrapped by peft with rank-``r`` LoRA adapters on every linear layer but the
-    output head, scale alpha / r (alpha 0: 2r), dropout 0; only the adapters train."""
+    output head, scale alpha / r (alpha 0: 2r), dropout 0; only the adapters train. peft draws
+    the A matrices from torch's global generator: drawn here under ``seed`` (the run's), so two
+    runs with one seed start from the same adapters and the caller's generator is untouched."""
     if r < 1:
         raise ValueError(f"lora_r must be >= 1 to add adapters, got {r}")
     try:
@@ -342,7 +347,9 @@ def add_lora(model: nn.Module, r: int, alpha: int = 0) -> nn.Module:
         raise ImportError('lora_r > 0 needs peft: pip install -e ".[lora]"') from e
     cfg = peft.LoraConfig(r=r, lora_alpha=alpha or 2 * r, lora_dropout=0.0,
                           target_modules="all-linear", task_type="CAUSAL_LM")
-    return peft.get_peft_model(model, cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return peft.get_peft_model(model, cfg)
 
 
 def no_dropout(model: nn.Module) -> None:
@@ -357,7 +364,7 @@ def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = Fa
                    chat_template: bool = False, trust_remote_code: bool = False,
                    gradient_checkpointing: int = 0, system_prompt: str = "",
                    sample_dtype: str = "", lora_r: int = 0, lora_alpha: int = 0,
-                   decoder: str = "lean") -> HFPolicy:
+                   decoder: str = "lean", seed: int = 0) -> HFPolicy:
     """An HFPolicy from a local folder (or a hub id: transformers downloads it on your
     machine), in training mode on the CPU, dropout off. ``gradient_checkpointing`` k > 0:
     activation checkpointing of layers 0, k, 2k, ... (transformers' ``every_n_layers``; True
@@ -395,7 +402,7 @@ def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = Fa
     block = getattr(model.config, "max_position_embeddings", None) or tokenizer.model_max_length
     vocab = int(model.get_output_embeddings().weight.shape[0])
     if lora_r:
-        model = add_lora(model, lora_r, lora_alpha)
+        model = add_lora(model, lora_r, lora_alpha, seed)
     cfg = HFPolicyConfig(str(path), int(block), vocab, dtype, autocast, chat_template,
                          trust_remote_code, k, system_prompt, sample_dtype, lora_r, lora_alpha,
                          decoder)

@@ -63,17 +63,40 @@ def _load_toy(cfg, path) -> torch.nn.Module:
     return model
 
 
+def hf_run_checkpoint(path) -> dict | None:
+    """The model config of a policy="hf" run when ``path`` is its training checkpoint (the
+    config names the model folder the run started from), else None; reads the header only."""
+    if not str(path).endswith(".safetensors") or not resolve_path(path).is_file():
+        return None
+    from safetensors import safe_open
+    try:
+        with safe_open(str(resolve_path(path)), framework="pt") as f:
+            meta = dict(f.metadata() or {})
+    except Exception:                 # not readable: read_tensors names why, when it loads it
+        return None
+    model_config = json.loads(meta.get("model_config", "{}") or "{}")
+    return model_config if meta.get("format") == CKPT_TAG and "path" in model_config else None
+
+
 def _load_hf(cfg, path) -> torch.nn.Module:
+    """A transformers model folder (or hub id), or an HF run's training checkpoint: the folder it
+    started from with the checkpoint's weights (a run started from another run)."""
+    from grpo_lab.models import check_finite
     from grpo_lab.policies.hf import load_hf_policy     # lazy: transformers is an optional extra
-    hf = cfg.hf
-    return load_hf_policy(path, dtype=hf.dtype, autocast=hf.autocast,
-                          chat_template=hf.chat_template,
-                          trust_remote_code=hf.trust_remote_code,
-                          system_prompt=cfg.system_prompt,
-                          gradient_checkpointing=cfg.checkpoint_every
-                          or int(hf.gradient_checkpointing),
-                          sample_dtype=hf.sample_dtype, lora_r=hf.lora_r,
-                          lora_alpha=hf.lora_alpha, decoder=hf.decoder)
+    hf, run = cfg.hf, hf_run_checkpoint(path)
+    policy = load_hf_policy(run["path"] if run else path, dtype=hf.dtype, autocast=hf.autocast,
+                            chat_template=hf.chat_template,
+                            trust_remote_code=hf.trust_remote_code,
+                            system_prompt=cfg.system_prompt,
+                            gradient_checkpointing=cfg.checkpoint_every
+                            or int(hf.gradient_checkpointing),
+                            sample_dtype=hf.sample_dtype, lora_r=hf.lora_r,
+                            lora_alpha=hf.lora_alpha, decoder=hf.decoder,
+                            seed=getattr(cfg, "seed", 0))
+    if run:
+        load_state_strict(policy, read_tensors(path)[0], path, prefix="policy.")
+    check_finite(policy, str(path))        # NaN weights, named here rather than as "logp is nan"
+    return policy
 
 
 @dataclass(frozen=True)
@@ -122,7 +145,8 @@ def load_policy_any(path):
     hf = json.loads(meta.get("model_config", "{}"))
     if "path" in hf:                                   # an HF run: hf.HFPolicyConfig
         from grpo_lab.policies.hf import load_hf_policy
-        keep = ("dtype", "autocast", "chat_template", "trust_remote_code")
+        keep = ("dtype", "autocast", "chat_template", "trust_remote_code", "system_prompt",
+                "lora_r", "lora_alpha")                # as the run asked and what it trained
         policy = load_hf_policy(hf["path"], **{k: hf[k] for k in keep if k in hf})
         load_state_strict(policy, tensors, path, prefix="policy.")
         return policy

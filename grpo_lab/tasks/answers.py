@@ -7,11 +7,17 @@ DeepSeek-R1's rule-based rewards (Guo et al. 2025, sec. 2.2.2: an accuracy rewar
 format reward) and the GSM8K/MATH graders (last number; ``\\boxed{}``):
 
   * **the answer** (``extract``): the content of the last ``<answer>...</answer>`` pair, else
-    of the last ``\\boxed{...}``, else the last number in the text (or, for a text answer,
-    the last word). Accuracy means the answer is right whatever wraps it.
+    of the last ``\\boxed{...}``, else the number after the last "answer is", else the last
+    number in the text (or, for a text answer, the last word). Accuracy means the answer is
+    right whatever wraps it.
   * **the format** (``FORMATS[name].follows``): whether the completion used the format the
     prompt asked for (``tags``: ends with one ``<answer>42</answer>``; ``boxed``: ends with
     one ``\\boxed{42}``; ``number``: is just the number).
+
+Every reader is linear in the text (a model caught in a repetition loop writes 10,000-100,000
+characters of ``<answer>`` or ``\\boxed{``; a quadratic scan then takes minutes a step): the
+wrappers are found by ``rfind`` and one pass of brace matching, and the unwrapped readers look
+at the last ``TAIL_CHARS`` characters only.
 
 A completion cut at ``max_new_tokens`` (``stopped`` False) is flagged, and its answer counts
 only when the format says so (``AnswerFormat.counts_truncated``): a closed ``<answer>`` tag
@@ -20,7 +26,8 @@ number of a cut-off text is only where the model happened to stop, so it counts 
 format reward always needs a completion that stopped.
 
 Deviations: numbers compare by value (``42``, ``42.0`` and ``1,000`` vs ``1000`` are equal;
-fractions like ``3/4`` are read exactly), not as strings; a sign belongs to a number only when
+fractions like ``3/4`` and ``\\frac{3}{4}``, products like ``6 \\times 7``, ``.25`` and the
+Unicode minus are read exactly), not as strings; a sign belongs to a number only when
 no word character precedes it (``12-7`` has the numbers 12 and 7, `` -7`` has -7).
 This module imports nothing from grpo_lab: tasks.py's rewards call it for instruct examples.
 """
@@ -31,43 +38,105 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable
 
+import numpy as np
+
 from grpo_lab.registry import lookup
 
 MAX_ANSWER_CHARS = 64          # longer "answers" are not answers (and parsing stays cheap)
-TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
-NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+TAIL_CHARS = 4096
+"""The unwrapped readers (``last_number``, ``last_word``, ``stated_number``) look at the last
+``TAIL_CHARS`` characters only: a completion that ends its answer with no wrapper states it at
+its end, and 4,096 characters is ~1,000 tokens of text after the answer. The wrappers (tags,
+``\\boxed{}``) are found in the whole text, each by one linear pass."""
+OPEN_TAG, CLOSE_TAG, BOX = "<answer>", "</answer>", "\\boxed{"
+MINUS = "\u2212"                                       # the Unicode minus sign, read as "-"
+NUMBER = re.compile(r"(?<![\w.])[-\u2212]?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:/\d+)?")
 WORD = re.compile(r"[^\s.,;:!?\"'`()\[\]{}$]+")
+STATED = re.compile(r"answer\s*(?:is\s*:?|:|=)\s*[*$\s]*(?=[-\u2212.\d])", re.I)
+FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([-\u2212]?\d+)\s*\}\s*\{\s*(\d+)\s*\}")
+PRODUCT = re.compile(r"\s*(-?\d+(?:\.\d+)?)((?:\s*(?:\\times|\\cdot|×)\s*-?\d+(?:\.\d+)?)+)\s*")
+
+
+def tail(text: str, chars: int = TAIL_CHARS) -> str:
+    """The last ``chars`` characters of ``text``, less a token the cut went through (so
+    "...12345" cut inside the number does not read as "345")."""
+    if len(text) <= chars:
+        return text
+    cut = len(text) - chars
+    while cut < len(text) and (text[cut - 1].isalnum() or text[cut - 1] in ".,/_"):
+        cut += 1
+    return text[cut:]
+
+
+def _unwrapped(text: str) -> str:
+    """The tail an unwrapped reader reads, its LaTeX fractions written as ``a/b``."""
+    return FRAC.sub(r"\1/\2", tail(text))
 
 
 def tagged(text: str) -> str | None:
-    """Content of the last ``<answer>...</answer>`` pair (stripped), or None."""
-    found = TAG.findall(text)
-    return found[-1].strip() if found else None
+    """Content of the last ``<answer>...</answer>`` pair (stripped), or None: the last closing
+    tag and the opening tag nearest before it (two ``rfind``: linear, whatever the text)."""
+    end = text.rfind(CLOSE_TAG)
+    start = text.rfind(OPEN_TAG, 0, max(end, 0))
+    return text[start + len(OPEN_TAG):end].strip() if end >= 0 and start >= 0 else None
 
 
 def boxed(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` with its braces matched (``\\boxed{\\frac{1}{2}}``
-    -> ``\\frac{1}{2}``), or None when there is none or it never closes."""
-    start = text.rfind("\\boxed{")
-    while start >= 0:
-        depth, i = 0, start + len("\\boxed")
-        for j in range(i, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            if depth == 0:
-                return text[i + 1:j].strip()
-        start = text.rfind("\\boxed{", 0, start)       # unclosed: try the one before
-    return None
+    -> ``\\frac{1}{2}``), or None when there is none or none closes (an unclosed box yields to
+    the closed one before it).
+
+    Linear: with ``depth`` the running count of ``{`` minus ``}``, the ``{`` at ``i`` closes at
+    the first ``j > i`` where ``depth[j] = depth[i] - 1``; it closes at all iff the least depth
+    after ``i`` is below ``depth[i]``. One cumulative sum and one suffix minimum answer that for
+    every box at once (numpy), instead of a scan from each box to the end."""
+    if BOX not in text:
+        return None
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    depth = np.cumsum((codes == ord("{")).astype(np.int32) - (codes == ord("}")))   # (n,)
+    after = np.minimum.accumulate(depth[::-1])[::-1]        # after[k] = min(depth[k:])
+    n, k = len(codes), len(BOX)
+    starts = np.ones(n - k + 1, dtype=bool)                  # where "\\boxed{" starts
+    for c, ch in enumerate(BOX):
+        starts &= codes[c:n - k + 1 + c] == ord(ch)
+    opens = np.flatnonzero(starts) + k - 1                   # each box's '{'
+    opens = opens[opens + 1 < n]
+    closed = opens[after[opens + 1] < depth[opens]]
+    if not len(closed):
+        return None
+    i = int(closed[-1])                                     # the last box that closes
+    j = i + 1 + int(np.argmax(depth[i + 1:] < depth[i]))
+    return text[i + 1:j].strip()
 
 
 def last_number(text: str) -> str | None:
-    """The last number in ``text`` ("17 + 25 = 42." -> "42"; "-7" -> "-7"), or None."""
-    found = NUMBER.findall(text)
+    """The last number in ``text`` ("17 + 25 = 42." -> "42"; "-7" -> "-7"; ".25"; "−7" with
+    the Unicode minus), or None; reads the last ``TAIL_CHARS`` characters."""
+    found = NUMBER.findall(_unwrapped(text))
     return found[-1] if found else None
+
+
+def stated_number(text: str) -> str | None:
+    """The number right after the last "answer is" / "answer:" ("The answer is 42. That took 3
+    steps." -> "42"), or None when the text states none."""
+    text = _unwrapped(text)
+    last = None
+    for last in STATED.finditer(text):
+        pass
+    found = NUMBER.match(text, last.end()) if last else None
+    return found.group(0) if found else None
+
+
+def final_number(text: str) -> str | None:
+    """The stated answer ("the answer is 42"), else the last number: how a grader reads an
+    answer given without a wrapper."""
+    s = stated_number(text)
+    return s if s is not None else last_number(text)
 
 
 def last_word(text: str) -> str | None:
     """The last run of characters without spaces or punctuation around it, or None."""
-    found = WORD.findall(text)
+    found = WORD.findall(tail(text))
     return found[-1] if found else None
 
 
@@ -77,18 +146,27 @@ def wrapped(text: str) -> str | None:
     return t if t is not None else boxed(text)
 
 
-def extract(text: str, fallback: Callable[[str], str | None] = last_number) -> str | None:
-    """The answer in ``text``: tags, else boxed, else ``fallback(text)`` (the last number; a
-    family may read the last word or expression instead) -> string, or None."""
+def extract(text: str, fallback: Callable[[str], str | None] = final_number) -> str | None:
+    """The answer in ``text``: tags, else boxed, else ``fallback(text)`` (the stated answer or
+    the last number; a family may read the last word or expression instead) -> string, or None."""
     w = wrapped(text)
     return w if w is not None else fallback(text)
 
 
 def as_number(text: str | None) -> Fraction | None:
-    """``"42"``, ``"-7"``, ``"1,000"``, ``"2.50"``, ``"3/4"`` (and one number with words
-    around it, e.g. ``"$42."``) -> exact Fraction; None when there is no single number."""
+    """``"42"``, ``"-7"``, ``"−7"``, ``"1,000"``, ``"2.50"``, ``".25"``, ``"3/4"``,
+    ``"\\frac{3}{4}"`` (and ``\\dfrac``, ``\\tfrac``), a product ``"6 \\times 7"`` (or
+    ``\\cdot``, ``×``), and one number with words around it (``"$42."``) -> exact Fraction;
+    None when there is no single number."""
     if text is None or len(text) > MAX_ANSWER_CHARS:
         return None
+    text = FRAC.sub(r"\1/\2", text).replace(MINUS, "-")
+    product = PRODUCT.fullmatch(text.strip(" $.\\()[]"))
+    if product:
+        value = Fraction(product.group(1))
+        for factor in re.findall(r"-?\d+(?:\.\d+)?", product.group(2)):
+            value *= Fraction(factor)
+        return value
     found = NUMBER.findall(text)
     if len(found) != 1:
         return None
@@ -135,7 +213,7 @@ def _follows_boxed(text: str) -> bool:
 
 def _follows_number(text: str) -> bool:
     t = text.strip().rstrip(".")
-    return bool(t) and NUMBER.fullmatch(t) is not None
+    return 0 < len(t) <= MAX_ANSWER_CHARS and NUMBER.fullmatch(t) is not None
 
 
 FORMATS: dict[str, AnswerFormat] = {
@@ -177,7 +255,7 @@ class AnswerKind:
 
 
 KINDS: dict[str, AnswerKind] = {
-    "number": AnswerKind("number", last_number, same_number),
+    "number": AnswerKind("number", final_number, same_number),
     "text": AnswerKind("text", last_word, same_text),
 }
 TASK_KINDS: dict[str, AnswerKind] = {}

@@ -23,6 +23,7 @@ import torch
 
 from grpo_lab.tasks.answers import extract, follows_format, is_correct, kind_of
 from grpo_lab.registry import check_new, lookup
+from grpo_lab.timelimit import user_code
 from grpo_lab.tasks import Example, get_task
 
 
@@ -122,7 +123,8 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
     parts = {}
     total = torch.zeros(len(completions))
     for name, w in weights.items():
-        vals = REWARDS[name](completions, examples, stopped)
+        with user_code(f"reward function {name!r} on {len(completions)} completions"):
+            vals = REWARDS[name](completions, examples, stopped)
         check_finite_rewards(name, vals, completions)
         parts[name] = torch.tensor([float(v) for v in vals], dtype=torch.float32)   # (N,)
         total += w * parts[name]
@@ -143,6 +145,9 @@ all (a loss of 1e38), and no verifiable reward needs more than a few digits: res
 def check_finite_rewards(name: str, values: Sequence[float], completions: Sequence[str]) -> None:
     """Raise ``ValueError`` naming the reward function and sample of a non-finite reward or one
     beyond ``REWARD_CEILING``."""
+    if not hasattr(values, "__len__") or isinstance(values, (str, bytes)):
+        raise ValueError(f"reward function {name!r} returned {values!r:.60}, not a list of "
+                         f"{len(completions)} numbers (one per completion)")
     if len(values) != len(completions):
         raise ValueError(f"reward function {name!r} returned {len(values)} values "
                          f"for {len(completions)} completions")

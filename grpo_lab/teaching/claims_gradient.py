@@ -1,11 +1,14 @@
-"""Measurements of the GRPO gradient for the claims table (claims 11, 20, 29, 30): which samples
-receive a gradient and how fast (backward_rows, backward_time), the gradient of a reward made of
-group statistics (relative_reward_gradient), the gradient's spread with and without a group
-baseline (BASELINES, baseline_variance: Williams 1992; DeepSeekMath, Shao et al. 2024, eq. 3)
-and what an optimizer receives (optimizer_inputs). claims_measure.py has the arithmetic."""
+"""Measurements of the GRPO gradient for the claims table (claims 11, 20, 29, 30, 32, 33): which
+samples receive a gradient and how fast (backward_rows, backward_time), the gradient of a reward
+made of group statistics (relative_reward_gradient), the gradient's spread with and without a
+group baseline (BASELINES, baseline_variance: Williams 1992; DeepSeekMath, Shao et al. 2024,
+eq. 3), what an optimizer receives (optimizer_inputs), the group-mean policy gradient against
+its formula (group_mean_gradient) and the clipped surrogate against its formula
+(clipped_surrogate; PPO, Schulman et al. 2017, eq. 7). claims_measure.py has the arithmetic."""
 from __future__ import annotations
 
 import inspect
+import math
 import random
 import time
 from typing import Callable
@@ -148,3 +151,46 @@ def optimizer_inputs() -> dict:
     step = [p for p in inspect.signature(torch.optim.Optimizer.step).parameters if p != "self"]
     loss = [p for p, v in inspect.signature(grpo_loss).parameters.items() if v.default is inspect._empty]
     return {"optimizer_step": step, "grpo_loss": loss}
+
+
+def group_mean_gradient(rewards=(1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0), T: int = 4, V: int = 5,
+                        seed: int = 0) -> dict:
+    """Claim 32: the group-mean policy gradient, (1/G) sum_i (r_i - mean r) grad log pi(o_i), on a
+    policy of free logits theta (T, V) with G sampled T-token completions, against the gradient
+    of ``grpo_loss`` (dr_grpo advantages r - mean r, its aggregation over the constant G T, at
+    ratio 1). The loss divides by T too, so -T grad(loss) is the formula. -> {"max_diff": the
+    largest |difference| over theta, "loss": the loss's value (0: the advantages sum to 0),
+    "grad_norm": ||grad(loss)||}."""
+    gen = torch.Generator().manual_seed(seed)
+    theta = torch.randn(T, V, generator=gen, dtype=torch.float64, requires_grad=True)   # (T, V)
+    r = torch.tensor(rewards, dtype=torch.float64)                         # (G,)
+    G = len(r)
+    o = torch.multinomial(torch.softmax(theta.detach(), -1), G, replacement=True, generator=gen).T  # (G, T)
+    logp = torch.log_softmax(theta, -1).gather(1, o.T).T                   # (G, T) log pi(o_it)
+    A = ADVANTAGES["dr_grpo"](r, torch.zeros(G, dtype=torch.long))         # (G,) r_i - mean r
+    loss = grpo_loss(logp, logp.detach(), None, A, torch.ones(G, T, dtype=torch.bool),
+                     aggregation="dr_grpo", max_len=T)[0]
+    (g_loss,) = torch.autograd.grad(loss, theta, retain_graph=True)       # (T, V)
+    formula = sum(A[i] * torch.autograd.grad(logp[i].sum(), theta, retain_graph=True)[0]
+                  for i in range(G)) / G                                   # (T, V)
+    return {"max_diff": float((-T * g_loss - formula).abs().max()), "loss": float(loss.detach()),
+            "grad_norm": float(g_loss.norm()), "G": G, "T": T}
+
+
+def clipped_surrogate(ratios=tuple(0.55 + 0.1 * i for i in range(11)), eps: float = 0.2) -> dict:
+    """Claim 33: ``grpo_loss`` on one token at each ratio, with A = +1 and -1, against the clipped
+    surrogate -min(ratio A, clip(ratio, 1 - eps, 1 + eps) A) computed by hand; and where its
+    gradient is 0: exactly where the clip is active (ratio > 1 + eps with A > 0, ratio < 1 - eps
+    with A < 0). -> {"cases", "max_diff", "zero_grad_where_clipped": bool}."""
+    diffs, zero_ok = [], True
+    for rho in ratios:
+        for a in (1.0, -1.0):
+            logp = torch.tensor([[math.log(rho)]], dtype=torch.float64, requires_grad=True)  # (1, 1)
+            old = torch.zeros(1, 1, dtype=torch.float64)                   # (1, 1): ratio = rho
+            loss = grpo_loss(logp, old, None, torch.tensor([a]), torch.ones(1, 1, dtype=torch.bool),
+                             eps_low=eps, eps_high=eps)[0]
+            (g,) = torch.autograd.grad(loss, logp)                         # ratios stay off 1 +- eps
+            diffs.append(abs(float(loss.detach()) + min(rho * a, min(max(rho, 1 - eps), 1 + eps) * a)))
+            clipped = (rho > 1 + eps and a > 0) or (rho < 1 - eps and a < 0)
+            zero_ok &= (float(g) == 0.0) == clipped
+    return {"cases": len(diffs), "max_diff": max(diffs), "zero_grad_where_clipped": zero_ok}

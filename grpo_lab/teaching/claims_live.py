@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from grpo_lab.teaching.claims_bytes import format_savings, fp8_errors, index_bound, real_gradient
-from grpo_lab.teaching.claims_gradient import backward_rows, optimizer_inputs, relative_reward_gradient
-from grpo_lab.teaching.claims_systems import (GPU_PEAK_BF16, capacity, cluster_figures, flops_vs_peak,
-                                              prompt_kv_bytes, shard_work, zero_traffic)
+from grpo_lab.teaching.claims_gradient import (backward_rows, clipped_surrogate, group_mean_gradient,
+                                               optimizer_inputs, relative_reward_gradient)
+from grpo_lab.teaching.claims_systems import (GPU_PEAK_BF16, GPU_PEAK_FP8, capacity, cluster_figures,
+                                              flops_vs_peak, nvlink, prompt_kv_bytes, shard_work,
+                                              zero_traffic)
 
 
 class Live(NamedTuple):
@@ -30,17 +32,34 @@ def _index_text() -> str:
             f"8:1 needs {b['density_8to1']:.0%} density")
 
 
+def _index64_text(huffman_bits=(4.79, 4.92)) -> str:
+    """Claim 3 against the indices torch.topk returns (their width read from torch): the quoted
+    Huffman bits of a real gradient's whole-model top 5%, and the random-position bound."""
+    import torch
+    width = 8 * torch.topk(torch.ones(2), 1).indices.element_size()      # int64: 64 bits
+    lo, hi = huffman_bits
+    b = index_bound()
+    return (f"against torch.topk's int{width} indices: Huffman {width / hi:.1f}-{width / lo:.1f}x, "
+            f"random positions up to {width / b['bits']:.1f}x")
+
+
 def _cluster_text() -> str:
     f = cluster_figures()
     return (f"175B fp32 on 1024 GPUs: floor {f['floor_fp32_s']:.2f} s (bf16 {f['floor_bf16_s']:.2f} s), "
-            f"best schedule {f['best_fp32_s']:.2f} s; ring latency term {f['ring_latency_s'] * 1e3:.1f} ms")
+            f"best schedule {f['best_fp32_s']:.3f} s; ring latency term {f['ring_latency_s'] * 1e3:.1f} ms")
 
 
 def _memory_text() -> str:
     f = cluster_figures()
     return (f"fp32 weights {f['weights_fp32_gb']:.0f} + grads {f['grads_fp32_gb']:.0f} + Adam moments "
             f"{f['adam_moments_fp32_gb']:.0f} = {f['mem_total_gb']:.0f} GB (16 B/param); ZeRO-3 on 4 GPUs "
-            f"{f['mem_zero3_4_gb']:.0f} GB, on 1024 {f['mem_zero3_1024_gb']:.2f} GB per GPU")
+            f"{f['mem_zero3_4_gb']:.0f} GB, on 1024 {f['mem_zero3_1024_gb']:.2f} GB per GPU; bf16 weights and "
+            f"grads with 8-bit Adam (6 B/param), ZeRO-3 on 4 GPUs: {f['mem_bf16_adam8_zero3_4_gb']:.1f} GB")
+
+
+def _weights_text() -> str:
+    f = cluster_figures()
+    return f"175B bf16 weights alone: {f['weights_bf16_gb']:.0f} GB (2 B/param)"
 
 
 def _rows_text() -> str:
@@ -85,8 +104,31 @@ def _capacity_text() -> str:
 
 
 def _flops_text() -> str:
-    return "; ".join(f"{r:.2f}x the {gpu} dense bf16 peak ({GPU_PEAK_BF16[gpu] / 1e12:.0f} TFLOPS)"
-                     for gpu, r in flops_vs_peak().items())
+    fp8 = "; ".join(f"{r:.2f}x the {gpu} dense FP8 peak ({GPU_PEAK_FP8[gpu] / 1e12:,.0f} TFLOPS)"
+                    for gpu, r in flops_vs_peak(peaks=GPU_PEAK_FP8).items())
+    return fp8 + "; " + "; ".join(f"{r:.2f}x the {gpu} dense bf16 peak ({GPU_PEAK_BF16[gpu] / 1e12:.0f} TFLOPS)"
+                                  for gpu, r in flops_vs_peak().items())
+
+
+def _nvlink_text() -> str:
+    h, a = nvlink("H100 SXM"), nvlink("A100 SXM")
+    return (f"H100 SXM: NVLink {h['generation']}, {h['gb_s']} GB/s per GPU; NVLink {a['generation']} is the "
+            f"A100's ({a['gb_s']} GB/s)")
+
+
+def _group_gradient_text() -> str:
+    m = group_mean_gradient()
+    agree = "within 1e-12" if m["max_diff"] < 1e-12 else f"only to {m['max_diff']:.1e}"
+    return (f"G = {m['G']} sampled {m['T']}-token completions, free logits: -{m['T']} x the gradient of grpo_loss "
+            f"(advantages r - mean r, ratio 1) equals (1/G) sum_i (r_i - mean r) grad log pi(o_i) {agree}; "
+            f"the loss is {m['loss'] + 0.0:.1f}, its gradient is not")           # + 0.0: never "-0.0"
+
+
+def _clip_text() -> str:
+    c = clipped_surrogate()
+    return (f"grpo_loss on one token, {c['cases']} cases (ratio 0.55-1.55, A = +1 and -1): -min(ratio A, "
+            f"clip(ratio, 0.8, 1.2) A) {'within 1e-12' if c['max_diff'] < 1e-12 else 'NOT matched'}; gradient zero "
+            f"{'exactly' if c['zero_grad_where_clipped'] else 'NOT only'} where the clip acts")
 
 
 def _optimizer_text() -> str:
@@ -108,5 +150,10 @@ LIVE: dict[str, Live] = {
     "zero_traffic": Live(_zero_text, 0.0),
     "capacity": Live(_capacity_text, 0.0),
     "flops_vs_peak": Live(_flops_text, 0.0),
+    "index_int64": Live(_index64_text, 0.01),
+    "weights_175b": Live(_weights_text, 0.01),
+    "nvlink": Live(_nvlink_text, 0.0),
+    "group_mean_gradient": Live(_group_gradient_text, 0.01),
+    "clipped_surrogate": Live(_clip_text, 0.01),
     "optimizer_inputs": Live(_optimizer_text, 0.0),
 }

@@ -1,8 +1,9 @@
-"""Memory and cluster arithmetic for the claims table (claims 5, 6, 13, 18, 26, 28, 31): the
+"""Memory and cluster arithmetic for the claims table (claims 5, 6, 13, 15, 18, 26, 28, 31, 35): the
 prompt's KV cache stored once or per completion (prompt_kv_bytes, prompt_cache_storage), the
 work of a sharded weight gradient (shard_work), the cost model's figures for a 175B gradient
 (cluster_figures), ZeRO traffic (Rajbhandari et al. 2020, section 7: zero_traffic), capacity
-and FLOP/s against data-sheet peaks. claims_measure.py has the arithmetic."""
+FLOP/s against data-sheet peaks, and the NVLink generation of each GPU. claims_measure.py has the
+arithmetic."""
 from __future__ import annotations
 
 import torch
@@ -12,9 +13,16 @@ from grpo_lab.distributed.topology import CLUSTERS
 from grpo_lab.policies.model import GPT, GPTConfig
 
 
-# Dense bf16 tensor-core peaks (no sparsity), from the vendor's data sheets: A100 SXM 312 TFLOPS,
-# H100 SXM 989 TFLOPS (1979 "with sparsity").
+# Dense tensor-core peaks (no sparsity), from NVIDIA's data sheets. bf16: A100 SXM 312 TFLOPS,
+# H100 SXM 989 TFLOPS (1979 "with sparsity"). FP8 (H100 only; the A100 has no FP8 units): H100 SXM
+# 1979 TFLOPS (3958 "with sparsity").
 GPU_PEAK_BF16 = {"A100 SXM": 312e12, "H100 SXM": 989e12}
+GPU_PEAK_FP8 = {"H100 SXM": 1979e12}
+
+# NVLink generation and per-GPU bandwidth (both directions together), from the data sheets:
+# A100: NVLink 3, 12 links, 600 GB/s; H100 SXM: NVLink 4, 18 links, 900 GB/s (topology.py and
+# scaling.LINKS model it as 450 GB/s per direction).
+NVLINK = {"A100 SXM": {"generation": 3, "gb_s": 600}, "H100 SXM": {"generation": 4, "gb_s": 900}}
 
 
 def prompt_kv_bytes(cfg: GPTConfig | None = None, prompt_len: int = 6, completion_len: int = 4,
@@ -73,7 +81,10 @@ def cluster_figures() -> dict:
             "best_fp32_s": best, "ring_latency_s": 2 * (c.size - 1) * c.alpha_inter,
             "mem_total_gb": gb(1, 0), "mem_zero3_4_gb": gb(4, 3), "mem_zero3_1024_gb": gb(1024, 3),
             "weights_fp32_gb": 4 * 175e9 / 1e9, "grads_fp32_gb": 4 * 175e9 / 1e9,
-            "adam_moments_fp32_gb": 8 * 175e9 / 1e9}
+            "adam_moments_fp32_gb": 8 * 175e9 / 1e9,
+            "weights_bf16_gb": 2 * 175e9 / 1e9,
+            # bf16 weights 2 + bf16 gradients 2 + 8-bit Adam's two moments 1 + 1 = 6 B/param, ZeRO-3 on 4
+            "mem_bf16_adam8_zero3_4_gb": (2 + 2 + 1 + 1) * 175e9 / 4 / 1e9}
 
 
 def zero_traffic(ranks=(2, 8, 64, 1024)) -> dict:
@@ -92,6 +103,12 @@ def capacity(need_bytes: float = 1.2e12, gpus: int = 8, per_gpu_bytes: float = 8
     return {"have_gb": have / 1e9, "need_gb": need_bytes / 1e9, "need_over_have": need_bytes / have}
 
 
-def flops_vs_peak(claimed: float = 1.2e15) -> dict:
-    """Claim 31: the claimed sustained FLOP/s over each GPU's dense bf16 peak (GPU_PEAK_BF16)."""
-    return {gpu: claimed / peak for gpu, peak in GPU_PEAK_BF16.items()}
+def flops_vs_peak(claimed: float = 1.2e15, peaks: dict | None = None) -> dict:
+    """Claim 31: the claimed sustained FLOP/s over each GPU's dense peak (default GPU_PEAK_BF16;
+    pass GPU_PEAK_FP8 for FP8)."""
+    return {gpu: claimed / peak for gpu, peak in (peaks or GPU_PEAK_BF16).items()}
+
+
+def nvlink(gpu: str = "H100 SXM") -> dict:
+    """Claim 35: the NVLink generation and per-GPU bandwidth (GB/s, both directions) of ``gpu``."""
+    return NVLINK[gpu]

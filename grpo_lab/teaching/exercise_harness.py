@@ -2,8 +2,8 @@
 
 A check (``exercise_*.py``) hands the learner's function to ``call``, which returns its result
 or a hint when it raised, was not written yet, or ran past ``TIME_LIMIT_S`` (an infinite loop
-fails the check instead of hanging the cell; SIGALRM, so the limit holds in the main thread,
-where a notebook cell runs). ``close`` compares with the reference at a tolerance;
+fails the check instead of hanging the cell; timelimit.user_code, so the limit holds on every
+platform and in any thread). ``close`` compares with the reference at a tolerance;
 ``best_mistake`` picks, among the usual mistakes computed as variants of the reference, the
 one that explains the learner's outputs on every case; ``report`` prints one verdict, PASS or
 FAIL with the first failing case (one thing to fix at a time); ``check_against`` is the whole
@@ -11,15 +11,14 @@ loop for a check whose mistakes are variants of a formula.
 """
 from __future__ import annotations
 
-import contextlib
 import math
-import signal
-import threading
 import weakref
 from typing import NamedTuple
 
 import numpy as np
 import torch
+
+from grpo_lab.timelimit import UserCodeTimeout, user_code
 
 NOT_WRITTEN = "not written yet: replace `raise NotImplementedError()` with your code"
 
@@ -65,30 +64,7 @@ TIME_LIMIT_S = 10.0
 own functions take milliseconds); past it the check fails with a hint instead of hanging."""
 
 
-class _TooSlow(Exception):
-    pass
-
-
 _SLOW = weakref.WeakSet()        # functions that ran past the limit once (a redefinition is new)
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float):
-    """Raise ``_TooSlow`` inside the block after ``seconds`` (SIGALRM; the main thread only,
-    which is where a notebook cell runs; elsewhere no limit)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def alarm(signum, frame):
-        raise _TooSlow()
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def call(fn, *args, **kwargs):
@@ -99,11 +75,11 @@ def call(fn, *args, **kwargs):
     if fn in _SLOW:                                 # once is enough: the other cases fail fast
         return None, slow
     try:
-        with _time_limit(TIME_LIMIT_S):
+        with user_code("your function", TIME_LIMIT_S, grace_s=float("inf")):   # the kernel lives
             return fn(*args, **kwargs), None
     except NotImplementedError:
         return None, NOT_WRITTEN
-    except _TooSlow:
+    except UserCodeTimeout:
         _SLOW.add(fn)
         return None, slow
     except Exception as e:                                    # the learner's bug, shown as a hint

@@ -1,19 +1,26 @@
 """``grpo-lab lab --workshop [DIR]``, ``grpo-lab preflight``: what a workshop room runs.
 
 ``lab --workshop``: a learner gets the exercise notebooks (notebooks/exercises/*.ipynb, the
-stubs, never ``solutions/``) copied into DIR (default ``runs/workshop/`` of the checkout),
+stubs, never ``solutions/``) copied into DIR (default ``runs/workshop/`` of the checkout, or of
+the current folder for an installed package),
 without outputs, in a JupyterLab rooted at DIR (so the file browser cannot reach the
 solutions), whose workspace is reset (no tabs or kernels from an earlier session) and which
 opens on the first exercise. Running it again starts clean again; what a learner wrote before
-is moved, not deleted, to ``DIR/previous/<time>/``.
+is moved, not deleted, to ``DIR/previous/<time>/``. The reset is a fresh workspace folder
+(``DIR/.workspaces``, emptied at each start), not JupyterLab's ``?reset`` query: Jupyter
+appends ``?token=...`` to the default URL as it stands, so a default URL that carries a query
+prints an address (``...ipynb?reset?token=...``) whose token the server never sees, and
+pasting it lands on the login page. The printed address must log in as it is: a learner under
+WSL pastes it into the Windows browser.
 
 ``lab`` (with or without ``--workshop``) turns quick mode on (``GRPO_LAB_QUICK=1``) unless the
 environment already sets ``GRPO_LAB_QUICK`` or ``--full`` is given.
 
 ``preflight``: what a learner runs on arrival. Python version, free disk, torch and the
-notebook packages import, and a timed run of GRPO steps of the toy policy (the compute of the
-longest quick-mode lesson cell, notebook 00's training) -> one line per check, then OK or
-what is wrong.
+notebook packages import (a CUDA build of torch where no GPU is usable is a problem: gigabytes
+installed for nothing, and a sign the set-up skipped the CPU index), and a timed run of GRPO
+steps of the toy policy (the compute of the longest quick-mode lesson cell, notebook 00's
+training) -> one line per check, then OK or what is wrong.
 """
 from __future__ import annotations
 
@@ -22,12 +29,17 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
+
+from grpo_lab.paths import IN_CHECKOUT
 
 FIRST = "advantages.ipynb"
+WORKSPACES = ".workspaces"    # under DIR: JupyterLab's saved layout (open tabs), emptied at start
 MIN_PYTHON = (3, 10)          # pyproject.toml requires-python (tests/test_workshop.py checks)
 MIN_FREE_GB = 1.0             # runs/ and the notebooks' checkpoints need well under this
 LESSON_STEPS = 300            # notebook 00's quick-mode training: the session's longest cell
 SLOW_LESSON_S = 180           # above this estimate a learner should pair or watch the projector
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"   # torch's CPU wheels (Makefile, tools/)
 PACKAGES = ("numpy", "sklearn", "matplotlib", "ipywidgets", "jupyterlab", "safetensors")
 
 
@@ -60,15 +72,19 @@ def lab_env(full: bool = False, environ=None) -> dict:
 
 
 def lab_command(notebooks: Path, dest: Path | None = None) -> list[str]:
-    """Prepare ``dest`` (default ``<checkout>/runs/workshop``) from the stubs of
+    """Prepare ``dest`` (default ``<checkout>/runs/workshop``; for an installed package, whose
+    lessons sit inside it, ``runs/workshop`` of the current folder) from the stubs of
     ``notebooks/exercises`` -> the jupyter lab command line that opens it, rooted there, with a
-    reset workspace on the first exercise."""
-    dest = Path(dest if dest is not None else Path(notebooks).resolve().parent / "runs" / "workshop")
+    reset workspace (``dest/.workspaces`` emptied) on the first exercise."""
+    home = Path(notebooks).resolve().parent if IN_CHECKOUT else Path.cwd()
+    dest = Path(dest if dest is not None else home / "runs" / "workshop")
     dest = dest.expanduser().resolve()
     copies = prepare(Path(notebooks) / "exercises", dest)
     first = FIRST if any(p.name == FIRST for p in copies) else copies[0].name
+    shutil.rmtree(dest / WORKSPACES, ignore_errors=True)
     return [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={dest}",
-            f"--LabApp.default_url=/lab/tree/{first}?reset"]
+            f"--LabApp.workspaces_dir={dest / WORKSPACES}",
+            f"--LabApp.default_url=/lab/tree/{quote(first)}"]
 
 
 def _check(name: str, ok: bool, detail: str) -> tuple[str, bool, str]:
@@ -87,7 +103,12 @@ def preflight(where: Path | str = ".", steps: int = 20) -> list[tuple[str, bool,
     try:
         import torch
         build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
-        out.append(_check("torch", True, f"{torch.__version__} ({build})"))
+        unused = bool(torch.version.cuda) and not torch.cuda.is_available()
+        out.append(_check("torch", not unused, f"{torch.__version__} ({build})" + (
+            " on a machine without a usable GPU: gigabytes of CUDA libraries for nothing; "
+            "install the CPU build: pip install --force-reinstall torch=="
+            f"{torch.__version__.split('+')[0]} --index-url {CPU_INDEX} (or delete .venv "
+            "and run make env, which picks it)" if unused else "")))
     except Exception as e:                     # a broken wheel raises more than ImportError
         out.append(_check("torch", False, f"does not import: {e}"))
         return out

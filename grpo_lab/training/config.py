@@ -28,13 +28,17 @@ from grpo_lab.algorithm.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.policies.hf import HFConfig
 from grpo_lab.algorithm.loss import AGGREGATIONS, KL_ESTIMATORS, KL_PLACEMENTS, RATIO_LEVELS
 from grpo_lab.algorithm.overlong import OVERLONG
-from grpo_lab.policies.policy import POLICIES, get_policy_kind
+from grpo_lab.policies.policy import POLICIES, get_policy_kind, hf_run_checkpoint
 from grpo_lab.training.ppo import PPOConfig  # importing ppo.py also registers objective "ppo"
 from grpo_lab.registry import load_plugins, lookup
 from grpo_lab.tasks.rewards import REWARDS
 from grpo_lab.algorithm.rollout import DRAWS, UPDATE_FORWARDS
 from grpo_lab.training.step import OBJECTIVES, get_objective
+from grpo_lab.training.trackers import sink_names
 from grpo_lab.tasks import MIXTURE_TASKS, TASKS
+
+CONFIG_FILE = "config.json"
+"""out_dir/config.json: the run's resolved config (``to_dict``), what ``--config`` reads back."""
 
 # finite is not enough: values past these wreck a run in a few steps, then fail far away
 # ("logp is nan") without naming the cause
@@ -103,11 +107,22 @@ class TrainConfig:
     per row, logits on the completion only, TRL's logits_to_keep) or "all_positions" (logits
     everywhere). Same log-probs."""
     out_dir: str = "runs/demo"
-    """Folder for metrics.jsonl, checkpoint.safetensors, report.png and report.md."""
+    """Folder for metrics.jsonl, checkpoint.safetensors, config.json (the run's resolved
+    config: --config out_dir/config.json runs it again), report.png and report.md."""
+    report_to: str = "none"
+    """Live logging of every step's metrics and the evaluation samples (trackers.py):
+    "tensorboard" (out_dir/tensorboard), "wandb" (offline, out_dir/wandb, unless WANDB_MODE
+    is set), "trackio" (its local database), several joined by commas, or "none". Each is an
+    extra: pip install "grpo_lab[tensorboard]". A tracker that fails mid-run is warned about
+    once and dropped; training and metrics.jsonl go on."""
     steps: int = 3000
     """Number of GRPO steps (each: one rollout, mu policy updates)."""
     time_budget_s: float = 300.0
     """Stop after this many seconds of training (0 = no limit); the last step finishes."""
+    user_code_timeout_s: float = 30.0
+    """Longest one call of a reward, grouper, estimator or task generator may run (seconds;
+    0 = no limit): past it the run stops with a one-line error naming the function and where
+    it was (timelimit.py), every rank with it, and the last checkpoint stays as it was."""
     target_accuracy: float = 0.0
     """Stop at the first evaluation whose held-out accuracy reaches this (0 = run all steps):
     time to accuracy. The report says which ended the run: steps, target or budget."""
@@ -287,10 +302,11 @@ class TrainConfig:
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
         _finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps", "grad_clip", "eps_low",
-                "eps_high", "beta", "time_budget_s")
+                "eps_high", "beta", "time_budget_s", "user_code_timeout_s")
         _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
         _nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
-                     "grad_clip", "beta", "eval_every", "eval_size", "threads")
+                     "grad_clip", "beta", "eval_every", "eval_size", "threads",
+                     "user_code_timeout_s")
         if self.group_size < 2 and objective.needs_group:       # PPO's critic needs no group
             raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
                              f"got {self.group_size}")
@@ -322,6 +338,7 @@ class TrainConfig:
         if self.answer_format != "raw" and not self.max_new_tokens:
             self.max_new_tokens = 64                 # a sentence, not the toy's answer + 2
         lookup(("constant", "cosine"), self.lr_schedule, "lr_schedule")
+        sink_names(self.report_to)               # known sinks; their packages: at train start
         if not self.reward_weights:
             raise ValueError("reward_weights is empty")
         for name, w in self.reward_weights.items():
@@ -387,10 +404,26 @@ class TrainConfig:
         if self.hf.lora_r and self.policy != "hf":
             raise ValueError(f"hf.lora_r={self.hf.lora_r} adds LoRA adapters to a transformers "
                              f"model: it needs policy='hf' (policy={self.policy!r})")
-        if not kind.file_based and self.base_checkpoint.endswith(".safetensors"):
+        if self.policy != "hf":                     # every hf field is read by policy="hf" only
+            given = {f.name: getattr(self.hf, f.name) for f in dataclasses.fields(HFConfig)
+                     if getattr(self.hf, f.name) != f.default}
+            if given:
+                name, value = next(iter(given.items()))
+                raise ValueError(f"hf.{name}={value!r} configures a transformers model, but "
+                                 f"policy={self.policy!r} does not read it: set policy='hf' or "
+                                 f"drop it")
+        if self.system_prompt and not (self.policy == "hf" and self.hf.chat_template):
+            raise ValueError(f"system_prompt={self.system_prompt[:40]!r}... is a system turn of "
+                             f"a chat template: it needs policy='hf' with hf.chat_template=True "
+                             f"(policy={self.policy!r}, hf.chat_template="
+                             f"{self.hf.chat_template}); a preset's own prompt is dropped with "
+                             f"system_prompt=''")
+        if (not kind.file_based and self.base_checkpoint.endswith(".safetensors")
+                and hf_run_checkpoint(self.base_checkpoint) is None):
             raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
                              f"base_checkpoint={self.base_checkpoint!r} is a grpo_lab file "
-                             f"(a toy policy: policy='toy')")
+                             f"(a toy policy: policy='toy'), not an HF run's training "
+                             f"checkpoint")
 
     def _check_grouping(self):
         if not isinstance(self.grouping, str):        # registering is preset()'s, not ours
@@ -602,7 +635,8 @@ def from_dict(d: dict) -> TrainConfig:
 
 
 # fields a resumed run may change freely: how it runs, not what it computes
-RUNTIME_FIELDS = ("out_dir", "threads", "time_budget_s", "target_accuracy", "exchange.timeout_s",
+RUNTIME_FIELDS = ("out_dir", "report_to", "threads", "time_budget_s", "target_accuracy",
+                  "exchange.timeout_s", "user_code_timeout_s",
                   "exchange.overlap")  # overlap changes when bytes move, not what is computed
 
 

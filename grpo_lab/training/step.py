@@ -54,6 +54,7 @@ from grpo_lab.algorithm.rollout import completion_logprobs, left_pad, positions,
 from grpo_lab.algorithm.scoring import (Scored, add_time, cat_scored, now, sample_and_score,  # noqa: F401
                                         take_scored)
 from grpo_lab.tasks import get_task
+from grpo_lab.timelimit import user_code
 from grpo_lab.tokenizer import EOS, PAD, encode
 
 
@@ -111,7 +112,8 @@ def draw_prompts(cfg, ctx: StepContext, step: int, policy):
     mine = ctx.group.slice(B)
     draws, flags, kept = [], [], []
     for d in range(cfg.dynamic_max_draws if cfg.dynamic_sampling else 1):
-        examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
+        with user_code(f"the task generator of {cfg.task!r}"):
+            examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
         s = sample_and_score(policy, [examples[i] for i in mine], G, max_new_tokens(cfg),
                              cfg.reward_weights, cfg.temperature, cfg.top_k or None,
                              generator=prompt_generators(cfg.seed, step, d, mine),
@@ -158,8 +160,9 @@ def shape_rewards(cfg, s: Scored, ref_logp, max_len: int) -> Scored:
 def _advantages(cfg, g: Gathered, cluster_ids, prompt_index, group_ids):
     """-> (advantages of the global batch: (N,) or (N, T), their values over real tokens)."""
     if cfg.supervision != "process":
-        adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
-                                 cfg.advantage)                           # (N,)
+        with user_code(f"advantage estimator {cfg.advantage!r}"):
+            adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
+                                     cfg.advantage)                       # (N,)
         bad = (~torch.isfinite(torch.as_tensor(adv, dtype=torch.float64))).nonzero().flatten()
         if len(bad):                  # the rewards were checked finite: the estimator is at fault
             raise FloatingPointError(f"advantage estimator {cfg.advantage!r} (combine "
@@ -200,8 +203,9 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
     # 4. group ids: the grouper on the global batch's prompts
     prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
-    cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index, step,
-                                              examples=examples))          # (B,)
+    with user_code(f"grouper {cfg.grouping!r}"):
+        cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index,
+                                                  step, examples=examples))  # (B,)
     group_ids = cluster_ids[prompt_index]                                  # (N,)
     # 5. advantages on the global batch; this rank keeps its rows
     adv_all, adv_flat = _advantages(cfg, g, cluster_ids, prompt_index, group_ids)

@@ -45,7 +45,8 @@ from tqdm.auto import tqdm
 
 from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
                                  save_training_checkpoint)
-from grpo_lab.training.config import TrainConfig, config_changes, to_dict
+from grpo_lab.training.config import CONFIG_FILE, TrainConfig, config_changes, to_dict
+from grpo_lab.training.trackers import Trackers, check_installed
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
 from grpo_lab.distributed.group import Group
 from grpo_lab.machine import busy_cores, free_cores, wchar  # noqa: F401 (re-exported)
@@ -56,6 +57,7 @@ from grpo_lab.algorithm.reclustering import StepGrouper
 from grpo_lab.algorithm.scoring import add_time, now, sample_and_score
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
                                     split_batch)
+from grpo_lab import timelimit
 from grpo_lab.registry import load_plugins, plugin_changes, plugin_digests
 from grpo_lab.algorithm.health import diagnose
 from grpo_lab.tasks.instruct import render_all, rendered_source
@@ -214,13 +216,19 @@ def held_out_sets(cfg: TrainConfig) -> tuple[dict, set]:
             for t, exs in sets.items()}, prompts
 
 
+class UnreadableText(UserWarning):
+    """The policy's tokenizer drops characters of the run's text (check_readable)."""
+
+
 def check_readable(policy, cfg: TrainConfig, eval_sets: dict, draw) -> None:
     """Every character of the run's text, as the run renders it (each task's held-out
     examples and 64 seeded training draws, prompt and answer), is one the policy's tokenizer
-    reads and writes back (``Policy.unknown_chars``) -> else an error naming the task, the
-    text and the character. What a task needs (``Task.alphabet``) meets what this policy
-    has here, once: the toy's char tokenizer refuses a capital, a BPE without byte fallback
-    (data/hf_tiny) would drop it silently."""
+    reads and writes back (``Policy.unknown_chars``). What a task needs (``Task.alphabet``)
+    meets what this policy has here, once: on the toy a character outside its alphabet is an
+    error naming the task, the text and the character (the toy cannot encode it); a
+    transformers tokenizer that would drop one silently (a BPE without byte fallback, as
+    data/hf_tiny's) gets an ``UnreadableText`` warning naming the same (the model never sees
+    those characters; the run goes on)."""
     first: dict[str, tuple] = {}                       # character -> where it first occurs
     drawn = draw(random.Random(f"{cfg.seed}-readable"), 64)
     for ex in [e for exs in eval_sets.values() for e in exs] + drawn:
@@ -228,15 +236,18 @@ def check_readable(policy, cfg: TrainConfig, eval_sets: dict, draw) -> None:
             for c in text:
                 first.setdefault(c, (ex.task, what, text))
     bad = policy.unknown_chars("".join(first))
-    if bad:
-        task, what, text = first[bad[0]]
-        why = (f"the toy's char tokenizer reads only {ALPHABET!r}; a task written in words "
-               f"trains on policy='hf' with an answer_format" if cfg.policy == "toy" else
-               f"the tokenizer of {cfg.base_checkpoint!r} does not give it back (it would be "
-               f"dropped silently); reword the task or use a model whose tokenizer reads it")
-        more = f" (all it cannot read: {bad})" if len(bad) > 1 else ""
-        raise ValueError(f"task {task!r}: {what} {text!r} has character {bad[0]!r}, which "
-                         f"the {cfg.policy} policy cannot read{more}: {why}")
+    if not bad:
+        return
+    task, what, text = first[bad[0]]
+    more = f" (all it cannot read: {bad})" if len(bad) > 1 else ""
+    head = (f"task {task!r}: {what} {text!r} has character {bad[0]!r}, which the "
+            f"{cfg.policy} policy cannot read{more}")
+    if cfg.policy == "toy":
+        raise ValueError(f"{head}: the toy's char tokenizer reads only {ALPHABET!r}; a task "
+                         f"written in words trains on policy='hf' with an answer_format")
+    warnings.warn(f"{head}: the tokenizer of {cfg.base_checkpoint!r} drops it, so the model "
+                  f"never sees it; reword the task or use a model whose tokenizer reads it",
+                  UnreadableText, stacklevel=3)
 
 
 def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
@@ -245,6 +256,7 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     held-out prompt) and the grouper, for ``cfg`` on ``group``'s device (default: this process,
     ``Group.current()``)."""
     group = Group.current() if group is None else group
+    timelimit.LIMIT_S = cfg.user_code_timeout_s       # every call of user code from here on
     eval_sets, held = held_out_sets(cfg)
     obj = get_objective(cfg.objective)
     device = group.device                      # the rank's GPU under NCCL, else the CPU
@@ -275,28 +287,36 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     ``allow_override``. The folder is locked while the run lasts (rundir.py); a new run into
     a folder holding one replaces it if ``overwrite`` (the default here, so a re-run notebook
     cell replaces its run; the CLI refuses unless --overwrite). SIGINT/SIGTERM finish the
-    step, write a checkpoint and raise ``rundir.Interrupted``. ``base_eval``: the base
+    step, write a checkpoint and raise ``rundir.Interrupted``. ``out_dir/config.json`` holds
+    the resolved config (rewritten on resume, with its overrides); ``cfg.report_to`` also
+    sends every metrics row to live trackers (rank 0, trackers.py). ``base_eval``: the base
     policy's evaluation (``evaluate_tasks`` of this config's base), when the caller already
     has it: the step -1 row then takes it instead of evaluating again (experiments.py
     evaluates a study's shared base once).
     """
-    lead = Group.current().rank == 0 and not claimed_by_parent(cfg.out_dir)
+    check_installed(cfg.report_to)              # a missing tracker package: before any work
+    rank0 = Group.current().rank == 0
+    lead = rank0 and not claimed_by_parent(cfg.out_dir)
     lock = claim(cfg.out_dir, resume, overwrite and not resume) if lead else None
     several = Group.current().world > 1         # then SIGTERM keeps its default (rundir.py)
     stop = StopSignals(progress, (signal.SIGINT,) if several else StopSignals.SIGNALS)
+    tracked = Trackers(cfg.report_to, cfg.out_dir, to_dict(cfg), fresh=not resume, lead=rank0)
     try:
         with stop:
-            return _train(cfg, resume, progress, on_step, allow_override, stop, base_eval)
+            return _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
+                          base_eval)
     except Exception as e:                      # the CLI's one-line error names the step
         e.add_note(f"at step {stop.step}" if stop.step is not None else
                    "before the first step (setup or the first evaluation)")
         raise
     finally:
+        tracked.close()
         if lock is not None:
             lock.release()
 
 
-def _train(cfg, resume, progress, on_step, allow_override, stop, base_eval=None) -> list[dict]:
+def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
+           base_eval=None) -> list[dict]:
     group = Group.current()
     threads = cfg.threads or free_cores()
     torch.set_num_threads(threads)
@@ -319,6 +339,7 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, base_eval=None)
                        group.world, group.rank)
     collect, objective = run.objective.collect, run.objective.loss
     max_new = max_new_tokens(cfg)
+    samples: dict[int, list] = {}                 # step -> its sample rows, for the trackers
 
     def evaluate_now(step: int) -> dict:          # and the first prompts to samples.jsonl
         if not cfg.eval_size:
@@ -326,6 +347,7 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, base_eval=None)
         rows: list = []
         res = evaluate_tasks(policy, eval_sets, cfg.reward_weights, max_new, samples=rows)
         append_samples(out, step, rows)
+        samples[step] = rows
         return res
 
     start, history, changes = 0, [], {}
@@ -350,6 +372,8 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, base_eval=None)
                         "time/threads": threads, **({"plugins/sha256": plugins} if plugins else {})})
     if lead:                                    # replaced atomically: a kill leaves old or new
         write_lines_atomic(log_path, [json.dumps(h) + "\n" for h in history])
+        write_lines_atomic(out / CONFIG_FILE, [json.dumps(to_dict(cfg), indent=1) + "\n"])
+    untracked = [] if resume else history[-1:]  # the base row goes to the trackers with step 0's
     elapsed0 = history[-1].get("time/elapsed_s", 0.0) if history else 0.0
     acc = next((h["eval/accuracy"] for h in reversed(history) if "eval/accuracy" in h), None)
     t0 = time.perf_counter()
@@ -408,6 +432,9 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, base_eval=None)
         if lead:
             with open(log_path, "a") as f:
                 f.write(json.dumps(metrics) + "\n")
+        for row in untracked + [metrics]:        # trackers.py (rank 0; a failure only warns)
+            tracked.log(row, samples.pop(row["step"], None))
+        untracked = []
         if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time or reached or stopping:
             _checkpoint(ckpt, policy, ex, cfg, step, history, ctx.grouper, lead)
         if stopping:

@@ -21,6 +21,11 @@ def explain_group(rewards, lengths, estimator="grpo", aggregation="seq_mean_toke
     ``token_push[i][t]`` = -d loss / d log pi(o_it): positive means "make this token more
     likely". It is A_i times the aggregation's weight of that token, which is where
     seq_mean_token_mean favours short completions (weight 1 / (G |o_i|)).
+
+    ``loss`` is the value the trainer logs; ``grad_norm`` is ||d loss / d log pi|| over the
+    real tokens. At ratio 1 the loss is minus the weighted sum of the advantages, which is 0
+    under seq_mean_token_mean (each completion weighs 1/G and the advantages have zero mean),
+    while its gradient is A_i times each token's weight: not 0 unless every A_i is.
     """
     r = torch.tensor([float(x) for x in rewards])                          # (G,)
     G, L = len(rewards), max(lengths)
@@ -35,7 +40,7 @@ def explain_group(rewards, lengths, estimator="grpo", aggregation="seq_mean_toke
     (grad,) = torch.autograd.grad(loss, logp)                              # (G, L)
     push = (-grad).masked_fill(~mask, float("nan"))
     return {"rewards": r.tolist(), "advantages": {k: v.tolist() for k, v in advs.items()},
-            "token_push": push.tolist(), "loss": loss.item()}
+            "token_push": push.tolist(), "loss": loss.item(), "grad_norm": float(grad.norm())}
 
 
 def advantage_explorer(rewards=(1.0, 0.0, 0.0, 1.0, 0.5, 0.0), lengths=None,
@@ -67,7 +72,9 @@ def advantage_explorer(rewards=(1.0, 0.0, 0.0, 1.0, 0.5, 0.0), lengths=None,
         rows = "".join(f"<tr><td>{k}</td>" + "".join(f"<td>{a:+.3f}</td>" for a in v) + "</tr>"
                        for k, v in d["advantages"].items())
         parts["advantages"].value = (f"<table><tr><th>estimator</th>{head}</tr>{rows}</table>"
-                                     f"<p>loss (on-policy, ratio 1) = {d['loss']:+.4f}</p>")
+                                     f"<p>loss (on-policy, ratio 1) = {d['loss']:+.4f}; its gradient's norm "
+                                     f"= {d['grad_norm']:.4f} (the value is a sum of advantages that cancel, "
+                                     f"the gradient is each token's advantage times its weight)</p>")
         with parts["plot"]:
             parts["plot"].clear_output(wait=True)
             fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 2.8))
