@@ -173,8 +173,9 @@ def add_study_args(s: argparse.ArgumentParser) -> None:
 
 
 def parse_study_fields(pairs: list[str], where: str) -> dict:
-    """``grpo-lab study``'s KEY=VALUE pairs: ["eps_high=0.28", "hf.lora_r=8"] -> TrainConfig overrides, typed as the train flags
-    are; an unknown field or a bad value is an error naming it and ``where``."""
+    """``grpo-lab study``'s KEY=VALUE pairs: ["eps_high=0.28", "hf.lora_r=8"] -> TrainConfig
+    overrides, typed as the train flags are; an unknown field or a bad value is an error
+    naming it and ``where``."""
     p = argparse.ArgumentParser(prog=where, add_help=False, exit_on_error=False)
     add_config_args(p, TrainConfig, skip=("plugins",))
     argv = []

@@ -17,7 +17,7 @@ from grpo_lab.algorithm.reclustering import GroupingFallback, StepGrouper
 from grpo_lab.cli import main
 from grpo_lab.registry import load_plugins
 from grpo_lab.tasks import TASKS, Example, in_words, register_task
-from grpo_lab.tasks.answers import TASK_KINDS, is_correct
+from grpo_lab.tasks.answers import TASK_KINDS, AnswerFormat, is_correct, register_format
 from grpo_lab.tasks.instruct import render
 from grpo_lab.training.config import preset
 from grpo_lab.training.trainer import UnreadableText, check_readable, setup
@@ -53,6 +53,10 @@ def test_a_task_in_words_registers_through_the_public_api(monkeypatch):
         register_task("bad_kind", _times_words, "0123456789", 2, alphabet=None, answer_kind=3)
     with pytest.raises(ValueError, match="alphabet must be a non-empty string"):
         register_task("bad_alpha", _times_words, "0123456789", 2, alphabet="")
+    with pytest.raises(ValueError, match="answer format 'raw' is the toy's own"):
+        register_format(AnswerFormat("raw", "x", bool, False))
+    with pytest.raises(ValueError, match="answer format 'tags' is already registered"):
+        register_format(AnswerFormat("tags", "x", bool, False))
 
 
 def test_the_policy_is_checked_at_setup_naming_the_task_and_character(monkeypatch, tmp_path):
@@ -89,9 +93,9 @@ def test_the_tiny_hf_tokenizer_would_drop_a_capital_and_says_so(monkeypatch):
                                             r"two\? Answer with the number only.' has character "
                                             r"'A', .*\['A', 'W'\].*data/hf_tiny.* drops it"):
         check_readable(tiny, cfg, {}, draw)
-    ok = lambda rng, n: [render(Example("what is 2 times two?", "4", "times_words"), "plain")  # noqa: E731
-                         for _ in range(n)]
     load_plugins(PLUGIN)                               # its lower-case "plain" format
+    asked = render(Example("what is 2 times two?", "4", "times_words"), "plain")
+    ok = lambda rng, n: [asked] * n                                       # noqa: E731
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_readable(tiny, cfg, {}, ok)              # nothing dropped: silent

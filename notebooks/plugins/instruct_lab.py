@@ -2,7 +2,8 @@
 format, a reward and a grouper, registered when the module is imported.
 
     grpo-lab train --preset smollm_cpu --plugin notebooks/plugins/instruct_lab.py \
-        --task times --grouping by_size --group_k 2 --reward_weights accuracy=1,format=0.25,shows_work=0.1
+        --task times --grouping by_size --group_k 2 \
+        --reward_weights accuracy=1,format=0.25,shows_work=0.1
 
   * task ``times``: "what is 7 times 8?" -> "56", written in words (``alphabet=None``: no toy
     form, any tokenizer that reads lower-case letters, SmolLM2 and data/hf_tiny both), with
@@ -23,7 +24,8 @@ import numpy as np
 from grpo_lab.algorithm.grouping import register_grouper
 from grpo_lab.tasks import Example, distinct_examples, register_task
 from grpo_lab.tasks.rewards import register_reward
-from grpo_lab.tasks.answers import AnswerFormat, AnswerKind, last_number, register_format, same_number
+from grpo_lab.tasks.answers import (AnswerFormat, AnswerKind, last_number, register_format,
+                                    same_number)
 
 
 def make_times(rng: random.Random) -> Example:
