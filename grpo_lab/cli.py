@@ -146,8 +146,9 @@ def add_study_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--base", default="defaults", choices=sorted(PRESETS),
                    help="the preset every arm starts from (default: defaults)")
     s.add_argument("--arm", nargs="+", action="append", required=True,
-                   metavar="NAME_OR_KEY=VALUE",
-                   help="one arm: its name, then KEY=VALUE config fields; repeat per arm")
+                   metavar="NAME|KEY=VALUE",
+                   help="one arm: its name, then KEY=VALUE config fields (--arm clip_higher "
+                        "eps_high=0.28); repeat per arm")
     s.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                    help="config fields for every arm (the study's base overrides)")
     s.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per arm (default 3)")
