@@ -173,3 +173,18 @@ def test_health_findings_name_the_strategy_and_seed(capsys):
     assert any(": truncated: " in f and "max_new_tokens=1" in f for f in found), found
     text = capsys.readouterr()
     assert "[cut seed 0] step 9: truncated: " in text.out + text.err
+
+
+def test_a_grouper_that_ran_as_by_prompt_is_named_in_the_study(capsys):
+    import numpy as np
+    from grpo_lab.algorithm.grouping import register_grouper
+
+    @register_grouper("each_alone", takes_k=True)
+    def each_alone(batch, k, seed=0):
+        return np.arange(len(batch.prompts))
+    res = run_experiment({"alone": {"grouping": "each_alone", "group_k": 2}}, seeds=(0,),
+                         processes=1, base={**TINY, "steps": 2})
+    assert any(f.startswith("warning: GroupingFallback: grouper 'each_alone' put each of the 4")
+               for f in res.runs[0]["findings"]), res.runs[0]["findings"]
+    text = capsys.readouterr()
+    assert "[alone seed 0] warning: GroupingFallback" in text.out + text.err

@@ -337,15 +337,18 @@ def _write_json(path: Path, obj) -> None:
 
 
 def _run_job(job: Job, on_step=None) -> tuple[str, int, str | None]:
-    """Train ``job`` into its folder, write its report and result.json (history and the
-    trainer's health lines) -> (name, seed, None), or (name, seed, traceback)."""
+    """Train ``job`` into its folder, write its report and result.json (history, and as
+    findings the trainer's health lines and the run's warnings, e.g. a grouper that fell
+    back to by_prompt) -> (name, seed, None), or (name, seed, traceback)."""
     try:
         from grpo_lab.training import reward_model
         reward_model.ACTIVE.update(job.reward_models)
         said = io.StringIO()                          # the trainer's health lines, kept
-        with contextlib.redirect_stdout(said):
+        with contextlib.redirect_stdout(said), warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("default")          # each distinct warning once
             history = train(job.cfg, progress=False, on_step=on_step, base_eval=job.base_eval)
         findings = [line for line in said.getvalue().splitlines() if line.strip()]
+        findings += [f"warning: {w.category.__name__}: {w.message}" for w in warned]
         write_report(history, job.cfg.out_dir, to_dict(job.cfg))
         _write_json(Path(job.cfg.out_dir) / RESULT_FILE,
                     {"strategy": job.name, "seed": job.seed, "history": history,
