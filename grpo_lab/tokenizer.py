@@ -23,6 +23,12 @@ def encode(text: str) -> list[int]:
     return [STOI[c] for c in text]
 
 
+def unknown_chars(text: str) -> list[str]:
+    """The characters of ``text`` outside ``ALPHABET`` (sorted, each once): what the toy
+    policy cannot read or write."""
+    return sorted({c for c in text if c not in STOI})
+
+
 def decode(ids: Sequence[int]) -> str:
     """Token ids to text, stopping at the first <eos> and skipping <pad>."""
     out = []

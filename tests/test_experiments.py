@@ -6,7 +6,7 @@ import matplotlib
 import pytest
 
 from grpo_lab.training.experiments import (Results, difference_sentence, mean_ci, run_experiment,
-                                           run_metrics, time_to_target)
+                                           run_metrics, steps_to_target, time_to_target)
 
 matplotlib.use("Agg")
 
@@ -46,7 +46,11 @@ def test_time_to_target_and_run_metrics_by_hand():
     m = run_metrics(h, target=0.6)
     assert m["eval/accuracy"] == 0.61 and m["eval/gain"] == pytest.approx(0.11)
     assert m["group/zero_std_frac"] == pytest.approx((0.5 + 1.0 + 1.5) / 3)
-    assert m["target/steps"] == 2 and "sample/draws" not in m
+    # interpolated: 0.55 after 1 step, 0.62 after 2 -> 1 + (0.60 - 0.55) / (0.62 - 0.55) = 1.714
+    assert m["target/steps"] == pytest.approx(1 + 0.05 / 0.07) and "sample/draws" not in m
+    assert "target/seconds" not in m                   # wall-clock is not a paired measure
+    assert steps_to_target(h, 0.50) == 0.0 and steps_to_target(h, 0.70) is None
+    assert steps_to_target(h, 0.62) == pytest.approx(2.0)       # reached exactly at step 2
 
 
 def test_rows_compare_and_tables_by_hand():
@@ -58,7 +62,8 @@ def test_rows_compare_and_tables_by_hand():
     assert row["mean"] == pytest.approx(0.2) and row["n"] == 3
     assert (row["ci_high"] - row["ci_low"]) / 2 == pytest.approx(2.48414 * 0.1, abs=1e-5)
     steps = next(r for r in res.rows() if r["strategy"] == "b" and r["metric"] == "target/steps")
-    assert steps["n"] == 2 and steps["values"] == [1, 1]      # seed 0 (0.58) never got there
+    # seed 0 (0.58) never got there; 0.5 -> 0.66 in 1 step: 0.15 / 0.16; 0.5 -> 0.78: 0.15 / 0.28
+    assert steps["n"] == 2 and steps["values"] == pytest.approx([0.9375, 0.15 / 0.28])
     # paired differences a - b: 0.02, 0.04, 0.02 -> mean 0.02667, sd 0.011547,
     # half-width 4.302653 * 0.011547 / sqrt(3) = 0.028685 -> [-0.0020, 0.0554]: includes 0
     d = res.compare("a", "b", "eval/accuracy")
@@ -69,7 +74,7 @@ def test_rows_compare_and_tables_by_hand():
     html, md = res._repr_html_(), res.to_markdown()
     assert "<table>" in html and "0.700 ± 0.248" in html
     assert md.splitlines()[0].startswith("| strategy | eval/accuracy | eval/gain")
-    assert "| 1 (2/3) |" in md              # b: 2 of 3 seeds reached it; 2 values: no interval
+    assert "| 0.7 (2/3) |" in md            # b: 2 of 3 seeds reached it; 2 values: no interval
     with pytest.raises(ValueError, match="'c'"):
         res.compare("c", "a")
     with pytest.raises(ValueError, match="'accuracy'"):

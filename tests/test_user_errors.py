@@ -50,7 +50,7 @@ GOOD = {"prompt": "tri:12=", "answer": "36", "task": "tri"}
     ('{"prompt": "tri:5=", "answer": "15000", "task": "tri"}',
      r"rows.jsonl:2: answer '15000' has 5 characters; task 'tri' has max_answer_len=3"),
     ('{"prompt": "Tri:5=", "answer": "15", "task": "tri"}',
-     r"rows.jsonl:2: prompt 'Tri:5=' has characters \['T'\] outside the tokenizer's alphabet"),
+     r"rows.jsonl:2: prompt 'Tri:5=' has characters \['T'\] outside the task's alphabet"),
     ('{"prompt": "tri:5=", "answer": "15", "task": "double"}',
      r"rows.jsonl:2: held-out example of task 'double' in the set of task 'tri'"),
     ('{"prompt": "tri:5", "answer": "15", "task": "tri"}', r"rows.jsonl:2: prompt 'tri:5' must end with '='"),
@@ -87,7 +87,7 @@ def test_families_in_words_are_checked_for_what_applies_to_them(monkeypatch):
     rows = [Example("Ann has 2 cats. How many?", "2", "word_problems"),
             Example("Ann has 20000 cats. How many?", "20000", "word_problems")]
     monkeypatch.setitem(TASKS, "word_problems", t.__class__(
-        t.name, t.make, t.answer_chars, t.max_answer_len, eval_fn=lambda: rows))
+        t.name, t.make, t.answer_chars, t.max_answer_len, eval_fn=lambda: rows, alphabet=None))
     with pytest.raises(ValueError, match=r"eval_fn\(\) item 1: answer '20000' has 5 characters; "
                                          r"task 'word_problems' has max_answer_len=4"):
         load_eval("word_problems")

@@ -43,15 +43,33 @@ from grpo_lab.registry import check_new, lookup
 class PromptBatch:
     """What a grouper may look at, one entry per prompt (B prompts).
 
+    Which text is which (an instruct run renders the task's prompt before sampling):
+
+      * ``prompts``      what the policy reads: "7+74=" on the toy; with an answer_format
+                         the question in words, "What is 7 + 74? Put the final answer in
+                         \\boxed{}." (instruct.render). The embedders read these.
+      * ``raw_prompts``  the task's own prompt, "7+74=" in both runs (a task written in
+                         words: its prompt as ``make`` wrote it).
+      * ``fields``       the task's own values behind it, {"a": 7, "b": 74} (``Example.fields``;
+                         {} for a task that gives none); ``tasks`` the family of each prompt.
+
     ``embeddings`` and ``reward_mean`` / ``reward_std`` are given, or computed on first use
     from ``embed`` (a fixed embedder, prompts -> (B, d)) and from ``rewards`` (N,) with
     ``prompt_index`` (N,): a grouper pays only for what it reads, whatever its name.
     """
 
     def __init__(self, prompts, tasks=None, embeddings=None, reward_mean=None, reward_std=None,
-                 *, embed: Callable | None = None, rewards=None, prompt_index=None):
+                 *, embed: Callable | None = None, rewards=None, prompt_index=None,
+                 examples=None):
         self.prompts: list[str] = list(prompts)                     # (B,) prompt texts
         self.tasks: list[str] | None = None if tasks is None else list(tasks)  # (B,) labels
+        exs = None if examples is None else list(examples)          # (B,) tasks.Example
+        if exs is not None and len(exs) != len(self.prompts):
+            raise ValueError(f"{len(exs)} examples for {len(self.prompts)} prompts")
+        self.raw_prompts: list[str] = (list(self.prompts) if exs is None else
+                                       [e.raw_prompt or e.prompt for e in exs])  # (B,)
+        self.fields: list[dict] = ([{} for _ in self.prompts] if exs is None else
+                                   [dict(e.fields) for e in exs])  # (B,)
         self._embeddings, self._embed = embeddings, embed
         self._mean, self._std = reward_mean, reward_std
         self._rewards, self._prompt_index = rewards, prompt_index

@@ -9,6 +9,7 @@ meaning the same region of prompt space; ``group_count_schedule`` grows k coarse
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Sequence
 
 import numpy as np
@@ -16,6 +17,10 @@ import torch
 
 from grpo_lab.algorithm.embeddings import fit_tfidf
 from grpo_lab.algorithm.grouping import PromptBatch, check_k, get_grouper, kmeans_fit
+
+
+class GroupingFallback(UserWarning):
+    """A grouper asked for fewer groups than prompts gave each prompt its own."""
 
 
 def group_count_schedule(round_: int, start: int = 5, stop: int = 20, growth: float = 0.2) -> int:
@@ -132,6 +137,7 @@ class StepGrouper:
         if self.record.needs_embeddings and corpus is None:
             raise ValueError(f"grouping {self.grouping!r} needs a corpus to fit its embedder on")
         self.last_batch: PromptBatch | None = None
+        self._warned = False
         self.reclusterer = None
         if recluster_every:
             if not self.record.reclusterable:
@@ -157,14 +163,33 @@ class StepGrouper:
         return None if b is None else b._embeddings
 
     def __call__(self, prompts: Sequence[str], tasks: Sequence[str], rewards: torch.Tensor,
-                 prompt_index: torch.Tensor, step: int) -> np.ndarray:
+                 prompt_index: torch.Tensor, step: int, examples=None) -> np.ndarray:
         embed = self.embed if self._corpus is not None else None
         batch = PromptBatch(list(prompts), list(tasks), embed=embed, rewards=rewards,
-                            prompt_index=prompt_index)
+                            prompt_index=prompt_index, examples=examples)
         self.last_batch = batch
         if self.reclusterer is not None:
             return self.reclusterer(batch.embeddings)                       # (B,)
-        return self.record(batch, self.k, self.seed * 1_000_003 + step)     # (B,)
+        ids = self.record(batch, self.k, self.seed * 1_000_003 + step)      # (B,)
+        self._check_not_by_prompt(ids, step)
+        return ids
+
+    def _check_not_by_prompt(self, ids: np.ndarray, step: int) -> None:
+        """A k-taking grouper asked for k < B groups that put every prompt in its own group
+        ran as by_prompt: warned once per run (a study would otherwise compare by_prompt with
+        itself). The usual cause: it matched ``PromptBatch.prompts``, the rendered instruct
+        text, where it meant ``raw_prompts`` or ``fields``."""
+        B = len(ids)
+        if (self._warned or not self.record.takes_k or self.k is None or self.k >= B
+                or len(np.unique(ids)) < B):
+            return
+        self._warned = True
+        warnings.warn(f"grouper {self.grouping!r} put each of the {B} prompts in its own group "
+                      f"at step {step}, though k={self.k} groups were asked for: it ran as "
+                      f"by_prompt. If it reads batch.prompts, note they are what the policy "
+                      f"reads (the rendered instruct question under an answer_format); the "
+                      f"task's own prompt is batch.raw_prompts, its values batch.fields",
+                      GroupingFallback, stacklevel=2)
 
     def state_dict(self) -> dict:
         """The Reclusterer's state (empty without one), for the training checkpoint."""

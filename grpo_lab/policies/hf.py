@@ -198,6 +198,14 @@ class HFPolicy(nn.Module):
             return list(ids)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def unknown_chars(self, text: str) -> list[str]:
+        """The characters of ``text`` the tokenizer does not give back (each encoded alone,
+        no special tokens): a BPE without byte fallback drops them silently (data/hf_tiny
+        drops 'W'); a byte-level one (SmolLM2, Qwen) gives back every character."""
+        tok = self.tokenizer
+        return sorted(c for c in set(text)
+                      if tok.decode(tok.encode(c, add_special_tokens=False)) != c)
+
     def decode(self, ids: Sequence[int]) -> str:
         ids = [int(i) for i in ids]
         if self.eos_id in ids:

@@ -33,7 +33,7 @@ from torch.utils.checkpoint import checkpoint
 
 from grpo_lab.checkpoint import (CKPT_TAG, CheckpointError, atomic_save_tensors,
                                  load_state_strict, policy_tensors, read_tensors)
-from grpo_lab.tokenizer import EOS, PAD, VOCAB_SIZE, decode, encode
+from grpo_lab.tokenizer import EOS, PAD, VOCAB_SIZE, decode, encode, unknown_chars
 
 FORMAT_TAG = "grpo_lab.policy.v1"
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: k, v each (B, nh, T, hs)
@@ -100,6 +100,7 @@ class GPT(nn.Module):
     pad_id, eos_id = PAD, EOS
     encode = staticmethod(encode)
     decode = staticmethod(decode)
+    unknown_chars = staticmethod(unknown_chars)
     checkpoint_every = 0          # training forward: checkpoint block i if i % k == 0 (0: off)
     autocast = False              # training forward: bf16 autocast
 

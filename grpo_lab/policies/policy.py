@@ -3,6 +3,8 @@
 A policy is a ``torch.nn.Module`` with this small surface (``Policy`` below spells it out):
 
     encode(text) -> ids, decode(ids) -> text   its tokenizer (tasks stay text in, text out)
+    unknown_chars(text) -> [chars]             what that tokenizer cannot read or write back
+                                               (the setup's check of a run's tasks)
     pad_id, eos_id                             ids the sampler writes after a stop / stops on
     cfg.block_size                             longest prompt + completion it can take
     forward(idx (B, T), pos (B, T), key_mask (B, Tk), cache) -> (logits (B, T, V), cache)
@@ -48,6 +50,7 @@ class Policy(Protocol):
 
     def encode(self, text: str) -> list[int]: ...
     def decode(self, ids: Sequence[int]) -> str: ...
+    def unknown_chars(self, text: str) -> list[str]: ...
     def repeat_cache(self, cache, G: int): ...
     def __call__(self, idx: torch.Tensor, pos: torch.Tensor | None = None,
                  key_mask: torch.Tensor | None = None, cache=None): ...

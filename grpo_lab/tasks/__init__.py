@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -34,6 +34,10 @@ class Example:
     answer: str   # e.g. "46"
     task: str     # task name, e.g. "addition"
     fmt: str = ""  # "" the toy's exact format; else the answer format asked for (instruct.py)
+    raw_prompt: str = ""  # the task's own prompt before instruct.render ("": ``prompt`` is it)
+    fields: dict = field(default_factory=dict, compare=False, hash=False)
+    """The task's own values behind the prompt (``{"a": 12, "b": 34}``): what ``make`` put
+    there, for a grouper (grouping.PromptBatch.fields); {} when the task gives none."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,18 @@ class Task:
     eval_fn: Callable[[], list] | None = None
     """Or a function making the held-out examples (seeded, so the same list every call)."""
     description: str = ""
+    alphabet: str | None = ALPHABET
+    """What it needs from a tokenizer: the characters its prompts and answers are written in.
+    The toy's ``ALPHABET`` (the default; prompts end with "="): the toy's format, which the toy
+    char policy reads and instruct.QUESTIONS can ask in words. None: written in words for a
+    subword tokenizer (an instruct task, trained on policy="hf" with an answer_format).
+    Either way the run's policy is checked at setup to read every character (trainer.py)."""
+
+
+def in_words(name: str) -> bool:
+    """The task is written in words (``alphabet`` None): no toy form, its prompt is the
+    question an instruct model is asked. An unknown name is not (its lookup names it)."""
+    return name in TASKS and TASKS[name].alphabet is None
 
 
 def distinct_examples(make: Callable[[random.Random], Example], n: int,
@@ -72,7 +88,7 @@ def distinct_examples(make: Callable[[random.Random], Example], n: int,
 
 def _addition(rng: random.Random) -> Example:
     a, b = rng.randrange(100), rng.randrange(100)
-    return Example(f"{a}+{b}=", str(a + b), "addition")
+    return Example(f"{a}+{b}=", str(a + b), "addition", fields={"a": a, "b": b})
 
 
 def _sort_digits(rng: random.Random) -> Example:
@@ -134,13 +150,20 @@ def get_task(name: str) -> Task:
 def register_task(name: str, make: Callable[[random.Random], Example], answer_chars: str,
                   max_answer_len: int, eval_file: str | None = None,
                   eval_fn: Callable[[], list] | None = None, description: str = "",
-                  check: int = 200) -> Task:
+                  check: int = 200, alphabet: str | None = ALPHABET,
+                  answer_kind=None) -> Task:
     """Add a task to ``TASKS`` -> its record. ``make(rng) -> Example(prompt, answer, name)``.
 
-    Checked now, on ``check`` seeded draws, rather than at sampling time: every prompt and
-    answer character is in the tokenizer's ``ALPHABET``, prompts end with "=", answers use
-    ``answer_chars`` and fit ``max_answer_len``, each example names this task. The held-out
-    set is ``eval_file`` (JSONL, checked now and at every load by ``check_held_out``) or
+    ``alphabet`` says what the task needs from a tokenizer (``Task.alphabet``): the toy's
+    ``ALPHABET`` by default, or None for a task written in words for an instruct model (the
+    shipped word_problems and countdown register this way). Checked now, on ``check`` seeded
+    draws, rather than at sampling time: each example names this task, its answer uses
+    ``answer_chars`` and fits ``max_answer_len``; with an alphabet, every prompt and answer
+    character is in it and prompts end with "=". Whether the run's policy reads the text is
+    checked at setup, against that policy (trainer.check_readable). ``answer_kind``: how an
+    instruct model's free-text answer is read and compared (``answers.AnswerKind``, or a name
+    in ``answers.KINDS``: "number", "text"); needed for a task in words. The held-out set is
+    ``eval_file`` (JSONL, checked now and at every load by ``check_held_out``) or
     ``eval_fn()`` (checked at every load); without either, training needs ``eval_size=0``
     (no evaluation).
 
@@ -152,35 +175,55 @@ def register_task(name: str, make: Callable[[random.Random], Example], answer_ch
     Held out means held out: the trainer removes every prompt of the whole file (not only the
     ``eval_size`` it scores) from the training draws of ``make``, so make may produce them and
     training still never sees one. ``task_data.eval_path(name)`` gives the file."""
+    from grpo_lab.tasks.answers import KINDS, AnswerKind, register_kind
+
     check_new(TASKS, "task", name, make, lambda t: t.make)
     if max_answer_len < 1:
         raise ValueError(f"task {name!r}: max_answer_len must be >= 1, got {max_answer_len}")
-    for c in answer_chars:
-        if c not in STOI:
-            raise ValueError(f"task {name!r}: answer character {c!r} is not in the alphabet "
-                             f"{ALPHABET!r}")
+    if alphabet is not None and not (isinstance(alphabet, str) and alphabet):
+        raise ValueError(f"task {name!r}: alphabet must be a non-empty string of characters "
+                         f"or None (written in words), got {alphabet!r}")
+    if isinstance(answer_kind, str):
+        answer_kind = lookup(KINDS, answer_kind, "answer kind")
+    if answer_kind is not None and not isinstance(answer_kind, AnswerKind):
+        raise ValueError(f"task {name!r}: answer_kind must be an answers.AnswerKind or one of "
+                         f"{sorted(KINDS)}, got {answer_kind!r}")
+    if alphabet is None and answer_kind is None:
+        raise ValueError(f"task {name!r} is written in words (alphabet=None): give it an "
+                         f"answer_kind (one of {sorted(KINDS)} or an answers.AnswerKind), how "
+                         f"an instruct model's answer is read from its text")
+    for c in answer_chars if alphabet is not None else ():
+        if c not in alphabet:
+            raise ValueError(f"task {name!r}: answer character {c!r} is not in the task's "
+                             f"alphabet {alphabet!r}")
     rng = random.Random(f"check-{name}")
     for _ in range(check):
         ex = make(rng)
         if not isinstance(ex, Example) or ex.task != name:
             raise ValueError(f"task {name!r}: make(rng) must return Example(prompt, answer, "
                              f"{name!r}), got {ex!r}")
+        if not (isinstance(ex.prompt, str) and ex.prompt.strip()):
+            raise ValueError(f"task {name!r}: make(rng) returned an empty prompt {ex.prompt!r}")
         for text, what in ((ex.prompt, "prompt"), (ex.answer, "answer")):
-            bad = [c for c in text if c not in STOI]
+            bad = [c for c in text if alphabet is not None and c not in alphabet]
             if bad:
                 raise ValueError(f"task {name!r}: {what} {text!r} has character {bad[0]!r}, "
-                                 f"which is not in the alphabet {ALPHABET!r}")
-        if not ex.prompt.endswith("="):
-            raise ValueError(f"task {name!r}: prompt {ex.prompt!r} must end with '='")
+                                 f"which is not in the task's alphabet {alphabet!r} (a task "
+                                 f"written in words registers with alphabet=None)")
+        if alphabet is not None and not ex.prompt.endswith("="):
+            raise ValueError(f"task {name!r}: prompt {ex.prompt!r} must end with '=' (the "
+                             f"toy's format; a task in words registers with alphabet=None)")
         if len(ex.answer) > max_answer_len or any(c not in answer_chars for c in ex.answer):
             raise ValueError(f"task {name!r}: answer {ex.answer!r} is longer than "
                              f"max_answer_len={max_answer_len} or uses characters outside "
                              f"answer_chars={answer_chars!r}")
     record = Task(name, make, answer_chars, max_answer_len, eval_file, eval_fn,
-                  description or (make.__doc__ or "").strip().split("\n")[0])
+                  description or (make.__doc__ or "").strip().split("\n")[0], alphabet)
     if eval_file:                                  # checked now, and again at every load
         check_held_out(record, read_rows(resolve_path(eval_file)))
     TASKS[name] = record
+    if answer_kind is not None:
+        register_kind(name, answer_kind)
     return record
 
 
@@ -238,11 +281,9 @@ def check_held_out(task: Task, rows: list[tuple[str, Example]]) -> list[Example]
     """The examples of ``rows`` [(where, Example)] if each fits ``task`` -> else an error
     naming the row: it names the task, its answer fits max_answer_len (a longer answer can
     never be produced: the sampler stops at max_answer_len + 2 tokens, so it scores 0,
-    silently) and, for a task in the toy's format (its own examples are: every task made by
-    ``register_task``; not the instruct-only families written in words), its prompt ends
-    with "=" and its prompt and answer use the tokenizer's ALPHABET."""
-    probe = task.make(random.Random("check-format"))
-    toy = probe.prompt.endswith("=") and all(c in STOI for c in probe.prompt + probe.answer)
+    silently) and, for a task with an alphabet (``Task.alphabet``: the toy's format), its
+    prompt ends with "=" and its prompt and answer use that alphabet."""
+    alphabet = task.alphabet
     for where, ex in rows:
         if ex.task != task.name:
             raise ValueError(f"{where}: held-out example of task {ex.task!r} in the set of "
@@ -250,15 +291,15 @@ def check_held_out(task: Task, rows: list[tuple[str, Example]]) -> list[Example]
         if not 1 <= len(ex.answer) <= task.max_answer_len:
             raise ValueError(f"{where}: answer {ex.answer!r} has {len(ex.answer)} characters; "
                              f"task {task.name!r} has max_answer_len={task.max_answer_len}")
-        if not toy:
+        if alphabet is None:
             continue
         if not ex.prompt.endswith("="):
             raise ValueError(f"{where}: prompt {ex.prompt!r} must end with '='")
         for text, what in ((ex.prompt, "prompt"), (ex.answer, "answer")):
-            bad = sorted({c for c in text if c not in STOI})
+            bad = sorted({c for c in text if c not in alphabet})
             if bad:
                 raise ValueError(f"{where}: {what} {text!r} has characters {bad} outside the "
-                                 f"tokenizer's alphabet {ALPHABET!r}")
+                                 f"task's alphabet {alphabet!r}")
     return [ex for _, ex in rows]
 
 

@@ -232,6 +232,20 @@ def get_format(name: str) -> AnswerFormat:
     return lookup(FORMATS, name, "answer format")
 
 
+def register_format(fmt: AnswerFormat) -> AnswerFormat:
+    """Add an answer format (``TrainConfig.answer_format`` can then name it) -> the record;
+    the same ``follows`` function again (a re-run cell) replaces it, another under a taken
+    name is an error (registry.check_new)."""
+    from grpo_lab.registry import check_new
+    if not isinstance(fmt, AnswerFormat):
+        raise ValueError(f"register_format takes an answers.AnswerFormat, got {fmt!r}")
+    if fmt.name == "raw":
+        raise ValueError("answer format 'raw' is the toy's own: pick another name")
+    check_new(FORMATS, "answer format", fmt.name, fmt.follows, lambda f: f.follows)
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
 @dataclass(frozen=True)
 class AnswerKind:
     """How a family's answers are read from free text and compared with the reference."""

@@ -29,8 +29,8 @@ import re
 from collections import Counter
 from fractions import Fraction
 
-from grpo_lab.tasks.answers import AnswerKind, register_kind, tail
-from grpo_lab.tasks import Example, TASKS, Task, distinct_examples
+from grpo_lab.tasks.answers import AnswerKind, tail
+from grpo_lab.tasks import Example, distinct_examples, register_task
 
 MAX_CHARS, MAX_DEPTH, MAX_DIGITS = 200, 16, 6
 TOKEN = re.compile(r"\s*(\d+|[-+*/()])")
@@ -171,7 +171,7 @@ def make(rng: random.Random, n_numbers: tuple[int, int] = (3, 4)) -> Example:
     prompt = (f"Using the numbers {', '.join(map(str, shown[:-1]))} and {shown[-1]}, each "
               f"exactly once, with + - * / and parentheses, write an expression that equals "
               f"{int(value)}.")
-    return Example(prompt, solution, "countdown")
+    return Example(prompt, solution, "countdown", fields={"numbers": shown, "target": int(value)})
 
 
 def eval_examples(n: int = 200, seed: int = 4321) -> list[Example]:
@@ -179,7 +179,6 @@ def eval_examples(n: int = 200, seed: int = 4321) -> list[Example]:
     return distinct_examples(make, n, random.Random(f"countdown-eval-{seed}"))
 
 
-TASKS["countdown"] = Task("countdown", make, "0123456789+-*/() ", 40, eval_fn=eval_examples,
-                          description="reach a target with 3-4 numbers and + - * / "
-                                      "(instruct formats only)")
-register_kind("countdown", AnswerKind("expression", last_expression, verify))
+register_task("countdown", make, "0123456789+-*/() ", 40, eval_fn=eval_examples,
+              description="reach a target with 3-4 numbers and + - * / (instruct formats only)",
+              alphabet=None, answer_kind=AnswerKind("expression", last_expression, verify))

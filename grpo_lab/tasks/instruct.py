@@ -11,7 +11,11 @@ was used. The chat template and the optional system prompt are the policy's (hf.
 
     addition       "12+34="       -> "What is 12 + 34? Put the final answer in <answer></answer> tags."
     word_problems  a story (word_problems.py), countdown  a puzzle (countdown.py): their
-                   prompts are already words; they have no "raw" (toy) form.
+                   prompts are already words (``Task.alphabet`` None, as for any task
+                   registered with alphabet=None); they have no "raw" (toy) form.
+
+The rendered example keeps the task's own prompt in ``Example.raw_prompt`` (and its values in
+``Example.fields``): a grouper reads both from ``grouping.PromptBatch``.
 
 ``answer_format="raw"`` renders nothing: the toy's format, bit for bit.
 """
@@ -23,7 +27,7 @@ from typing import Callable, Sequence
 from grpo_lab.tasks import countdown, word_problems  # noqa: F401  (they register their families)
 from grpo_lab.tasks.answers import FORMATS, KINDS, get_format, register_kind
 from grpo_lab.registry import lookup
-from grpo_lab.tasks import Example
+from grpo_lab.tasks import Example, in_words
 
 RAW = "raw"
 
@@ -53,9 +57,8 @@ QUESTIONS: dict[str, Callable[[str], str]] = {
     "max": lambda p: f"What is the largest of the numbers {', '.join(_numbers(p))}?",
     "min": lambda p: f"What is the smallest of the numbers {', '.join(_numbers(p))}?",
 }
-"""Toy family -> its question in words, from the toy prompt (``"12+34="``). The instruct-only
-families (word_problems, countdown) use their prompt as it is."""
-INSTRUCT_ONLY = ("word_problems", "countdown")
+"""Toy family -> its question in words, from the toy prompt (``"12+34="``). A task written in
+words (word_problems, countdown, a plugin's with alphabet=None) uses its prompt as it is."""
 
 for _name in ("addition", "count", "max", "min"):
     register_kind(_name, KINDS["number"])
@@ -64,7 +67,7 @@ for _name in ("sort", "reverse", "compare"):
 
 
 def question(example: Example) -> str:
-    if example.task in INSTRUCT_ONLY:
+    if in_words(example.task):
         return example.prompt
     ask = lookup(QUESTIONS, example.task, "instruct task",
                  "add one to instruct.QUESTIONS (and answers.register_kind), or train it with "
@@ -77,7 +80,7 @@ def render(example: Example, fmt: str) -> Example:
     if fmt == RAW:
         return example
     return dataclasses.replace(example, prompt=f"{question(example)} {get_format(fmt).instruction}",
-                               fmt=fmt)
+                               fmt=fmt, raw_prompt=example.raw_prompt or example.prompt)
 
 
 def render_all(examples: Sequence[Example], fmt: str) -> list[Example]:
@@ -104,10 +107,11 @@ def check_config(task_names: Sequence[str], answer_format: str, policy: str,
             raise ValueError("supervision='process' rewards the toy's answer characters one "
                              "by one: it needs answer_format='raw'")
         for t in task_names:
-            if t not in QUESTIONS and t not in INSTRUCT_ONLY:
+            if t not in QUESTIONS and not in_words(t):
                 question(Example("", "", t))           # the error naming the task
     else:
         for t in task_names:
-            if t in INSTRUCT_ONLY:
-                raise ValueError(f"task {t!r} is written for instruct models: set "
-                                 f"answer_format to one of {sorted(FORMATS)} (and policy='hf')")
+            if in_words(t):
+                raise ValueError(f"task {t!r} is written for instruct models (in words, "
+                                 f"alphabet=None): set answer_format to one of "
+                                 f"{sorted(FORMATS)} (and policy='hf')")

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import random
 
-from grpo_lab.tasks.answers import KINDS, register_kind
-from grpo_lab.tasks import Example, TASKS, Task, distinct_examples
+from grpo_lab.tasks import Example, distinct_examples, register_task
 
 NAMES = [("Mia", "She"), ("Tom", "He"), ("Ava", "She"), ("Leo", "He"), ("Zoe", "She"),
          ("Sam", "He"), ("Ivy", "She"), ("Max", "He")]
@@ -57,12 +56,12 @@ def make(rng: random.Random) -> Example:
             x //= k
             text.append(f"{pron} shares them equally among {k} friends. How many {item} does "
                         f"each friend get?")
-            return Example(" ".join(text), str(x), "word_problems")
+            return Example(" ".join(text), str(x), "word_problems", fields={"operations": ops})
         n = rng.randint(2, 40)                         # x is prime or 1: add instead
         x += n
         text.append(f"{pron} buys {n} more.")
     text.append(f"How many {item} does {name} have now?")
-    return Example(" ".join(text), str(x), "word_problems")
+    return Example(" ".join(text), str(x), "word_problems", fields={"operations": ops})
 
 
 def operations(example: Example) -> int:
@@ -77,7 +76,6 @@ def eval_examples(n: int = 200, seed: int = 8765) -> list[Example]:
     return distinct_examples(make, n, random.Random(f"word-problems-eval-{seed}"))
 
 
-TASKS["word_problems"] = Task("word_problems", make, "0123456789", 4, eval_fn=eval_examples,
-                              description="GSM8K-like stories, 1-3 operations (instruct "
-                                          "formats only)")
-register_kind("word_problems", KINDS["number"])
+register_task("word_problems", make, "0123456789", 4, eval_fn=eval_examples,
+              description="GSM8K-like stories, 1-3 operations (instruct formats only)",
+              alphabet=None, answer_kind="number")         # written in words, any tokenizer

@@ -11,10 +11,13 @@ the differences between the built-in groupers. So a comparison is a small experi
     res.plot("eval/accuracy")             # mean curve per strategy, min-max band over seeds
 
 Every (strategy, seed) run is ``trainer.train`` (the one loop) on
-``preset("defaults", **base, **strategy, seed=s)`` (the field defaults: lr 1e-4, beta 0.02,
-not the time-tuned demo) with one thread and no time budget, in its
-own temporary out_dir. Runs share the base policy and held-out sets, so seed s of two
-strategies draws the same prompts at step s: differences are paired by seed.
+``preset(base_preset, **base, **strategy, seed=s)`` (default "defaults": the field defaults,
+lr 1e-4, beta 0.02, not the time-tuned demo; "smollm_cpu" for SmolLM2) with no time budget and
+no early stop, each in its own folder under the study's (``out_dir``; a temporary one by
+default). Runs share the base policy and held-out sets, so seed s of two strategies draws the
+same prompts at step s: differences are paired by seed and by step. A study in a folder
+resumes where it was killed (each finished run is on disk); ``pilot_steps`` prints what it
+will cost and what it can detect before it starts (power.py).
 
 Interval: the 95% Student-t interval of the mean over seeds, mean ± t(0.975, n-1) * sd / sqrt(n)
 (sd with n-1). With 3 seeds t = 4.303, so the half-width is 2.5 standard deviations of the
@@ -22,30 +25,44 @@ runs: wide on purpose; it is what 3 seeds can support.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import json
 import math
 import multiprocessing
 import os
+import re
+import sys
 import tempfile
+import time
 import traceback
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
+from grpo_lab.algorithm.samples import append as append_samples
+from grpo_lab.registry import load_plugins, lookup
+from grpo_lab.rundir import write_lines_atomic
 from grpo_lab.training.config import preset, to_dict
-from grpo_lab.registry import lookup
-from grpo_lab.training.trainer import train
+from grpo_lab.training.power import detectable_difference, seeds_needed
+from grpo_lab.training.report import write_report
+from grpo_lab.training.step import max_new_tokens
+from grpo_lab.training.trainer import evaluate_tasks, setup, train
 
 __all__ = ["run_experiment", "Results", "METRICS", "mean_ci", "run_metrics", "time_to_target",
-           "difference_sentence", "can_tell", "MIN_SEEDS"]
+           "steps_to_target", "difference_sentence", "can_tell", "MIN_SEEDS"]
 
 METRICS = {  # name -> (what it is, format); the per-run summary of one history
     "eval/accuracy": ("held-out greedy accuracy at the last evaluation", ".3f"),
     "eval/gain": ("last eval/accuracy minus the base policy's (step -1)", "+.3f"),
-    "target/steps": ("steps trained when eval/accuracy first reached the target; "
-                     "n counts the runs that reached it", ".0f"),
-    "target/seconds": ("time/elapsed_s at that evaluation", ".1f"),
+    "target/steps": ("steps trained when eval/accuracy first reached the target, "
+                     "interpolated linearly between the evaluation before and the first at or "
+                     "above it (Results.grid: the steps evaluated); n counts the runs that "
+                     "reached it", ".1f"),
     "group/zero_std_frac": ("step mean: groups whose rewards are all equal", ".3f"),
     "adv/var": ("step mean: variance of the advantages", ".3f"),
     "sample/draws": ("step mean: rollouts of prompts_per_step prompts (dynamic sampling)",
@@ -85,6 +102,26 @@ def time_to_target(history: list[dict], target: float) -> tuple[float | None, fl
     return None, None
 
 
+def steps_to_target(history: list[dict], target: float) -> float | None:
+    """Steps trained when eval/accuracy first reached ``target``, interpolated linearly
+    between the evaluation before (a steps, accuracy a0 < target) and the first at or above
+    it (b, a1): a + (target - a0) / (a1 - a0) * (b - a). The base (step -1) counts as 0
+    steps; None if never reached. On an eval grid of 10 steps the grid value alone would give
+    every seed 10, 20, ... and an interval of width 0 where the runs differ."""
+    before = None
+    for h in history:
+        if "eval/accuracy" not in h:
+            continue
+        x, a = h["step"] + 1, h["eval/accuracy"]
+        if a >= target:
+            if before is None:
+                return float(x)
+            x0, a0 = before
+            return x0 + (target - a0) / (a - a0) * (x - x0)
+        before = (x, a)
+    return None
+
+
 def run_metrics(history: list[dict], target: float | None = None) -> dict:
     """One run's history -> {metric: value} for the METRICS it has (None: target missed)."""
     evals = [h for h in history if "eval/accuracy" in h]
@@ -95,7 +132,7 @@ def run_metrics(history: list[dict], target: float | None = None) -> dict:
         if evals[0]["step"] == -1:
             out["eval/gain"] = evals[-1]["eval/accuracy"] - evals[0]["eval/accuracy"]
         if target is not None:
-            out["target/steps"], out["target/seconds"] = time_to_target(history, target)
+            out["target/steps"] = steps_to_target(history, target)
     for k in ("group/zero_std_frac", "adv/var", "sample/draws"):
         vals = [h[k] for h in steps if k in h]
         if vals:
@@ -140,6 +177,14 @@ class Results:
     """One {"strategy", "seed", "history"} per run, in (strategy, seed) order."""
     target: float | None = None
     """The held-out accuracy the target/* metrics measure the way to (None: not measured)."""
+    out_dir: str | None = None
+    """The study's folder (None: a temporary one, gone)."""
+    notes: list = field(default_factory=list)
+    """Warnings about the study as a whole (mixed plugin versions)."""
+    plan: dict | None = None
+    """The pilot's forecast: seconds_per_step, total_s, sd, detectable, lines (None: none)."""
+    grid: list = field(default_factory=list)
+    """Steps trained at each evaluation (0: the base): what target/steps was measured on."""
 
     @property
     def strategies(self) -> list[str]:
@@ -211,7 +256,11 @@ class Results:
         if n < MIN_SEEDS:
             return (f"mean over {n} seed(s): too few seeds to tell, no interval "
                     f"(an interval needs at least {MIN_SEEDS})")
-        return f"mean ± half-width of the 95% t-interval over {n} seeds"
+        text = f"mean ± half-width of the 95% t-interval over {n} seeds"
+        if self.target is not None and self.grid:
+            text += (f"; target/steps interpolated between the evaluations at steps "
+                     f"{self.grid}")
+        return text
 
     def __repr__(self) -> str:
         """Short: the strategies, seeds and runs, then the table (not every history)."""
@@ -251,6 +300,16 @@ def _cell(r: dict | None, fmt: str, seeds: int) -> str:
     return text + (f" ({r['n']}/{seeds})" if r["n"] < seeds else "")
 
 
+# ---------------------------------------------------------------- the study runner
+STUDY_FILE = "study.json"        # the study's spec: what a resume must match
+BASE_FILE = "base.json"          # the shared base evaluations, one per evaluation setting
+RESULT_FILE = "result.json"      # in a run's folder once it finished: history and findings
+EVAL_FIELDS = ("policy", "base_checkpoint", "task", "eval_size", "answer_format",
+               "system_prompt", "reward_weights", "max_new_tokens", "hf", "plugins")
+"""What the base policy's evaluation depends on (greedy: not the seed, not the training
+knobs); runs that agree on these share one evaluation of the base."""
+
+
 def _die_with_parent() -> None:
     """Pool initializer: a worker ends when the experiment's process is killed (Linux
     prctl(PR_SET_PDEATHSIG, SIGTERM)); otherwise it would wait for work forever."""
@@ -262,28 +321,245 @@ def _die_with_parent() -> None:
         pass
 
 
-_JOBS: list = []  # (strategy, seed, config) of the running experiment; forked workers read it
+@dataclass
+class Job:
+    """One (strategy, seed) run, everything a worker needs in it: a spawned worker (macOS,
+    Windows) inherits no module state, so nothing is read from globals."""
+    name: str
+    seed: int
+    cfg: object                   # TrainConfig, out_dir = the run's folder
+    base_eval: dict | None        # the shared step -1 evaluation (None: the run evaluates)
+    reward_models: dict           # reward_model.ACTIVE of the caller (use_reward_model)
 
 
-def _run_one(i: int) -> tuple[int, list | None, str | None]:
-    """Run job i in a fresh temporary out_dir -> (i, history, None) or (i, None, traceback)."""
-    name, seed, cfg = _JOBS[i]
+def _write_json(path: Path, obj) -> None:
+    write_lines_atomic(path, [json.dumps(obj) + "\n"])
+
+
+def _run_job(job: Job, on_step=None) -> tuple[str, int, str | None]:
+    """Train ``job`` into its folder, write its report and result.json (history, and as
+    findings the trainer's health lines and the run's warnings, e.g. a grouper that fell
+    back to by_prompt) -> (name, seed, None), or (name, seed, traceback)."""
     try:
-        with tempfile.TemporaryDirectory(prefix="grpo_lab_exp_") as tmp:
-            return i, train(dataclasses.replace(cfg, out_dir=tmp), progress=False), None
+        from grpo_lab.training import reward_model
+        reward_model.ACTIVE.update(job.reward_models)
+        said = io.StringIO()                          # the trainer's health lines, kept
+        with contextlib.redirect_stdout(said), warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("default")          # each distinct warning once
+            history = train(job.cfg, progress=False, on_step=on_step, base_eval=job.base_eval)
+        findings = [line for line in said.getvalue().splitlines() if line.strip()]
+        findings += [f"warning: {w.category.__name__}: {w.message}" for w in warned]
+        write_report(history, job.cfg.out_dir, to_dict(job.cfg))
+        _write_json(Path(job.cfg.out_dir) / RESULT_FILE,
+                    {"strategy": job.name, "seed": job.seed, "history": history,
+                     "findings": findings})
+        return job.name, job.seed, None
     except Exception:
-        return i, None, traceback.format_exc()
+        return job.name, job.seed, traceback.format_exc()
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("_") or "arm"
+
+
+def _eval_key(cfg) -> str:
+    d = to_dict(cfg)
+    return json.dumps({k: d[k] for k in EVAL_FIELDS} | {"max_new": max_new_tokens(cfg)},
+                      sort_keys=True, default=str)
+
+
+def _base_evaluations(jobs: list, root: Path) -> dict:
+    """{eval key: the base policy's evaluation} for every setting the runs use, each
+    evaluated once (here, on every core) and kept in root/base.json; its samples go to
+    root/base/samples.jsonl."""
+    path = root / BASE_FILE
+    done = json.loads(path.read_text()) if path.exists() else {}
+    for name, seed, cfg in jobs:
+        key = _eval_key(cfg)
+        if key in done or not cfg.eval_size:
+            continue
+        rows: list = []
+        try:
+            load_plugins(cfg.plugins)
+            run = setup(cfg)
+            done[key] = evaluate_tasks(run.policy, run.eval_sets, cfg.reward_weights,
+                                       max_new_tokens(cfg), samples=rows)
+        except Exception as e:
+            raise RuntimeError(f"the base evaluation of strategy {name!r}, seed {seed} "
+                               f"failed: {type(e).__name__}: {e}") from e
+        (root / "base").mkdir(exist_ok=True)
+        append_samples(root / "base", -1, rows)
+        _write_json(path, done)
+        del run
+    return done
+
+
+def _progress_line(name: str, seed: int, row: dict, steps: int) -> str | None:
+    if "eval/accuracy" not in row:
+        return None
+    extra = "".join(f", {k} {row[k]:.3f}" for k in ("eval/format",) if k in row)
+    return (f"[{name} seed {seed}] step {row['step'] + 1}/{steps}: eval/accuracy "
+            f"{row['eval/accuracy']:.3f}{extra}")
+
+
+def _run_all(jobs: list[Job], processes: int, method: str, progress: bool) -> None:
+    """Run ``jobs`` (in ``processes`` workers started by ``method``, or here when 1), a line
+    per evaluation and the trainer's health lines named by strategy and seed."""
+    if not jobs:
+        return
+    steps = {(j.name, j.seed): j.cfg.steps for j in jobs}
+    bar = tqdm(total=sum(steps.values()), desc=f"{len(jobs)} runs", disable=not progress)
+    out = sys.stdout                  # here, not the run's captured stdout (its health lines)
+    say = (lambda line: bar.write(line, file=out)) if progress else (lambda _line: None)
+
+    def finished(name, seed, err):
+        if err is not None:
+            raise RuntimeError(f"run of strategy {name!r}, seed {seed} failed:\n{err}")
+        folder = next(Path(j.cfg.out_dir) for j in jobs if (j.name, j.seed) == (name, seed))
+        for line in json.loads((folder / RESULT_FILE).read_text())["findings"]:
+            say(f"[{name} seed {seed}] {line}")
+
+    threads = torch.get_num_threads()      # train() sets its own; give the caller back its own
+    try:
+        if processes == 1:
+            for j in jobs:
+                def on_step(m, policy, j=j):
+                    bar.update()
+                    line = _progress_line(j.name, j.seed, m, j.cfg.steps)
+                    if line:
+                        say(line)
+                finished(*_run_job(j, on_step))
+            return
+        seen = {(j.name, j.seed): 1 for j in jobs}            # metrics.jsonl lines read (step -1)
+        with multiprocessing.get_context(method).Pool(processes, _die_with_parent) as pool:
+            pending = {(j.name, j.seed): pool.apply_async(_run_job, (j,)) for j in jobs}
+            while pending:
+                time.sleep(0.5)
+                for j in jobs:                            # progress: the runs' metrics files
+                    log = Path(j.cfg.out_dir) / "metrics.jsonl"
+                    key = (j.name, j.seed)
+                    if not log.exists() or key not in pending:
+                        continue
+                    lines = log.read_text().splitlines()
+                    for text in lines[seen[key]:]:
+                        try:
+                            row = json.loads(text)
+                        except json.JSONDecodeError:      # a line being written: next time
+                            break
+                        seen[key] += 1
+                        bar.update()
+                        line = _progress_line(j.name, j.seed, row, j.cfg.steps)
+                        if line:
+                            say(line)
+                for key, res in list(pending.items()):
+                    if res.ready():
+                        del pending[key]
+                        bar.update(max(0, steps[key] - seen[key] + 1))
+                        finished(*res.get())
+    finally:
+        bar.close()
+        torch.set_num_threads(threads)
+
+
+def _evaluations(cfg) -> int:
+    """How many times a run of ``cfg`` evaluates (its eval grid, the last step always)."""
+    if not cfg.eval_size:
+        return 0
+    return len({s for s in range(cfg.steps)
+                if (cfg.eval_every and (s + 1) % cfg.eval_every == 0) or s == cfg.steps - 1})
+
+
+def _plan(pilot_runs: list, pilot_wall_s: float, pilot_procs: int, cfgs: list, n_pending: int,
+          processes: int, seeds, sd, effect, pilot_steps: int) -> dict:
+    """The cost forecast and the detectable difference -> a dict with the sentences. Cost:
+    a run's steps x the pilot's seconds a step, its evaluations x the pilot's seconds an
+    evaluation, plus the pilot's per-run overhead (start, policy load, report: its wall time
+    per wave minus its steps and evaluation), per wave of ``processes`` runs."""
+    plan: dict = {"lines": []}
+    if pilot_runs:
+        rows = [h for r in pilot_runs for h in r if h["step"] >= 0]
+        s_step = sum(h["time/step_s"] for h in rows) / len(rows)
+        evals = [r[-1]["time/elapsed_s"] - sum(h["time/step_s"] for h in r if h["step"] >= 0)
+                 for r in pilot_runs if "eval/accuracy" in r[-1]]
+        s_eval = max(0.0, sum(evals) / len(evals)) if evals else 0.0
+        pilot_waves = math.ceil(len(pilot_runs) / pilot_procs)
+        overhead = max(0.0, pilot_wall_s / pilot_waves - pilot_steps * s_step - s_eval)
+        per_run = [c.steps * s_step + _evaluations(c) * s_eval + overhead for c in cfgs]
+        waves = math.ceil(n_pending / processes)
+        total = waves * (sum(per_run) / len(per_run))
+        plan.update(seconds_per_step=s_step, seconds_per_eval=s_eval, overhead_s=overhead,
+                    total_s=total)
+        plan["lines"].append(
+            f"cost here: {s_step:.2f} s a step, {s_eval:.1f} s an evaluation and {overhead:.1f} "
+            f"s a run to start (pilot: {len(pilot_runs)} seeds x {pilot_steps} steps of the "
+            f"first arm, {pilot_procs} at once) -> {n_pending} runs in {waves} wave(s) of "
+            f"{processes}: about {total / 60:.1f} min")
+        accs = [r[-1]["eval/accuracy"] for r in pilot_runs if "eval/accuracy" in r[-1]]
+        if sd is None and len(accs) >= 2:
+            m = sum(accs) / len(accs)
+            spread = math.sqrt(sum((a - m) ** 2 for a in accs) / (len(accs) - 1))
+            if spread > 0:
+                sd = math.sqrt(2) * spread
+                plan["sd_source"] = (f"sqrt(2) x the pilot's seed-to-seed sd of eval/accuracy "
+                                     f"after {pilot_steps} steps ({spread:.4f}; no pairing credit, "
+                                     f"and the spread after the study's steps is usually larger: "
+                                     f"pass sd= from a finished study for a firmer number)")
+            else:
+                plan["lines"].append("detectable difference: the pilot's seeds agree exactly, "
+                                     "so their spread says nothing; pass sd= (the seed-to-seed "
+                                     "sd of the paired difference)")
+    if sd is not None:
+        plan.setdefault("sd_source", "given")
+        plan["sd"] = sd
+        n = len(seeds)
+        if n < MIN_SEEDS:
+            plan["lines"].append(f"can detect: nothing with {n} seed(s); a comparison gives no "
+                                 f"verdict from fewer than {MIN_SEEDS}")
+        else:
+            plan["detectable"] = detectable_difference(sd, n)
+            plan["lines"].append(
+                f"can detect: a paired difference in eval/accuracy of {plan['detectable']:.3f} "
+                f"or more, 80% of the time at alpha 0.05, with {n} seeds (paired t-test, "
+                f"noncentral t; sd of the difference {sd:.4f}: {plan['sd_source']})")
+        if effect is not None:
+            plan["seeds_for_effect"] = seeds_needed(effect, sd)
+            plan["lines"].append(f"seeds needed to see a difference of {effect} at 80% power: "
+                                 f"{plan['seeds_for_effect']}")
+    return plan
+
+
+def _spec(strategies, seeds, base, base_preset, target) -> dict:
+    return json.loads(json.dumps({"strategies": strategies, "seeds": list(seeds), "base": base,
+                                  "base_preset": base_preset, "target": target}, default=str))
 
 
 def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | None = None,
                    processes: int | None = None, target: float | None = None,
-                   progress: bool = True) -> Results:
+                   progress: bool = True, *, base_preset: str = "defaults",
+                   out_dir: str | None = None, resume: bool = False, pilot_steps: int = 0,
+                   sd: float | None = None, effect: float | None = None,
+                   start_method: str | None = None) -> Results:
     """Train every strategy (TrainConfig overrides on top of ``base``, itself overrides of
-    the "defaults" preset) with every seed -> Results. Runs go to ``processes`` forked worker
-    processes (default: the CPU count; 1, or no fork, runs them here one after the other).
-    ``target``: a held-out accuracy; the target/* metrics measure steps and seconds to it.
-    A non-zero ``time_budget_s`` is refused (ValueError): runs stop at ``steps``, never on a
-    clock, so that run s of two strategies covers the same prompts."""
+    the ``base_preset`` preset: "defaults", "smollm_cpu", any) with every seed -> Results.
+
+    Paired by step: every run trains ``steps`` steps on the same eval grid (a time budget or
+    a target_accuracy given is refused, a preset's is turned off; arms that change steps or
+    eval_every are refused), so seed s of two strategies draws the same prompts at step s.
+    Runs go to ``processes`` worker processes (default: one per core, at most one per run;
+    1 runs them here) of cores // processes threads each, started by ``start_method``
+    (default fork where there is one, else spawn: nothing is read from this process's
+    globals, reward models set by use_reward_model travel with each run).
+
+    ``out_dir``: the study's folder (default: a temporary one, deleted at the end): each run
+    keeps its folder (runs/<strategy>/seed<s>: metrics, samples, report, checkpoint, and
+    result.json once finished); the base policy is evaluated once per evaluation setting
+    (base.json, its samples in base/); ``resume`` continues a study there, running only the
+    runs without a result.json (the spec must be the same). ``pilot_steps`` > 0: first train
+    the first arm that many steps on each seed, then print what the study will cost here and
+    the smallest paired difference it can detect (80% power, alpha 0.05: power.py) from the
+    pilot's seed spread or from ``sd`` (the seed-to-seed sd of a paired difference), and,
+    given ``effect``, the seeds that difference needs. ``target``: a held-out accuracy; the
+    target/steps metric measures the steps to it (interpolated between evaluations)."""
     base = dict(base or {})
     for where, d in [("base", base), *((f"strategy {n!r}", s) for n, s in strategies.items())]:
         if {"seed", "out_dir"} & set(d):
@@ -292,44 +568,132 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
             raise ValueError(f"{where} sets time_budget_s={d['time_budget_s']!r}: "
                              "run_experiment trains every run for the same steps so that "
                              "seeds pair up; set steps (or time_budget_s=0) instead")
-    jobs = []
+        if d.get("target_accuracy"):
+            raise ValueError(f"{where} sets target_accuracy={d['target_accuracy']!r}, which "
+                             f"stops runs at different steps; pass target= to measure the "
+                             f"steps to it instead")
+    if resume and out_dir is None:
+        raise ValueError("resume=True continues the study in out_dir: give out_dir")
+    seeds = list(seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct and at least one, got {seeds}")
+    slugs = {}
+    for name in strategies:
+        if _slug(name) in slugs:
+            raise ValueError(f"strategies {slugs[_slug(name)]!r} and {name!r} share the folder "
+                             f"name {_slug(name)!r}: rename one")
+        slugs[_slug(name)] = name
+    cores = os.cpu_count() or 1
+    n_jobs = len(strategies) * len(seeds)
+    processes = max(1, min(processes or cores, n_jobs))
+    threads = int(base.get("threads") or max(1, cores // processes))
+    if processes * threads > cores:
+        raise ValueError(f"{processes} processes x threads={threads} is more than the {cores} "
+                         f"cores here: lower processes or threads")
+    method = start_method or ("fork" if "fork" in multiprocessing.get_all_start_methods()
+                              else "spawn")
+    tmp = None if out_dir is not None else tempfile.TemporaryDirectory(prefix="grpo_lab_exp_")
+    root = Path(out_dir if out_dir is not None else tmp.name)
+    try:
+        return _study(strategies, seeds, base, processes, threads, method, target, progress,
+                      base_preset, root, resume, pilot_steps, sd, effect, out_dir)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _study(strategies, seeds, base, processes, threads, method, target, progress,
+           base_preset, root: Path, resume, pilot_steps, sd, effect, out_dir) -> Results:
+    spec = _spec(strategies, seeds, base, base_preset, target)
+    spec_path = root / STUDY_FILE
+    if spec_path.exists():
+        saved = json.loads(spec_path.read_text())
+        if not resume:
+            raise ValueError(f"{root} holds a study ({STUDY_FILE}): resume=True (grpo-lab "
+                             f"study --resume) continues it; or choose another out_dir")
+        diff = {k: [saved.get(k), v] for k, v in spec.items() if saved.get(k) != v}
+        if diff:
+            listed = "; ".join(f"{k}: saved {a!r}, given {b!r}" for k, (a, b) in diff.items())
+            raise ValueError(f"cannot resume the study in {root}: {listed}")
+    root.mkdir(parents=True, exist_ok=True)
+    _write_json(spec_path, spec)
+    cfgs, jobs_cfg = {}, []
     for name, overrides in strategies.items():
         try:
-            cfg = preset("defaults", **{**base, **overrides, "threads": 1, "time_budget_s": 0.0,
-                                        "out_dir": "unused"})
+            cfg = preset(base_preset, **{**base, **overrides, "threads": threads,
+                                         "time_budget_s": 0.0, "target_accuracy": 0.0,
+                                         "out_dir": "unused"})
         except (TypeError, ValueError) as e:
             raise ValueError(f"strategy {name!r} ({overrides}): {e}") from None
-        jobs += [(name, s, dataclasses.replace(cfg, seed=s)) for s in seeds]
-    processes = min(processes or os.cpu_count() or 1, len(jobs))
-    fork = "fork" in multiprocessing.get_all_start_methods()
-    _JOBS[:] = jobs
-    histories = [None] * len(jobs)
-    bar = tqdm(total=len(jobs), desc="runs", disable=not progress)
-    threads = torch.get_num_threads()     # train() sets 1; give the caller back its own
-    try:
-        if processes > 1 and fork:
-            with multiprocessing.get_context("fork").Pool(processes, _die_with_parent) as pool:
-                done = pool.imap_unordered(_run_one, range(len(jobs)))
-                for i, hist, err in done:
-                    _store(histories, i, hist, err, jobs)
-                    bar.update()
-        else:
-            for i in range(len(jobs)):
-                _store(histories, *_run_one(i), jobs)
-                bar.update()
-    finally:
-        bar.close()
-        _JOBS.clear()
-        torch.set_num_threads(threads)
-    return Results([{"strategy": n, "seed": s, "history": h}
-                    for (n, s, _), h in zip(jobs, histories)], target)
+        cfgs[name] = cfg
+        jobs_cfg += [(name, s, dataclasses.replace(
+            cfg, seed=s, out_dir=str(root / "runs" / _slug(name) / f"seed{s}"))) for s in seeds]
+    first = next(iter(cfgs.values()))
+    for name, cfg in cfgs.items():                      # the same steps and eval grid
+        for f in ("steps", "eval_every", "eval_size"):
+            if getattr(cfg, f) != getattr(first, f):
+                raise ValueError(f"strategy {name!r} has {f}={getattr(cfg, f)!r} where "
+                                 f"{next(iter(cfgs))!r} has {getattr(first, f)!r}: every arm "
+                                 f"trains the same steps on the same eval grid, so runs pair "
+                                 f"by step")
+    from grpo_lab.training import reward_model
+    models = dict(reward_model.ACTIVE)
+    done = {(n, s) for n, s, c in jobs_cfg if (Path(c.out_dir) / RESULT_FILE).exists()}
+    todo = [(n, s, c) for n, s, c in jobs_cfg if (n, s) not in done]
+    if progress and done:
+        print(f"study {root}: {len(done)} of {len(jobs_cfg)} runs already finished, "
+              f"{len(todo)} to run")
+    base_evals = _base_evaluations(todo, root) if todo else {}
+    plan = None
+    if todo and (pilot_steps or sd is not None):
+        pilots = []
+        if pilot_steps:
+            name = next(iter(cfgs))
+            pilots = [Job(f"pilot {name}", s, dataclasses.replace(
+                cfgs[name], seed=s, steps=pilot_steps, eval_every=pilot_steps, ckpt_every=10**9,
+                out_dir=str(root / "pilot" / f"seed{s}")),
+                base_evals.get(_eval_key(cfgs[name])), models) for s in seeds]
+            t0 = time.perf_counter()
+            _run_all(pilots, min(processes, len(pilots)), method, progress)
+            wall = time.perf_counter() - t0
+        runs = [json.loads((Path(j.cfg.out_dir) / RESULT_FILE).read_text())["history"]
+                for j in pilots]
+        plan = _plan(runs, wall if pilots else 0.0, min(processes, max(1, len(pilots))),
+                     [c for _, _, c in todo], len(todo), processes, seeds, sd, effect,
+                     pilot_steps)
+        for line in plan["lines"]:
+            print(line)
+    head = (f"study: {len(strategies)} arms x {len(seeds)} seeds = {len(jobs_cfg)} runs of "
+            f"{first.steps} steps (preset {base_preset!r}), {processes} process(es) x "
+            f"{threads} thread(s), start method {method}")
+    if progress:
+        print(head)
+    _run_all([Job(n, s, c, base_evals.get(_eval_key(c)), models) for n, s, c in todo],
+             processes, method, progress)
+    runs, notes = [], []
+    for n, s, c in jobs_cfg:
+        r = json.loads((Path(c.out_dir) / RESULT_FILE).read_text())
+        runs.append({"strategy": n, "seed": s, "history": r["history"],
+                     "findings": r["findings"], "out_dir": c.out_dir if out_dir else None})
+    versions: dict = {}
+    for r in runs:
+        key = json.dumps(r["history"][0].get("plugins/sha256", {}), sort_keys=True)
+        versions.setdefault(key, []).append(f"{r['strategy']} seed {r['seed']}")
+    if len(versions) > 1:
+        notes.append("mixed plugin versions in one study (a plugin file changed between "
+                     "runs): " + "; ".join(f"{', '.join(v)}: {k}" for k, v in versions.items()))
+        warnings.warn(notes[-1], RuntimeWarning, stacklevel=3)
+    return Results(runs, target, out_dir=out_dir, notes=notes, plan=plan,
+                   grid=_grid(first))
 
 
-def _store(histories: list, i: int, hist, err: str | None, jobs: list) -> None:
-    if err is not None:
-        name, seed, _ = jobs[i]
-        raise RuntimeError(f"run of strategy {name!r}, seed {seed} failed:\n{err}")
-    histories[i] = hist
+def _grid(cfg) -> list[int]:
+    """Steps trained at each evaluation of a run of ``cfg`` (the base: 0)."""
+    if not cfg.eval_size:
+        return []
+    return [0] + sorted({s + 1 for s in range(cfg.steps)
+                         if (cfg.eval_every and (s + 1) % cfg.eval_every == 0)
+                         or s == cfg.steps - 1})
 
 
 def record_gradients(steps: int = 30, **overrides) -> dict:

@@ -205,7 +205,7 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
     with user_code(f"grouper {cfg.grouping!r}"):
         cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index,
-                                                  step))                   # (B,)
+                                                  step, examples=examples))  # (B,)
     group_ids = cluster_ids[prompt_index]                                  # (N,)
     # 5. advantages on the global batch; this rank keeps its rows
     adv_all, adv_flat = _advantages(cfg, g, cluster_ids, prompt_index, group_ids)

@@ -67,6 +67,7 @@ from grpo_lab.rundir import (Interrupted, StopSignals, claim, claimed_by_parent,
 from grpo_lab.algorithm.samples import FILE as SAMPLES_FILE, append as append_samples, rows as sample_rows
 from grpo_lab.tasks.task_data import held_out
 from grpo_lab.tasks import sample_examples
+from grpo_lab.tokenizer import ALPHABET
 
 # the per-phase timings every step logs (seconds; "time/rollout_s" is the whole collect)
 PHASES = ("time/sample_s", "time/score_s", "time/loss_forward_s", "time/backward_s",
@@ -215,6 +216,40 @@ def held_out_sets(cfg: TrainConfig) -> tuple[dict, set]:
             for t, exs in sets.items()}, prompts
 
 
+class UnreadableText(UserWarning):
+    """The policy's tokenizer drops characters of the run's text (check_readable)."""
+
+
+def check_readable(policy, cfg: TrainConfig, eval_sets: dict, draw) -> None:
+    """Every character of the run's text, as the run renders it (each task's held-out
+    examples and 64 seeded training draws, prompt and answer), is one the policy's tokenizer
+    reads and writes back (``Policy.unknown_chars``). What a task needs (``Task.alphabet``)
+    meets what this policy has here, once: on the toy a character outside its alphabet is an
+    error naming the task, the text and the character (the toy cannot encode it); a
+    transformers tokenizer that would drop one silently (a BPE without byte fallback, as
+    data/hf_tiny's) gets an ``UnreadableText`` warning naming the same (the model never sees
+    those characters; the run goes on)."""
+    first: dict[str, tuple] = {}                       # character -> where it first occurs
+    drawn = draw(random.Random(f"{cfg.seed}-readable"), 64)
+    for ex in [e for exs in eval_sets.values() for e in exs] + drawn:
+        for text, what in ((ex.prompt, "prompt"), (ex.answer, "answer")):
+            for c in text:
+                first.setdefault(c, (ex.task, what, text))
+    bad = policy.unknown_chars("".join(first))
+    if not bad:
+        return
+    task, what, text = first[bad[0]]
+    more = f" (all it cannot read: {bad})" if len(bad) > 1 else ""
+    head = (f"task {task!r}: {what} {text!r} has character {bad[0]!r}, which the "
+            f"{cfg.policy} policy cannot read{more}")
+    if cfg.policy == "toy":
+        raise ValueError(f"{head}: the toy's char tokenizer reads only {ALPHABET!r}; a task "
+                         f"written in words trains on policy='hf' with an answer_format")
+    warnings.warn(f"{head}: the tokenizer of {cfg.base_checkpoint!r} drops it, so the model "
+                  f"never sees it; reword the task or use a model whose tokenizer reads it",
+                  UnreadableText, stacklevel=3)
+
+
 def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     """The held-out sets, the policy (and the objective's extra modules: PPO's critic), the
     frozen reference only when the objective uses one and beta > 0, the prompt source (never a
@@ -232,13 +267,15 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     ref = None
     if cfg.beta and obj.uses_reference:        # a second, frozen copy (LoRA: adapters off)
         ref = policy.reference() if cfg.hf.lora_r else frozen(load_for(cfg).to(device))
-    ctx = StepContext(rendered_source(prompt_source(cfg, held), cfg.answer_format),
-                      make_grouper(cfg), ref, group)
+    draw = rendered_source(prompt_source(cfg, held), cfg.answer_format)
+    check_readable(policy, cfg, eval_sets, draw)           # the task's needs vs this policy
+    ctx = StepContext(draw, make_grouper(cfg), ref, group)
     return Setup(policy, ctx, eval_sets, held, obj)
 
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
-          on_step=None, allow_override: bool = False, overwrite: bool = True) -> list[dict]:
+          on_step=None, allow_override: bool = False, overwrite: bool = True,
+          base_eval: dict | None = None) -> list[dict]:
     """Run ``cfg`` -> history (one metrics dict per step, eval rows merged).
 
     Writes ``out_dir/metrics.jsonl`` and ``out_dir/checkpoint.safetensors`` (rank 0). With
@@ -252,7 +289,10 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     cell replaces its run; the CLI refuses unless --overwrite). SIGINT/SIGTERM finish the
     step, write a checkpoint and raise ``rundir.Interrupted``. ``out_dir/config.json`` holds
     the resolved config (rewritten on resume, with its overrides); ``cfg.report_to`` also
-    sends every metrics row to live trackers (rank 0, trackers.py).
+    sends every metrics row to live trackers (rank 0, trackers.py). ``base_eval``: the base
+    policy's evaluation (``evaluate_tasks`` of this config's base), when the caller already
+    has it: the step -1 row then takes it instead of evaluating again (experiments.py
+    evaluates a study's shared base once).
     """
     check_installed(cfg.report_to)              # a missing tracker package: before any work
     rank0 = Group.current().rank == 0
@@ -263,7 +303,8 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     tracked = Trackers(cfg.report_to, cfg.out_dir, to_dict(cfg), fresh=not resume, lead=rank0)
     try:
         with stop:
-            return _train(cfg, resume, progress, on_step, allow_override, stop, tracked)
+            return _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
+                          base_eval)
     except Exception as e:                      # the CLI's one-line error names the step
         e.add_note(f"at step {stop.step}" if stop.step is not None else
                    "before the first step (setup or the first evaluation)")
@@ -274,7 +315,8 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
             lock.release()
 
 
-def _train(cfg, resume, progress, on_step, allow_override, stop, tracked) -> list[dict]:
+def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
+           base_eval=None) -> list[dict]:
     group = Group.current()
     threads = cfg.threads or free_cores()
     torch.set_num_threads(threads)
@@ -325,7 +367,8 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked) -> lis
                           f"exactly, the one that never stopped", RuntimeWarning, stacklevel=2)
         start, history = c["step"] + 1, c["history"]
     else:
-        history.append({"step": -1, **(evaluate_now(-1) if lead else {}), "time/elapsed_s": 0.0,
+        base = (base_eval if base_eval is not None else evaluate_now(-1)) if lead else {}
+        history.append({"step": -1, **base, "time/elapsed_s": 0.0,
                         "time/threads": threads, **({"plugins/sha256": plugins} if plugins else {})})
     if lead:                                    # replaced atomically: a kill leaves old or new
         write_lines_atomic(log_path, [json.dumps(h) + "\n" for h in history])
