@@ -239,6 +239,12 @@ OPTIONS = {
         kl_in="reward", kl_estimator="k1", top_p=0.8, tis_cap=2.0),
     "soft_k2loss_tokenmean": dict(overlong="soft", beta=0.05, kl_estimator="k2",
                                   aggregation="token_mean"),
+    # the algorithms issue's options (the entropy mask is left out: its quantile is per rank)
+    "mask_cispo_rppb_seqmask_klcorr": dict(
+        overlong="mask", policy_loss="cispo", advantage="reinforce_pp_baseline", tis_cap=2.0,
+        tis_level="sequence_mask", beta=0.05, kl_bias_correction=True, kl_clamp=10.0,
+        log_ratio_clamp=20.0),
+    "dualclip_seqis": dict(dual_clip=3.0, tis_cap=2.0, tis_level="sequence", overlong="filter"),
 }
 
 

@@ -302,7 +302,7 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     keep = rule.keep(r.stopped)                                            # (N_r,) rows in the loss
     n = len(keep) if rule.counts_dropped else int(keep.sum())              # rows normalised by
     keys = grpo_stat_keys(cfg)
-    if n == 0:
+    if n == 0 or not batch.n_tokens:               # no row, or (overlong "mask") no token kept
         return _zero_loss(policy), dict.fromkeys(keys, 0.0)
     logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
                                         forward=cfg.update_forward,
