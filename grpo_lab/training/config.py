@@ -190,8 +190,10 @@ class TrainConfig:
     """Weight of the KL penalty to the reference policy (0 skips the reference forward)."""
     kl_estimator: str = "k3"
     """How the KL to the reference is estimated from sampled tokens (one of
-    loss.KL_ESTIMATORS, Schulman 2020): "k1" log pi/pi_ref (unbiased, can be negative), "k2"
-    (log pi/pi_ref)^2 / 2 (biased, >= 0), "k3" the paper's (unbiased, >= 0)."""
+    loss.KL_ESTIMATORS, Schulman 2020): "k1" log pi/pi_ref (unbiased, can be negative; as a
+    loss term its expected gradient is 0, so kl_in="loss" with k1 is refused), "k2"
+    (log pi/pi_ref)^2 / 2 (biased, >= 0; in the loss, the reverse KL's exact gradient), "k3"
+    the paper's (unbiased, >= 0; in the loss, the forward KL's gradient)."""
     kl_in: str = "loss"
     """Where beta * KL goes (one of loss.KL_PLACEMENTS): "loss", a per-token term of the loss
     (DeepSeekMath; logged as loss/kl and loss/kl_<estimator>), or "reward", the completion's
