@@ -345,3 +345,25 @@ def test_every_policy_loss_is_the_plain_gradient_on_policy():
         assert grad == pytest.approx(-0.7, abs=1e-15), name
         assert loss == pytest.approx(0.0 if name == "cispo" else -0.7, abs=1e-15), name
     assert ClipRange()._fields == ("eps_low", "eps_high", "dual_clip", "delta")
+
+
+def test_a_method_round_trips_through_the_saved_config():
+    from grpo_lab.training.config import from_dict, to_dict
+    cfg = preset("quick", method="dapo")
+    again = from_dict(to_dict(cfg))
+    assert to_dict(again) == to_dict(cfg) and again.method == "dapo"
+
+
+def test_entropy_mask_and_cispo_train_end_to_end(tmp_path):
+    # mu = 2: the second update is off-policy; every policy parameter moves, the loss is finite
+    from grpo_lab.checkpoint import load_policy_any
+    from grpo_lab.training.trainer import train
+    kw = dict(steps=2, mu=2, prompts_per_step=4, group_size=4, eval_size=0, eval_every=0,
+              ckpt_every=2, time_budget_s=0.0, threads=1, warmup_steps=0, lr=1e-3)
+    h = train(preset("quick", out_dir=str(tmp_path / "a"), method="cispo",
+                     top_entropy_quantile=0.2, **kw), progress=False)
+    rows = [r for r in h if r["step"] >= 0]
+    assert len(rows) == 2 and all(math.isfinite(r["loss/total"]) for r in rows)
+    before = load_policy_any(preset("quick").base_checkpoint).state_dict()
+    after = load_policy_any(tmp_path / "a" / "checkpoint.safetensors").state_dict()
+    assert all(not torch.equal(before[k], after[k]) for k in after), "a parameter did not move"
