@@ -10,18 +10,19 @@ or GSPO's per sequence) with its gradient. Padding is zeroed by the caller.
   * ``clip`` (PPO, Schulman et al. 2017; GRPO, DeepSeekMath eq. 3):
         -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
     with ``dual_clip`` = c > 1, dual-clip PPO (Ye et al. 2020, "Mastering Complex Control in
-    MOBA Games", eq. 5; verl's ``clip_ratio_c``): for A < 0 the loss is also capped at -c A,
-    so a token whose ratio has exploded (r > c) gives a bounded loss and no gradient:
+    MOBA Games with Deep RL", AAAI 2020; verl's ``clip_ratio_c``): for A < 0 the loss is also
+    capped at -c A, so a token whose ratio has exploded (r > c) gives a bounded loss and no
+    gradient:
         A < 0:  min(-c A, -min(r A, clip(r) A))
     verl applies it always with c = 3; here it is off (``dual_clip = 0``) by default, so the
     runs recorded before it stay bit-identical, and at mu = 1 (the toy's default) r = 1 on
     every token and it can never act.
-  * ``two_sided`` (INTELLECT-2, Prime Intellect 2025, sec. 3; TRL's ``delta``): the unclipped
+  * ``two_sided`` (INTELLECT-2, Prime Intellect 2025; TRL's ``delta``): the unclipped
     ratio is capped at ``delta`` before the min: -min(min(r, delta) A, clip(r) A). For A > 0
     the cap never binds (clip(r) <= 1 + eps_high < delta); for A < 0 it is value for value
     and gradient for gradient dual-clip with c = delta (tests/test_policy_losses.py shows
     both). INTELLECT-2 used delta = 4; no default here, the record needs delta > 1 + eps_high.
-  * ``cispo`` (MiniMax-M1, 2025, eq. 4): the clipped ratio becomes a stop-gradient weight
+  * ``cispo`` (MiniMax-M1, MiniMax 2025): the clipped ratio becomes a stop-gradient weight
     of a REINFORCE term, so no token loses its gradient to clipping:
         -sg(min(r, 1 + eps_high)) A log pi_theta
     Deviations: the paper's IS weight has a lower bound 1 - eps_low^IS that it sets out of
@@ -55,7 +56,7 @@ def clip_loss(ratio, logp, A, clip: ClipRange):
     loss = -torch.min(ratio * A, clipped * A)                              # (N, T) PPO eq. 7
     if clip.dual_clip:
         bound = -clip.dual_clip * A                                        # (N, 1) or (N, T)
-        loss = torch.where(A < 0, torch.min(loss, bound), loss)            # Ye et al. eq. 5
+        loss = torch.where(A < 0, torch.min(loss, bound), loss)            # Ye et al. 2020
     return loss
 
 
@@ -67,7 +68,7 @@ def two_sided_loss(ratio, logp, A, clip: ClipRange):
 
 def cispo_loss(ratio, logp, A, clip: ClipRange):
     w = ratio.clamp(max=1 + clip.eps_high).detach()                        # (N, T) sg(clip(r))
-    return -w * A * logp                                                   # (N, T) MiniMax-M1 eq. 4
+    return -w * A * logp                                                   # (N, T) MiniMax-M1
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,13 @@ step builds that weight here from two independent choices, each a record with on
      * ``token``    truncated IS, min(w_it, C) per token (Yao et al. 2025, "Your efficient RL
                     framework secretly brings you off-policy RL training");
      * ``sequence`` sequence-level truncated IS, min(prod_t w_it, C) on every token of the
-                    completion (verl's ``rollout_is="sequence"``): the completion was sampled
-                    as a whole, so its weight is the product;
+                    completion (verl's sequence-level rollout importance sampling): the
+                    completion was sampled as a whole, so its weight is the product;
      * ``sequence_mask`` masking of off-policy sequences: weight 1 if the completion's
                     geometric-mean ratio exp(mean_t log w_it) lies in [1/C, C] (bounds
                     included), else 0: the whole completion leaves the policy gradient
-                    (verl's rejection mode ``rollout_rs`` with geometric bounds; the masked
-                    IS of Yao et al.'s follow-up). Its tokens still count in the normaliser.
+                    (as verl's sequence-level rollout rejection with geometric-mean bounds).
+                    Its tokens still count in the normaliser.
 2. The 80/20 high-entropy token mask (``cfg.top_entropy_quantile`` = q < 1; Wang et al. 2025,
    "Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective RL for LLM
    Reasoning"; TRL's ``top_entropy_quantile``): only tokens whose entropy is at least the
