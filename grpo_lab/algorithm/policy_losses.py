@@ -15,8 +15,8 @@ or GSPO's per sequence) with its gradient. Padding is zeroed by the caller.
     gradient:
         A < 0:  min(-c A, -min(r A, clip(r) A))
     verl applies it always with c = 3; here it is off (``dual_clip = 0``) by default, so the
-    runs recorded before it stay bit-identical, and at mu = 1 (the toy's default) r = 1 on
-    every token and it can never act.
+    runs recorded before it stay bit-identical, and at mu = 1 (the toy's default) r = 1 (up
+    to float rounding) on every token and it can never act.
   * ``two_sided`` (INTELLECT-2, Prime Intellect 2025; TRL's ``delta``): the unclipped
     ratio is capped at ``delta`` before the min: -min(min(r, delta) A, clip(r) A). For A > 0
     the cap never binds (clip(r) <= 1 + eps_high < delta); for A < 0 it is value for value
