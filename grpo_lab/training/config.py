@@ -170,7 +170,8 @@ class TrainConfig:
     dual_clip: float = 0.0
     """Dual-clip PPO (Ye et al. 2020): c > 1 caps the loss of an A < 0 token at -c A, so an
     exploded ratio gives a bounded loss and no gradient (verl: 3; 0 = off, the default: at
-    mu = 1 every ratio is 1 up to rounding and it cannot act, and recorded runs stay bit-identical)."""
+    mu = 1 every ratio is 1 up to rounding, so it cannot act, and recorded runs stay
+    bit-identical)."""
     clip_delta: float = 0.0
     """policy_loss="two_sided": the cap delta > 1 + eps_high on the unclipped ratio
     (INTELLECT-2: 4); the same bound as dual_clip = delta."""
