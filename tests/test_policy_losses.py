@@ -361,9 +361,25 @@ def test_entropy_mask_and_cispo_train_end_to_end(tmp_path):
     kw = dict(steps=2, mu=2, prompts_per_step=4, group_size=4, eval_size=0, eval_every=0,
               ckpt_every=2, time_budget_s=0.0, threads=1, warmup_steps=0, lr=1e-3)
     h = train(preset("quick", out_dir=str(tmp_path / "a"), method="cispo",
-                     top_entropy_quantile=0.2, **kw), progress=False)
+                     top_entropy_quantile=0.2, off_policy_mask=0.5, **kw), progress=False)
     rows = [r for r in h if r["step"] >= 0]
     assert len(rows) == 2 and all(math.isfinite(r["loss/total"]) for r in rows)
     before = load_policy_any(preset("quick").base_checkpoint).state_dict()
     after = load_policy_any(tmp_path / "a" / "checkpoint.safetensors").state_dict()
     assert all(not torch.equal(before[k], after[k]) for k in after), "a parameter did not move"
+
+
+def test_off_policy_sequence_mask_by_hand():
+    from grpo_lab.algorithm.token_weights import off_policy_sequence_mask
+    # mean log(pi_sampler / pi) per row: 0.6, 0.5 (exactly delta: kept, the test is strict),
+    # 0.9 with A > 0 (kept), 0.7 on the one real token of row 3 (the 9.0 is padding)
+    sampler = torch.tensor([[0.5, 0.7], [0.5, 0.5], [0.9, 0.9], [0.7, 9.0]], dtype=D)
+    logp = torch.zeros(4, 2, dtype=D)
+    m = torch.tensor([[True, True], [True, True], [True, True], [True, False]])
+    w = off_policy_sequence_mask(logp, sampler, torch.tensor([-1.0, -1.0, 1.0, -0.5], dtype=D),
+                                 m, 0.5)
+    assert w.tolist() == [[0, 0], [1, 1], [1, 1], [0, 0]]
+    with pytest.raises(ValueError, match="one advantage per completion"):
+        off_policy_sequence_mask(logp, sampler, torch.zeros(4, 2, dtype=D), m, 0.5)
+    with pytest.raises(ValueError, match="supervision='outcome'"):
+        preset("quick", off_policy_mask=0.5, supervision="process")

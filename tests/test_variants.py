@@ -244,7 +244,8 @@ OPTIONS = {
         overlong="mask", policy_loss="cispo", advantage="reinforce_pp_baseline", tis_cap=2.0,
         tis_level="sequence_mask", beta=0.05, kl_bias_correction=True, kl_clamp=10.0,
         log_ratio_clamp=20.0),
-    "dualclip_seqis": dict(dual_clip=3.0, tis_cap=2.0, tis_level="sequence", overlong="filter"),
+    "dualclip_seqis_offpolicymask": dict(dual_clip=3.0, tis_cap=2.0, tis_level="sequence",
+                                         overlong="filter", off_policy_mask=0.5),
 }
 
 

@@ -16,7 +16,12 @@ step builds that weight here from two independent choices, each a record with on
                     included), else 0: the whole completion leaves the policy gradient
                     (as verl's sequence-level rollout rejection with geometric-mean bounds).
                     Its tokens still count in the normaliser.
-2. The 80/20 high-entropy token mask (``cfg.top_entropy_quantile`` = q < 1; Wang et al. 2025,
+2. DeepSeek-V3.2's off-policy sequence mask (``cfg.off_policy_mask`` = delta > 0; DeepSeek-AI
+   2025, eq. 9; TRL's ``off_policy_mask_threshold``): a completion with A < 0 whose mean
+   log(pi_sampler / pi_theta) over its tokens exceeds delta (strictly) leaves the policy
+   gradient: a negative advantage on a sample the policy has since moved far from teaches
+   little and destabilises. Outcome supervision only (one A per completion).
+3. The 80/20 high-entropy token mask (``cfg.top_entropy_quantile`` = q < 1; Wang et al. 2025,
    "Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective RL for LLM
    Reasoning"; TRL's ``top_entropy_quantile``): only tokens whose entropy is at least the
    (1 - q) quantile of the real tokens' entropies (torch.quantile, linear interpolation) keep
@@ -58,6 +63,19 @@ def is_weight(level: str, trainer_logp, sampler_logp, mask, cap: float) -> torch
     m = mask.bool()
     log_w = torch.where(m, trainer_logp - sampler_logp, 0.0)               # (N, T) log w, pad 0
     return torch.where(m, IS_LEVELS[level](log_w, m.to(log_w.dtype), cap), 0.0)
+
+
+def off_policy_sequence_mask(logp, sampler_logp, advantages, mask, delta: float):
+    """(N, T) log-probs of the policy and the sampler, (N,) advantages -> (N, T) 1.0, or 0 on
+    every token of a completion with A < 0 and mean log(pi_sampler / pi) > delta."""
+    if advantages.dim() != 1:
+        raise ValueError("off_policy_mask reads one advantage per completion (outcome "
+                         "supervision), got advantages of shape " f"{tuple(advantages.shape)}")
+    m = mask.bool()
+    n = m.sum(1).clamp(min=1)                                              # (N,)
+    kl = torch.where(m, sampler_logp - logp.detach(), 0.0).sum(1) / n      # (N,) mean log ratio
+    keep = ~((advantages < 0) & (kl > delta))                              # (N,)
+    return (m & keep[:, None]).to(logp.dtype)                              # (N, T)
 
 
 def high_entropy_mask(entropy, mask, quantile: float) -> torch.Tensor:

@@ -184,6 +184,10 @@ class TrainConfig:
     """Multiply each token's KL estimate by pi/pi_old (DeepSeek-V3.2; TRL's
     use_bias_correction_kl): an estimate of KL(pi || pi_ref) from tokens sampled by pi_old,
     whose gradient is that KL's (k3 alone gives the forward KL's)."""
+    off_policy_mask: float = 0.0
+    """DeepSeek-V3.2's off-policy sequence mask: a completion with A < 0 whose mean
+    log(pi_sampler / pi) exceeds this delta leaves the policy gradient (TRL's
+    off_policy_mask_threshold, example 0.5; 0 = off). Outcome supervision only."""
     top_entropy_quantile: float = 1.0
     """The 80/20 mask (Wang et al. 2025): only the tokens in the top this fraction by entropy
     keep their policy gradient (the paper: 0.2; 1.0 = off)."""
@@ -399,8 +403,12 @@ class TrainConfig:
         lookup(POLICY_LOSSES, self.policy_loss, "policy_loss")
         lookup(IS_LEVELS, self.tis_level, "tis_level")
         _finite(self, "dual_clip", "clip_delta", "log_ratio_clamp", "kl_clamp",
-                "top_entropy_quantile")
-        _nonnegative(self, "dual_clip", "clip_delta", "log_ratio_clamp", "kl_clamp")
+                "top_entropy_quantile", "off_policy_mask")
+        _nonnegative(self, "dual_clip", "clip_delta", "log_ratio_clamp", "kl_clamp",
+                     "off_policy_mask")
+        if self.off_policy_mask and self.supervision != "outcome":
+            raise ValueError("off_policy_mask reads one advantage per completion: it needs "
+                             f"supervision='outcome', got {self.supervision!r}")
         check_clip(self.policy_loss, ClipRange(self.eps_low, self.eps_high, self.dual_clip,
                                                self.clip_delta))
         kl_in_loss = self.beta != 0 and KL_PLACEMENTS[self.kl_in].in_loss
@@ -424,7 +432,7 @@ class TrainConfig:
                              f"for its advantage alone")
         new = {"policy_loss": "clip", "dual_clip": 0.0, "clip_delta": 0.0,
                "log_ratio_clamp": 0.0, "kl_clamp": 0.0, "kl_bias_correction": False,
-               "top_entropy_quantile": 1.0, "tis_level": "token"}
+               "top_entropy_quantile": 1.0, "tis_level": "token", "off_policy_mask": 0.0}
         if self.objective != "grpo":
             for name, off in new.items():
                 if getattr(self, name) != off:

@@ -48,7 +48,8 @@ from grpo_lab.algorithm.group_diagnostics import (advantage_diagnostics, advanta
                                                   reward_group_diagnostics)
 from grpo_lab.algorithm.loss import AGGREGATIONS, KL_PLACEMENTS, grpo_loss, sequence_kl
 from grpo_lab.algorithm.overlong import OVERLONG
-from grpo_lab.algorithm.token_weights import high_entropy_mask, is_weight
+from grpo_lab.algorithm.token_weights import (high_entropy_mask, is_weight,
+                                              off_policy_sequence_mask)
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.training.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
 from grpo_lab.algorithm.rollout import completion_logprobs, left_pad, positions, sample  # noqa: F401
@@ -283,13 +284,17 @@ def _zero_loss(policy) -> torch.Tensor:
     return sum(p.sum() * 0.0 for p in policy.parameters())
 
 
-def pg_weight(cfg, logp, old, sampler, entropy, m):
+def pg_weight(cfg, logp, old, sampler, entropy, m, adv):
     """The detached (N_r, Tc) weight of each token's policy-gradient term (token_weights.py):
-    truncated IS at cfg.tis_level when tis_cap > 0, times the high-entropy mask when
-    top_entropy_quantile < 1; None when neither is on (the loss then multiplies nothing)."""
+    truncated IS at cfg.tis_level when tis_cap > 0, times DeepSeek-V3.2's off-policy sequence
+    mask when off_policy_mask > 0, times the high-entropy mask when top_entropy_quantile < 1;
+    None when none is on (the loss then multiplies nothing)."""
     w = None
     if cfg.tis_cap:                                # Yao et al. 2025: min(pi_old / pi_sampler, C)
         w = is_weight(cfg.tis_level, old, sampler, m, cfg.tis_cap)         # (N_r, Tc)
+    if cfg.off_policy_mask:                        # DeepSeek-V3.2 eq. 9
+        o = off_policy_sequence_mask(logp, sampler, adv, m, cfg.off_policy_mask)  # (N_r, Tc)
+        w = o if w is None else w * o
     if cfg.top_entropy_quantile < 1:               # Wang et al. 2025: the top-entropy tokens
         h = high_entropy_mask(entropy, m, cfg.top_entropy_quantile)        # (N_r, Tc) 0 / 1
         w = h if w is None else w * h
@@ -315,7 +320,8 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
         m, row_keep = m & keep.to(dev)[:, None], None                      # (N_r, Tc)
     else:
         row_keep = keep.to(dev)                                            # (N_r,) rows dropped
-    tis = pg_weight(cfg, logp, old, sampler, entropy, m)                   # (N_r, Tc) or None
+    tis = pg_weight(cfg, logp, old, sampler, entropy, m,
+                    batch.advantages.to(dev))                              # (N_r, Tc) or None
     in_loss = KL_PLACEMENTS[cfg.kl_in].in_loss
     loss, stats = grpo_loss(logp, old, batch.ref_logprobs, batch.advantages.to(dev), m,
                             cfg.eps_low, cfg.eps_high, cfg.beta if in_loss else 0.0,
