@@ -46,9 +46,24 @@ def test_dual_clip_by_hand(ratio, A, want_loss, want_grad):
 
 
 def test_dual_clip_at_its_boundary_and_off():
-    # ratio exactly c = 3, A = -1: both branches are 3; the value is 3 either way
-    loss, _ = one_token(3.0, -1.0, dual_clip=3.0)
-    assert loss == pytest.approx(3.0, abs=1e-12)
+    # exactly on the boundary, r = c: log r = 1 and c = e as torch rounds exp(1), so r == c
+    # bit for bit (exp(log 3) is 3.0000000000000004, past a bound of 3); A = -1: -r A = c = -c A
+    c = torch.exp(torch.tensor(1.0, dtype=D)).item()
+    logp = torch.tensor([[1.0, 1.0 + 1e-9, 1.0 - 1e-9, 1.0]], dtype=D, requires_grad=True)
+    A = torch.tensor([[-1.0, -1.0, -1.0, 1.0]], dtype=D)
+    loss, stats = grpo_loss(logp, torch.zeros(1, 4, dtype=D), None, A,
+                            torch.ones(1, 4, dtype=torch.bool), 0.2, 0.2, aggregation="token_mean",
+                            dual_clip=c)
+    loss.backward()
+    # per token: c (on the bound), c (capped), e^(1 - 1e-9) (under it), -1.2 (A > 0, clipped)
+    want = (c + c + math.exp(1 - 1e-9) - 1.2) / 4
+    assert loss.item() == pytest.approx(want, abs=1e-14)
+    assert stats["clip/dual_frac"] == 0.25                         # r > c strictly: token 1 only
+    g = logp.grad[0].tolist()
+    assert g[1] == 0.0 and g[2] == pytest.approx(math.exp(1 - 1e-9) / 4, abs=1e-14) and g[3] == 0.0
+    assert g[0] == pytest.approx(c / 8, abs=1e-15)      # on the tie torch.min splits it: half
+    assert "clip/dual_frac" not in grpo_loss(logp.detach(), logp.detach(), None, [1.0],
+                                             torch.ones(1, 4, dtype=torch.bool))[1]
     # off (the default): the exploded ratio's loss is unbounded, -r A = 4, gradient 4
     assert one_token(4.0, -1.0) == pytest.approx((4.0, 4.0), abs=1e-12)
     with pytest.raises(ValueError, match="dual_clip must be 0 \\(off\\) or > 1"):

@@ -233,6 +233,9 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
             "clip/high_frac": float((high * mask).sum() / n_tok),
             "clip/ratio_mean": float((ratio * mask).sum() / n_tok),
         }
+        if dual_clip:                      # tokens whose loss the dual-clip bound -c A replaced
+            dual = ((ratio > dual_clip) & (A < 0)).to(mask.dtype)          # r > c, A < 0
+            stats["clip/dual_frac"] = float((dual * mask).sum() / n_tok)
         if beta != 0:                      # beta = 0: no KL computed, so none reported (not 0)
             stats["loss/kl"] = float((kl * mask).sum() / n_tok)
     return loss, stats

@@ -271,11 +271,12 @@ def logged_stats(names: tuple, cfg) -> tuple:
 def grpo_stat_keys(cfg) -> tuple:
     """The statistics grpo_objective shares: ``logged_stats(GRPO_STATS)`` (no loss/kl unless
     a KL is computed in the loss), then the KL's name with its estimator (loss/kl_k3), and
-    TIS_STATS when tis_cap > 0. The same on every rank."""
+    TIS_STATS when tis_cap > 0, clip/dual_frac when dual_clip > 0. The same on every rank."""
     in_loss = cfg.beta != 0 and KL_PLACEMENTS[cfg.kl_in].in_loss
     base = tuple(k for k in logged_stats(GRPO_STATS, cfg) if in_loss or k != "loss/kl")
     kl = (f"loss/kl_{cfg.kl_estimator}",) if in_loss else ()
-    return base + kl + (TIS_STATS if cfg.tis_cap else ())
+    return base + kl + (TIS_STATS if cfg.tis_cap else ()) + \
+        (("clip/dual_frac",) if cfg.dual_clip else ())
 
 
 def _zero_loss(policy) -> torch.Tensor:
