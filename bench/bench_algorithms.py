@@ -36,17 +36,20 @@ VARIANTS = {
     "cispo": {"policy_loss": "cispo"},
     "dual_clip_3": {"dual_clip": 3.0},
 }
-KEEP = bench_variants.KEEP + ("clip/high_frac", "clip/low_frac", "clip/ratio_mean")
+KEEP = bench_variants.KEEP + ("clip/high_frac", "clip/low_frac", "clip/ratio_mean",
+                              "clip/dual_frac")
 
 
 def clipped(runs) -> str:
-    out = ["| variant | clip/high_frac | clip/low_frac | clip/ratio_mean (max over steps) |",
-           "|---|---:|---:|---:|"]
+    out = ["| variant | clip/high_frac | clip/low_frac | clip/ratio_mean (max over steps) | "
+           "clip/dual_frac |", "|---|---:|---:|---:|---:|"]
     for name in dict.fromkeys(r["strategy"] for r in runs):
         hs = [h for r in runs if r["strategy"] == name for h in r["history"] if "clip/high_frac" in h]
         mean = lambda k: sum(h[k] for h in hs) / max(len(hs), 1)   # noqa: E731
         out.append(f"| {name} | {mean('clip/high_frac'):.5f} | {mean('clip/low_frac'):.5f} | "
-                   f"{max((h['clip/ratio_mean'] for h in hs), default=float('nan')):.5f} |")
+                   f"{max((h['clip/ratio_mean'] for h in hs), default=float('nan')):.5f} | "
+                   + (f"{mean('clip/dual_frac'):.6f} |" if hs and "clip/dual_frac" in hs[0]
+                      else "- |"))
     return "\n".join(out)
 
 
