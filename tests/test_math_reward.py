@@ -11,6 +11,14 @@ from grpo_lab.tasks import Example
 HAS_MV = importlib.util.find_spec("math_verify") is not None
 
 
+@pytest.fixture(autouse=True)
+def _unregister():
+    """Importing the plugin registers the reward: take it out again for the other tests."""
+    yield
+    from grpo_lab.tasks.rewards import REWARDS
+    REWARDS.pop("math_verify", None)
+
+
 def test_default_path_never_imports_math_verify():
     code = ("import sys, grpo_lab.training.config, grpo_lab.training.trainer; "
             "print('math_verify' in sys.modules, 'grpo_lab.tasks.math_reward' in sys.modules)")
@@ -19,10 +27,11 @@ def test_default_path_never_imports_math_verify():
 
 
 @pytest.mark.skipif(HAS_MV, reason="math-verify is installed: the missing-package hint cannot show")
-def test_without_math_verify_the_plugin_says_what_to_install():
+def test_without_math_verify_the_reward_says_what_to_install():
     from grpo_lab.registry import load_plugins
-    with pytest.raises(ValueError, match=r'pip install -e "\.\[math\]"'):
-        load_plugins("grpo_lab.tasks.math_reward")
+    (mod,) = load_plugins("grpo_lab.tasks.math_reward")       # imports without math-verify
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[math\]"'):
+        mod.math_verify_reward(["1"], [Example("q", "1", "word_problems", fmt="boxed")], [True])
 
 
 @pytest.mark.skipif(not HAS_MV, reason='needs pip install -e ".[math]"')

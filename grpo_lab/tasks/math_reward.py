@@ -18,19 +18,24 @@ from __future__ import annotations
 
 from typing import Sequence
 
-try:
-    from math_verify import parse, verify
-except ImportError as e:                                   # a clear error at plugin load
-    raise ImportError("the math_verify reward needs math-verify: pip install -e \".[math]\" "
-                      f"({e})") from None
-
 from grpo_lab.tasks import Example
 from grpo_lab.tasks.rewards import check_batch, register_reward
+
+
+def _math_verify():
+    """-> (parse, verify), imported at the first call (the module imports without it)."""
+    try:
+        from math_verify import parse, verify
+    except ImportError as e:
+        raise ImportError("the math_verify reward needs math-verify: pip install -e \".[math]\" "
+                          f"({e})") from None
+    return parse, verify
 
 
 def math_verify_reward(completions: Sequence[str], examples: Sequence[Example],
                        stopped: Sequence[bool]) -> list[float]:
     check_batch(completions, examples, stopped)
+    parse, verify = _math_verify()
     out = []
     for c, ex, s in zip(completions, examples, stopped):
         if not s:
