@@ -40,6 +40,9 @@ INT_EXPECTED = {
     "rloo": [1.0, -1 / 3, -1 / 3, -1 / 3],              # 1 - 0, 0 - 1/3
     "rank": [1.0, -1 / 3, -1 / 3, -1 / 3],              # ranks 4 and 2 (ties: mean of 1, 2, 3)
     "batch_std": [0.75 / 0.5001, -0.25 / 0.5001, -0.25 / 0.5001, -0.25 / 0.5001],  # batch std 0.5
+    "mean_centred": [0.75, -0.25, -0.25, -0.25],
+    # one token per completion (no lengths): token mean 0, var 0.75 / 3 = 0.25, + 1e-8
+    "reinforce_pp_baseline": [x / (0.25 + 1e-8) ** 0.5 for x in (0.75, -0.25, -0.25, -0.25)],
 }
 
 

@@ -24,7 +24,7 @@ def run(capsys, *args) -> tuple[int, str]:
 def test_resume_takes_the_saved_config_and_refuses_silent_changes(tmp_path, capsys):
     out = str(tmp_path / "mine")
     # the README's flow: a run with its own lr and estimator, stopped early (budget) ...
-    assert run(capsys, "train", *QUICK, "--steps", "4", "--lr", "5e-5", "--advantage", "dr_grpo",
+    assert run(capsys, "train", *QUICK, "--steps", "4", "--lr", "5e-5", "--advantage", "mean_centred",
                "--time_budget_s", "1e-9", "--out_dir", out)[0] == 0
     assert read_training_checkpoint(Path(out) / "checkpoint.safetensors")["step"] == 0
     # ... resumed with a flag that changes what it computes: an error naming field and values
@@ -35,7 +35,7 @@ def test_resume_takes_the_saved_config_and_refuses_silent_changes(tmp_path, caps
     assert run(capsys, "train", "--out_dir", out, "--resume", "--time_budget_s", "0")[0] == 0
     saved = read_training_checkpoint(Path(out) / "checkpoint.safetensors")
     assert saved["step"] == 3
-    assert (saved["config"]["lr"], saved["config"]["advantage"]) == (5e-5, "dr_grpo")
+    assert (saved["config"]["lr"], saved["config"]["advantage"]) == (5e-5, "mean_centred")
     rows = [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [-1, 0, 1, 2, 3]
     assert not any("resume/overrides" in r for r in rows)

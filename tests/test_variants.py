@@ -153,10 +153,13 @@ def test_k1_and_k3_unbiased_k2_biased_k3_nonnegative():
 def test_kl_in_the_loss_uses_the_estimator_and_sequence_kl_by_hand():
     logp, mask = torch.zeros(1, 2), torch.tensor([[True, False]])
     ref = torch.tensor([[math.log(2.0), 7.0]])                             # 7.0 under the mask
-    for name, want in (("k1", -0.693147), ("k2", 0.240227), ("k3", 0.306853)):
+    for name, want in (("k2", 0.240227), ("k3", 0.306853)):
         loss, stats = grpo_loss(logp, logp, ref, [0.0], mask, beta=0.1, kl_estimator=name)
         assert stats["loss/kl"] == pytest.approx(want, rel=1e-5)
         assert loss.item() == pytest.approx(0.1 * want, rel=1e-5)
+    # k1 (value -0.693147 here) has zero expected gradient as a loss term: refused
+    with pytest.raises(ValueError, match="does nothing"):
+        grpo_loss(logp, logp, ref, [0.0], mask, beta=0.1, kl_estimator="k1")
     # summed per completion: two tokens with log r = ln 2 and -ln 2 -> k3: 0.306853 + 0.193147
     two = torch.tensor([[math.log(2.0), -math.log(2.0)]])
     torch.testing.assert_close(sequence_kl(torch.zeros(1, 2), two, torch.ones(1, 2), "k3"),
@@ -236,6 +239,13 @@ OPTIONS = {
         kl_in="reward", kl_estimator="k1", top_p=0.8, tis_cap=2.0),
     "soft_k2loss_tokenmean": dict(overlong="soft", beta=0.05, kl_estimator="k2",
                                   aggregation="token_mean"),
+    # the algorithms issue's options (the entropy mask is left out: its quantile is per rank)
+    "mask_cispo_rppb_seqmask_klcorr": dict(
+        overlong="mask", policy_loss="cispo", advantage="reinforce_pp_baseline", tis_cap=2.0,
+        tis_level="sequence_mask", beta=0.05, kl_bias_correction=True, kl_clamp=10.0,
+        log_ratio_clamp=20.0),
+    "dualclip_seqis_offpolicymask": dict(dual_clip=3.0, tis_cap=2.0, tis_level="sequence",
+                                         overlong="filter", off_policy_mask=0.5),
 }
 
 

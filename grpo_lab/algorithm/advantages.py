@@ -16,11 +16,29 @@ baseline, so no value network is needed. Siblings with one signature
                    Average ranks sum to n (n + 1) / 2, so A is centred per group. Pairwise
                    (N, N) comparison: plain, O(N^2) memory, fine for the few thousand rows
                    of a step.
-  * ``batch_std``: REINFORCE++-baseline (Hu et al. 2025): subtract the group mean, divide
-                   by the std (Bessel) of those centred rewards over the whole batch, so a
-                   group of near-equal rewards is not blown up as by a per-group std.
-                   (Lite PPO, Liu et al. 2025, divides by the batch std of the raw rewards
-                   instead; with per-prompt groups the two differ by the between-group part.)
+  * ``batch_std``: subtract the group mean, divide by the std (Bessel) of those centred
+                   rewards over the whole batch, one value per completion, so a group of
+                   near-equal rewards is not blown up as by a per-group std. It is neither
+                   REINFORCE++-baseline (below: verl whitens per *token*, and subtracts the
+                   token-weighted mean again) nor TRL's ``scale_rewards="batch"`` / Lite PPO
+                   (Liu et al. 2025), which divide by the batch std of the *raw* rewards;
+                   with per-prompt groups those differ by the between-group part.
+  * ``mean_centred``: r - mean, the advantage of Dr. GRPO alone (the same function as
+                   ``dr_grpo``). Dr. GRPO is that advantage *and* the constant normaliser of
+                   the dr_grpo aggregation: ``method="dr_grpo"`` sets both; the config refuses
+                   advantage="dr_grpo" with another aggregation (half the method).
+  * ``reinforce_pp_baseline``: REINFORCE++-baseline (Hu et al. 2025, as verl's
+                   ``compute_reinforce_plus_plus_baseline_outcome_advantage``): c_i = r_i -
+                   mean of its group, put on each of the completion's L_i tokens, then
+                   whitened over all the batch's tokens (verl's ``masked_whiten``):
+                       mu = sum_i L_i c_i / sum_i L_i,
+                       var = sum_i L_i (c_i - mu)^2 / (sum_i L_i - 1),
+                       A_i = (c_i - mu) / sqrt(var + 1e-8)
+                   so long completions weigh more in the statistics and A is not exactly
+                   group-centred. It reads the lengths (``needs_lengths``: the trainer passes
+                   them); called as ``(rewards, group_ids)`` alone every completion counts as
+                   one token. Deviation: with fewer than 2 tokens in the batch (no variance)
+                   A = 0, where verl raises.
 
 ``group_ids`` are any integers; samples sharing an id form a group, of any size, so the
 same functions serve canonical per-prompt groups and the grouping strategies of
@@ -131,12 +149,31 @@ def batch_std_advantages(rewards, group_ids, eps: float = EPS):
     return _fit(centred / (std + eps), rewards.dtype, "batch_std")        # (N,)
 
 
+def reinforce_pp_baseline_advantages(rewards, group_ids, lengths=None):
+    rewards, group_ids = as_rewards(rewards, group_ids)
+    L = (torch.ones(len(rewards), dtype=torch.float64) if lengths is None else
+         torch.as_tensor(lengths, dtype=torch.float64))                    # (N,) tokens per row
+    if L.shape != rewards.shape or bool((L < 0).any()):
+        raise ValueError(f"lengths {tuple(L.shape)} must be (N,) = {tuple(rewards.shape)}, >= 0")
+    c = dr_grpo_advantages(rewards, group_ids).double()                    # (N,) r - mean_group
+    n_tok = L.sum()                                                        # () real tokens
+    if n_tok < 2:
+        return torch.zeros_like(rewards)                                   # no variance
+    mu = (L * c).sum() / n_tok                                             # () token-weighted
+    var = (L * (c - mu) ** 2).sum() / (n_tok - 1)                          # () Bessel, per token
+    return _fit((c - mu) / torch.sqrt(var + 1e-8), rewards.dtype, "reinforce_pp_baseline")
+
+
+reinforce_pp_baseline_advantages.needs_lengths = True
+
 ADVANTAGES = {
     "grpo": grpo_advantages,
     "dr_grpo": dr_grpo_advantages,
+    "mean_centred": dr_grpo_advantages,
     "rloo": rloo_advantages,
     "rank": rank_advantages,
     "batch_std": batch_std_advantages,
+    "reinforce_pp_baseline": reinforce_pp_baseline_advantages,
 }
 
 

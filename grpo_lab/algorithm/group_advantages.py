@@ -19,11 +19,15 @@ from grpo_lab.algorithm.advantages import ADVANTAGES, EPS, group_stats
 from grpo_lab.registry import lookup
 
 
-def cluster_baseline(rewards, prompt_index, cluster_of_row, estimator="grpo"):
-    return ADVANTAGES[estimator](rewards, cluster_of_row)                  # (N,)
+def cluster_baseline(rewards, prompt_index, cluster_of_row, estimator="grpo", lengths=None):
+    fn = ADVANTAGES[estimator]
+    if getattr(fn, "needs_lengths", False):                                # per-token whitening
+        return fn(rewards, cluster_of_row, lengths=lengths)                # (N,)
+    return fn(rewards, cluster_of_row)                                     # (N,)
 
 
-def within_prompt_pooled_std(rewards, prompt_index, cluster_of_row, estimator="grpo"):
+def within_prompt_pooled_std(rewards, prompt_index, cluster_of_row, estimator="grpo",
+                             lengths=None):
     # pooled variance of cluster c: sum_p (n_p - 1) s_p^2 / sum_p (n_p - 1), p in c
     p_inv, n_p, mean_p, std_p = group_stats(rewards, prompt_index)          # (N,), (P,) each
     cluster_p = torch.zeros_like(n_p, dtype=torch.long).scatter_(0, p_inv, cluster_of_row)  # (P,)
@@ -40,7 +44,8 @@ COMBINE = {"cluster": cluster_baseline, "within_prompt_pooled_std": within_promp
 
 
 def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.Tensor,
-                       combine: str = "cluster", estimator: str = "grpo") -> torch.Tensor:
+                       combine: str = "cluster", estimator: str = "grpo",
+                       lengths=None) -> torch.Tensor:
     """Cluster id per prompt (B,), prompt of each row (N,), rewards (N,) -> advantages (N,).
 
     ``estimator`` (a key of ``ADVANTAGES``) is used by ``combine="cluster"``; the pooled
@@ -54,7 +59,7 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
         raise ValueError(f"prompt_index holds {int(prompt_index.max())} but only "
                          f"{len(cluster_ids)} prompts have a cluster id")
     cluster_of_row = cluster_ids[prompt_index]                             # (N,)
-    adv = COMBINE[combine](rewards, prompt_index, cluster_of_row, estimator)
+    adv = COMBINE[combine](rewards, prompt_index, cluster_of_row, estimator, lengths)
     if not torch.is_tensor(adv) or adv.shape != rewards.shape:         # a user's estimator
         got = tuple(adv.shape) if torch.is_tensor(adv) else type(adv).__name__
         raise ValueError(f"advantage estimator {estimator!r} (combine {combine!r}) returned "

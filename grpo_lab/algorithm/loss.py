@@ -11,6 +11,30 @@ We minimise -J. Deviations, each a documented option:
       ``seq_mean_token_mean`` (the paper), ``token_mean`` (DAPO: every token weighs the
       same), ``dr_grpo`` (Dr. GRPO, Liu et al. 2025: a constant normaliser N * max_len, so
       long and short answers are not re-weighted).
+  * The policy-gradient term is one of the sibling surrogates of ``policy_losses.py``
+    (``clip``, the paper's, with optional dual-clip; ``two_sided``; ``cispo``).
+  * Safety clamps (verl's), each off by default (0) so recorded runs stay bit-identical:
+    ``log_ratio_clamp`` clamps log(pi/pi_old) and log(pi_ref/pi) to [-c, c] before exp
+    (verl: 20; e^20 = 4.9e8, so on-policy and near-policy tokens never reach it);
+    ``kl_clamp`` clamps each token's KL estimate to [-c, c] (verl: 10 on k3).
+    At a clamp's boundary the value is the unclamped one and torch.clamp passes the
+    gradient (the boundary counts as inside); past it, value c and gradient 0.
+  * ``kl_bias_correction`` (DeepSeek-V3.2, TRL's ``use_bias_correction_kl``): each token's KL
+    estimate is multiplied by the token ratio pi/pi_old (with its gradient), so that on
+    tokens sampled from pi_old it estimates KL(pi || pi_ref) and its gradient is that KL's.
+
+KL estimators as loss terms (beta * k differentiated inside the loss, the tokens sampled from
+pi, the gradient not flowing through the sampling): with log_r = log pi_ref/pi,
+    k1 = -log_r:            grad = grad log pi, zero in expectation (E_pi grad log pi = 0):
+                            it pulls nothing toward the reference, so k1 in the loss is an
+                            error (k1 in the reward is fine: it shapes the advantage);
+    k2 = log_r^2 / 2:       grad = (log pi/pi_ref) grad log pi, in expectation exactly the
+                            gradient of the reverse KL(pi || pi_ref), although its value is a
+                            biased estimate of that KL;
+    k3 = e^log_r - log_r - 1: grad = (1 - pi_ref/pi) grad log pi, in expectation the gradient
+                            of the *forward* KL(pi_ref || pi): close to the reverse KL's near
+                            the reference, not far from it (notebook 11 measures both).
+With kl_bias_correction, r k3 has expected gradient grad E_pi[k3] = grad KL(pi || pi_ref).
 
 Inputs are checked before any arithmetic, each error naming the value: N = 0 or T = 0,
 a NaN/inf advantage, a non-finite log-prob (logp, old_logp, ref_logp) on a real token,
@@ -28,6 +52,7 @@ from typing import Callable
 
 import torch
 
+from grpo_lab.algorithm.policy_losses import POLICY_LOSSES, ClipRange, check_clip
 from grpo_lab.registry import check_new, lookup
 
 
@@ -76,14 +101,19 @@ register_aggregation("dr_grpo", dr_grpo_constant, per="rows")
 
 # ---- importance ratios: (logp, old_logp, mask) -> ratio (N, T), padding's value unused
 
-def token_ratio(logp, old_logp, mask):
-    return torch.exp(logp - old_logp)                                      # (N, T)
+def token_ratio(logp, old_logp, mask, clamp=0.0):
+    log_r = logp - old_logp                                                # (N, T)
+    if clamp:
+        log_r = log_r.clamp(-clamp, clamp)                                 # verl: +-20
+    return torch.exp(log_r)                                                # (N, T)
 
 
-def sequence_ratio(logp, old_logp, mask):
+def sequence_ratio(logp, old_logp, mask, clamp=0.0):
     """GSPO (Zheng et al. 2025, eq. 7) in GSPO-token form (eq. 13): value s_i on every token."""
     lengths = mask.sum(1).clamp(min=1)                                     # (N,)
     log_s = ((logp - old_logp) * mask).sum(1) / lengths                    # (N,) mean log-ratio
+    if clamp:
+        log_s = log_s.clamp(-clamp, clamp)                                 # (N,)
     s = torch.exp(log_s).detach()[:, None]                                 # (N, 1) sg[s_i]
     return s * torch.exp(logp - logp.detach())                             # (N, T) = s_i, grad s_i dlogp
 
@@ -100,15 +130,20 @@ class KLEstimator:
     fn: Callable                  # log_r (...) -> estimate (...)
     unbiased: bool                # E_pi[estimate] = KL(pi || pi_ref)
     nonnegative: bool             # >= 0 on every sample
+    loss_gradient: str = ""       # what its gradient is in expectation, as a loss term
+    in_loss: bool = True          # False: as a loss term its expected gradient is 0
 
     def __call__(self, log_r):
         return self.fn(log_r)
 
 
 KL_ESTIMATORS = {e.name: e for e in (
-    KLEstimator("k1", lambda d: -d, unbiased=True, nonnegative=False),     # log pi/pi_ref
-    KLEstimator("k2", lambda d: 0.5 * d ** 2, unbiased=False, nonnegative=True),
-    KLEstimator("k3", lambda d: torch.exp(d) - d - 1, unbiased=True, nonnegative=True),
+    KLEstimator("k1", lambda d: -d, unbiased=True, nonnegative=False,     # log pi/pi_ref
+                loss_gradient="0 in expectation (E_pi grad log pi = 0)", in_loss=False),
+    KLEstimator("k2", lambda d: 0.5 * d ** 2, unbiased=False, nonnegative=True,
+                loss_gradient="grad KL(pi || pi_ref), the reverse KL, exactly"),
+    KLEstimator("k3", lambda d: torch.exp(d) - d - 1, unbiased=True, nonnegative=True,
+                loss_gradient="grad KL(pi_ref || pi), the forward KL"),
 )}
 
 
@@ -134,15 +169,19 @@ def sequence_kl(logp, ref_logp, mask, estimator: str = "k3") -> torch.Tensor:
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=0.2,
               beta=0.0, aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
-              kl_estimator="k3", entropy=None, entropy_coef=0.0, tis_weight=None, keep=None):
+              kl_estimator="k3", entropy=None, entropy_coef=0.0, tis_weight=None, keep=None, *,
+              policy_loss="clip", dual_clip=0.0, delta=0.0, log_ratio_clamp=0.0, kl_clamp=0.0,
+              kl_bias_correction=False):
     """-> (loss, stats). logp, old_logp, ref_logp, mask: (N, T); advantages: (N,) for
     outcome supervision (one per completion) or (N, T) for process supervision.
 
     ``ref_logp`` may be None when beta == 0; stats then has no "loss/kl" (nothing was
     computed: absent, not 0). ``max_len`` is the constant of the dr_grpo aggregation
     (default: T). ``entropy`` (N, T), with its graph, is needed when entropy_coef != 0;
-    ``tis_weight`` (N, T) multiplies the policy-gradient term; ``keep`` (N,) bool drops rows
-    (see the module docstring).
+    ``tis_weight`` (N, T) multiplies the policy-gradient term (truncated IS, the masks of
+    ``token_weights.py``; detached); ``keep`` (N,) bool drops rows. ``policy_loss`` names a
+    surrogate of ``policy_losses.POLICY_LOSSES`` (dual_clip, delta: its ClipRange); the
+    clamps and kl_bias_correction: see the module docstring.
     """
     if keep is not None:
         keep = torch.as_tensor(keep, dtype=torch.bool, device=logp.device)
@@ -154,7 +193,12 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
         advantages = rows(torch.as_tensor(advantages))
     advantages = _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high,
                                beta, aggregation, max_len)
-    _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_weight)
+    _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_weight, beta,
+                    log_ratio_clamp, kl_clamp)
+    lookup(POLICY_LOSSES, policy_loss, "policy_loss")
+    clip = ClipRange(float(eps_low), float(eps_high), _number("dual_clip", dual_clip),
+                     _number("delta", delta))
+    check_clip(policy_loss, clip)
     real = mask.bool()                                                     # (N, T) True = token
     logp = torch.where(real, logp, 0.0)                                    # (N, T) padding -> 0
     old_logp = torch.where(real, old_logp, 0.0)                            # (N, T)
@@ -162,14 +206,19 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     if advantages.dim() == 2:
         advantages = torch.where(real, advantages, 0.0)                    # (N, T) padding -> 0
     A = advantages[:, None] if advantages.dim() == 1 else advantages       # (N, 1) or (N, T)
-    ratio = RATIO_LEVELS[ratio_level](logp, old_logp, mask)                # (N, T)
-    surr = torch.min(ratio * A, ratio.clamp(1 - eps_low, 1 + eps_high) * A)  # (N, T)
+    ratio = RATIO_LEVELS[ratio_level](logp, old_logp, mask, log_ratio_clamp)  # (N, T)
+    per_tok = POLICY_LOSSES[policy_loss](ratio, logp, A, clip)             # (N, T)
     if tis_weight is not None:
-        surr = surr * torch.where(real, tis_weight, 0.0).detach()          # (N, T) TIS
-    per_tok = -surr                                                        # (N, T)
+        per_tok = per_tok * torch.where(real, tis_weight, 0.0).detach()    # (N, T) TIS, masks
     if beta != 0:
         d = torch.where(real, ref_logp, 0.0) - logp                        # (N, T) log(pi_ref/pi)
+        if log_ratio_clamp:
+            d = d.clamp(-log_ratio_clamp, log_ratio_clamp)                 # verl: +-20
         kl = KL_ESTIMATORS[kl_estimator](d)                                # (N, T) k3: eq. 4
+        if kl_clamp:
+            kl = kl.clamp(-kl_clamp, kl_clamp)                             # verl: +-10
+        if kl_bias_correction:
+            kl = kl * torch.exp(logp - old_logp)                           # (N, T) DeepSeek-V3.2
         per_tok = per_tok + beta * kl
     if entropy_coef != 0:
         per_tok = per_tok - entropy_coef * torch.where(real, entropy, 0.0)  # (N, T) bonus
@@ -184,6 +233,9 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
             "clip/high_frac": float((high * mask).sum() / n_tok),
             "clip/ratio_mean": float((ratio * mask).sum() / n_tok),
         }
+        if dual_clip:                      # tokens whose loss the dual-clip bound -c A replaced
+            dual = ((ratio > dual_clip) & (A < 0)).to(mask.dtype)          # r > c, A < 0
+            stats["clip/dual_frac"] = float((dual * mask).sum() / n_tok)
         if beta != 0:                      # beta = 0: no KL computed, so none reported (not 0)
             stats["loss/kl"] = float((kl * mask).sum() / n_tok)
     return loss, stats
@@ -231,10 +283,16 @@ def _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high,
     return advantages
 
 
-def _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_weight):
+def _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_weight, beta=0,
+                    log_ratio_clamp=0.0, kl_clamp=0.0):
     for name, value, table in (("ratio_level", ratio_level, RATIO_LEVELS),
                                ("kl_estimator", kl_estimator, KL_ESTIMATORS)):
         lookup(table, value, name)
+    check_kl_in_loss(kl_estimator, beta)
+    for name, value in (("log_ratio_clamp", log_ratio_clamp), ("kl_clamp", kl_clamp)):
+        c = _number(name, value)
+        if not (math.isfinite(c) and c >= 0):
+            raise ValueError(f"{name} must be 0 (off) or a finite bound > 0, got {c}")
     coef = _number("entropy_coef", entropy_coef)
     if not math.isfinite(coef):
         raise ValueError(f"entropy_coef must be finite, got {coef}")
@@ -243,6 +301,15 @@ def _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_
     if tis_weight is not None and tis_weight.shape != logp.shape:
         raise ValueError(f"tis_weight {tuple(tis_weight.shape)} must be logp's (N, T) shape "
                          f"{tuple(logp.shape)}")
+
+
+def check_kl_in_loss(kl_estimator: str, beta) -> None:
+    """k1 as a loss term has zero expected gradient: an error that says so."""
+    if beta and not KL_ESTIMATORS[kl_estimator].in_loss:
+        raise ValueError(f"kl_estimator={kl_estimator!r} as a loss term does nothing: its "
+                         f"gradient is {KL_ESTIMATORS[kl_estimator].loss_gradient}, so beta="
+                         f"{float(beta)} pulls nothing toward the reference; use k3 or k2 in "
+                         f"the loss, or put k1 in the reward (kl_in='reward')")
 
 
 def _number(name: str, value) -> float:

@@ -5,9 +5,14 @@ about whether its reasoning was right, only that it was long. DAPO gives two rem
 three sibling rules in ``OVERLONG`` (``cfg.overlong``):
 
   * "none": truncated completions are scored and trained on like any other (GRPO).
-  * "filter" (DAPO's overlong filtering): truncated completions are masked out of the loss.
+  * "filter" (DAPO's overlong filtering): truncated completions are dropped from the loss.
     They still count in their group's reward statistics (their advantages are computed as
-    usual), they just contribute no gradient and no tokens to the normaliser.
+    usual), they just contribute no gradient, no tokens and no rows to the normaliser: a
+    per-row aggregation (seq_mean_token_mean, dr_grpo) divides by the N_kept kept rows.
+  * "mask" (TRL's ``mask_truncated_completions``): the same rows leave the gradient, but only
+    their tokens are masked; a per-row aggregation still divides by all N rows, so its loss
+    and gradient are N_kept / N times "filter"'s. token_mean is the same under both (it
+    counts kept tokens). DAPO aggregates per token, so the two agree on its method.
   * "soft" (DAPO's soft overlong punishment, eq. 13): a length penalty added to the reward,
 
         R_length(y) = 0                                  |y| <= L_max - L_cache
@@ -47,6 +52,7 @@ class OverlongRule:
     name: str
     penalty: Callable | None      # (lengths (N,), max_len, buffer) -> (N,) added to the reward
     filters: bool                 # True: truncated rows (stopped False) are dropped from the loss
+    counts_dropped: bool = False  # True: per-row normalisers still count the dropped rows
 
     def keep(self, stopped: torch.Tensor) -> torch.Tensor:
         """(N,) bool stopped -> (N,) bool rows the loss keeps."""
@@ -55,4 +61,5 @@ class OverlongRule:
 
 OVERLONG = {r.name: r for r in (OverlongRule("none", None, filters=False),
                                 OverlongRule("filter", None, filters=True),
+                                OverlongRule("mask", None, filters=True, counts_dropped=True),
                                 OverlongRule("soft", soft_penalty, filters=False))}

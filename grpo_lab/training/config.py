@@ -26,8 +26,12 @@ from grpo_lab.distributed.exchanges import ExchangeConfig
 from grpo_lab.tasks.instruct import check_config as check_instruct
 from grpo_lab.algorithm.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.policies.hf import HFConfig
-from grpo_lab.algorithm.loss import AGGREGATIONS, KL_ESTIMATORS, KL_PLACEMENTS, RATIO_LEVELS
+from grpo_lab.algorithm.loss import (AGGREGATIONS, KL_ESTIMATORS, KL_PLACEMENTS, RATIO_LEVELS,
+                                     check_kl_in_loss)
+from grpo_lab.algorithm.methods import apply_method
 from grpo_lab.algorithm.overlong import OVERLONG
+from grpo_lab.algorithm.policy_losses import POLICY_LOSSES, ClipRange, check_clip
+from grpo_lab.algorithm.token_weights import IS_LEVELS
 from grpo_lab.policies.policy import POLICIES, get_policy_kind, hf_run_checkpoint
 from grpo_lab.training.ppo import PPOConfig  # importing ppo.py also registers objective "ppo"
 from grpo_lab.registry import load_plugins, lookup
@@ -167,12 +171,45 @@ class TrainConfig:
     """Lower clip range: ratios below 1 - eps_low stop pushing a negative advantage."""
     eps_high: float = 0.28
     """Upper clip range (DAPO's clip-higher uses 0.28 > 0.2)."""
+    method: str = ""
+    """A named method as its paper defines it (one of methods.METHODS: "grpo", "dr_grpo",
+    "dapo", "gspo", "cispo", "reinforce_pp_baseline"): sets the fields that paper sets; a
+    field given another non-default value is an error. "" = the fields as they are."""
+    policy_loss: str = "clip"
+    """The policy-gradient surrogate (one of policy_losses.POLICY_LOSSES): "clip" (PPO/GRPO),
+    "two_sided" (INTELLECT-2, needs clip_delta), "cispo" (MiniMax-M1's clipped IS weight)."""
+    dual_clip: float = 0.0
+    """Dual-clip PPO (Ye et al. 2020): c > 1 caps the loss of an A < 0 token at -c A, so an
+    exploded ratio gives a bounded loss and no gradient (verl: 3; 0 = off, the default: at
+    mu = 1 every ratio is 1 up to rounding, so it cannot act, and recorded runs stay
+    bit-identical)."""
+    clip_delta: float = 0.0
+    """policy_loss="two_sided": the cap delta > 1 + eps_high on the unclipped ratio
+    (INTELLECT-2: 4); the same bound as dual_clip = delta."""
+    log_ratio_clamp: float = 0.0
+    """Clamp log(pi/pi_old) and log(pi_ref/pi) to [-c, c] before exp (verl: 20; 0 = off, the
+    default: e^20 = 4.9e8, never reached near the policy, so off changes nothing there)."""
+    kl_clamp: float = 0.0
+    """Clamp each token's KL estimate in the loss to [-c, c] (verl: 10 on k3; 0 = off)."""
+    kl_bias_correction: bool = False
+    """Multiply each token's KL estimate by pi/pi_old (DeepSeek-V3.2; TRL's
+    use_bias_correction_kl): an estimate of KL(pi || pi_ref) from tokens sampled by pi_old,
+    whose gradient is that KL's (k3 alone gives the forward KL's)."""
+    off_policy_mask: float = 0.0
+    """DeepSeek-V3.2's off-policy sequence mask: a completion with A < 0 whose mean
+    log(pi_sampler / pi) exceeds this delta leaves the policy gradient (TRL's
+    off_policy_mask_threshold, example 0.5; 0 = off). Outcome supervision only."""
+    top_entropy_quantile: float = 1.0
+    """The 80/20 mask (Wang et al. 2025): only the tokens in the top this fraction by entropy
+    keep their policy gradient (the paper: 0.2; 1.0 = off)."""
     beta: float = 0.02
     """Weight of the KL penalty to the reference policy (0 skips the reference forward)."""
     kl_estimator: str = "k3"
     """How the KL to the reference is estimated from sampled tokens (one of
-    loss.KL_ESTIMATORS, Schulman 2020): "k1" log pi/pi_ref (unbiased, can be negative), "k2"
-    (log pi/pi_ref)^2 / 2 (biased, >= 0), "k3" the paper's (unbiased, >= 0)."""
+    loss.KL_ESTIMATORS, Schulman 2020): "k1" log pi/pi_ref (unbiased, can be negative; as a
+    loss term its expected gradient is 0, so kl_in="loss" with k1 is refused), "k2"
+    (log pi/pi_ref)^2 / 2 (biased, >= 0; in the loss, the reverse KL's exact gradient), "k3"
+    the paper's (unbiased, >= 0; in the loss, the forward KL's gradient)."""
     kl_in: str = "loss"
     """Where beta * KL goes (one of loss.KL_PLACEMENTS): "loss", a per-token term of the loss
     (DeepSeekMath; logged as loss/kl and loss/kl_<estimator>), or "reward", the completion's
@@ -190,9 +227,15 @@ class TrainConfig:
     log-probs and weights each token's policy-gradient term by min(pi_trainer /
     pi_sampler, tis_cap), for a sampler whose log-probs differ from the trainer's (bf16
     sampling); the gap is logged as sample/logprob_gap (0 = off, no extra forward)."""
+    tis_level: str = "token"
+    """What tis_cap = C bounds (one of token_weights.IS_LEVELS): "token" (min(w_t, C)),
+    "sequence" (min(prod_t w_t, C) on the whole completion), "sequence_mask" (a completion
+    whose geometric-mean w is outside [1/C, C] leaves the policy gradient)."""
     overlong: str = "none"
     """Truncated completions (one of overlong.OVERLONG, DAPO sec. 3.4): "none"; "filter"
-    (masked out of the loss); "soft" (a length penalty ramping from 0 at max_new_tokens -
+    (dropped from the loss: per-row normalisers count the kept rows); "mask" (TRL's
+    mask_truncated_completions: their tokens masked, per-row normalisers count all rows);
+    "soft" (a length penalty ramping from 0 at max_new_tokens -
     overlong_buffer to -overlong_penalty at max_new_tokens, added to the reward)."""
     overlong_buffer: int = 1
     """overlong="soft": L_cache, the tokens before the limit over which the penalty ramps (1:
@@ -298,6 +341,7 @@ class TrainConfig:
         if isinstance(self.hf, dict):
             self.hf = HFConfig(**self.hf)
         objective = get_objective(self.objective)
+        apply_method(self)
         self._check_policy()
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
@@ -354,6 +398,7 @@ class TrainConfig:
         lookup(KL_PLACEMENTS, self.kl_in, "kl_in")
         lookup(RATIO_LEVELS, self.ratio_level, "ratio_level")
         lookup(OVERLONG, self.overlong, "overlong")
+        self._check_losses()
         _finite(self, "top_p", "entropy_coef", "tis_cap", "overlong_penalty")
         _nonnegative(self, "entropy_coef", "tis_cap", "overlong_penalty")
         if not 0 < self.top_p <= 1:
@@ -364,6 +409,47 @@ class TrainConfig:
         if OVERLONG[self.overlong].penalty is not None and not (
                 isinstance(self.overlong_buffer, int) and self.overlong_buffer >= 1):
             raise ValueError(f"overlong_buffer must be an int >= 1, got {self.overlong_buffer!r}")
+
+    def _check_losses(self):
+        """The algorithms issue's switches: each combination that would do nothing is an error."""
+        lookup(POLICY_LOSSES, self.policy_loss, "policy_loss")
+        lookup(IS_LEVELS, self.tis_level, "tis_level")
+        _finite(self, "dual_clip", "clip_delta", "log_ratio_clamp", "kl_clamp",
+                "top_entropy_quantile", "off_policy_mask")
+        _nonnegative(self, "dual_clip", "clip_delta", "log_ratio_clamp", "kl_clamp",
+                     "off_policy_mask")
+        if self.off_policy_mask and self.supervision != "outcome":
+            raise ValueError("off_policy_mask reads one advantage per completion: it needs "
+                             f"supervision='outcome', got {self.supervision!r}")
+        check_clip(self.policy_loss, ClipRange(self.eps_low, self.eps_high, self.dual_clip,
+                                               self.clip_delta))
+        kl_in_loss = self.beta != 0 and KL_PLACEMENTS[self.kl_in].in_loss
+        if kl_in_loss:
+            check_kl_in_loss(self.kl_estimator, self.beta)
+        for name in ("kl_clamp", "kl_bias_correction"):
+            if getattr(self, name) and not kl_in_loss:
+                raise ValueError(f"{name}={getattr(self, name)!r} acts on the KL term of the "
+                                 f"loss; with beta={self.beta} and kl_in={self.kl_in!r} there "
+                                 f"is none")
+        if self.tis_level != "token" and not self.tis_cap:
+            raise ValueError(f"tis_level={self.tis_level!r} says what tis_cap bounds; set "
+                             f"tis_cap (> 0) or leave tis_level='token'")
+        if not 0 < self.top_entropy_quantile <= 1:
+            raise ValueError(f"top_entropy_quantile must be in (0, 1] (1 = off), got "
+                             f"{self.top_entropy_quantile}")
+        if self.advantage == "dr_grpo" and self.aggregation != "dr_grpo":
+            raise ValueError(f"advantage='dr_grpo' with aggregation={self.aggregation!r} is half "
+                             f"of Dr. GRPO (its per-sequence 1/|o_i| stays): use "
+                             f"method='dr_grpo' for the method, or advantage='mean_centred' "
+                             f"for its advantage alone")
+        new = {"policy_loss": "clip", "dual_clip": 0.0, "clip_delta": 0.0,
+               "log_ratio_clamp": 0.0, "kl_clamp": 0.0, "kl_bias_correction": False,
+               "top_entropy_quantile": 1.0, "tis_level": "token", "off_policy_mask": 0.0}
+        if self.objective != "grpo":
+            for name, off in new.items():
+                if getattr(self, name) != off:
+                    raise ValueError(f"{name}={getattr(self, name)!r} is read by the grpo "
+                                     f"objective only, not objective={self.objective!r}")
 
     def _check_memory(self, objective):
         _nonnegative(self, "checkpoint_every")

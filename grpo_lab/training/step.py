@@ -48,6 +48,8 @@ from grpo_lab.algorithm.group_diagnostics import (advantage_diagnostics, advanta
                                                   reward_group_diagnostics)
 from grpo_lab.algorithm.loss import AGGREGATIONS, KL_PLACEMENTS, grpo_loss, sequence_kl
 from grpo_lab.algorithm.overlong import OVERLONG
+from grpo_lab.algorithm.token_weights import (high_entropy_mask, is_weight,
+                                              off_policy_sequence_mask)
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.training.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
 from grpo_lab.algorithm.rollout import completion_logprobs, left_pad, positions, sample  # noqa: F401
@@ -162,7 +164,7 @@ def _advantages(cfg, g: Gathered, cluster_ids, prompt_index, group_ids):
     if cfg.supervision != "process":
         with user_code(f"advantage estimator {cfg.advantage!r}"):
             adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
-                                     cfg.advantage)                       # (N,)
+                                     cfg.advantage, g.lengths)            # (N,)
         bad = (~torch.isfinite(torch.as_tensor(adv, dtype=torch.float64))).nonzero().flatten()
         if len(bad):                  # the rewards were checked finite: the estimator is at fault
             raise FloatingPointError(f"advantage estimator {cfg.advantage!r} (combine "
@@ -219,8 +221,10 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     if cfg.tis_cap and len(rows):                  # the trainer's log-probs of the same tokens
         old_logp = completion_logprobs(policy, r, cfg.temperature,
                                        forward=cfg.update_forward)         # (N_r, Tc)
-    keep = OVERLONG[cfg.overlong].keep(g.stopped)                          # (N,) rows in the loss
-    return Batch(mine, adv, ref_logp, int(keep.sum()), int(g.lengths[keep].sum()), cluster_ids,
+    rule = OVERLONG[cfg.overlong]
+    keep = rule.keep(g.stopped)                                            # (N,) rows in the loss
+    n_rows = len(keep) if rule.counts_dropped else int(keep.sum())         # per-row normaliser
+    return Batch(mine, adv, ref_logp, n_rows, int(g.lengths[keep].sum()), cluster_ids,
                  _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index,
                           adv_all, adv_flat, kept, draws, flags), old_logp)
 
@@ -267,11 +271,12 @@ def logged_stats(names: tuple, cfg) -> tuple:
 def grpo_stat_keys(cfg) -> tuple:
     """The statistics grpo_objective shares: ``logged_stats(GRPO_STATS)`` (no loss/kl unless
     a KL is computed in the loss), then the KL's name with its estimator (loss/kl_k3), and
-    TIS_STATS when tis_cap > 0. The same on every rank."""
+    TIS_STATS when tis_cap > 0, clip/dual_frac when dual_clip > 0. The same on every rank."""
     in_loss = cfg.beta != 0 and KL_PLACEMENTS[cfg.kl_in].in_loss
     base = tuple(k for k in logged_stats(GRPO_STATS, cfg) if in_loss or k != "loss/kl")
     kl = (f"loss/kl_{cfg.kl_estimator}",) if in_loss else ()
-    return base + kl + (TIS_STATS if cfg.tis_cap else ())
+    return base + kl + (TIS_STATS if cfg.tis_cap else ()) + \
+        (("clip/dual_frac",) if cfg.dual_clip else ())
 
 
 def _zero_loss(policy) -> torch.Tensor:
@@ -280,12 +285,30 @@ def _zero_loss(policy) -> torch.Tensor:
     return sum(p.sum() * 0.0 for p in policy.parameters())
 
 
+def pg_weight(cfg, logp, old, sampler, entropy, m, adv):
+    """The detached (N_r, Tc) weight of each token's policy-gradient term (token_weights.py):
+    truncated IS at cfg.tis_level when tis_cap > 0, times DeepSeek-V3.2's off-policy sequence
+    mask when off_policy_mask > 0, times the high-entropy mask when top_entropy_quantile < 1;
+    None when none is on (the loss then multiplies nothing)."""
+    w = None
+    if cfg.tis_cap:                                # Yao et al. 2025: min(pi_old / pi_sampler, C)
+        w = is_weight(cfg.tis_level, old, sampler, m, cfg.tis_cap)         # (N_r, Tc)
+    if cfg.off_policy_mask:                        # DeepSeek-V3.2 eq. 9
+        o = off_policy_sequence_mask(logp, sampler, adv, m, cfg.off_policy_mask)  # (N_r, Tc)
+        w = o if w is None else w * o
+    if cfg.top_entropy_quantile < 1:               # Wang et al. 2025: the top-entropy tokens
+        h = high_entropy_mask(entropy, m, cfg.top_entropy_quantile)        # (N_r, Tc) 0 / 1
+        w = h if w is None else w * h
+    return w
+
+
 def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     r = batch.scored.rollout
-    keep = OVERLONG[cfg.overlong].keep(r.stopped)                          # (N_r,) rows in the loss
-    n = int(keep.sum())
+    rule = OVERLONG[cfg.overlong]
+    keep = rule.keep(r.stopped)                                            # (N_r,) rows in the loss
+    n = len(keep) if rule.counts_dropped else int(keep.sum())              # rows normalised by
     keys = grpo_stat_keys(cfg)
-    if n == 0:
+    if n == 0 or not batch.n_tokens:               # no row, or (overlong "mask") no token kept
         return _zero_loss(policy), dict.fromkeys(keys, 0.0)
     logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
                                         forward=cfg.update_forward,
@@ -294,14 +317,20 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     m = r.completion_mask.to(dev)
     sampler = r.logprobs.to(dev)                                           # (N_r, Tc)
     old = sampler if batch.old_logprobs is None else batch.old_logprobs.to(dev)
-    tis = None
-    if cfg.tis_cap:                                # Yao et al. 2025: min(pi_old / pi_sampler, C)
-        tis = torch.exp(old - sampler).clamp(max=cfg.tis_cap)              # (N_r, Tc)
+    if rule.counts_dropped:                        # TRL: mask the rows' tokens, keep the rows
+        m, row_keep = m & keep.to(dev)[:, None], None                      # (N_r, Tc)
+    else:
+        row_keep = keep.to(dev)                                            # (N_r,) rows dropped
+    tis = pg_weight(cfg, logp, old, sampler, entropy, m,
+                    batch.advantages.to(dev))                              # (N_r, Tc) or None
     in_loss = KL_PLACEMENTS[cfg.kl_in].in_loss
     loss, stats = grpo_loss(logp, old, batch.ref_logprobs, batch.advantages.to(dev), m,
                             cfg.eps_low, cfg.eps_high, cfg.beta if in_loss else 0.0,
                             cfg.aggregation, max_new_tokens(cfg), cfg.ratio_level,
-                            cfg.kl_estimator, entropy, cfg.entropy_coef, tis, keep.to(dev))
+                            cfg.kl_estimator, entropy, cfg.entropy_coef, tis, row_keep,
+                            policy_loss=cfg.policy_loss, dual_clip=cfg.dual_clip,
+                            delta=cfg.clip_delta, log_ratio_clamp=cfg.log_ratio_clamp,
+                            kl_clamp=cfg.kl_clamp, kl_bias_correction=cfg.kl_bias_correction)
     m = m & keep.to(dev)[:, None]                                          # (N_r, Tc) kept tokens
     n_tok = int(m.sum())
     per_rows = AGGREGATIONS[cfg.aggregation].per == "rows"     # what its normaliser counts
@@ -311,7 +340,7 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     stats["policy/entropy"] = float(entropy.detach()[m].sum()) / max(n_tok, 1)
     if "loss/kl" in stats:
         stats[f"loss/kl_{cfg.kl_estimator}"] = stats["loss/kl"]
-    if tis is not None:
+    if cfg.tis_cap:
         stats["sample/logprob_gap"] = float((old - sampler).abs()[m].sum()) / max(n_tok, 1)
         stats["sample/tis_capped_frac"] = float((tis[m] >= cfg.tis_cap).sum()) / max(n_tok, 1)
     shares = {k: stats[k] * (share if k == "loss/total" else tok_share) for k in keys}
