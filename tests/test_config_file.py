@@ -32,12 +32,12 @@ def test_a_resolved_config_round_trips_through_json(tmp_path, name):
 
 
 def test_a_changed_field_round_trips_too_and_differs_from_the_preset(tmp_path):
-    cfg = preset("quick", lr=3.3e-4, reward_weights={"accuracy": 1.0}, system_prompt="-- be brief",
+    cfg = preset("quick", lr=3.3e-4, reward_weights={"accuracy": 1.0}, answer_format="raw",
                  exchange={"name": "compressed", "momentum": 0.9, "timeout_s": 77.0},
                  report_to="tensorboard")
     got = config_of(["--config", write(tmp_path, to_dict(cfg))])
     assert got == cfg != preset("quick")
-    assert (got.lr, got.exchange.momentum, got.system_prompt) == (3.3e-4, 0.9, "-- be brief")
+    assert (got.lr, got.exchange.momentum, got.report_to) == (3.3e-4, 0.9, "tensorboard")
 
 
 def test_yaml_nested_or_dotted_keys_and_the_preset_under_flags(tmp_path):

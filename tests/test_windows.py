@@ -72,7 +72,9 @@ code = [c.source for c in nb.cells if c.cell_type == "code"]
 first_train = next(i for i, src in enumerate(code) if "train(cfg)" in src)
 os.chdir(sys.argv[2])
 ns = {}
+from IPython.core.inputtransformer2 import TransformerManager   # %pip etc., as the kernel reads them
 for i, src in enumerate(code[:first_train]):
+    src = TransformerManager().transform_cell(src)
     exec(compile(src, f"00_quickstart.ipynb code cell {i}", "exec"), ns)
 out["nb00_cells"] = first_train
 out["nb00"] = [ns["cfg"].steps, ns["sampled_acc_before"], ns["groups_before"].shape]
@@ -101,7 +103,7 @@ def test_trainer_cli_preflight_and_notebook_00_run_without_posix_modules(tmp_pat
     assert out["preflight"] in (0, 1), out["preflight_text"]
     assert verdict.startswith("OK: ready" if out["preflight"] == 0 else "NOT READY"), verdict
     assert "GRPO steps" in out["preflight_text"]                   # it ran the timed steps
-    assert out["nb00_cells"] == 2                                  # imports/config, groups
+    assert out["nb00_cells"] == 4              # parameters, install-if-missing, imports/config, groups
     steps, acc, shape = out["nb00"]
     assert steps == 300 and 0.0 <= acc <= 1.0 and shape == [4, 8]  # 4 prompts x G=8
 
