@@ -37,6 +37,7 @@ import signal
 import tempfile
 import time
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 from typing import NamedTuple
 
@@ -48,6 +49,7 @@ from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
 from grpo_lab.training.config import CONFIG_FILE, TrainConfig, config_changes, to_dict
 from grpo_lab.training.trackers import Trackers, check_installed
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
+from grpo_lab.distributed.fsdp import full_parameters
 from grpo_lab.distributed.group import Group
 from grpo_lab.machine import busy_cores, free_cores, wchar  # noqa: F401 (re-exported)
 from grpo_lab.policies.model import GPT
@@ -291,10 +293,6 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked) -> lis
     run = setup(cfg, group)
     policy, ctx, eval_sets = run.policy, run.ctx, run.eval_sets
     scales = {"value_head.": cfg.ppo.vf_lr / cfg.lr} if cfg.ppo.vf_lr else {}   # critic's own lr
-    fused = get_policy_kind(cfg.policy).fused_adamw      # HF models: fused AdamW
-    ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
-                                                   cfg.grad_clip, cfg.seed, scales, fused),
-                       group.world, group.rank)
     collect, objective = run.objective.collect, run.objective.loss
     max_new = max_new_tokens(cfg)
     samples: dict[int, list] = {}                 # step -> its sample rows, for the trackers
@@ -309,14 +307,19 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked) -> lis
         return res
 
     start, history, changes = 0, [], {}
-    if resume:
-        c = read_training_checkpoint(ckpt)
+    if resume:                       # the weights into the plain policy, before the exchange
+        c = read_training_checkpoint(ckpt)                  # wraps or shards it
         changes = {**_check_resumable(ckpt, c["config"], cfg, allow_override),
                    **plugin_changes(ckpt, c["history"], plugins, allow_override)}
         if c["model_config"] != vars(policy.cfg):
             raise ValueError(f"{ckpt} holds a policy of another shape: {c['model_config']} "
                              f"vs {vars(policy.cfg)}")
         load_state_strict(policy, c["policy"], ckpt)
+    fused = get_policy_kind(cfg.policy).fused_adamw      # HF models: fused AdamW
+    ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
+                                                   cfg.grad_clip, cfg.seed, scales, fused),
+                       group.world, group.rank)
+    if resume:
         ex.load_state_dict(c["optim"])
         ctx.grouper.load_state_dict(c["grouping"])
         if not cfg.exchange.resumes_exactly:
@@ -325,7 +328,9 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked) -> lis
                           f"exactly, the one that never stopped", RuntimeWarning, stacklevel=2)
         start, history = c["step"] + 1, c["history"]
     else:
-        history.append({"step": -1, **(evaluate_now(-1) if lead else {}), "time/elapsed_s": 0.0,
+        with ex.gathered() if cfg.eval_size else nullcontext():       # on every rank
+            base = evaluate_now(-1) if lead else {}
+        history.append({"step": -1, **base, "time/elapsed_s": 0.0,
                         "time/threads": threads, **({"plugins/sha256": plugins} if plugins else {})})
     if lead:                                    # replaced atomically: a kill leaves old or new
         write_lines_atomic(log_path, [json.dumps(h) + "\n" for h in history])
@@ -343,7 +348,8 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked) -> lis
         clock = ctx.clock
         clock.clear()                            # "time/<phase>_s" of this step
         ex.set_lr(learning_rate(cfg, step))
-        batch = collect(policy, cfg, step, ctx)
+        with ex.gathered():           # the rollout's forwards: a different number per rank
+            batch = collect(policy, cfg, step, ctx)
         t_collect = now() - t_step
         policy.train()
         w0, payload, sent, shares, ex_metrics = wchar(), 0, 0, {}, {}
@@ -380,8 +386,10 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked) -> lis
         out_of_time, stopping = _agree(group, over, stop.signum is not None)   # SIGINT/SIGTERM
         evaluated = bool((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step
                          or out_of_time)                 # the same on every rank
-        if lead and evaluated:
-            metrics.update(evaluate_now(step))
+        if evaluated and cfg.eval_size:
+            with ex.gathered():                          # every rank; rank 0 evaluates
+                if lead:
+                    metrics.update(evaluate_now(step))
         metrics["time/elapsed_s"] = elapsed0 + time.perf_counter() - t0
         reached = (bool(cfg.target_accuracy) and evaluated and   # a collective only then
                    group.agree(metrics.get("eval/accuracy", -1.0) >= cfg.target_accuracy))
@@ -423,9 +431,10 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked) -> lis
 
 def _checkpoint(path, policy, ex, cfg, step, history, grouper, lead: bool) -> None:
     state = ex.state_dict()                          # a collective for sharded exchanges
+    weights = ex.model_state() if ex.model_state is not None else None    # fsdp2: likewise
     if lead:
         save_training_checkpoint(path, policy, state, to_dict(cfg), step, history,
-                                 grouper.state_dict())
+                                 grouper.state_dict(), weights)
 
 
 def _train_ranks(rank: int, world: int, cfgs: list, resume: bool) -> list[dict]:
@@ -434,8 +443,7 @@ def _train_ranks(rank: int, world: int, cfgs: list, resume: bool) -> list[dict]:
         seen = {}
         history = train(c, resume=resume, progress=False,
                         on_step=lambda m, policy: seen.setdefault("policy", policy))
-        params = {n: p.detach().clone() for n, p in seen["policy"].named_parameters()} \
-            if seen else {}
+        params = full_parameters(seen["policy"]) if seen else {}   # whole, also when sharded
         out.append({"history": history, "params": params})
     return out
 
