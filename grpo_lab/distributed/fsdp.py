@@ -119,8 +119,8 @@ def full_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     collective), on the CPU, each tied parameter once, under its first name (as
     checkpoint.state_without_aliases keeps it)."""
     out, seen = {}, set()
-    for k, v in model.state_dict().items():
-        if id(v) in seen:
+    for k, v in model.state_dict(keep_vars=True).items():      # the parameters themselves:
+        if id(v) in seen:                                         # a tied one is one object
             continue
         seen.add(id(v))
         out[k] = full(v).detach().cpu()
