@@ -108,6 +108,13 @@ def test_fsdp2_on_2_and_3_processes_trains_as_one_process(toy_runs):
     found = {name: assert_same_run(toy_runs / "one", toy_runs / name, toy("x"), base)
              for name in ("fsdp2_2", "fsdp2_2_kept", "fsdp2_3")}
     print("toy, largest weight difference from one process:", found)
+    # bytes: the gradients' reduce-scatter, (N-1)/N x 4 B per weight, and the all-gathers; a
+    # block kept gathered from forward to backward is all-gathered once fewer per update
+    numel = sum(v.numel() for v in base.values() if v is not base.get("lm_head.weight"))
+    for name in ("fsdp2_2", "fsdp2_2_kept"):
+        assert all(r["comm/payload_bytes"] == 4 * numel * toy("x").mu for r in rows_of(toy_runs / name))
+    sent = {n: sum(r["comm/bytes"] for r in rows_of(toy_runs / n)) for n in ("fsdp2_2", "fsdp2_2_kept")}
+    assert sent["fsdp2_2_kept"] < sent["fsdp2_2"]
 
 
 def test_checkpoint_holds_whole_weights_and_optimizer_state(toy_runs):

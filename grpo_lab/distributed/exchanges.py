@@ -38,10 +38,10 @@ encoded message (``comm/sent_bytes`` of comm.py, padding to the longest message 
 ``ddp_powersgd_hook`` 4 B x (uncompressed elements + P + Q), read from torch's own
 ``PowerSGDState.total_numel_after_compression`` (or the whole bucket in the first
 ``start_powerSGD_iter`` steps, when torch runs a vanilla all_reduce); ``sharded`` the sharder's
-own ``comm/bytes`` / N (re-shards included); ``fsdp2`` 4 B x numel (float32 gradients), sent
-as a reduce-scatter ((N-1)/N b) plus the weights' all-gathers, counted as one per forward
-gather and one more in backward when ``reshard_after_forward`` (each (N-1)/N b at the
-gathered dtype's bytes). ``comm/payload_bytes`` is b itself, and
+own ``comm/bytes`` / N (re-shards included); ``fsdp2`` 4 B x numel of what trains (float32
+gradients, reduce-scattered: (N-1)/N b), plus (N-1)/N of every all-gather of weights since
+the last update (fsdp.GatherCounter: the gathered rollout's, each training forward's and, with
+``reshard_after_forward``, each backward's, at the gathered dtype's bytes). ``comm/payload_bytes`` is b itself, and
 ``comm/wchar_bytes`` a measurement: the growth of ``wchar`` in /proc/self/io over the exchange
 and optimizer step (the bytes gloo handed the kernel's sockets; Linux only, else None).
 """
@@ -372,20 +372,19 @@ def make_fsdp2(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
     mods = fsdp.shard(model, cfg.reshard_after_forward, cfg.param_dtype)
     adam, set_lr, step = _adamw(model, opt)
     numel = sum(p.numel() for _, p in trainable(model))                   # whole, not the shard
-    gathered_bytes = numel * (fsdp.DTYPES[cfg.param_dtype] or torch.float32).itemsize
+    counter = fsdp.GatherCounter(mods, cfg.reshard_after_forward, cfg.param_dtype)
     names = {id(p): n for n, p in model.named_parameters()}
-    gathers = {"n": 0}
+    sent = {"gathered": 0}
 
     def gathered():
-        gathers["n"] += 1
+        counter.add_all()
         return fsdp.gathered(mods, cfg.reshard_after_forward)
 
     def reduce():                                     # FSDP2 reduce-scattered during backward
-        return 4 * numel
+        return 4 * numel                              # fp32 gradients of what trains
 
     def wire(b):                                      # reduce-scatter + the weights' all-gathers
-        n, gathers["n"] = gathers["n"], 0
-        ag = (n + 1 + int(cfg.reshard_after_forward)) * gathered_bytes
+        ag, sent["gathered"] = counter.bytes - sent["gathered"], counter.bytes
         return (world - 1) * (b + ag) // world
 
     def bad_state():                                  # this rank's shards (the trainer agrees)
