@@ -1,7 +1,8 @@
 """The training loop: one plain ``for`` loop, on one process or N (DeepSeekMath, Algorithm 1).
 
     for step:
-        batch = collect(policy, cfg, step, ctx)        prompts -> rollouts -> rewards ->
+        with exchange.gathered():                      (fsdp2: the weights whole, once)
+            batch = collect(policy, cfg, step, ctx)    prompts -> rollouts -> rewards ->
                                                        group ids -> advantages (step.py, no grad)
         mu times: loss = objective(policy, batch)       clipped surrogate + beta * k3 KL
                   backward                             (per micro-batch: they accumulate)
@@ -12,6 +13,9 @@
 The same function runs on one CPU process and under ``torchrun`` (``grpo-lab train --nproc N``):
 ``Group.current()`` is a group of one without a process group, and every collective is then
 the identity. The global batch does not depend on N (step.py), so neither do the results.
+Ranks sample, run the reference and evaluate (rank 0 only) for different numbers of forwards;
+an exchange that gathers weights inside a forward (fsdp2) gathers them once around those
+instead (``Exchange.gathered``; every other exchange's is a no-op).
 
 Deviations from the paper's Algorithm 1, on purpose:
   * The reference policy is the base checkpoint for the whole run (no reference reset).
