@@ -222,3 +222,33 @@ def test_bad_combinations_are_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="exchange 'fsdp2' needs a process group"):
         train(toy(tmp_path / "alone", FSDP2), progress=False)
     ExchangeConfig(name="fsdp2", reshard_after_forward=False, param_dtype="bfloat16")  # its own
+
+
+def _held_by_rank(rank, world):
+    """One update of a small GPT under fsdp2 -> (weight elements this rank holds, the model's
+    in all, AdamW moment elements in the whole state a checkpoint saves)."""
+    from grpo_lab.distributed.exchanges import AdamW, make_exchange
+    from grpo_lab.distributed.fsdp import local
+    from grpo_lab.policies.model import GPT, GPTConfig
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_embd=16, n_head=2, block_size=16))
+    whole = sum(p.numel() for p in model.parameters())
+    ex = make_exchange(model, ExchangeConfig(name="fsdp2"), AdamW(lr=1e-3), world, rank)
+    logits, _ = ex.module(torch.randint(0, 10, (2, 8)))
+    logits.square().mean().backward()
+    ex.reduce()
+    ex.step()
+    held = sum(local(p).numel() for p in model.parameters())
+    state = ex.state_dict()                       # whole (a collective), as checkpoints save it
+    return held, whole, sum(v.numel() for st in state["state"].values()
+                            for k, v in st.items() if k != "step")
+
+
+def test_each_rank_holds_its_share_of_the_weights():
+    """The weights are sharded for real: the ranks' local shards partition every tensor (dim 0
+    cut in N chunks), and the optimizer state gathered for a checkpoint is whole (2 moments)."""
+    out = launch.spawn(_held_by_rank, 2, (), run_timeout_s=120)
+    held = [h for h, _, _ in out]
+    whole = out[0][1]
+    assert sum(held) == whole and max(held) < 0.6 * whole
+    assert all(m == 2 * whole for _, _, m in out)

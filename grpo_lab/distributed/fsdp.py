@@ -109,7 +109,7 @@ class GatherCounter:
     forward pre-hook (ahead of FSDP2's own) on each FSDP module sees whether the weights it
     manages are sharded now (DTensors: FSDP2 is about to all-gather them), and a block that
     frees its weights after a training forward gathers them once more in backward
-    (``reshard_after_forward``). ``gathered`` adds its own all-gathers (``add``).
+    (``reshard_after_forward``). ``gathered`` adds its own all-gathers (``add_all``).
     ``bytes``: the whole tensors' sizes at the gathered dtype, summed; one rank sends
     (N-1)/N of each all-gather under the ring algorithm."""
 
