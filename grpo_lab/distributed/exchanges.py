@@ -102,8 +102,9 @@ def ring_allreduce_bytes(b: int, world: int) -> int:
 class ExchangeConfig:
     name: str = "allreduce"
     """How ranks average gradients: allreduce | compressed | ddp_fp16_hook | ddp_powersgd_hook |
-    sharded | sharded_compressed (on one process without a process group only allreduce,
-    which there is plain AdamW)."""
+    sharded | sharded_compressed | fsdp2 (weights, gradients and AdamW state sharded too, by
+    torch's fully_shard) (on one process without a process group only allreduce, which
+    there is plain AdamW)."""
     preset: str = "fp8_topk5"
     """compressed | sharded_compressed: a compression.PRESETS key (fp8_topk5: top 20% of
     elements in fp8, top-k 5% of the rest with coded indices; fp32 | fp16 | aggressive | dgc)."""
