@@ -39,9 +39,9 @@ encoded message (``comm/sent_bytes`` of comm.py, padding to the longest message 
 ``PowerSGDState.total_numel_after_compression`` (or the whole bucket in the first
 ``start_powerSGD_iter`` steps, when torch runs a vanilla all_reduce); ``sharded`` the sharder's
 own ``comm/bytes`` / N (re-shards included); ``fsdp2`` 4 B x numel of what trains (float32
-gradients, reduce-scattered: (N-1)/N b), plus (N-1)/N of every all-gather of weights since
-the last update (fsdp.GatherCounter: the gathered rollout's, each training forward's and, with
-``reshard_after_forward``, each backward's, at the gathered dtype's bytes). ``comm/payload_bytes`` is b itself, and
+gradients, reduce-scattered: (N-1)/N b), plus (N-1)/N of the bytes of every all-gather of
+weights FSDP2 ran since the last update (fsdp.CountedAllGather: the gathered rollout's, the
+training forwards' and the backward's, at the gathered dtype, FSDP2's padding included). ``comm/payload_bytes`` is b itself, and
 ``comm/wchar_bytes`` a measurement: the growth of ``wchar`` in /proc/self/io over the exchange
 and optimizer step (the bytes gloo handed the kernel's sockets; Linux only, else None).
 """
@@ -373,12 +373,11 @@ def make_fsdp2(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
     mods = fsdp.shard(model, cfg.reshard_after_forward, cfg.param_dtype)
     adam, set_lr, step = _adamw(model, opt)
     numel = sum(p.numel() for _, p in trainable(model))                   # whole, not the shard
-    counter = fsdp.GatherCounter(mods, cfg.reshard_after_forward, cfg.param_dtype)
+    counter = fsdp.count_all_gathers(mods)
     names = {id(p): n for n, p in model.named_parameters()}
     sent = {"gathered": 0}
 
     def gathered():
-        counter.add_all()
         return fsdp.gathered(mods, cfg.reshard_after_forward)
 
     def reduce():                                     # FSDP2 reduce-scattered during backward

@@ -104,40 +104,32 @@ def gathered(mods: list[torch.nn.Module], reshard_after_forward: bool):
             m.reshard()
 
 
-class GatherCounter:
-    """Bytes of weights this rank's FSDP modules all-gather, counted where they start: a
-    forward pre-hook (ahead of FSDP2's own) on each FSDP module sees whether the weights it
-    manages are sharded now (DTensors: FSDP2 is about to all-gather them), and a block that
-    frees its weights after a training forward gathers them once more in backward
-    (``reshard_after_forward``). ``gathered`` adds its own all-gathers (``add_all``).
-    ``bytes``: the whole tensors' sizes at the gathered dtype, summed; one rank sends
-    (N-1)/N of each all-gather under the ring algorithm."""
+class CountedAllGather:
+    """FSDP2's all-gather (``dist.all_gather_single``, its default), counting the bytes of
+    every gathered output: installed with ``FSDPModule.set_custom_all_gather`` on each FSDP
+    module, so what is counted is what FSDP2 actually gathered (forward, backward, the
+    gathered rollout; FSDP2's dim-0 padding included). One rank sends (N-1)/N of each output
+    under the ring algorithm."""
 
-    def __init__(self, mods: list[torch.nn.Module], reshard_after_forward: bool,
-                 param_dtype: str = ""):
-        self.bytes, self.reshard = 0, reshard_after_forward
-        size = (DTYPES[param_dtype] or torch.float32).itemsize
-        nested = {id(p) for m in mods[:-1] for p in m.parameters()}
-        self.groups = []                          # (module, (owner, name) of a managed weight, bytes)
-        for m in mods:
-            own = [(n, p) for n, p in m.named_parameters()
-                   if m is not mods[-1] or id(p) not in nested]
-            name = own[0][0].rsplit(".", 1)
-            owner = m.get_submodule(name[0]) if len(name) == 2 else m
-            self.groups.append((m, (owner, name[-1]), size * sum(p.numel() for _, p in own)))
-            m.register_forward_pre_hook(self._hook(len(self.groups) - 1), prepend=True)
+    def __init__(self):
+        self.bytes = 0
 
-    def _hook(self, i: int):
-        def hook(module, args):
-            m, (owner, name), b = self.groups[i]
-            if isinstance(getattr(owner, name), _dtensor()):                # sharded: gathers now
-                again = self.reshard and torch.is_grad_enabled() and m is not self.groups[-1][0]
-                self.bytes += b * (2 if again else 1)
-        return hook
+    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
 
-    def add_all(self) -> None:
-        """``gathered``'s all-gathers: every group's weights."""
-        self.bytes += sum(b for _, _, b in self.groups)
+    def __call__(self, output_tensor, input_tensor, group, async_op: bool = False):
+        import torch.distributed as dist
+        self.bytes += output_tensor.numel() * output_tensor.element_size()
+        return dist.all_gather_single(output_tensor, input_tensor, group=group,
+                                      async_op=async_op)
+
+
+def count_all_gathers(mods: list[torch.nn.Module]) -> CountedAllGather:
+    """One ``CountedAllGather`` for every FSDP module of ``shard``."""
+    counter = CountedAllGather()
+    for m in mods:
+        m.set_custom_all_gather(counter)
+    return counter
 
 
 def full(t):
