@@ -180,12 +180,16 @@ CKPT_TAG = "grpo_lab.train_checkpoint.v1"
 
 
 def save_training_checkpoint(path, policy, optim_state: dict, cfg: dict, step: int,
-                             history: list[dict], grouper_state: dict | None = None) -> None:
+                             history: list[dict], grouper_state: dict | None = None,
+                             weights: dict | None = None) -> None:
     """One safetensors file, written atomically: ``policy.*`` (tied aliases such as the toy's
     lm_head left out),
     ``optim.<param index>.<name>`` (torch.optim.AdamW's state_dict form, whole on any number
-    of ranks), ``grouping.*``; the config, step, param groups and metrics as metadata."""
-    tensors = {f"policy.{k}": v.cpu() for k, v in state_without_aliases(policy).items()}
+    of ranks), ``grouping.*``; the config, step, param groups and metrics as metadata.
+    ``weights``: the policy's state already gathered whole, tied aliases left out (a sharded
+    policy's, exchanges.Exchange.model_state); None: ``policy``'s own."""
+    weights = state_without_aliases(policy) if weights is None else weights
+    tensors = {f"policy.{k}": v.cpu() for k, v in weights.items()}
     tensors.update({f"grouping.{k}": v for k, v in (grouper_state or {}).items()})
     for pid, st in optim_state["state"].items():
         for k, v in st.items():

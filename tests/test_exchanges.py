@@ -243,7 +243,7 @@ def test_bad_options_are_named(tiny_base, tmp_path):
     with pytest.raises(ValueError, match="exchange 'sharded' needs a process group"):
         train(tiny_cfg(tiny_base, tmp_path, exchange={"name": "sharded"}), progress=False)
     assert set(EXCHANGES) == {"allreduce", "compressed", "ddp_fp16_hook", "ddp_powersgd_hook",
-                              "sharded", "sharded_compressed"}
+                              "sharded", "sharded_compressed", "fsdp2"}     # fsdp2: test_fsdp.py
 
 
 def test_command_line_sets_every_kind_of_field():

@@ -58,7 +58,8 @@ def test_register_objective_follows_the_naming_rule():
 
 def test_exchanges_are_records_and_a_plugin_can_add_one():
     kinds = exchanges.EXCHANGES
-    assert [n for n, k in kinds.items() if k.resumes_exactly] == ["allreduce", "sharded"]
+    assert [n for n, k in kinds.items() if k.resumes_exactly] == ["allreduce", "sharded", "fsdp2"]
+    assert [n for n, k in kinds.items() if k.shards_parameters] == ["fsdp2"]
     assert [n for n, k in kinds.items() if k.overlaps] == ["allreduce", "sharded"]
     assert [n for n, k in kinds.items() if k.reduces_in_backward] == \
         ["ddp_fp16_hook", "ddp_powersgd_hook"]

@@ -20,6 +20,10 @@ ranks then agree on the *average* gradient before the optimizer steps. How they 
                           ``error_feedback``, ``momentum``, ``beta1`` as for ``compressed``), one
                           message per owner; the parameter broadcast fp32, or compressed with
                           ``broadcast_preset`` (EF21-P, see sharder.py).
+  * ``fsdp2``:            torch's FSDP2 (``fully_shard``, fsdp.py): weights, gradients and AdamW
+                          state 1/N per rank; gradients averaged by reduce-scatter in backward;
+                          ``reshard_after_forward``, ``param_dtype``. It reads none of the
+                          compression or sharder fields (setting one is an error).
 
 Byte accounting. ``comm/bytes`` is what this rank sends per step, counted from the tensors it
 hands to each collective under the bandwidth-optimal algorithm of that collective:
@@ -34,12 +38,16 @@ encoded message (``comm/sent_bytes`` of comm.py, padding to the longest message 
 ``ddp_powersgd_hook`` 4 B x (uncompressed elements + P + Q), read from torch's own
 ``PowerSGDState.total_numel_after_compression`` (or the whole bucket in the first
 ``start_powerSGD_iter`` steps, when torch runs a vanilla all_reduce); ``sharded`` the sharder's
-own ``comm/bytes`` / N (re-shards included). ``comm/payload_bytes`` is b itself, and
+own ``comm/bytes`` / N (re-shards included); ``fsdp2`` 4 B x numel of what trains (float32
+gradients, reduce-scattered: (N-1)/N b), plus (N-1)/N of the bytes of every all-gather of
+weights FSDP2 ran since the last update (fsdp.CountedAllGather: the gathered rollout's, the
+training forwards' and the backward's, at the gathered dtype, FSDP2's padding included). ``comm/payload_bytes`` is b itself, and
 ``comm/wchar_bytes`` a measurement: the growth of ``wchar`` in /proc/self/io over the exchange
 and optimizer step (the bytes gloo handed the kernel's sockets; Linux only, else None).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
@@ -48,7 +56,7 @@ import torch
 import torch.distributed as dist
 from torch.autograd.graph import increment_version
 
-from grpo_lab.distributed import comm
+from grpo_lab.distributed import comm, fsdp
 from grpo_lab.distributed.compression import PRESETS, CompressionConfig, Compressor
 from grpo_lab.distributed.overlap import OverlappedAllReduce
 from grpo_lab.distributed.sharder import ShardedOptimizer
@@ -68,6 +76,8 @@ class ExchangeKind:
     compresses: bool = False      # reads exchange.preset (and error_feedback, momentum, beta1)
     shards: bool = False          # an owner per shard: exchange.policy, importance, reshard_every
     broadcast_compression: bool = False  # exchange.broadcast_preset applies
+    shards_parameters: bool = False   # weights sharded (FSDP2): reads exchange.reshard_after_forward
+                                      # and param_dtype, and none of the fields above
     description: str = ""
 
     def __call__(self, model, cfg, opt, world: int = 1, rank: int = 0):
@@ -92,8 +102,9 @@ def ring_allreduce_bytes(b: int, world: int) -> int:
 class ExchangeConfig:
     name: str = "allreduce"
     """How ranks average gradients: allreduce | compressed | ddp_fp16_hook | ddp_powersgd_hook |
-    sharded | sharded_compressed (on one process without a process group only allreduce,
-    which there is plain AdamW)."""
+    sharded | sharded_compressed | fsdp2 (weights, gradients and AdamW state sharded too, by
+    torch's fully_shard) (on one process without a process group only allreduce, which
+    there is plain AdamW)."""
     preset: str = "fp8_topk5"
     """compressed | sharded_compressed: a compression.PRESETS key (fp8_topk5: top 20% of
     elements in fp8, top-k 5% of the rest with coded indices; fp32 | fp16 | aggressive | dgc)."""
@@ -128,9 +139,18 @@ class ExchangeConfig:
     timeout_s: float = 120.0
     """Seconds a collective may wait for a peer before every rank stops with an error (a dead
     or stuck rank never hangs the run)."""
+    reshard_after_forward: bool = True
+    """fsdp2: free each block's gathered weights after its training forward and gather them
+    again in backward (ZeRO-3: least memory); False keeps them from forward to backward (one
+    all-gather fewer per block, the block's whole weights held meanwhile)."""
+    param_dtype: str = ""
+    """fsdp2: the dtype weights are gathered and the forward runs in (FSDP2's
+    MixedPrecisionPolicy; "bfloat16" on GPUs), gradients reduced in float32 ("": the weights'
+    own dtype; on a CPU without bf16 units bf16 matmuls are several times slower)."""
 
     def __post_init__(self):
         kind = lookup(EXCHANGES, self.name, "exchange")
+        _check_parameter_sharding(self, kind)
         lookup(PRESETS, self.preset, "compression preset")
         if self.broadcast_preset is not None:
             lookup(PRESETS, self.broadcast_preset, "broadcast_preset")
@@ -209,6 +229,13 @@ class Exchange:
     bad_state: Callable[[], str | None]
     """The name of the first parameter or optimizer state tensor this rank holds that is not
     finite, or None (checked after every step, so nothing non-finite is ever saved)."""
+    gathered: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    """A context every rank enters together around forwards that ranks run different numbers
+    of times (sampling, the reference, evaluation on rank 0): the weights whole inside, no
+    collective in a forward (fsdp2: one all-gather at the start; the others: nothing)."""
+    model_state: Callable[[], dict] | None = None
+    """The policy's weights whole, each tied tensor once (a collective for fsdp2: every rank
+    calls it); None: checkpoint.state_without_aliases(module)."""
 
 
 def first_non_finite(named) -> str | None:
@@ -309,6 +336,66 @@ def make_allreduce(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Excha
         return flat.nbytes
 
     return _local(model, adam, set_lr, step, reduce, lambda b: ring_allreduce_bytes(b, world))
+
+
+NOT_READ_BY_FSDP2 = ("preset", "error_feedback", "momentum", "beta1", "density_warmup",
+                     "powersgd_rank", "powersgd_start", "policy", "importance", "reshard_every",
+                     "broadcast_preset", "max_shard_numel", "overlap")
+"""The exchange fields an exchange that shards parameters ignores: set to anything but their
+defaults, they are an error (the run would not do what they say)."""
+
+
+def _check_parameter_sharding(cfg: ExchangeConfig, kind: ExchangeKind) -> None:
+    """fsdp2's own fields only with it; the compression and sharder fields not with it."""
+    defaults = {f.name: f.default for f in dataclasses.fields(ExchangeConfig)}
+    if kind.shards_parameters:
+        lookup(fsdp.DTYPES, cfg.param_dtype, "exchange.param_dtype")
+        given = [f"{k}={getattr(cfg, k)!r}" for k in NOT_READ_BY_FSDP2
+                 if getattr(cfg, k) != defaults[k]]
+        if given:
+            raise ValueError(f"exchange {cfg.name!r} shards parameters with torch's fully_shard "
+                             f"and compresses or re-shards nothing: exchange."
+                             f"{', exchange.'.join(given)} would be ignored; drop "
+                             f"{'it' if len(given) == 1 else 'them'} or pick an exchange that "
+                             f"reads {'it' if len(given) == 1 else 'them'}")
+        return
+    own = [f"{k}={getattr(cfg, k)!r}" for k in ("reshard_after_forward", "param_dtype")
+           if getattr(cfg, k) != defaults[k]]
+    if own:
+        able = " or ".join(repr(n) for n, k in EXCHANGES.items() if k.shards_parameters)
+        raise ValueError(f"exchange.{', exchange.'.join(own)} configure(s) parameter sharding: "
+                         f"it needs exchange name {able}, not {cfg.name!r}")
+
+
+def make_fsdp2(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
+    """FSDP2 (fsdp.py): ``fully_shard`` per block and the root, then torch's AdamW over the
+    sharded parameters; the reduce-scatter runs in backward, so ``reduce`` only counts."""
+    mods = fsdp.shard(model, cfg.reshard_after_forward, cfg.param_dtype)
+    adam, set_lr, step = _adamw(model, opt)
+    numel = sum(p.numel() for _, p in trainable(model))                   # whole, not the shard
+    counter = fsdp.count_all_gathers(mods)
+    names = {id(p): n for n, p in model.named_parameters()}
+    sent = {"gathered": 0}
+
+    def gathered():
+        return fsdp.gathered(mods, cfg.reshard_after_forward)
+
+    def reduce():                                     # FSDP2 reduce-scattered during backward
+        return 4 * numel                              # fp32 gradients of what trains
+
+    def wire(b):                                      # reduce-scatter + the weights' all-gathers
+        ag, sent["gathered"] = counter.bytes - sent["gathered"], counter.bytes
+        return (world - 1) * (b + ag) // world
+
+    def bad_state():                                  # this rank's shards (the trainer agrees)
+        return first_non_finite([*((n, fsdp.local(p)) for n, p in model.named_parameters()),
+                                 *((f"optimizer {k} of {names.get(id(p), '?')}", fsdp.local(v))
+                                   for p, st in adam.state.items() for k, v in st.items())])
+
+    return Exchange(model, reduce, step, lambda: adam.zero_grad(True), set_lr, wire,
+                    lambda: fsdp.full_optimizer_state(adam),
+                    lambda sd: fsdp.load_full_optimizer_state(adam, sd), bad_state,
+                    gathered, lambda: fsdp.full_state(model))
 
 
 def compression_config(cfg: ExchangeConfig) -> CompressionConfig:
@@ -454,6 +541,8 @@ register_exchange("sharded", make_sharded, overlaps=True, shards=True,
 register_exchange("sharded_compressed", make_sharded_compressed, resumes_exactly=False,
                   compresses=True, shards=True, broadcast_compression=True,
                   description="sharded, each rank's gradients compressed")
+register_exchange("fsdp2", make_fsdp2, shards_parameters=True,
+                  description="torch's FSDP2: weights, gradients and AdamW state sharded")
 
 
 def make_exchange(model, cfg: ExchangeConfig, opt: AdamW, world: int = 1, rank: int = 0) -> Exchange:

@@ -17,6 +17,8 @@ K products, not bit for bit; NaN and infinity propagate as in any sum (no "nnan"
 """
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import torch
 
@@ -82,5 +84,13 @@ def linear_rows8(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         xp = torch.zeros(ROWS, K, dtype=torch.float32)                      # (8, K)
         xp[:n] = x
     out = torch.empty(ROWS, w.shape[0], dtype=torch.float32)                # (8, N)
-    _rows8(xp.numpy(), w.detach().numpy(), out.numpy())
+    _rows8(xp.numpy(), _borrowed(w), out.numpy())
     return out[:n]
+
+
+def _borrowed(w: torch.Tensor) -> np.ndarray:
+    """w's memory (contiguous float32 on the CPU) as a numpy array, through its address:
+    ``Tensor.numpy()`` would mark w's storage as never resizable, and FSDP2 frees weights it
+    gathered by resizing their storage to 0 (distributed/fsdp.py). w outlives the call."""
+    ptr = ctypes.cast(w.data_ptr(), ctypes.POINTER(ctypes.c_float))
+    return np.ctypeslib.as_array(ptr, shape=tuple(w.shape))

@@ -392,6 +392,7 @@ class TrainConfig:
         self._check_grouping()
         self._check_ppo(objective)
         self._check_memory(objective)
+        self._check_parameter_sharding()
 
     def _check_variants(self):
         lookup(KL_ESTIMATORS, self.kl_estimator, "kl_estimator")
@@ -474,6 +475,22 @@ class TrainConfig:
             raise ValueError("autocast=True is the toy policy's training-forward autocast; "
                              "for policy='hf' set hf.autocast=True (every forward; formerly "
                              "hf_autocast)")
+
+    def _check_parameter_sharding(self):
+        """What an exchange that shards the weights (fsdp2) cannot run with."""
+        if not self.exchange.kind.shards_parameters:
+            return
+        name = self.exchange.name
+        if self.hf.sample_dtype:
+            raise ValueError(f"hf.sample_dtype={self.hf.sample_dtype!r} samples from a copy of "
+                             f"the whole model, but exchange {name!r} keeps 1/N of the weights "
+                             f"per rank: leave hf.sample_dtype empty (exchange.param_dtype "
+                             f"gathers the weights in another dtype instead)")
+        if OVERLONG[self.overlong].filters:
+            raise ValueError(f"overlong={self.overlong!r} can leave a rank with no row in the "
+                             f"loss and so no training forward, while exchange {name!r} "
+                             f"gathers weights in every rank's forward (the others would wait "
+                             f"for it): use overlong='none' or 'soft'")
 
     def _check_ppo(self, objective):
         if self.ppo.vf_lr and not objective.critic:

@@ -1,7 +1,8 @@
 """The training loop: one plain ``for`` loop, on one process or N (DeepSeekMath, Algorithm 1).
 
     for step:
-        batch = collect(policy, cfg, step, ctx)        prompts -> rollouts -> rewards ->
+        with exchange.gathered():                      (fsdp2: the weights whole, once)
+            batch = collect(policy, cfg, step, ctx)    prompts -> rollouts -> rewards ->
                                                        group ids -> advantages (step.py, no grad)
         mu times: loss = objective(policy, batch)       clipped surrogate + beta * k3 KL
                   backward                             (per micro-batch: they accumulate)
@@ -12,6 +13,9 @@
 The same function runs on one CPU process and under ``torchrun`` (``grpo-lab train --nproc N``):
 ``Group.current()`` is a group of one without a process group, and every collective is then
 the identity. The global batch does not depend on N (step.py), so neither do the results.
+Ranks sample, run the reference and evaluate (rank 0 only) for different numbers of forwards;
+an exchange that gathers weights inside a forward (fsdp2) gathers them once around those
+instead (``Exchange.gathered``; every other exchange's is a no-op).
 
 Deviations from the paper's Algorithm 1, on purpose:
   * The reference policy is the base checkpoint for the whole run (no reference reset).
@@ -37,6 +41,7 @@ import signal
 import tempfile
 import time
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 from typing import NamedTuple
 
@@ -48,6 +53,7 @@ from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
 from grpo_lab.training.config import CONFIG_FILE, TrainConfig, config_changes, to_dict
 from grpo_lab.training.trackers import Trackers, check_installed
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
+from grpo_lab.distributed.fsdp import full_parameters
 from grpo_lab.distributed.group import Group
 from grpo_lab.machine import busy_cores, free_cores, wchar  # noqa: F401 (re-exported)
 from grpo_lab.policies.model import GPT
@@ -333,10 +339,6 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
     run = setup(cfg, group)
     policy, ctx, eval_sets = run.policy, run.ctx, run.eval_sets
     scales = {"value_head.": cfg.ppo.vf_lr / cfg.lr} if cfg.ppo.vf_lr else {}   # critic's own lr
-    fused = get_policy_kind(cfg.policy).fused_adamw      # HF models: fused AdamW
-    ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
-                                                   cfg.grad_clip, cfg.seed, scales, fused),
-                       group.world, group.rank)
     collect, objective = run.objective.collect, run.objective.loss
     max_new = max_new_tokens(cfg)
     samples: dict[int, list] = {}                 # step -> its sample rows, for the trackers
@@ -351,14 +353,19 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
         return res
 
     start, history, changes = 0, [], {}
-    if resume:
-        c = read_training_checkpoint(ckpt)
+    if resume:                       # the weights into the plain policy, before the exchange
+        c = read_training_checkpoint(ckpt)                  # wraps or shards it
         changes = {**_check_resumable(ckpt, c["config"], cfg, allow_override),
                    **plugin_changes(ckpt, c["history"], plugins, allow_override)}
         if c["model_config"] != vars(policy.cfg):
             raise ValueError(f"{ckpt} holds a policy of another shape: {c['model_config']} "
                              f"vs {vars(policy.cfg)}")
         load_state_strict(policy, c["policy"], ckpt)
+    fused = get_policy_kind(cfg.policy).fused_adamw      # HF models: fused AdamW
+    ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
+                                                   cfg.grad_clip, cfg.seed, scales, fused),
+                       group.world, group.rank)
+    if resume:
         ex.load_state_dict(c["optim"])
         ctx.grouper.load_state_dict(c["grouping"])
         if not cfg.exchange.resumes_exactly:
@@ -367,7 +374,11 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
                           f"exactly, the one that never stopped", RuntimeWarning, stacklevel=2)
         start, history = c["step"] + 1, c["history"]
     else:
-        base = (base_eval if base_eval is not None else evaluate_now(-1)) if lead else {}
+        if base_eval is not None:                  # a study's shared base evaluation
+            base = base_eval if lead else {}
+        else:
+            with ex.gathered() if cfg.eval_size else nullcontext():   # on every rank
+                base = evaluate_now(-1) if lead else {}
         history.append({"step": -1, **base, "time/elapsed_s": 0.0,
                         "time/threads": threads, **({"plugins/sha256": plugins} if plugins else {})})
     if lead:                                    # replaced atomically: a kill leaves old or new
@@ -386,7 +397,8 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
         clock = ctx.clock
         clock.clear()                            # "time/<phase>_s" of this step
         ex.set_lr(learning_rate(cfg, step))
-        batch = collect(policy, cfg, step, ctx)
+        with ex.gathered():           # the rollout's forwards: a different number per rank
+            batch = collect(policy, cfg, step, ctx)
         t_collect = now() - t_step
         policy.train()
         w0, payload, sent, shares, ex_metrics = wchar(), 0, 0, {}, {}
@@ -423,8 +435,10 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
         out_of_time, stopping = _agree(group, over, stop.signum is not None)   # SIGINT/SIGTERM
         evaluated = bool((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step
                          or out_of_time)                 # the same on every rank
-        if lead and evaluated:
-            metrics.update(evaluate_now(step))
+        if evaluated and cfg.eval_size:
+            with ex.gathered():                          # every rank; rank 0 evaluates
+                if lead:
+                    metrics.update(evaluate_now(step))
         metrics["time/elapsed_s"] = elapsed0 + time.perf_counter() - t0
         reached = (bool(cfg.target_accuracy) and evaluated and   # a collective only then
                    group.agree(metrics.get("eval/accuracy", -1.0) >= cfg.target_accuracy))
@@ -466,9 +480,10 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
 
 def _checkpoint(path, policy, ex, cfg, step, history, grouper, lead: bool) -> None:
     state = ex.state_dict()                          # a collective for sharded exchanges
+    weights = ex.model_state() if ex.model_state is not None else None    # fsdp2: likewise
     if lead:
         save_training_checkpoint(path, policy, state, to_dict(cfg), step, history,
-                                 grouper.state_dict())
+                                 grouper.state_dict(), weights)
 
 
 def _train_ranks(rank: int, world: int, cfgs: list, resume: bool) -> list[dict]:
@@ -477,8 +492,7 @@ def _train_ranks(rank: int, world: int, cfgs: list, resume: bool) -> list[dict]:
         seen = {}
         history = train(c, resume=resume, progress=False,
                         on_step=lambda m, policy: seen.setdefault("policy", policy))
-        params = {n: p.detach().clone() for n, p in seen["policy"].named_parameters()} \
-            if seen else {}
+        params = full_parameters(seen["policy"]) if seen else {}   # whole, also when sharded
         out.append({"history": history, "params": params})
     return out
 
