@@ -170,6 +170,47 @@ def test_killed_fsdp2_run_resumes_on_3_processes_and_on_1(tmp_path, toy_runs):
         torch.testing.assert_close(v, never_stopped[k], atol=WEIGHTS_ATOL, rtol=0, msg=k)
 
 
+def _killed_in_the_final_write(rank, world, c):
+    """Rank 0 (the writer) dies by SIGKILL half-way through the run's second checkpoint write
+    (the final one, after step 2): the file half written, the process gone, no clean-up."""
+    import os
+    import signal
+
+    import safetensors.torch
+
+    from grpo_lab import checkpoint
+    calls = []
+
+    def dying_save(tensors, path, metadata):
+        calls.append(path)
+        safetensors.torch.save_file(tensors, path, metadata)
+        if len(calls) == 2:
+            with open(path, "r+b") as f:
+                f.truncate(os.path.getsize(path) // 2)
+            os.kill(os.getpid(), signal.SIGKILL)
+    checkpoint.save_file = dying_save
+    train(c, progress=False)
+
+
+def test_fsdp2_run_killed_mid_save_resumes_from_the_last_whole_checkpoint(tmp_path, toy_runs):
+    """Issue 40's probe on the sharded path: the writer killed inside a checkpoint write leaves
+    step 1's checkpoint whole and a stale .tmp; the resumed run (2 processes, fsdp2) deletes it
+    and ends as the run that never stopped."""
+    c = toy(tmp_path / "run", FSDP2)
+    with pytest.raises(launch.RankFailedError):
+        launch.spawn(_killed_in_the_final_write, 2, (c,), run_timeout_s=300)
+    out = tmp_path / "run"
+    tmps = list(out.glob("*.tmp"))
+    assert len(tmps) == 1 and tmps[0].name.startswith("checkpoint.safetensors.")
+    assert read_training_checkpoint(out / "checkpoint.safetensors")["step"] == 1
+    spawn_train([c], 2, resume=True, run_timeout_s=300, progress=False)
+    assert not list(out.glob("*.tmp"))
+    assert read_training_checkpoint(out / "checkpoint.safetensors")["step"] == 2
+    never_stopped = params_of(toy_runs / "one")
+    for k, v in params_of(out).items():
+        torch.testing.assert_close(v, never_stopped[k], atol=WEIGHTS_ATOL, rtol=0, msg=k)
+
+
 # ---------------------------------------------------------------- the tiny transformers model
 
 
