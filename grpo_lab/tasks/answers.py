@@ -112,26 +112,34 @@ def boxed(text: str) -> str | None:
 def last_number(text: str) -> str | None:
     """The last number in ``text`` ("17 + 25 = 42." -> "42"; "-7" -> "-7"; ".25"; "−7" with
     the Unicode minus), or None; reads the last ``TAIL_CHARS`` characters."""
-    found = NUMBER.findall(_unwrapped(text))
+    return _last_number(_unwrapped(text))
+
+
+def _last_number(unwrapped: str) -> str | None:
+    found = NUMBER.findall(unwrapped)
     return found[-1] if found else None
 
 
 def stated_number(text: str) -> str | None:
     """The number right after the last "answer is" / "answer:" ("The answer is 42. That took 3
     steps." -> "42"), or None when the text states none."""
-    text = _unwrapped(text)
+    return _stated_number(_unwrapped(text))
+
+
+def _stated_number(unwrapped: str) -> str | None:
     last = None
-    for last in STATED.finditer(text):
+    for last in STATED.finditer(unwrapped):
         pass
-    found = NUMBER.match(text, last.end()) if last else None
+    found = NUMBER.match(unwrapped, last.end()) if last else None
     return found.group(0) if found else None
 
 
 def final_number(text: str) -> str | None:
     """The stated answer ("the answer is 42"), else the last number: how a grader reads an
-    answer given without a wrapper."""
-    s = stated_number(text)
-    return s if s is not None else last_number(text)
+    answer given without a wrapper (the tail cut and its fractions rewritten once for both)."""
+    unwrapped = _unwrapped(text)
+    s = _stated_number(unwrapped)
+    return s if s is not None else _last_number(unwrapped)
 
 
 def last_word(text: str) -> str | None:
