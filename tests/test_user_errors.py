@@ -215,23 +215,30 @@ def freeze(completions, examples, stopped):
 def test_a_frozen_rank_is_stopped_within_the_timeout(tmp_path):
     """torchrun SIGTERMs the survivors when rank 0's collective times out: the frozen rank must
     die then (SIGTERM keeps its default action on several processes), not 30 s later."""
-    f = tmp_path / "freeze_plugin.py"
-    f.write_text(FREEZE)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
-    timeout_s = 8
-    r = subprocess.run([sys.executable, "-m", "grpo_lab.cli", "train", *QUICK, "--steps", "5",
-                        "--nproc", "2", "--eval_size", "0", "--plugin", str(f),
-                        "--exchange.timeout_s", str(timeout_s), "--reward_weights",
-                        "accuracy=1,freeze=1", "--out_dir", str(tmp_path / "run")],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    ended = time.time()
-    frozen_at = float(f.with_suffix(".frozen").read_text())
-    assert r.returncode == 2, r.stderr[-3000:]
-    assert "Timed out" in r.stderr and "at step 0" in r.stderr
     # rank 0 reaches its collective, waits timeout_s, fails; torchrun then SIGTERMs rank 1 and
     # tears down (a few seconds on a loaded machine). Before, rank 1 survived SIGTERM and
     # torchrun waited 30 s more before SIGKILL: the bound tells the two apart
-    assert ended - frozen_at < timeout_s + 15, (ended - frozen_at, r.stderr[-3000:])
+    _rank_1_stuck_ends_the_run(tmp_path, FREEZE, "freeze", ".frozen")
+
+
+def _rank_1_stuck_ends_the_run(tmp_path, plugin: str, reward: str, marker: str,
+                               timeout_s: int = 8) -> None:
+    """A 2-process run whose plugin reward ``reward`` gets rank 1 stuck (it writes the time to
+    the plugin's ``marker`` file first): exit 2 with the collective's timeout at step 0, within
+    ``timeout_s`` + 15 s of rank 1 getting stuck."""
+    f = tmp_path / f"{reward}_plugin.py"
+    f.write_text(plugin)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    r = subprocess.run([sys.executable, "-m", "grpo_lab.cli", "train", *QUICK, "--steps", "5",
+                        "--nproc", "2", "--eval_size", "0", "--plugin", str(f),
+                        "--exchange.timeout_s", str(timeout_s), "--reward_weights",
+                        f"accuracy=1,{reward}=1", "--out_dir", str(tmp_path / "run")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    ended = time.time()
+    stuck_at = float(f.with_suffix(marker).read_text())
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "Timed out" in r.stderr and "at step 0" in r.stderr
+    assert ended - stuck_at < timeout_s + 15, (ended - stuck_at, r.stderr[-3000:])
 
 
 # ---- a time limit on each call of user code during training (timelimit.py)
@@ -363,17 +370,4 @@ def stops(completions, examples, stopped):
 def test_a_stopped_rank_ends_with_the_run_not_30_s_later(tmp_path):
     """A SIGSTOPped rank cannot act on torchrun's SIGTERM, and torchrun waited 30 s before its
     SIGKILL (63.6 s at timeout 30); the failing rank now resumes its local peers first."""
-    f = tmp_path / "stop_plugin.py"
-    f.write_text(STOPPED)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
-    timeout_s = 8
-    r = subprocess.run([sys.executable, "-m", "grpo_lab.cli", "train", *QUICK, "--steps", "5",
-                        "--nproc", "2", "--eval_size", "0", "--plugin", str(f),
-                        "--exchange.timeout_s", str(timeout_s), "--reward_weights",
-                        "accuracy=1,stops=1", "--out_dir", str(tmp_path / "run")],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    ended = time.time()
-    stopped_at = float(f.with_suffix(".stopped").read_text())
-    assert r.returncode == 2, r.stderr[-3000:]
-    assert "Timed out" in r.stderr and "at step 0" in r.stderr
-    assert ended - stopped_at < timeout_s + 15, (ended - stopped_at, r.stderr[-3000:])
+    _rank_1_stuck_ends_the_run(tmp_path, STOPPED, "stops", ".stopped")
