@@ -33,6 +33,13 @@ def test_short_run_raises_reward_and_moves_every_parameter(tmp_path):
         assert not torch.equal(p, trained[name]), f"{name} did not change"
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 41 and "eval/accuracy" in json.loads(lines[-1])
+    # the lengths of right and of wrong completions average back to the mean length
+    for h in history[1:]:
+        acc = h["reward/accuracy"]
+        parts = [(acc, h.get("completion/len_right")), (1 - acc, h.get("completion/len_wrong"))]
+        assert all((w > 0) == (n is not None) for w, n in parts), h
+        mean = sum(w * n for w, n in parts if n is not None)
+        assert abs(mean - h["completion/mean_len"]) <= 1e-5 * h["completion/mean_len"], h
 
 
 def test_resume_continues_exactly(tmp_path):

@@ -56,6 +56,9 @@ from grpo_lab.training.trainer import evaluate_tasks, setup, train
 __all__ = ["run_experiment", "Results", "METRICS", "mean_ci", "run_metrics", "time_to_target",
            "steps_to_target", "difference_sentence", "can_tell", "MIN_SEEDS"]
 
+END_STEPS = 5
+"""Steps at the end of a run that the *_end metrics average (one step's value is noisy)."""
+
 METRICS = {  # name -> (what it is, format); the per-run summary of one history
     "eval/accuracy": ("held-out greedy accuracy at the last evaluation", ".3f"),
     "eval/gain": ("last eval/accuracy minus the base policy's (step -1)", "+.3f"),
@@ -63,6 +66,14 @@ METRICS = {  # name -> (what it is, format); the per-run summary of one history
                      "interpolated linearly between the evaluation before and the first at or "
                      "above it (Results.grid: the steps evaluated); n counts the runs that "
                      "reached it", ".1f"),
+    "eval/format": ("held-out rate of the requested answer format at the last evaluation "
+                    "(instruct tasks)", ".3f"),
+    "policy/entropy_end": (f"mean sampled entropy (nats per token) over the last {END_STEPS} "
+                           f"steps", ".3f"),
+    "completion/len_right_end": (f"mean length (tokens) of the right completions over the "
+                                 f"last {END_STEPS} steps", ".1f"),
+    "completion/len_wrong_end": (f"mean length (tokens) of the wrong completions over the "
+                                 f"last {END_STEPS} steps", ".1f"),
     "group/zero_std_frac": ("step mean: groups whose rewards are all equal", ".3f"),
     "adv/var": ("step mean: variance of the advantages", ".3f"),
     "sample/draws": ("step mean: rollouts of prompts_per_step prompts (dynamic sampling)",
@@ -133,10 +144,17 @@ def run_metrics(history: list[dict], target: float | None = None) -> dict:
             out["eval/gain"] = evals[-1]["eval/accuracy"] - evals[0]["eval/accuracy"]
         if target is not None:
             out["target/steps"] = steps_to_target(history, target)
+        if "eval/format" in evals[-1]:
+            out["eval/format"] = evals[-1]["eval/format"]
     for k in ("group/zero_std_frac", "adv/var", "sample/draws"):
         vals = [h[k] for h in steps if k in h]
         if vals:
             out[k] = sum(vals) / len(vals)
+    trained = [h for h in steps if "reward/mean" in h]
+    for k in ("policy/entropy", "completion/len_right", "completion/len_wrong"):
+        vals = [h[k] for h in trained[-END_STEPS:] if k in h]
+        if vals:
+            out[k + "_end"] = sum(vals) / len(vals)
     return out
 
 
@@ -268,6 +286,26 @@ class Results:
         return (f"Results({len(self.strategies)} strategies x {len(seeds)} seeds {seeds}, "
                 f"{len(self.runs)} runs, target={self.target})\n{self.to_markdown()}\n"
                 f"{self._legend()}")
+
+    def save(self, path, keys=None) -> None:
+        """The study as a small JSON file: every run's history cut to ``keys`` (metric names;
+        default all), its findings, and the study's target, grid, notes and plan; read back
+        by ``Results.load`` (notebook 12 shows stored studies this way). ``step`` and
+        ``reward/mean`` (what marks a trained step for the *_end metrics) are always kept."""
+        keys = None if keys is None else {"step", "reward/mean", *keys}
+        keep = (lambda h: h) if keys is None else (lambda h: {k: h[k] for k in h if k in keys})
+        runs = [{"strategy": r["strategy"], "seed": r["seed"],
+                 "history": [keep(h) for h in r["history"]], "findings": r.get("findings", [])}
+                for r in self.runs]
+        write_lines_atomic(Path(path), [json.dumps(
+            {"runs": runs, "target": self.target, "grid": self.grid, "notes": self.notes,
+             "plan": self.plan}, default=float)])
+
+    @classmethod
+    def load(cls, path) -> "Results":
+        """A study written by ``save``."""
+        d = json.loads(Path(path).read_text())
+        return cls(d["runs"], d["target"], notes=d["notes"], plan=d["plan"], grid=d["grid"])
 
     def plot(self, metric: str = "eval/accuracy", ax=None):
         """Mean of ``metric`` vs step per strategy, with a min-max band over seeds -> Figure."""

@@ -229,6 +229,18 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
                           adv_all, adv_flat, kept, draws, flags), old_logp)
 
 
+def _lengths_by_outcome(g) -> dict:
+    """completion/len_right and /len_wrong: the mean length of the completions the accuracy
+    reward scored 1 and of the rest (Dr. GRPO's length bias shows as wrong answers growing);
+    a side with no completion is absent, as is the pair without an accuracy reward."""
+    acc = g.parts.get("accuracy")
+    if acc is None:
+        return {}
+    right = acc == 1
+    return {f"completion/len_{name}": float(g.lengths[side].float().mean())
+            for name, side in (("right", right), ("wrong", ~right)) if side.any()}
+
+
 def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_all, adv_flat,
              kept, draws, flags) -> dict:
     """reward/, group/, adv/, completion/, sample/ metrics of the global batch."""
@@ -245,6 +257,7 @@ def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_a
         "completion/mean_len": float(g.lengths.float().mean()),
         "completion/stopped_frac": float(g.stopped.float().mean()),
         "completion/truncated_frac": float((~g.stopped).float().mean()),
+        **_lengths_by_outcome(g),
     }
     if flags is not None:
         metrics.update({"sample/draws": len(draws), "sample/informative_frac":
