@@ -102,6 +102,15 @@ def test_end_metrics_by_hand_and_a_saved_study_reads_back(tmp_path):
     assert (back.target, back.grid, back.runs[0]["findings"]) == (0.4, [0, 6], ["x"])
     assert back.runs[0]["history"][1] == {"step": 0, "reward/mean": 0.0, "policy/entropy": 1.0}
     assert back.compare("a", "a", "policy/entropy_end")["values"] == [0.0, 0.0, 0.0]
+    # differences against a reference: b's eval/accuracy is a's + 0.1, 0.2, 0.3 -> mean 0.2,
+    # sd 0.1: t = 0.2 / (0.1 / sqrt 3) = 3.46 < 4.303, so the interval holds 0; what 3 seeds
+    # find 80% of the time at that spread: 3.264 sd (power.py) = 0.3264
+    runs = [{"strategy": name, "seed": s, "history": [
+        {"step": -1, "eval/accuracy": 0.2}, {"step": 0, "eval/accuracy": 0.5 + d * (s + 1)}]}
+        for name, d in (("a", 0.0), ("b", 0.1)) for s in range(3)]
+    (d,) = Results(runs).differences("a", ["eval/accuracy"])
+    assert (d["a"], d["b"]) == ("b", "a") and d["mean"] == pytest.approx(0.2)
+    assert d["detectable"] == pytest.approx(0.3264, abs=1e-3) and "includes 0" in d["sentence"]
 
 
 def test_parallel_equals_sequential_and_plots(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grpo_lab.cli import main
-from grpo_lab.training.experiments import run_experiment
+from grpo_lab.training.experiments import Results, run_experiment
 from grpo_lab.training.power import detectable_difference, paired_power, seeds_needed
 from grpo_lab.cli import study_arms as arms
 
@@ -67,6 +67,13 @@ def test_spawn_runs_equal_in_process_runs_and_each_run_keeps_its_folder(tmp_path
     assert all({k: r["history"][0][k] for k in row} == row for r in spawned.runs)
     assert spawned.grid == [0, 2, 3]                # the base, step 2, the last step
     assert here.out_dir is None and spawned.runs[0]["out_dir"].endswith("by_prompt/seed0")
+    # read back from the folder alone: the same runs, the same grid; an unfinished run named
+    read = Results.from_folder(tmp_path / "spawn")
+    assert [no_time(r["history"]) for r in read.runs] == [no_time(r["history"])
+                                                          for r in spawned.runs]
+    assert read.grid == [0, 2, 3] and read.notes == []
+    (run / "result.json").unlink()
+    assert Results.from_folder(tmp_path / "spawn").notes == ["not finished: random seed 1"]
 
 
 def test_a_killed_study_resumes_to_the_results_of_one_never_killed(tmp_path):

@@ -302,6 +302,52 @@ class Results:
              "plan": self.plan}, default=float)])
 
     @classmethod
+    def from_folder(cls, out_dir) -> "Results":
+        """The finished runs of the study in ``out_dir`` (its study.json and each run's
+        result.json), without running anything: a study read while another part of it runs,
+        or after. A run not finished yet is left out (``notes`` says which)."""
+        root = Path(out_dir)
+        spec = json.loads((root / STUDY_FILE).read_text())
+        runs, missing = [], []
+        for name in spec["strategies"]:
+            for s in spec["seeds"]:
+                folder = root / "runs" / _slug(name) / f"seed{s}"
+                if not (folder / RESULT_FILE).exists():
+                    missing.append(f"{name} seed {s}")
+                    continue
+                r = json.loads((folder / RESULT_FILE).read_text())
+                runs.append({"strategy": name, "seed": s, "history": r["history"],
+                             "findings": r["findings"], "out_dir": str(folder)})
+        notes = [f"not finished: {', '.join(missing)}"] if missing else []
+        grid = sorted({h["step"] + 1 for r in runs for h in r["history"]
+                       if "eval/accuracy" in h})
+        return cls(runs, spec["target"], out_dir=str(root), notes=notes, grid=grid)
+
+    def differences(self, reference: str, metrics=None, power: float = 0.8) -> list[dict]:
+        """Every other strategy against ``reference``, paired by seed, on each of ``metrics``
+        (default: every METRICS entry the runs have): ``compare``'s dict plus ``detectable``,
+        the smallest true difference these seeds would find with probability ``power`` given
+        the observed sd of the paired differences (power.py; None below MIN_SEEDS or with no
+        spread), and ``sentence``."""
+        per = self.per_run()
+        metrics = [m for m in (metrics or METRICS) if any(m in r for r in per)]
+        out = []
+        for s in self.strategies:
+            if s == reference:
+                continue
+            for m in metrics:
+                d = self.compare(s, reference, m)
+                if d["n"] == 0:
+                    continue
+                sd = float(torch.tensor(d["values"], dtype=torch.float64).std()) \
+                    if d["n"] >= 2 else 0.0
+                d["detectable"] = (detectable_difference(sd, d["n"], power)
+                                   if d["n"] >= MIN_SEEDS and sd > 0 else None)
+                d["sentence"] = difference_sentence(d)
+                out.append(d)
+        return out
+
+    @classmethod
     def load(cls, path) -> "Results":
         """A study written by ``save``."""
         d = json.loads(Path(path).read_text())
