@@ -12,18 +12,22 @@ curves, read back by ``Results.load``: notebook 12 plots them). ``--summary_only
 two from the runs finished so far without training.
 
 Studies (``STUDIES``; every arm is the ``smollm_cpu`` preset with one change):
-  * ``entropy_reward``: issue 35's KL question (3a) and reward design (4) in one study sharing
-    its reference arm, the preset as it is (eps_high 0.28, beta 0, mu 1, the additive
-    \\boxed{} format reward at 0.25): ``kl`` adds DeepSeekMath's KL term (beta 0.04, k3 in the
-    loss), ``format_if_correct`` pays the format (weight 1) only on right answers (rewards.py:
-    a boxed guess earns nothing; additive at weight 1 taught a boxed guess in 4 steps,
-    BENCHMARKS section 16).
+  * ``entropy_reward``: issue 35's KL question (3a): the preset as it is (eps_high 0.28,
+    beta 0, mu 1, the additive \\boxed{} format reward at 0.25) against ``kl``, DeepSeekMath's
+    KL term (beta 0.04, k3 in the loss).
   * ``clip_higher``: DAPO's clip-higher (eps_high 0.28) against symmetric clipping (0.2), with
     two policy updates per rollout (mu 2). With the preset's mu 1 the update's ratio is exactly
     1 (the old log-probs are the policy's own), so no clip range ever acts: measured,
     clip/high_frac and clip/low_frac 0.0 at every step of the preset's runs; the clip can
     only matter off-policy. mu 2 doubles the updates per step (and 1.6x the step's time), so
     12 steps (24 updates).
+  * ``format_gate``: reward design (issue 35's 4). Under the preset's system prompt the gated
+    reward never fired (0 boxed right answers in the first 10-12 steps of two seeds: the model
+    never boxes), so this study asks in the setting where SmolLM2 does box: no system prompt,
+    the request in the question (the base boxes 3-12% of its samples, BENCHMARKS section 16).
+    ``additive`` adds the format reward at weight 1 to every boxed answer (what taught a boxed
+    guess in 4 steps in section 16's pilot); ``gated`` pays the same weight only on right
+    answers (``format_if_correct``).
 """
 from __future__ import annotations
 
@@ -39,16 +43,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grpo_lab.cli import main as cli_main                     # noqa: E402
-from grpo_lab.training.experiments import METRICS, Results    # noqa: E402
+from grpo_lab.training.experiments import METRICS, MIN_SEEDS, Results, can_tell  # noqa: E402
 
 STUDIES = {
     "entropy_reward": [
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "30", "--set", "eval_every=10",
-        "--arm", "preset", "--arm", "kl", "beta=0.04",
-        "--arm", "format_if_correct", "reward_weights=accuracy=1,format_if_correct=1"],
+        "--arm", "preset", "--arm", "kl", "beta=0.04"],
     "clip_higher": [
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "12", "--set", "eval_every=6",
         "mu=2", "--arm", "symmetric", "eps_high=0.2", "--arm", "clip_higher"],
+    "format_gate": [
+        "--base", "smollm_cpu", "--seeds", "3", "--steps", "20", "--set", "eval_every=10",
+        "system_prompt=", "--arm", "additive", "reward_weights=accuracy=1,format=1",
+        "--arm", "gated", "reward_weights=accuracy=1,format_if_correct=1"],
 }
 COMPARED = ("eval/accuracy", "eval/gain", "eval/format", "policy/entropy_end",
             "completion/len_right_end", "completion/len_wrong_end")
@@ -91,7 +98,10 @@ def summarise(name: str, out_dir: Path, command: str) -> str:
         fmt = METRICS[d["metric"]][1].lstrip("+")
         det = "-" if d["detectable"] is None else format(d["detectable"], fmt)
         verdict = ("excludes 0" if d["excludes_zero"] else
-                   "includes 0" if d["n"] >= 3 else "too few seeds")
+                   "too few seeds" if d["n"] < MIN_SEEDS else
+                   "float rounding: no difference" if d["rounding"] else
+                   "includes 0" if can_tell(d["n"], d["ci_low"], d["ci_high"]) else
+                   "no spread: every seed's difference is the same")
         lines.append(f"| {d['a']} | {d['metric']} | {d['mean']:+{fmt}} | "
                      f"[{d['ci_low']:+{fmt}}, {d['ci_high']:+{fmt}}] | {d['n']} | {det} | "
                      f"{verdict} |")

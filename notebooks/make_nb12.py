@@ -18,8 +18,8 @@ of the paired difference, and the smallest difference the seeds could have seen 
 | question | study | arms (each one change to the `smollm_cpu` preset) |
 |---|---|---|
 | does a KL term keep the policy's entropy from collapsing? | `entropy_reward` | `preset` (beta 0) against `kl` (beta 0.04, k3 in the loss) |
-| does a format reward paid only on right answers teach `\boxed{}` without costing the arithmetic? | `entropy_reward` | `preset` (format 0.25 added to every answer) against `format_if_correct` (format 1, right answers only) |
 | does DAPO's clip-higher keep entropy up? | `clip_higher` | `symmetric` (eps_high 0.2) against `clip_higher` (0.28), both with two updates per rollout (`mu` 2) |
+| does a format reward paid only on right answers teach `\boxed{}` without costing the arithmetic? | `format_gate` | `additive` (format 1 on every boxed answer) against `gated` (format 1 on right answers only), no system prompt |
 
 The studies ran on a 2-core CPU (`bench/bench_smollm_studies.py`, one command each; about an hour
 each); their runs' curves are stored in `data/studies/`, so this lesson reads them in seconds and
@@ -53,8 +53,9 @@ torch.set_num_threads(1)            # notebooks share the CI's 2 cores
 STUDIES = DATA_DIR / "studies"
 study = Results.load(STUDIES / "entropy_reward.json")
 clip = Results.load(STUDIES / "clip_higher.json")
-shown = json.loads((STUDIES / "entropy_reward_samples.json").read_text())
-for name, res in (("entropy_reward", study), ("clip_higher", clip)):
+fmt = Results.load(STUDIES / "format_gate.json")
+shown = json.loads((STUDIES / "format_gate_samples.json").read_text())
+for name, res in (("entropy_reward", study), ("clip_higher", clip), ("format_gate", fmt)):
     seeds = sorted({r["seed"] for r in res.runs})
     print(f"{name}: {len(res.strategies)} arms x {len(seeds)} seeds {res.strategies}; "
           f"{max(h['step'] for h in res.runs[0]['history']) + 1} steps each")
@@ -86,7 +87,21 @@ def differences(res, ref):
                          for d in rows]).round(3)
 table = differences(study, "preset")
 table"""),
-    (CODE, "# FINDINGS_ENTROPY"),
+    (CODE, """per = {(r["strategy"], r["seed"]): r for r in study.per_run()}
+for r in study.runs:
+    trained = [h for h in r["history"] if "reward/mean" in h]
+    m = per[r["strategy"], r["seed"]]
+    print(f"{r['strategy']:>6} seed {r['seed']}: entropy {trained[0]['policy/entropy']:.3f} -> "
+          f"{m['policy/entropy_end']:.3f} nats/token (last 5 steps), held-out "
+          f"{m['eval/accuracy'] - m['eval/gain']:.0%} -> {m['eval/accuracy']:.0%}")
+    if r["strategy"] == "preset":     # it learns the sums, and its entropy falls 5-8x doing so
+        assert m["eval/gain"] > 0.3 and m["policy/entropy_end"] < 0.25 * trained[0]["policy/entropy"]
+ent = next(d for d in study.differences("preset", ["policy/entropy_end"]))
+print(ent["sentence"], f"80% power for a difference of {ent['detectable']:.3f} nats per token.")
+# the KL term kept a little more entropy in every seed, but 3 seeds cannot tell it from noise:
+# the interval holds 0, and what these seeds would have found 80% of the time is 0.065 nats
+assert all(v > 0 for v in ent["values"]) and ent["ci_low"] < 0 < ent["ci_high"]
+assert ent["detectable"] < 0.1"""),
     (MD, r"""## 2. Clip-higher acts only off-policy
 
 GRPO's surrogate clips the ratio pi_theta / pi_old to [1 - eps_low, 1 + eps_high]; DAPO raises
@@ -109,47 +124,55 @@ clip_table"""),
     (CODE, "# FINDINGS_CLIP"),
     (MD, r"""## 3. Reward design: a format reward only right answers collect
 
-The preset asks for the answer in `\boxed{}` and adds 0.25 for the format to every completion
-that uses it. At that weight SmolLM2 learns the arithmetic and never the format; at weight 1 it
-learned to box a guess within 4 steps and lost the arithmetic (lesson 10, `BENCHMARKS.md`
-section 16): the format was the easier reward. `format_if_correct` pays the format only when
-the answer is right (`rewards.format_if_correct_reward`: accuracy x format), so a boxed guess
-earns nothing and the format can be worth as much as the answer."""),
+The preset asks for the answer in `\boxed{}` (in the question and in its system prompt) and adds
+0.25 to every completion that uses it. At that weight SmolLM2 learns the arithmetic and never
+the format; at weight 1 it learned to box a guess within 4 steps and lost the arithmetic
+(`BENCHMARKS.md` section 16): the format was the easier reward. The gated reward
+`format_if_correct` (`rewards.format_if_correct_reward`: accuracy x format) pays the format only
+when the answer is right, so a boxed guess earns nothing.
+
+A first try kept the preset's system prompt: the gated reward **never fired** (no boxed right
+answer in the first 10-12 steps of two seeds): under that prompt the model does not box, and a
+reward that never fires teaches nothing. So the study asks where the model does box now and then:
+no system prompt, the request only in the question (the base boxes 3-12% of its samples), the
+format worth as much as the answer in both arms."""),
     (CODE, """fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-study.plot("eval/format", ax=axes[0])
-study.plot("reward/accuracy", ax=axes[1])
-axes[0].set_ylabel("held-out answers in \\\\boxed{}"); axes[1].set_ylabel("right answers (training samples)")
+fmt.plot("eval/format", ax=axes[0])
+fmt.plot("eval/accuracy", ax=axes[1])
+axes[0].set_ylabel("held-out answers in \\\\boxed{}"); axes[1].set_ylabel("held-out accuracy")
 plt.tight_layout(); plt.show()
 rows = []
 for arm, s in shown.items():
     for before, after in zip(s["before"], s["after"]):
         rows.append({"arm": arm, "prompt": after["prompt"][:40], "answer": after["answer"],
                      f"after {s['after_step'] + 1} steps": after["completion"][:70]})
+display(differences(fmt, "additive"))
 pd.DataFrame(rows)"""),
     (CODE, "# FINDINGS_FORMAT"),
     (MD, r"""## 4. A live slice: run a study yourself
 
 `run_experiment` (or `grpo-lab study` in a shell) runs every arm over the same seeds, paired by
-step, and reports each arm's paired difference with its interval. Here: the preset against the
-KL term, 3 seeds, on SmolLM2 when it is in the cache and this is not quick mode, else on the tiny
-offline HF model (`data/hf_tiny`, the toy's sums) for a few steps. A few steps cannot show the
-studies' effects; what the slice shows is the machinery, and how wide 3 seeds' intervals are."""),
+step, and reports each arm's paired difference with its interval and what its seeds could
+detect. The lever here is the first one the health check names for a collapsing entropy, the
+sampling temperature: the preset against a cooler sampler (0.5), 3 seeds, on SmolLM2 for 6 steps
+when it is in the cache and this is not quick mode, else on the tiny offline HF model
+(`data/hf_tiny`, the toy's sums) for 4 steps. A few steps cannot show the studies' effects on
+accuracy; a sampling temperature changes the entropy of what is sampled at once."""),
     (CODE, """REAL = models.is_ready(models.model_dir("smollm2-135m")) and not QUICK
 base_preset = "smollm_cpu" if REAL else "hf_tiny_cpu"
 base = ({"steps": 6, "eval_every": 6} if REAL else
         {"steps": 4, "eval_every": 4, "eval_size": 20, "prompts_per_step": 4, "group_size": 4})
 with tempfile.TemporaryDirectory() as tmp:
-    live = run_experiment({"preset": {}, "kl": {"beta": 0.04}}, seeds=(0, 1, 2), base=base,
-                          base_preset=base_preset, out_dir=tmp, processes=1, progress=False)
+    live = run_experiment({"preset": {}, "cooler": {"temperature": 0.5}}, seeds=(0, 1, 2),
+                          base=base, base_preset=base_preset, out_dir=tmp, processes=1,
+                          progress=False)
 display(live)
-for d in live.differences("preset", ["eval/accuracy", "policy/entropy_end"]):
-    print(d["sentence"], f"(detectable at 80% power: {d['detectable']})")
+acc, ent = live.differences("preset", ["eval/accuracy", "policy/entropy_end"])
+for d in (acc, ent):
+    print(d["sentence"], f"(80% power for a difference of {d['detectable']:.3f})")
 assert len(live.runs) == 6 and all("policy/entropy_end" in r for r in live.per_run())
-# paired by step: both arms start from the same policy on the same prompts, so their first
-# step samples the same completions and scores the same rewards
-firsts = {r["strategy"]: [h for h in r["history"] if h["step"] == 0][0] for r in live.runs
-          if r["seed"] == 0}
-assert firsts["preset"]["reward/mean"] == firsts["kl"]["reward/mean"]"""),
+assert all(v < 0 for v in ent["values"])     # the cooler sampler's entropy is lower in every seed
+print(f"notebook ran in {time.time() - t_start:.0f} s")"""),
     (MD, "# TAKEAWAYS"),
 ]
 

@@ -111,6 +111,14 @@ def test_end_metrics_by_hand_and_a_saved_study_reads_back(tmp_path):
     (d,) = Results(runs).differences("a", ["eval/accuracy"])
     assert (d["a"], d["b"]) == ("b", "a") and d["mean"] == pytest.approx(0.2)
     assert d["detectable"] == pytest.approx(0.3264, abs=1e-3) and "includes 0" in d["sentence"]
+    # differences at float rounding of the values (1e-8 on 0.5) get no verdict, however
+    # consistent their sign: two arms that computed the same numbers in another order
+    runs = [{"strategy": name, "seed": s,
+             "history": [{"step": 0, "eval/accuracy": 0.5 + d * (s + 1)}]}
+            for name, d in (("a", 0.0), ("b", 1e-8)) for s in range(3)]
+    (d,) = Results(runs).differences("a", ["eval/accuracy"])
+    assert d["rounding"] and not d["excludes_zero"] and d["detectable"] is None
+    assert "float rounding" in d["sentence"]
 
 
 def test_parallel_equals_sequential_and_plots(tmp_path):

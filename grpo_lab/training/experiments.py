@@ -158,6 +158,10 @@ def run_metrics(history: list[dict], target: float | None = None) -> dict:
     return out
 
 
+ROUNDING = 1e-6
+"""Paired differences no larger than this fraction of the values compared are float rounding
+(float32 metrics carry about 7 digits): no verdict from them."""
+
 MIN_SEEDS = 3
 """Fewest values an interval may give a verdict from: with 2 a t-interval is 12.7 standard
 deviations wide or, when the 2 values agree, zero wide; either way it says nothing."""
@@ -183,6 +187,9 @@ def difference_sentence(d: dict) -> str:
         why = (f"fewer than {MIN_SEEDS}" if d["n"] < MIN_SEEDS
                else "identical differences, a zero-width interval")
         return f"{head}: {what}too few seeds to tell ({why})."
+    if d.get("rounding"):
+        return (f"{head}: {what}no difference beyond float rounding of the values (every "
+                f"paired difference within {ROUNDING:g} of their size): no verdict.")
     real = d["ci_low"] > 0 or d["ci_high"] < 0
     return (head + ": " + what
             + ("the interval excludes 0, a real difference." if real else
@@ -237,11 +244,17 @@ class Results:
         lookup(METRICS, metric, "metric")
         per = {(r["strategy"], r["seed"]): r.get(metric) for r in self.per_run()}
         pairs = [(per[a, seed], per.get((b, seed))) for (s, seed) in per if s == a]
-        diffs = [x - y for x, y in pairs if x is not None and y is not None]  # same seed
+        pairs = [(x, y) for x, y in pairs if x is not None and y is not None]   # same seed
+        diffs = [x - y for x, y in pairs]
         mean, lo, hi = mean_ci(diffs)
+        # differences as small as float rounding of the values compared (two arms that
+        # computed the same thing in another order) are no difference, however consistent
+        scale = max((max(abs(x), abs(y)) for x, y in pairs), default=0.0)
+        rounding = bool(diffs) and max(abs(d) for d in diffs) <= ROUNDING * scale
         return {"a": a, "b": b, "metric": metric, "mean": mean, "ci_low": lo, "ci_high": hi,
-                "n": len(diffs), "values": diffs,
-                "excludes_zero": can_tell(len(diffs), lo, hi) and (lo > 0 or hi < 0)}
+                "n": len(diffs), "values": diffs, "rounding": rounding,
+                "excludes_zero": (can_tell(len(diffs), lo, hi) and not rounding
+                                  and (lo > 0 or hi < 0))}
 
     def _table(self) -> tuple[list[str], list[list[str]]]:
         """Strategies as rows, metrics as "mean ± half-width" cells (n when not every seed)."""
@@ -342,7 +355,8 @@ class Results:
                 sd = float(torch.tensor(d["values"], dtype=torch.float64).std()) \
                     if d["n"] >= 2 else 0.0
                 d["detectable"] = (detectable_difference(sd, d["n"], power)
-                                   if d["n"] >= MIN_SEEDS and sd > 0 else None)
+                                   if d["n"] >= MIN_SEEDS and sd > 0 and not d["rounding"]
+                                   else None)
                 d["sentence"] = difference_sentence(d)
                 out.append(d)
         return out
