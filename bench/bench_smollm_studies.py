@@ -105,6 +105,13 @@ def summarise(name: str, out_dir: Path, command: str) -> str:
         lines.append(f"| {d['a']} | {d['metric']} | {d['mean']:+{fmt}} | "
                      f"[{d['ci_low']:+{fmt}}, {d['ci_high']:+{fmt}}] | {d['n']} | {det} | "
                      f"{verdict} |")
+    per_step = {}
+    for r in res.runs:
+        per_step.setdefault(r["strategy"], []).extend(
+            h["time/step_s"] for h in r["history"] if "time/step_s" in h)
+    lines += ["", "Seconds per step (every step of every seed, one thread per run, two runs at "
+              "once, on the shared machine: a loaded figure): " + ", ".join(
+                  f"{a} {sum(v) / len(v):.1f}" for a, v in per_step.items() if v) + "."]
     lines += ["", "Health findings per run (health.py):", ""]
     for r in res.runs:
         found = [f for f in r["findings"] if f.strip()] or ["none"]

@@ -250,7 +250,8 @@ class Results:
         # differences as small as float rounding of the values compared (two arms that
         # computed the same thing in another order) are no difference, however consistent
         scale = max((max(abs(x), abs(y)) for x, y in pairs), default=0.0)
-        rounding = bool(diffs) and max(abs(d) for d in diffs) <= ROUNDING * scale
+        rounding = (can_tell(len(diffs), lo, hi)
+                    and max(abs(d) for d in diffs) <= ROUNDING * scale)
         return {"a": a, "b": b, "metric": metric, "mean": mean, "ci_low": lo, "ci_high": hi,
                 "n": len(diffs), "values": diffs, "rounding": rounding,
                 "excludes_zero": (can_tell(len(diffs), lo, hi) and not rounding
