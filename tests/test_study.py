@@ -108,11 +108,20 @@ def test_a_killed_study_resumes_to_the_results_of_one_never_killed(tmp_path):
         assert no_time(a["history"]) == no_time(b["history"])
     assert "random - by_prompt on eval/accuracy" in (out / "results.md").read_text()
     with pytest.raises(ValueError, match="cannot resume the study .*seeds: saved \\[0, 1\\], "
-                                         "given \\[0, 1, 2\\]"):
+                                         "given \\[1\\]"):
         run_experiment({"by_prompt": {}, "random": {"grouping": "random", "group_k": 2}},
-                       seeds=(0, 1, 2), base_preset="quick", out_dir=str(out), resume=True,
+                       seeds=(1,), base_preset="quick", out_dir=str(out), resume=True,
                        progress=False, base={"prompts_per_step": 4, "group_size": 4,
                                              "eval_every": 2, "eval_size": 10, "steps": 3})
+    # a study grows by seeds: the finished runs are read back as they are, the new seed runs
+    first = {f: f.stat().st_mtime_ns for f in results()}
+    grown = run_experiment({"by_prompt": {}, "random": {"grouping": "random", "group_k": 2}},
+                           seeds=(0, 1, 2), base_preset="quick", out_dir=str(out), resume=True,
+                           progress=False, processes=1,
+                           base={"prompts_per_step": 4, "group_size": 4, "eval_every": 2,
+                                 "eval_size": 10, "steps": 3})
+    assert {f: f.stat().st_mtime_ns for f in first} == first and len(results()) == 6
+    assert grown.per_run()[:2] == resumed.per_run()[:2] and len(grown.runs) == 6
 
 
 def test_mixed_plugin_versions_in_one_study_are_flagged(tmp_path):

@@ -653,7 +653,8 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     keeps its folder (runs/<strategy>/seed<s>: metrics, samples, report, checkpoint, and
     result.json once finished); the base policy is evaluated once per evaluation setting
     (base.json, its samples in base/); ``resume`` continues a study there, running only the
-    runs without a result.json (the spec must be the same). ``pilot_steps`` > 0: first train
+    runs without a result.json (the spec must be the same, but for seeds added: a study
+    grows by seeds without rerunning the ones it has). ``pilot_steps`` > 0: first train
     the first arm that many steps on each seed, then print what the study will cost here and
     the smallest paired difference it can detect (80% power, alpha 0.05: power.py) from the
     pilot's seed spread or from ``sd`` (the seed-to-seed sd of a paired difference), and,
@@ -711,6 +712,8 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
             raise ValueError(f"{root} holds a study ({STUDY_FILE}): resume=True (grpo-lab "
                              f"study --resume) continues it; or choose another out_dir")
         diff = {k: [saved.get(k), v] for k, v in spec.items() if saved.get(k) != v}
+        if set(diff) == {"seeds"} and set(saved["seeds"]) < set(spec["seeds"]):
+            diff = {}                   # more seeds: the finished runs stay, the new ones run
         if diff:
             listed = "; ".join(f"{k}: saved {a!r}, given {b!r}" for k, (a, b) in diff.items())
             raise ValueError(f"cannot resume the study in {root}: {listed}")
