@@ -153,8 +153,9 @@ def read_tensors(path: str | Path, allow_unsigned: bool = False, shards: bool = 
 
 
 def add_checksum(path: str | Path) -> None:
-    """Re-save a file written before checksums existed with one (tensors bit-identical)."""
-    tensors, meta = read_tensors(path, allow_unsigned=True)
+    """Re-save a file written before checksums existed with one (tensors bit-identical; a
+    sharded checkpoint's folder stays as it is)."""
+    tensors, meta = read_tensors(path, allow_unsigned=True, shards=False)
     atomic_save_tensors(tensors, resolve_path(path), meta)
 
 
