@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from grpo_lab.algorithm.advantages import ADVANTAGES
-from grpo_lab.distributed.exchanges import ExchangeConfig
+from grpo_lab.distributed.exchanges import EXCHANGES, ExchangeConfig
 from grpo_lab.tasks.instruct import check_config as check_instruct
 from grpo_lab.algorithm.grouping import COMBINE, GROUPERS, get_grouper
 from grpo_lab.policies.hf import HFConfig
@@ -261,6 +261,15 @@ class TrainConfig:
     most the set's size); 0 = no evaluation."""
     ckpt_every: int = 250
     """Write the checkpoint every this many steps (and at the end)."""
+    ckpt_format: str = "single"
+    """How checkpoints are written: "single" (one safetensors file, every tensor whole,
+    written by rank 0) or "dcp" (torch.distributed.checkpoint: each rank writes its own shards,
+    none gathers the whole state; distributed/dcp.py). A field, not a rule tied to the
+    exchange: "single" stays the default on any number of ranks (one file to copy, read by
+    every tool), "dcp" is for runs whose whole state does not fit one rank. Either kind
+    resumes on any number of ranks; a resume reads whichever kind the folder holds, so this
+    is a runtime field. "dcp" needs an exchange that steps torch's AdamW (all but the
+    sharder's)."""
     seed: int = 0
     """Seed of prompt draws and sampling; step s uses seeds derived from (seed, s)."""
     threads: int = 0
@@ -382,6 +391,12 @@ class TrainConfig:
         if self.answer_format != "raw" and not self.max_new_tokens:
             self.max_new_tokens = 64                 # a sentence, not the toy's answer + 2
         lookup(("constant", "cosine"), self.lr_schedule, "lr_schedule")
+        lookup(CKPT_FORMATS, self.ckpt_format, "ckpt_format")
+        if self.ckpt_format == "dcp" and not EXCHANGES[self.exchange.name].torch_adamw:
+            raise ValueError(f"ckpt_format='dcp' saves the state of torch's AdamW; exchange "
+                             f"{self.exchange.name!r} steps its own Adam: write "
+                             f"ckpt_format='single' or pick an exchange that steps torch's "
+                             f"AdamW")
         sink_names(self.report_to)               # known sinks; their packages: at train start
         if not self.reward_weights:
             raise ValueError("reward_weights is empty")
@@ -737,8 +752,12 @@ def from_dict(d: dict) -> TrainConfig:
     return TrainConfig(**migrate(d))
 
 
+CKPT_FORMATS = ("single", "dcp")
+"""TrainConfig.ckpt_format's values."""
+
 # fields a resumed run may change freely: how it runs, not what it computes
 RUNTIME_FIELDS = ("out_dir", "report_to", "threads", "time_budget_s", "target_accuracy",
+                  "ckpt_format",
                   "exchange.timeout_s", "user_code_timeout_s",
                   "exchange.overlap")  # overlap changes when bytes move, not what is computed
 
