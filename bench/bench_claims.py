@@ -57,7 +57,7 @@ def main(argv=None):
              f"one thread; load average {load0:.1f} at the start; {time.perf_counter() - t0:.0f} s.", "",
              f"## Claim 3: top-5% indices of {len(grads)} real gradients", "",
              f"The toy policy's gradients of {len(grads)} supervised steps from the base checkpoint "
-             f"(`trainer.record_gradients`), n = {n:,} elements, k = {k:,} (5%). Global: the top 5% "
+             f"(`experiments.record_gradients`), n = {n:,} elements, k = {k:,} (5%). Global: the top 5% "
              "over the whole model, one index set; per tensor: each tensor's own top 5% (what the "
              "`fp8_topk5` protocol sends), bytes summed. Bits per index, min-max over the gradients; "
              "vs int32 = 32 / bits.", "",

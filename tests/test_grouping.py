@@ -12,7 +12,7 @@ from grpo_lab.algorithm.grouping import (GROUPERS, PromptBatch, advantage_diagno
                                          informative_groups, informative_rows, mixed, prompt_reward_stats,
                                          reward_group_diagnostics)
 from grpo_lab.algorithm.reclustering import Reclusterer, group_count_schedule, match_clusters
-from grpo_lab.tasks import load_mixture
+from grpo_lab.tasks.task_data import load_mixture
 
 T = torch.tensor
 MIX = load_mixture()

@@ -11,7 +11,9 @@ from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, grouped_advantage
 from grpo_lab.algorithm.loss import grpo_loss
 from grpo_lab.policies.model import load_policy
 from grpo_lab.algorithm.rollout import completion_logprobs, sample
-from grpo_lab.tasks import decode, encode, load_mixture, sample_examples, weighted_reward
+from grpo_lab.tasks import decode, encode, sample_examples
+from grpo_lab.tasks.task_data import load_mixture
+from grpo_lab.tasks.rewards import weighted_reward
 from grpo_lab.teaching.widgets.grouping import (STAGES, WEIGHTS, base_rollout_rewards, grouping_explorer,
                                                 grpo_step_explorer, grpo_step_stages)
 

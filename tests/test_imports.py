@@ -3,9 +3,8 @@ higher one (grpo_lab.LAYERS, docs/reference/architecture.md), and every module i
 
 Every ``import``/``from ... import`` of a grpo_lab module counts, wherever it is written (at the
 top, inside a function, under ``if TYPE_CHECKING``): a lazy import that hides a cycle is a cycle.
-``importlib.import_module("grpo_lab....")`` with a literal name counts as well; the only ones
-allowed are the one-release aliases listed in ``FORWARDS`` (a module-level ``__getattr__`` that
-forwards an old name to its new home), so a new one is a decision, not an accident.
+``importlib.import_module("grpo_lab....")`` and ``__import__("grpo_lab....")`` count as imports
+too; their name must be a literal (a computed grpo_lab name is an error: the graph cannot see it).
 
 Run as a script to count cycles and upward imports of any checkout (e.g. before a change):
     python tests/test_imports.py /path/to/checkout
@@ -21,16 +20,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# one-release aliases: (module, the module it forwards to) -> what moved
-FORWARDS = {
-    ("grpo_lab.checkpoint", "grpo_lab.policies.policy"): "load_policy_any builds policies: policy.py",
-    ("grpo_lab.distributed.overlap", "grpo_lab.training.overlap_timing"):
-        "the measuring harness needs the model: overlap_timing.py",
-    ("grpo_lab.training.trainer", "grpo_lab.training.experiments"): "record_gradients runs train: experiments.py",
-    ("grpo_lab.tasks", "grpo_lab.tasks.rewards"): "the reward functions: rewards.py",
-    ("grpo_lab.tasks", "grpo_lab.tasks.task_data"): "held-out sets and the mixture file: task_data.py",
-}
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -50,11 +39,20 @@ def _resolve(name: str, known) -> str | None:
     return name or None
 
 
+def _imported_name(node: ast.Call) -> ast.expr | None:
+    """The name argument of ``importlib.import_module(...)`` or ``__import__(...)``, else None."""
+    called = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+    if called in ("import_module", "__import__") and node.args:
+        return node.args[0]
+    return None
+
+
 def imports(name: str, path: Path, known) -> tuple[set, set]:
-    """-> (grpo_lab modules ``name`` imports, modules it reaches by importlib.import_module)."""
+    """-> (grpo_lab modules ``name`` imports, by a statement or by importlib.import_module /
+    __import__; the computed grpo_lab names it imports, which the graph cannot resolve)."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found, forwards = set(), set()
+    found, computed = set(), set()
     for node in ast.walk(tree):
         targets = []
         if isinstance(node, ast.Import):
@@ -66,15 +64,13 @@ def imports(name: str, path: Path, known) -> tuple[set, set]:
                 base = ".".join(up + ([node.module] if node.module else []))
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
                        for a in node.names]
-        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
-              and node.args):
-            arg = node.args[0]
+        elif isinstance(node, ast.Call) and (arg := _imported_name(node)) is not None:
             if isinstance(arg, ast.Constant) and str(arg.value).startswith("grpo_lab"):
-                forwards.add(_resolve(arg.value, known))
-            elif isinstance(arg, ast.JoinedStr) and "grpo_lab" in ast.unparse(arg):
-                forwards.add(f"{ast.unparse(arg)} (not a literal: write the module's name)")
+                targets = [arg.value]
+            elif not isinstance(arg, ast.Constant) and "grpo_lab" in ast.unparse(arg):
+                computed.add(f"{ast.unparse(arg)} (line {node.lineno})")
         found |= {m for m in (_resolve(t, known) for t in targets) if m and m != name}
-    return found, forwards - {None}
+    return found, computed
 
 
 def layer_of(name: str) -> int:
@@ -90,11 +86,12 @@ def layer_of(name: str) -> int:
 
 
 def graph(root: Path = ROOT) -> tuple[dict, dict]:
+    """-> ({module: the grpo_lab modules it imports}, {module: its computed grpo_lab imports})."""
     known = modules(root)
-    edges, forwards = {}, {}
+    edges, computed = {}, {}
     for name, path in known.items():
-        edges[name], forwards[name] = imports(name, path, known)
-    return edges, forwards
+        edges[name], computed[name] = imports(name, path, known)
+    return edges, computed
 
 
 def cycles(edges: dict) -> list[list[str]]:
@@ -160,14 +157,15 @@ def test_distributed_never_imports_the_trainer_step_or_cli():
                        for d in deps), (name, deps)
 
 
-def test_forwards_are_the_listed_one_release_aliases():
-    _, forwards = graph()
-    found = {(a, b) for a, bs in forwards.items() for b in bs}
-    assert found == set(FORWARDS), f"importlib forwards {sorted(found)} vs listed {sorted(FORWARDS)}"
+def test_no_computed_grpo_lab_import():
+    _, computed = graph()
+    found = {a: bs for a, bs in computed.items() if bs}
+    assert not found, f"imports of a computed grpo_lab name (write the module's name): {found}"
 
 
 def test_the_graph_sees_imports_inside_functions(tmp_path):
-    """The parser itself: a lazy import and a relative import are edges, a cycle is found."""
+    """The parser itself: a lazy import, a relative import and an importlib or __import__ call
+    are edges, a cycle is found, a computed name is reported."""
     pkg = tmp_path / "grpo_lab"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -175,10 +173,17 @@ def test_the_graph_sees_imports_inside_functions(tmp_path):
     (pkg / "a.py").write_text("def f():\n    from grpo_lab.b import g\n")
     (pkg / "b.py").write_text("from .sub import c\n")
     (pkg / "sub" / "c.py").write_text("import grpo_lab.a\n")
-    edges, _ = graph(tmp_path)
+    (pkg / "d.py").write_text("import importlib\n\ndef f():\n"
+                              "    return importlib.import_module('grpo_lab.e').x\n")
+    (pkg / "e.py").write_text("def f(n):\n    __import__('grpo_lab.d')\n"
+                              "    return __import__(f'grpo_lab.{n}')\n")
+    edges, computed = graph(tmp_path)
     assert edges["grpo_lab.a"] == {"grpo_lab.b"}
     assert edges["grpo_lab.b"] == {"grpo_lab.sub.c"}
-    assert cycles(edges) == [["grpo_lab.a", "grpo_lab.b", "grpo_lab.sub.c"]]
+    assert edges["grpo_lab.d"] == {"grpo_lab.e"} and edges["grpo_lab.e"] == {"grpo_lab.d"}
+    assert computed["grpo_lab.e"] == {"f'grpo_lab.{n}' (line 3)"}
+    assert cycles(edges) == [["grpo_lab.a", "grpo_lab.b", "grpo_lab.sub.c"],
+                             ["grpo_lab.d", "grpo_lab.e"]]
 
 
 def test_the_project_writes_the_new_module_paths():
@@ -273,11 +278,12 @@ def test_every_module_imports_on_its_own():
 
 if __name__ == "__main__":
     root = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT
-    edges, forwards = graph(root)
+    edges, computed = graph(root)
     found, bad = cycles(edges), upward(edges)
-    print(f"{root}: {len(edges)} modules, {sum(map(len, edges.values()))} imports")
+    print(f"{root}: {len(edges)} modules, {sum(map(len, edges.values()))} imports "
+          f"(importlib.import_module and __import__ included)")
     print(f"cycles: {len(found)} {[f'{len(c)} modules: {c}' for c in found]}")
     print(f"upward imports: {len(bad)}")
     for a, b in bad:
         print(f"  {a} -> {b}")
-    print(f"importlib forwards: {sorted((a, b) for a, bs in forwards.items() for b in bs)}")
+    print(f"computed grpo_lab imports: {sorted((a, b) for a, bs in computed.items() for b in bs)}")

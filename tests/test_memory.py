@@ -13,7 +13,7 @@ from grpo_lab.policies.policy import frozen, load_for
 from grpo_lab.algorithm.rollout import completion_logprobs, sample
 from grpo_lab.training.step import (StepContext, backward, collect, collect_demos, grpo_objective,
                                     split_batch, supervised_objective)
-from grpo_lab.tasks import load_eval
+from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.training.trainer import make_grouper, prompt_source, train
 from tolerance import assert_close_to, mean_tol, parts_tol
 

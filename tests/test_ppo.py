@@ -7,7 +7,8 @@ import torch
 from grpo_lab.policies.model import load_policy
 from grpo_lab.training.ppo import ValueHead, explained_variance, gae, value_loss
 from grpo_lab.algorithm.rollout import positions, sample
-from grpo_lab.tasks import accuracy_reward, decode, encode, sample_examples
+from grpo_lab.tasks.rewards import accuracy_reward
+from grpo_lab.tasks import decode, encode, sample_examples
 
 
 def test_gae_by_hand():
@@ -85,7 +86,8 @@ def _ppo_cfg(tmp_path, **kw):
 
 
 def test_ppo_run_raises_reward_and_trains_the_critic(tmp_path):
-    from grpo_lab.checkpoint import load_policy_any, read_training_checkpoint
+    from grpo_lab.policies.policy import load_policy_any
+    from grpo_lab.checkpoint import read_training_checkpoint
     from grpo_lab.training.trainer import train
     c = _ppo_cfg(tmp_path, steps=40, prompts_per_step=16, group_size=6, eval_every=0, lr=1e-4,
                  train_pool=16)
@@ -225,7 +227,7 @@ def _with(policy, critic):
 
 
 def test_ppo_with_a_critic_network_trains_both_networks(tmp_path):
-    from grpo_lab.checkpoint import load_policy_any
+    from grpo_lab.policies.policy import load_policy_any
     from grpo_lab.training.ppo import ValueNetwork
     # two steps: the head starts at zero, so the critic's body gets its first gradient in step 1
     seen = _first_step(tmp_path, steps=2, ppo_critic="network", lr=1e-4, vf_lr=1e-3)

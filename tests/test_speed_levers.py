@@ -18,7 +18,7 @@ from tolerance import mean_tol
 transformers = pytest.importorskip("transformers")
 
 from grpo_lab.policies.hf import load_hf_policy                                 # noqa: E402
-from grpo_lab.tasks import load_eval                                   # noqa: E402
+from grpo_lab.tasks.task_data import load_eval  # noqa: E402
 
 TINY = "data/hf_tiny"
 

@@ -14,9 +14,9 @@ from grpo_lab.distributed.wire import FORMAT_BYTES
 
 
 def real_gradients(steps: int = 1) -> list[dict]:
-    """Real gradients of the toy policy (``trainer.record_gradients``: supervised steps from the
+    """Real gradients of the toy policy (``experiments.record_gradients``: supervised steps from the
     base checkpoint), each split into named tensors. About 2 s for one."""
-    from grpo_lab.training.trainer import record_gradients
+    from grpo_lab.training.experiments import record_gradients
     rec = record_gradients(steps=steps)
     out = []
     for flat in rec["grads"]:                                              # (numel,) per step

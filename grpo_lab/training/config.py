@@ -247,7 +247,7 @@ class TrainConfig:
     """Group-relative advantage estimator (one of advantages.ADVANTAGES)."""
     supervision: str = "outcome"
     """"outcome": one reward per completion, its advantage on every token (DeepSeekMath
-    4.1.2); "process": a reward per answer character (tasks.step_rewards), advantages
+    4.1.2); "process": a reward per answer character (rewards.step_rewards), advantages
     from advantages.process_advantages (4.1.3)."""
     aggregation: str = "seq_mean_token_mean"
     """Loss aggregation (one of loss.AGGREGATIONS)."""
