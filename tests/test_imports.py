@@ -12,6 +12,7 @@ Run as a script to count cycles and upward imports of any checkout (e.g. before 
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import subprocess
 import sys
@@ -186,62 +187,15 @@ def test_the_graph_sees_imports_inside_functions(tmp_path):
                              ["grpo_lab.d", "grpo_lab.e"]]
 
 
-def test_the_project_writes_the_new_module_paths():
-    """Package, tests, benches and notebooks import from the folders; only the alias test below
-    (and the alias table itself) may spell a release-0.1 flat name."""
-    import re
-
-    from grpo_lab import MOVED
-    # (a file-format tag such as "grpo_lab.policy.v1" is a name in saved files, not a module)
-    old = re.compile(r"grpo_lab[./](" + "|".join(MOVED) + r")(?![A-Za-z0-9_]|\.v\d)")
-    flat = re.compile(r"from grpo_lab import .*\b(" + "|".join(MOVED) + r")\b")
-    aliases = {ROOT / "grpo_lab" / "__init__.py", Path(__file__).resolve()}   # the table, this test
-    bad = []
-    for folder in ("grpo_lab", "tests", "bench", "notebooks"):
-        for path in sorted((ROOT / folder).rglob("*")):
-            if path.suffix not in (".py", ".ipynb") or path in aliases:
-                continue
-            for i, line in enumerate(path.read_text().splitlines(), 1):
-                if old.search(line) or flat.search(line):
-                    bad.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()[:100]}")
-    assert not bad, "release-0.1 module names (write the folder's path):\n" + "\n".join(bad)
-
-
-_ALIASES = r"""
-import importlib, sys, warnings
-warnings.simplefilter("error", FutureWarning)
-import grpo_lab.training.step as step
-try:
-    import grpo_lab.step
-    raise SystemExit("no warning for an old name")
-except FutureWarning as w:
-    assert "grpo_lab.step is now grpo_lab.training.step" in str(w), w
-warnings.simplefilter("ignore", FutureWarning)
-import grpo_lab.step as old_step
-from grpo_lab import trainer
-import grpo_lab.widgets.grouping as old_widget
-import grpo_lab.teaching.widgets.grouping as widget
-assert old_step is step and sys.modules["grpo_lab.step"] is step
-assert trainer is importlib.import_module("grpo_lab.training.trainer")
-assert old_widget is widget
-assert step.__spec__.name == "grpo_lab.training.step"
-importlib.reload(step)                      # reload goes through the module's own spec
-assert sys.modules["grpo_lab.training.step"] is step
-print("ALIASES OK")
-"""
-
-
-def test_release_0_1_names_are_the_same_modules_with_a_warning():
-    r = subprocess.run([sys.executable, "-c", _ALIASES], capture_output=True, text=True,
-                       cwd=ROOT, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0 and "ALIASES OK" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
-
-
-def test_python_dash_m_runs_an_old_name():
-    r = subprocess.run([sys.executable, "-m", "grpo_lab.claims"], capture_output=True,
-                       text=True, cwd=ROOT, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout == (ROOT / "data" / "claims.md").read_text()
+def test_the_flat_module_names_of_the_first_layout_do_not_exist():
+    """The modules live in their folders only (grpo_lab.training.step, not grpo_lab.step)."""
+    for old in ("grpo_lab.step", "grpo_lab.trainer", "grpo_lab.widgets", "grpo_lab.claims",
+                "grpo_lab.rewards", "grpo_lab.model"):
+        assert old not in modules(ROOT)
+        with pytest.raises(ModuleNotFoundError, match=f"No module named '{old}'"):
+            importlib.import_module(old)
+    with pytest.raises(ImportError, match="cannot import name 'trainer' from 'grpo_lab'"):
+        from grpo_lab import trainer  # noqa: F401
 
 
 # every module imported on its own, in a fresh interpreter (forked from one that has imported
