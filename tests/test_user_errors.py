@@ -141,11 +141,13 @@ def test_the_same_exit_code_under_nproc(tmp_path):
 
 @pytest.mark.parametrize("field", sorted(CEILINGS))
 def test_values_above_their_ceiling_are_refused(field, capsys):
-    extra = ["--objective", "ppo"] if field == "vf_lr" else []
+    extra = ["--objective", "ppo"] if field == "ppo.vf_lr" else []
     code = main(["train", *QUICK, *extra, f"--{field}", "1e30", "--out_dir", "runs/unused"])
     err = capsys.readouterr().err
     assert code == 2 and f"{field}=1e+30 is above its ceiling 1.0" in err, err
-    assert preset("quick", **{field: CEILINGS[field], **({"objective": "ppo"} if extra else {})})
+    at = ({"objective": "ppo", "ppo": {"vf_lr": CEILINGS[field]}} if extra
+          else {field: CEILINGS[field]})
+    assert preset("quick", **at)
 
 
 def test_huge_rewards_are_refused_naming_the_function(monkeypatch):

@@ -46,11 +46,11 @@ CONFIG_FILE = "config.json"
 
 # finite is not enough: values past these wreck a run in a few steps, then fail far away
 # ("logp is nan") without naming the cause
-CEILINGS = {"lr": 1.0, "vf_lr": 1.0, "weight_decay": 1.0}
+CEILINGS = {"lr": 1.0, "ppo.vf_lr": 1.0, "weight_decay": 1.0}
 CEILING_WHY = {
     "lr": "AdamW moves every weight by about lr per step (typical: 1e-6 for a pretrained LM, "
           "1e-4 to 1e-3 for the toy policy)",
-    "vf_lr": "AdamW moves every critic weight by about vf_lr per step",
+    "ppo.vf_lr": "AdamW moves every critic weight by about ppo.vf_lr per step",
     "weight_decay": "AdamW multiplies each weight by (1 - lr * weight_decay) per step "
                     "(typical: 0 to 0.1)"}
 
@@ -64,7 +64,7 @@ class TrainConfig:
     objective: str = "grpo"
     """"grpo"; or "supervised": cross-entropy on task demonstrations (answers only), as the
     base policy was made, through the same loop (the compression benchmarks' control); or
-    "ppo": PPO with a learned critic (ppo.py; ppo_critic: a value head on the policy's hidden
+    "ppo": PPO with a learned critic (ppo.py; ppo.critic: a value head on the policy's hidden
     states, or a critic network of its own), GAE advantages instead of the group baseline
     (toy policy, one process, by_prompt)."""
     task: str = "addition"
@@ -91,9 +91,7 @@ class TrainConfig:
     hf: HFConfig = field(default_factory=HFConfig)
     """policy="hf": dtype, autocast, chat template, remote code, gradient checkpointing,
     sampling dtype and LoRA of the transformers model (see hf.HFConfig; --hf.dtype on the
-    command line). The flat names of older configs (hf_dtype, hf_autocast, hf_chat_template,
-    hf_trust_remote_code, hf_gradient_checkpointing, hf_sample_dtype, lora_r, lora_alpha) are
-    read into it for one release (MOVED_FIELDS)."""
+    command line)."""
     # ---- speed levers of the rollout and the update (issue 22; bench/bench_hf_speed.py)
     sample_draw: str = "race"
     """How the sampler draws a token (rollout.DRAWS): "race" (exponential race, V noise
@@ -293,9 +291,7 @@ class TrainConfig:
     """Most rollouts of prompts_per_step prompts drawn per step by dynamic sampling."""
     # ---- PPO with a critic (objective="ppo", ppo.py)
     ppo: PPOConfig = field(default_factory=PPOConfig)
-    """objective="ppo": the critic and GAE (see ppo.PPOConfig; --ppo.gamma on the command line).
-    The flat names of older configs (ppo_gamma, ppo_lambda, vf_coef, vf_clip, ppo_critic,
-    vf_lr) are read into it for one release (MOVED_FIELDS)."""
+    """objective="ppo": the critic and GAE (see ppo.PPOConfig; --ppo.gamma on the command line)."""
     # ---- memory levers (issue 14; memory.py measures them, bench/bench_memory.py)
     checkpoint_every: int = 0
     """Activation checkpointing of the training forward: block i keeps only its input and
@@ -364,8 +360,11 @@ class TrainConfig:
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         for name, ceiling in CEILINGS.items():
-            if getattr(self, name) > ceiling:
-                raise ValueError(f"{name}={getattr(self, name)} is above its ceiling {ceiling} "
+            value = self
+            for part in name.split("."):               # "ppo.vf_lr": a sub-config's field
+                value = getattr(value, part)
+            if value > ceiling:
+                raise ValueError(f"{name}={value} is above its ceiling {ceiling} "
                                  f"(config.CEILINGS): {CEILING_WHY[name]}")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
             raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, "
@@ -473,8 +472,7 @@ class TrainConfig:
                              f"{self.checkpoint_every}-th: set one of them")
         if self.autocast and not get_policy_kind(self.policy).own_autocast:
             raise ValueError("autocast=True is the toy policy's training-forward autocast; "
-                             "for policy='hf' set hf.autocast=True (every forward; formerly "
-                             "hf_autocast)")
+                             "for policy='hf' set hf.autocast=True (every forward)")
 
     def _check_parameter_sharding(self):
         """What an exchange that shards the weights (fsdp2) cannot run with."""
@@ -495,7 +493,7 @@ class TrainConfig:
     def _check_ppo(self, objective):
         if self.ppo.vf_lr and not objective.critic:
             critics = sorted(n for n, o in OBJECTIVES.items() if o.critic)
-            raise ValueError(f"vf_lr={self.ppo.vf_lr} is the critic's learning rate: it needs "
+            raise ValueError(f"ppo.vf_lr={self.ppo.vf_lr} is the critic's learning rate: it needs "
                              f"objective={critics[0]!r}, not {self.objective!r}")
         if objective.check is not None:
             objective.check(self)
@@ -673,44 +671,7 @@ PRESETS: dict[str, dict] = {
 }
 
 
-# one release: fields that moved into a sub-config, by their old flat name -> (sub-config, field);
-# a config dict, keyword arguments or a flag with the old name still work (``migrate``)
-MOVED_FIELDS = {"ppo_gamma": ("ppo", "gamma"), "ppo_lambda": ("ppo", "gae_lambda"),
-                "vf_coef": ("ppo", "vf_coef"), "vf_clip": ("ppo", "vf_clip"),
-                "ppo_critic": ("ppo", "critic"), "vf_lr": ("ppo", "vf_lr"),
-                "hf_dtype": ("hf", "dtype"), "hf_autocast": ("hf", "autocast"),
-                "hf_chat_template": ("hf", "chat_template"),
-                "hf_trust_remote_code": ("hf", "trust_remote_code"),
-                "hf_gradient_checkpointing": ("hf", "gradient_checkpointing"),
-                "hf_sample_dtype": ("hf", "sample_dtype"), "lora_r": ("hf", "lora_r"),
-                "lora_alpha": ("hf", "lora_alpha")}
 SUB_CONFIGS = ("exchange", "ppo", "hf")
-
-
-def migrate(fields: dict) -> dict:
-    """Config fields with the flat names of moved fields (a checkpoint written before the
-    sub-configs, old keyword arguments) -> the nested form; a nested value given too wins."""
-    out = dict(fields)
-    for old, (sub, new) in MOVED_FIELDS.items():
-        if old in out:
-            value, given = out.pop(old), out.get(sub) or {}
-            nested = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given)
-            out[sub] = {new: value, **nested}
-    return out
-
-
-def _accept_moved_fields(init):
-    """TrainConfig(**fields) accepts the flat names of moved fields for one release."""
-    def __init__(self, *args, **fields):
-        init(self, *args, **migrate(fields))
-    __init__.__doc__, __init__.__signature__ = init.__doc__, inspect.signature(init)
-    return __init__
-
-
-TrainConfig.__init__ = _accept_moved_fields(TrainConfig.__init__)
-for _old, (_sub, _new) in MOVED_FIELDS.items():      # cfg.vf_lr reads cfg.ppo.vf_lr
-    setattr(TrainConfig, _old, property(lambda self, s=_sub, n=_new: getattr(getattr(self, s), n),
-                                        doc=f"One release: {_sub}.{_new}."))
 
 
 def preset(name: str, **overrides) -> TrainConfig:
@@ -719,7 +680,7 @@ def preset(name: str, **overrides) -> TrainConfig:
     first, so it may name what they register; a grouper given as a function or record is
     registered (grouping.get_grouper) and the config keeps its name."""
     lookup(PRESETS, name, "preset")
-    base, overrides = migrate(PRESETS[name]), migrate(overrides)
+    base = PRESETS[name]
     fields = {**base, **overrides}
     for sub in SUB_CONFIGS:
         if isinstance(overrides.get(sub), dict):
@@ -731,10 +692,10 @@ def preset(name: str, **overrides) -> TrainConfig:
 
 
 def from_dict(d: dict) -> TrainConfig:
-    """A TrainConfig from ``to_dict``'s output (a checkpoint's or a report's config, flat names
-    of older versions included); its plugins are imported first."""
+    """A TrainConfig from ``to_dict``'s output (a checkpoint's or a report's config); its plugins
+    are imported first."""
     load_plugins(d.get("plugins", ""))
-    return TrainConfig(**migrate(d))
+    return TrainConfig(**d)
 
 
 # fields a resumed run may change freely: how it runs, not what it computes
@@ -746,7 +707,7 @@ RUNTIME_FIELDS = ("out_dir", "report_to", "threads", "time_budget_s", "target_ac
 def config_changes(saved: dict, cfg: TrainConfig) -> dict:
     """{field: [saved value, given value]} for every field of ``cfg`` that differs from the
     saved config (sub-configs dotted: "exchange.name"), runtime fields left out."""
-    now, out, saved = to_dict(cfg), {}, migrate(saved)
+    now, out = to_dict(cfg), {}
     for k, v in now.items():
         if isinstance(v, dict) and k != "reward_weights":
             for sk, sv in v.items():

@@ -53,10 +53,10 @@ class PPOConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"PPOConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         if self.critic not in CRITICS:
-            lookup(CRITICS, self.critic, "ppo_critic")
+            lookup(CRITICS, self.critic, "ppo.critic")
         if not (0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1):
-            raise ValueError(f"need ppo_gamma and ppo_lambda in [0, 1] (ppo.gamma, "
-                             f"ppo.gae_lambda), got {self.gamma}, {self.gae_lambda}")
+            raise ValueError(f"need ppo.gamma and ppo.gae_lambda in [0, 1], "
+                             f"got {self.gamma}, {self.gae_lambda}")
 
 
 PPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",
