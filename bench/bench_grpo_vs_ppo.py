@@ -52,7 +52,7 @@ import torch
 
 from grpo_lab.training import step as step_mod
 from grpo_lab.checkpoint import read_training_checkpoint
-from grpo_lab.teaching.claims_measure import ratio_interval
+from grpo_lab.teaching.claims_stats import ratio_interval
 from grpo_lab.training.config import preset
 from grpo_lab.training.experiments import mean_ci, run_experiment, time_to_target
 from grpo_lab.policies.policy import load_for

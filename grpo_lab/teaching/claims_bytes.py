@@ -1,7 +1,7 @@
 """Measurements of gradient bytes for the claims table (claims 2, 3, 16): real gradients of the
 toy policy, their e4m3 round-trip error (fp8_errors), the entropy bound and the codecs' bits per
 top-k index (index_bound, topk_index_bits), bytes per element and per message by format
-(format_savings, exchange_bytes). claims_measure.py has the arithmetic."""
+(format_savings, exchange_bytes). claims_live.py has the arithmetic."""
 from __future__ import annotations
 
 import math
