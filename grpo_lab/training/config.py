@@ -20,26 +20,34 @@ import math
 import textwrap
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from grpo_lab.algorithm.advantages import ADVANTAGES
-from grpo_lab.distributed.exchanges import ExchangeConfig
-from grpo_lab.tasks.instruct import check_config as check_instruct
-from grpo_lab.algorithm.grouping import COMBINE, GROUPERS, get_grouper
-from grpo_lab.policies.hf import HFConfig
-from grpo_lab.algorithm.loss import (AGGREGATIONS, KL_ESTIMATORS, KL_PLACEMENTS, RATIO_LEVELS,
-                                     check_kl_in_loss)
-from grpo_lab.algorithm.methods import apply_method
-from grpo_lab.algorithm.overlong import OVERLONG
-from grpo_lab.algorithm.policy_losses import POLICY_LOSSES, ClipRange, check_clip
-from grpo_lab.algorithm.token_weights import IS_LEVELS
-from grpo_lab.policies.policy import POLICIES, get_policy_kind, hf_run_checkpoint
-from grpo_lab.training.ppo import PPOConfig  # importing ppo.py also registers objective "ppo"
 from grpo_lab.registry import load_plugins, lookup
-from grpo_lab.tasks.rewards import REWARDS
-from grpo_lab.algorithm.rollout import DRAWS, UPDATE_FORWARDS
-from grpo_lab.training.step import OBJECTIVES, get_objective
-from grpo_lab.training.trackers import sink_names
-from grpo_lab.tasks import MIXTURE_TASKS, TASKS
+from grpo_lab.tasks import MIXTURE_TASKS
+
+if TYPE_CHECKING:
+    from grpo_lab.distributed.exchanges import ExchangeConfig
+    from grpo_lab.policies.hf import HFConfig
+    from grpo_lab.training.ppo import PPOConfig
+
+# Importing this module loads the registry and the task list only: each check below imports
+# the registries it looks names up in, and each sub-config's class (with what it configures:
+# ExchangeConfig with the exchanges, numba included) loads when a config is built.
+
+
+def _exchange_config(**fields) -> ExchangeConfig:
+    from grpo_lab.distributed.exchanges import ExchangeConfig
+    return ExchangeConfig(**fields)
+
+
+def _ppo_config(**fields) -> PPOConfig:
+    from grpo_lab.training.ppo import PPOConfig
+    return PPOConfig(**fields)
+
+
+def _hf_config(**fields) -> HFConfig:
+    from grpo_lab.policies.hf import HFConfig
+    return HFConfig(**fields)
 
 CONFIG_FILE = "config.json"
 """out_dir/config.json: the run's resolved config (``to_dict``), what ``--config`` reads back."""
@@ -88,7 +96,7 @@ class TrainConfig:
     system_prompt: str = ""
     """policy="hf" with hf.chat_template: a system turn before each prompt ("": the chat
     template's own default, if it has one)."""
-    hf: HFConfig = field(default_factory=HFConfig)
+    hf: HFConfig = field(default_factory=_hf_config)
     """policy="hf": dtype, autocast, chat template, remote code, gradient checkpointing,
     sampling dtype and LoRA of the transformers model (see hf.HFConfig; --hf.dtype on the
     command line)."""
@@ -290,7 +298,7 @@ class TrainConfig:
     dynamic_max_draws: int = 4
     """Most rollouts of prompts_per_step prompts drawn per step by dynamic sampling."""
     # ---- PPO with a critic (objective="ppo", ppo.py)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
+    ppo: PPOConfig = field(default_factory=_ppo_config)
     """objective="ppo": the critic and GAE (see ppo.PPOConfig; --ppo.gamma on the command line)."""
     # ---- memory levers (issue 14; memory.py measures them, bench/bench_memory.py)
     checkpoint_every: int = 0
@@ -308,7 +316,7 @@ class TrainConfig:
     sampling, the reference and evaluation stay float32; log-probs are taken in float32).
     policy="hf" has hf.autocast (every forward) instead."""
     # ---- data parallel (distributed/exchanges.py): N processes, one global batch
-    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    exchange: ExchangeConfig = field(default_factory=_exchange_config)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
 
     @property
@@ -330,12 +338,22 @@ class TrainConfig:
     def __post_init__(self):
         # no side effects here: plugins are imported by preset(), from_dict(), the CLI and the
         # trainer's setup before a config naming what they register is built
+        from grpo_lab.algorithm.advantages import ADVANTAGES
+        from grpo_lab.algorithm.loss import AGGREGATIONS
+        from grpo_lab.algorithm.methods import apply_method
+        from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
+        from grpo_lab.tasks.instruct import check_config as check_instruct
+        from grpo_lab.tasks.rewards import REWARDS
+        from grpo_lab.training.step import get_objective
+        from grpo_lab.training.trackers import sink_names
         if isinstance(self.exchange, dict):
-            self.exchange = ExchangeConfig(**self.exchange)
+            self.exchange = _exchange_config(**self.exchange)
         if isinstance(self.ppo, dict):
-            self.ppo = PPOConfig(**self.ppo)
+            self.ppo = _ppo_config(**self.ppo)
         if isinstance(self.hf, dict):
-            self.hf = HFConfig(**self.hf)
+            self.hf = _hf_config(**self.hf)
+        # the built-in objectives are registered by now: step.py's own, and ppo.py's ("ppo"),
+        # the module of the ppo field's class
         objective = get_objective(self.objective)
         apply_method(self)
         self._check_policy()
@@ -394,6 +412,8 @@ class TrainConfig:
         self._check_parameter_sharding()
 
     def _check_variants(self):
+        from grpo_lab.algorithm.loss import KL_ESTIMATORS, KL_PLACEMENTS, RATIO_LEVELS
+        from grpo_lab.algorithm.overlong import OVERLONG
         lookup(KL_ESTIMATORS, self.kl_estimator, "kl_estimator")
         lookup(KL_PLACEMENTS, self.kl_in, "kl_in")
         lookup(RATIO_LEVELS, self.ratio_level, "ratio_level")
@@ -412,6 +432,9 @@ class TrainConfig:
 
     def _check_losses(self):
         """The algorithms issue's switches: each combination that would do nothing is an error."""
+        from grpo_lab.algorithm.loss import KL_PLACEMENTS, check_kl_in_loss
+        from grpo_lab.algorithm.policy_losses import POLICY_LOSSES, ClipRange, check_clip
+        from grpo_lab.algorithm.token_weights import IS_LEVELS
         lookup(POLICY_LOSSES, self.policy_loss, "policy_loss")
         lookup(IS_LEVELS, self.tis_level, "tis_level")
         _finite(self, "dual_clip", "clip_delta", "log_ratio_clamp", "kl_clamp",
@@ -452,6 +475,7 @@ class TrainConfig:
                                      f"objective only, not objective={self.objective!r}")
 
     def _check_memory(self, objective):
+        from grpo_lab.policies.policy import get_policy_kind
         _nonnegative(self, "checkpoint_every")
         _positive(self, "micro_batches")
         if self.micro_batches > self.prompts_per_step:
@@ -476,6 +500,7 @@ class TrainConfig:
 
     def _check_parameter_sharding(self):
         """What an exchange that shards the weights (fsdp2) cannot run with."""
+        from grpo_lab.algorithm.overlong import OVERLONG
         if not self.exchange.kind.shards_parameters:
             return
         name = self.exchange.name
@@ -491,6 +516,7 @@ class TrainConfig:
                              f"for it): use overlong='none' or 'soft'")
 
     def _check_ppo(self, objective):
+        from grpo_lab.training.step import OBJECTIVES
         if self.ppo.vf_lr and not objective.critic:
             critics = sorted(n for n, o in OBJECTIVES.items() if o.critic)
             raise ValueError(f"ppo.vf_lr={self.ppo.vf_lr} is the critic's learning rate: it needs "
@@ -499,6 +525,9 @@ class TrainConfig:
             objective.check(self)
 
     def _check_policy(self):
+        from grpo_lab.algorithm.rollout import DRAWS, UPDATE_FORWARDS
+        from grpo_lab.policies.hf import HFConfig
+        from grpo_lab.policies.policy import get_policy_kind, hf_run_checkpoint
         kind = get_policy_kind(self.policy)
         lookup(DRAWS, self.sample_draw, "sample_draw")
         lookup(UPDATE_FORWARDS, self.update_forward, "update_forward")
@@ -527,6 +556,7 @@ class TrainConfig:
                              f"checkpoint")
 
     def _check_grouping(self):
+        from grpo_lab.algorithm.grouping import COMBINE, GROUPERS
         if not isinstance(self.grouping, str):        # registering is preset()'s, not ours
             raise ValueError(f"grouping={self.grouping!r}: a config holds a grouper's name; "
                              f"pass the function or record to config.preset(...), which "
@@ -588,6 +618,8 @@ class PretrainConfig:
     """torch CPU threads (0 = torch's default)."""
 
     def __post_init__(self):
+        from grpo_lab.policies.policy import POLICIES
+        from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
         lookup(POLICIES, self.policy, "policy")
         if self.policy == "hf" and self.out.endswith(".safetensors"):
             raise ValueError(f"policy='hf' writes a transformers folder; out={self.out!r} "
@@ -679,6 +711,7 @@ def preset(name: str, **overrides) -> TrainConfig:
     as a dict merged into the preset's, or its dataclass). The config's plugins are imported
     first, so it may name what they register; a grouper given as a function or record is
     registered (grouping.get_grouper) and the config keeps its name."""
+    from grpo_lab.algorithm.grouping import get_grouper
     lookup(PRESETS, name, "preset")
     base = PRESETS[name]
     fields = {**base, **overrides}
