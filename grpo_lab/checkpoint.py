@@ -37,7 +37,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
-from grpo_lab.paths import REPO_ROOT, resolve_path  # noqa: F401 (REPO_ROOT: re-exported)
+from grpo_lab.paths import resolve_path
 from grpo_lab.rundir import current_umask
 
 

@@ -282,7 +282,7 @@ class TrainConfig:
     tasks trained (7 for "mixture"), or max(2, prompts_per_step // 4) for one task. The CLI
     refuses --group_k for a grouper without k."""
     combine: str = "cluster"
-    """How a prompt cluster meets its prompts' completions (one of grouping.COMBINE):
+    """How a prompt cluster meets its prompts' completions (one of group_advantages.COMBINE):
     "cluster" runs the advantage estimator on the cluster, "within_prompt_pooled_std"
     centres on the prompt's mean and scales by the cluster's pooled within-prompt std."""
     recluster_every: int = 0
@@ -556,7 +556,8 @@ class TrainConfig:
                              f"checkpoint")
 
     def _check_grouping(self):
-        from grpo_lab.algorithm.grouping import COMBINE, GROUPERS
+        from grpo_lab.algorithm.group_advantages import COMBINE
+        from grpo_lab.algorithm.grouping import GROUPERS
         if not isinstance(self.grouping, str):        # registering is preset()'s, not ours
             raise ValueError(f"grouping={self.grouping!r}: a config holds a grouper's name; "
                              f"pass the function or record to config.preset(...), which "
