@@ -47,7 +47,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
-from grpo_lab.paths import REPO_ROOT, resolve_path  # noqa: F401 (REPO_ROOT: re-exported)
+from grpo_lab.paths import resolve_path
 from grpo_lab.rundir import current_umask
 
 
@@ -318,12 +318,3 @@ def state_without_aliases(module: torch.nn.Module) -> dict[str, torch.Tensor]:
             seen.add(key)
             out[k] = v
     return out
-
-
-def __getattr__(name: str):
-    """One-release alias: ``load_policy_any`` builds policies, so it lives in policy.py now
-    (a file-format module does not import what sits above it)."""
-    if name == "load_policy_any":
-        import importlib
-        return importlib.import_module("grpo_lab.policies.policy").load_policy_any
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,9 @@ from grpo_lab.tasks import answers
 from grpo_lab.tasks.answers import extract, follows_format, is_correct
 from grpo_lab.training.config import TrainConfig
 from grpo_lab.tasks.instruct import render, render_all
-from grpo_lab.tasks import REWARDS, Example, load_eval, weighted_reward
+from grpo_lab.tasks.rewards import REWARDS, weighted_reward
+from grpo_lab.tasks import Example
+from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.tasks.word_problems import eval_examples, make, operations
 
 

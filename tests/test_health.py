@@ -76,12 +76,12 @@ def test_timeline_and_report_name_the_steps_covered():
 
 def test_the_trainer_says_it_on_a_constant_reward_and_the_report_lists_it(tmp_path, monkeypatch,
                                                                          capsys):
-    from grpo_lab import tasks
+    from grpo_lab.tasks.rewards import REWARDS
     from grpo_lab.training.config import preset
     from grpo_lab.training.report import write_report
     from grpo_lab.training.trainer import train
 
-    monkeypatch.setitem(tasks.REWARDS, "never", lambda c, e, s: [0.0] * len(c))
+    monkeypatch.setitem(REWARDS, "never", lambda c, e, s: [0.0] * len(c))
     cfg = preset("quick", steps=12, eval_size=8, eval_every=0, threads=1, out_dir=str(tmp_path),
                  reward_weights={"never": 1.0}, dynamic_sampling=True, dynamic_max_draws=2)
     history = train(cfg, progress=True)

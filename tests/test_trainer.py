@@ -4,12 +4,15 @@ import json
 import pytest
 import torch
 
-from grpo_lab.checkpoint import CheckpointError, load_policy_any, read_training_checkpoint
+from grpo_lab.checkpoint import CheckpointError, read_training_checkpoint
+from grpo_lab.policies.policy import load_policy_any
 from grpo_lab.training.config import TrainConfig, preset
-from grpo_lab.algorithm.grouping import informative_rows
+from grpo_lab.algorithm.group_diagnostics import informative_rows
 from grpo_lab.policies.model import load_policy
 from grpo_lab.algorithm.rollout import completion_logprobs
-from grpo_lab.tasks import decode, load_eval, load_mixture, weighted_reward
+from grpo_lab.tasks import decode
+from grpo_lab.tasks.task_data import load_eval, load_mixture
+from grpo_lab.tasks.rewards import weighted_reward
 from grpo_lab.training.step import StepContext, collect, max_new_tokens
 from grpo_lab.training.trainer import make_grouper, prompt_source, train
 

@@ -142,7 +142,7 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
     if len(bad):
         raise ValueError(f"weighted reward of sample {int(bad[0])} is {float(total[bad[0]]):.4g}: "
                          f"weights {weights} take it beyond |reward| <= {REWARD_CEILING:g} "
-                         f"(tasks.REWARD_CEILING)")
+                         f"(rewards.REWARD_CEILING)")
     return total, parts
 
 
@@ -173,4 +173,4 @@ def check_finite_rewards(name: str, values: Sequence[float], completions: Sequen
         if abs(v) > REWARD_CEILING:
             raise ValueError(f"reward function {name!r} returned {v:.4g} for sample {i} "
                              f"(completion {completions[i]!r}), beyond the ceiling "
-                             f"|reward| <= {REWARD_CEILING:g} (tasks.REWARD_CEILING): rescale it")
+                             f"|reward| <= {REWARD_CEILING:g} (rewards.REWARD_CEILING): rescale it")

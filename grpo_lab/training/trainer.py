@@ -56,10 +56,9 @@ from grpo_lab.distributed import dcp
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
 from grpo_lab.distributed.fsdp import full_parameters
 from grpo_lab.distributed.group import Group
-from grpo_lab.machine import busy_cores, free_cores, wchar  # noqa: F401 (re-exported)
+from grpo_lab.machine import free_cores, wchar
 from grpo_lab.policies.model import GPT
-from grpo_lab.policies.policy import (frozen, get_policy_kind, load_for,  # noqa: F401 (re-exported)
-                                      load_policy_any)
+from grpo_lab.policies.policy import frozen, get_policy_kind, load_for
 from grpo_lab.algorithm.reclustering import StepGrouper
 from grpo_lab.algorithm.scoring import add_time, now, sample_and_score
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
@@ -81,16 +80,7 @@ PHASES = ("time/sample_s", "time/score_s", "time/loss_forward_s", "time/backward
           "time/exchange_s", "time/optimizer_s", "time/check_s")
 
 __all__ = ["train", "setup", "held_out_sets", "evaluate", "evaluate_tasks", "learning_rate", "prompt_source",
-           "make_grouper", "max_new_tokens", "load_policy_any"]
-
-
-def __getattr__(name: str):
-    """One-release alias: ``record_gradients`` runs ``train``, so it lives above the trainer,
-    in experiments.py."""
-    if name == "record_gradients":
-        import importlib
-        return importlib.import_module("grpo_lab.training.experiments").record_gradients
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+           "make_grouper", "max_new_tokens"]
 
 
 @torch.no_grad()
