@@ -120,7 +120,9 @@ def part_train(args) -> dict:
     from grpo_lab.training.trainer import train
     out_dir = Path(args.dir) / "train"
     cfg = config(steps=args.steps, eval_size=args.eval_size, threads=args.threads,
-                 out_dir=str(out_dir))
+                 out_dir=str(out_dir), prompts_per_step=args.train_prompts,
+                 group_size=args.train_group, max_new_tokens=args.train_max_new)
+    cfg.time_budget_s = args.time_budget       # 0: the 20 steps whatever they take
     t = time.perf_counter()
     history = train(cfg, progress=True)
     return {"machine": machine(), "steps": args.steps, "eval_size": args.eval_size,
@@ -159,7 +161,13 @@ def report(d: Path) -> str:
         k = min(5, len(rew))
         gaps = [r.get("sample/logprob_gap") for r in steps]
         acc = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
-        lines += [f"## Training: smollm_cpu, rollout='vllm', tis_cap=2, {len(steps)} steps", "",
+        t = json.loads((d / "train.json").read_text()) if (d / "train.json").exists() else {}
+        c = json.loads((d / "train" / "config.json").read_text())
+        lines += [f"## Training: smollm_cpu, rollout='vllm', tis_cap=2, {len(steps)} steps of "
+                  f"{c['prompts_per_step']} prompts x G={c['group_size']}, <= "
+                  f"{c['max_new_tokens']} new tokens, {c['eval_size']} held-out prompts, "
+                  f"time budget {c['time_budget_s']:.0f} s; machine load "
+                  f"{(t.get('machine') or {}).get('load')} at its end", "",
                   f"reward/mean first {k} steps {sum(rew[:k]) / k:.3f}, last {k} "
                   f"{sum(rew[-k:]) / k:.3f}; held-out accuracy (greedy, grpo_lab's sampler) "
                   + ", ".join(f"step {st}: {a:.3f}" for st, a in acc) + "; "
@@ -191,6 +199,11 @@ def main(argv=None) -> None:
     p.add_argument("--max_new", type=int, default=24)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--eval_size", type=int, default=20)
+    p.add_argument("--train_prompts", type=int, default=4, help="the preset's prompts_per_step")
+    p.add_argument("--train_group", type=int, default=8, help="the preset's group_size")
+    p.add_argument("--train_max_new", type=int, default=24, help="the preset's max_new_tokens")
+    p.add_argument("--time_budget", type=float, default=0.0,
+                   help="seconds of training (0: all the steps); the run evaluates at its end")
     args = p.parse_args(argv)
     if args.build_env:
         return build_env(Path(args.build_env))
