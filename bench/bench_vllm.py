@@ -172,7 +172,7 @@ def report(d: Path) -> str:
                   f"{sum(rew[-k:]) / k:.3f}; held-out accuracy (greedy, grpo_lab's sampler) "
                   + ", ".join(f"step {st}: {a:.3f}" for st, a in acc) + "; "
                   f"sample/logprob_gap first {gaps[0]:.2e}, last {gaps[-1]:.2e} (it stays "
-                  f"small only if every update reached vLLM); seconds per step "
+                  f"small while the updates reach vLLM); seconds per step "
                   f"{sum(r['time/step_s'] for r in steps) / len(steps):.1f}, of which sampling "
                   f"{sum(r.get('time/sample_s', 0) for r in steps) / len(steps):.1f}.", "",
                   "| step | reward/mean | reward/accuracy | reward/format | sample/logprob_gap | "
