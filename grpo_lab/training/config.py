@@ -107,6 +107,12 @@ class TrainConfig:
     other tokens for the same seed). Both keep one generator per prompt."""
     drop_finished: bool = True
     """Take completions that emitted <eos> out of the decode batch (same tokens, less work)."""
+    rollout: str = "grpo_lab"
+    """Who samples the training rollout (vllm_rollout.ROLLOUTS): "grpo_lab" (rollout.sample) or
+    "vllm" (vLLM in this process, the policy's weights pushed into it after each update; its
+    log-probs are the sampler's, the trainer recomputes its own: needs tis_cap > 0, policy="hf",
+    one process, and vLLM in its own environment, bench/bench_vllm.py --build_env DIR).
+    Evaluation always runs grpo_lab's sampler."""
     update_forward: str = "prompt_once"
     """The training forward (rollout.UPDATE_FORWARDS): "prompt_once" (each prompt once, its
     KV cache shared by its G completions, logits only where a completion token is
@@ -543,11 +549,13 @@ class TrainConfig:
 
     def _check_policy(self):
         from grpo_lab.algorithm.rollout import DRAWS, UPDATE_FORWARDS
+        from grpo_lab.algorithm.vllm_rollout import ROLLOUTS
         from grpo_lab.policies.hf import HFConfig
         from grpo_lab.policies.policy import get_policy_kind, hf_run_checkpoint
         kind = get_policy_kind(self.policy)
         lookup(DRAWS, self.sample_draw, "sample_draw")
         lookup(UPDATE_FORWARDS, self.update_forward, "update_forward")
+        lookup(ROLLOUTS, self.rollout, "rollout").check(self)     # vllm_rollout.py
         if self.hf.lora_r and self.policy != "hf":
             raise ValueError(f"hf.lora_r={self.hf.lora_r} adds LoRA adapters to a transformers "
                              f"model: it needs policy='hf' (policy={self.policy!r})")

@@ -53,6 +53,7 @@ from grpo_lab.algorithm.token_weights import (high_entropy_mask, is_weight,
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.training.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
 from grpo_lab.algorithm.rollout import completion_logprobs, left_pad, positions, sample  # noqa: F401
+from grpo_lab.algorithm.vllm_rollout import rollout_scorer
 from grpo_lab.algorithm.scoring import (Scored, add_time, cat_scored, now, sample_and_score,  # noqa: F401
                                         take_scored)
 from grpo_lab.tasks import get_task
@@ -112,15 +113,16 @@ def draw_prompts(cfg, ctx: StepContext, step: int, policy):
     sorted, per draw (examples, this rank's Scored), informative flags per draw or None)."""
     G, B = cfg.group_size, cfg.prompts_per_step
     mine = ctx.group.slice(B)
+    score = rollout_scorer(policy, cfg, ctx)       # cfg.rollout: grpo_lab's sampler or vLLM's
     draws, flags, kept = [], [], []
     for d in range(cfg.dynamic_max_draws if cfg.dynamic_sampling else 1):
         with user_code(f"the task generator of {cfg.task!r}"):
             examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
-        s = sample_and_score(policy, [examples[i] for i in mine], G, max_new_tokens(cfg),
-                             cfg.reward_weights, cfg.temperature, cfg.top_k or None,
-                             generator=prompt_generators(cfg.seed, step, d, mine),
-                             draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
-                             clock=ctx.clock, top_p=cfg.top_p)
+        s = score(policy, [examples[i] for i in mine], G, max_new_tokens(cfg),
+                  cfg.reward_weights, cfg.temperature, cfg.top_k or None,
+                  generator=prompt_generators(cfg.seed, step, d, mine),
+                  draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
+                  clock=ctx.clock, top_p=cfg.top_p)
         draws.append((examples, s))
         if not cfg.dynamic_sampling:
             return [(0, i) for i in range(B)], draws, None

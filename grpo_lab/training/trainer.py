@@ -61,6 +61,7 @@ from grpo_lab.policies.model import GPT
 from grpo_lab.policies.policy import frozen, get_policy_kind, load_for
 from grpo_lab.algorithm.reclustering import StepGrouper
 from grpo_lab.algorithm.scoring import add_time, now, sample_and_score
+from grpo_lab.algorithm.vllm_rollout import rollout_scorer
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
                                     split_batch)
 from grpo_lab import timelimit
@@ -267,6 +268,8 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     draw = rendered_source(prompt_source(cfg, held), cfg.answer_format)
     check_readable(policy, cfg, eval_sets, draw)           # the task's needs vs this policy
     ctx = StepContext(draw, make_grouper(cfg), ref, group)
+    rollout_scorer(policy, cfg, ctx)       # cfg.rollout's engine now (vLLM: built, or an
+                                           # ImportError), not after the base evaluation
     return Setup(policy, ctx, eval_sets, held, obj)
 
 
