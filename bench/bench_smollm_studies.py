@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grpo_lab.cli import main as cli_main                     # noqa: E402
-from grpo_lab.training.experiments import METRICS, MIN_SEEDS, Results, can_tell  # noqa: E402
+from grpo_lab.training.experiments import METRICS, Results  # noqa: E402
 
 STUDIES = {
     "entropy_reward": [
@@ -97,14 +97,9 @@ def summarise(name: str, out_dir: Path, command: str) -> str:
     for d in res.differences(ref, COMPARED):
         fmt = METRICS[d["metric"]][1].lstrip("+")
         det = "-" if d["detectable"] is None else format(d["detectable"], fmt)
-        verdict = ("excludes 0" if d["excludes_zero"] else
-                   "too few seeds" if d["n"] < MIN_SEEDS else
-                   "float rounding: no difference" if d["rounding"] else
-                   "includes 0" if can_tell(d["n"], d["ci_low"], d["ci_high"]) else
-                   "no spread: every seed's difference is the same")
         lines.append(f"| {d['a']} | {d['metric']} | {d['mean']:+{fmt}} | "
                      f"[{d['ci_low']:+{fmt}}, {d['ci_high']:+{fmt}}] | {d['n']} | {det} | "
-                     f"{verdict} |")
+                     f"{d['verdict']} |")
     per_step = {}
     for r in res.runs:
         per_step.setdefault(r["strategy"], []).extend(

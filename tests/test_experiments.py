@@ -118,7 +118,7 @@ def test_end_metrics_by_hand_and_a_saved_study_reads_back(tmp_path):
             for name, d in (("a", 0.0), ("b", 1e-8)) for s in range(3)]
     (d,) = Results(runs).differences("a", ["eval/accuracy"])
     assert d["rounding"] and not d["excludes_zero"] and d["detectable"] is None
-    assert "float rounding" in d["sentence"]
+    assert "float rounding" in d["sentence"] and d["verdict"] == "float rounding: no difference"
 
 
 def test_parallel_equals_sequential_and_plots(tmp_path):

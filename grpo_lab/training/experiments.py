@@ -342,7 +342,7 @@ class Results:
         (default: every METRICS entry the runs have): ``compare``'s dict plus ``detectable``,
         the smallest true difference these seeds would find with probability ``power`` given
         the observed sd of the paired differences (power.py; None below MIN_SEEDS or with no
-        spread), and ``sentence``."""
+        spread), ``sentence`` and ``verdict`` (a few words: "excludes 0", "includes 0", ...)."""
         per = self.per_run()
         metrics = [m for m in (metrics or METRICS) if any(m in r for r in per)]
         out = []
@@ -359,6 +359,11 @@ class Results:
                                    if d["n"] >= MIN_SEEDS and sd > 0 and not d["rounding"]
                                    else None)
                 d["sentence"] = difference_sentence(d)
+                d["verdict"] = ("excludes 0" if d["excludes_zero"] else
+                                "too few seeds" if d["n"] < MIN_SEEDS else
+                                "float rounding: no difference" if d["rounding"] else
+                                "includes 0" if can_tell(d["n"], d["ci_low"], d["ci_high"])
+                                else "no spread: every seed's difference is the same")
                 out.append(d)
         return out
 
