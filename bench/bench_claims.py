@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from grpo_lab.teaching import claims_measure as M
+from grpo_lab.teaching import claims_bytes, claims_gradient
 from grpo_lab.training.experiments import mean_ci
 
 CODECS = ("huffman", "rice", "ans", "zstd")
@@ -44,11 +44,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
-    grads = M.real_gradients(args.gradients)
-    bits = [M.topk_index_bits(g) for g in grads]
-    errs = [sorted(M.fp8_errors(g).values()) for g in grads]
-    sizes = M.exchange_bytes(grads[-1])
-    var = {s: M.baseline_variance(seed=s, prompts=args.prompts, draws=args.draws) for s in args.seeds}
+    grads = claims_bytes.real_gradients(args.gradients)
+    bits = [claims_bytes.topk_index_bits(g) for g in grads]
+    errs = [sorted(claims_bytes.fp8_errors(g).values()) for g in grads]
+    sizes = claims_bytes.exchange_bytes(grads[-1])
+    var = {s: claims_gradient.baseline_variance(seed=s, prompts=args.prompts, draws=args.draws) for s in args.seeds}
     cmd = "PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python bench/bench_claims.py " + \
         " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     n, k = bits[0]["n"], bits[0]["k"]
@@ -57,7 +57,7 @@ def main(argv=None):
              f"one thread; load average {load0:.1f} at the start; {time.perf_counter() - t0:.0f} s.", "",
              f"## Claim 3: top-5% indices of {len(grads)} real gradients", "",
              f"The toy policy's gradients of {len(grads)} supervised steps from the base checkpoint "
-             f"(`trainer.record_gradients`), n = {n:,} elements, k = {k:,} (5%). Global: the top 5% "
+             f"(`experiments.record_gradients`), n = {n:,} elements, k = {k:,} (5%). Global: the top 5% "
              "over the whole model, one index set; per tensor: each tensor's own top 5% (what the "
              "`fp8_topk5` protocol sends), bytes summed. Bits per index, min-max over the gradients; "
              "vs int32 = 32 / bits.", "",
@@ -103,10 +103,10 @@ def main(argv=None):
         ratios.append(v["group mean"]["var"] / v["none"]["var"])
         lines.append(f"| {s} | {v['none']['var']:.3f} | {v['group mean']['var']:.3f} | {ratios[-1]:.2f} | "
                      f"{v['group mean']['scale_vs_none']:.2f} | "
-                     + " | ".join(f"{v[b]['noise_to_signal']:.3f}" for b in M.BASELINES) + " |")
+                     + " | ".join(f"{v[b]['noise_to_signal']:.3f}" for b in claims_gradient.BASELINES) + " |")
     lr = [float(np.log(r)) for r in ratios]
     m, lo, hi = mean_ci(lr)
-    nsr = {b: mean_ci([var[s][b]["noise_to_signal"] for s in var]) for b in M.BASELINES}
+    nsr = {b: mean_ci([var[s][b]["noise_to_signal"] for s in var]) for b in claims_gradient.BASELINES}
     lower = sum(r < 1 for r in ratios)
     lines += ["", f"Claim 29 verdict line: the group-mean baseline multiplies the gradient's variance by "
               f"{np.exp(m):.2f} [{np.exp(lo):.2f}, {np.exp(hi):.2f}] (geometric mean over {len(ratios)} prompt "

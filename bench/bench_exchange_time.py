@@ -25,7 +25,7 @@ PRESETS = ("fp8_topk5", "fp8_topk5_fast", "fast_topk5")
 
 
 def toy_grads(seed: int) -> dict:
-    from grpo_lab.distributed.overlap import toy_policy
+    from grpo_lab.training.overlap_timing import toy_policy
     model, _ = toy_policy()
     g = torch.Generator().manual_seed(seed)
     return {n: torch.randn(p.shape, generator=g) * 1e-3 for n, p in model.named_parameters()}

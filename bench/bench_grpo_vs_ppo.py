@@ -52,7 +52,7 @@ import torch
 
 from grpo_lab.training import step as step_mod
 from grpo_lab.checkpoint import read_training_checkpoint
-from grpo_lab.teaching.claims_measure import ratio_interval
+from grpo_lab.teaching.claims_stats import ratio_interval
 from grpo_lab.training.config import preset
 from grpo_lab.training.experiments import mean_ci, run_experiment, time_to_target
 from grpo_lab.policies.policy import load_for
@@ -63,10 +63,16 @@ VARIANTS = {  # name -> TrainConfig overrides (128 completions per step each)
     "grpo 16x8": {},
     "ppo 128x1": {**PPO, "prompts_per_step": 128, "group_size": 1},
     "ppo 16x8": {**PPO},
-    "ppo net 128x1": {**PPO, "prompts_per_step": 128, "group_size": 1, "ppo_critic": "network"},
+    "ppo net 128x1": {**PPO, "prompts_per_step": 128, "group_size": 1,
+                      "ppo": {"critic": "network"}},
 }
 REFERENCE = "grpo 16x8"
 TUNED = "ppo 128x1"                     # the variant the critic's lr is tuned on
+
+
+def with_vf_lr(overrides: dict, vf_lr: float) -> dict:
+    """A variant's overrides with the critic's learning rate set (``ppo.vf_lr``)."""
+    return {**overrides, "ppo": {**overrides.get("ppo", {}), "vf_lr": vf_lr}}
 
 
 def samples_per_step(overrides: dict) -> int:
@@ -308,7 +314,7 @@ def main(argv=None):
     base = {"steps": args.steps, "eval_every": args.eval_every}
 
     # (c, first) tune the critic's lr on PPO 128x1
-    trials = {f"vf_lr={v:g}": {**VARIANTS[TUNED], "vf_lr": v} for v in args.vf_lrs}
+    trials = {f"vf_lr={v:g}": with_vf_lr(VARIANTS[TUNED], v) for v in args.vf_lrs}
     tune = run_experiment(trials, seeds=tuple(args.tune_seeds), base=base,
                           processes=args.processes, target=args.target, progress=False)
     tune_rows = per_run(tune, trials, args.target)
@@ -317,12 +323,12 @@ def main(argv=None):
     best = max(mean_final, key=mean_final.get)
     vf_lr = float(best.split("=")[1])
     print("tuning:", mean_final, "->", best, flush=True)
-    tuned = {n: ({**o, "vf_lr": vf_lr} if o.get("objective") == "ppo" else o)
+    tuned = {n: (with_vf_lr(o, vf_lr) if o.get("objective") == "ppo" else o)
              for n, o in variants.items()}
 
     # (c) the comparison over seeds
     learn = {**{n: tuned[n] for n in args.learn_variants},          # + other critic lrs, to
-             **{f"{TUNED} vf_lr={v:g}": {**VARIANTS[TUNED], "vf_lr": v}  # see what the choice
+             **{f"{TUNED} vf_lr={v:g}": with_vf_lr(VARIANTS[TUNED], v)   # see what the choice
                 for v in args.also_vf_lrs if v != vf_lr}}                # of vf_lr moves
     res = run_experiment(learn, seeds=tuple(args.seeds), base=base, processes=args.processes,
                          target=args.target, progress=False)

@@ -39,7 +39,7 @@ PHASES = ("time/prefill_s", "time/decode_forward_s", "time/decode_sample_s",
           "time/decode_cache_s", "time/ref_s", "time/loss_forward_s", "time/backward_s",
           "time/optimizer_s", "time/check_s")
 BEFORE = {"sample_draw": "race", "drop_finished": False, "update_forward": "all_positions",
-          "hf_sample_dtype": "", "hf_autocast": False, "hf": {"decoder": "transformers"}}
+          "hf": {"sample_dtype": "", "autocast": False, "decoder": "transformers"}}
 LEAN = {"hf": {"decoder": "lean"}}              # the third round's lever: policies/decoder.py
 LEVERS = {                                      # name -> overrides on top of BEFORE
     "before": {},
@@ -47,14 +47,14 @@ LEVERS = {                                      # name -> overrides on top of BE
     "drop finished rows": {"drop_finished": True},
     "logits on the completion only": {"update_forward": "completion"},
     "prompt once in the update": {"update_forward": "prompt_once"},
-    "bf16 sampling copy": {"hf_sample_dtype": "bfloat16"},
-    "bf16 autocast (every forward)": {"hf_autocast": True},
+    "bf16 sampling copy": {"hf": {"sample_dtype": "bfloat16"}},
+    "bf16 autocast (every forward)": {"hf": {"autocast": True}},
     "after (fp32 levers)": {"sample_draw": "inverse_cdf", "drop_finished": True,
                             "update_forward": "prompt_once"},
     "packed update forward": {"update_forward": "packed"},
     "after (all)": {"sample_draw": "inverse_cdf", "drop_finished": True,
-                    "update_forward": "packed", "hf_sample_dtype": "bfloat16",
-                    "hf_autocast": True, **LEAN},
+                    "update_forward": "packed",
+                    "hf": {"sample_dtype": "bfloat16", "autocast": True, **LEAN["hf"]}},
 }
 AFTER = LEVERS["after (all)"]
 # the second round of levers (issue 22, the update): each is on in grpo_lab's code; a bench
@@ -71,6 +71,16 @@ LEVERS.update({                 # on top of "after (fp32 levers)" (the update fo
 for _k in list(LEVERS)[-6:]:
     LEVERS[_k] = {**LEVERS["after (fp32 levers)"], **LEVERS[_k]}
 LEVERS["+ lean decoder"] = {**LEVERS["after: all update levers"], **LEAN}   # the third round
+
+
+def merge(*parts: dict) -> dict:
+    """TrainConfig overrides, later parts winning; a sub-config's dict is merged, not replaced."""
+    from grpo_lab.training.config import SUB_CONFIGS
+    out = {}
+    for part in parts:
+        for k, v in part.items():
+            out[k] = {**out[k], **v} if k in SUB_CONFIGS and k in out else v
+    return out
 
 
 def _old_token_stats(logits, r, temperature=1.0, entropy_grad=False, with_entropy=True):
@@ -186,8 +196,8 @@ def grpo_lab_run(a, beta: float, levers: dict, lora_r: int = 0, seed: int = 0) -
             "prompts_per_step": a.B, "group_size": a.G, "max_new_tokens": a.max_new,
             "temperature": 1.0, "beta": beta, "seed": seed, "eval_size": 0, "eval_every": 0,
             "reward_weights": WEIGHTS, "time_budget_s": 0.0, "ckpt_every": 10 ** 6,
-            "threads": a.threads, "hf_chat_template": a.chat_template, "lora_r": lora_r,
-            "warmup_steps": 0, **BEFORE, **levers})
+            "threads": a.threads, "warmup_steps": 0,
+            **merge({"hf": {"chat_template": a.chat_template, "lora_r": lora_r}}, BEFORE, levers)})
         cpu[0] = time.process_time()
         h = train(c, progress=False, on_step=on_step)
     rows = [{**{k: x.get(k, 0.0) for k in PHASES}, **hd, "step_s": x["time/step_s"],
@@ -622,8 +632,8 @@ def main() -> None:
     a = ap.parse_args()
     SKIP[0] = a.skip
     a.levers = [x for x in a.levers.split(",") if x]
-    a.after = AFTER if a.bf16 else {k: v for k, v in AFTER.items()
-                                    if k not in ("hf_sample_dtype", "hf_autocast")}
+    a.after = AFTER if a.bf16 else {**AFTER, "hf": {k: v for k, v in AFTER["hf"].items()
+                                                    if k not in ("sample_dtype", "autocast")}}
     a.device, a.temperature, a.eval_size = "cpu", 1.0, 0
     a.chat_template = (Path(a.model) / "chat_template.jinja").exists()   # instruct models
     head = [f"Command: `python bench/bench_hf_speed.py {' '.join(sys.argv[1:])}`",

@@ -94,8 +94,8 @@ def grpo_lab_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 
             "temperature": a.temperature, "beta": beta, "seed": seed,
             "eval_size": a.eval_size if eval_every else 0, "eval_every": eval_every,
             "reward_weights": WEIGHTS, "time_budget_s": 0.0, "ckpt_every": 10 ** 6,
-            "threads": a.threads, "hf_autocast": a.device == "cuda",
-            "hf_chat_template": a.chat_template, **overrides})
+            "threads": a.threads,
+            "hf": {"autocast": a.device == "cuda", "chat_template": a.chat_template}, **overrides})
         h = train(c, progress=False)
     rows, spent = [], 0.0
     for x in h[1:]:

@@ -24,6 +24,15 @@ The shipped ``data/base_*.safetensors`` carry checksums.
 ``load_state_strict`` loads tensors into a module and names every missing or unexpected
 key and every shape mismatch (``load_state_dict(strict=True)`` raises a raw RuntimeError;
 ``strict=False`` silently keeps the random or base weights).
+
+A sharded training checkpoint (``ckpt_format="dcp"``, distributed/dcp.py) keeps the weights
+and AdamW moments in a torch.distributed.checkpoint folder beside the file, each rank's shards
+in its own files, under the same names as here (``policy.<name>``, ``optim.<index>.<name>``);
+the file holds the rest (step, config, history, grouping, param groups) and, in its checksummed
+metadata (``SHARDS_KEY``), the folder's name and the sha256 of each of its files. Replacing the
+file is the one atomic step that commits a sharded checkpoint: a folder the file does not name
+is an unfinished write. ``read_training_checkpoint`` verifies every listed file (a truncated or
+altered one is a ``CheckpointError`` naming it) and reads the tensors whole, on one process.
 """
 from __future__ import annotations
 
@@ -31,13 +40,14 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
-from grpo_lab.paths import REPO_ROOT, resolve_path  # noqa: F401 (REPO_ROOT: re-exported)
+from grpo_lab.paths import resolve_path
 from grpo_lab.rundir import current_umask
 
 
@@ -104,10 +114,12 @@ def atomic_save_tensors(tensors: dict[str, torch.Tensor], path: str | Path,
             os.unlink(tmp)
 
 
-def read_tensors(path: str | Path, allow_unsigned: bool = False
+def read_tensors(path: str | Path, allow_unsigned: bool = False, shards: bool = True
                  ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """-> (tensors, metadata without the checksum), verified: readable, checksum matches,
-    every floating tensor finite. Any failure is a ``CheckpointError`` naming the file."""
+    every floating tensor finite. Any failure is a ``CheckpointError`` naming the file. A
+    sharded checkpoint's tensors include its folder's, verified and read whole (``shards``
+    False: the file's own only)."""
     path = resolve_path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint file at {path}")
@@ -130,6 +142,9 @@ def read_tensors(path: str | Path, allow_unsigned: bool = False
         if actual != saved:
             raise CheckpointError(f"{path} is corrupt: content checksum {actual[:16]}... does "
                                   f"not match the saved {saved[:16]}...")
+    if shards and SHARDS_KEY in meta:
+        folder = verify_shards(path, json.loads(meta[SHARDS_KEY]))
+        tensors = {**tensors, **read_shards_whole(folder)}
     try:
         check_finite(tensors, f"{path}")
     except FloatingPointError as e:
@@ -138,8 +153,9 @@ def read_tensors(path: str | Path, allow_unsigned: bool = False
 
 
 def add_checksum(path: str | Path) -> None:
-    """Re-save a file written before checksums existed with one (tensors bit-identical)."""
-    tensors, meta = read_tensors(path, allow_unsigned=True)
+    """Re-save a file written before checksums existed with one (tensors bit-identical; a
+    sharded checkpoint's folder stays as it is)."""
+    tensors, meta = read_tensors(path, allow_unsigned=True, shards=False)
     atomic_save_tensors(tensors, resolve_path(path), meta)
 
 
@@ -181,13 +197,15 @@ CKPT_TAG = "grpo_lab.train_checkpoint.v1"
 
 def save_training_checkpoint(path, policy, optim_state: dict, cfg: dict, step: int,
                              history: list[dict], grouper_state: dict | None = None,
-                             weights: dict | None = None) -> None:
+                             weights: dict | None = None, shards: dict | None = None) -> None:
     """One safetensors file, written atomically: ``policy.*`` (tied aliases such as the toy's
     lm_head left out),
     ``optim.<param index>.<name>`` (torch.optim.AdamW's state_dict form, whole on any number
     of ranks), ``grouping.*``; the config, step, param groups and metrics as metadata.
     ``weights``: the policy's state already gathered whole, tied aliases left out (a sharded
-    policy's, exchanges.Exchange.model_state); None: ``policy``'s own."""
+    policy's, exchanges.Exchange.model_state); None: ``policy``'s own. ``shards``: {"dir":
+    the folder's name beside ``path``, "files": {file name: sha256}} of a sharded checkpoint
+    whose folder holds the weights and moments (``weights`` and the state's tensors empty)."""
     weights = state_without_aliases(policy) if weights is None else weights
     tensors = {f"policy.{k}": v.cpu() for k, v in weights.items()}
     tensors.update({f"grouping.{k}": v for k, v in (grouper_state or {}).items()})
@@ -197,16 +215,26 @@ def save_training_checkpoint(path, policy, optim_state: dict, cfg: dict, step: i
     meta = {"format": CKPT_TAG, "step": str(step), "config": json.dumps(cfg),
             "model_config": json.dumps(vars(policy.cfg)),
             "param_groups": json.dumps(optim_state["param_groups"]), "history": json.dumps(history)}
+    if shards is not None:
+        meta[SHARDS_KEY] = json.dumps(shards)
     atomic_save_tensors(tensors, path, meta)
 
 
-def read_training_checkpoint(path) -> dict:
+def read_training_checkpoint(path, whole: bool = True) -> dict:
     """-> {"step", "config", "history", "model_config", "policy" (tensors), "optim"
-    (AdamW state_dict form), "grouping" (tensors)}; a clear error for anything else."""
-    tensors, meta = read_tensors(path)
+    (AdamW state_dict form), "grouping" (tensors), "shards" (the verified folder of a sharded
+    checkpoint, else None)}; a clear error for anything else. ``whole=False``: a sharded
+    checkpoint's weights and moments are not read (distributed/dcp.py loads each rank's
+    share): "policy" and the "optim" state are empty."""
+    tensors, meta = read_tensors(path, shards=whole)
     if meta.get("format") != CKPT_TAG:
         raise CheckpointError(f"{path} is not a grpo_lab training checkpoint "
                               f"(format tag {meta.get('format')!r}, expected {CKPT_TAG!r})")
+    folder = None
+    if SHARDS_KEY in meta:                    # read_tensors verified it when it read it whole
+        shards = json.loads(meta[SHARDS_KEY])
+        folder = (verify_shards(resolve_path(path), shards) if not whole
+                  else resolve_path(path).parent / shards["dir"])
     state: dict = {}
     for k, v in tensors.items():
         if k.startswith("optim."):
@@ -218,7 +246,59 @@ def read_training_checkpoint(path) -> dict:
             "policy": policy_tensors(tensors),
             "optim": {"state": state, "param_groups": json.loads(meta["param_groups"])},
             "grouping": {k[len("grouping."):]: v for k, v in tensors.items()
-                         if k.startswith("grouping.")}}
+                         if k.startswith("grouping.")},
+            "shards": folder}
+
+
+# ---- sharded checkpoints: the folder torch.distributed.checkpoint writes, named by the file ----
+
+SHARDS_KEY = "grpo_lab.shards"
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 hex of a file's bytes, read 1 MiB at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def folder_manifest(folder: Path) -> dict[str, str]:
+    """{file name: sha256} of every file in ``folder`` (DCP's ``.metadata`` and shards)."""
+    return {p.name: file_sha256(p) for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def verify_shards(path: Path, shards: dict) -> Path:
+    """The folder a sharded checkpoint ``path`` names, every listed file present with its
+    sha256 -> the folder; otherwise a ``CheckpointError`` naming the file."""
+    folder = path.parent / shards["dir"]
+    for name, saved in shards["files"].items():
+        f = folder / name
+        if not f.is_file():
+            raise CheckpointError(f"{f} is missing: {path} names it as one of its "
+                                  f"{len(shards['files'])} shard files")
+        actual = file_sha256(f)
+        if actual != saved:
+            raise CheckpointError(f"{f} is corrupt: sha256 {actual[:16]}... does not match the "
+                                  f"{saved[:16]}... {path} saved for it")
+    return folder
+
+
+def read_shards_whole(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a torch.distributed.checkpoint folder, whole, on the CPU, read by this
+    one process (no process group: DCP's ``no_dist``), whatever number of ranks wrote it."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    reader = dcp.FileSystemReader(str(folder))
+    found = reader.read_metadata().state_dict_metadata
+    tensors = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in found.items()
+               if isinstance(m, TensorStorageMetadata)}
+    with warnings.catch_warnings():           # "assuming the intent is to load in a single
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")  # process"
+        dcp.load(tensors, storage_reader=reader, no_dist=True)
+    return tensors
 
 
 def policy_tensors(tensors: dict) -> dict:
@@ -238,12 +318,3 @@ def state_without_aliases(module: torch.nn.Module) -> dict[str, torch.Tensor]:
             seen.add(key)
             out[k] = v
     return out
-
-
-def __getattr__(name: str):
-    """One-release alias: ``load_policy_any`` builds policies, so it lives in policy.py now
-    (a file-format module does not import what sits above it)."""
-    if name == "load_policy_any":
-        import importlib
-        return importlib.import_module("grpo_lab.policies.policy").load_policy_any
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

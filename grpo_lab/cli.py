@@ -35,8 +35,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpo_lab.training.config import (MOVED_FIELDS, PRESETS, SUB_CONFIGS, PretrainConfig, TrainConfig,
-                                      field_docs, migrate, preset, to_dict)
+from grpo_lab.training.config import (PRESETS, SUB_CONFIGS, PretrainConfig, TrainConfig, field_docs,
+                                      preset, to_dict)
 from grpo_lab.training.config_file import ConfigFileError, config_file_args, nullable
 from grpo_lab.paths import checkout_dir, notebooks_dir
 from grpo_lab.registry import lookup
@@ -93,11 +93,6 @@ def add_config_args(parser: argparse.ArgumentParser, cls, skip=(), prefix: str =
             else default
         parser.add_argument(f"--{prefix}{f.name}", type=kind, default=None,
                             help=f"{docs.get(f.name, '')} (default: {shown})".replace("%", "%%"))
-    if cls is TrainConfig:                        # one release: --vf_lr for --ppo.vf_lr, ...
-        for old, (sub, new) in MOVED_FIELDS.items():
-            default = getattr(getattr(cls(), sub), new)
-            kind = parse_bool if isinstance(default, bool) else field_type(None, default)
-            parser.add_argument(f"--{old}", type=kind, default=None, help=argparse.SUPPRESS)
 
 
 def overrides(args, cls, prefix: str = "") -> dict:
@@ -111,9 +106,6 @@ def overrides(args, cls, prefix: str = "") -> dict:
                 out[f.name] = sub
         elif getattr(args, prefix + f.name, None) is not None:
             out[f.name] = getattr(args, prefix + f.name)
-    if cls is TrainConfig:
-        out.update({old: getattr(args, old) for old in MOVED_FIELDS
-                    if getattr(args, old, None) is not None})
     return out
 
 
@@ -420,7 +412,6 @@ def train_config(args) -> TrainConfig:
     if getattr(args, "config", None):
         file_preset, from_file = read_config_file(args.config)
         preset_name = preset_name or file_preset
-        from_file, given = migrate(from_file), migrate(given)
         merged = {**from_file, **given}
         for sub in SUB_CONFIGS:
             if sub in from_file and sub in given:
@@ -443,7 +434,6 @@ def train_config(args) -> TrainConfig:
                          f"before its first one): nothing to resume; start it again with "
                          f"--overwrite")
     saved = read_training_checkpoint(Path(out_dir) / "checkpoint.safetensors")["config"]
-    saved, given = migrate(saved), migrate(given)     # flat names of older configs
     merged = {**saved, **given}
     for sub in SUB_CONFIGS:
         if sub in given:

@@ -32,6 +32,7 @@ What can lose a run, and what this module does about it:
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import tempfile
@@ -41,9 +42,12 @@ from pathlib import Path
 
 import filelock
 
+SHARDS_DIR = "checkpoint.dcp"
+"""The folder of a sharded checkpoint's shard folders (distributed/dcp.py)."""
 RUN_FILES = ("checkpoint.safetensors", "metrics.jsonl", "report.md", "report.png",
-             "samples.jsonl", "config.json")
-"""The files of one run; ``--overwrite`` deletes these (and nothing else) from out_dir."""
+             "samples.jsonl", "config.json", SHARDS_DIR)
+"""The files (and the one folder) of one run; ``--overwrite`` deletes these (and nothing else)
+from out_dir."""
 LOCK_NAME = ".lock"
 """Who holds the folder: ``pid N on HOST since TIME``, emptied on release (text left there
 means the holder died)."""
@@ -162,7 +166,10 @@ def claim(out: str | Path, resume: bool, overwrite: bool) -> RunLock:
                     f"it with --resume (train(..., resume=True)), replace it with --overwrite "
                     f"(train(..., overwrite=True)), or pick another --out_dir")
             for name in RUN_FILES:
-                (out / name).unlink(missing_ok=True)
+                if (out / name).is_dir():
+                    shutil.rmtree(out / name)
+                else:
+                    (out / name).unlink(missing_ok=True)
     except BaseException:
         lock.release()
         raise

@@ -48,7 +48,8 @@ def test_bad_input(name):
 
 def test_process_supervision_by_hand():
     from grpo_lab.algorithm.advantages import process_advantages
-    from grpo_lab.tasks import Example, step_rewards
+    from grpo_lab.tasks import Example
+    from grpo_lab.tasks.rewards import step_rewards
 
     ex = [Example("12+34=", "46", "addition")] * 2
     steps = step_rewards(["46", "47"], ex, [True, True])

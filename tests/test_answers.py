@@ -9,7 +9,9 @@ from grpo_lab.tasks import answers
 from grpo_lab.tasks.answers import extract, follows_format, is_correct
 from grpo_lab.training.config import TrainConfig
 from grpo_lab.tasks.instruct import render, render_all
-from grpo_lab.tasks import REWARDS, Example, load_eval, weighted_reward
+from grpo_lab.tasks.rewards import REWARDS, weighted_reward
+from grpo_lab.tasks import Example
+from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.tasks.word_problems import eval_examples, make, operations
 
 
@@ -75,8 +77,12 @@ def test_instruct_rewards_by_hand_and_the_toy_unchanged():
     assert REWARDS["accuracy"](comps, rows, stopped) == [1.0, 1.0, 0.0, 1.0]
     assert REWARDS["format"](comps, rows, stopped) == [0.0, 1.0, 1.0, 0.0]
     assert REWARDS["partial"](comps, rows, stopped) == [1.0, 1.0, 0.5, 1.0]
+    # the gated format: only the right answer in tags (the wrapped wrong one gets nothing)
+    assert REWARDS["format_if_correct"](comps, rows, stopped) == [0.0, 1.0, 0.0, 0.0]
     total, _ = weighted_reward(comps, rows, {"accuracy": 1.0, "format": 0.5}, stopped)
     assert total.tolist() == [1.0, 1.5, 0.5, 1.0]
+    total, _ = weighted_reward(comps, rows, {"accuracy": 1.0, "format_if_correct": 0.5}, stopped)
+    assert total.tolist() == [1.0, 1.5, 0.0, 1.0]
     toy = Example("12+34=", "46", "addition")
     assert render(toy, "raw") is toy                      # the toy's format, untouched
     assert REWARDS["accuracy"](["46", "<answer>46</answer>"], [toy] * 2, [True] * 2) == [1.0, 0.0]

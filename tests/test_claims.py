@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from grpo_lab.teaching import claims as C
-from grpo_lab.teaching import claims_measure as M
+from grpo_lab.teaching import (claims_bytes, claims_data, claims_gradient, claims_live, claims_stats,
+                               claims_systems)
 
 ROOT = Path(__file__).resolve().parents[1]
 NUMBER = re.compile(r"(?<![A-Za-z_\d.])\d+(?:,\d{3})*(?:\.\d+)?")   # not the 32 of fp32
@@ -33,7 +34,7 @@ def test_every_row_has_a_verdict():
             assert c.qualifier.strip() and "{" not in c.qualifier, c.number
         else:
             assert not c.qualifier, c.number
-        assert not c.live or c.live in M.LIVE, c.number
+        assert not c.live or c.live in claims_live.LIVE, c.number
     rows = C.table(live=False)
     assert len(rows) == 38 and all(r["verdict"] and r["measured"] for r in rows)
     assert {c.number for c in C.CLAIMS if c.verdict == "cannot be tested here"} == {7, 14, 17, 19, 24, 38}
@@ -58,7 +59,7 @@ def test_every_number_is_backed_by_a_quote_or_the_live_measurement():
         if c.live:
             backed |= numbers(C.measure(c.number))
         if c.number in (10, 21):                             # computed from the quoted per-seed lines
-            backed |= numbers(C._SAMPLES)
+            backed |= numbers(claims_data._SAMPLES)
         for part in (c.measured, c.qualifier, c.why):
             missing = numbers(part) - backed
             assert not missing, (c.number, sorted(missing), part)
@@ -87,15 +88,15 @@ def test_claims_10_and_21_read_one_data_set_on_one_scale():
     md = (ROOT / "bench" / "RESULTS_grpo_vs_ppo.md").read_text()
     per = {v: [int(x) for x in re.findall(r"seed \d: (\d+),", re.search(rf"^- {v}: .*$", md, re.M).group(0))]
            for v in ("grpo 16x8", "ppo 128x1")}
-    r = M.paired_ratio(per["ppo 128x1"], per["grpo 16x8"])
+    r = claims_stats.paired_ratio(per["ppo 128x1"], per["grpo 16x8"])
     text = (f"{r['mean']:.2f}x [{r['low']:.2f}, {r['high']:.2f}] (geometric mean of 3 paired seeds: "
             + ", ".join(f"{x:.2f}" for x in r["ratios"]))
-    assert text in C._SAMPLES
+    assert text in claims_data._SAMPLES
     assert f"PPO's samples to the target / GRPO's {r['mean']:.2f}x [{r['low']:.2f}, {r['high']:.2f}]" in md
     assert r["high"] < 1 / (1 - 0.5) == 2.0 and r["high"] < 2.3   # both claims excluded
     ten, twenty_one = C.CLAIMS[9], C.CLAIMS[20]
     assert ten.verdict == twenty_one.verdict == "does not hold"
-    assert C._SAMPLES in ten.measured and C._SAMPLES in twenty_one.measured
+    assert claims_data._SAMPLES in ten.measured and claims_data._SAMPLES in twenty_one.measured
     assert "[0.45, 1.56]" in ten.why and "[0.45, 1.56]" in twenty_one.why
 
 
@@ -108,18 +109,18 @@ def test_claims_11_and_18_are_judged_by_one_rule():
 
 
 def test_paired_ratio_by_hand():
-    r = M.paired_ratio([2.0, 1.0], [1.0, 2.0])                # ratios 2 and 0.5: geometric mean 1
+    r = claims_stats.paired_ratio([2.0, 1.0], [1.0, 2.0])                # ratios 2 and 0.5: geometric mean 1
     assert r["ratios"] == [2.0, 0.5] and r["mean"] == pytest.approx(1.0)
     half = 12.706 * math.log(2) * math.sqrt(2) / math.sqrt(2)   # t(0.975, 1) x sd / sqrt(n)
     assert r["high"] == pytest.approx(math.exp(half), rel=1e-3) and r["low"] == pytest.approx(math.exp(-half), rel=1e-3)
     with pytest.raises(ValueError, match="3 numerators, 2 denominators"):
-        M.paired_ratio([1, 2, 3], [1, 2])
+        claims_stats.paired_ratio([1, 2, 3], [1, 2])
     with pytest.raises(ValueError, match=r"ratios must be positive, got \[1.0, 0.0\]"):
-        M.ratio_interval([1.0, 0.0])
+        claims_stats.ratio_interval([1.0, 0.0])
 
 
 def test_claim_20_relative_reward_is_constant_per_group_and_its_gradient_zero():
-    m = M.relative_reward_gradient()
+    m = claims_gradient.relative_reward_gradient()
     # group 0: rewards 1, 0, 0, 1: mean 0.5, unbiased std sqrt(1/3); group 1: 0.5, 0.5, 0, 1: mean 0.5,
     # std sqrt(0.5/3)
     R0, R1 = math.sqrt(1 / 3) - 0.5, math.sqrt(0.5 / 3) - 0.5
@@ -131,7 +132,7 @@ def test_claim_20_relative_reward_is_constant_per_group_and_its_gradient_zero():
 
 
 def test_claim_3_entropy_bound_at_5_percent():
-    b = M.index_bound()
+    b = claims_bytes.index_bound()
     assert abs(b["bits"] - 5.73) < 0.01                    # H(0.05)/0.05 = 0.2864/0.05
     assert abs(b["vs_int32"] - 5.59) < 0.01 and b["vs_int32"] < 8
     assert 0.15 < b["density_8to1"] < 0.16                 # H(d)/d = 4 at d ~ 15.6%
@@ -145,18 +146,18 @@ def test_claim_3_clustered_positions_code_below_the_random_bound():
     a = torch.randn(40_000, generator=gen) * 0.01
     a[1000:5000] += 10.0                                   # exactly the global top 5%: 4,000 of 80,000
     grads = {"a": a, "b": torch.randn(40_000, generator=gen) * 0.01}
-    r = M.topk_index_bits(grads, density=0.05)
+    r = claims_bytes.topk_index_bits(grads, density=0.05)
     assert r["n"] == 80_000 and r["k"] == 4_000
     assert r["share_top_tensor"] == 1.0                    # every global top-k position is in "a"
     assert r["global"]["zstd"] < 0.5 * r["bound"]
-    iid = M.topk_index_bits({"w": torch.randn(80_000, generator=gen)}, density=0.05)
+    iid = claims_bytes.topk_index_bits({"w": torch.randn(80_000, generator=gen)}, density=0.05)
     for codec, bits in iid["global"].items():
         assert bits > 0.99 * iid["bound"], codec
     assert iid["per_tensor"] == iid["global"]              # one tensor: the same index set
 
 
 def test_claim_16_bytes_saved_against_fp32():
-    f = M.format_savings()
+    f = claims_bytes.format_savings()
     assert f["fp16"] == 0.5 and f["int8"] == 0.75
     assert f["int8_block_scaled"] == 1 - (1 + 4 / 128) / 4
 
@@ -165,34 +166,35 @@ def test_claim_16_measured_message_bytes():
     """Dense messages of the same tensors: fp32 - fp16 = 2 bytes per element, fp32 - e4m3 = 3
     bytes per element minus e4m3's one 4-byte scale per tensor (same headers)."""
     g = {"w": torch.randn(1000), "b": torch.randn(24)}
-    b = M.exchange_bytes(g)
+    b = claims_bytes.exchange_bytes(g)
     assert b["fp32"] - b["fp16"] == 2 * 1024
     assert b["fp32"] - b["e4m3"] == 3 * 1024 - 2 * 4
 
 
 def test_claim_18_per_shard_and_total_work():
-    w = M.shard_work(m=80, n=320, k=4, batch=64)
+    w = claims_systems.shard_work(m=80, n=320, k=4, batch=64)
     assert w["per_shard_elements"] == [6400] * 4 and w["total_elements"] == 80 * 320
     assert w["total_flops"] == 4 * w["per_shard_flops"] == 2 * 64 * 80 * 320
     assert w["equal"]
 
 
 def test_claim_13_prompt_cache_bytes():
-    k = M.prompt_kv_bytes()                                # toy: 3 layers x 80, fp32
+    k = claims_systems.prompt_kv_bytes()                                # toy: 3 layers x 80, fp32
     assert k["per_token"] == 2 * 3 * 80 * 4 == 1920
     assert k["copied"] == 16 * 8 * 6 * 1920 + 16 * 8 * 4 * 1920
     assert k["shared"] == 16 * 6 * 1920 + 16 * 8 * 4 * 1920
     assert k["saved"] == pytest.approx(7 / 8 * 6 / 10)
-    s = M.prompt_cache_storage()                           # measured storage of the tensors
+    s = claims_systems.prompt_cache_storage()                           # measured storage of the tensors
     assert s["once"] == s["viewed"] == 16 * 6 * 1920 and s["copied"] == 8 * s["once"]
 
 
 def test_claim_11_every_sample_goes_through_backward():
-    assert M.backward_rows(N=32, group_sizes=(2, 4, 8, 16, 32)) == {2: 32, 4: 32, 8: 32, 16: 32, 32: 32}
+    assert claims_gradient.backward_rows(N=32, group_sizes=(2, 4, 8, 16, 32)) == \
+        {2: 32, 4: 32, 8: 32, 16: 32, 32: 32}
 
 
 def test_claims_5_and_6_cost_model_figures():
-    f = M.cluster_figures()
+    f = claims_systems.cluster_figures()
     assert f["mem_total_gb"] == pytest.approx(2800) and f["mem_zero3_4_gb"] == pytest.approx(700)
     # the write-up's split: fp32 weights 4 B + fp32 gradients 4 B + fp32 Adam moments 8 B per parameter
     assert (f["weights_fp32_gb"], f["grads_fp32_gb"], f["adam_moments_fp32_gb"]) == (700, 700, 1400)
@@ -201,60 +203,61 @@ def test_claims_5_and_6_cost_model_figures():
 
 
 def test_claim_26_zero_traffic_by_hand():
-    z = M.zero_traffic(ranks=(2, 4))
+    z = claims_systems.zero_traffic(ranks=(2, 4))
     assert z[2] == {"ddp": 1.0, "zero12": 1.0, "zero3": 1.5, "zero3_memory": 0.5}
     assert z[4]["ddp"] == 1.5 and z[4]["zero3"] == 2.25 and z[4]["zero3_memory"] == 0.25
 
 
 def test_claims_28_and_31_arithmetic():
-    c = M.capacity()
+    c = claims_systems.capacity()
     assert c["have_gb"] == 640 and c["need_gb"] == 1200 and c["need_over_have"] == 1.875
-    f = M.flops_vs_peak(1.2e15)
+    f = claims_systems.flops_vs_peak(1.2e15)
     assert f["A100 SXM"] == pytest.approx(1200 / 312) and f["H100 SXM"] == pytest.approx(1200 / 989)
-    fp8 = M.flops_vs_peak(1.2e15, peaks=M.GPU_PEAK_FP8)
+    fp8 = claims_systems.flops_vs_peak(1.2e15, peaks=claims_systems.GPU_PEAK_FP8)
     assert fp8 == {"H100 SXM": pytest.approx(1200 / 1979)} and fp8["H100 SXM"] < 1   # below the FP8 peak
-    assert M.GPU_PEAK_FP8["H100 SXM"] == pytest.approx(2 * M.GPU_PEAK_BF16["H100 SXM"], rel=1e-3)
+    assert claims_systems.GPU_PEAK_FP8["H100 SXM"] == \
+        pytest.approx(2 * claims_systems.GPU_PEAK_BF16["H100 SXM"], rel=1e-3)
     assert C.CLAIMS[30].verdict == "open"          # under the FP8 peak: arithmetic cannot refute it
 
 
 def test_claim_35_nvlink_generations():
-    assert M.nvlink("H100 SXM") == {"generation": 4, "gb_s": 900}
-    assert M.nvlink("A100 SXM") == {"generation": 3, "gb_s": 600}
+    assert claims_systems.nvlink("H100 SXM") == {"generation": 4, "gb_s": 900}
+    assert claims_systems.nvlink("A100 SXM") == {"generation": 3, "gb_s": 600}
     from grpo_lab.distributed.topology import CLUSTERS
     c = CLUSTERS["dgx_ib"](1)                      # the cost model's H100 node: half of 900 per direction
     assert 1 / c.beta_intra == pytest.approx(900e9 / 2)
 
 
 def test_claims_6_and_15_byte_arithmetic():
-    f = M.cluster_figures()
+    f = claims_systems.cluster_figures()
     assert f["weights_bf16_gb"] == 350 and f["weights_bf16_gb"] > 320       # above the claimed 320 GB
     assert f["mem_bf16_adam8_zero3_4_gb"] == pytest.approx(6 * 175 / 4)      # 2 + 2 + 1 + 1 B/param over 4
 
 
 def test_claim_3_against_int64_indices():
-    text = M.LIVE["index_int64"].run()
+    text = claims_live.LIVE["index_int64"].run()
     assert "int64" in text and "13.0-13.4x" in text and "11.2x" in text     # 64 / 4.92, 64 / 4.79, 64 / 5.728
     assert "Huffman 4.79-4.92" in C.CLAIMS[2].measured
 
 
 def test_claim_32_group_mean_gradient_is_the_formula():
-    m = M.group_mean_gradient()
+    m = claims_gradient.group_mean_gradient()
     assert m["max_diff"] < 1e-12 and m["loss"] == 0.0 and m["grad_norm"] > 0.01
     # a group whose rewards are all equal: zero advantages, so the gradient is 0 as well
-    z = M.group_mean_gradient(rewards=(1.0, 1.0, 1.0, 1.0))
+    z = claims_gradient.group_mean_gradient(rewards=(1.0, 1.0, 1.0, 1.0))
     assert z["grad_norm"] == 0.0 and z["max_diff"] == 0.0
 
 
 def test_claim_33_clipped_surrogate_by_hand():
-    c = M.clipped_surrogate()
+    c = claims_gradient.clipped_surrogate()
     assert c["cases"] == 22 and c["max_diff"] < 1e-12 and c["zero_grad_where_clipped"]
     # a ratio of 1.5 with A > 0 is clipped (no gradient); with A < 0 it is not
-    one = M.clipped_surrogate(ratios=(1.5,))
+    one = claims_gradient.clipped_surrogate(ratios=(1.5,))
     assert one["cases"] == 2 and one["zero_grad_where_clipped"]
 
 
 def test_claim_30_optimizer_step_sees_no_rewards():
-    o = M.optimizer_inputs()
+    o = claims_gradient.optimizer_inputs()
     assert o["optimizer_step"] == ["closure"]
     assert o["grpo_loss"] == ["logp", "old_logp", "ref_logp", "advantages", "mask"]
 
@@ -262,26 +265,27 @@ def test_claim_30_optimizer_step_sees_no_rewards():
 def test_claim_29_variance_pieces_by_hand():
     # two draws of a 2-parameter gradient: (1, 0) and (3, 2); mean (2, 1), covariance trace 2 + 2
     g = [torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([3.0, 2.0], dtype=torch.float64)]
-    m = M._grad_moments(g[0] + g[1], float(g[0] @ g[0] + g[1] @ g[1]), 2)
+    m = claims_gradient._grad_moments(g[0] + g[1], float(g[0] @ g[0] + g[1] @ g[1]), 2)
     assert m["var"] == pytest.approx(4.0) and m["mean_sq"] == pytest.approx(5.0)
-    torch.testing.assert_close(M.minus_group_mean(torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.tensor([0, 0, 1, 1])),
+    torch.testing.assert_close(claims_gradient.minus_group_mean(torch.tensor([1.0, 0.0, 0.5, 0.5]),
+                                                            torch.tensor([0, 0, 1, 1])),
                                torch.tensor([0.5, -0.5, 0.0, 0.0], dtype=torch.float64))
     with pytest.raises(ValueError, match="draws must be >= 2"):
-        M.baseline_variance(draws=1)
+        claims_gradient.baseline_variance(draws=1)
 
 
 def test_claim_29_baseline_keeps_the_gradient_direction():
     """On real samples (small: 4 prompts, 3 draws) the no-baseline row is its own scale 1, and the
     group mean's mean gradient points the same way (scale > 0)."""
-    v = M.baseline_variance(seed=0, prompts=4, G=4, draws=3)
-    assert set(v) == set(M.BASELINES)
+    v = claims_gradient.baseline_variance(seed=0, prompts=4, G=4, draws=3)
+    assert set(v) == set(claims_gradient.BASELINES)
     assert v["none"]["scale_vs_none"] == pytest.approx(1.0)
     assert v["group mean"]["scale_vs_none"] > 0 and all(x["var"] > 0 for x in v.values())
 
 
 def test_claim_2_fp8_error_is_percents():
     g = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
-    e = M.fp8_errors({"w": g, "zero": torch.zeros(3)})
+    e = claims_bytes.fp8_errors({"w": g, "zero": torch.zeros(3)})
     assert set(e) == {"w"} and 0.003 < e["w"] < 2 ** -4   # above 0.3%, below the per-value bound
 
 

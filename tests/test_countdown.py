@@ -6,7 +6,8 @@ import pytest
 
 from grpo_lab.tasks import countdown
 from grpo_lab.tasks.countdown import ExpressionError, evaluate, last_expression, verify
-from grpo_lab.tasks import REWARDS, Example
+from grpo_lab.tasks.rewards import REWARDS
+from grpo_lab.tasks import Example
 from grpo_lab.tasks.instruct import render
 
 SOLUTION = "(3 + 5) * 8"          # numbers 3, 5, 8; target 64

@@ -9,7 +9,7 @@ transformers = pytest.importorskip("transformers")
 from grpo_lab.algorithm.rollout import left_pad, positions, sample   # noqa: E402
 from grpo_lab.policies.decoder import LlamaDecoder, StaticCache, decoder_for   # noqa: E402
 from grpo_lab.policies.hf import HFConfig, HFPolicy, HFPolicyConfig, load_hf_policy   # noqa: E402
-from grpo_lab.tasks import load_eval                                     # noqa: E402
+from grpo_lab.tasks.task_data import load_eval  # noqa: E402
 from grpo_lab.training.step import prompt_generators                     # noqa: E402
 
 TINY = "data/hf_tiny"

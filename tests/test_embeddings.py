@@ -9,7 +9,7 @@ from grpo_lab.algorithm import embeddings
 from grpo_lab.algorithm.embeddings import (EMBEDDERS, cached, fit_tfidf, get_embedder, minilm_embed,
                                            policy_embed, tfidf_embed)
 from grpo_lab.policies.model import GPT, GPTConfig
-from grpo_lab.tasks import load_mixture
+from grpo_lab.tasks.task_data import load_mixture
 
 PROMPTS = ["12+34=", "sort:4713=", "rev:abc=", "cmp:37,52=", "max:3,91,40=", "12+34="]
 

@@ -81,6 +81,46 @@ def test_rows_compare_and_tables_by_hand():
         res.compare("a", "b", "accuracy")
 
 
+def test_end_metrics_by_hand_and_a_saved_study_reads_back(tmp_path):
+    # 7 trained steps: the _end metrics average the last END_STEPS = 5 (steps 2..6); a step
+    # without a right completion has no len_right and is not counted as 0
+    h = [{"step": -1, "eval/accuracy": 0.2, "eval/format": 0.0}]
+    for i in range(7):
+        h.append({"step": i, "reward/mean": 0.1 * i, "policy/entropy": 1.0 - 0.1 * i,
+                  "completion/len_wrong": 20.0 + i,
+                  **({"completion/len_right": 10.0 + i} if i % 2 else {})})
+    h.append({"step": 6, "eval/accuracy": 0.5, "eval/format": 0.25})
+    m = run_metrics(h)
+    assert m["eval/format"] == 0.25 and m["eval/gain"] == pytest.approx(0.3)
+    assert m["policy/entropy_end"] == pytest.approx((0.8 + 0.7 + 0.6 + 0.5 + 0.4) / 5)
+    assert m["completion/len_wrong_end"] == pytest.approx((22 + 23 + 24 + 25 + 26) / 5)
+    assert m["completion/len_right_end"] == pytest.approx((13 + 15) / 2)     # steps 3 and 5
+    res = Results([{"strategy": "a", "seed": s, "history": h, "findings": ["x"]}
+                   for s in range(3)], target=0.4, grid=[0, 6])
+    res.save(tmp_path / "study.json", keys={"eval/accuracy", "policy/entropy"})
+    back = Results.load(tmp_path / "study.json")
+    assert (back.target, back.grid, back.runs[0]["findings"]) == (0.4, [0, 6], ["x"])
+    assert back.runs[0]["history"][1] == {"step": 0, "reward/mean": 0.0, "policy/entropy": 1.0}
+    assert back.compare("a", "a", "policy/entropy_end")["values"] == [0.0, 0.0, 0.0]
+    # differences against a reference: b's eval/accuracy is a's + 0.1, 0.2, 0.3 -> mean 0.2,
+    # sd 0.1: t = 0.2 / (0.1 / sqrt 3) = 3.46 < 4.303, so the interval holds 0; what 3 seeds
+    # find 80% of the time at that spread: 3.264 sd (power.py) = 0.3264
+    runs = [{"strategy": name, "seed": s, "history": [
+        {"step": -1, "eval/accuracy": 0.2}, {"step": 0, "eval/accuracy": 0.5 + d * (s + 1)}]}
+        for name, d in (("a", 0.0), ("b", 0.1)) for s in range(3)]
+    (d,) = Results(runs).differences("a", ["eval/accuracy"])
+    assert (d["a"], d["b"]) == ("b", "a") and d["mean"] == pytest.approx(0.2)
+    assert d["detectable"] == pytest.approx(0.3264, abs=1e-3) and "includes 0" in d["sentence"]
+    # differences at float rounding of the values (1e-8 on 0.5) get no verdict, however
+    # consistent their sign: two arms that computed the same numbers in another order
+    runs = [{"strategy": name, "seed": s,
+             "history": [{"step": 0, "eval/accuracy": 0.5 + d * (s + 1)}]}
+            for name, d in (("a", 0.0), ("b", 1e-8)) for s in range(3)]
+    (d,) = Results(runs).differences("a", ["eval/accuracy"])
+    assert d["rounding"] and not d["excludes_zero"] and d["detectable"] is None
+    assert "float rounding" in d["sentence"]
+
+
 def test_parallel_equals_sequential_and_plots(tmp_path):
     kw = dict(seeds=(0, 1), base=TINY, progress=False)
     par = run_experiment(STRATEGIES, processes=2, **kw)

@@ -89,7 +89,7 @@ def test_fast_selection_equals_reference(select, path, n, feedback):
 
 def _toy_gradients(steps=3):
     """Real gradients: the toy GPT's next-token loss on three batches."""
-    from grpo_lab.distributed.overlap import lm_loss, toy_policy
+    from grpo_lab.training.overlap_timing import lm_loss, toy_policy
     model, vocab = toy_policy(tiny=True)
     out = []
     for s in range(steps):

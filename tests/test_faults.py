@@ -23,7 +23,8 @@ from grpo_lab.distributed import codecs, compression as C, wire
 from grpo_lab.distributed.wire import TensorRecord, WireError
 from grpo_lab.algorithm.loss import grpo_loss
 from grpo_lab.policies.model import FORMAT_TAG, GPT, GPTConfig, load_policy, save_policy
-from grpo_lab.tasks import REWARDS, Example, accuracy_reward, weighted_reward
+from grpo_lab.tasks.rewards import REWARDS, accuracy_reward, weighted_reward
+from grpo_lab.tasks import Example
 
 T = torch.tensor
 NAN, INF = float("nan"), float("inf")

@@ -7,12 +7,13 @@ import torch
 
 from grpo_lab.algorithm.advantages import ADVANTAGES, EPS
 from grpo_lab.algorithm.embeddings import fit_tfidf
-from grpo_lab.algorithm.grouping import (GROUPERS, PromptBatch, advantage_diagnostics,
-                                         cluster_diagnostics, grouped_advantages,
-                                         informative_groups, informative_rows, mixed, prompt_reward_stats,
-                                         reward_group_diagnostics)
+from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, mixed, prompt_reward_stats
+from grpo_lab.algorithm.group_diagnostics import (advantage_diagnostics, cluster_diagnostics,
+                                                  informative_groups, informative_rows,
+                                                  reward_group_diagnostics)
+from grpo_lab.algorithm.group_advantages import grouped_advantages
 from grpo_lab.algorithm.reclustering import Reclusterer, group_count_schedule, match_clusters
-from grpo_lab.tasks import load_mixture
+from grpo_lab.tasks.task_data import load_mixture
 
 T = torch.tensor
 MIX = load_mixture()

@@ -7,11 +7,14 @@ import torch
 
 from grpo_lab.algorithm.advantages import ADVANTAGES
 from grpo_lab.algorithm.embeddings import tfidf_embed
-from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, grouped_advantages
+from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch
+from grpo_lab.algorithm.group_advantages import grouped_advantages
 from grpo_lab.algorithm.loss import grpo_loss
 from grpo_lab.policies.model import load_policy
 from grpo_lab.algorithm.rollout import completion_logprobs, sample
-from grpo_lab.tasks import decode, encode, load_mixture, sample_examples, weighted_reward
+from grpo_lab.tasks import decode, encode, sample_examples
+from grpo_lab.tasks.task_data import load_mixture
+from grpo_lab.tasks.rewards import weighted_reward
 from grpo_lab.teaching.widgets.grouping import (STAGES, WEIGHTS, base_rollout_rewards, grouping_explorer,
                                                 grpo_step_explorer, grpo_step_stages)
 

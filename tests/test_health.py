@@ -51,6 +51,10 @@ def test_all_truncated_completions_say_raise_max_new_tokens():
 def test_entropy_collapse_and_dynamic_sampling_running_out():
     h = steps(30, **{"policy/entropy": lambda i: 1.0 if i < 10 else 0.05})
     assert "entropy_collapse" in codes(h)
+    message = next(f.message for f in diagnose(h, CFG) if f.code == "entropy_collapse")
+    assert "fell to 0.050 nats per token (from 1.000)" in message
+    # the levers it names carry the SmolLM2 studies' intervals, and say where clip-higher acts
+    assert "[-0.01, +0.09]" in message and "[-0.15, +0.14]" in message and "mu > 1" in message
     h = steps(20, **{"sample/topped_up": lambda i: 3 if i % 2 else 0})
     found = {f.code: f.message for f in diagnose(h, CFG)}
     assert "dynamic sampling ran out of draws in 5 of the last 10 steps" in \
@@ -72,12 +76,12 @@ def test_timeline_and_report_name_the_steps_covered():
 
 def test_the_trainer_says_it_on_a_constant_reward_and_the_report_lists_it(tmp_path, monkeypatch,
                                                                          capsys):
-    from grpo_lab import tasks
+    from grpo_lab.tasks.rewards import REWARDS
     from grpo_lab.training.config import preset
     from grpo_lab.training.report import write_report
     from grpo_lab.training.trainer import train
 
-    monkeypatch.setitem(tasks.REWARDS, "never", lambda c, e, s: [0.0] * len(c))
+    monkeypatch.setitem(REWARDS, "never", lambda c, e, s: [0.0] * len(c))
     cfg = preset("quick", steps=12, eval_size=8, eval_every=0, threads=1, out_dir=str(tmp_path),
                  reward_weights={"never": 1.0}, dynamic_sampling=True, dynamic_max_draws=2)
     history = train(cfg, progress=True)

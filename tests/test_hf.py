@@ -8,12 +8,12 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from grpo_lab.checkpoint import load_policy_any                       # noqa: E402
+from grpo_lab.policies.policy import load_policy_any  # noqa: E402
 from grpo_lab.training.config import TrainConfig, preset                        # noqa: E402
 from grpo_lab.policies.hf import HFPolicy, build_tiny_tokenizer, load_hf_policy  # noqa: E402
 from grpo_lab.algorithm.rollout import completion_logprobs, sample               # noqa: E402
 from grpo_lab.training.step import prompt_generators                           # noqa: E402
-from grpo_lab.tasks import load_eval                                   # noqa: E402
+from grpo_lab.tasks.task_data import load_eval  # noqa: E402
 from grpo_lab.training.trainer import train                                     # noqa: E402
 
 TINY = "data/hf_tiny"

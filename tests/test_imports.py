@@ -3,9 +3,8 @@ higher one (grpo_lab.LAYERS, docs/reference/architecture.md), and every module i
 
 Every ``import``/``from ... import`` of a grpo_lab module counts, wherever it is written (at the
 top, inside a function, under ``if TYPE_CHECKING``): a lazy import that hides a cycle is a cycle.
-``importlib.import_module("grpo_lab....")`` with a literal name counts as well; the only ones
-allowed are the one-release aliases listed in ``FORWARDS`` (a module-level ``__getattr__`` that
-forwards an old name to its new home), so a new one is a decision, not an accident.
+``importlib.import_module("grpo_lab....")`` and ``__import__("grpo_lab....")`` count as imports
+too; their name must be a literal (a computed grpo_lab name is an error: the graph cannot see it).
 
 Run as a script to count cycles and upward imports of any checkout (e.g. before a change):
     python tests/test_imports.py /path/to/checkout
@@ -13,6 +12,8 @@ Run as a script to count cycles and upward imports of any checkout (e.g. before 
 from __future__ import annotations
 
 import ast
+import importlib
+import json
 import os
 import subprocess
 import sys
@@ -21,16 +22,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# one-release aliases: (module, the module it forwards to) -> what moved
-FORWARDS = {
-    ("grpo_lab.checkpoint", "grpo_lab.policies.policy"): "load_policy_any builds policies: policy.py",
-    ("grpo_lab.distributed.overlap", "grpo_lab.training.overlap_timing"):
-        "the measuring harness needs the model: overlap_timing.py",
-    ("grpo_lab.training.trainer", "grpo_lab.training.experiments"): "record_gradients runs train: experiments.py",
-    ("grpo_lab.tasks", "grpo_lab.tasks.rewards"): "the reward functions: rewards.py",
-    ("grpo_lab.tasks", "grpo_lab.tasks.task_data"): "held-out sets and the mixture file: task_data.py",
-}
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -50,11 +41,20 @@ def _resolve(name: str, known) -> str | None:
     return name or None
 
 
+def _imported_name(node: ast.Call) -> ast.expr | None:
+    """The name argument of ``importlib.import_module(...)`` or ``__import__(...)``, else None."""
+    called = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+    if called in ("import_module", "__import__") and node.args:
+        return node.args[0]
+    return None
+
+
 def imports(name: str, path: Path, known) -> tuple[set, set]:
-    """-> (grpo_lab modules ``name`` imports, modules it reaches by importlib.import_module)."""
+    """-> (grpo_lab modules ``name`` imports, by a statement or by importlib.import_module /
+    __import__; the computed grpo_lab names it imports, which the graph cannot resolve)."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found, forwards = set(), set()
+    found, computed = set(), set()
     for node in ast.walk(tree):
         targets = []
         if isinstance(node, ast.Import):
@@ -66,15 +66,13 @@ def imports(name: str, path: Path, known) -> tuple[set, set]:
                 base = ".".join(up + ([node.module] if node.module else []))
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
                        for a in node.names]
-        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
-              and node.args):
-            arg = node.args[0]
+        elif isinstance(node, ast.Call) and (arg := _imported_name(node)) is not None:
             if isinstance(arg, ast.Constant) and str(arg.value).startswith("grpo_lab"):
-                forwards.add(_resolve(arg.value, known))
-            elif isinstance(arg, ast.JoinedStr) and "grpo_lab" in ast.unparse(arg):
-                forwards.add(f"{ast.unparse(arg)} (not a literal: write the module's name)")
+                targets = [arg.value]
+            elif not isinstance(arg, ast.Constant) and "grpo_lab" in ast.unparse(arg):
+                computed.add(f"{ast.unparse(arg)} (line {node.lineno})")
         found |= {m for m in (_resolve(t, known) for t in targets) if m and m != name}
-    return found, forwards - {None}
+    return found, computed
 
 
 def layer_of(name: str) -> int:
@@ -90,11 +88,12 @@ def layer_of(name: str) -> int:
 
 
 def graph(root: Path = ROOT) -> tuple[dict, dict]:
+    """-> ({module: the grpo_lab modules it imports}, {module: its computed grpo_lab imports})."""
     known = modules(root)
-    edges, forwards = {}, {}
+    edges, computed = {}, {}
     for name, path in known.items():
-        edges[name], forwards[name] = imports(name, path, known)
-    return edges, forwards
+        edges[name], computed[name] = imports(name, path, known)
+    return edges, computed
 
 
 def cycles(edges: dict) -> list[list[str]]:
@@ -160,14 +159,15 @@ def test_distributed_never_imports_the_trainer_step_or_cli():
                        for d in deps), (name, deps)
 
 
-def test_forwards_are_the_listed_one_release_aliases():
-    _, forwards = graph()
-    found = {(a, b) for a, bs in forwards.items() for b in bs}
-    assert found == set(FORWARDS), f"importlib forwards {sorted(found)} vs listed {sorted(FORWARDS)}"
+def test_no_computed_grpo_lab_import():
+    _, computed = graph()
+    found = {a: bs for a, bs in computed.items() if bs}
+    assert not found, f"imports of a computed grpo_lab name (write the module's name): {found}"
 
 
 def test_the_graph_sees_imports_inside_functions(tmp_path):
-    """The parser itself: a lazy import and a relative import are edges, a cycle is found."""
+    """The parser itself: a lazy import, a relative import and an importlib or __import__ call
+    are edges, a cycle is found, a computed name is reported."""
     pkg = tmp_path / "grpo_lab"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -175,68 +175,51 @@ def test_the_graph_sees_imports_inside_functions(tmp_path):
     (pkg / "a.py").write_text("def f():\n    from grpo_lab.b import g\n")
     (pkg / "b.py").write_text("from .sub import c\n")
     (pkg / "sub" / "c.py").write_text("import grpo_lab.a\n")
-    edges, _ = graph(tmp_path)
+    (pkg / "d.py").write_text("import importlib\n\ndef f():\n"
+                              "    return importlib.import_module('grpo_lab.e').x\n")
+    (pkg / "e.py").write_text("def f(n):\n    __import__('grpo_lab.d')\n"
+                              "    return __import__(f'grpo_lab.{n}')\n")
+    edges, computed = graph(tmp_path)
     assert edges["grpo_lab.a"] == {"grpo_lab.b"}
     assert edges["grpo_lab.b"] == {"grpo_lab.sub.c"}
-    assert cycles(edges) == [["grpo_lab.a", "grpo_lab.b", "grpo_lab.sub.c"]]
+    assert edges["grpo_lab.d"] == {"grpo_lab.e"} and edges["grpo_lab.e"] == {"grpo_lab.d"}
+    assert computed["grpo_lab.e"] == {"f'grpo_lab.{n}' (line 3)"}
+    assert cycles(edges) == [["grpo_lab.a", "grpo_lab.b", "grpo_lab.sub.c"],
+                             ["grpo_lab.d", "grpo_lab.e"]]
 
 
-def test_the_project_writes_the_new_module_paths():
-    """Package, tests, benches and notebooks import from the folders; only the alias test below
-    (and the alias table itself) may spell a release-0.1 flat name."""
-    import re
-
-    from grpo_lab import MOVED
-    # (a file-format tag such as "grpo_lab.policy.v1" is a name in saved files, not a module)
-    old = re.compile(r"grpo_lab[./](" + "|".join(MOVED) + r")(?![A-Za-z0-9_]|\.v\d)")
-    flat = re.compile(r"from grpo_lab import .*\b(" + "|".join(MOVED) + r")\b")
-    aliases = {ROOT / "grpo_lab" / "__init__.py", Path(__file__).resolve()}   # the table, this test
-    bad = []
-    for folder in ("grpo_lab", "tests", "bench", "notebooks"):
-        for path in sorted((ROOT / folder).rglob("*")):
-            if path.suffix not in (".py", ".ipynb") or path in aliases:
-                continue
-            for i, line in enumerate(path.read_text().splitlines(), 1):
-                if old.search(line) or flat.search(line):
-                    bad.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()[:100]}")
-    assert not bad, "release-0.1 module names (write the folder's path):\n" + "\n".join(bad)
+def test_the_flat_module_names_of_the_first_layout_do_not_exist():
+    """The modules live in their folders only (grpo_lab.training.step, not grpo_lab.step)."""
+    for old in ("grpo_lab.step", "grpo_lab.trainer", "grpo_lab.widgets", "grpo_lab.claims",
+                "grpo_lab.rewards", "grpo_lab.model"):
+        assert old not in modules(ROOT)
+        with pytest.raises(ModuleNotFoundError, match=f"No module named '{old}'"):
+            importlib.import_module(old)
+    with pytest.raises(ImportError, match="cannot import name 'trainer' from 'grpo_lab'"):
+        from grpo_lab import trainer  # noqa: F401
 
 
-_ALIASES = r"""
-import importlib, sys, warnings
-warnings.simplefilter("error", FutureWarning)
-import grpo_lab.training.step as step
-try:
-    import grpo_lab.step
-    raise SystemExit("no warning for an old name")
-except FutureWarning as w:
-    assert "grpo_lab.step is now grpo_lab.training.step" in str(w), w
-warnings.simplefilter("ignore", FutureWarning)
-import grpo_lab.step as old_step
-from grpo_lab import trainer
-import grpo_lab.widgets.grouping as old_widget
-import grpo_lab.teaching.widgets.grouping as widget
-assert old_step is step and sys.modules["grpo_lab.step"] is step
-assert trainer is importlib.import_module("grpo_lab.training.trainer")
-assert old_widget is widget
-assert step.__spec__.name == "grpo_lab.training.step"
-importlib.reload(step)                      # reload goes through the module's own spec
-assert sys.modules["grpo_lab.training.step"] is step
-print("ALIASES OK")
+_CONFIG_ALONE = r"""
+import json, sys
+import grpo_lab.training.config
+print(json.dumps(sorted(m for m in sys.modules if m == "grpo_lab" or m.startswith("grpo_lab."))))
+print("numba" in sys.modules, "torch" in sys.modules)
 """
 
 
-def test_release_0_1_names_are_the_same_modules_with_a_warning():
-    r = subprocess.run([sys.executable, "-c", _ALIASES], capture_output=True, text=True,
+def test_the_config_loads_at_most_a_quarter_of_the_package(capsys):
+    """``import grpo_lab.training.config`` loads the registry helpers and the task list, not the
+    registries its checks read (they load when a config is built): no torch, no numba."""
+    r = subprocess.run([sys.executable, "-c", _CONFIG_ALONE], capture_output=True, text=True,
                        cwd=ROOT, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0 and "ALIASES OK" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
-
-
-def test_python_dash_m_runs_an_old_name():
-    r = subprocess.run([sys.executable, "-m", "grpo_lab.claims"], capture_output=True,
-                       text=True, cwd=ROOT, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout == (ROOT / "data" / "claims.md").read_text()
+    loaded, third_party = r.stdout.splitlines()
+    loaded = json.loads(loaded)
+    with capsys.disabled():
+        print(f"\nimport grpo_lab.training.config: {len(loaded)} of {len(modules(ROOT))} "
+              f"grpo_lab modules: {loaded}")
+    assert 4 * len(loaded) <= len(modules(ROOT)), loaded
+    assert third_party == "False False", "numba or torch imported by the config: " + third_party
 
 
 # every module imported on its own, in a fresh interpreter (forked from one that has imported
@@ -273,11 +256,12 @@ def test_every_module_imports_on_its_own():
 
 if __name__ == "__main__":
     root = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT
-    edges, forwards = graph(root)
+    edges, computed = graph(root)
     found, bad = cycles(edges), upward(edges)
-    print(f"{root}: {len(edges)} modules, {sum(map(len, edges.values()))} imports")
+    print(f"{root}: {len(edges)} modules, {sum(map(len, edges.values()))} imports "
+          f"(importlib.import_module and __import__ included)")
     print(f"cycles: {len(found)} {[f'{len(c)} modules: {c}' for c in found]}")
     print(f"upward imports: {len(bad)}")
     for a, b in bad:
         print(f"  {a} -> {b}")
-    print(f"importlib forwards: {sorted((a, b) for a, bs in forwards.items() for b in bs)}")
+    print(f"computed grpo_lab imports: {sorted((a, b) for a, bs in computed.items() for b in bs)}")

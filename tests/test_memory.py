@@ -13,7 +13,7 @@ from grpo_lab.policies.policy import frozen, load_for
 from grpo_lab.algorithm.rollout import completion_logprobs, sample
 from grpo_lab.training.step import (StepContext, backward, collect, collect_demos, grpo_objective,
                                     split_batch, supervised_objective)
-from grpo_lab.tasks import load_eval
+from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.training.trainer import make_grouper, prompt_source, train
 from tolerance import assert_close_to, mean_tol, parts_tol
 
@@ -249,8 +249,8 @@ def test_autocast_loss_is_finite_and_close_to_float32():
     ({"micro_batches": 2, "exchange": {"name": "ddp_fp16_hook"}}, "exchange.name='ddp_fp16_hook'"),
     ({"micro_batches": 2, "exchange": {"overlap": True}}, "exchange.overlap=True"),
     ({"policy": "hf", "base_checkpoint": "data/hf_tiny", "checkpoint_every": 2,
-      "hf_gradient_checkpointing": True}, "set one of them"),
-    ({"policy": "hf", "base_checkpoint": "data/hf_tiny", "autocast": True}, "hf_autocast"),
+      "hf": {"gradient_checkpointing": True}}, "set one of them"),
+    ({"policy": "hf", "base_checkpoint": "data/hf_tiny", "autocast": True}, "set hf.autocast=True"),
 ])
 def test_bad_memory_settings_name_the_value(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -279,4 +279,4 @@ def test_hf_checkpoint_every_k_layers_same_gradients_less_memory():
         torch.testing.assert_close(out[k][0], out[0][0], rtol=1e-5, atol=1e-7)
     assert out[1][1] < out[2][1] < out[0][1], {k: v[1:] for k, v in out.items()}
     assert out[1][2] < out[0][2] and out[2][2] < out[0][2], {k: v[1:] for k, v in out.items()}
-    assert load_for(preset("hf_tiny_cpu", hf_gradient_checkpointing=True)).cfg.gradient_checkpointing == 1
+    assert load_for(preset("hf_tiny_cpu", hf={"gradient_checkpointing": True})).cfg.gradient_checkpointing == 1

@@ -4,8 +4,9 @@ import random
 
 import pytest
 
-from grpo_lab.tasks import (ALPHABET, MIXTURE_TASKS, TASKS, Example, accuracy_reward, encode,
-                            format_reward, load_mixture, mixture_path, write_mixture)
+from grpo_lab.tasks import ALPHABET, MIXTURE_TASKS, TASKS, Example, encode
+from grpo_lab.tasks.rewards import accuracy_reward, format_reward
+from grpo_lab.tasks.task_data import load_mixture, mixture_path, write_mixture
 
 NEW = ["count", "compare", "max", "min"]
 
@@ -69,7 +70,7 @@ def test_shipped_mixture_is_the_default_regenerated(tmp_path):
     shipped = load_mixture()
     assert len(shipped) >= 200 and len({e.task for e in shipped}) >= 5
     regenerated = write_mixture(tmp_path / "m.jsonl")
-    assert regenerated == shipped, f"{mixture_path()} is stale: rerun tasks.write_mixture()"
+    assert regenerated == shipped, f"{mixture_path()} is stale: rerun task_data.write_mixture()"
 
 
 def test_write_mixture_bad_input(tmp_path):
@@ -80,7 +81,7 @@ def test_write_mixture_bad_input(tmp_path):
 
 
 def test_mixture_and_eval_sets_for_new_tasks_are_disjoint():
-    from grpo_lab.tasks import load_eval
+    from grpo_lab.tasks.task_data import load_eval
     held = {e.prompt for t in MIXTURE_TASKS for e in load_eval(t)}
     assert len(held) == 200 * len(MIXTURE_TASKS)
     assert not held & {e.prompt for e in load_mixture()}

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from grpo_lab.distributed.launch import spawn
-from grpo_lab.distributed.overlap import (OverlappedAllReduce, _batch, check_equivalence,
-                                          lm_loss, measure_overlap, toy_policy)
+from grpo_lab.distributed.overlap import OverlappedAllReduce
+from grpo_lab.training.overlap_timing import (_batch, check_equivalence, lm_loss, measure_overlap,
+                                              toy_policy)
 from grpo_lab.distributed.sharder import ShardedOptimizer
 
 

@@ -12,13 +12,13 @@ import pytest
 from grpo_lab.training.config import preset
 from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, get_grouper
 from grpo_lab.registry import PluginReloaded, load_plugins, plugin_digests
-from grpo_lab.tasks import REWARDS
+from grpo_lab.tasks.rewards import REWARDS
 from grpo_lab.training.trainer import train
 
 GROUPER = """
 import numpy as np
 from grpo_lab.algorithm.grouping import register_grouper
-from grpo_lab.tasks import register_reward
+from grpo_lab.tasks.rewards import register_reward
 
 @register_grouper("{name}", takes_k=False)
 def chunks(batch, seed=0):
@@ -69,7 +69,7 @@ def test_a_plugin_by_name_and_by_path_is_one_plugin(tmp_path, monkeypatch, order
     f = tmp_path / f"{mod}.py"
     f.write_text(textwrap.dedent(f"""
         import os
-        from grpo_lab.tasks import register_reward
+        from grpo_lab.tasks.rewards import register_reward
         with open(os.path.join(os.path.dirname(__file__), "runs.txt"), "a") as log:
             log.write("x")
         @register_reward("{mod}_r")

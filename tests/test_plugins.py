@@ -12,7 +12,8 @@ from grpo_lab.cli import main
 from grpo_lab.training.config import preset
 from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, get_grouper, register_grouper
 from grpo_lab.registry import load_plugins
-from grpo_lab.tasks import Example, TASKS, load_eval, register_task
+from grpo_lab.tasks import Example, TASKS, register_task
+from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.training.trainer import train
 
 PLUGIN = str(Path(__file__).resolve().parent / "plugins" / "lab_plugin.py")
@@ -191,7 +192,7 @@ def test_eval_defaults_to_the_checkpoint_task_and_a_checkpoint_can_start_a_run(t
 
 
 def test_eval_path_of_a_plugin_task_and_the_held_out_rule_in_the_docstring():
-    from grpo_lab.tasks import eval_path
+    from grpo_lab.tasks.task_data import eval_path
     load_plugins(PLUGIN)
     assert eval_path("double") == Path(PLUGIN).parent / "eval_double.jsonl"
     assert eval_path("double").exists() and eval_path("addition").exists()

@@ -7,7 +7,8 @@ from grpo_lab.policies.model import load_policy
 from grpo_lab.policies.policy import state_without_aliases
 from grpo_lab.algorithm.rollout import left_pad, sample
 from grpo_lab.training.step import prompt_generators
-from grpo_lab.tasks import PAD, encode, load_eval
+from grpo_lab.tasks import PAD, encode
+from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.training.trainer import train
 from tolerance import mean_tol
 

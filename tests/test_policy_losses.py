@@ -371,7 +371,7 @@ def test_a_method_round_trips_through_the_saved_config():
 
 def test_entropy_mask_and_cispo_train_end_to_end(tmp_path):
     # mu = 2: the second update is off-policy; every policy parameter moves, the loss is finite
-    from grpo_lab.checkpoint import load_policy_any
+    from grpo_lab.policies.policy import load_policy_any
     from grpo_lab.training.trainer import train
     kw = dict(steps=2, mu=2, prompts_per_step=4, group_size=4, eval_size=0, eval_every=0,
               ckpt_every=2, time_budget_s=0.0, threads=1, warmup_steps=0, lr=1e-3)

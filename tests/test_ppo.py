@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from grpo_lab.policies.model import load_policy
-from grpo_lab.training.ppo import ValueHead, explained_variance, gae, value_loss
+from grpo_lab.algorithm.critic import ValueHead, explained_variance, gae, value_loss
 from grpo_lab.algorithm.rollout import positions, sample
-from grpo_lab.tasks import accuracy_reward, decode, encode, sample_examples
+from grpo_lab.tasks.rewards import accuracy_reward
+from grpo_lab.tasks import decode, encode, sample_examples
 
 
 def test_gae_by_hand():
@@ -85,7 +86,8 @@ def _ppo_cfg(tmp_path, **kw):
 
 
 def test_ppo_run_raises_reward_and_trains_the_critic(tmp_path):
-    from grpo_lab.checkpoint import load_policy_any, read_training_checkpoint
+    from grpo_lab.policies.policy import load_policy_any
+    from grpo_lab.checkpoint import read_training_checkpoint
     from grpo_lab.training.trainer import train
     c = _ppo_cfg(tmp_path, steps=40, prompts_per_step=16, group_size=6, eval_every=0, lr=1e-4,
                  train_pool=16)
@@ -105,7 +107,7 @@ def test_ppo_run_raises_reward_and_trains_the_critic(tmp_path):
 @pytest.mark.parametrize("critic,vf_lr", [("head", 0.0), ("head", 1e-3), ("network", 1e-3)])
 def test_ppo_resume_is_exact(tmp_path, critic, vf_lr):     # vf_lr 1e-3: the critic's own group
     from grpo_lab.training.trainer import train
-    kw = dict(steps=4, ckpt_every=2, eval_size=5, vf_lr=vf_lr, ppo_critic=critic)
+    kw = dict(steps=4, ckpt_every=2, eval_size=5, ppo={"vf_lr": vf_lr, "critic": critic})
     full = train(_ppo_cfg(tmp_path / "a", **kw), progress=False)
 
     def die(m, policy):  # killed during step 2: the checkpoint holds steps 0-1, critic included
@@ -123,18 +125,18 @@ def test_ppo_bad_config_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="objective='ppo' does not support dynamic_sampling"):
         _ppo_cfg(tmp_path, dynamic_sampling=True)
     with pytest.raises(ValueError, match="vf_coef must be >= 0, got -1"):
-        _ppo_cfg(tmp_path, vf_coef=-1.0)
-    with pytest.raises(ValueError, match="ppo_gamma and ppo_lambda in \\[0, 1\\]"):
-        _ppo_cfg(tmp_path, ppo_lambda=1.5)
+        _ppo_cfg(tmp_path, ppo={"vf_coef": -1.0})
+    with pytest.raises(ValueError, match="ppo.gamma and ppo.gae_lambda in \\[0, 1\\]"):
+        _ppo_cfg(tmp_path, ppo={"gae_lambda": 1.5})
     with pytest.raises(ValueError, match="vf_lr must be >= 0, got -0.001"):
-        _ppo_cfg(tmp_path, vf_lr=-1e-3)
+        _ppo_cfg(tmp_path, ppo={"vf_lr": -1e-3})
     with pytest.raises(ValueError, match="vf_lr must be a finite number, got nan"):
-        _ppo_cfg(tmp_path, vf_lr=float("nan"))
-    with pytest.raises(ValueError, match="vf_lr=0.001 is the critic's learning rate: it needs "
-                                         "objective='ppo', not 'grpo'"):
-        _ppo_cfg(tmp_path, objective="grpo", vf_lr=1e-3)
-    with pytest.raises(ValueError, match="unknown ppo_critic 'mlp'"):
-        _ppo_cfg(tmp_path, ppo_critic="mlp")
+        _ppo_cfg(tmp_path, ppo={"vf_lr": float("nan")})
+    with pytest.raises(ValueError, match="ppo.vf_lr=0.001 is the critic's learning rate: it "
+                                         "needs objective='ppo', not 'grpo'"):
+        _ppo_cfg(tmp_path, objective="grpo", ppo={"vf_lr": 1e-3})
+    with pytest.raises(ValueError, match="unknown ppo.critic 'mlp'"):
+        _ppo_cfg(tmp_path, ppo={"critic": "mlp"})
     _ppo_cfg(tmp_path, group_size=1)                              # the critic needs no group
 
 
@@ -157,7 +159,7 @@ def _base_params() -> dict:
 def test_vf_lr_changes_the_critics_step_and_nothing_else(tmp_path):
     base = _base_params()
     same = _first_step(tmp_path / "a", lr=1e-4)                   # vf_lr 0: the critic at lr
-    own = _first_step(tmp_path / "b", lr=1e-4, vf_lr=3e-3)
+    own = _first_step(tmp_path / "b", lr=1e-4, ppo={"vf_lr": 3e-3})
     head = {n for n in same if n.startswith("value_head.")}
     assert head == {"value_head.proj.weight", "value_head.proj.bias"} and set(own) == set(same)
     for n in set(same) - head:                          # the policy's step does not see vf_lr
@@ -194,7 +196,7 @@ def test_value_network_on_the_policys_body_equals_the_head():
     # equivalence: a ValueNetwork whose body is the policy itself and whose head has the
     # ValueHead's weights gives the same values (the two critics differ only in the body)
     import random
-    from grpo_lab.training.ppo import ValueNetwork, logprobs_and_values
+    from grpo_lab.algorithm.critic import ValueNetwork, logprobs_and_values
     torch.manual_seed(0)
     policy = load_policy("data/base_policy.safetensors").eval()
     exs = sample_examples(["addition"], 4, random.Random(0))
@@ -225,10 +227,10 @@ def _with(policy, critic):
 
 
 def test_ppo_with_a_critic_network_trains_both_networks(tmp_path):
-    from grpo_lab.checkpoint import load_policy_any
-    from grpo_lab.training.ppo import ValueNetwork
+    from grpo_lab.policies.policy import load_policy_any
+    from grpo_lab.algorithm.critic import ValueNetwork
     # two steps: the head starts at zero, so the critic's body gets its first gradient in step 1
-    seen = _first_step(tmp_path, steps=2, ppo_critic="network", lr=1e-4, vf_lr=1e-3)
+    seen = _first_step(tmp_path, steps=2, ppo={"critic": "network", "vf_lr": 1e-3}, lr=1e-4)
     base = _base_params()
     body = {n[len("value_head.body."):]: t for n, t in seen.items()
             if n.startswith("value_head.body.")}

@@ -12,7 +12,7 @@ from grpo_lab.training.trainer import train
 ROOT = Path(__file__).resolve().parent.parent
 
 HOSTILE = '''
-from grpo_lab.tasks import register_reward
+from grpo_lab.tasks.rewards import register_reward
 from grpo_lab.tasks.rewards import accuracy_reward, format_reward
 
 LOOP = "<answer>" * 2000 + "\\\\boxed{" * 2000 + "(" * 8000 + " " * 8000   # 46,000 characters

@@ -9,7 +9,9 @@ import torch
 
 from grpo_lab.training import reward_model as rm
 from grpo_lab.training.config import preset
-from grpo_lab.tasks import REWARDS, Example, load_eval, weighted_reward
+from grpo_lab.tasks.rewards import REWARDS, weighted_reward
+from grpo_lab.tasks import Example
+from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.training.trainer import train
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_lab.checkpoint import load_policy_any, read_training_checkpoint
+from grpo_lab.policies.policy import load_policy_any
+from grpo_lab.checkpoint import read_training_checkpoint
 from grpo_lab.training.config import preset
 from grpo_lab.distributed import launch
 from grpo_lab.training.trainer import spawn_train, train

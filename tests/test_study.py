@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grpo_lab.cli import main
-from grpo_lab.training.experiments import run_experiment
+from grpo_lab.training.experiments import Results, run_experiment
 from grpo_lab.training.power import detectable_difference, paired_power, seeds_needed
 from grpo_lab.cli import study_arms as arms
 
@@ -67,6 +67,13 @@ def test_spawn_runs_equal_in_process_runs_and_each_run_keeps_its_folder(tmp_path
     assert all({k: r["history"][0][k] for k in row} == row for r in spawned.runs)
     assert spawned.grid == [0, 2, 3]                # the base, step 2, the last step
     assert here.out_dir is None and spawned.runs[0]["out_dir"].endswith("by_prompt/seed0")
+    # read back from the folder alone: the same runs, the same grid; an unfinished run named
+    read = Results.from_folder(tmp_path / "spawn")
+    assert [no_time(r["history"]) for r in read.runs] == [no_time(r["history"])
+                                                          for r in spawned.runs]
+    assert read.grid == [0, 2, 3] and read.notes == []
+    (run / "result.json").unlink()
+    assert Results.from_folder(tmp_path / "spawn").notes == ["not finished: random seed 1"]
 
 
 def test_a_killed_study_resumes_to_the_results_of_one_never_killed(tmp_path):
@@ -101,11 +108,20 @@ def test_a_killed_study_resumes_to_the_results_of_one_never_killed(tmp_path):
         assert no_time(a["history"]) == no_time(b["history"])
     assert "random - by_prompt on eval/accuracy" in (out / "results.md").read_text()
     with pytest.raises(ValueError, match="cannot resume the study .*seeds: saved \\[0, 1\\], "
-                                         "given \\[0, 1, 2\\]"):
+                                         "given \\[1\\]"):
         run_experiment({"by_prompt": {}, "random": {"grouping": "random", "group_k": 2}},
-                       seeds=(0, 1, 2), base_preset="quick", out_dir=str(out), resume=True,
+                       seeds=(1,), base_preset="quick", out_dir=str(out), resume=True,
                        progress=False, base={"prompts_per_step": 4, "group_size": 4,
                                              "eval_every": 2, "eval_size": 10, "steps": 3})
+    # a study grows by seeds: the finished runs are read back as they are, the new seed runs
+    first = {f: f.stat().st_mtime_ns for f in results()}
+    grown = run_experiment({"by_prompt": {}, "random": {"grouping": "random", "group_k": 2}},
+                           seeds=(0, 1, 2), base_preset="quick", out_dir=str(out), resume=True,
+                           progress=False, processes=1,
+                           base={"prompts_per_step": 4, "group_size": 4, "eval_every": 2,
+                                 "eval_size": 10, "steps": 3})
+    assert {f: f.stat().st_mtime_ns for f in first} == first and len(results()) == 6
+    assert grown.per_run()[:2] == resumed.per_run()[:2] and len(grown.runs) == 6
 
 
 def test_mixed_plugin_versions_in_one_study_are_flagged(tmp_path):

@@ -4,8 +4,9 @@ import random
 import pytest
 
 from grpo_lab import tasks
-from grpo_lab.tasks import (REWARDS, Example, decode, encode, load_eval, sample_examples,
-                            weighted_reward)
+from grpo_lab.tasks.rewards import REWARDS, weighted_reward
+from grpo_lab.tasks import Example, decode, encode, sample_examples
+from grpo_lab.tasks.task_data import load_eval, load_jsonl
 
 EX = [Example("12+34=", "46", "addition")] * 4
 
@@ -67,7 +68,7 @@ def test_bad_task_and_data(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "1+1=", "answer": "2", "task": "addition"}\n{"prompt": "2+2="}\n')
     with pytest.raises(ValueError, match="bad.jsonl:2"):
-        tasks.load_jsonl(bad)
+        load_jsonl(bad)
 
 
 def test_distinct_examples_keeps_first_draws_and_refuses_an_impossible_n():

@@ -4,12 +4,15 @@ import json
 import pytest
 import torch
 
-from grpo_lab.checkpoint import CheckpointError, load_policy_any, read_training_checkpoint
+from grpo_lab.checkpoint import CheckpointError, read_training_checkpoint
+from grpo_lab.policies.policy import load_policy_any
 from grpo_lab.training.config import TrainConfig, preset
-from grpo_lab.algorithm.grouping import informative_rows
+from grpo_lab.algorithm.group_diagnostics import informative_rows
 from grpo_lab.policies.model import load_policy
 from grpo_lab.algorithm.rollout import completion_logprobs
-from grpo_lab.tasks import decode, load_eval, load_mixture, weighted_reward
+from grpo_lab.tasks import decode
+from grpo_lab.tasks.task_data import load_eval, load_mixture
+from grpo_lab.tasks.rewards import weighted_reward
 from grpo_lab.training.step import StepContext, collect, max_new_tokens
 from grpo_lab.training.trainer import make_grouper, prompt_source, train
 
@@ -33,6 +36,13 @@ def test_short_run_raises_reward_and_moves_every_parameter(tmp_path):
         assert not torch.equal(p, trained[name]), f"{name} did not change"
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 41 and "eval/accuracy" in json.loads(lines[-1])
+    # the lengths of right and of wrong completions average back to the mean length
+    for h in history[1:]:
+        acc = h["reward/accuracy"]
+        parts = [(acc, h.get("completion/len_right")), (1 - acc, h.get("completion/len_wrong"))]
+        assert all((w > 0) == (n is not None) for w, n in parts), h
+        mean = sum(w * n for w, n in parts if n is not None)
+        assert abs(mean - h["completion/mean_len"]) <= 1e-5 * h["completion/mean_len"], h
 
 
 def test_resume_continues_exactly(tmp_path):

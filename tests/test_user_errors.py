@@ -19,8 +19,9 @@ from grpo_lab.teaching import exercises
 from grpo_lab.algorithm.advantages import ADVANTAGES, grpo_advantages, register_advantage
 from grpo_lab.cli import main
 from grpo_lab.training.config import CEILINGS, preset
-from grpo_lab.tasks import (REWARD_CEILING, TASKS, Example, load_eval, register_task,
-                            weighted_reward)
+from grpo_lab.tasks.rewards import REWARD_CEILING, REWARDS, weighted_reward
+from grpo_lab.tasks import TASKS, Example, register_task
+from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.training.trainer import train
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +97,7 @@ def test_families_in_words_are_checked_for_what_applies_to_them(monkeypatch):
 # ---- one line and exit 2 for an error in the user's code, naming it and the step
 
 PLUGIN = """
-from grpo_lab.tasks import register_reward
+from grpo_lab.tasks.rewards import register_reward
 
 @register_reward("lookup")
 def lookup(completions, examples, stopped):
@@ -140,15 +141,17 @@ def test_the_same_exit_code_under_nproc(tmp_path):
 
 @pytest.mark.parametrize("field", sorted(CEILINGS))
 def test_values_above_their_ceiling_are_refused(field, capsys):
-    extra = ["--objective", "ppo"] if field == "vf_lr" else []
+    extra = ["--objective", "ppo"] if field == "ppo.vf_lr" else []
     code = main(["train", *QUICK, *extra, f"--{field}", "1e30", "--out_dir", "runs/unused"])
     err = capsys.readouterr().err
     assert code == 2 and f"{field}=1e+30 is above its ceiling 1.0" in err, err
-    assert preset("quick", **{field: CEILINGS[field], **({"objective": "ppo"} if extra else {})})
+    at = ({"objective": "ppo", "ppo": {"vf_lr": CEILINGS[field]}} if extra
+          else {field: CEILINGS[field]})
+    assert preset("quick", **at)
 
 
 def test_huge_rewards_are_refused_naming_the_function(monkeypatch):
-    monkeypatch.setitem(__import__("grpo_lab.tasks").tasks.REWARDS, "huge",
+    monkeypatch.setitem(REWARDS, "huge",
                         lambda c, e, s: [3e38] * len(c))
     ex = [Example("1+1=", "2", "addition")] * 2
     with pytest.raises(ValueError, match=r"reward function 'huge' returned 3e\+38 for sample 0 "
@@ -200,7 +203,7 @@ def test_an_infinite_loop_fails_the_check_instead_of_hanging(monkeypatch, capsys
 FREEZE = """
 import os, time
 from pathlib import Path
-from grpo_lab.tasks import register_reward
+from grpo_lab.tasks.rewards import register_reward
 
 @register_reward("freeze")
 def freeze(completions, examples, stopped):
@@ -244,7 +247,7 @@ def _rank_1_stuck_ends_the_run(tmp_path, plugin: str, reward: str, marker: str,
 # ---- a time limit on each call of user code during training (timelimit.py)
 
 HANG = """
-from grpo_lab.tasks import register_reward
+from grpo_lab.tasks.rewards import register_reward
 
 CALLS = [0]
 
@@ -339,7 +342,7 @@ def test_a_flag_the_run_would_ignore_is_an_error(flags, msg, capsys):
 
 
 def test_a_reward_returning_none_and_a_short_estimator_are_named(monkeypatch):
-    monkeypatch.setitem(__import__("grpo_lab.tasks").tasks.REWARDS, "nothing", lambda c, e, s: None)
+    monkeypatch.setitem(REWARDS, "nothing", lambda c, e, s: None)
     ex = [Example("1+1=", "2", "addition")] * 2
     with pytest.raises(ValueError, match=r"reward function 'nothing' returned None, not a list "
                                          r"of 2 numbers"):
@@ -355,7 +358,7 @@ def test_a_reward_returning_none_and_a_short_estimator_are_named(monkeypatch):
 STOPPED = """
 import os, signal, time
 from pathlib import Path
-from grpo_lab.tasks import register_reward
+from grpo_lab.tasks.rewards import register_reward
 
 @register_reward("stops")
 def stops(completions, examples, stopped):

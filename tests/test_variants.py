@@ -250,7 +250,7 @@ OPTIONS = {
 
 
 def test_every_option_same_on_1_and_2_processes(tmp_path):
-    from grpo_lab.checkpoint import load_policy_any
+    from grpo_lab.policies.policy import load_policy_any
     from grpo_lab.training.trainer import spawn_train, train
     import json
     cfgs = {n: preset("quick", out_dir=str(tmp_path / f"{n}2"), **SCALE, **kw)

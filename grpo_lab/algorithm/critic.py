@@ -16,12 +16,12 @@ GRPO replaces V by the group's mean reward (advantages.py): no critic to hold, t
 which is its real saving (claims 10 and 21 measure what that costs or buys). This module holds
 the pure functions and the critic's modules; PPO as an objective of the one trainer
 (``objective="ppo"``: ``collect_ppo`` and ``ppo_objective``) is ppo.py.
-The critic (``cfg.ppo_critic``) is a ``ValueHead`` on the policy's own final hidden states
+The critic (``cfg.ppo.critic``) is a ``ValueHead`` on the policy's own final hidden states
 ("head": a shared body, nearly free) or a ``ValueNetwork``, a second GPT started from the base
 checkpoint with its own head ("network": the classic RLHF setup of Ouyang et al. 2022, a critic
 as big as the policy, whose parameters, AdamW state and activations GRPO does not hold). The
 trainer attaches either as ``policy.value_head``, so the one optimizer trains it (its own lr:
-``cfg.vf_lr``) and checkpoints hold it. One process, the toy policy.
+``cfg.ppo.vf_lr``) and checkpoints hold it. One process, the toy policy.
 Shapes: N completions, T completion tokens; ``mask`` (N, T) True on real tokens, a completion's
 tokens first and padding after them.
 """

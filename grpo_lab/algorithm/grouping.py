@@ -17,7 +17,7 @@ Each is a ``Grouper`` record in ``GROUPERS`` (what it takes and needs); add your
 
 How a prompt cluster meets its prompts' completions (``COMBINE``, ``grouped_advantages``) is
 group_advantages.py; the diagnostics of a step's groups and DAPO's filter
-(``informative_groups``) are group_diagnostics.py; their names are importable from here too.
+(``informative_groups``) are group_diagnostics.py.
 Groups over training (``Reclusterer``, ``StepGrouper``) live in ``reclustering.py``.
 """
 from __future__ import annotations
@@ -31,12 +31,6 @@ import torch
 
 from grpo_lab.algorithm.advantages import group_stats
 from grpo_lab.algorithm.embeddings import EMBEDDERS, check_prompts
-from grpo_lab.algorithm.group_advantages import (COMBINE, cluster_baseline, grouped_advantages,  # noqa: F401
-                                                 within_prompt_pooled_std)
-from grpo_lab.algorithm.group_diagnostics import (_ids, advantage_diagnostics,  # noqa: F401
-                                                  advantage_split, cluster_diagnostics,
-                                                  informative_groups, informative_rows,
-                                                  reward_group_diagnostics)
 from grpo_lab.registry import check_new, lookup
 
 

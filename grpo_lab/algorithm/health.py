@@ -34,6 +34,14 @@ FLAT_RANGE = 0.02        # ... this fraction of the largest possible reward
 ENTROPY_FLOOR = 0.02     # entropy_collapse: nats per token, or ...
 ENTROPY_DROP = 0.1       # ... below this fraction of the first steps' entropy
 NEVER_FIRES, SOLVED = 0.05, 0.95   # equal_rewards' cause: mean reward / largest reward
+# what entropy_collapse advises, with what the SmolLM2 studies measured (BENCHMARKS.md
+# section 19, 3 seeds each, paired): the sampling temperature sets the sampled entropy at once;
+# the KL term and clip-higher did not measurably hold it
+ENTROPY_LEVERS = ("raise temperature or lower lr. On SmolLM2 the KL term (beta 0.04) kept "
+                  "+0.04 nats [-0.01, +0.09] more after 30 steps, and clip-higher (eps_high "
+                  "0.28 vs 0.2) -0.01 [-0.15, +0.14] after 12 steps at mu 2: neither told apart "
+                  "from noise with 3 seeds (BENCHMARKS.md section 19); eps_high acts only with "
+                  "mu > 1 (at mu 1 every ratio is 1 and no clip binds).")
 
 
 @dataclass(frozen=True)
@@ -104,8 +112,7 @@ def diagnose(history: list[dict], cfg: dict | None = None,
         if now < ENTROPY_FLOOR or (start > 0.2 and now < ENTROPY_DROP * start):
             out.append(Finding("entropy_collapse", f"the policy's entropy fell to {now:.3f} "
                                f"nats per token (from {start:.3f}): it samples one answer, so "
-                               f"groups have nothing to compare; raise temperature, lower lr, "
-                               f"or add the KL term (beta)."))
+                               f"groups have nothing to compare; {ENTROPY_LEVERS}"))
     short = [h for h in last if h.get("sample/topped_up")]
     if cfg.get("dynamic_sampling") and len(short) * 2 >= len(last):
         n = mean(h["sample/topped_up"] for h in short)

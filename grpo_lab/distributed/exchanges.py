@@ -78,6 +78,7 @@ class ExchangeKind:
     broadcast_compression: bool = False  # exchange.broadcast_preset applies
     shards_parameters: bool = False   # weights sharded (FSDP2): reads exchange.reshard_after_forward
                                       # and param_dtype, and none of the fields above
+    torch_adamw: bool = True      # steps torch's AdamW (Exchange.optimizer): ckpt_format "dcp"
     description: str = ""
 
     def __call__(self, model, cfg, opt, world: int = 1, rank: int = 0):
@@ -236,6 +237,9 @@ class Exchange:
     model_state: Callable[[], dict] | None = None
     """The policy's weights whole, each tied tensor once (a collective for fsdp2: every rank
     calls it); None: checkpoint.state_without_aliases(module)."""
+    optimizer: torch.optim.Optimizer | None = None
+    """The torch optimizer that steps the policy (None: the exchange steps its own Adam, the
+    sharder's): what a sharded checkpoint (distributed/dcp.py) saves and loads."""
 
 
 def first_non_finite(named) -> str | None:
@@ -312,7 +316,7 @@ def _local(model, adam, set_lr, step, reduce, wire, module=None) -> Exchange:
                                  *((f"optimizer {k} of {names.get(id(p), '?')}", v)
                                    for p, st in adam.state.items() for k, v in st.items())])
     return Exchange(module or model, reduce, step, lambda: adam.zero_grad(True), set_lr, wire,
-                    adam.state_dict, adam.load_state_dict, bad_state)
+                    adam.state_dict, adam.load_state_dict, bad_state, optimizer=adam)
 
 
 def make_allreduce(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
@@ -395,7 +399,7 @@ def make_fsdp2(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
     return Exchange(model, reduce, step, lambda: adam.zero_grad(True), set_lr, wire,
                     lambda: fsdp.full_optimizer_state(adam),
                     lambda sd: fsdp.load_full_optimizer_state(adam, sd), bad_state,
-                    gathered, lambda: fsdp.full_state(model))
+                    gathered, lambda: fsdp.full_state(model), adam)
 
 
 def compression_config(cfg: ExchangeConfig) -> CompressionConfig:
@@ -536,10 +540,10 @@ register_exchange("ddp_fp16_hook", make_ddp_fp16, resumes_exactly=False,
                   reduces_in_backward=True, description="torch DDP, fp16_compress_hook")
 register_exchange("ddp_powersgd_hook", make_ddp_powersgd, resumes_exactly=False,
                   reduces_in_backward=True, description="torch DDP, powerSGD_hook")
-register_exchange("sharded", make_sharded, overlaps=True, shards=True,
+register_exchange("sharded", make_sharded, overlaps=True, shards=True, torch_adamw=False,
                   description="reduce to owners, owner AdamW, broadcast (sharder.py)")
 register_exchange("sharded_compressed", make_sharded_compressed, resumes_exactly=False,
-                  compresses=True, shards=True, broadcast_compression=True,
+                  compresses=True, shards=True, broadcast_compression=True, torch_adamw=False,
                   description="sharded, each rank's gradients compressed")
 register_exchange("fsdp2", make_fsdp2, shards_parameters=True,
                   description="torch's FSDP2: weights, gradients and AdamW state sharded")

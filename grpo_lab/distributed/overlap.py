@@ -221,16 +221,3 @@ class OverlappedReduce(HookedBuckets):
         self._reset()
         owned = [i for i, o in enumerate(self.owner) if o == self.rank]
         return (torch.cat([mine[i] for i in owned]) if owned else None), comm
-
-
-# The measuring harness (the toy policy's backward, timed both ways) is grpo_lab/training/overlap_timing.py:
-# it needs the model, and nothing in distributed/ imports the model.
-_MOVED = ("toy_policy", "lm_loss", "_batch", "measure_overlap", "check_equivalence")
-
-
-def __getattr__(name: str):
-    """One-release aliases of the measuring harness, now in grpo_lab/training/overlap_timing.py."""
-    if name in _MOVED:
-        import importlib
-        return getattr(importlib.import_module("grpo_lab.training.overlap_timing"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

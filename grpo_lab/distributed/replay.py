@@ -2,7 +2,7 @@
 
 The dynamic sharder decides owners from importance scores that depend on the gradient
 history, so to *see* a policy at work we record the gradients of a few real training steps
-once (``trainer.record_gradients``: single process, the full batch's gradient, which is what
+once (``experiments.record_gradients``: single process, the full batch's gradient, which is what
 the owners of a real sharded run score) and replay them (``replay_sharding``): for each step,
 ``importance.update_moments`` folds the gradient of every shard into its running moments and
 scores it; every ``reshard_every`` steps ``shard_plan.assign`` reruns the policy. Pure and fast

@@ -134,7 +134,6 @@ POLICIES = {p.name: p for p in (
     ShardPolicy("importance_balanced", importance_balanced, uses_importance=True),
     ShardPolicy("capacity_weighted", capacity_weighted),
 )}
-USES_IMPORTANCE = {n for n, p in POLICIES.items() if p.uses_importance}   # one release
 
 
 def hardware_capacity(flops, bandwidth, latency, alpha=1.0, beta=1.0, gamma=1.0) -> list[float]:

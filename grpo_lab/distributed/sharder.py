@@ -149,7 +149,7 @@ class ShardedOptimizer:
     k-th step, migrating the state of shards that change owner; ``reshard()`` does it now.
     ``importance`` names a score in ``IMPORTANCE`` (None: track none). Tracking costs 8 B per
     owned element (running mean and variance), so it is off unless asked for; the policies
-    in ``USES_IMPORTANCE`` refuse to re-shard without it. ``compression`` compresses the
+    whose record says ``uses_importance`` refuse to re-shard without it. ``compression`` compresses the
     gradient reduce, ``broadcast_compression`` the parameter broadcast (EF21-P), each a preset
     name or a ``CompressionConfig`` (module docstring); ``compression_seed`` seeds the sampled
     top-k (give each rank its own). ``grad_clip`` > 0 clips the averaged gradient's global

@@ -51,8 +51,8 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 
-from grpo_lab.checkpoint import REPO_ROOT, resolve_path
 from grpo_lab.models import resolve as resolve_model
+from grpo_lab.paths import REPO_ROOT, resolve_path
 from grpo_lab.policies.engine import Engine
 from grpo_lab.registry import lookup
 

@@ -31,7 +31,7 @@ import weakref
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -67,21 +67,31 @@ class PeakMemory(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
-                  if isinstance(t, torch.Tensor)}
+        inputs = {st.data_ptr() for t in tree_leaves((args, kwargs))
+                  if isinstance(t, torch.Tensor) for st in storages(t)}
         out = func(*args, **kwargs)
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and not t.is_meta:
-                st = t.untyped_storage()
-                if st.data_ptr() in inputs or st in self._live:  # a view, in place, or seen
-                    continue
-                n = st.nbytes()
-                if n:
-                    self._live[st] = n
-                    self.now += n
-                    weakref.finalize(st, self._freed, n)
+                for st in storages(t):
+                    if st.data_ptr() in inputs or st in self._live:  # a view, in place, seen
+                        continue
+                    n = st.nbytes()
+                    if n:
+                        self._live[st] = n
+                        self.now += n
+                        weakref.finalize(st, self._freed, n)
         self.peak = max(self.peak, self.now)
         return out
+
+
+def storages(t: torch.Tensor) -> list:
+    """The storages holding ``t``'s bytes: its own, or for a wrapper subclass (FSDP2's
+    DTensor) its inner tensors' (this rank's shard)."""
+    if is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        inner = [getattr(t, n) for n in names]
+        return [st for i in inner if isinstance(i, torch.Tensor) for st in storages(i)]
+    return [t.untyped_storage()]
 
 
 def peak_bytes(fn) -> tuple[int, int]:

@@ -12,8 +12,7 @@ rewards the same way). Every task has the form ``"<prompt>="`` -> ``"<answer><eo
   * ``max``, ``min``: "max:12,7,40=" -> "40" (2-4 numbers 0-99)
 The last four and the first three form the grouping lab's mixture (``MIXTURE_TASKS``).
 
-Rewards are rewards.py; held-out sets and the task mixture (data files) task_data.py. Their
-names stay importable from here for one release (``tasks.weighted_reward`` and so on).
+Rewards are rewards.py; held-out sets and the task mixture (data files) task_data.py.
 """
 from __future__ import annotations
 
@@ -305,20 +304,3 @@ def check_held_out(task: Task, rows: list[tuple[str, Example]]) -> list[Example]
 
 # the grouping lab's families (task_data.write_mixture, config's task="mixture")
 MIXTURE_TASKS = ("addition", "sort", "reverse", "count", "compare", "max", "min")
-
-# one release: names that moved to rewards.py and task_data.py
-_MOVED = {"rewards": ("register_reward", "check_batch", "accuracy_reward", "partial_reward",
-                      "format_reward", "step_rewards", "REWARDS", "weighted_reward",
-                      "check_finite_rewards", "REWARD_CEILING"),
-          "task_data": ("DATA_DIR", "eval_path", "load_jsonl", "has_eval", "load_eval",
-                        "held_out", "held_out_prompts", "write_eval_sets", "mixture_path",
-                        "write_mixture", "load_mixture")}
-
-
-def __getattr__(name: str):
-    import importlib
-    if name in _MOVED["rewards"]:
-        return getattr(importlib.import_module("grpo_lab.tasks.rewards"), name)
-    if name in _MOVED["task_data"]:
-        return getattr(importlib.import_module("grpo_lab.tasks.task_data"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

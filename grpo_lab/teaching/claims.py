@@ -10,7 +10,7 @@ with invented systems claims. This module is the list (``CLAIMS``, the repositor
   * ``measured``: the measurement, as a sentence with its numbers. Every number in it, in
     ``why`` and in ``qualifier`` comes from ``quotes`` (file, exact text: a bench result, or the
     code's own arithmetic) or, for a ``live`` row, from the measurement computed now
-    (``claims_measure.LIVE``, the registry of cheap measurements); tests/test_claims.py checks
+    (``claims_live.LIVE``, the registry of cheap measurements); tests/test_claims.py checks
     both, so a re-run bench that moves a number breaks the test instead of leaving a stale row;
   * ``verdict``: one of ``VERDICTS``; "holds only as" takes ``qualifier`` (as what), "open"
     takes ``qualifier`` too (what would settle it); ``why`` and ``remember`` (one sentence).
@@ -24,13 +24,10 @@ Notebook 08 renders the table and re-computes the cheap measurements live.
 """
 from __future__ import annotations
 
-# two modules hold it; every name stays importable from here: claims_data.py (Claim, VERDICTS,
-# CLAIMS: the records, data only) and claims_table.py (measure, counts, table, html_table,
-# markdown: rendering)
-from grpo_lab.teaching.claims_data import (_B4, _CL, _FP8, _GRPO200, _M, _MEM, _PPO,  # noqa: F401
-                                           _PPO_SEEDS, _SAMPLES, CLAIMS, VERDICTS, Claim)
-from grpo_lab.teaching.claims_table import (_COLOURS, _WIDTHS, _kind, counts, html_table,  # noqa: F401
-                                            markdown, measure, table)
+# two modules hold it: claims_data.py (Claim, VERDICTS, CLAIMS: the records, data only) and
+# claims_table.py (measure, counts, table, html_table, markdown: rendering)
+from grpo_lab.teaching.claims_data import CLAIMS, VERDICTS, Claim
+from grpo_lab.teaching.claims_table import counts, html_table, markdown, measure, table
 
 __all__ = ["Claim", "VERDICTS", "CLAIMS", "measure", "counts", "table", "html_table", "markdown"]
 

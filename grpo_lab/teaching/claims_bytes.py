@@ -1,7 +1,7 @@
 """Measurements of gradient bytes for the claims table (claims 2, 3, 16): real gradients of the
 toy policy, their e4m3 round-trip error (fp8_errors), the entropy bound and the codecs' bits per
 top-k index (index_bound, topk_index_bits), bytes per element and per message by format
-(format_savings, exchange_bytes). claims_measure.py has the arithmetic."""
+(format_savings, exchange_bytes). claims_live.py has the arithmetic."""
 from __future__ import annotations
 
 import math
@@ -14,9 +14,9 @@ from grpo_lab.distributed.wire import FORMAT_BYTES
 
 
 def real_gradients(steps: int = 1) -> list[dict]:
-    """Real gradients of the toy policy (``trainer.record_gradients``: supervised steps from the
+    """Real gradients of the toy policy (``experiments.record_gradients``: supervised steps from the
     base checkpoint), each split into named tensors. About 2 s for one."""
-    from grpo_lab.training.trainer import record_gradients
+    from grpo_lab.training.experiments import record_gradients
     rec = record_gradients(steps=steps)
     out = []
     for flat in rec["grads"]:                                              # (numel,) per step

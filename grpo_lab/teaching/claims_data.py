@@ -25,7 +25,7 @@ class Claim:
     measured: str       # the measurement, with its numbers
     source: str         # where ``measured`` comes from: a bench file and its command, or a function
     quotes: tuple = field(default=())   # ((file, exact text in it), ...) backing every number
-    live: str = ""      # a key of claims_measure.LIVE: computed when the table is shown
+    live: str = ""      # a key of claims_live.LIVE: computed when the table is shown
 
     @property
     def verdict_text(self) -> str:
@@ -41,7 +41,7 @@ _B4 = ("bench/RESULTS_train_dist_grpo_fast.md, BENCHMARKS.md section 4 (bench/be
 _MEM = "bench/RESULTS_memory.md (bench/bench_memory.py --seeds 0 1 2 --reps 7 --steps 8)"
 _PPO = "bench/RESULTS_grpo_vs_ppo.md and .json (bench/bench_grpo_vs_ppo.py; the JSON feeds notebook 07)"
 _CL = "bench/RESULTS_claims.md (bench/bench_claims.py)"
-_M = "grpo_lab/teaching/claims_measure.py"
+_M = "grpo_lab/teaching/claims_live.py"   # the arithmetic the measurements rest on
 _FP8 = ("bench/RESULTS_train_dist_grpo_fast.md", "| compressed fp8_topk5 | 94,733 | 10.1x | 68.8% ± 1.4 | -0.2 ± 1.9 |")
 _GRPO200 = ("bench/RESULTS_train_dist_grpo_fast.md", "from `data/base_policy.safetensors`, 200 steps, seeds [0, 1, 2]")
 _PPO_SEEDS = (("bench/RESULTS_grpo_vs_ppo.md", "- grpo 16x8: seed 0: 44800, 0.750; seed 1: 41600, 0.780; seed 2: 51200, 0.765"),
@@ -109,7 +109,7 @@ CLAIMS = [
                    "4.79-4.92 (6.5-6.7x); per tensor: 5.21-6.24 bits; random positions: at least 5.73 bits (5.6x); "
                    "against torch.topk's int64 indices: Huffman 13.0-13.4x, random positions up to 11.2x",
           source=_CL + "; codecs on random positions in BENCHMARKS.md section 3 (bench/bench_codecs.py); against "
-                       "int64: claims_measure.index_bound() and torch.topk's index width",
+                       "int64: claims_bytes.index_bound() and torch.topk's index width",
           quotes=(("bench/RESULTS_claims.md", "The busiest tensor holds 39%-45% of the global top 5%: the positions "
                                               "cluster. Claim 3 verdict line: whole-model top 5%: zstd 3.45-3.68 bits/index "
                                               "(8.7-9.3x vs int32), Huffman 4.79-4.92 bits (6.5-6.7x); per tensor: every "
@@ -138,7 +138,7 @@ CLAIMS = [
           "when ranks are scattered (4.5x); value-ordered sends change when bytes arrive, not the total.",
           "No schedule beats the bandwidth floor: bytes / link speed.",
           measured="175B fp32 on 1024 GPUs: floor 3.47 s (bf16 1.74 s), best schedule 6.195 s; ring latency term 10.2 ms",
-          source="computed: claims_measure.cluster_figures() (distributed/scaling.py; BENCHMARKS.md section 7, notebook 09)",
+          source="computed: claims_systems.cluster_figures() (distributed/scaling.py; BENCHMARKS.md section 7, notebook 09)",
           quotes=(("BENCHMARKS.md", "takes 6.20 s against 27.98 s on rank-order groups (4.5x)"),
                   ("bench/RESULTS_topology.md", "| dgx_ib | rhd | 6.195 | 3.098 | - | - |")),
           live="cluster_figures"),
@@ -157,7 +157,7 @@ CLAIMS = [
           measured="fp32 weights 700 + grads 700 + Adam moments 1400 = 2800 GB (16 B/param); ZeRO-3 on 4 GPUs 700 GB, "
                    "on 1024 2.73 GB per GPU; bf16 weights and grads with 8-bit Adam (6 B/param), ZeRO-3 on 4 GPUs: "
                    "262.5 GB",
-          source="computed: claims_measure.cluster_figures() (scaling.zero_memory)",
+          source="computed: claims_systems.cluster_figures() (scaling.zero_memory)",
           quotes=((_M, "fp32 weights 4 + gradients 4 + two moments 8"),), live="adam_memory"),
     Claim(7, '145 vs 98 TFLOPS per GPU, "82% compute-communication overlap" on 256 GPUs', "sim/no",
           "the step time with and without overlap on the named GPUs; on real CPU processes, asynchronous bucketed "
@@ -222,7 +222,7 @@ CLAIMS = [
           "Groups change the baseline, not the work: every sample still goes through backward.",
           measured="by construction of the loss (one advantage per sample): samples receiving a gradient, N = 32: "
                    "G=2: 32, G=4: 32, G=8: 32, G=16: 32 (16, 8, 4, 2 baselines)",
-          source="computed: claims_measure.backward_rows(); step times: claims_measure.backward_time(), timed in notebook 08",
+          source="computed: claims_gradient.backward_rows(); step times: claims_gradient.backward_time(), timed in notebook 08",
           live="backward_rows"),
     Claim(12, 'dynamic group count "5 -> 20, +20% per round" avoids local optima', "toy",
           "schedule vs fixed count, several seeds",
@@ -245,7 +245,7 @@ CLAIMS = [
           "A shared prefix saves (G-1)/G of the prompt's cache and nothing of the completions'.",
           measured="toy rollout (16 x 8, prompt 6, completion 4): 2,457,600 -> 1,167,360 B (52% saved); prompt 200, "
                    "completion 1000: 15%",
-          source="computed: claims_measure.prompt_kv_bytes() and prompt_cache_storage()", live="prompt_kv_bytes"),
+          source="computed: claims_systems.prompt_kv_bytes() and prompt_cache_storage()", live="prompt_kv_bytes"),
     Claim(14, 'code model training "72 h -> 48 h"; mobile model "2 GB -> 1.2 GB"', "no", "unsourced anecdotes",
           "cannot be tested here", "",
           "No model, data, hardware or baseline is named, and no source: there is nothing to re-run.",
@@ -264,7 +264,7 @@ CLAIMS = [
           "Checkpointing saves activations only; weights, gradients and optimizer state stay.",
           measured="checkpoint_every 1: peak fwd+bwd -56% (toy step), -86% (16 blocks), -57% (hf_tiny); "
                    "update time 1.46 [1.36, 1.57]x (toy step); 175B bf16 weights alone: 350 GB (2 B/param)",
-          source=_MEM + "; 175B weights: claims_measure.cluster_figures()",
+          source=_MEM + "; 175B weights: claims_systems.cluster_figures()",
           quotes=(("bench/RESULTS_memory.md", "checkpointing every block of the toy's GRPO step changes peak "
                                               "forward+backward tensor memory by -56% and the bytes saved for backward "
                                               "by -89%, for 1.46 [1.36, 1.57]x the update time; on the 16-block toy "
@@ -283,7 +283,7 @@ CLAIMS = [
           "Halving bits halves bytes: fp16 is -50%, 8-bit -75%, whatever the write-up says.",
           measured="one real gradient, dense message: fp32 962,690 B, fp16 482,370 B (-49.9%), 8-bit e4m3 "
                    "242,370 B (-74.8%)",
-          source=_CL + "; arithmetic: claims_measure.format_savings()",
+          source=_CL + "; arithmetic: claims_bytes.format_savings()",
           quotes=(("bench/RESULTS_claims.md", "| fp32 | 962,690 | +0.0% |"),
                   ("bench/RESULTS_claims.md", "| fp16 | 482,370 | -49.9% |"),
                   ("bench/RESULTS_claims.md", "| e4m3 | 242,370 | -74.8% |"),
@@ -306,7 +306,7 @@ CLAIMS = [
           "judged by the same rule.",
           "Sharding divides work among devices; it does not make the work smaller.",
           measured="80 x 320 layer, k = 4: 6,400 elements per shard, 25,600 in all (= m n = 25,600)",
-          source="computed: claims_measure.shard_work()", live="shard_work"),
+          source="computed: claims_systems.shard_work()", live="shard_work"),
     Claim(19, 'on ImageNet, "GRPO" needs 72% of the time and 85% of the memory of SGD at 77.1% accuracy', "no",
           "not an RL setting; unsourced",
           "cannot be tested here", "",
@@ -322,7 +322,7 @@ CLAIMS = [
           "An advantage must differ between members of a group, or nothing is learned.",
           measured="R per member [0.077, 0.077, 0.077, 0.077, -0.092, -0.092, -0.092, -0.092]: advantage max |A| 0.0, "
                    "gradient max 0.0",
-          source="computed: claims_measure.relative_reward_gradient()", live="relative_reward_gradient"),
+          source="computed: claims_gradient.relative_reward_gradient()", live="relative_reward_gradient"),
     Claim(21, 'GRPO vs PPO on code: convergence "+40%", sample efficiency "2.3x", syntax errors "-62%"', "toy (partly)",
           "samples-to-target on toy tasks, GRPO vs PPO, several seeds",
           "does not hold", "",
@@ -399,7 +399,7 @@ CLAIMS = [
           "Sharding optimizer state costs the same bytes as an all-reduce (ZeRO-3: 1.5x), not N times them.",
           measured="floor 1.921 MB/step for the sharder and DDP, gloo wrote 1.25x; bytes sent per rank per step, x one "
                    "gradient: N=2: DDP 1.00, ZeRO-3 1.50; N=1024: DDP 2.00, ZeRO-3 3.00; ZeRO-3 memory at N=1024: 0.0010 of a replica",
-          source="bench/RESULTS_sharder.md (bench/bench_sharder.py); claims_measure.zero_traffic()",
+          source="bench/RESULTS_sharder.md (bench/bench_sharder.py); claims_systems.zero_traffic()",
           quotes=(("bench/RESULTS_sharder.md", "| DDP + AdamW | 36.6 | 1.00x | 1876, 1876 | 1.921 MB | 0.000 MB | 1.922 MB |"),
                   ("BENCHMARKS.md", "gloo's reduce actually writes 1.25x the floor"),
                   (_M, "fp32 weights 4 + gradients 4 + two moments 8"),
@@ -428,7 +428,7 @@ CLAIMS = [
           "state, whatever the sharding. The claim contradicts itself.",
           "Sharding divides memory among cards; it cannot exceed their sum.",
           measured="8 x 80 GB = 640 GB < 1200 GB: 1.875x too little",
-          source="arithmetic: claims_measure.capacity()", live="capacity"),
+          source="arithmetic: claims_systems.capacity()", live="capacity"),
     Claim(29, 'the relative comparison within a group "lowers the reward\'s variance"', "toy",
           "read literally, arithmetic (r - mean has no between-group part); what learning sees: the policy "
           "gradient's variance over repeated draws with and without the group mean as baseline, same samples, "
@@ -466,7 +466,7 @@ CLAIMS = [
           "GRPO says what to minimise; the optimizer says how to step. Keep them apart.",
           measured="Optimizer.step(closure) vs grpo_loss(logp, old_logp, ref_logp, advantages, mask): the rewards' "
                    "advantages and old log-probs never reach an optimizer",
-          source="computed: claims_measure.optimizer_inputs()", live="optimizer_inputs"),
+          source="computed: claims_gradient.optimizer_inputs()", live="optimizer_inputs"),
     Claim(31, '"1.2 PFLOPS per card sustained" (H100, FP8)', "fact (partly)",
           "the claimed rate against the named GPU's dense peak in the named format; then a measured step",
           "open", "a measured FP8 training step on the H100 (model, batch, sustained FLOP/s): 1.2 PFLOPS is 0.61x its "
@@ -478,7 +478,7 @@ CLAIMS = [
           "Check a throughput against the chip's peak in the format used before anything else.",
           measured="0.61x the H100 SXM dense FP8 peak (1,979 TFLOPS); 3.85x the A100 SXM dense bf16 peak (312 TFLOPS); "
                    "1.21x the H100 SXM dense bf16 peak (989 TFLOPS)",
-          source="arithmetic: claims_measure.flops_vs_peak() (vendor data sheets)", live="flops_vs_peak"),
+          source="arithmetic: claims_systems.flops_vs_peak() (vendor data sheets)", live="flops_vs_peak"),
     # ----------------------------------------------------------------- what the write-ups state right, and the rest
     Claim(32, "the policy gradient with a group-mean baseline: grad J = (1/G) sum_i (r_i - mean r) grad log pi(o_i)",
           "fact", "the library's gradient against the formula, by autograd, on sampled completions",
@@ -492,7 +492,7 @@ CLAIMS = [
           measured="G = 8 sampled 4-token completions, free logits: -4 x the gradient of grpo_loss (advantages r - mean r, "
                    "ratio 1) equals (1/G) sum_i (r_i - mean r) grad log pi(o_i) within 1e-12; the loss is 0.0, its "
                    "gradient is not",
-          source="computed: claims_measure.group_mean_gradient()", live="group_mean_gradient"),
+          source="computed: claims_gradient.group_mean_gradient()", live="group_mean_gradient"),
     Claim(33, "the clipped surrogate: L = min(ratio A, clip(ratio, 1 - eps, 1 + eps) A), ratio = pi_theta / pi_old",
           "fact", "grpo_loss on one token against the formula, over ratios and both signs of A; its gradient zero "
                   "where the clip acts",
@@ -504,7 +504,7 @@ CLAIMS = [
           "The clip stops the push once the ratio has moved far enough in the advantage's direction.",
           measured="grpo_loss on one token, 22 cases (ratio 0.55-1.55, A = +1 and -1): -min(ratio A, clip(ratio, 0.8, "
                    "1.2) A) within 1e-12; gradient zero exactly where the clip acts",
-          source="computed: claims_measure.clipped_surrogate() (claims_gradient.py)",
+          source="computed: claims_gradient.clipped_surrogate() (claims_gradient.py)",
           quotes=(("grpo_lab/teaching/claims_gradient.py", "PPO, Schulman et al. 2017, eq. 7"),),
           live="clipped_surrogate"),
     Claim(34, 'GRPO is "Group Relative Policy Optimization", from DeepSeekMath', "fact",
@@ -523,7 +523,7 @@ CLAIMS = [
           "direction); NVLink 3 is the A100's, 600 GB/s.",
           "Check a hardware generation against the data sheet before building on it.",
           measured="H100 SXM: NVLink 4, 900 GB/s per GPU; NVLink 3 is the A100's (600 GB/s)",
-          source="data sheets: claims_measure.nvlink() (topology.py)",
+          source="data sheets: claims_systems.nvlink() (topology.py)",
           quotes=(("grpo_lab/distributed/topology.py", "H100 SXM: NVLink 4 at 450 GB/s per direction (datasheet "
                                                       "900 GB/s bidirectional)"),),
           live="nvlink"),
@@ -551,8 +551,11 @@ CLAIMS = [
           "a setup to re-run; none is given",
           "cannot be tested here", "",
           "The rows above cover every claim with a setup, a definition or arithmetic to test it. The rest are bare "
-          "numbers (savings and speed-ups in percent) with nothing named to re-run, listed together here rather than "
-          "one row each.",
+          "numbers (savings and speed-ups in percent) with nothing named to re-run, one row for all of them rather "
+          "than one row each. They cannot be listed one by one here: the write-ups themselves are not in this "
+          "repository (its first list, shared/CLAIMS.md, quotes a selection of their claims, and the bare figures "
+          "among those have rows of their own: the training-time anecdotes, the uncited paper, ImageNet and the "
+          "NCCL timing); the count in this row is that of a reader who had the write-ups.",
           "A number without a setup cannot be checked, only repeated.",
           measured="nothing to measure: no setup is named", source=""),
 ]

@@ -4,7 +4,7 @@ made of group statistics (relative_reward_gradient), the gradient's spread with 
 group baseline (BASELINES, baseline_variance: Williams 1992; DeepSeekMath, Shao et al. 2024,
 eq. 3), what an optimizer receives (optimizer_inputs), the group-mean policy gradient against
 its formula (group_mean_gradient) and the clipped surrogate against its formula
-(clipped_surrogate; PPO, Schulman et al. 2017, eq. 7). claims_measure.py has the arithmetic."""
+(clipped_surrogate; PPO, Schulman et al. 2017, eq. 7). claims_live.py has the arithmetic."""
 from __future__ import annotations
 
 import inspect

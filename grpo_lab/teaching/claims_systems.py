@@ -2,7 +2,7 @@
 prompt's KV cache stored once or per completion (prompt_kv_bytes, prompt_cache_storage), the
 work of a sharded weight gradient (shard_work), the cost model's figures for a 175B gradient
 (cluster_figures), ZeRO traffic (Rajbhandari et al. 2020, section 7: zero_traffic), capacity
-FLOP/s against data-sheet peaks, and the NVLink generation of each GPU. claims_measure.py has the
+FLOP/s against data-sheet peaks, and the NVLink generation of each GPU. claims_live.py has the
 arithmetic."""
 from __future__ import annotations
 

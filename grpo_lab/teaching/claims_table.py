@@ -5,12 +5,12 @@ verdict counts, the rows notebook 08 shows (``table``, ``html_table``) and ``dat
 from __future__ import annotations
 
 from grpo_lab.teaching.claims_data import CLAIMS, VERDICTS
-from grpo_lab.teaching.claims_measure import LIVE
+from grpo_lab.teaching.claims_live import LIVE
 
 
 def measure(number: int) -> str:
     """The measurement of one claim as text: a ``live`` row's computation
-    (``claims_measure.LIVE``) run now, after any bench figures it quotes; ``measured`` otherwise."""
+    (``claims_live.LIVE``) run now, after any bench figures it quotes; ``measured`` otherwise."""
     c = CLAIMS[number - 1]
     if not c.live:
         return c.measured

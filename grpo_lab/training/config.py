@@ -20,37 +20,45 @@ import math
 import textwrap
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from grpo_lab.algorithm.advantages import ADVANTAGES
-from grpo_lab.distributed.exchanges import ExchangeConfig
-from grpo_lab.tasks.instruct import check_config as check_instruct
-from grpo_lab.algorithm.grouping import COMBINE, GROUPERS, get_grouper
-from grpo_lab.policies.hf import HFConfig
-from grpo_lab.algorithm.loss import (AGGREGATIONS, KL_ESTIMATORS, KL_PLACEMENTS, RATIO_LEVELS,
-                                     check_kl_in_loss)
-from grpo_lab.algorithm.methods import apply_method
-from grpo_lab.algorithm.overlong import OVERLONG
-from grpo_lab.algorithm.policy_losses import POLICY_LOSSES, ClipRange, check_clip
-from grpo_lab.algorithm.token_weights import IS_LEVELS
-from grpo_lab.policies.policy import POLICIES, get_policy_kind, hf_run_checkpoint
-from grpo_lab.training.ppo import PPOConfig  # importing ppo.py also registers objective "ppo"
 from grpo_lab.registry import load_plugins, lookup
-from grpo_lab.tasks.rewards import REWARDS
-from grpo_lab.algorithm.rollout import DRAWS, UPDATE_FORWARDS
-from grpo_lab.training.step import OBJECTIVES, get_objective
-from grpo_lab.training.trackers import sink_names
-from grpo_lab.tasks import MIXTURE_TASKS, TASKS
+from grpo_lab.tasks import MIXTURE_TASKS
+
+if TYPE_CHECKING:
+    from grpo_lab.distributed.exchanges import ExchangeConfig
+    from grpo_lab.policies.hf import HFConfig
+    from grpo_lab.training.ppo import PPOConfig
+
+# Importing this module loads the registry and the task list only: each check below imports
+# the registries it looks names up in, and each sub-config's class (with what it configures:
+# ExchangeConfig with the exchanges, numba included) loads when a config is built.
+
+
+def _exchange_config(**fields) -> ExchangeConfig:
+    from grpo_lab.distributed.exchanges import ExchangeConfig
+    return ExchangeConfig(**fields)
+
+
+def _ppo_config(**fields) -> PPOConfig:
+    from grpo_lab.training.ppo import PPOConfig
+    return PPOConfig(**fields)
+
+
+def _hf_config(**fields) -> HFConfig:
+    from grpo_lab.policies.hf import HFConfig
+    return HFConfig(**fields)
 
 CONFIG_FILE = "config.json"
 """out_dir/config.json: the run's resolved config (``to_dict``), what ``--config`` reads back."""
 
 # finite is not enough: values past these wreck a run in a few steps, then fail far away
 # ("logp is nan") without naming the cause
-CEILINGS = {"lr": 1.0, "vf_lr": 1.0, "weight_decay": 1.0}
+CEILINGS = {"lr": 1.0, "ppo.vf_lr": 1.0, "weight_decay": 1.0}
 CEILING_WHY = {
     "lr": "AdamW moves every weight by about lr per step (typical: 1e-6 for a pretrained LM, "
           "1e-4 to 1e-3 for the toy policy)",
-    "vf_lr": "AdamW moves every critic weight by about vf_lr per step",
+    "ppo.vf_lr": "AdamW moves every critic weight by about ppo.vf_lr per step",
     "weight_decay": "AdamW multiplies each weight by (1 - lr * weight_decay) per step "
                     "(typical: 0 to 0.1)"}
 
@@ -64,7 +72,7 @@ class TrainConfig:
     objective: str = "grpo"
     """"grpo"; or "supervised": cross-entropy on task demonstrations (answers only), as the
     base policy was made, through the same loop (the compression benchmarks' control); or
-    "ppo": PPO with a learned critic (ppo.py; ppo_critic: a value head on the policy's hidden
+    "ppo": PPO with a learned critic (ppo.py; ppo.critic: a value head on the policy's hidden
     states, or a critic network of its own), GAE advantages instead of the group baseline
     (toy policy, one process, by_prompt)."""
     task: str = "addition"
@@ -88,12 +96,10 @@ class TrainConfig:
     system_prompt: str = ""
     """policy="hf" with hf.chat_template: a system turn before each prompt ("": the chat
     template's own default, if it has one)."""
-    hf: HFConfig = field(default_factory=HFConfig)
+    hf: HFConfig = field(default_factory=_hf_config)
     """policy="hf": dtype, autocast, chat template, remote code, gradient checkpointing,
     sampling dtype and LoRA of the transformers model (see hf.HFConfig; --hf.dtype on the
-    command line). The flat names of older configs (hf_dtype, hf_autocast, hf_chat_template,
-    hf_trust_remote_code, hf_gradient_checkpointing, hf_sample_dtype, lora_r, lora_alpha) are
-    read into it for one release (MOVED_FIELDS)."""
+    command line)."""
     # ---- speed levers of the rollout and the update (issue 22; bench/bench_hf_speed.py)
     sample_draw: str = "race"
     """How the sampler draws a token (rollout.DRAWS): "race" (exponential race, V noise
@@ -101,6 +107,12 @@ class TrainConfig:
     other tokens for the same seed). Both keep one generator per prompt."""
     drop_finished: bool = True
     """Take completions that emitted <eos> out of the decode batch (same tokens, less work)."""
+    rollout: str = "grpo_lab"
+    """Who samples the training rollout (vllm_rollout.ROLLOUTS): "grpo_lab" (rollout.sample) or
+    "vllm" (vLLM in this process, the policy's weights pushed into it after each update; its
+    log-probs are the sampler's, the trainer recomputes its own: needs tis_cap > 0, policy="hf",
+    one process, and vLLM in its own environment, bench/bench_vllm.py --build_env DIR).
+    Evaluation always runs grpo_lab's sampler."""
     update_forward: str = "prompt_once"
     """The training forward (rollout.UPDATE_FORWARDS): "prompt_once" (each prompt once, its
     KV cache shared by its G completions, logits only where a completion token is
@@ -247,7 +259,7 @@ class TrainConfig:
     """Group-relative advantage estimator (one of advantages.ADVANTAGES)."""
     supervision: str = "outcome"
     """"outcome": one reward per completion, its advantage on every token (DeepSeekMath
-    4.1.2); "process": a reward per answer character (tasks.step_rewards), advantages
+    4.1.2); "process": a reward per answer character (rewards.step_rewards), advantages
     from advantages.process_advantages (4.1.3)."""
     aggregation: str = "seq_mean_token_mean"
     """Loss aggregation (one of loss.AGGREGATIONS)."""
@@ -261,6 +273,15 @@ class TrainConfig:
     most the set's size); 0 = no evaluation."""
     ckpt_every: int = 250
     """Write the checkpoint every this many steps (and at the end)."""
+    ckpt_format: str = "single"
+    """How checkpoints are written: "single" (one safetensors file, every tensor whole,
+    written by rank 0) or "dcp" (torch.distributed.checkpoint: each rank writes its own shards,
+    none gathers the whole state; distributed/dcp.py). A field, not a rule tied to the
+    exchange: "single" stays the default on any number of ranks (one file to copy, read by
+    every tool), "dcp" is for runs whose whole state does not fit one rank. Either kind
+    resumes on any number of ranks; a resume reads whichever kind the folder holds, so this
+    is a runtime field. "dcp" needs an exchange that steps torch's AdamW (all but the
+    sharder's)."""
     seed: int = 0
     """Seed of prompt draws and sampling; step s uses seeds derived from (seed, s)."""
     threads: int = 0
@@ -276,7 +297,7 @@ class TrainConfig:
     tasks trained (7 for "mixture"), or max(2, prompts_per_step // 4) for one task. The CLI
     refuses --group_k for a grouper without k."""
     combine: str = "cluster"
-    """How a prompt cluster meets its prompts' completions (one of grouping.COMBINE):
+    """How a prompt cluster meets its prompts' completions (one of group_advantages.COMBINE):
     "cluster" runs the advantage estimator on the cluster, "within_prompt_pooled_std"
     centres on the prompt's mean and scales by the cluster's pooled within-prompt std."""
     recluster_every: int = 0
@@ -292,10 +313,8 @@ class TrainConfig:
     dynamic_max_draws: int = 4
     """Most rollouts of prompts_per_step prompts drawn per step by dynamic sampling."""
     # ---- PPO with a critic (objective="ppo", ppo.py)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    """objective="ppo": the critic and GAE (see ppo.PPOConfig; --ppo.gamma on the command line).
-    The flat names of older configs (ppo_gamma, ppo_lambda, vf_coef, vf_clip, ppo_critic,
-    vf_lr) are read into it for one release (MOVED_FIELDS)."""
+    ppo: PPOConfig = field(default_factory=_ppo_config)
+    """objective="ppo": the critic and GAE (see ppo.PPOConfig; --ppo.gamma on the command line)."""
     # ---- memory levers (issue 14; memory.py measures them, bench/bench_memory.py)
     checkpoint_every: int = 0
     """Activation checkpointing of the training forward: block i keeps only its input and
@@ -312,7 +331,7 @@ class TrainConfig:
     sampling, the reference and evaluation stay float32; log-probs are taken in float32).
     policy="hf" has hf.autocast (every forward) instead."""
     # ---- data parallel (distributed/exchanges.py): N processes, one global batch
-    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    exchange: ExchangeConfig = field(default_factory=_exchange_config)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
 
     @property
@@ -334,12 +353,22 @@ class TrainConfig:
     def __post_init__(self):
         # no side effects here: plugins are imported by preset(), from_dict(), the CLI and the
         # trainer's setup before a config naming what they register is built
+        from grpo_lab.algorithm.advantages import ADVANTAGES
+        from grpo_lab.algorithm.loss import AGGREGATIONS
+        from grpo_lab.algorithm.methods import apply_method
+        from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
+        from grpo_lab.tasks.instruct import check_config as check_instruct
+        from grpo_lab.tasks.rewards import REWARDS
+        from grpo_lab.training.step import get_objective
+        from grpo_lab.training.trackers import sink_names
         if isinstance(self.exchange, dict):
-            self.exchange = ExchangeConfig(**self.exchange)
+            self.exchange = _exchange_config(**self.exchange)
         if isinstance(self.ppo, dict):
-            self.ppo = PPOConfig(**self.ppo)
+            self.ppo = _ppo_config(**self.ppo)
         if isinstance(self.hf, dict):
-            self.hf = HFConfig(**self.hf)
+            self.hf = _hf_config(**self.hf)
+        # the built-in objectives are registered by now: step.py's own, and ppo.py's ("ppo"),
+        # the module of the ppo field's class
         objective = get_objective(self.objective)
         apply_method(self)
         self._check_policy()
@@ -364,8 +393,11 @@ class TrainConfig:
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         for name, ceiling in CEILINGS.items():
-            if getattr(self, name) > ceiling:
-                raise ValueError(f"{name}={getattr(self, name)} is above its ceiling {ceiling} "
+            value = self
+            for part in name.split("."):               # "ppo.vf_lr": a sub-config's field
+                value = getattr(value, part)
+            if value > ceiling:
+                raise ValueError(f"{name}={value} is above its ceiling {ceiling} "
                                  f"(config.CEILINGS): {CEILING_WHY[name]}")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
             raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, "
@@ -382,6 +414,14 @@ class TrainConfig:
         if self.answer_format != "raw" and not self.max_new_tokens:
             self.max_new_tokens = 64                 # a sentence, not the toy's answer + 2
         lookup(("constant", "cosine"), self.lr_schedule, "lr_schedule")
+        lookup(CKPT_FORMATS, self.ckpt_format, "ckpt_format")
+        if self.ckpt_format == "dcp":
+            from grpo_lab.distributed.exchanges import EXCHANGES
+            if not EXCHANGES[self.exchange.name].torch_adamw:
+                raise ValueError(f"ckpt_format='dcp' saves the state of torch's AdamW; exchange "
+                                 f"{self.exchange.name!r} steps its own Adam: write "
+                                 f"ckpt_format='single' or pick an exchange that steps torch's "
+                                 f"AdamW")
         sink_names(self.report_to)               # known sinks; their packages: at train start
         if not self.reward_weights:
             raise ValueError("reward_weights is empty")
@@ -395,6 +435,8 @@ class TrainConfig:
         self._check_parameter_sharding()
 
     def _check_variants(self):
+        from grpo_lab.algorithm.loss import KL_ESTIMATORS, KL_PLACEMENTS, RATIO_LEVELS
+        from grpo_lab.algorithm.overlong import OVERLONG
         lookup(KL_ESTIMATORS, self.kl_estimator, "kl_estimator")
         lookup(KL_PLACEMENTS, self.kl_in, "kl_in")
         lookup(RATIO_LEVELS, self.ratio_level, "ratio_level")
@@ -413,6 +455,9 @@ class TrainConfig:
 
     def _check_losses(self):
         """The algorithms issue's switches: each combination that would do nothing is an error."""
+        from grpo_lab.algorithm.loss import KL_PLACEMENTS, check_kl_in_loss
+        from grpo_lab.algorithm.policy_losses import POLICY_LOSSES, ClipRange, check_clip
+        from grpo_lab.algorithm.token_weights import IS_LEVELS
         lookup(POLICY_LOSSES, self.policy_loss, "policy_loss")
         lookup(IS_LEVELS, self.tis_level, "tis_level")
         _finite(self, "dual_clip", "clip_delta", "log_ratio_clamp", "kl_clamp",
@@ -453,6 +498,7 @@ class TrainConfig:
                                      f"objective only, not objective={self.objective!r}")
 
     def _check_memory(self, objective):
+        from grpo_lab.policies.policy import get_policy_kind
         _nonnegative(self, "checkpoint_every")
         _positive(self, "micro_batches")
         if self.micro_batches > self.prompts_per_step:
@@ -473,11 +519,11 @@ class TrainConfig:
                              f"{self.checkpoint_every}-th: set one of them")
         if self.autocast and not get_policy_kind(self.policy).own_autocast:
             raise ValueError("autocast=True is the toy policy's training-forward autocast; "
-                             "for policy='hf' set hf.autocast=True (every forward; formerly "
-                             "hf_autocast)")
+                             "for policy='hf' set hf.autocast=True (every forward)")
 
     def _check_parameter_sharding(self):
         """What an exchange that shards the weights (fsdp2) cannot run with."""
+        from grpo_lab.algorithm.overlong import OVERLONG
         if not self.exchange.kind.shards_parameters:
             return
         name = self.exchange.name
@@ -493,17 +539,23 @@ class TrainConfig:
                              f"for it): use overlong='none' or 'soft'")
 
     def _check_ppo(self, objective):
+        from grpo_lab.training.step import OBJECTIVES
         if self.ppo.vf_lr and not objective.critic:
             critics = sorted(n for n, o in OBJECTIVES.items() if o.critic)
-            raise ValueError(f"vf_lr={self.ppo.vf_lr} is the critic's learning rate: it needs "
+            raise ValueError(f"ppo.vf_lr={self.ppo.vf_lr} is the critic's learning rate: it needs "
                              f"objective={critics[0]!r}, not {self.objective!r}")
         if objective.check is not None:
             objective.check(self)
 
     def _check_policy(self):
+        from grpo_lab.algorithm.rollout import DRAWS, UPDATE_FORWARDS
+        from grpo_lab.algorithm.vllm_rollout import ROLLOUTS
+        from grpo_lab.policies.hf import HFConfig
+        from grpo_lab.policies.policy import get_policy_kind, hf_run_checkpoint
         kind = get_policy_kind(self.policy)
         lookup(DRAWS, self.sample_draw, "sample_draw")
         lookup(UPDATE_FORWARDS, self.update_forward, "update_forward")
+        lookup(ROLLOUTS, self.rollout, "rollout").check(self)     # vllm_rollout.py
         if self.hf.lora_r and self.policy != "hf":
             raise ValueError(f"hf.lora_r={self.hf.lora_r} adds LoRA adapters to a transformers "
                              f"model: it needs policy='hf' (policy={self.policy!r})")
@@ -529,6 +581,8 @@ class TrainConfig:
                              f"checkpoint")
 
     def _check_grouping(self):
+        from grpo_lab.algorithm.group_advantages import COMBINE
+        from grpo_lab.algorithm.grouping import GROUPERS
         if not isinstance(self.grouping, str):        # registering is preset()'s, not ours
             raise ValueError(f"grouping={self.grouping!r}: a config holds a grouper's name; "
                              f"pass the function or record to config.preset(...), which "
@@ -590,6 +644,8 @@ class PretrainConfig:
     """torch CPU threads (0 = torch's default)."""
 
     def __post_init__(self):
+        from grpo_lab.policies.policy import POLICIES
+        from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
         lookup(POLICIES, self.policy, "policy")
         if self.policy == "hf" and self.out.endswith(".safetensors"):
             raise ValueError(f"policy='hf' writes a transformers folder; out={self.out!r} "
@@ -673,44 +729,7 @@ PRESETS: dict[str, dict] = {
 }
 
 
-# one release: fields that moved into a sub-config, by their old flat name -> (sub-config, field);
-# a config dict, keyword arguments or a flag with the old name still work (``migrate``)
-MOVED_FIELDS = {"ppo_gamma": ("ppo", "gamma"), "ppo_lambda": ("ppo", "gae_lambda"),
-                "vf_coef": ("ppo", "vf_coef"), "vf_clip": ("ppo", "vf_clip"),
-                "ppo_critic": ("ppo", "critic"), "vf_lr": ("ppo", "vf_lr"),
-                "hf_dtype": ("hf", "dtype"), "hf_autocast": ("hf", "autocast"),
-                "hf_chat_template": ("hf", "chat_template"),
-                "hf_trust_remote_code": ("hf", "trust_remote_code"),
-                "hf_gradient_checkpointing": ("hf", "gradient_checkpointing"),
-                "hf_sample_dtype": ("hf", "sample_dtype"), "lora_r": ("hf", "lora_r"),
-                "lora_alpha": ("hf", "lora_alpha")}
 SUB_CONFIGS = ("exchange", "ppo", "hf")
-
-
-def migrate(fields: dict) -> dict:
-    """Config fields with the flat names of moved fields (a checkpoint written before the
-    sub-configs, old keyword arguments) -> the nested form; a nested value given too wins."""
-    out = dict(fields)
-    for old, (sub, new) in MOVED_FIELDS.items():
-        if old in out:
-            value, given = out.pop(old), out.get(sub) or {}
-            nested = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given)
-            out[sub] = {new: value, **nested}
-    return out
-
-
-def _accept_moved_fields(init):
-    """TrainConfig(**fields) accepts the flat names of moved fields for one release."""
-    def __init__(self, *args, **fields):
-        init(self, *args, **migrate(fields))
-    __init__.__doc__, __init__.__signature__ = init.__doc__, inspect.signature(init)
-    return __init__
-
-
-TrainConfig.__init__ = _accept_moved_fields(TrainConfig.__init__)
-for _old, (_sub, _new) in MOVED_FIELDS.items():      # cfg.vf_lr reads cfg.ppo.vf_lr
-    setattr(TrainConfig, _old, property(lambda self, s=_sub, n=_new: getattr(getattr(self, s), n),
-                                        doc=f"One release: {_sub}.{_new}."))
 
 
 def preset(name: str, **overrides) -> TrainConfig:
@@ -718,8 +737,9 @@ def preset(name: str, **overrides) -> TrainConfig:
     as a dict merged into the preset's, or its dataclass). The config's plugins are imported
     first, so it may name what they register; a grouper given as a function or record is
     registered (grouping.get_grouper) and the config keeps its name."""
+    from grpo_lab.algorithm.grouping import get_grouper
     lookup(PRESETS, name, "preset")
-    base, overrides = migrate(PRESETS[name]), migrate(overrides)
+    base = PRESETS[name]
     fields = {**base, **overrides}
     for sub in SUB_CONFIGS:
         if isinstance(overrides.get(sub), dict):
@@ -731,14 +751,18 @@ def preset(name: str, **overrides) -> TrainConfig:
 
 
 def from_dict(d: dict) -> TrainConfig:
-    """A TrainConfig from ``to_dict``'s output (a checkpoint's or a report's config, flat names
-    of older versions included); its plugins are imported first."""
+    """A TrainConfig from ``to_dict``'s output (a checkpoint's or a report's config); its plugins
+    are imported first."""
     load_plugins(d.get("plugins", ""))
-    return TrainConfig(**migrate(d))
+    return TrainConfig(**d)
 
+
+CKPT_FORMATS = ("single", "dcp")
+"""TrainConfig.ckpt_format's values."""
 
 # fields a resumed run may change freely: how it runs, not what it computes
 RUNTIME_FIELDS = ("out_dir", "report_to", "threads", "time_budget_s", "target_accuracy",
+                  "ckpt_format",
                   "exchange.timeout_s", "user_code_timeout_s",
                   "exchange.overlap")  # overlap changes when bytes move, not what is computed
 
@@ -746,7 +770,7 @@ RUNTIME_FIELDS = ("out_dir", "report_to", "threads", "time_budget_s", "target_ac
 def config_changes(saved: dict, cfg: TrainConfig) -> dict:
     """{field: [saved value, given value]} for every field of ``cfg`` that differs from the
     saved config (sub-configs dotted: "exchange.name"), runtime fields left out."""
-    now, out, saved = to_dict(cfg), {}, migrate(saved)
+    now, out = to_dict(cfg), {}
     for k, v in now.items():
         if isinstance(v, dict) and k != "reward_weights":
             for sk, sv in v.items():

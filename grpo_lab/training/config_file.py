@@ -2,8 +2,7 @@
 
 The file holds the same names as the flags of ``grpo-lab train``: a sub-config as a nested
 mapping (``{"exchange": {"name": "sharded"}}``, what ``out_dir/config.json`` holds) or by
-its flag's dotted name (``"exchange.name": "sharded"``), the flat names of moved fields
-(``vf_lr``) as their flags take them, and optionally a ``preset``. Each key becomes the flag
+its flag's dotted name (``"exchange.name": "sharded"``), and optionally a ``preset``. Each key becomes the flag
 ``--key=value`` (``config_file_args``) and goes through the train command's own parser
 (cli.read_config_file), so an unknown key, a wrong type or a bad value gets the error the
 flag gets, with the file named in front. JSON's null is None, for the fields whose default

@@ -56,6 +56,9 @@ from grpo_lab.training.trainer import evaluate_tasks, setup, train
 __all__ = ["run_experiment", "Results", "METRICS", "mean_ci", "run_metrics", "time_to_target",
            "steps_to_target", "difference_sentence", "can_tell", "MIN_SEEDS"]
 
+END_STEPS = 5
+"""Steps at the end of a run that the *_end metrics average (one step's value is noisy)."""
+
 METRICS = {  # name -> (what it is, format); the per-run summary of one history
     "eval/accuracy": ("held-out greedy accuracy at the last evaluation", ".3f"),
     "eval/gain": ("last eval/accuracy minus the base policy's (step -1)", "+.3f"),
@@ -63,6 +66,14 @@ METRICS = {  # name -> (what it is, format); the per-run summary of one history
                      "interpolated linearly between the evaluation before and the first at or "
                      "above it (Results.grid: the steps evaluated); n counts the runs that "
                      "reached it", ".1f"),
+    "eval/format": ("held-out rate of the requested answer format at the last evaluation "
+                    "(instruct tasks)", ".3f"),
+    "policy/entropy_end": (f"mean sampled entropy (nats per token) over the last {END_STEPS} "
+                           f"steps", ".3f"),
+    "completion/len_right_end": (f"mean length (tokens) of the right completions over the "
+                                 f"last {END_STEPS} steps", ".1f"),
+    "completion/len_wrong_end": (f"mean length (tokens) of the wrong completions over the "
+                                 f"last {END_STEPS} steps", ".1f"),
     "group/zero_std_frac": ("step mean: groups whose rewards are all equal", ".3f"),
     "adv/var": ("step mean: variance of the advantages", ".3f"),
     "sample/draws": ("step mean: rollouts of prompts_per_step prompts (dynamic sampling)",
@@ -133,12 +144,23 @@ def run_metrics(history: list[dict], target: float | None = None) -> dict:
             out["eval/gain"] = evals[-1]["eval/accuracy"] - evals[0]["eval/accuracy"]
         if target is not None:
             out["target/steps"] = steps_to_target(history, target)
+        if "eval/format" in evals[-1]:
+            out["eval/format"] = evals[-1]["eval/format"]
     for k in ("group/zero_std_frac", "adv/var", "sample/draws"):
         vals = [h[k] for h in steps if k in h]
         if vals:
             out[k] = sum(vals) / len(vals)
+    trained = [h for h in steps if "reward/mean" in h]
+    for k in ("policy/entropy", "completion/len_right", "completion/len_wrong"):
+        vals = [h[k] for h in trained[-END_STEPS:] if k in h]
+        if vals:
+            out[k + "_end"] = sum(vals) / len(vals)
     return out
 
+
+ROUNDING = 1e-6
+"""Paired differences no larger than this fraction of the values compared are float rounding
+(float32 metrics carry about 7 digits): no verdict from them."""
 
 MIN_SEEDS = 3
 """Fewest values an interval may give a verdict from: with 2 a t-interval is 12.7 standard
@@ -165,6 +187,9 @@ def difference_sentence(d: dict) -> str:
         why = (f"fewer than {MIN_SEEDS}" if d["n"] < MIN_SEEDS
                else "identical differences, a zero-width interval")
         return f"{head}: {what}too few seeds to tell ({why})."
+    if d.get("rounding"):
+        return (f"{head}: {what}no difference beyond float rounding of the values (every "
+                f"paired difference within {ROUNDING:g} of their size): no verdict.")
     real = d["ci_low"] > 0 or d["ci_high"] < 0
     return (head + ": " + what
             + ("the interval excludes 0, a real difference." if real else
@@ -219,11 +244,18 @@ class Results:
         lookup(METRICS, metric, "metric")
         per = {(r["strategy"], r["seed"]): r.get(metric) for r in self.per_run()}
         pairs = [(per[a, seed], per.get((b, seed))) for (s, seed) in per if s == a]
-        diffs = [x - y for x, y in pairs if x is not None and y is not None]  # same seed
+        pairs = [(x, y) for x, y in pairs if x is not None and y is not None]   # same seed
+        diffs = [x - y for x, y in pairs]
         mean, lo, hi = mean_ci(diffs)
+        # differences as small as float rounding of the values compared (two arms that
+        # computed the same thing in another order) are no difference, however consistent
+        scale = max((max(abs(x), abs(y)) for x, y in pairs), default=0.0)
+        rounding = (can_tell(len(diffs), lo, hi)
+                    and max(abs(d) for d in diffs) <= ROUNDING * scale)
         return {"a": a, "b": b, "metric": metric, "mean": mean, "ci_low": lo, "ci_high": hi,
-                "n": len(diffs), "values": diffs,
-                "excludes_zero": can_tell(len(diffs), lo, hi) and (lo > 0 or hi < 0)}
+                "n": len(diffs), "values": diffs, "rounding": rounding,
+                "excludes_zero": (can_tell(len(diffs), lo, hi) and not rounding
+                                  and (lo > 0 or hi < 0))}
 
     def _table(self) -> tuple[list[str], list[list[str]]]:
         """Strategies as rows, metrics as "mean ± half-width" cells (n when not every seed)."""
@@ -268,6 +300,73 @@ class Results:
         return (f"Results({len(self.strategies)} strategies x {len(seeds)} seeds {seeds}, "
                 f"{len(self.runs)} runs, target={self.target})\n{self.to_markdown()}\n"
                 f"{self._legend()}")
+
+    def save(self, path, keys=None) -> None:
+        """The study as a small JSON file: every run's history cut to ``keys`` (metric names;
+        default all), its findings, and the study's target, grid, notes and plan; read back
+        by ``Results.load`` (notebook 12 shows stored studies this way). ``step`` and
+        ``reward/mean`` (what marks a trained step for the *_end metrics) are always kept."""
+        keys = None if keys is None else {"step", "reward/mean", *keys}
+        keep = (lambda h: h) if keys is None else (lambda h: {k: h[k] for k in h if k in keys})
+        runs = [{"strategy": r["strategy"], "seed": r["seed"],
+                 "history": [keep(h) for h in r["history"]], "findings": r.get("findings", [])}
+                for r in self.runs]
+        write_lines_atomic(Path(path), [json.dumps(
+            {"runs": runs, "target": self.target, "grid": self.grid, "notes": self.notes,
+             "plan": self.plan}, default=float)])
+
+    @classmethod
+    def from_folder(cls, out_dir) -> "Results":
+        """The finished runs of the study in ``out_dir`` (its study.json and each run's
+        result.json), without running anything: a study read while another part of it runs,
+        or after. A run not finished yet is left out (``notes`` says which)."""
+        root = Path(out_dir)
+        spec = json.loads((root / STUDY_FILE).read_text())
+        runs, missing = [], []
+        for name in spec["strategies"]:
+            for s in spec["seeds"]:
+                folder = root / "runs" / _slug(name) / f"seed{s}"
+                if not (folder / RESULT_FILE).exists():
+                    missing.append(f"{name} seed {s}")
+                    continue
+                r = json.loads((folder / RESULT_FILE).read_text())
+                runs.append({"strategy": name, "seed": s, "history": r["history"],
+                             "findings": r["findings"], "out_dir": str(folder)})
+        notes = [f"not finished: {', '.join(missing)}"] if missing else []
+        grid = sorted({h["step"] + 1 for r in runs for h in r["history"]
+                       if "eval/accuracy" in h})
+        return cls(runs, spec["target"], out_dir=str(root), notes=notes, grid=grid)
+
+    def differences(self, reference: str, metrics=None, power: float = 0.8) -> list[dict]:
+        """Every other strategy against ``reference``, paired by seed, on each of ``metrics``
+        (default: every METRICS entry the runs have): ``compare``'s dict plus ``detectable``,
+        the smallest true difference these seeds would find with probability ``power`` given
+        the observed sd of the paired differences (power.py; None below MIN_SEEDS or with no
+        spread), and ``sentence``."""
+        per = self.per_run()
+        metrics = [m for m in (metrics or METRICS) if any(m in r for r in per)]
+        out = []
+        for s in self.strategies:
+            if s == reference:
+                continue
+            for m in metrics:
+                d = self.compare(s, reference, m)
+                if d["n"] == 0:
+                    continue
+                sd = float(torch.tensor(d["values"], dtype=torch.float64).std()) \
+                    if d["n"] >= 2 else 0.0
+                d["detectable"] = (detectable_difference(sd, d["n"], power)
+                                   if d["n"] >= MIN_SEEDS and sd > 0 and not d["rounding"]
+                                   else None)
+                d["sentence"] = difference_sentence(d)
+                out.append(d)
+        return out
+
+    @classmethod
+    def load(cls, path) -> "Results":
+        """A study written by ``save``."""
+        d = json.loads(Path(path).read_text())
+        return cls(d["runs"], d["target"], notes=d["notes"], plan=d["plan"], grid=d["grid"])
 
     def plot(self, metric: str = "eval/accuracy", ax=None):
         """Mean of ``metric`` vs step per strategy, with a min-max band over seeds -> Figure."""
@@ -554,7 +653,8 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     keeps its folder (runs/<strategy>/seed<s>: metrics, samples, report, checkpoint, and
     result.json once finished); the base policy is evaluated once per evaluation setting
     (base.json, its samples in base/); ``resume`` continues a study there, running only the
-    runs without a result.json (the spec must be the same). ``pilot_steps`` > 0: first train
+    runs without a result.json (the spec must be the same, but for seeds added: a study
+    grows by seeds without rerunning the ones it has). ``pilot_steps`` > 0: first train
     the first arm that many steps on each seed, then print what the study will cost here and
     the smallest paired difference it can detect (80% power, alpha 0.05: power.py) from the
     pilot's seed spread or from ``sd`` (the seed-to-seed sd of a paired difference), and,
@@ -612,6 +712,8 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
             raise ValueError(f"{root} holds a study ({STUDY_FILE}): resume=True (grpo-lab "
                              f"study --resume) continues it; or choose another out_dir")
         diff = {k: [saved.get(k), v] for k, v in spec.items() if saved.get(k) != v}
+        if set(diff) == {"seeds"} and set(saved["seeds"]) < set(spec["seeds"]):
+            diff = {}                   # more seeds: the finished runs stay, the new ones run
         if diff:
             listed = "; ".join(f"{k}: saved {a!r}, given {b!r}" for k, (a, b) in diff.items())
             raise ValueError(f"cannot resume the study in {root}: {listed}")

@@ -3,10 +3,11 @@ trainer: ``objective="ppo"`` = ``collect_ppo`` (sample as GRPO does, rewards on 
 the critic's values, GAE(lambda), whitened advantages) and ``ppo_objective`` (the clipped
 surrogate of loss.py on per-token advantages + vf_coef * the clipped value loss).
 
-The critic itself (GAE, the value loss, ``ValueHead``, ``ValueNetwork``) is critic.py; its names
-are re-exported here. The critic (``cfg.ppo.critic``, ``CRITICS``) is attached by ``attach_critic`` as
+The critic itself (GAE, the value loss, ``ValueHead``, ``ValueNetwork``) is critic.py. The
+critic (``cfg.ppo.critic``, ``CRITICS``) is attached by ``attach_critic`` as
 ``policy.value_head``, so the one optimizer trains it (its own lr: ``cfg.ppo.vf_lr``) and
-checkpoints hold it; ``PPOConfig`` (``TrainConfig.ppo``) holds PPO's settings. One process, the toy policy, outcome rewards (config.py checks).
+checkpoints hold it; ``PPOConfig`` (``TrainConfig.ppo``) holds PPO's settings. One process,
+the toy policy, outcome rewards (config.py checks).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import NamedTuple
 
 import torch
 
-from grpo_lab.algorithm.critic import (ValueHead, ValueNetwork, explained_variance, gae,  # noqa: F401
+from grpo_lab.algorithm.critic import (ValueHead, ValueNetwork, explained_variance, gae,
                                        logprobs_and_values, outcome_rewards, value_loss, whiten)
 from grpo_lab.algorithm.loss import grpo_loss
 from grpo_lab.registry import lookup
@@ -53,10 +54,10 @@ class PPOConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"PPOConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         if self.critic not in CRITICS:
-            lookup(CRITICS, self.critic, "ppo_critic")
+            lookup(CRITICS, self.critic, "ppo.critic")
         if not (0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1):
-            raise ValueError(f"need ppo_gamma and ppo_lambda in [0, 1] (ppo.gamma, "
-                             f"ppo.gae_lambda), got {self.gamma}, {self.gae_lambda}")
+            raise ValueError(f"need ppo.gamma and ppo.gae_lambda in [0, 1], "
+                             f"got {self.gamma}, {self.gae_lambda}")
 
 
 PPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",

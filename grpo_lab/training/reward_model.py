@@ -17,7 +17,7 @@ Here the reward model is the cheapest thing that shows the effect honestly:
             (left-padded, so position T-1); r_phi = sigmoid(logit), in [0, 1]
     loss:   binary cross-entropy on the 0/1 labels, a held-out split by prompt
     reward: ``learned_reward(completions, examples, stopped)``, registered as "learned"
-            (tasks.register_reward), so GRPO trains against it through the one trainer:
+            (rewards.register_reward), so GRPO trains against it through the one trainer:
             ``reward_weights={"learned": 1.0, "accuracy": 0.0}`` (weight 0 still logs
             reward/accuracy, the true reward of the same samples). ``use_reward_model(m)``
             picks the model (forked workers, as run_experiment's, inherit it); without one,

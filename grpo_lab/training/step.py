@@ -55,6 +55,7 @@ from grpo_lab.algorithm.variants import Tokens, active_variants
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.training.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
 from grpo_lab.algorithm.rollout import completion_logprobs, left_pad, positions, sample  # noqa: F401
+from grpo_lab.algorithm.vllm_rollout import rollout_scorer
 from grpo_lab.algorithm.scoring import (Scored, add_time, cat_scored, now, sample_and_score,  # noqa: F401
                                         take_scored)
 from grpo_lab.tasks import get_task
@@ -114,15 +115,16 @@ def draw_prompts(cfg, ctx: StepContext, step: int, policy):
     sorted, per draw (examples, this rank's Scored), informative flags per draw or None)."""
     G, B = cfg.group_size, cfg.prompts_per_step
     mine = ctx.group.slice(B)
+    score = rollout_scorer(policy, cfg, ctx)       # cfg.rollout: grpo_lab's sampler or vLLM's
     draws, flags, kept = [], [], []
     for d in range(cfg.dynamic_max_draws if cfg.dynamic_sampling else 1):
         with user_code(f"the task generator of {cfg.task!r}"):
             examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
-        s = sample_and_score(policy, [examples[i] for i in mine], G, max_new_tokens(cfg),
-                             cfg.reward_weights, cfg.temperature, cfg.top_k or None,
-                             generator=prompt_generators(cfg.seed, step, d, mine),
-                             draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
-                             clock=ctx.clock, top_p=cfg.top_p)
+        s = score(policy, [examples[i] for i in mine], G, max_new_tokens(cfg),
+                  cfg.reward_weights, cfg.temperature, cfg.top_k or None,
+                  generator=prompt_generators(cfg.seed, step, d, mine),
+                  draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
+                  clock=ctx.clock, top_p=cfg.top_p)
         draws.append((examples, s))
         if not cfg.dynamic_sampling:
             return [(0, i) for i in range(B)], draws, None
@@ -211,6 +213,18 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
                           adv_all, adv_flat, kept, draws, flags))
 
 
+def _lengths_by_outcome(g) -> dict:
+    """completion/len_right and /len_wrong: the mean length of the completions the accuracy
+    reward scored 1 and of the rest (Dr. GRPO's length bias shows as wrong answers growing);
+    a side with no completion is absent, as is the pair without an accuracy reward."""
+    acc = g.parts.get("accuracy")
+    if acc is None:
+        return {}
+    right = acc == 1
+    return {f"completion/len_{name}": float(g.lengths[side].float().mean())
+            for name, side in (("right", right), ("wrong", ~right)) if side.any()}
+
+
 def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_all, adv_flat,
              kept, draws, flags) -> dict:
     """reward/, group/, adv/, completion/, sample/ metrics of the global batch."""
@@ -227,6 +241,7 @@ def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_a
         "completion/mean_len": float(g.lengths.float().mean()),
         "completion/stopped_frac": float(g.stopped.float().mean()),
         "completion/truncated_frac": float((~g.stopped).float().mean()),
+        **_lengths_by_outcome(g),
     }
     if flags is not None:
         metrics.update({"sample/draws": len(draws), "sample/informative_frac":

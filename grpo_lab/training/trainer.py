@@ -52,15 +52,16 @@ from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
                                  save_training_checkpoint)
 from grpo_lab.training.config import CONFIG_FILE, TrainConfig, config_changes, to_dict
 from grpo_lab.training.trackers import Trackers, check_installed
+from grpo_lab.distributed import dcp
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
 from grpo_lab.distributed.fsdp import full_parameters
 from grpo_lab.distributed.group import Group
-from grpo_lab.machine import busy_cores, free_cores, wchar  # noqa: F401 (re-exported)
+from grpo_lab.machine import free_cores, wchar
 from grpo_lab.policies.model import GPT
-from grpo_lab.policies.policy import (frozen, get_policy_kind, load_for,  # noqa: F401 (re-exported)
-                                      load_policy_any)
+from grpo_lab.policies.policy import frozen, get_policy_kind, load_for
 from grpo_lab.algorithm.reclustering import StepGrouper
 from grpo_lab.algorithm.scoring import add_time, now, sample_and_score
+from grpo_lab.algorithm.vllm_rollout import rollout_scorer
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
                                     split_batch)
 from grpo_lab import timelimit
@@ -80,16 +81,7 @@ PHASES = ("time/sample_s", "time/score_s", "time/loss_forward_s", "time/backward
           "time/exchange_s", "time/optimizer_s", "time/check_s")
 
 __all__ = ["train", "setup", "held_out_sets", "evaluate", "evaluate_tasks", "learning_rate", "prompt_source",
-           "make_grouper", "max_new_tokens", "load_policy_any"]
-
-
-def __getattr__(name: str):
-    """One-release alias: ``record_gradients`` runs ``train``, so it lives above the trainer,
-    in experiments.py."""
-    if name == "record_gradients":
-        import importlib
-        return importlib.import_module("grpo_lab.training.experiments").record_gradients
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+           "make_grouper", "max_new_tokens"]
 
 
 @torch.no_grad()
@@ -276,6 +268,8 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     draw = rendered_source(prompt_source(cfg, held), cfg.answer_format)
     check_readable(policy, cfg, eval_sets, draw)           # the task's needs vs this policy
     ctx = StepContext(draw, make_grouper(cfg), ref, group)
+    rollout_scorer(policy, cfg, ctx)       # cfg.rollout's engine now (vLLM: built, or an
+                                           # ImportError), not after the base evaluation
     return Setup(policy, ctx, eval_sets, held, obj)
 
 
@@ -354,19 +348,30 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
 
     start, history, changes = 0, [], {}
     if resume:                       # the weights into the plain policy, before the exchange
-        c = read_training_checkpoint(ckpt)                  # wraps or shards it
-        changes = {**_check_resumable(ckpt, c["config"], cfg, allow_override),
+        c = read_training_checkpoint(ckpt, whole=False)     # wraps or shards it (a sharded
+        changes = {**_check_resumable(ckpt, c["config"], cfg, allow_override),   # one: after)
                    **plugin_changes(ckpt, c["history"], plugins, allow_override)}
         if c["model_config"] != vars(policy.cfg):
             raise ValueError(f"{ckpt} holds a policy of another shape: {c['model_config']} "
                              f"vs {vars(policy.cfg)}")
-        load_state_strict(policy, c["policy"], ckpt)
+        if c["shards"] is None:
+            load_state_strict(policy, c["policy"], ckpt)
     fused = get_policy_kind(cfg.policy).fused_adamw      # HF models: fused AdamW
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
                                                    cfg.grad_clip, cfg.seed, scales, fused),
                        group.world, group.rank)
+    if resume and c["shards"] is not None:        # each rank its share, from any world size
+        if ex.optimizer is None:
+            raise ValueError(f"{ckpt} is a sharded checkpoint of torch's AdamW state; exchange "
+                             f"{cfg.exchange.name!r} steps its own Adam: resume it under an "
+                             f"exchange that steps torch's AdamW (allreduce, fsdp2, ...)")
+        dcp.load_sharded(c["shards"], policy, ex.optimizer, c["optim"]["param_groups"], group)
+        if lead:
+            dcp.remove_unnamed(ckpt, keep=c["shards"])        # a write killed before its commit
+        group.barrier()
     if resume:
-        ex.load_state_dict(c["optim"])
+        if c["shards"] is None:
+            ex.load_state_dict(c["optim"])
         ctx.grouper.load_state_dict(c["grouping"])
         if not cfg.exchange.resumes_exactly:
             warnings.warn(f"exchange {cfg.exchange.name!r} keeps per-rank compression state "
@@ -479,18 +484,24 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
 
 
 def _checkpoint(path, policy, ex, cfg, step, history, grouper, lead: bool) -> None:
+    if cfg.ckpt_format == "dcp":                     # every rank writes its shards
+        dcp.save_sharded(path, policy, ex.optimizer, to_dict(cfg), step, history,
+                         grouper.state_dict(), Group.current())
+        return
     state = ex.state_dict()                          # a collective for sharded exchanges
     weights = ex.model_state() if ex.model_state is not None else None    # fsdp2: likewise
     if lead:
         save_training_checkpoint(path, policy, state, to_dict(cfg), step, history,
                                  grouper.state_dict(), weights)
+        dcp.remove_unnamed(path, keep=None)          # a resumed sharded run's old folder
 
 
-def _train_ranks(rank: int, world: int, cfgs: list, resume: bool) -> list[dict]:
+def _train_ranks(rank: int, world: int, cfgs: list, resume: bool,
+                 allow_override: bool = False) -> list[dict]:
     out = []
     for c in cfgs:
         seen = {}
-        history = train(c, resume=resume, progress=False,
+        history = train(c, resume=resume, progress=False, allow_override=allow_override,
                         on_step=lambda m, policy: seen.setdefault("policy", policy))
         params = full_parameters(seen["policy"]) if seen else {}   # whole, also when sharded
         out.append({"history": history, "params": params})
@@ -498,12 +509,14 @@ def _train_ranks(rank: int, world: int, cfgs: list, resume: bool) -> list[dict]:
 
 
 def spawn_train(cfgs: list[TrainConfig], nproc: int = 2, resume: bool = False,
-                run_timeout_s: float | None = None, progress: bool = True) -> list[list[dict]]:
+                run_timeout_s: float | None = None, progress: bool = True,
+                allow_override: bool = False) -> list[list[dict]]:
     """Train every config in turn on ``nproc`` new local processes (gloo on CPU; one spawn
     for all, ``launch.spawn``) -> results[i][rank] = {"history", "params"} of cfgs[i].
     What notebooks and tests use; from a shell, ``grpo-lab train --nproc N`` does the same.
     ``progress``: a bar in this process over all configs' steps, read from the runs'
-    metrics.jsonl files (rank 0 writes one line per step)."""
+    metrics.jsonl files (rank 0 writes one line per step). ``resume``, ``allow_override``: as
+    ``train``'s."""
     from grpo_lab.distributed import launch
 
     timeout = max(c.exchange.timeout_s for c in cfgs)
@@ -520,7 +533,8 @@ def spawn_train(cfgs: list[TrainConfig], nproc: int = 2, resume: bool = False,
         bar.update(min(done, bar.total) - bar.n)
 
     try:
-        by_rank = launch.spawn(_train_ranks, nproc, (list(cfgs), resume), timeout_s=timeout,
+        by_rank = launch.spawn(_train_ranks, nproc, (list(cfgs), resume, allow_override),
+                               timeout_s=timeout,
                                run_timeout_s=run_timeout_s, on_poll=poll)
         bar.update(bar.total - bar.n)
     finally:

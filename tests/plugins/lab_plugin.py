@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from grpo_lab.algorithm.grouping import register_grouper
-from grpo_lab.tasks import Example, register_reward, register_task
+from grpo_lab.tasks import Example, register_task
+from grpo_lab.tasks.rewards import register_reward
 
 HERE = Path(__file__).resolve().parent
 

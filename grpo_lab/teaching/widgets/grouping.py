@@ -24,9 +24,10 @@ import torch
 from grpo_lab.algorithm.advantages import ADVANTAGES, group_stats
 from grpo_lab.training.config import TrainConfig
 from grpo_lab.algorithm.embeddings import EMBEDDERS, get_embedder
-from grpo_lab.algorithm.grouping import (COMBINE, GROUPERS, PromptBatch, get_grouper,
-                                         advantage_diagnostics, advantage_split, cluster_diagnostics,
-                                         grouped_advantages, reward_group_diagnostics)
+from grpo_lab.algorithm.group_advantages import COMBINE, grouped_advantages
+from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, get_grouper
+from grpo_lab.algorithm.group_diagnostics import (advantage_diagnostics, advantage_split,
+                                                  cluster_diagnostics, reward_group_diagnostics)
 from grpo_lab.tasks.task_data import DATA_DIR, load_mixture
 from grpo_lab.tasks import Example, sample_examples
 from grpo_lab.teaching.widgets import show_figure

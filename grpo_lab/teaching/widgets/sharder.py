@@ -1,7 +1,7 @@
 """Sharder explorer: a policy, a number of ranks and a re-shard interval, over recorded steps.
 
 Pick the assignment policy, the number of ranks and how often to re-shard; the explorer replays
-recorded gradients of the toy policy (``trainer.record_gradients``) through
+recorded gradients of the toy policy (``experiments.record_gradients``) through
 ``replay.replay_sharding`` (importance.update_moments + shard_plan.assign, pure) and shows, at the
 chosen step, which rank owns which shard, and over all steps the per-rank Adam bytes, the
 importance each rank holds, the imbalance and the bytes migrated by re-shards. Every number is

@@ -1,0 +1,155 @@
+"""The real-model studies of issue 35 on SmolLM2-135M-Instruct: one command per study.
+
+    GRPO_LAB_MODELS=~/.cache/grpo_lab/models python bench/bench_smollm_studies.py \
+        --study entropy_reward --out_dir /work/studies/entropy_reward
+
+runs the study (``grpo-lab study``: paired by step and seed, each run's folder kept, a killed
+study resumed where it stopped) unless every run has finished, then writes what it found:
+``bench/RESULTS_smollm_study_<name>.md`` (the table, every arm's paired difference from the
+first arm with its 95% interval and what the seeds could detect at 80% power, the health
+findings of every run, the machine and its load) and ``data/studies/<name>.json`` (each run's
+curves, read back by ``Results.load``: notebook 12 plots them). ``--summary_only`` writes the
+two from the runs finished so far without training.
+
+Studies (``STUDIES``; every arm is the ``smollm_cpu`` preset with one change):
+  * ``entropy_reward``: issue 35's KL question (3a): the preset as it is (eps_high 0.28,
+    beta 0, mu 1, the additive \\boxed{} format reward at 0.25) against ``kl``, DeepSeekMath's
+    KL term (beta 0.04, k3 in the loss).
+  * ``clip_higher``: DAPO's clip-higher (eps_high 0.28) against symmetric clipping (0.2), with
+    two policy updates per rollout (mu 2). With the preset's mu 1 the update's ratio is exactly
+    1 (the old log-probs are the policy's own), so no clip range ever acts: measured,
+    clip/high_frac and clip/low_frac 0.0 at every step of the preset's runs; the clip can
+    only matter off-policy. mu 2 doubles the updates per step (and 1.6x the step's time), so
+    12 steps (24 updates).
+  * ``format_gate``: reward design (issue 35's 4). Under the preset's system prompt the gated
+    reward never fired (0 boxed right answers in the first 10-12 steps of two seeds: the model
+    never boxes), so this study asks in the setting where SmolLM2 does box: no system prompt,
+    the request in the question (the base boxes 3-12% of its samples, BENCHMARKS section 16).
+    ``additive`` adds the format reward at weight 1 to every boxed answer (what taught a boxed
+    guess in 4 steps in section 16's pilot); ``gated`` pays the same weight only on right
+    answers (``format_if_correct``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from grpo_lab.cli import main as cli_main                     # noqa: E402
+from grpo_lab.training.experiments import METRICS, MIN_SEEDS, Results, can_tell  # noqa: E402
+
+STUDIES = {
+    "entropy_reward": [
+        "--base", "smollm_cpu", "--seeds", "3", "--steps", "30", "--set", "eval_every=10",
+        "--arm", "preset", "--arm", "kl", "beta=0.04"],
+    "clip_higher": [
+        "--base", "smollm_cpu", "--seeds", "3", "--steps", "12", "--set", "eval_every=6",
+        "mu=2", "--arm", "symmetric", "eps_high=0.2", "--arm", "clip_higher"],
+    "format_gate": [
+        "--base", "smollm_cpu", "--seeds", "3", "--steps", "20", "--set", "eval_every=10",
+        "system_prompt=", "--arm", "additive", "reward_weights=accuracy=1,format=1",
+        "--arm", "gated", "reward_weights=accuracy=1,format_if_correct=1"],
+}
+COMPARED = ("eval/accuracy", "eval/gain", "eval/format", "policy/entropy_end",
+            "completion/len_right_end", "completion/len_wrong_end")
+CURVES = ("eval/accuracy", "eval/format", "policy/entropy", "reward/mean", "reward/accuracy",
+          "reward/format", "reward/format_if_correct", "completion/mean_len",
+          "completion/len_right", "completion/len_wrong", "completion/truncated_frac",
+          "clip/high_frac", "clip/low_frac", "loss/kl_k3", "time/step_s")
+
+
+def machine() -> str:
+    """The CPU (lscpu's model name and the flags that decide matmul speed) and the load."""
+    try:
+        info = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        model = next((l.split(":", 1)[1].strip() for l in info.splitlines()
+                      if l.startswith("Model name")), "?")
+        flags = next((l.split(":", 1)[1].split() for l in info.splitlines()
+                      if l.startswith("Flags")), [])
+        wanted = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx_vnni")
+                  if f in flags]
+    except (OSError, subprocess.CalledProcessError):
+        model, wanted = platform.processor() or "?", []
+    load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",) * 3
+    return (f"{model}, {os.cpu_count()} cores, flags {' '.join(wanted) or 'none of avx2/avx512'}; "
+            f"load average (1, 5, 15 min) at the summary: "
+            f"{', '.join(format(x, '.2f') if isinstance(x, float) else x for x in load)}")
+
+
+def summarise(name: str, out_dir: Path, command: str) -> str:
+    res = Results.from_folder(out_dir)
+    ref = res.strategies[0]
+    lines = [f"# Study {name}: SmolLM2-135M-Instruct, {len(res.runs)} runs", "",
+             f"    {command}", "", f"Machine: {machine()}.", "",
+             res.to_markdown(), "", res._legend() + ".", "",
+             f"Paired differences from `{ref}` (same seed, same prompts at every step; "
+             f"detectable = the smallest true difference these seeds find 80% of the time at "
+             f"the observed spread):", "",
+             "| arm | metric | difference | 95% interval | n | detectable (80%) | verdict |",
+             "|---|---|---:|---|---:|---:|---|"]
+    for d in res.differences(ref, COMPARED):
+        fmt = METRICS[d["metric"]][1].lstrip("+")
+        det = "-" if d["detectable"] is None else format(d["detectable"], fmt)
+        verdict = ("excludes 0" if d["excludes_zero"] else
+                   "too few seeds" if d["n"] < MIN_SEEDS else
+                   "float rounding: no difference" if d["rounding"] else
+                   "includes 0" if can_tell(d["n"], d["ci_low"], d["ci_high"]) else
+                   "no spread: every seed's difference is the same")
+        lines.append(f"| {d['a']} | {d['metric']} | {d['mean']:+{fmt}} | "
+                     f"[{d['ci_low']:+{fmt}}, {d['ci_high']:+{fmt}}] | {d['n']} | {det} | "
+                     f"{verdict} |")
+    per_step = {}
+    for r in res.runs:
+        per_step.setdefault(r["strategy"], []).extend(
+            h["time/step_s"] for h in r["history"] if "time/step_s" in h)
+    lines += ["", "Seconds per step (every step of every seed, one thread per run, two runs at "
+              "once, on the shared machine: a loaded figure): " + ", ".join(
+                  f"{a} {sum(v) / len(v):.1f}" for a, v in per_step.items() if v) + "."]
+    lines += ["", "Health findings per run (health.py):", ""]
+    for r in res.runs:
+        found = [f for f in r["findings"] if f.strip()] or ["none"]
+        lines.append(f"- {r['strategy']} seed {r['seed']}: " + " / ".join(found))
+    lines += [f"- note: {n}" for n in res.notes]
+    (ROOT / "data" / "studies").mkdir(exist_ok=True)
+    res.save(ROOT / "data" / "studies" / f"{name}.json", keys=CURVES)
+    shown = {}                      # seed 0's greedy samples of the held-out prompts, per arm
+    for r in res.runs:
+        path = Path(r["out_dir"]) / "samples.jsonl"
+        if r["seed"] == 0 and path.exists():
+            rows = [json.loads(line) for line in path.read_text().splitlines()]
+            shown[r["strategy"]] = {"before": rows[0]["samples"], "after": rows[-1]["samples"],
+                                    "after_step": rows[-1]["step"]}
+    (ROOT / "data" / "studies" / f"{name}_samples.json").write_text(json.dumps(shown, indent=1))
+    text = "\n".join(lines) + "\n"
+    (ROOT / "bench" / f"RESULTS_smollm_study_{name}.md").write_text(text)
+    return text
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--study", required=True, choices=sorted(STUDIES))
+    p.add_argument("--out_dir", required=True, help="the study's folder (runs, checkpoints)")
+    p.add_argument("--processes", type=int, default=2)
+    p.add_argument("--summary_only", action="store_true",
+                   help="summarise the finished runs, train nothing")
+    args = p.parse_args(argv)
+    study = STUDIES[args.study] + ["--out_dir", args.out_dir, "--processes",
+                                   str(args.processes)]
+    command = "grpo-lab study " + " ".join(study)
+    if not args.summary_only:
+        resume = ["--resume"] if (Path(args.out_dir) / "study.json").exists() else []
+        if cli_main(["study", *study, *resume, "--pilot_steps", "0"]) != 0:
+            return 1
+    print(summarise(args.study, Path(args.out_dir), command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
