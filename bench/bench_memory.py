@@ -119,7 +119,7 @@ def table_a(seeds, reps):
         for name, kw in VARIANTS.items():
             c = preset("defaults", seed=seed, threads=1, **kw)
             policy = load_for(c)
-            b = batch if c.beta else batch._replace(ref_logprobs=None)
+            b = batch if c.beta else batch._replace(rows={})
             objective = get_objective(c.objective).loss
             parts = split_batch(b, c.micro_batches)
             params = list(policy.parameters())

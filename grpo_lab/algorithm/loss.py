@@ -167,21 +167,96 @@ def sequence_kl(logp, ref_logp, mask, estimator: str = "k3") -> torch.Tensor:
     return (KL_ESTIMATORS[estimator](d) * mask).sum(1)                     # (N,) every k(0) = 0
 
 
+def surrogate_loss(logp, old_logp, advantages, mask, clip: ClipRange = ClipRange(),
+                   aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
+                   policy_loss="clip", log_ratio_clamp=0.0, weight=None, terms=()):
+    """The paper's objective, -J without the KL: the surrogate ``policy_loss`` of the ratio
+    at ``ratio_level``, aggregated -> (loss, stats). logp, old_logp, mask: (N, T);
+    advantages: (N,) outcome or (N, T) process supervision; ``clip``: the clip range (and
+    the surrogate's bounds); ``max_len``: dr_grpo's constant (default T).
+
+    What a step variant adds comes in as two arguments (variants.py): ``weight`` (N, T)
+    multiplies each token's policy-gradient term (truncated IS, the masks of
+    ``token_weights.py``; detached); each of ``terms``, ``(logp, old_logp, real) -> ((N, T),
+    {stat: value})`` with padding already 0 in logp and old_logp, is added to each token's
+    loss before the aggregation (beta * KL_t, the entropy bonus), its stats to the stats.
+    """
+    advantages = _check_inputs(logp, old_logp, None, advantages, mask, clip.eps_low,
+                               clip.eps_high, 0.0, aggregation, max_len)
+    lookup(RATIO_LEVELS, ratio_level, "ratio_level")
+    lookup(POLICY_LOSSES, policy_loss, "policy_loss")
+    check_clip(policy_loss, clip)
+    _check_clamp("log_ratio_clamp", log_ratio_clamp)
+    if weight is not None and weight.shape != logp.shape:
+        raise ValueError(f"tis_weight {tuple(weight.shape)} must be logp's (N, T) shape "
+                         f"{tuple(logp.shape)}")
+    real = mask.bool()                                                     # (N, T) True = token
+    logp = torch.where(real, logp, 0.0)                                    # (N, T) padding -> 0
+    old_logp = torch.where(real, old_logp, 0.0)                            # (N, T)
+    mask = mask.to(logp.dtype)
+    if advantages.dim() == 2:
+        advantages = torch.where(real, advantages, 0.0)                    # (N, T) padding -> 0
+    A = advantages[:, None] if advantages.dim() == 1 else advantages       # (N, 1) or (N, T)
+    ratio = RATIO_LEVELS[ratio_level](logp, old_logp, mask, log_ratio_clamp)  # (N, T)
+    per_tok = POLICY_LOSSES[policy_loss](ratio, logp, A, clip)             # (N, T)
+    if weight is not None:
+        per_tok = per_tok * torch.where(real, weight, 0.0).detach()        # (N, T) TIS, masks
+    added = {}
+    for term in terms:
+        x, s = term(logp, old_logp, real)                                  # (N, T)
+        per_tok, added = per_tok + x, {**added, **s}
+    loss = AGGREGATIONS[aggregation](per_tok, mask, max_len or logp.shape[1])
+    with torch.no_grad():
+        n_tok = mask.sum().clamp(min=1)
+        low = ((ratio < 1 - clip.eps_low) & (A < 0)).to(mask.dtype)        # clipped below
+        high = ((ratio > 1 + clip.eps_high) & (A > 0)).to(mask.dtype)      # clipped above
+        stats = {
+            "loss/total": float(loss),
+            "clip/low_frac": float((low * mask).sum() / n_tok),
+            "clip/high_frac": float((high * mask).sum() / n_tok),
+            "clip/ratio_mean": float((ratio * mask).sum() / n_tok),
+        }
+        if clip.dual_clip:                 # tokens whose loss the dual-clip bound -c A replaced
+            dual = ((ratio > clip.dual_clip) & (A < 0)).to(mask.dtype)     # r > c, A < 0
+            stats["clip/dual_frac"] = float((dual * mask).sum() / n_tok)
+    return loss, {**stats, **added}
+
+
+def kl_term(logp, old_logp, ref_logp, real, kl_estimator="k3", log_ratio_clamp=0.0,
+            kl_clamp=0.0, kl_bias_correction=False):
+    """Each token's KL estimate KL_it (N, T) with its gradient (eq. 4 for k3), from logp and
+    old_logp with padding 0 and ref_logp (N, T); the clamps and the bias correction of the
+    module docstring -> (KL_it, loss/kl: its mean over the real tokens)."""
+    _first_non_finite("ref_logp", ref_logp, real)
+    d = torch.where(real, ref_logp, 0.0) - logp                            # (N, T) log(pi_ref/pi)
+    if log_ratio_clamp:
+        d = d.clamp(-log_ratio_clamp, log_ratio_clamp)                     # verl: +-20
+    kl = KL_ESTIMATORS[kl_estimator](d)                                    # (N, T) k3: eq. 4
+    if kl_clamp:
+        kl = kl.clamp(-kl_clamp, kl_clamp)                                 # verl: +-10
+    if kl_bias_correction:
+        kl = kl * torch.exp(logp - old_logp)                               # (N, T) DeepSeek-V3.2
+    with torch.no_grad():
+        m = real.to(logp.dtype)
+        mean = float((kl * m).sum() / m.sum().clamp(min=1))
+    return kl, mean
+
+
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=0.2,
               beta=0.0, aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
               kl_estimator="k3", entropy=None, entropy_coef=0.0, tis_weight=None, keep=None, *,
               policy_loss="clip", dual_clip=0.0, delta=0.0, log_ratio_clamp=0.0, kl_clamp=0.0,
               kl_bias_correction=False):
-    """-> (loss, stats). logp, old_logp, ref_logp, mask: (N, T); advantages: (N,) for
-    outcome supervision (one per completion) or (N, T) for process supervision.
+    """-> (loss, stats): DeepSeekMath eq. 3 in one call (notebooks, exercises, ppo.py): the
+    paper's objective ``surrogate_loss`` with beta * KL_it (``kl_term``) and the entropy bonus
+    as its terms. logp, old_logp, ref_logp, mask: (N, T); advantages: (N,) or (N, T).
 
     ``ref_logp`` may be None when beta == 0; stats then has no "loss/kl" (nothing was
-    computed: absent, not 0). ``max_len`` is the constant of the dr_grpo aggregation
-    (default: T). ``entropy`` (N, T), with its graph, is needed when entropy_coef != 0;
-    ``tis_weight`` (N, T) multiplies the policy-gradient term (truncated IS, the masks of
-    ``token_weights.py``; detached); ``keep`` (N,) bool drops rows. ``policy_loss`` names a
-    surrogate of ``policy_losses.POLICY_LOSSES`` (dual_clip, delta: its ClipRange); the
-    clamps and kl_bias_correction: see the module docstring.
+    computed: absent, not 0). ``entropy`` (N, T), with its graph, is needed when
+    entropy_coef != 0; ``tis_weight`` (N, T) multiplies the policy-gradient term; ``keep``
+    (N,) bool drops rows. ``policy_loss`` names a surrogate of ``policy_losses.POLICY_LOSSES``
+    (dual_clip, delta: its ClipRange); the clamps and kl_bias_correction: the module docstring.
+    The GRPO step calls ``surrogate_loss`` itself, its variants' terms from variants.py.
     """
     if keep is not None:
         keep = torch.as_tensor(keep, dtype=torch.bool, device=logp.device)
@@ -195,50 +270,19 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
                                beta, aggregation, max_len)
     _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_weight, beta,
                     log_ratio_clamp, kl_clamp)
-    lookup(POLICY_LOSSES, policy_loss, "policy_loss")
     clip = ClipRange(float(eps_low), float(eps_high), _number("dual_clip", dual_clip),
                      _number("delta", delta))
-    check_clip(policy_loss, clip)
-    real = mask.bool()                                                     # (N, T) True = token
-    logp = torch.where(real, logp, 0.0)                                    # (N, T) padding -> 0
-    old_logp = torch.where(real, old_logp, 0.0)                            # (N, T)
-    mask = mask.to(logp.dtype)
-    if advantages.dim() == 2:
-        advantages = torch.where(real, advantages, 0.0)                    # (N, T) padding -> 0
-    A = advantages[:, None] if advantages.dim() == 1 else advantages       # (N, 1) or (N, T)
-    ratio = RATIO_LEVELS[ratio_level](logp, old_logp, mask, log_ratio_clamp)  # (N, T)
-    per_tok = POLICY_LOSSES[policy_loss](ratio, logp, A, clip)             # (N, T)
-    if tis_weight is not None:
-        per_tok = per_tok * torch.where(real, tis_weight, 0.0).detach()    # (N, T) TIS, masks
+    terms = []
     if beta != 0:
-        d = torch.where(real, ref_logp, 0.0) - logp                        # (N, T) log(pi_ref/pi)
-        if log_ratio_clamp:
-            d = d.clamp(-log_ratio_clamp, log_ratio_clamp)                 # verl: +-20
-        kl = KL_ESTIMATORS[kl_estimator](d)                                # (N, T) k3: eq. 4
-        if kl_clamp:
-            kl = kl.clamp(-kl_clamp, kl_clamp)                             # verl: +-10
-        if kl_bias_correction:
-            kl = kl * torch.exp(logp - old_logp)                           # (N, T) DeepSeek-V3.2
-        per_tok = per_tok + beta * kl
+        def kl(lp, old, real):
+            k, mean = kl_term(lp, old, ref_logp, real, kl_estimator, log_ratio_clamp, kl_clamp,
+                              kl_bias_correction)
+            return beta * k, {"loss/kl": mean}
+        terms.append(kl)
     if entropy_coef != 0:
-        per_tok = per_tok - entropy_coef * torch.where(real, entropy, 0.0)  # (N, T) bonus
-    loss = AGGREGATIONS[aggregation](per_tok, mask, max_len or logp.shape[1])
-    with torch.no_grad():
-        n_tok = mask.sum().clamp(min=1)
-        low = ((ratio < 1 - eps_low) & (A < 0)).to(mask.dtype)             # clipped below
-        high = ((ratio > 1 + eps_high) & (A > 0)).to(mask.dtype)           # clipped above
-        stats = {
-            "loss/total": float(loss),
-            "clip/low_frac": float((low * mask).sum() / n_tok),
-            "clip/high_frac": float((high * mask).sum() / n_tok),
-            "clip/ratio_mean": float((ratio * mask).sum() / n_tok),
-        }
-        if dual_clip:                      # tokens whose loss the dual-clip bound -c A replaced
-            dual = ((ratio > dual_clip) & (A < 0)).to(mask.dtype)          # r > c, A < 0
-            stats["clip/dual_frac"] = float((dual * mask).sum() / n_tok)
-        if beta != 0:                      # beta = 0: no KL computed, so none reported (not 0)
-            stats["loss/kl"] = float((kl * mask).sum() / n_tok)
-    return loss, stats
+        terms.append(lambda lp, old, real: (-entropy_coef * torch.where(real, entropy, 0.0), {}))
+    return surrogate_loss(logp, old_logp, advantages, mask, clip, aggregation, max_len,
+                          ratio_level, policy_loss, log_ratio_clamp, tis_weight, terms)
 
 
 def _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta,
@@ -290,9 +334,7 @@ def _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_
         lookup(table, value, name)
     check_kl_in_loss(kl_estimator, beta)
     for name, value in (("log_ratio_clamp", log_ratio_clamp), ("kl_clamp", kl_clamp)):
-        c = _number(name, value)
-        if not (math.isfinite(c) and c >= 0):
-            raise ValueError(f"{name} must be 0 (off) or a finite bound > 0, got {c}")
+        _check_clamp(name, value)
     coef = _number("entropy_coef", entropy_coef)
     if not math.isfinite(coef):
         raise ValueError(f"entropy_coef must be finite, got {coef}")
@@ -301,6 +343,12 @@ def _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_
     if tis_weight is not None and tis_weight.shape != logp.shape:
         raise ValueError(f"tis_weight {tuple(tis_weight.shape)} must be logp's (N, T) shape "
                          f"{tuple(logp.shape)}")
+
+
+def _check_clamp(name: str, value) -> None:
+    c = _number(name, value)
+    if not (math.isfinite(c) and c >= 0):
+        raise ValueError(f"{name} must be 0 (off) or a finite bound > 0, got {c}")
 
 
 def check_kl_in_loss(kl_estimator: str, beta) -> None:

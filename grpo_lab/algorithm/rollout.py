@@ -24,6 +24,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from grpo_lab.policies.engine import (SHARED_PREFIX_MIN, UPDATE_FORWARDS,  # noqa: F401
+                                     _ChosenLogprob, _token_stats, all_positions_logits,
+                                     chosen_logprobs, completion_logits, full_sequence,
+                                     left_pad, packed_logits, positions, prefill_shared,
+                                     prompt_once_logits, scaled_logits, shared_prefix,
+                                     shared_prompt_rows)
 from grpo_lab.registry import lookup
 from grpo_lab.tokenizer import PAD   # batch padding under a False mask (any valid id)
 
@@ -70,66 +76,6 @@ def cat_rollouts(rs: list[Rollout], n_prompts: list[int]) -> Rollout:
         stopped=torch.cat([r.stopped for r in rs]))                             # (N,)
 
 
-def left_pad(prompts: list[list[int]], pad: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token lists -> ids (B, Tp) left-padded with ``pad``, mask (B, Tp) bool.
-
-    The mask comes from the lengths, not from ``ids != pad``: an HF tokenizer's pad may be
-    its <eos>, which a demonstration ends with."""
-    if not prompts:
-        raise ValueError("no prompts to sample from (empty prompt list)")
-    for i, p in enumerate(prompts):
-        if len(p) == 0:
-            raise ValueError(f"prompt {i} is empty")
-    Tp = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), Tp), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), Tp), dtype=torch.bool)
-    for i, p in enumerate(prompts):
-        ids[i, Tp - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[i, Tp - len(p):] = True
-    return ids, mask
-
-
-def positions(mask: torch.Tensor) -> torch.Tensor:
-    """Position ids (B, T) counting real tokens only; padding gets 0."""
-    return (mask.long().cumsum(1) - 1).clamp(min=0)
-
-
-SHARED_PREFIX_MIN = 16
-"""The fewest tokens every prompt of a batch must start with before ``sample`` prefills them
-once (a chat template's system turn: SmolLM2's is 24 tokens). The toy's prompts never share
-that many, so its runs never take this path."""
-
-
-def shared_prefix(prompts: list[list[int]], minimum: int = SHARED_PREFIX_MIN) -> int:
-    """The number of leading tokens all ``prompts`` have in common, each keeping at least one
-    token after them; 0 when that is fewer than ``minimum`` or there is one prompt."""
-    if len(prompts) < 2:
-        return 0
-    first, most = prompts[0], min(len(p) for p in prompts) - 1
-    c = 0
-    while c < most and all(p[c] == first[c] for p in prompts):
-        c += 1
-    return c if c >= minimum else 0
-
-
-def prefill_shared(model, prompts: list[list[int]], c: int, pad: int, dev):
-    """The prompts' first logits and cache with their common first ``c`` tokens run once:
-    the prefix as one row, its cache repeated to the B rows, then the rest of each prompt,
-    left-padded, against it. -> (logits (B, 1, V), cache, ids (B, c + Ts), key mask
-    (B, c + Ts)): the decode's layout is [prefix | padding | rest of the prompt], the
-    positions are the prompts' own (padding is masked and takes no position), so the
-    arithmetic is the left-padded prompt's, up to float rounding."""
-    B = len(prompts)
-    prefix = torch.tensor([prompts[0][:c]], dtype=torch.long, device=dev)  # (1, c)
-    seen = torch.ones(1, c, dtype=torch.bool, device=dev)                  # (1, c)
-    _, cache = model(prefix, positions(seen), seen, logits_to_keep=1)
-    cache = model.repeat_cache(cache, B)                                   # (B, ...) c columns
-    s_ids, s_mask = (t.to(dev) for t in left_pad([p[c:] for p in prompts], pad))  # (B, Ts)
-    key_mask = torch.cat([seen.expand(B, c), s_mask], 1)                   # (B, c + Ts)
-    logits, cache = model(s_ids, c + positions(s_mask), key_mask, cache, logits_to_keep=1)
-    return logits, cache, torch.cat([prefix.expand(B, c), s_ids], 1), key_mask
-
-
 @torch.no_grad()
 def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
@@ -150,8 +96,8 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     rows stop. ``drop_finished`` takes rows that emitted <eos> out of the decode batch (their
     cache rows too: the policy's ``select_cache``); the tokens are the same.
     ``use_cache=False`` recomputes the whole sequence every step (for benchmarks and
-    equivalence tests; the result is the same). ``model`` is any policy.Policy: its
-    ``pad_id`` fills rows after their <eos> (``eos_id``), ``repeat_cache`` shares the cache.
+    equivalence tests; the result is the same). ``model`` is an engine.Engine: its
+    ``pad_id`` fills rows after their <eos> (``eos_id``), ``start_decode`` shares the cache.
     ``clock``: a dict that gets the seconds spent per phase added (``CLOCK_KEYS``).
     ``share_prefix``: when every prompt starts with the same ``SHARED_PREFIX_MIN`` or more
     tokens (a chat template's system turn), that prefix is prefilled once for the batch
@@ -168,7 +114,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     lookup(DRAWS, draw, "draw")
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] (1 = off), got {top_p}")
-    drop_finished = drop_finished and use_cache and hasattr(model, "select_cache")
+    drop_finished = drop_finished and use_cache
     clock = {} if clock is None else clock
     tick = Ticker(clock)
     dev = next(model.parameters()).device       # computed where the model is, returned on the CPU
@@ -194,9 +140,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     ids = d_ids.repeat_interleave(G, 0)                                    # (N, Tp)
     key_mask = d_mask.repeat_interleave(G, 0)                              # (N, Tp)
     next_pos = p_pos[:, -1].repeat_interleave(G, 0) + 1                    # (N,)
-    start = getattr(model, "start_decode", None)  # a policy's own decode cache (hf.py), or
-    cache = (start(cache, G, max_new_tokens) if start is not None
-             else model.repeat_cache(cache, G))                            # (N, ...) per layer
+    cache = model.start_decode(cache, G, max_new_tokens)                  # (N, ...) per layer
     last = logits[:, -1].repeat_interleave(G, 0)                           # (N, V)
     done = torch.zeros(N, dtype=torch.bool, device=dev)
     rows = torch.arange(N, device=dev)          # rows in the decode batch (n,): all, or the live
@@ -325,67 +269,6 @@ def inverse_cdf_draw(logp, top_k, G, generator, rows, N) -> torch.Tensor:
 DRAWS = {"race": race_draw, "inverse_cdf": inverse_cdf_draw}
 
 
-def full_sequence(r: Rollout, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """prompt + completion on ``dev`` -> ids, positions, key mask, each (N, Tp+Tc)."""
-    ids = torch.cat([r.prompt_ids, r.completion_ids], 1).to(dev)           # (N, Tp+Tc)
-    mask = torch.cat([r.prompt_mask, r.completion_mask], 1).to(dev)        # (N, Tp+Tc)
-    return ids, positions(mask), mask
-
-
-def scaled_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """fp32 logits / temperature; at temperature 1 the logits themselves (no copy: x / 1 == x)."""
-    x = logits.float()
-    return x if temperature == 1.0 else x / temperature
-
-
-def _token_stats(logits, ids, temperature: float, with_entropy: bool, keep_probs: bool):
-    """-> (log-prob of ``ids`` (...), entropy (...) or None, probabilities (..., V) or None):
-    one log-softmax over the V-wide logits, the probabilities only when the entropy or a
-    backward needs them, the entropy -sum p log p as one dot product (no (..., V) product)."""
-    logp = F.log_softmax(scaled_logits(logits, temperature), -1)           # (..., V)
-    tok = logp.gather(-1, ids[..., None]).squeeze(-1)                      # (...)
-    probs = logp.exp() if with_entropy or keep_probs else None             # (..., V)
-    entropy = None
-    if with_entropy:
-        entropy = -(probs[..., None, :] @ logp[..., :, None])[..., 0, 0]   # (...)
-    return tok, entropy, probs
-
-
-class _ChosenLogprob(torch.autograd.Function):
-    """log softmax(x / T) at the chosen tokens with its gradient, (onehot - softmax) g / T,
-    written out: backward is one pass over the probabilities kept from forward, where
-    autograd's log_softmax -> gather makes two (gather's zeros, log_softmax's backward)."""
-
-    @staticmethod
-    def forward(ctx, logits, ids, temperature: float, with_entropy: bool):
-        tok, entropy, probs = _token_stats(logits, ids, temperature, with_entropy, True)
-        ctx.save_for_backward(probs, ids)
-        ctx.temperature, ctx.dtype = temperature, logits.dtype
-        if entropy is not None:
-            ctx.mark_non_differentiable(entropy)
-        return tok, entropy
-
-    @staticmethod
-    def backward(ctx, g, _):
-        probs, ids = ctx.saved_tensors                                     # (..., V), (...)
-        g = g / ctx.temperature                                            # (...)
-        grad = probs * -g[..., None]                                       # (..., V)
-        grad.scatter_add_(-1, ids[..., None], g[..., None])               # + g at the token
-        return grad.to(ctx.dtype), None, None, None
-
-
-def chosen_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
-                    with_entropy: bool = True):
-    """Logits (..., V), chosen ids (...) -> (log softmax(logits / T) at the ids (...), with
-    its gradient; the entropy of softmax(logits / T) (...) without a graph, or None). The same
-    numbers as ``log_softmax(x / T).gather(ids)`` and ``-(p * log p).sum(-1)``, in fewer passes
-    over the V-wide logits (tests/test_speed_levers.py)."""
-    if torch.is_grad_enabled() and logits.requires_grad:
-        return _ChosenLogprob.apply(logits, ids, temperature, with_entropy)
-    with torch.no_grad():
-        return _token_stats(logits, ids, temperature, with_entropy, False)[:2]
-
-
 def completion_token_stats(logits: torch.Tensor, r: Rollout, temperature: float = 1.0,
                            entropy_grad: bool = False, with_entropy: bool = True):
     """Logits predicting each completion token (N, Tc, V) -> (log-prob of each completion
@@ -404,101 +287,6 @@ def completion_token_stats(logits: torch.Tensor, r: Rollout, temperature: float 
     if entropy is not None:
         entropy = entropy.masked_fill(~c_mask, 0.0)                        # (N, Tc)
     return tok_logp.masked_fill(~c_mask, 0.0), entropy
-
-
-# ---- the update's forward: logits that predict the completion tokens, (N, Tc, V), three ways
-
-def all_positions_logits(model, r: Rollout) -> torch.Tensor:
-    """One forward over prompt + completion, logits at every position, the completion's kept."""
-    Tp = r.prompt_ids.shape[1]
-    logits, _ = model(*full_sequence(r, next(model.parameters()).device))  # (N, Tp+Tc, V)
-    return logits[:, Tp - 1:-1]                                            # (N, Tc, V)
-
-
-def completion_logits(model, r: Rollout) -> torch.Tensor:
-    """One forward over prompt + completion, the head run on the Tc positions that predict
-    a completion token only (TRL's ``logits_to_keep``): the same numbers, less head work."""
-    Tc = r.completion_ids.shape[1]
-    logits, _ = model(*full_sequence(r, next(model.parameters()).device),
-                      logits_to_keep=Tc + 1)                               # (N, Tc+1, V)
-    return logits[:, :-1]                                                  # (N, Tc, V)
-
-
-def shared_prompt_rows(r: Rollout) -> int:
-    """G if the rows are B blocks of G completions of one prompt each (rows i*G..i*G+G-1 of
-    prompt i, the sampler's layout), else 0."""
-    N = len(r.prompt_index)
-    G = r.group_size if N else 0
-    ok = G > 0 and N % G == 0 and torch.equal(r.prompt_index,
-                                              torch.arange(N // G).repeat_interleave(G))
-    return G if ok else 0
-
-
-def prompt_once_logits(model, r: Rollout) -> torch.Tensor:
-    """The prompt run once per group (B rows), its KV cache repeated G times, then the
-    completions against it (N rows): the sampler's sharing, in the differentiable forward.
-    The gradient through the prompt's keys and values is the sum over its G completions
-    (``repeat_interleave``'s backward), as in the full forward. Logits at the prompt's last
-    position and the completion's positions only. Falls back to ``completion_logits`` when
-    the rows are not G-blocks or the policy checkpoints activations (no cache in a
-    checkpointed forward), or the policy is wrapped (DistributedDataParallel, torch's DDP
-    hook exchanges: no repeat_cache, and one forward per backward)."""
-    G = shared_prompt_rows(r)
-    if not G or getattr(model, "checkpointing", False) or not hasattr(model, "repeat_cache"):
-        return completion_logits(model, r)
-    dev = next(model.parameters()).device
-    p_ids, p_mask = r.prompt_ids[::G].to(dev), r.prompt_mask[::G].to(dev)  # (B, Tp)
-    p_pos = positions(p_mask)                                              # (B, Tp)
-    first, cache = model(p_ids, p_pos, p_mask, logits_to_keep=1, use_cache=True)  # (B, 1, V)
-    first = first.repeat_interleave(G, 0)                                  # (N, 1, V)
-    Tc = r.completion_ids.shape[1]
-    if Tc == 1:
-        return first
-    cache = model.repeat_cache(cache, G)                                   # (N, ...) per layer
-    c_ids = r.completion_ids[:, :-1].to(dev)                               # (N, Tc-1)
-    c_pos = p_pos[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(Tc - 1, device=dev)  # (N, Tc-1)
-    key_mask = torch.cat([r.prompt_mask, r.completion_mask[:, :-1]], 1).to(dev)  # (N, Tp+Tc-1)
-    rest, _ = model(c_ids, c_pos, key_mask, cache)                         # (N, Tc-1, V)
-    return torch.cat([first, rest], 1)                                     # (N, Tc, V)
-
-
-def packed_logits(model, r: Rollout) -> torch.Tensor:
-    """Each prompt once with its G completions after it in one row, (B, Tp + G (Tc-1)), and an
-    attention mask that lets completion g see the prompt and its own earlier tokens only: the
-    prompt's work done once as in ``prompt_once``, but in one forward, so each weight meets one
-    matrix of all the step's tokens. ``prompt_once``'s two passes (prompt, then completions
-    against its cache) give every weight two gradient GEMMs that autograd then adds, the
-    embedding two dense gradients, the head a second GEMM for one position; and it needs no KV
-    cache (so it also runs under activation checkpointing or DDP). Positions as the sampler's.
-    Logits at the prompt's last position (shared by its G completions) and the completions'.
-    Falls back to ``completion_logits`` when the rows are not G-blocks of one prompt."""
-    G = shared_prompt_rows(r)
-    if not G:
-        return completion_logits(model, r)
-    dev = next(model.parameters()).device
-    p_ids, p_mask = r.prompt_ids[::G].to(dev), r.prompt_mask[::G].to(dev)  # (B, Tp)
-    (B, Tp), Tc = p_ids.shape, r.completion_ids.shape[1]
-    n_c = G * (Tc - 1)                                   # completion inputs per row: G segments
-    p_pos = positions(p_mask)                                              # (B, Tp)
-    c_pos = p_pos[:, -1:] + 1 + torch.arange(Tc - 1, device=dev).repeat(G)  # (B, n_c)
-    ids = torch.cat([p_ids, r.completion_ids[:, :-1].to(dev).reshape(B, n_c)], 1)  # (B, L)
-    real = torch.cat([p_mask, r.completion_mask[:, :-1].to(dev).reshape(B, n_c)], 1)  # (B, L)
-    seg = torch.cat([torch.full((Tp,), -1, device=dev),                    # (L,) -1: prompt,
-                     torch.arange(G, device=dev).repeat_interleave(Tc - 1)])  # g: completion g
-    i = torch.arange(Tp + n_c, device=dev)
-    causal = (seg[:, None] == seg[None, :]) & (i[None, :] <= i[:, None])   # (L, L) own segment
-    prompt = (seg[None, :] == -1) & (seg[:, None] >= 0)                    # (L, L) -> the prompt
-    see = (causal | prompt)[None] & real[:, None, :] | (i[:, None] == i[None, :])  # (B, L, L)
-    logits, _ = model(ids, torch.cat([p_pos, c_pos], 1), see,
-                      logits_to_keep=n_c + 1)                              # (B, 1 + n_c, V)
-    V = logits.shape[-1]
-    first = logits[:, :1, None].expand(B, G, 1, V)                         # (B, G, 1, V)
-    rest = logits[:, 1:].reshape(B, G, Tc - 1, V)                          # (B, G, Tc-1, V)
-    return torch.cat([first, rest], 2).reshape(B * G, Tc, V)               # (N, Tc, V)
-
-
-UPDATE_FORWARDS = {"all_positions": all_positions_logits, "completion": completion_logits,
-                   "prompt_once": prompt_once_logits, "packed": packed_logits}
 
 
 def completion_logprobs(model, r: Rollout, temperature: float = 1.0,

@@ -53,6 +53,7 @@ import torch.nn as nn
 
 from grpo_lab.models import resolve as resolve_model
 from grpo_lab.paths import REPO_ROOT, resolve_path
+from grpo_lab.policies.engine import Engine
 from grpo_lab.registry import lookup
 
 DECODE_PATHS = {"lean": "decoder.LlamaDecoder where the model allows it",
@@ -174,8 +175,8 @@ def pad_and_eos(tokenizer, where: str) -> tuple[int, int]:
     return (eos if pad is None else pad), eos
 
 
-class HFPolicy(nn.Module):
-    """A transformers causal LM + tokenizer behind policy.Policy."""
+class HFPolicy(Engine):
+    """A transformers causal LM + tokenizer: an engine.Engine."""
 
     def __init__(self, model: nn.Module, tokenizer, cfg: HFPolicyConfig):
         super().__init__()
@@ -314,7 +315,7 @@ class HFPolicy(nn.Module):
         self.tokenizer.save_pretrained(str(out_dir))
 
 
-class AdaptersOff(nn.Module):
+class AdaptersOff(Engine):
     """An HFPolicy with its LoRA adapters disabled for each forward: the base model, which is
     the reference policy of a LoRA run, with no second copy of the weights. Call it without
     gradients (its parameters are the trained policy's)."""

@@ -33,6 +33,7 @@ from torch.utils.checkpoint import checkpoint
 
 from grpo_lab.checkpoint import (CKPT_TAG, CheckpointError, atomic_save_tensors,
                                  load_state_strict, policy_tensors, read_tensors)
+from grpo_lab.policies.engine import Engine
 from grpo_lab.tokenizer import EOS, PAD, VOCAB_SIZE, decode, encode, unknown_chars
 
 FORMAT_TAG = "grpo_lab.policy.v1"
@@ -95,8 +96,8 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x)), kv
 
 
-class GPT(nn.Module):
-    """The toy policy; it implements policy.Policy with the char tokenizer of tasks.py."""
+class GPT(Engine):
+    """The toy policy: an engine.Engine with the char tokenizer of tasks.py."""
     pad_id, eos_id = PAD, EOS
     encode = staticmethod(encode)
     decode = staticmethod(decode)

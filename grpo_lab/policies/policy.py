@@ -1,6 +1,7 @@
 """The policy seam: what rollout, the objectives, evaluation and the trainer need from a policy.
 
-A policy is a ``torch.nn.Module`` with this small surface (``Policy`` below spells it out):
+A policy is an ``engine.Engine`` (a ``torch.nn.Module``; ``Policy`` is its name here) with
+this small surface, every hook declared there:
 
     encode(text) -> ids, decode(ids) -> text   its tokenizer (tasks stay text in, text out)
     unknown_chars(text) -> [chars]             what that tokenizer cannot read or write back
@@ -13,14 +14,16 @@ A policy is a ``torch.nn.Module`` with this small surface (``Policy`` below spel
     repeat_cache(cache, G) -> cache            each prompt's cache repeated for its G
                                                completions (rows i*G..i*G+G-1 are prompt i)
     select_cache(cache, rows) -> cache         the cache's rows (the sampler drops finished ones)
+    start_decode(cache, G, max_new_tokens)     the decode's cache (default: repeat_cache)
     checkpointing                              the training forward keeps no KV cache
+    reference()                                the frozen reference (hf with LoRA: adapters off)
     forward(..., logits_to_keep=k, use_cache=b)  the head on the last k positions; a cache
                                                built in a training forward too (the update's
                                                prompt_once forward)
     forward(idx, pos, key_mask (B, T, Tk), ...)  a whole attention mask, which key each query
                                                sees (the update's packed forward)
 
-Two implementations: the toy char-level GPT (``model.GPT``, this file's ``load_toy``) and any
+Two engines: the toy char-level GPT (``model.GPT``, this file's ``load_toy``) and any
 ``transformers`` causal LM with its tokenizer (``hf.HFPolicy``, imported only when asked
 for, so grpo_lab imports without transformers). Sampling (``rollout.sample``: per-prompt
 generators, the exponential race, a KV cache shared by a prompt's G completions) and the
@@ -33,27 +36,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Callable
 
 import torch
 
 from grpo_lab.checkpoint import (CKPT_TAG, load_state_strict, read_tensors, resolve_path,
                                  state_without_aliases)  # noqa: F401 (re-exported)
+from grpo_lab.policies.engine import Engine
 from grpo_lab.registry import lookup
 
-
-class Policy(Protocol):
-    """The interface (structural: nothing inherits from it)."""
-    pad_id: int
-    eos_id: int
-    cfg: Any                      # .block_size: int, the longest sequence; vars() is JSON
-
-    def encode(self, text: str) -> list[int]: ...
-    def decode(self, ids: Sequence[int]) -> str: ...
-    def unknown_chars(self, text: str) -> list[str]: ...
-    def repeat_cache(self, cache, G: int): ...
-    def __call__(self, idx: torch.Tensor, pos: torch.Tensor | None = None,
-                 key_mask: torch.Tensor | None = None, cache=None): ...
+Policy = Engine                   # the interface every policy kind implements (engine.py)
 
 
 def _load_toy(cfg, path) -> torch.nn.Module:

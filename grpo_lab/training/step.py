@@ -10,10 +10,14 @@
          rewards, so every rank keeps the same prompts]
         group ids: the grouper on all kept prompts (every rank computes the same ids)
         advantages on the global batch; this rank keeps the rows it sampled
+        [the step variants (variants.py) add what they need at fixed points: per-row
+         tensors (the reference's log-probs, the trainer's), reward shaping of this rank's rows
+         before the gather (DAPO's soft overlong penalty, beta * KL when kl_in="reward"), an
+         advantage of their own (process supervision), the rows the loss keeps (overlong)]
     objective(policy, batch, cfg, world) -> (loss, shares)        (with grad)
-        [reward shaping, this rank's rows before the gather: DAPO's soft overlong penalty
-         (overlong.py), beta * the completion's KL estimate when kl_in="reward"]
-        grpo: loss.grpo_loss on this rank's rows, scaled by N * local / global normaliser, so
+        grpo: loss.surrogate_loss on this rank's rows, the active variants' token weights
+        (truncated IS, masks) and per-token terms (beta * KL, the entropy bonus) passed in,
+        scaled by N * local / global normaliser, so
         the mean over ranks of the gradients is the gradient of the global batch's loss for
         every aggregation (token_mean divides by the global token count, not the rank's).
         supervised: cross-entropy on the answer tokens of demonstrations, likewise.
@@ -40,16 +44,14 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from grpo_lab.algorithm.advantages import process_advantages
 from grpo_lab.distributed.group import Group
 from grpo_lab.algorithm.group_advantages import grouped_advantages
 from grpo_lab.algorithm.group_diagnostics import (advantage_diagnostics, advantage_split,
                                                   cluster_diagnostics, informative_groups,
                                                   reward_group_diagnostics)
-from grpo_lab.algorithm.loss import AGGREGATIONS, KL_PLACEMENTS, grpo_loss, sequence_kl
-from grpo_lab.algorithm.overlong import OVERLONG
-from grpo_lab.algorithm.token_weights import (high_entropy_mask, is_weight,
-                                              off_policy_sequence_mask)
+from grpo_lab.algorithm.loss import AGGREGATIONS, surrogate_loss
+from grpo_lab.algorithm.policy_losses import ClipRange
+from grpo_lab.algorithm.variants import Tokens, active_variants
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.training.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
 from grpo_lab.algorithm.rollout import completion_logprobs, left_pad, positions, sample  # noqa: F401
@@ -92,12 +94,12 @@ class Batch(NamedTuple):
     """One GRPO step's data on this rank, plus the global counts the loss normalises by."""
     scored: Scored                # this rank's prompts and rows (N_r = B_r * G)
     advantages: torch.Tensor      # (N_r,) outcome, or (N_r, Tc) process supervision
-    ref_logprobs: torch.Tensor | None  # (N_r, Tc), None unless beta > 0 and kl_in="loss"
+    rows: dict                    # name -> (N_r, Tc) per-row tensors the variants' loss reads
+                                  # ("ref": the reference's log-probs, "old": the trainer's)
     n_rows: int                   # rows of the global batch the loss keeps (B * G unless filtered)
     n_tokens: int                 # completion tokens of those rows
     cluster_ids: torch.Tensor     # (B,) group id of each prompt of the global batch
     metrics: dict                 # reward/, group/, adv/, sample/, completion/ of the global batch
-    old_logprobs: torch.Tensor | None = None  # (N_r, Tc) the trainer's (tis_cap > 0), else None
 
 
 def _varies(rewards: torch.Tensor, G: int) -> torch.Tensor:
@@ -142,67 +144,53 @@ def _vectors(ctx: StepContext):
     return None if batch is None else batch.embeddings
 
 
-def shape_rewards(cfg, s: Scored, ref_logp, max_len: int) -> Scored:
-    """This rank's rows -> the same with the reward shaped before the gather: the overlong
-    rule's length penalty and, when kl_in="reward", minus beta * the completion's summed KL
-    estimate (on the sampler's log-probs). Each shaping term is also a reward part, so it is
-    gathered and logged (reward/overlong, reward/kl_<estimator>)."""
-    r = s.rollout
-    lengths = r.completion_mask.sum(1)                                     # (N_r,)
-    rule = OVERLONG[cfg.overlong]
-    parts, rewards = dict(s.parts), s.rewards
-    if rule.penalty is not None:
-        pen = cfg.overlong_penalty * rule.penalty(lengths, max_len, cfg.overlong_buffer)  # (N_r,)
-        parts["overlong"], rewards = pen, rewards + pen
-    if cfg.beta and KL_PLACEMENTS[cfg.kl_in].in_reward:
-        kl = (torch.zeros(0) if ref_logp is None else                     # a rank with no rows
-              sequence_kl(r.logprobs, ref_logp, r.completion_mask, cfg.kl_estimator))  # (N_r,)
-        parts[f"kl_{cfg.kl_estimator}"], rewards = kl, rewards - cfg.beta * kl
-    return s._replace(rewards=rewards, parts=parts)
+def loss_rows(variants, cfg, stopped: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """-> (the rows the loss keeps (N,) bool, whether per-row normalisers still count the
+    dropped ones): a variant's ``keep`` (overlong), else every row."""
+    for v in variants:
+        if v.keep is not None:
+            return v.keep(cfg, stopped)
+    return torch.ones_like(stopped, dtype=torch.bool), False
 
 
-def _advantages(cfg, g: Gathered, cluster_ids, prompt_index, group_ids):
+def _advantages(cfg, variants, g: Gathered, cluster_ids, prompt_index, group_ids):
     """-> (advantages of the global batch: (N,) or (N, T), their values over real tokens)."""
-    if cfg.supervision != "process":
-        with user_code(f"advantage estimator {cfg.advantage!r}"):
-            adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
-                                     cfg.advantage, g.lengths)            # (N,)
-        bad = (~torch.isfinite(torch.as_tensor(adv, dtype=torch.float64))).nonzero().flatten()
-        if len(bad):                  # the rewards were checked finite: the estimator is at fault
-            raise FloatingPointError(f"advantage estimator {cfg.advantage!r} (combine "
-                                     f"{cfg.combine!r}) returned {float(adv[bad[0]])} for sample "
-                                     f"{int(bad[0])} ({len(bad)} non-finite in all) from finite "
-                                     f"rewards")
-        return adv, adv
-    T = max(len(x) for x in g.step_rewards)
-    sr = torch.zeros(len(g.step_rewards), T)                              # (N, T)
-    mask = torch.arange(T)[None] < g.lengths[:, None]                     # (N, T)
-    for i, row in enumerate(g.step_rewards):
-        sr[i, :len(row)] = torch.tensor(row)
-    adv = process_advantages(sr, mask, group_ids)                         # (N, T)
-    return adv, adv[mask]
+    own = [v for v in variants if v.advantages is not None]   # process supervision
+    if own:
+        return own[0].advantages(cfg, g, cluster_ids, prompt_index, group_ids)
+    with user_code(f"advantage estimator {cfg.advantage!r}"):
+        adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
+                                 cfg.advantage, g.lengths)                # (N,)
+    bad = (~torch.isfinite(torch.as_tensor(adv, dtype=torch.float64))).nonzero().flatten()
+    if len(bad):                      # the rewards were checked finite: the estimator is at fault
+        raise FloatingPointError(f"advantage estimator {cfg.advantage!r} (combine "
+                                 f"{cfg.combine!r}) returned {float(adv[bad[0]])} for sample "
+                                 f"{int(bad[0])} ({len(bad)} non-finite in all) from finite "
+                                 f"rewards")
+    return adv, adv
 
 
 @torch.no_grad()
 def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     """Prompts -> rollouts -> rewards -> group ids -> advantages: one ``Batch``."""
     G, B = cfg.group_size, cfg.prompts_per_step
+    variants = active_variants(cfg)                                       # variants.py
     # 1. B prompts, G completions each, scored (this rank samples its slice; DAPO redraws)
     kept, draws, flags = draw_prompts(cfg, ctx, step, policy)
-    # 2. this rank's rows; the reference's log-probs (the KL term, in the loss or the reward)
+    # 2. this rank's rows; the per-row tensors the variants need (reference's, trainer's)
     mine, places = my_rows(kept, draws, ctx.group.slice(B))
     r = mine.rollout
-    ref_logp = None
-    if cfg.beta and len(r.completion_ids):
-        t = now()
-        ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature,
-                                       forward=cfg.update_forward)         # (N_r, Tc)
-        add_time(ctx.clock, "time/ref_s", now() - t)
-    # 3. reward shaping of this rank's rows (overlong penalty, KL in the reward), then the
-    #    global batch's rewards, lengths, stop flags (ranks.py; identity on one process)
-    mine = shape_rewards(cfg, mine, ref_logp, max_new_tokens(cfg))
-    g = gather_rows(ctx.group, places, mine, G, cfg.supervision == "process")
-    rows = torch.tensor([p * G + j for p in places for j in range(G)], dtype=torch.long)
+    rows = {}
+    for v in variants:
+        if v.rows is not None:
+            rows.update(v.rows(policy, cfg, r, ctx))                      # name -> (N_r, Tc)
+    # 3. the variants' reward shaping of this rank's rows (overlong penalty, KL in the
+    #    reward), then the global batch's rewards, lengths, stop flags (ranks.py)
+    for v in variants:
+        if v.shape_rewards is not None:
+            mine = v.shape_rewards(cfg, mine, rows, max_new_tokens(cfg))
+    g = gather_rows(ctx.group, places, mine, G, any(v.step_rewards for v in variants))
+    own = torch.tensor([p * G + j for p in places for j in range(G)], dtype=torch.long)
     examples = [draws[d][0][i] for d, i in kept]                           # (B,)
     prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
     # 4. group ids: the grouper on the global batch's prompts
@@ -212,23 +200,17 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
                                                   step, examples=examples))  # (B,)
     group_ids = cluster_ids[prompt_index]                                  # (N,)
     # 5. advantages on the global batch; this rank keeps its rows
-    adv_all, adv_flat = _advantages(cfg, g, cluster_ids, prompt_index, group_ids)
-    adv = adv_all[rows]                                                    # (N_r,) or (N_r, T)
+    adv_all, adv_flat = _advantages(cfg, variants, g, cluster_ids, prompt_index, group_ids)
+    adv = adv_all[own]                                                     # (N_r,) or (N_r, T)
     if adv.dim() == 2:
         adv = adv[:, :r.completion_ids.shape[1]]                           # (N_r, Tc)
-    # 6. the KL in the loss needs the reference's log-probs; TIS the trainer's own
-    if not KL_PLACEMENTS[cfg.kl_in].in_loss:
-        ref_logp = None                                                    # used in the reward
-    old_logp = None
-    if cfg.tis_cap and len(rows):                  # the trainer's log-probs of the same tokens
-        old_logp = completion_logprobs(policy, r, cfg.temperature,
-                                       forward=cfg.update_forward)         # (N_r, Tc)
-    rule = OVERLONG[cfg.overlong]
-    keep = rule.keep(g.stopped)                                            # (N,) rows in the loss
-    n_rows = len(keep) if rule.counts_dropped else int(keep.sum())         # per-row normaliser
-    return Batch(mine, adv, ref_logp, n_rows, int(g.lengths[keep].sum()), cluster_ids,
+    # 6. the global counts the loss normalises by: the rows it keeps (overlong), their tokens
+    keep, counts_dropped = loss_rows(variants, cfg, g.stopped)             # (N,)
+    n_rows = len(keep) if counts_dropped else int(keep.sum())              # per-row normaliser
+    loss_reads = {k: rows[k] for v in variants for k in v.loss_rows if k in rows}
+    return Batch(mine, adv, loss_reads, n_rows, int(g.lengths[keep].sum()), cluster_ids,
                  _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index,
-                          adv_all, adv_flat, kept, draws, flags), old_logp)
+                          adv_all, adv_flat, kept, draws, flags))
 
 
 def _lengths_by_outcome(g) -> dict:
@@ -270,11 +252,8 @@ def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_a
 
 # ---- the objectives: (policy, batch, cfg, world) -> (loss, shares)
 
-GRPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",
+GRPO_STATS = ("loss/total", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",
               "policy/entropy")
-
-
-TIS_STATS = ("sample/logprob_gap", "sample/tis_capped_frac")
 
 
 def logged_stats(names: tuple, cfg) -> tuple:
@@ -284,14 +263,12 @@ def logged_stats(names: tuple, cfg) -> tuple:
 
 
 def grpo_stat_keys(cfg) -> tuple:
-    """The statistics grpo_objective shares: ``logged_stats(GRPO_STATS)`` (no loss/kl unless
-    a KL is computed in the loss), then the KL's name with its estimator (loss/kl_k3), and
-    TIS_STATS when tis_cap > 0, clip/dual_frac when dual_clip > 0. The same on every rank."""
-    in_loss = cfg.beta != 0 and KL_PLACEMENTS[cfg.kl_in].in_loss
-    base = tuple(k for k in logged_stats(GRPO_STATS, cfg) if in_loss or k != "loss/kl")
-    kl = (f"loss/kl_{cfg.kl_estimator}",) if in_loss else ()
-    return base + kl + (TIS_STATS if cfg.tis_cap else ()) + \
-        (("clip/dual_frac",) if cfg.dual_clip else ())
+    """The statistics grpo_objective shares: GRPO_STATS, each active variant's (loss/kl and
+    loss/kl_<estimator> with the KL in the loss, TIS's), clip/dual_frac when dual_clip > 0.
+    The same on every rank."""
+    own = tuple(k for v in active_variants(cfg) if v.stat_keys is not None
+                for k in v.stat_keys(cfg))
+    return GRPO_STATS + own + (("clip/dual_frac",) if cfg.dual_clip else ())
 
 
 def _zero_loss(policy) -> torch.Tensor:
@@ -300,28 +277,22 @@ def _zero_loss(policy) -> torch.Tensor:
     return sum(p.sum() * 0.0 for p in policy.parameters())
 
 
-def pg_weight(cfg, logp, old, sampler, entropy, m, adv):
-    """The detached (N_r, Tc) weight of each token's policy-gradient term (token_weights.py):
-    truncated IS at cfg.tis_level when tis_cap > 0, times DeepSeek-V3.2's off-policy sequence
-    mask when off_policy_mask > 0, times the high-entropy mask when top_entropy_quantile < 1;
-    None when none is on (the loss then multiplies nothing)."""
-    w = None
-    if cfg.tis_cap:                                # Yao et al. 2025: min(pi_old / pi_sampler, C)
-        w = is_weight(cfg.tis_level, old, sampler, m, cfg.tis_cap)         # (N_r, Tc)
-    if cfg.off_policy_mask:                        # DeepSeek-V3.2 eq. 9
-        o = off_policy_sequence_mask(logp, sampler, adv, m, cfg.off_policy_mask)  # (N_r, Tc)
-        w = o if w is None else w * o
-    if cfg.top_entropy_quantile < 1:               # Wang et al. 2025: the top-entropy tokens
-        h = high_entropy_mask(entropy, m, cfg.top_entropy_quantile)        # (N_r, Tc) 0 / 1
-        w = h if w is None else w * h
-    return w
+def _rows_of(t: Tokens, keep) -> Tokens:
+    """The rows ``keep`` (N,) bool of every tensor of ``t``."""
+    pick = lambda x: None if x is None else x[keep]                       # noqa: E731
+    return Tokens(*(pick(x) for x in t[:-1]), {k: x[keep] for k, x in t.rows.items()})
+
+
+def _term(v, cfg, t: Tokens):
+    """``v.term`` as surrogate_loss calls it, on t's rows with logp and old_logp padded by 0."""
+    return lambda logp, old, real: v.term(cfg, t._replace(logp=logp, old=old, mask=real))
 
 
 def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
+    variants = active_variants(cfg)
     r = batch.scored.rollout
-    rule = OVERLONG[cfg.overlong]
-    keep = rule.keep(r.stopped)                                            # (N_r,) rows in the loss
-    n = len(keep) if rule.counts_dropped else int(keep.sum())              # rows normalised by
+    keep, counts_dropped = loss_rows(variants, cfg, r.stopped)            # (N_r,) rows in the loss
+    n = len(keep) if counts_dropped else int(keep.sum())                   # rows normalised by
     keys = grpo_stat_keys(cfg)
     if n == 0 or not batch.n_tokens:               # no row, or (overlong "mask") no token kept
         return _zero_loss(policy), dict.fromkeys(keys, 0.0)
@@ -329,23 +300,27 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
                                         forward=cfg.update_forward,
                                         entropy_grad=bool(cfg.entropy_coef))
     dev = logp.device                                    # the batch is kept on the CPU
-    m = r.completion_mask.to(dev)
+    m = r.completion_mask.to(dev)                                          # (N_r, Tc)
+    if counts_dropped:                             # TRL: mask the rows' tokens, keep the rows
+        m = m & keep.to(dev)[:, None]                                      # (N_r, Tc)
+    rows = {k: x.to(dev) for k, x in batch.rows.items()}
     sampler = r.logprobs.to(dev)                                           # (N_r, Tc)
-    old = sampler if batch.old_logprobs is None else batch.old_logprobs.to(dev)
-    if rule.counts_dropped:                        # TRL: mask the rows' tokens, keep the rows
-        m, row_keep = m & keep.to(dev)[:, None], None                      # (N_r, Tc)
-    else:
-        row_keep = keep.to(dev)                                            # (N_r,) rows dropped
-    tis = pg_weight(cfg, logp, old, sampler, entropy, m,
-                    batch.advantages.to(dev))                              # (N_r, Tc) or None
-    in_loss = KL_PLACEMENTS[cfg.kl_in].in_loss
-    loss, stats = grpo_loss(logp, old, batch.ref_logprobs, batch.advantages.to(dev), m,
-                            cfg.eps_low, cfg.eps_high, cfg.beta if in_loss else 0.0,
-                            cfg.aggregation, max_new_tokens(cfg), cfg.ratio_level,
-                            cfg.kl_estimator, entropy, cfg.entropy_coef, tis, row_keep,
-                            policy_loss=cfg.policy_loss, dual_clip=cfg.dual_clip,
-                            delta=cfg.clip_delta, log_ratio_clamp=cfg.log_ratio_clamp,
-                            kl_clamp=cfg.kl_clamp, kl_bias_correction=cfg.kl_bias_correction)
+    t = Tokens(logp, rows.get("old", sampler), sampler, entropy, m, batch.advantages.to(dev),
+               rows)
+    w = None                                      # the variants' weights on the pg term
+    for v in variants:
+        if v.weight is not None:
+            x = v.weight(cfg, t)                                           # (N_r, Tc) detached
+            w = x if w is None else w * x
+    mine, mine_w = t, w                           # overlong "filter": the kept rows only
+    if not counts_dropped:
+        mine, mine_w = _rows_of(t, keep.to(dev)), None if w is None else w[keep.to(dev)]
+    terms = [_term(v, cfg, mine) for v in variants if v.term is not None]
+    clip = ClipRange(float(cfg.eps_low), float(cfg.eps_high), float(cfg.dual_clip),
+                     float(cfg.clip_delta))
+    loss, stats = surrogate_loss(mine.logp, mine.old, mine.advantages, mine.mask, clip,
+                                 cfg.aggregation, max_new_tokens(cfg), cfg.ratio_level,
+                                 cfg.policy_loss, cfg.log_ratio_clamp, mine_w, terms)
     m = m & keep.to(dev)[:, None]                                          # (N_r, Tc) kept tokens
     n_tok = int(m.sum())
     per_rows = AGGREGATIONS[cfg.aggregation].per == "rows"     # what its normaliser counts
@@ -353,11 +328,9 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     share = local / glob                                                   # 1.0 on one process
     tok_share = n_tok / batch.n_tokens
     stats["policy/entropy"] = float(entropy.detach()[m].sum()) / max(n_tok, 1)
-    if "loss/kl" in stats:
-        stats[f"loss/kl_{cfg.kl_estimator}"] = stats["loss/kl"]
-    if cfg.tis_cap:
-        stats["sample/logprob_gap"] = float((old - sampler).abs()[m].sum()) / max(n_tok, 1)
-        stats["sample/tis_capped_frac"] = float((tis[m] >= cfg.tis_cap).sum()) / max(n_tok, 1)
+    for v in variants:
+        if v.stats is not None:
+            stats.update(v.stats(cfg, t._replace(mask=m), w))
     shares = {k: stats[k] * (share if k == "loss/total" else tok_share) for k in keys}
     return loss * (world * share), shares
 
@@ -441,11 +414,9 @@ def split_batch(batch, m: int) -> list:
     parts = []
     for c in chunks:
         rows = torch.isin(index, c)                                        # (N_r,) bool
-        ref = None if batch.ref_logprobs is None else batch.ref_logprobs[rows]
-        old = None if batch.old_logprobs is None else batch.old_logprobs[rows]
         parts.append(batch._replace(scored=take_scored(batch.scored, rows),
-                                    advantages=batch.advantages[rows], ref_logprobs=ref,
-                                    old_logprobs=old))
+                                    advantages=batch.advantages[rows],
+                                    rows={k: x[rows] for k, x in batch.rows.items()}))
     return parts or [batch]
 
 

@@ -1,0 +1,97 @@
+"""Step variants as records (variants.py): which records a config turns on, in the order the
+step calls them; the paper's loss with a variant's term added by hand; and a variant written
+here, as one record in this file, trained end to end with its hooks' effect checked per row."""
+import pytest
+import torch
+
+from grpo_lab.algorithm import variants
+from grpo_lab.algorithm.loss import grpo_loss, surrogate_loss
+from grpo_lab.algorithm.policy_losses import ClipRange
+from grpo_lab.training.config import preset
+from grpo_lab.training.step import grpo_stat_keys
+from grpo_lab.training.trainer import train
+
+
+def names(cfg) -> list[str]:
+    return [v.name for v in variants.active_variants(cfg)]
+
+
+def test_a_config_turns_on_its_records_in_the_order_of_the_arithmetic():
+    assert names(preset("tiny_cpu")) == []                          # beta 0: plain GRPO
+    assert names(preset("defaults")) == ["kl_loss"]                 # beta 0.02 in the loss
+    cfg = preset("defaults", overlong="soft", kl_in="reward", kl_estimator="k1",
+                 tis_cap=2.0, top_entropy_quantile=0.5, entropy_coef=0.01)
+    assert names(cfg) == ["overlong", "kl_reward", "tis", "top_entropy", "entropy_bonus"]
+    assert names(preset("defaults", beta=0.0, supervision="process")) == ["process"]
+    assert grpo_stat_keys(preset("defaults", tis_cap=2.0, dual_clip=3.0)) == (
+        "loss/total", "clip/low_frac", "clip/high_frac", "clip/ratio_mean", "policy/entropy",
+        "loss/kl", "loss/kl_k3", "sample/logprob_gap", "sample/tis_capped_frac",
+        "clip/dual_frac")
+
+
+def test_a_term_is_added_to_each_token_before_the_aggregation():
+    # on-policy (ratio 1), A = +1 on 3 real tokens of 4: the clip surrogate is -1 per token;
+    # a term of 0.5 per token under token_mean gives -1 + 0.5 = -0.5, its stat passed through
+    logp = torch.tensor([[-1.0, -2.0, -0.5, 7.0]])
+    mask = torch.tensor([[True, True, True, False]])
+    seen = []
+
+    def half(lp, old, real):
+        seen.append((lp.clone(), real.clone()))
+        return torch.full_like(lp, 0.5), {"x/half": 0.5}
+
+    loss, stats = surrogate_loss(logp, logp, torch.tensor([1.0]), mask, ClipRange(),
+                                 "token_mean", terms=[half])
+    assert float(loss) == -0.5 and stats["x/half"] == 0.5
+    assert seen[0][0].tolist() == [[-1.0, -2.0, -0.5, 0.0]]        # padding given as 0
+    assert float(surrogate_loss(logp, logp, torch.tensor([1.0]), mask, ClipRange(),
+                                "token_mean")[0]) == -1.0
+
+
+def test_grpo_loss_is_the_surrogate_with_the_kl_as_a_term():
+    # beta * k3 at log(pi_ref/pi) = d on one token: e^d - d - 1 (eq. 4); d = 0.5
+    lp = torch.zeros(1, 1, requires_grad=True)
+    ref = torch.tensor([[0.5]])
+    loss, stats = grpo_loss(lp, lp.detach(), ref, [0.0], torch.ones(1, 1, dtype=torch.bool),
+                            beta=0.1)
+    k3 = torch.exp(torch.tensor(0.5)) - 0.5 - 1
+    assert stats["loss/kl"] == pytest.approx(float(k3), abs=1e-7)
+    assert float(loss.detach()) == pytest.approx(0.1 * float(k3), abs=1e-8)   # A = 0: KL alone
+
+
+# ---- a new variant: one record, here
+
+WEIGHT = 0.1
+
+
+def length_bonus(cfg, s, rows, max_len):
+    """WEIGHT x the completion's length added to its reward, logged as reward/length_bonus."""
+    bonus = WEIGHT * s.rollout.completion_mask.sum(1).float()              # (N_r,)
+    return s._replace(rewards=s.rewards + bonus, parts={**s.parts, "length_bonus": bonus})
+
+
+def kept_length(cfg, t, weight):
+    """The mean completion length over the loss's rows, from the objective's side."""
+    return {"bonus/len_mean": float(t.mask.sum(1).float().mean())}
+
+
+BONUS = variants.StepVariant("length_bonus", lambda cfg: True, shape_rewards=length_bonus,
+                             stats=kept_length, stat_keys=lambda cfg: ("bonus/len_mean",))
+
+
+def test_a_variant_written_as_one_record_trains_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.setitem(variants.VARIANTS, BONUS.name, BONUS)
+    cfg = preset("quick", steps=4, eval_size=0, threads=1, out_dir=str(tmp_path / "bonus"))
+    rows = [h for h in train(cfg, progress=False) if h["step"] >= 0]
+    assert len(rows) == 4
+    w = cfg.reward_weights
+    for h in rows:                         # the reward is shaped as the hook says, every step
+        assert h["reward/length_bonus"] == pytest.approx(WEIGHT * h["completion/mean_len"],
+                                                         abs=1e-6)
+        raw = sum(w[k] * h[f"reward/{k}"] for k in w)
+        assert h["reward/mean"] == pytest.approx(raw + h["reward/length_bonus"], abs=1e-6)
+        assert h["bonus/len_mean"] == h["completion/mean_len"]      # one process: share 1
+    monkeypatch.delitem(variants.VARIANTS, BONUS.name)
+    plain = train(preset("quick", steps=1, eval_size=0, threads=1,
+                         out_dir=str(tmp_path / "plain")), progress=False)
+    assert "reward/length_bonus" not in plain[-1] and "bonus/len_mean" not in plain[-1]
