@@ -96,7 +96,7 @@ def test_the_listed_packages_are_the_folders_of_the_tree():
     """pyproject lists packages by name (a finder cannot map data/ inside grpo_lab): each folder
     of grpo_lab/ with an __init__.py is listed, and nothing else but the mapped data folders."""
     tool = PYPROJECT["tool"]["setuptools"]
-    mapped = {"grpo_lab.data", "grpo_lab.data.hf_tiny", "grpo_lab._notebooks"}
+    mapped = {"grpo_lab.data", "grpo_lab.data.hf_tiny", "grpo_lab.data.studies", "grpo_lab._notebooks"}
     code = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "grpo_lab").rglob("__init__.py")}
     assert set(tool["packages"]) == code | mapped
     assert tool["package-dir"] == {"grpo_lab.data": "data", "grpo_lab._notebooks": "notebooks"}

@@ -1,5 +1,5 @@
 """Writes notebooks/12_real_model_findings.ipynb (outputs stripped): run it after editing the
-cells below, `python notebooks/make_nb12.py`. The cells are kept here, not in the .ipynb, so
+cells below, `python tools/make_nb12.py`. The cells are kept here, not in the .ipynb, so
 the lesson's text and code can be read and reviewed as one Python file."""
 import json
 from pathlib import Path
@@ -233,7 +233,7 @@ def main():
           "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                       "name": "python3"}, "language_info": {"name": "python"}},
           "nbformat": 4, "nbformat_minor": 5}
-    out = Path(__file__).with_name("12_real_model_findings.ipynb")
+    out = Path(__file__).resolve().parents[1] / "notebooks" / "12_real_model_findings.ipynb"
     out.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {out}")
 
