@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from grpo_lab.algorithm import rollout
+from grpo_lab.policies import engine
 from grpo_lab.policies.hf import DTYPES, HFPolicy, HFPolicyConfig, load_hf_policy
 from grpo_lab.algorithm.rollout import sample
 from grpo_lab.training.step import prompt_generators
@@ -125,8 +125,8 @@ def main() -> None:
     ids = [policy.encode(e.prompt) for e in exs]
     tok = policy.tokenizer
     tok.padding_side = "left"
-    batch = ({"input_ids": rollout.left_pad(ids, policy.pad_id)[0],
-              "attention_mask": rollout.left_pad(ids, policy.pad_id)[1].long()}
+    batch = ({"input_ids": engine.left_pad(ids, policy.pad_id)[0],
+              "attention_mask": engine.left_pad(ids, policy.pad_id)[1].long()}
              if a.chat_template else tok([e.prompt for e in exs], return_tensors="pt",
                                          padding=True, add_special_tokens=False))
     low = None
@@ -218,8 +218,8 @@ def main() -> None:
                   f"per round {m:.2f} [{lo:.2f}, {hi:.2f}] (mean, 95% t-interval, "
                   f"{len(per)} rounds)")
     import os
-    print(f"prompts' common prefix: {rollout.shared_prefix(ids)} tokens (prefilled once "
-          f"from {rollout.SHARED_PREFIX_MIN}; prompts {min(map(len, ids))}-{max(map(len, ids))} "
+    print(f"prompts' common prefix: {engine.shared_prefix(ids)} tokens (prefilled once "
+          f"from {engine.SHARED_PREFIX_MIN}; prompts {min(map(len, ids))}-{max(map(len, ids))} "
           f"tokens)")
     print(f"grpo_lab: draw {a.draw}, drop_finished {a.drop_finished}, sample_dtype "
           f"{a.sample_dtype or 'float32'}; load average %.1f / %.1f / %.1f" % os.getloadavg())

@@ -6,7 +6,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from grpo_lab.algorithm.rollout import left_pad, positions, sample   # noqa: E402
+from grpo_lab.algorithm.rollout import sample# noqa: E402
+from grpo_lab.policies.engine import left_pad, positions
 from grpo_lab.policies.decoder import LlamaDecoder, StaticCache, decoder_for   # noqa: E402
 from grpo_lab.policies.hf import HFConfig, HFPolicy, HFPolicyConfig, load_hf_policy   # noqa: E402
 from grpo_lab.tasks.task_data import load_eval  # noqa: E402
@@ -88,7 +89,7 @@ def test_sampling_with_the_lean_decoder_draws_transformers_tokens(draw, tiny):
 
 def test_a_shared_prompt_prefix_prefilled_once_samples_the_same_tokens(tiny):
     """Prompts that all start with the same 20 tokens (a chat template's system turn): the
-    prefix prefilled once (rollout.prefill_shared, the default) or every prompt whole, through
+    prefix prefilled once (engine.prefill_shared, the default) or every prompt whole, through
     the lean decoder and transformers' forward, rows dropped or not: the same tokens, log-probs
     within rounding, and those equal the update's forward over the standard layout."""
     from grpo_lab.algorithm.rollout import completion_logprobs

@@ -5,7 +5,7 @@ from safetensors.torch import save_file
 
 from grpo_lab.checkpoint import CheckpointError
 from grpo_lab.policies.model import GPT, GPTConfig, load_policy, save_policy
-from grpo_lab.algorithm.rollout import positions
+from grpo_lab.policies.engine import positions
 
 
 @pytest.fixture

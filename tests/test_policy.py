@@ -5,7 +5,8 @@ import torch
 from grpo_lab.training.config import preset
 from grpo_lab.policies.model import load_policy
 from grpo_lab.policies.policy import state_without_aliases
-from grpo_lab.algorithm.rollout import left_pad, sample
+from grpo_lab.algorithm.rollout import sample
+from grpo_lab.policies.engine import left_pad
 from grpo_lab.training.step import prompt_generators
 from grpo_lab.tasks import PAD, encode
 from grpo_lab.tasks.task_data import load_eval

@@ -6,7 +6,8 @@ import torch
 
 from grpo_lab.policies.model import load_policy
 from grpo_lab.algorithm.critic import ValueHead, explained_variance, gae, value_loss
-from grpo_lab.algorithm.rollout import positions, sample
+from grpo_lab.algorithm.rollout import sample
+from grpo_lab.policies.engine import positions
 from grpo_lab.tasks.rewards import accuracy_reward
 from grpo_lab.tasks import decode, encode, sample_examples
 

@@ -12,7 +12,7 @@ from grpo_lab.training.config import PretrainConfig, preset
 from grpo_lab.policies.model import GPT, GPTConfig
 from grpo_lab.policies.policy import get_policy_kind
 from grpo_lab.training.pretrain import fresh_policy, pretrain, save_any, train_config
-from grpo_lab.algorithm.rollout import positions
+from grpo_lab.policies.engine import positions
 from grpo_lab.training.step import demo_batch
 from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.tasks import sample_examples

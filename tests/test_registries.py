@@ -21,6 +21,7 @@ def test_lookup_names_the_unknown_value_and_every_known_one():
 
 
 def test_objectives_are_records_with_capabilities():
+    import grpo_lab.training.ppo  # noqa: F401  (registers "ppo", as building a TrainConfig does)
     assert set(OBJECTIVES) >= {"grpo", "supervised", "ppo"}
     ppo, grpo = OBJECTIVES["ppo"], OBJECTIVES["grpo"]
     assert (grpo.uses_reference, grpo.needs_group, grpo.splits, grpo.critic) == \
@@ -130,6 +131,7 @@ def _unknown_name_sites():
     from grpo_lab.tasks import answers, instruct, rewards
     from grpo_lab.training import experiments
     from grpo_lab.algorithm import grouping, rollout
+    from grpo_lab.policies import engine
     from grpo_lab.distributed import calibrate, compression, fastpath, scaling, topology
     from grpo_lab.teaching.exercises import check_grouper
     from grpo_lab.tasks import Example
@@ -139,7 +141,7 @@ def _unknown_name_sites():
         (lambda: rollout.sample(None, [[1]], 1, 1, draw="gumbel"), "draw", "gumbel",
          rollout.DRAWS),
         (lambda: rollout.completion_logprobs(None, None, forward="jit"), "update forward", "jit",
-         rollout.UPDATE_FORWARDS),
+         engine.UPDATE_FORWARDS),
         (lambda: answers.kind_of("chess"), "instruct task", "chess", answers.TASK_KINDS),
         (lambda: instruct.question(Example("1", "1", "chess")), "instruct task", "chess",
          instruct.QUESTIONS),

@@ -71,7 +71,7 @@ def test_bad_input(model):
 
 
 def test_shared_prefix_counts_the_common_leading_tokens():
-    from grpo_lab.algorithm.rollout import shared_prefix
+    from grpo_lab.policies.engine import shared_prefix
     a = list(range(2, 22))                                                 # 20 tokens
     assert shared_prefix([a + [5], a + [6, 7]]) == 20
     assert shared_prefix([a + [5, 6], a + [5, 7]]) == 21                   # both go on with 5

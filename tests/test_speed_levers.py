@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from scipy.stats import chisquare
 
 from grpo_lab.policies.model import GPT, GPTConfig
-from grpo_lab.algorithm.rollout import (DRAWS, UPDATE_FORWARDS, chosen_logprobs, completion_logprobs,
-                                        completion_token_stats, sample)
+from grpo_lab.algorithm.rollout import DRAWS, completion_logprobs, completion_token_stats, sample
+from grpo_lab.policies.engine import UPDATE_FORWARDS, chosen_logprobs
 from grpo_lab.training.step import prompt_generators
 from grpo_lab.tasks import EOS, encode
 from tolerance import mean_tol

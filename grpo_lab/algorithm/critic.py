@@ -32,7 +32,8 @@ from typing import NamedTuple
 import torch
 import torch.nn as nn
 
-from grpo_lab.algorithm.rollout import completion_token_stats, full_sequence
+from grpo_lab.algorithm.rollout import completion_token_stats
+from grpo_lab.policies.engine import full_sequence
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,

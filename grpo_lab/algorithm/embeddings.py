@@ -124,7 +124,7 @@ def minilm_embed(prompts: list[str], batch_size: int = 64) -> np.ndarray:
 @torch.no_grad()
 def policy_embed(prompts: list[str], model=None, batch_size: int = 256) -> np.ndarray:
     """Mean of the policy's final hidden states over each prompt's real tokens -> (n, C)."""
-    from grpo_lab.algorithm.rollout import left_pad, positions
+    from grpo_lab.policies.engine import left_pad, positions
 
     prompts = check_prompts(prompts)
     if model is None:

@@ -24,12 +24,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from grpo_lab.policies.engine import (SHARED_PREFIX_MIN, UPDATE_FORWARDS,  # noqa: F401
-                                     _ChosenLogprob, _token_stats, all_positions_logits,
-                                     chosen_logprobs, completion_logits, full_sequence,
-                                     left_pad, packed_logits, positions, prefill_shared,
-                                     prompt_once_logits, scaled_logits, shared_prefix,
-                                     shared_prompt_rows)
+from grpo_lab.policies.engine import (UPDATE_FORWARDS, chosen_logprobs, left_pad, positions,
+                                     prefill_shared, scaled_logits, shared_prefix)
 from grpo_lab.registry import lookup
 from grpo_lab.tokenizer import PAD   # batch padding under a False mask (any valid id)
 

@@ -5,7 +5,7 @@ drive it exactly as they drive the toy GPT: left-padded prompts with explicit po
 and a key mask (``attention_mask``), the prompt's KV cache (a transformers ``Cache``)
 computed once and repeated for its G completions (``repeat_cache``; a prefix every prompt
 of the batch shares, such as a chat template's system turn, once for the whole batch:
-``rollout.prefill_shared``), per-prompt generators
+``engine.prefill_shared``), per-prompt generators
 and the exponential race in the sampler, so an N-process run samples what one process does.
 Tasks stay text in, text out: ``encode``/``decode`` are the tokenizer's.
 
@@ -274,7 +274,7 @@ class HFPolicy(Engine):
         """Logits for ``idx`` (B, T) -> ((B, T, V), cache): the toy GPT's signature.
 
         pos: (B, T) position ids; key_mask: (B, Tk) bool over cached + new keys, or (B, T, Tk)
-        bool, which keys each query sees (rollout.packed_logits; an attention implementation
+        bool, which keys each query sees (engine.packed_logits; an attention implementation
         that takes boolean masks: sdpa, transformers' default). A cache is built in eval mode
         (sampling) or when ``use_cache``; a training forward keeps none.
         ``logits_to_keep`` k > 0: the head on the last k positions only -> (B, k, V).

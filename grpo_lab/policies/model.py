@@ -158,7 +158,7 @@ class GPT(Engine):
         pos:      (B, T) position ids; default 0..T-1 (after the cache's length).
         key_mask: (B, Tk) bool, True where a key is real (Tk = cached + T); default all True.
                   Or (B, T, Tk) bool: which keys each query sees, replacing the causal rule
-                  (rollout.packed_logits: a prompt and its G completions in one row).
+                  (engine.packed_logits: a prompt and its G completions in one row).
         cache:    per-layer (k, v) from an earlier call, extended and returned.
         """
         B, T = idx.shape
@@ -173,7 +173,7 @@ class GPT(Engine):
         qi = torch.arange(past_len, Tk, device=idx.device)[:, None]         # (T, 1)
         kj = torch.arange(Tk, device=idx.device)[None, :]                  # (1, Tk)
         mask = (kj <= qi)[None]                                            # (1, T, Tk)
-        if key_mask is not None and key_mask.dim() == 3:  # a whole mask (rollout.packed_logits)
+        if key_mask is not None and key_mask.dim() == 3:  # a whole mask (engine.packed_logits)
             mask = key_mask | (kj == qi)[None]                             # (B, T, Tk)
         elif key_mask is not None:
             mask = mask & key_mask[:, None, :] | (kj == qi)[None]          # (B, T, Tk)

@@ -548,7 +548,8 @@ class TrainConfig:
             objective.check(self)
 
     def _check_policy(self):
-        from grpo_lab.algorithm.rollout import DRAWS, UPDATE_FORWARDS
+        from grpo_lab.algorithm.rollout import DRAWS
+        from grpo_lab.policies.engine import UPDATE_FORWARDS
         from grpo_lab.algorithm.vllm_rollout import ROLLOUTS
         from grpo_lab.policies.hf import HFConfig
         from grpo_lab.policies.policy import get_policy_kind, hf_run_checkpoint

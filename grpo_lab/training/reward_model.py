@@ -46,7 +46,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from grpo_lab.policies.model import GPT, GPTConfig
-from grpo_lab.algorithm.rollout import left_pad, positions
+from grpo_lab.policies.engine import left_pad, positions
 from grpo_lab.tasks.rewards import check_batch, register_reward
 from grpo_lab.tasks import get_task, sample_examples
 from grpo_lab.tokenizer import EOS, encode

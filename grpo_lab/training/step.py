@@ -54,7 +54,8 @@ from grpo_lab.algorithm.policy_losses import ClipRange
 from grpo_lab.algorithm.variants import Tokens, active_variants
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.training.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
-from grpo_lab.algorithm.rollout import completion_logprobs, left_pad, positions, sample  # noqa: F401
+from grpo_lab.algorithm.rollout import completion_logprobs
+from grpo_lab.policies.engine import left_pad, positions
 from grpo_lab.algorithm.vllm_rollout import rollout_scorer
 from grpo_lab.algorithm.scoring import (Scored, add_time, cat_scored, now, sample_and_score,  # noqa: F401
                                         take_scored)
@@ -482,5 +483,3 @@ register_objective("pretrain", collect_demo_stream, supervised_objective, uses_r
                    needs_group=False,
                    description="the supervised warm-up (preset pretrain_cpu, pretrain.py): "
                                "cross-entropy on demonstrations drawn from one seeded stream")
-_draw_prompts = draw_prompts     # one release: the old private name (ppo.py used it)
-ROW_NORMALISED = tuple(n for n, a in AGGREGATIONS.items() if a.per == "rows")  # one release
