@@ -113,6 +113,21 @@ def part_sample(args) -> dict:
                      "stopped_frac": float(r.stopped.float().mean()),
                      "text": policy.decode(r.completion_ids[0].tolist())}
         print(name, json.dumps(out[name]), flush=True)
+    # the gap after a push: every weight moved by 1% of its mean magnitude (more than an
+    # update at lr 1e-5), pushed, vLLM's samples scored by the trainer again; a stale part of
+    # vLLM's model (its packed LM head before repack_tied_head) shows here as a large gap
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.01 * p.abs().mean())
+    engine.push(policy)
+    r = theirs(T)
+    with torch.no_grad():
+        trainer = completion_logprobs(policy, r, temp)
+    gap = (trainer - r.logprobs).abs()[r.completion_mask]
+    out["vllm_after_push"] = {"logprob_gap_mean": float(gap.mean()),
+                              "logprob_gap_max": float(gap.max())}
+    print("vllm after a push", json.dumps(out["vllm_after_push"]), flush=True)
     return out
 
 
@@ -153,6 +168,11 @@ def report(d: Path) -> str:
                          f"{r['cpu_s']:.1f} | {r['tok_per_cpu_s']:.1f} | "
                          f"{r['logprob_gap_mean']:.2e} | {r['logprob_gap_max']:.2e} | "
                          f"{r['mean_logprob']:.3f} | {r['stopped_frac']:.2f} |")
+        if "vllm_after_push" in s:
+            a = s["vllm_after_push"]
+            lines += ["", f"After a push (every weight moved by 1% of its mean magnitude, pushed, "
+                      f"vLLM's samples scored by the trainer): gap mean "
+                      f"{a['logprob_gap_mean']:.2e}, max {a['logprob_gap_max']:.2e}."]
         lines += ["", "gap: mean |sampler log-prob - trainer log-prob| per token on that "
                   "sampler's own tokens (the trainer: rollout.completion_logprobs).", ""]
     steps = [r for r in rows if r.get("step", -1) >= 0]

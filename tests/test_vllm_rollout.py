@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from grpo_lab.algorithm.scoring import sample_and_score
-from grpo_lab.algorithm.vllm_rollout import (ROLLOUTS, changed_weights, request_seed,
-                                             rollout_scorer, to_rollout)
+from grpo_lab.algorithm.vllm_rollout import (ROLLOUTS, VLLMEngine, changed_weights,
+                                             repack_tied_head, request_seed, rollout_scorer,
+                                             to_rollout)
 from grpo_lab.training.config import preset
 from grpo_lab.training.step import prompt_generators, seed_of
 
@@ -67,6 +68,29 @@ def test_only_changed_weights_are_seen_as_changed():
     assert changed_weights(named, seen) == []
     b.add_(1.0)                                       # an optimizer step bumps the version
     assert [n for n, _ in changed_weights(named, seen)] == ["b"]
+
+
+def test_a_push_into_a_tied_model_repacks_its_lm_head():
+    # vLLM reloads the embedding (named_parameters lists the tied matrix once); on the CPU its
+    # LM head keeps a packed copy made at load, so the push must re-tie and re-pack it
+    packed = []
+    embed = NS(weight=torch.ones(4, 2))
+    head = NS(weight=torch.zeros(4, 2),
+              quant_method=NS(process_weights_after_loading=lambda layer: packed.append(
+                  layer.weight.clone())))
+    worker = NS(get_model=lambda: NS(lm_head=head, model=NS(embed_tokens=embed)))
+    calls = []
+    llm = NS(collective_rpc=lambda method, kwargs=None: calls.append(method) or (
+        method(worker) if callable(method) else None), reset_prefix_cache=lambda: None)
+    for tied in (True, False):
+        calls.clear()
+        model = torch.nn.Linear(2, 4)
+        model.config = NS(tie_word_embeddings=tied)
+        engine = VLLMEngine.__new__(VLLMEngine)         # no vLLM: only push's own logic
+        engine.llm, engine.seen = llm, None
+        assert engine.push(NS(model=model)) and not engine.push(NS(model=model))  # unchanged
+        assert calls == (["reload_weights", repack_tied_head] if tied else ["reload_weights"])
+    assert head.weight is embed.weight and len(packed) == 1 and packed[0].eq(1).all()
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -37,7 +37,8 @@ from typing import Callable
 
 import torch
 
-from grpo_lab.algorithm.rollout import Rollout, left_pad
+from grpo_lab.algorithm.rollout import Rollout
+from grpo_lab.policies.engine import left_pad
 from grpo_lab.algorithm.scoring import Scored, add_time, now, sample_and_score
 from grpo_lab.policies.hf import model_location
 from grpo_lab.registry import lookup
@@ -121,6 +122,20 @@ llvmlite's ctypes library object, ``lib``, whose ``__dict__`` is not a dict (num
 distributed/kernels.py imports numba)."""
 
 
+def repack_tied_head(worker) -> None:
+    """Run in vLLM's worker after ``reload_weights`` when the model ties its output layer to
+    its embedding (SmolLM2 does). named_parameters() lists the tied matrix once, as the
+    embedding, and the reload updates the embedding only: on the CPU the LM head multiplies
+    by its own packed copy of the matrix (oneDNN, made when the model loaded), which the reload
+    puts back unchanged ("ParallelLMHead: Failed to load weights"). So vLLM went on sampling
+    from the old head: the sampler/trainer gap was 5.3e-6 per token at the base, 2.4e-2 after
+    a push of weights moved by 1% noise, 6.7e-6 once this re-ties and re-packs the head (probe
+    of 2 Dec 2026; bench/bench_vllm.py --part sample measures it after a push)."""
+    model = worker.get_model()
+    model.lm_head.weight = model.model.embed_tokens.weight
+    model.lm_head.quant_method.process_weights_after_loading(model.lm_head)
+
+
 class VLLMEngine:
     """vLLM's ``LLM`` over the policy's model folder, in this process (no engine process:
     VLLM_ENABLE_V1_MULTIPROCESSING=0, so a push hands over tensors, not bytes), its weights
@@ -159,6 +174,8 @@ class VLLMEngine:
             pairs = [(n, p.detach()) for n, p in named]
             self.llm.collective_rpc("reload_weights", kwargs={
                 "weights_iterator": pairs, "is_checkpoint_format": True})
+            if getattr(policy.model.config, "tie_word_embeddings", False):
+                self.llm.collective_rpc(repack_tied_head)
         self.llm.reset_prefix_cache()
         self.seen = [(p.data_ptr(), p._version) for _, p in named]
         return True
