@@ -5,8 +5,9 @@ import math
 import matplotlib
 import pytest
 
-from grpo_lab.training.experiments import (Results, difference_sentence, mean_ci, run_experiment,
-                                           run_metrics, steps_to_target, time_to_target)
+from grpo_lab.training.experiments import (Results, difference_sentence, mean_ci, metric_info,
+                                           run_experiment, run_metrics, steps_to_target,
+                                           time_to_target)
 
 matplotlib.use("Agg")
 
@@ -121,8 +122,30 @@ def test_end_metrics_by_hand_and_a_saved_study_reads_back(tmp_path):
     assert "float rounding" in d["sentence"] and d["verdict"] == "float rounding: no difference"
 
 
+def test_per_task_accuracy_is_a_metric_of_a_mixture_run():
+    # a run of several tasks logs eval/accuracy/<task> at each evaluation: the last one is the
+    # run's value; b - a on "max" is 0.1, 0.2, 0.3 (mean 0.2), on "addition" 0 every seed
+    runs = [{"strategy": name, "seed": s, "history": [
+        {"step": -1, "eval/accuracy": 0.2, "eval/accuracy/max": 0.3, "eval/accuracy/addition": 0.1},
+        {"step": 9, "eval/accuracy": 0.5, "eval/accuracy/max": 0.6 + d * (s + 1),
+         "eval/accuracy/addition": 0.4}]}
+        for name, d in (("a", 0.0), ("b", 0.1)) for s in range(3)]
+    assert run_metrics(runs[0]["history"])["eval/accuracy/max"] == 0.6
+    res = Results(runs)
+    d_max, d_add = res.differences("a", ["eval/accuracy/max", "eval/accuracy/addition"])
+    assert d_max["mean"] == pytest.approx(0.2) and d_max["n"] == 3
+    assert d_add["values"] == [0.0, 0.0, 0.0]
+    assert metric_info("eval/accuracy/max") == (
+        "held-out greedy accuracy on the max examples at the last evaluation", ".3f")
+    with pytest.raises(ValueError, match="eval/accuracy/<task>"):
+        res.compare("b", "a", "eval/accuracy/")
+
+
 def test_parallel_equals_sequential_and_plots(tmp_path):
-    kw = dict(seeds=(0, 1), base=TINY, progress=False)
+    # one thread each way: sequential runs would otherwise get cores // 1 threads, and a matmul
+    # split over 2 threads sums in another order (loss/total 1.08e-7 against 1.53e-7 at step 0
+    # on an AMD EPYC: a near-zero loss, rounding of its terms)
+    kw = dict(seeds=(0, 1), base={**TINY, "threads": 1}, progress=False)
     par = run_experiment(STRATEGIES, processes=2, **kw)
     seq = run_experiment(STRATEGIES, processes=1, **kw)
     assert [(r["strategy"], r["seed"]) for r in par.runs] == \

@@ -53,7 +53,7 @@ from grpo_lab.training.report import write_report
 from grpo_lab.training.step import max_new_tokens
 from grpo_lab.training.trainer import evaluate_tasks, setup, train
 
-__all__ = ["run_experiment", "Results", "METRICS", "mean_ci", "run_metrics", "time_to_target",
+__all__ = ["run_experiment", "Results", "METRICS", "metric_info", "mean_ci", "run_metrics", "time_to_target",
            "steps_to_target", "difference_sentence", "can_tell", "MIN_SEEDS"]
 
 END_STEPS = 5
@@ -133,13 +133,28 @@ def steps_to_target(history: list[dict], target: float) -> float | None:
     return None
 
 
+PER_TASK = "eval/accuracy/"
+"""A run of several tasks also has ``eval/accuracy/<task>``: held-out accuracy on that task's
+examples at the last evaluation (``metric_info``)."""
+
+
+def metric_info(metric: str) -> tuple[str, str]:
+    """-> (what it is, format) of a METRICS name or of a per-task ``eval/accuracy/<task>``."""
+    if metric.startswith(PER_TASK) and len(metric) > len(PER_TASK):
+        return (f"held-out greedy accuracy on the {metric[len(PER_TASK):]} examples at the "
+                f"last evaluation", ".3f")
+    return lookup(METRICS, metric, "metric", f"or {PER_TASK}<task> for a run of several tasks")
+
+
 def run_metrics(history: list[dict], target: float | None = None) -> dict:
-    """One run's history -> {metric: value} for the METRICS it has (None: target missed)."""
+    """One run's history -> {metric: value} for the METRICS it has (None: target missed),
+    plus ``eval/accuracy/<task>`` per task when the run trained several."""
     evals = [h for h in history if "eval/accuracy" in h]
     steps = [h for h in history if h["step"] >= 0]
     out = {}
     if evals:
         out["eval/accuracy"] = evals[-1]["eval/accuracy"]
+        out.update({k: v for k, v in evals[-1].items() if k.startswith(PER_TASK)})
         if evals[0]["step"] == -1:
             out["eval/gain"] = evals[-1]["eval/accuracy"] - evals[0]["eval/accuracy"]
         if target is not None:
@@ -241,7 +256,7 @@ class Results:
         interval cannot tell (``can_tell``: fewer than 3 seeds or a zero-width interval)."""
         for s in (a, b):
             lookup(self.strategies, s, "strategy")
-        lookup(METRICS, metric, "metric")
+        metric_info(metric)
         per = {(r["strategy"], r["seed"]): r.get(metric) for r in self.per_run()}
         pairs = [(per[a, seed], per.get((b, seed))) for (s, seed) in per if s == a]
         pairs = [(x, y) for x, y in pairs if x is not None and y is not None]   # same seed
