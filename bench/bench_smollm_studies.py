@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grpo_lab.cli import main as cli_main                     # noqa: E402
-from grpo_lab.training.experiments import METRICS, Results  # noqa: E402
+from grpo_lab.training.experiments import Results, metric_info  # noqa: E402
 
 STUDIES = {
     "entropy_reward": [
@@ -56,13 +56,24 @@ STUDIES = {
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "20", "--set", "eval_every=10",
         "system_prompt=", "--arm", "additive", "reward_weights=accuracy=1,format=1",
         "--arm", "gated", "reward_weights=accuracy=1,format_if_correct=1"],
+    "length_bias": [
+        "--base", "smollm_cpu", "--seeds", "3", "--steps", "16", "--set", "eval_every=8",
+        "system_prompt=", "max_new_tokens=48", "reward_weights=accuracy=1",
+        "--arm", "grpo", "--arm", "dr_grpo", "advantage=dr_grpo", "aggregation=dr_grpo"],
+    "grouping_mixture": [
+        "--base", "smollm_cpu", "--seeds", "3", "--steps", "20", "--target", "0.5",
+        "--set", "eval_every=10", "eval_size=20", "task=addition,word_problems,max,min,compare",
+        "prompts_per_step=8", "group_size=4",
+        "--arm", "by_prompt", "--arm", "kmeans", "grouping=kmeans_semantic", "group_k=4",
+        "--arm", "mixed", "grouping=mixed", "group_k=4"],
 }
 COMPARED = ("eval/accuracy", "eval/gain", "eval/format", "policy/entropy_end",
             "completion/len_right_end", "completion/len_wrong_end")
 CURVES = ("eval/accuracy", "eval/format", "policy/entropy", "reward/mean", "reward/accuracy",
           "reward/format", "reward/format_if_correct", "completion/mean_len",
           "completion/len_right", "completion/len_wrong", "completion/truncated_frac",
-          "clip/high_frac", "clip/low_frac", "loss/kl_k3", "time/step_s")
+          "clip/high_frac", "clip/low_frac", "loss/kl_k3", "group/size_mean", "group/purity",
+          "adv/var", "time/step_s")
 
 
 def machine() -> str:
@@ -95,7 +106,7 @@ def summarise(name: str, out_dir: Path, command: str) -> str:
              "| arm | metric | difference | 95% interval | n | detectable (80%) | verdict |",
              "|---|---|---:|---|---:|---:|---|"]
     for d in res.differences(ref, COMPARED):
-        fmt = METRICS[d["metric"]][1].lstrip("+")
+        fmt = metric_info(d["metric"])[1].lstrip("+")
         det = "-" if d["detectable"] is None else format(d["detectable"], fmt)
         lines.append(f"| {d['a']} | {d['metric']} | {d['mean']:+{fmt}} | "
                      f"[{d['ci_low']:+{fmt}}, {d['ci_high']:+{fmt}}] | {d['n']} | {det} | "
@@ -114,13 +125,13 @@ def summarise(name: str, out_dir: Path, command: str) -> str:
     lines += [f"- note: {n}" for n in res.notes]
     (ROOT / "data" / "studies").mkdir(exist_ok=True)
     res.save(ROOT / "data" / "studies" / f"{name}.json", keys=CURVES)
-    shown = {}                      # seed 0's greedy samples of the held-out prompts, per arm
-    for r in res.runs:
+    shown = {}   # seed 0's greedy samples of the held-out prompts at its first and last evaluation
+    for r in res.runs:   # (the base's are not kept: base.json holds its metrics only)
         path = Path(r["out_dir"]) / "samples.jsonl"
         if r["seed"] == 0 and path.exists():
             rows = [json.loads(line) for line in path.read_text().splitlines()]
-            shown[r["strategy"]] = {"before": rows[0]["samples"], "after": rows[-1]["samples"],
-                                    "after_step": rows[-1]["step"]}
+            shown[r["strategy"]] = {"first_step": rows[0]["step"], "first": rows[0]["samples"],
+                                    "after_step": rows[-1]["step"], "after": rows[-1]["samples"]}
     (ROOT / "data" / "studies" / f"{name}_samples.json").write_text(json.dumps(shown, indent=1))
     text = "\n".join(lines) + "\n"
     (ROOT / "bench" / f"RESULTS_smollm_study_{name}.md").write_text(text)

@@ -122,7 +122,7 @@ def test_end_metrics_by_hand_and_a_saved_study_reads_back(tmp_path):
     assert "float rounding" in d["sentence"] and d["verdict"] == "float rounding: no difference"
 
 
-def test_per_task_accuracy_is_a_metric_of_a_mixture_run():
+def test_per_task_accuracy_is_a_metric_of_a_mixture_run(tmp_path):
     # a run of several tasks logs eval/accuracy/<task> at each evaluation: the last one is the
     # run's value; b - a on "max" is 0.1, 0.2, 0.3 (mean 0.2), on "addition" 0 every seed
     runs = [{"strategy": name, "seed": s, "history": [
@@ -132,6 +132,8 @@ def test_per_task_accuracy_is_a_metric_of_a_mixture_run():
         for name, d in (("a", 0.0), ("b", 0.1)) for s in range(3)]
     assert run_metrics(runs[0]["history"])["eval/accuracy/max"] == 0.6
     res = Results(runs)
+    res.save(tmp_path / "mix.json", keys={"eval/accuracy"})       # per-task accuracies kept
+    assert Results.load(tmp_path / "mix.json").per_run() == res.per_run()
     d_max, d_add = res.differences("a", ["eval/accuracy/max", "eval/accuracy/addition"])
     assert d_max["mean"] == pytest.approx(0.2) and d_max["n"] == 3
     assert d_add["values"] == [0.0, 0.0, 0.0]

@@ -319,10 +319,12 @@ class Results:
     def save(self, path, keys=None) -> None:
         """The study as a small JSON file: every run's history cut to ``keys`` (metric names;
         default all), its findings, and the study's target, grid, notes and plan; read back
-        by ``Results.load`` (notebook 12 shows stored studies this way). ``step`` and
-        ``reward/mean`` (what marks a trained step for the *_end metrics) are always kept."""
+        by ``Results.load`` (notebook 12 shows stored studies this way). ``step``,
+        ``reward/mean`` (what marks a trained step for the *_end metrics) and the per-task
+        ``eval/accuracy/<task>`` are always kept."""
         keys = None if keys is None else {"step", "reward/mean", *keys}
-        keep = (lambda h: h) if keys is None else (lambda h: {k: h[k] for k in h if k in keys})
+        keep = (lambda h: h) if keys is None else (
+            lambda h: {k: h[k] for k in h if k in keys or k.startswith(PER_TASK)})
         runs = [{"strategy": r["strategy"], "seed": r["seed"],
                  "history": [keep(h) for h in r["history"]], "findings": r.get("findings", [])}
                 for r in self.runs]
