@@ -62,6 +62,16 @@ def test_entropy_collapse_and_dynamic_sampling_running_out():
     assert "3.0 of 8 prompts" in found["dynamic_sampling_exhausted"]
 
 
+def test_a_sampler_drifting_from_the_trainer_is_named_and_a_constant_gap_is_not():
+    # the stale vLLM LM head: 5e-6 per token at step 0, then 3e-3 once updates are pushed
+    stale = steps(20, **{"sample/logprob_gap": lambda i: 5e-6 if i == 0 else 3e-3})
+    (f,) = [f for f in diagnose(stale, CFG) if f.code == "sampler_drift"]
+    assert "3.0e-03 nats per token" in f.message and "5.0e-06 at the first step" in f.message
+    assert "sampler_drift" not in codes(steps(20, **{"sample/logprob_gap": 1e-2}))  # a dtype gap
+    assert "sampler_drift" not in codes(steps(20, **{                     # float rounding only
+        "sample/logprob_gap": lambda i: 1e-7 if i == 0 else 5e-6}))
+
+
 def test_timeline_and_report_name_the_steps_covered():
     h = steps(30, **{"completion/stopped_frac": lambda i: 1.0 if i < 15 else 0.0})
     row = timeline(h, CFG)["truncated"]

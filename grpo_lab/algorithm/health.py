@@ -16,6 +16,10 @@ filters such groups). The loop logs the numbers that show it (``group/zero_std_f
     completions are copies.
   * ``dynamic_sampling_exhausted``: dynamic sampling ran out of draws and topped the batch up
     with prompts whose groups carry no signal.
+  * ``sampler_drift``: the sampler's log-probs (``sample/logprob_gap``, logged with
+    ``tis_cap`` > 0) moved away from the trainer's after the first step: the sampler is not
+    running the weights the trainer updates (a stale copy: vLLM's packed LM head did this
+    before ``vllm_rollout.repack_tied_head``). A constant gap (another dtype) is not drift.
 
 The trainer shows the active findings on its progress bar (and prints each the first time it
 fires); the report lists every finding of the run with the steps it covered
@@ -34,6 +38,9 @@ FLAT_RANGE = 0.02        # ... this fraction of the largest possible reward
 ENTROPY_FLOOR = 0.02     # entropy_collapse: nats per token, or ...
 ENTROPY_DROP = 0.1       # ... below this fraction of the first steps' entropy
 NEVER_FIRES, SOLVED = 0.05, 0.95   # equal_rewards' cause: mean reward / largest reward
+GAP_GROWTH = 20.0        # sampler_drift: the last steps' mean gap at least this times step 0's ...
+GAP_FLOOR = 1e-4         # ... and above this (nats per token; float32 vLLM vs the trainer: 5e-6,
+                         # BENCHMARKS.md section 21; its stale LM head: 5e-4 - 4e-3)
 # what entropy_collapse advises, with what the SmolLM2 studies measured (BENCHMARKS.md
 # section 19, 3 seeds each, paired): the sampling temperature sets the sampled entropy at once;
 # the KL term and clip-higher did not measurably hold it
@@ -122,6 +129,16 @@ def diagnose(history: list[dict], cfg: dict | None = None,
                            f"with equal-reward groups after dynamic_max_draws="
                            f"{cfg.get('dynamic_max_draws', '?')} rollouts; see equal_rewards' "
                            f"cause, or raise dynamic_max_draws."))
+    gap, gap0 = _values(last, "sample/logprob_gap"), _values(first[:1], "sample/logprob_gap")
+    if len(gap) == WINDOW and gap0:
+        start, now = gap0[0], mean(gap)
+        if now > GAP_FLOOR and now > GAP_GROWTH * start:
+            out.append(Finding("sampler_drift", f"the sampler's log-probs differ from the "
+                               f"trainer's by {now:.1e} nats per token over the last {WINDOW} "
+                               f"steps, against {start:.1e} at the first step: the sampler is "
+                               f"not running the weights being trained (a stale copy; with "
+                               f"rollout='vllm', check that every updated weight reaches "
+                               f"vLLM); TIS corrects only up to tis_cap."))
     return out
 
 
