@@ -50,7 +50,8 @@ def test_paired_t_power_by_hand():
 
 
 def test_spawn_runs_equal_in_process_runs_and_each_run_keeps_its_folder(tmp_path):
-    kw = dict(seeds=(0, 1), base=TINY, progress=False)
+    # one thread each way (a sequential run would get 2 on 2 cores, and sum in another order)
+    kw = dict(seeds=(0, 1), base={**TINY, "threads": 1}, progress=False)
     spawned = run_experiment(STRATEGIES, processes=2, start_method="spawn",
                              out_dir=str(tmp_path / "spawn"), **kw)
     here = run_experiment(STRATEGIES, processes=1, **kw)
