@@ -153,7 +153,7 @@ axes[0].set_ylabel("held-out answers in \\\\boxed{}"); axes[1].set_ylabel("held-
 plt.tight_layout(); plt.show()
 rows = []
 for arm, s in shown.items():
-    for before, after in zip(s["before"], s["after"]):
+    for after in s["after"]:
         rows.append({"arm": arm, "prompt": after["prompt"][:40], "answer": after["answer"],
                      f"after {s['after_step'] + 1} steps": after["completion"][:70]})
 display(differences(fmt, "additive"))
