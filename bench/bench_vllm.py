@@ -99,13 +99,19 @@ def part_sample(args) -> dict:
     ours = lambda n: sample(policy, prompts, G, n, temp, generator=gens())   # noqa: E731
     theirs = lambda n: engine.sample(policy, prompts, G, n, temp, None, 1.0, gens())  # noqa: E731
     ours(2), theirs(2)                                # warm-up (vLLM's first push included)
+
+    def gap_of(r):
+        """|sampler log-prob - trainer log-prob| on r's sampled tokens -> (tokens,)."""
+        with torch.no_grad():
+            trainer = completion_logprobs(policy, r, temp)                # (N, Tc)
+        return (trainer - r.logprobs).abs()[r.completion_mask]
+
     out = {"machine": machine(), "threads": torch.get_num_threads(), "prompts": len(prompts),
            "G": G, "max_new_tokens": T, "temperature": temp}
     for name, fn in (("grpo_lab", ours), ("vllm", theirs)):
         r, wall, cpu = timed(lambda: fn(T))
         n = int(r.completion_mask.sum())
-        trainer = completion_logprobs(policy, r, temp)                    # (N, Tc)
-        gap = (trainer - r.logprobs).abs()[r.completion_mask]              # (tokens,)
+        gap = gap_of(r)                                                    # (tokens,)
         out[name] = {"tokens": n, "wall_s": wall, "cpu_s": cpu, "tok_per_s": n / wall,
                      "tok_per_cpu_s": n / cpu, "logprob_gap_mean": float(gap.mean()),
                      "logprob_gap_max": float(gap.max()),
@@ -121,10 +127,7 @@ def part_sample(args) -> dict:
         for p in policy.model.parameters():
             p.add_(torch.randn(p.shape, generator=g) * 0.01 * p.abs().mean())
     engine.push(policy)
-    r = theirs(T)
-    with torch.no_grad():
-        trainer = completion_logprobs(policy, r, temp)
-    gap = (trainer - r.logprobs).abs()[r.completion_mask]
+    gap = gap_of(theirs(T))
     out["vllm_after_push"] = {"logprob_gap_mean": float(gap.mean()),
                               "logprob_gap_max": float(gap.max())}
     print("vllm after a push", json.dumps(out["vllm_after_push"]), flush=True)

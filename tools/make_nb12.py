@@ -23,9 +23,10 @@ of the paired difference, and the smallest difference the seeds could have seen 
 
 The studies ran on a 2-core CPU (`bench/bench_smollm_studies.py`, one command each; about an hour
 each); their runs' curves are stored in `data/studies/`, so this lesson reads them in seconds and
-then runs a small live slice of a study itself. Two questions of the same list are **not answered
-yet**: Dr. GRPO's length bias, and grouping on a mixture of instruct tasks (`BENCHMARKS.md` says
-which studies have run)."""),
+then runs a small live slice of a study itself. Two more questions of the same list, Dr. GRPO's
+length bias and grouping on a mixture of instruct tasks, have been studied (3 seeds each, no
+difference resolved) but are **not shown in this lesson yet**: `BENCHMARKS.md` section 19 has
+their tables and `data/studies/` their curves."""),
     (CODE, """# Parameters (papermill: -p QUICK 1). QUICK = 1: short runs, 0: full-size runs, None: the
 # GRPO_LAB_QUICK environment variable decides (make lab and the tests set it to 1).
 QUICK = None""", {"tags": ["parameters"]}),
@@ -215,8 +216,8 @@ print(f"notebook ran in {time.time() - t_start:.0f} s")"""),
   points, interval [+38, +63]) but never fires (no boxed right answer in 1,920 samples), so the
   format is never learned. A reward that never fires teaches nothing, however well it is aimed.
 * A null is a result when its power is given: each table above says the smallest difference its
-  seeds would have found. Not yet measured: Dr. GRPO's length bias, grouping on a mixture of
-  instruct tasks (`BENCHMARKS.md` section 19 says what has run)."""),
+  seeds would have found. Dr. GRPO's length bias and grouping on a mixture of instruct tasks are
+  studied in `BENCHMARKS.md` section 19 (not yet in this lesson)."""),
 ]
 
 

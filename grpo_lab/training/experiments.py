@@ -53,8 +53,8 @@ from grpo_lab.training.report import write_report
 from grpo_lab.training.step import max_new_tokens
 from grpo_lab.training.trainer import evaluate_tasks, setup, train
 
-__all__ = ["run_experiment", "Results", "METRICS", "metric_info", "mean_ci", "run_metrics", "time_to_target",
-           "steps_to_target", "difference_sentence", "can_tell", "MIN_SEEDS"]
+__all__ = ["run_experiment", "Results", "METRICS", "metric_info", "mean_ci", "run_metrics",
+           "time_to_target", "steps_to_target", "difference_sentence", "can_tell", "MIN_SEEDS"]
 
 END_STEPS = 5
 """Steps at the end of a run that the *_end metrics average (one step's value is noisy)."""
