@@ -38,7 +38,6 @@ import json
 import math
 import random
 import signal
-import tempfile
 import time
 import warnings
 from contextlib import nullcontext
@@ -315,8 +314,23 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
             lock.release()
 
 
-def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
-           base_eval=None) -> list[dict]:
+class _Start(NamedTuple):
+    """What the loop needs from the start of a run (setup, resume or the base evaluation)."""
+    policy: object
+    ctx: StepContext
+    ex: object                      # the gradient exchange (exchanges.py, fsdp.py)
+    collect: object
+    objective: object
+    evaluate_now: object            # step -> the evaluation's metrics ({} without eval_size)
+    samples: dict                   # step -> its sample rows, for the trackers
+    start: int                      # the first step to run
+    history: list
+    changes: dict                   # the overrides a resumed run took
+
+
+def _start(cfg, resume, allow_override, base_eval) -> _Start:
+    """Builds the run (``setup``), loads a checkpoint when resuming, else evaluates the base;
+    writes metrics.jsonl and config.json."""
     group = Group.current()
     threads = cfg.threads or free_cores()
     torch.set_num_threads(threads)
@@ -389,6 +403,17 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
     if lead:                                    # replaced atomically: a kill leaves old or new
         write_lines_atomic(log_path, [json.dumps(h) + "\n" for h in history])
         write_lines_atomic(out / CONFIG_FILE, [json.dumps(to_dict(cfg), indent=1) + "\n"])
+    return _Start(policy, ctx, ex, collect, objective, evaluate_now, samples, start, history,
+                  changes)
+
+
+def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
+           base_eval=None) -> list[dict]:
+    policy, ctx, ex, collect, objective, evaluate_now, samples, start, history, changes = \
+        _start(cfg, resume, allow_override, base_eval)
+    group, out = Group.current(), Path(cfg.out_dir)
+    lead = group.rank == 0
+    ckpt, log_path = out / "checkpoint.safetensors", out / "metrics.jsonl"
     untracked = [] if resume else history[-1:]  # the base row goes to the trackers with step 0's
     elapsed0 = history[-1].get("time/elapsed_s", 0.0) if history else 0.0
     acc = next((h["eval/accuracy"] for h in reversed(history) if "eval/accuracy" in h), None)
