@@ -28,6 +28,13 @@ Studies (``STUDIES``; every arm is the ``smollm_cpu`` preset with one change):
     ``additive`` adds the format reward at weight 1 to every boxed answer (what taught a boxed
     guess in 4 steps in section 16's pilot); ``gated`` pays the same weight only on right
     answers (``format_if_correct``).
+  * ``length_bias``: GRPO's per-sequence normalisation and std-scaled advantages against
+    Dr. GRPO's (both switches), no system prompt, 48 tokens, the accuracy reward alone.
+  * ``grouping_mixture``: by_prompt against K-means semantic and mixed grouping on five instruct
+    families at 24 tokens; 59-65% of its completions were cut and 80-86% of its groups had
+    equal rewards: a weak test, kept as the first attempt.
+  * ``grouping_families``: the same arms at 48 tokens with the held-out target at 25% (the first
+    attempt's arms ended at 21-25%), 16 steps, accuracy per family recorded.
 """
 from __future__ import annotations
 
@@ -64,6 +71,12 @@ STUDIES = {
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "20", "--target", "0.5",
         "--set", "eval_every=10", "eval_size=20", "task=addition,word_problems,max,min,compare",
         "prompts_per_step=8", "group_size=4",
+        "--arm", "by_prompt", "--arm", "kmeans", "grouping=kmeans_semantic", "group_k=4",
+        "--arm", "mixed", "grouping=mixed", "group_k=4"],
+    "grouping_families": [
+        "--base", "smollm_cpu", "--seeds", "3", "--steps", "16", "--target", "0.25",
+        "--set", "eval_every=8", "eval_size=20", "task=addition,word_problems,max,min,compare",
+        "prompts_per_step=8", "group_size=4", "max_new_tokens=48",
         "--arm", "by_prompt", "--arm", "kmeans", "grouping=kmeans_semantic", "group_k=4",
         "--arm", "mixed", "grouping=mixed", "group_k=4"],
 }

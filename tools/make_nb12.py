@@ -20,13 +20,13 @@ of the paired difference, and the smallest difference the seeds could have seen 
 | does a KL term keep the policy's entropy from collapsing? | `entropy_reward` | `preset` (beta 0) against `kl` (beta 0.04, k3 in the loss) |
 | does DAPO's clip-higher keep entropy up? | `clip_higher` | `symmetric` (eps_high 0.2) against `clip_higher` (0.28), both with two updates per rollout (`mu` 2) |
 | does a format reward paid only on right answers teach `\boxed{}` without costing the arithmetic? | `format_gate` | `additive` (format 1 on every boxed answer) against `gated` (format 1 on right answers only), no system prompt |
+| does GRPO's length normalisation let wrong answers ramble (Dr. GRPO)? | `length_bias` | `grpo` against `dr_grpo` (no length normaliser, advantages not divided by the std), no system prompt, 48 tokens |
+| does grouping prompts by meaning help on a mixture of tasks? | `grouping_families` | `by_prompt` against `kmeans` (K-means on the prompts' text) and `mixed` (text and reward statistics), 4 clusters, five families |
 
 The studies ran on a 2-core CPU (`bench/bench_smollm_studies.py`, one command each; about an hour
 each); their runs' curves are stored in `data/studies/`, so this lesson reads them in seconds and
-then runs a small live slice of a study itself. Two more questions of the same list, Dr. GRPO's
-length bias and grouping on a mixture of instruct tasks, have been studied (3 seeds each, no
-difference resolved) but are **not shown in this lesson yet**: `BENCHMARKS.md` section 19 has
-their tables and `data/studies/` their curves."""),
+then runs a small live slice of a study itself (`BENCHMARKS.md` section 19 has every table with
+its command and the machine's load)."""),
     (CODE, """# Parameters (papermill: -p QUICK 1). QUICK = 1: short runs, 0: full-size runs, None: the
 # GRPO_LAB_QUICK environment variable decides (make lab and the tests set it to 1).
 QUICK = None""", {"tags": ["parameters"]}),
@@ -79,8 +79,8 @@ study.plot("eval/accuracy", ax=axes[1])
 axes[0].set_ylabel("nats per token"); axes[1].set_ylabel("held-out accuracy")
 plt.tight_layout(); plt.show()
 METRICS = ["eval/accuracy", "eval/gain", "eval/format", "policy/entropy_end"]
-def differences(res, ref):
-    rows = res.differences(ref, METRICS)
+def differences(res, ref, metrics=METRICS):
+    rows = res.differences(ref, metrics)
     return pd.DataFrame([{"arm": d["a"], "metric": d["metric"], "difference": d["mean"],
                           "95% low": d["ci_low"], "95% high": d["ci_high"], "seeds": d["n"],
                           "detectable (80%)": d["detectable"],
@@ -175,7 +175,103 @@ print(f"held-out \\\\boxed{{}} rate, gated - additive, per seed: {form['values']
 # reward never fires, so the format is never learned: neither design gets both
 assert acc["excludes_zero"] and acc["ci_low"] > 0.3
 assert form["values"] == [-1.0, -1.0, -1.0]"""),
-    (MD, r"""## 4. A live slice: run a study yourself
+    (MD, r"""## 4. Length bias: GRPO's normalisation against Dr. GRPO's
+
+GRPO's loss averages each completion's token terms over that completion's own length |o|, and
+divides each advantage by its group's standard deviation. Dr. GRPO (Liu et al. 2025) argues that
+the 1/|o| makes a long wrong answer cheaper per token than a short one, so that under GRPO wrong
+answers grow; it drops both (a constant normaliser, advantages not divided by the std).
+
+The study asks where wrong answers can ramble: no system prompt (the model answers in sentences),
+48 new tokens, the accuracy reward alone (no format term to confound the lengths), 16 steps.
+The arms are `grpo` (the preset's normalisation) and `dr_grpo` (`advantage=dr_grpo`,
+`aggregation=dr_grpo`). A completion is *wrong* when its accuracy reward is 0; the curves are the
+mean length of the wrong and of the right completions sampled at each step."""),
+    (CODE, """lb = Results.load(STUDIES / "length_bias.json")
+lb_shown = json.loads((STUDIES / "length_bias_samples.json").read_text())
+def curves(res, panels):     # a panel per (metric, label): each arm's mean over seeds, band = min-max
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
+    for ax, (metric, label) in zip(axes, panels):
+        res.plot(metric, ax=ax)
+        ax.set_ylabel(label); ax.set_title(f"{label}: mean of 3 seeds, band = min-max", fontsize=10)
+    plt.tight_layout(); plt.show()
+curves(lb, [("completion/len_wrong", "tokens, wrong completions"),
+            ("completion/len_right", "tokens, right completions"),
+            ("eval/accuracy", "held-out accuracy")])
+LENGTHS = ["completion/len_wrong_end", "completion/len_right_end", "eval/accuracy"]
+lb_table = differences(lb, "grpo", LENGTHS)
+lb_table"""),
+    (CODE, """def early_late(run, key, n=5):
+    vals = [h[key] for h in run["history"] if key in h]
+    return sum(vals[:n]) / n, sum(vals[-n:]) / n
+for r in lb.runs:
+    first, last = early_late(r, "completion/len_wrong")
+    print(f"{r['strategy']:>7} seed {r['seed']}: wrong completions {first:.1f} -> {last:.1f} "
+          f"tokens (first 5 -> last 5 steps)")
+    if r["strategy"] == "grpo":      # the drift Dr. GRPO predicts: wrong answers growing
+        assert last < first - 5      # under GRPO they got shorter instead, in every seed
+wrong, right, acc = lb.differences("grpo", LENGTHS)
+for d in (wrong, right, acc):
+    print(d["sentence"], f"80% power for a difference of {d['detectable']:.3f}.")
+# Dr. GRPO's wrong answers ended shorter in every seed, but 3 seeds cannot tell it from noise
+assert all(v < 0 for v in wrong["values"]) and wrong["ci_low"] < 0 < wrong["ci_high"]
+assert acc["ci_low"] < 0 < acc["ci_high"] and acc["detectable"] < 0.15
+pd.DataFrame([{"arm": arm, "prompt": a["prompt"][:40], "answer": a["answer"],
+               f"greedy after {s['after_step'] + 1} steps": a["completion"][:60]}
+              for arm, s in lb_shown.items() for a in s["after"][:3]])"""),
+    (MD, r"""## 5. Grouping on a mixture of instruct tasks
+
+GRPO's baseline for a completion is the mean reward of its **group**: by default the G
+completions of the same prompt (`by_prompt`). Lesson 02 groups instead by what the prompts are
+about: `kmeans_semantic` clusters the step's prompts by their text (TF-IDF, K-means, k clusters)
+and every completion's baseline is its cluster's mean; `mixed` clusters on the text and the
+group's reward statistics together. On the toy no grouper has beaten `by_prompt`. Does grouping
+help where prompts really differ in kind?
+
+The study trains on five instruct families at once, asked in words: 2-digit sums, word problems,
+the larger and the smaller of two numbers, and which of two numbers is larger (8 prompts x 4
+completions a step, 48 new tokens, 16 steps), with 4 clusters for both groupers, and evaluates on
+20 held-out examples of each family. A first attempt at 24 new tokens (`grouping_mixture`)
+measured little: most completions were cut before their answer and most groups had equal
+rewards, so it is shown only for that."""),
+    (CODE, """gf = Results.load(STUDIES / "grouping_families.json")
+first_try = Results.load(STUDIES / "grouping_mixture.json")
+def step_mean(res, key, arm=None):
+    vals = [h[key] for r in res.runs if arm in (None, r["strategy"]) for h in r["history"] if key in h]
+    return sum(vals) / len(vals)
+for name, res, tokens in (("grouping_mixture", first_try, 24), ("grouping_families", gf, 48)):
+    print(f"{name}: {tokens} new tokens, completions cut at the budget "
+          f"{step_mean(res, 'completion/truncated_frac'):.0%} of the time")
+assert step_mean(gf, "completion/truncated_frac") < step_mean(first_try, "completion/truncated_frac") - 0.05
+for arm in gf.strategies:     # the groupers ran: groups of 2 prompts' completions, not one's G = 4
+    size = step_mean(gf, "group/size_mean", arm)
+    print(f"{arm:>9}: mean group size {size:.1f} completions")
+    assert (size == 4.0) if arm == "by_prompt" else (size > 4.0)
+curves(gf, [("eval/accuracy", "held-out accuracy, 5 families"),
+            ("completion/truncated_frac", "completions cut at 48 tokens"),
+            ("adv/var", "advantages' variance")])
+display(gf)
+differences(gf, "by_prompt", ["eval/accuracy", "eval/gain"])"""),
+    (CODE, """FAMILIES = ["addition", "word_problems", "max", "min", "compare"]
+base_row = gf.runs[0]["history"][0]                  # step -1: the base, evaluated once
+per_family = pd.DataFrame([{"arm": r["strategy"], **{f: r[f"eval/accuracy/{f}"] for f in FAMILIES}}
+                           for r in gf.per_run()]).groupby("arm")[FAMILIES].mean()
+per_family.loc["base"] = [base_row[f"eval/accuracy/{f}"] for f in FAMILIES]
+display(per_family.round(3))
+fam = differences(gf, "by_prompt", [f"eval/accuracy/{f}" for f in FAMILIES] + ["target/steps"])
+display(fam)
+for d in gf.differences("by_prompt", ["eval/accuracy"]):
+    print(d["sentence"], f"80% power for a difference of {d['detectable']:.3f}.")
+    assert d["ci_low"] < 0 < d["ci_high"]       # neither grouper moved overall accuracy ...
+    assert d["detectable"] <= (0.06 if d["a"] == "mixed" else 0.11)   # ... by 5-10 points
+# 2 arms x 6 metrics = 12 intervals: at 95% about 0.6 of them exclude 0 by chance alone
+flagged = fam[fam.verdict == "excludes 0"]
+print(f"{len(flagged)} of {len(fam)} per-family intervals exclude 0:", list(zip(flagged.arm, flagged.metric)))
+assert len(flagged) <= 2
+# compare: never right in any arm; the model writes "30 > 2", which its reader (the last word)
+# reads as "2"
+assert (per_family["compare"] == 0).all()"""),
+    (MD, r"""## 6. A live slice: run a study yourself
 
 `run_experiment` (or `grpo-lab study` in a shell) runs every arm over the same seeds, paired by
 step, and reports each arm's paired difference with its interval and what its seeds could
@@ -212,12 +308,21 @@ print(f"notebook ran in {time.time() - t_start:.0f} s")"""),
   accuracy measurably in 12 steps.
 * **Reward design: neither design got both.** A format reward on every boxed answer (weight 1)
   is learned by every seed within 10 steps and costs the arithmetic (the model boxes an operand:
-  `oxed{63}` for 63 + 98); paying the format only on right answers keeps the arithmetic (+51
+  `\boxed{63}` for 63 + 98); paying the format only on right answers keeps the arithmetic (+51
   points, interval [+38, +63]) but never fires (no boxed right answer in 1,920 samples), so the
   format is never learned. A reward that never fires teaches nothing, however well it is aimed.
+* **The length drift Dr. GRPO predicts did not appear**: under GRPO's normalisation the wrong
+  answers got shorter in every seed (28-35 to 17-21 tokens), as the model moved from sentences
+  to `a + b = c`. Dr. GRPO's wrong answers ended 3-6 tokens shorter still in every seed, but the
+  interval reaches past 0 (-4.1 [-8.5, +0.2]; 80% power from 5.7 tokens, about 5 seeds for the
+  observed 4.1). Accuracy: no difference (80% power for 10 points).
+* **Grouping by meaning did not help on a mixture of five tasks**: K-means on the prompts' text
+  and the mixed grouper (text and reward statistics) ended within a point of `by_prompt` (27-28%
+  held out after 16 steps); mixed - by_prompt +0.003 [-0.035, +0.041], with 80% power for a
+  5-point difference (K-means: 10 points). Per family, 2 of 12 intervals exclude 0 (K-means: 8
+  points fewer on sums, about one step later to 25%), near what 12 tests give by chance.
 * A null is a result when its power is given: each table above says the smallest difference its
-  seeds would have found. Dr. GRPO's length bias and grouping on a mixture of instruct tasks are
-  studied in `BENCHMARKS.md` section 19 (not yet in this lesson)."""),
+  seeds would have found."""),
 ]
 
 
@@ -229,14 +334,21 @@ def cell(i, kind, text, meta=None):
     return c
 
 
-def main():
+OUT = Path(__file__).resolve().parents[1] / "notebooks" / "12_real_model_findings.ipynb"
+
+
+def notebook() -> str:
+    """The .ipynb's text, outputs stripped (tests/test_docs.py checks the committed file is it)."""
     nb = {"cells": [cell(i, *c) for i, c in enumerate(CELLS)],
           "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                       "name": "python3"}, "language_info": {"name": "python"}},
           "nbformat": 4, "nbformat_minor": 5}
-    out = Path(__file__).resolve().parents[1] / "notebooks" / "12_real_model_findings.ipynb"
-    out.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-    print(f"wrote {out}")
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def main():
+    OUT.write_text(notebook())
+    print(f"wrote {OUT}")
 
 
 if __name__ == "__main__":
