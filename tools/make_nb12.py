@@ -47,7 +47,7 @@ from IPython.display import Markdown, display
 import grpo_lab
 from grpo_lab import models
 from grpo_lab.paths import DATA_DIR     # data/: the checkout's, or the installed package's copy
-from grpo_lab.training.experiments import Results, run_experiment
+from grpo_lab.training.experiments import Results, run_experiment, steps_to_target
 t_start = time.time()
 QUICK = grpo_lab.quick_mode()
 torch.set_num_threads(1)            # notebooks share the CI's 2 cores
@@ -258,6 +258,17 @@ per_family = pd.DataFrame([{"arm": r["strategy"], **{f: r[f"eval/accuracy/{f}"] 
                            for r in gf.per_run()]).groupby("arm")[FAMILIES].mean()
 per_family.loc["base"] = [base_row[f"eval/accuracy/{f}"] for f in FAMILIES]
 display(per_family.round(3))
+def family_steps(run, family):    # steps_to_target on that family's accuracy alone (NaN: never)
+    evals = [{"step": h["step"], "eval/accuracy": h[f"eval/accuracy/{family}"]}
+             for h in run["history"] if f"eval/accuracy/{family}" in h]
+    steps = steps_to_target(evals, gf.target)
+    return float("nan") if steps is None else steps
+to_target = pd.DataFrame([{"arm": r["strategy"], "seed": r["seed"],
+                           **{f: family_steps(r, f) for f in FAMILIES}} for r in gf.runs])
+print(f"steps to {gf.target:.0%} per family, each seed (NaN: never within 16 steps; 20 examples "
+      f"a family, evaluated at steps 0, 8, 16):")
+display(to_target.set_index(["arm", "seed"]).round(1))
+assert to_target["word_problems"].isna().all() and to_target["compare"].isna().all()
 fam = differences(gf, "by_prompt", [f"eval/accuracy/{f}" for f in FAMILIES] + ["target/steps"])
 display(fam)
 for d in gf.differences("by_prompt", ["eval/accuracy"]):
