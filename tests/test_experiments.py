@@ -52,6 +52,11 @@ def test_time_to_target_and_run_metrics_by_hand():
     assert "target/seconds" not in m                   # wall-clock is not a paired measure
     assert steps_to_target(h, 0.50) == 0.0 and steps_to_target(h, 0.70) is None
     assert steps_to_target(h, 0.62) == pytest.approx(2.0)       # reached exactly at step 2
+    # one task's accuracy of a mixed run: 0.10 at the base, 0.40 after 8 steps -> 25% after 4
+    fam = [{"step": -1, "eval/accuracy/max": 0.10}, {"step": 0, "reward/mean": 0.1},
+           {"step": 7, "eval/accuracy/max": 0.40}]
+    assert steps_to_target(fam, 0.25, "eval/accuracy/max") == pytest.approx(4.0)
+    assert steps_to_target(fam, 0.25) is None           # no overall eval/accuracy in these rows
 
 
 def test_rows_compare_and_tables_by_hand():

@@ -201,11 +201,11 @@ curves(lb, [("completion/len_wrong", "tokens, wrong completions"),
 LENGTHS = ["completion/len_wrong_end", "completion/len_right_end", "eval/accuracy"]
 lb_table = differences(lb, "grpo", LENGTHS)
 lb_table"""),
-    (CODE, """def early_late(run, key, n=5):
-    vals = [h[key] for h in run["history"] if key in h]
-    return sum(vals[:n]) / n, sum(vals[-n:]) / n
+    (CODE, """lb_end = {(r["strategy"], r["seed"]): r["completion/len_wrong_end"] for r in lb.per_run()}
 for r in lb.runs:
-    first, last = early_late(r, "completion/len_wrong")
+    trained = [h for h in r["history"] if "reward/mean" in h]
+    early = [h["completion/len_wrong"] for h in trained[:5] if "completion/len_wrong" in h]
+    first, last = sum(early) / len(early), lb_end[r["strategy"], r["seed"]]   # the last 5: per_run
     print(f"{r['strategy']:>7} seed {r['seed']}: wrong completions {first:.1f} -> {last:.1f} "
           f"tokens (first 5 -> last 5 steps)")
     if r["strategy"] == "grpo":      # the drift Dr. GRPO predicts: wrong answers growing
@@ -259,9 +259,7 @@ per_family = pd.DataFrame([{"arm": r["strategy"], **{f: r[f"eval/accuracy/{f}"] 
 per_family.loc["base"] = [base_row[f"eval/accuracy/{f}"] for f in FAMILIES]
 display(per_family.round(3))
 def family_steps(run, family):    # steps_to_target on that family's accuracy alone (NaN: never)
-    evals = [{"step": h["step"], "eval/accuracy": h[f"eval/accuracy/{family}"]}
-             for h in run["history"] if f"eval/accuracy/{family}" in h]
-    steps = steps_to_target(evals, gf.target)
+    steps = steps_to_target(run["history"], gf.target, f"eval/accuracy/{family}")
     return float("nan") if steps is None else steps
 to_target = pd.DataFrame([{"arm": r["strategy"], "seed": r["seed"],
                            **{f: family_steps(r, f) for f in FAMILIES}} for r in gf.runs])

@@ -113,17 +113,18 @@ def time_to_target(history: list[dict], target: float) -> tuple[float | None, fl
     return None, None
 
 
-def steps_to_target(history: list[dict], target: float) -> float | None:
-    """Steps trained when eval/accuracy first reached ``target``, interpolated linearly
-    between the evaluation before (a steps, accuracy a0 < target) and the first at or above
-    it (b, a1): a + (target - a0) / (a1 - a0) * (b - a). The base (step -1) counts as 0
+def steps_to_target(history: list[dict], target: float,
+                    metric: str = "eval/accuracy") -> float | None:
+    """Steps trained when ``metric`` (eval/accuracy, or one task's eval/accuracy/<task>) first
+    reached ``target``, interpolated linearly between the evaluation before (a steps,
+    accuracy a0 < target) and the first at or above it (b, a1): a + (target - a0) / (a1 - a0) * (b - a). The base (step -1) counts as 0
     steps; None if never reached. On an eval grid of 10 steps the grid value alone would give
     every seed 10, 20, ... and an interval of width 0 where the runs differ."""
     before = None
     for h in history:
-        if "eval/accuracy" not in h:
+        if metric not in h:
             continue
-        x, a = h["step"] + 1, h["eval/accuracy"]
+        x, a = h["step"] + 1, h[metric]
         if a >= target:
             if before is None:
                 return float(x)

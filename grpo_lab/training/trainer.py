@@ -328,9 +328,9 @@ class _Start(NamedTuple):
     changes: dict                   # the overrides a resumed run took
 
 
-def _start(cfg, resume, allow_override, base_eval) -> _Start:
-    """Builds the run (``setup``), loads a checkpoint when resuming, else evaluates the base;
-    writes metrics.jsonl and config.json."""
+def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path) -> _Start:
+    """Builds the run (``setup``), loads ``ckpt`` when resuming, else evaluates the base;
+    writes ``log_path`` (metrics.jsonl) and config.json."""
     group = Group.current()
     threads = cfg.threads or free_cores()
     torch.set_num_threads(threads)
@@ -339,7 +339,6 @@ def _start(cfg, resume, allow_override, base_eval) -> _Start:
                          f"{group.world} processes: each rank needs at least one prompt")
     out = Path(cfg.out_dir)
     lead = group.rank == 0
-    ckpt, log_path = out / "checkpoint.safetensors", out / "metrics.jsonl"
     if lead and not resume:
         (out / SAMPLES_FILE).unlink(missing_ok=True)        # a fresh run's samples only
     load_plugins(cfg.plugins)                   # a spawned or torchrun rank needs them too
@@ -409,11 +408,11 @@ def _start(cfg, resume, allow_override, base_eval) -> _Start:
 
 def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
            base_eval=None) -> list[dict]:
-    policy, ctx, ex, collect, objective, evaluate_now, samples, start, history, changes = \
-        _start(cfg, resume, allow_override, base_eval)
     group, out = Group.current(), Path(cfg.out_dir)
     lead = group.rank == 0
     ckpt, log_path = out / "checkpoint.safetensors", out / "metrics.jsonl"
+    policy, ctx, ex, collect, objective, evaluate_now, samples, start, history, changes = \
+        _start(cfg, resume, allow_override, base_eval, ckpt, log_path)
     untracked = [] if resume else history[-1:]  # the base row goes to the trackers with step 0's
     elapsed0 = history[-1].get("time/elapsed_s", 0.0) if history else 0.0
     acc = next((h["eval/accuracy"] for h in reversed(history) if "eval/accuracy" in h), None)
