@@ -56,7 +56,8 @@ def test_time_to_target_and_run_metrics_by_hand():
     fam = [{"step": -1, "eval/accuracy/max": 0.10}, {"step": 0, "reward/mean": 0.1},
            {"step": 7, "eval/accuracy/max": 0.40}]
     assert steps_to_target(fam, 0.25, "eval/accuracy/max") == pytest.approx(4.0)
-    assert steps_to_target(fam, 0.25) is None           # no overall eval/accuracy in these rows
+    with pytest.raises(ValueError, match=r"'eval/accuracy/mx'.*\['eval/accuracy/max'\]"):
+        steps_to_target(fam, 0.25, "eval/accuracy/mx")  # a misspelt task is not "never reached"
 
 
 def test_rows_compare_and_tables_by_hand():

@@ -119,7 +119,11 @@ def steps_to_target(history: list[dict], target: float,
     reached ``target``, interpolated linearly between the evaluation before (a steps,
     accuracy a0 < target) and the first at or above it (b, a1): a + (target - a0) / (a1 - a0) * (b - a). The base (step -1) counts as 0
     steps; None if never reached. On an eval grid of 10 steps the grid value alone would give
-    every seed 10, 20, ... and an interval of width 0 where the runs differ."""
+    every seed 10, 20, ... and an interval of width 0 where the runs differ. A history with no
+    ``metric`` at all is refused (a misspelt task would otherwise read as "never reached")."""
+    if not any(metric in h for h in history):
+        seen = sorted({k for h in history for k in h if k.startswith("eval/accuracy")})
+        raise ValueError(f"no evaluation in this history has {metric!r}; it has {seen or 'none'}")
     before = None
     for h in history:
         if metric not in h:
