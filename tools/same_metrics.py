@@ -1,0 +1,111 @@
+"""Fingerprints of a set of short training runs, to show that a refactor changes no number.
+
+    python tools/same_metrics.py --out A.json [--only demo,kl_reward] [--steps 6]
+    python tools/same_metrics.py --compare A.json B.json
+
+Each named config (CONFIGS: the demo preset and one run per step variant, grouper and code
+path) trains ``--steps`` steps on one thread, evaluating at step 3; the fingerprint is every
+metrics.jsonl row without its ``time/*`` keys (and the run's wall-clock fields), written as
+JSON with floats in full (``repr``). ``--compare`` prints the first difference per config
+and exits 1 when any config differs: a refactor that is a refactor keeps every bit.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+CONFIGS: dict[str, tuple[str, dict]] = {
+    "demo": ("tiny_cpu", {}),
+    "defaults_kl_loss": ("defaults", {}),
+    "kl_reward": ("defaults", {"kl_in": "reward", "kl_estimator": "k1"}),
+    "tis": ("defaults", {"tis_cap": 2.0, "beta": 0.0}),
+    "tis_sequence": ("defaults", {"tis_cap": 2.0, "tis_level": "sequence", "beta": 0.0}),
+    "overlong_soft": ("defaults", {"overlong": "soft", "overlong_buffer": 2, "max_new_tokens": 6}),
+    "overlong_filter": ("defaults", {"overlong": "filter", "max_new_tokens": 6}),
+    "process": ("defaults", {"supervision": "process"}),
+    "entropy": ("defaults", {"top_entropy_quantile": 0.2, "entropy_coef": 0.01}),
+    "off_policy_mask": ("defaults", {"off_policy_mask": 0.5, "mu": 2}),
+    "dr_grpo": ("defaults", {"advantage": "dr_grpo", "aggregation": "dr_grpo"}),
+    "token_mean_cispo": ("defaults", {"aggregation": "token_mean", "policy_loss": "cispo"}),
+    "micro_batches": ("defaults", {"micro_batches": 2}),
+    "no_drop_topk_topp": ("defaults", {"drop_finished": False, "top_k": 8, "top_p": 0.9}),
+    "inverse_cdf": ("defaults", {"sample_draw": "inverse_cdf"}),
+    "kmeans": ("mixture_cpu", {"grouping": "kmeans_semantic", "group_k": 3,
+                               "prompts_per_step": 8, "eval_size": 20}),
+    "kmeans_recluster": ("mixture_cpu", {"grouping": "kmeans_semantic", "group_k": 2, "recluster_every": 2,
+                                         "group_schedule": False, "combine": "cluster",
+                                         "prompts_per_step": 8, "eval_size": 20}),
+    "ppo": ("defaults", {"objective": "ppo"}),
+    "hf_tiny": ("hf_tiny_cpu", {"prompts_per_step": 4, "eval_size": 20}),
+}
+
+DROP = ("time/",)
+
+
+def fingerprint(name: str, steps: int) -> list[dict]:
+    from grpo_lab.training.config import preset
+    from grpo_lab.training.trainer import train
+    base, over = CONFIGS[name]
+    out = tempfile.mkdtemp(prefix=f"same_metrics_{name}_")
+    fields = {"steps": steps, "eval_every": 3, "eval_size": 40, "ckpt_every": 1000,
+              "time_budget_s": 0.0, "threads": 1, "out_dir": out, "target_accuracy": 0.0}
+    cfg = preset(base, **{**fields, **over})
+    train(cfg, progress=False)
+    rows = []
+    for line in (Path(out) / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        rows.append({k: repr(v) for k, v in sorted(row.items())
+                     if not k.startswith(DROP) and k not in ("wall_s", "elapsed_s")})
+    return rows
+
+
+def compare(a: Path, b: Path) -> int:
+    A, B = json.loads(a.read_text()), json.loads(b.read_text())
+    bad = 0
+    for name in sorted(set(A) | set(B)):
+        if name not in A or name not in B:
+            print(f"{name}: only in {'A' if name in A else 'B'}")
+            continue
+        if A[name] == B[name]:
+            print(f"{name}: same ({len(A[name])} rows)")
+            continue
+        bad += 1
+        for i, (ra, rb) in enumerate(zip(A[name], B[name])):
+            diff = {k: (ra.get(k), rb.get(k)) for k in set(ra) | set(rb) if ra.get(k) != rb.get(k)}
+            if diff:
+                first = dict(sorted(diff.items())[:4])
+                print(f"{name}: DIFFERS at row {i} ({len(diff)} keys), e.g. {first}")
+                break
+        else:
+            print(f"{name}: DIFFERS in row count {len(A[name])} vs {len(B[name])}")
+    return 1 if bad else 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--only", default="", help="comma-separated names of CONFIGS (default: all)")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--compare", nargs=2, type=Path)
+    a = ap.parse_args(argv)
+    if a.compare:
+        return compare(*a.compare)
+    if not a.out:
+        ap.error("--out or --compare")
+    names = a.only.split(",") if a.only else list(CONFIGS)
+    for n in names:
+        if n not in CONFIGS:
+            ap.error(f"unknown config {n!r}; known: {', '.join(CONFIGS)}")
+    result = {}
+    for n in names:
+        result[n] = fingerprint(n, a.steps)
+        print(f"{n}: {len(result[n])} rows", flush=True)
+    a.out.write_text(json.dumps(result, indent=0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
