@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import mean
+from typing import Callable, NamedTuple
 
 WINDOW = 10              # steps a finding looks back over
 EQUAL_FRAC = 0.8         # equal_rewards: mean group/zero_std_frac at least this
@@ -70,76 +71,117 @@ def _train_steps(history: list[dict]) -> list[dict]:
     return [h for h in history if h.get("step", -1) >= 0 and "reward/mean" in h]
 
 
+class Seen(NamedTuple):
+    """What a check reads: the last WINDOW training steps, the run's first 5, the config."""
+    last: list[dict]
+    steps: list[dict]      # up to the last FLAT_WINDOW + 5
+    first: list[dict]
+    cfg: dict
+    top: float             # the largest possible reward (max_reward)
+
+
 def diagnose(history: list[dict], cfg: dict | None = None,
              first: list[dict] | None = None) -> list[Finding]:
     """Findings on the last steps of ``history`` (the trainer's metrics dicts; ``cfg`` the
-    run's config as a dict, for the reward scale and the names of the knobs). Only the last
-    FLAT_WINDOW steps and the first 5 are read: ``first`` gives those when ``history`` is
-    only the run's tail (the trainer passes a tail, so a check costs the same every step)."""
-    cfg = cfg or {}
+    run's config as a dict, for the reward scale and the names of the knobs): each of
+    ``CHECKS`` in turn, once WINDOW steps exist. Only the last FLAT_WINDOW + 5 steps and the
+    first 5 are read: ``first`` gives those when ``history`` is only the run's tail (the
+    trainer passes a tail, so a check costs the same every step)."""
     steps = _train_steps(history[-(FLAT_WINDOW + 5):])
-    first = _train_steps(history[:10])[:5] if first is None else first
     if len(steps) < WINDOW:
         return []
-    last, out = steps[-WINDOW:], []
-    top = max_reward(cfg)
-    zero = _values(last, "group/zero_std_frac")
-    reward = mean(_values(last, "reward/mean"))
-    if zero and mean(zero) >= EQUAL_FRAC:
-        seen = f"{mean(zero):.0%} of groups had equal rewards over the last {WINDOW} steps"
-        if reward <= NEVER_FIRES * top:
-            why = (f"the reward never fires (mean {reward:.3f}): the completions never match "
-                   f"the answer or the requested format; read samples.jsonl, ask for a format "
-                   f"the model can produce (answer_format), weight a format reward, or train "
-                   f"an easier task")
-        elif reward >= SOLVED * top:
-            why = (f"everything is solved (mean {reward:.3f} of {top:g}): the task is too easy "
-                   f"for this policy; train a harder one")
-        else:
-            why = ("each prompt's completions agree with each other: raise group_size or "
-                   "temperature, or turn on dynamic_sampling")
-        out.append(Finding("equal_rewards", f"{seen}: {why}."))
-    stopped = _values(last, "completion/stopped_frac")
-    if stopped and mean(stopped) < STOPPED_FRAC:
-        limit = cfg.get("max_new_tokens") or "the task's default"
-        out.append(Finding("truncated", f"{1 - mean(stopped):.0%} of completions were cut at "
-                           f"max_new_tokens={limit} over the last {WINDOW} steps: raise "
-                           f"max_new_tokens or ask for a shorter answer (a cut completion "
-                           f"scores as its answer format says)."))
-    if len(steps) >= FLAT_WINDOW:
-        run = _running(_values(steps[-FLAT_WINDOW:], "reward/mean"), WINDOW)
-        if run and max(run) - min(run) < FLAT_RANGE * top:
-            out.append(Finding("flat_reward", f"the reward's {WINDOW}-step mean stayed within "
-                               f"{max(run) - min(run):.3f} over the last {FLAT_WINDOW} steps "
-                               f"(at {run[-1]:.3f}): nothing is being learned; see the other "
-                               f"findings, or raise lr."))
-    ent, ent0 = _values(last, "policy/entropy"), _values(first, "policy/entropy")
-    if len(ent) == WINDOW and ent0:
-        start, now = mean(ent0), mean(ent)
-        if now < ENTROPY_FLOOR or (start > 0.2 and now < ENTROPY_DROP * start):
-            out.append(Finding("entropy_collapse", f"the policy's entropy fell to {now:.3f} "
-                               f"nats per token (from {start:.3f}): it samples one answer, so "
-                               f"groups have nothing to compare; {ENTROPY_LEVERS}"))
-    short = [h for h in last if h.get("sample/topped_up")]
-    if cfg.get("dynamic_sampling") and len(short) * 2 >= len(last):
-        n = mean(h["sample/topped_up"] for h in short)
-        out.append(Finding("dynamic_sampling_exhausted", f"dynamic sampling ran out of draws in "
-                           f"{len(short)} of the last {len(last)} steps: {n:.1f} of "
-                           f"{cfg.get('prompts_per_step', '?')} prompts per step were topped up "
-                           f"with equal-reward groups after dynamic_max_draws="
-                           f"{cfg.get('dynamic_max_draws', '?')} rollouts; see equal_rewards' "
-                           f"cause, or raise dynamic_max_draws."))
-    gap, gap0 = _values(last, "sample/logprob_gap"), _values(first[:1], "sample/logprob_gap")
-    if len(gap) == WINDOW and gap0:
-        start, now = gap0[0], mean(gap)
-        if now > GAP_FLOOR and now > GAP_GROWTH * start:
-            out.append(Finding("sampler_drift", f"the sampler's log-probs differ from the "
-                               f"trainer's by {now:.1e} nats per token over the last {WINDOW} "
-                               f"steps, against {start:.1e} at the first step: the sampler is "
-                               f"not running the weights being trained (a stale copy; with "
-                               f"rollout='vllm', check that every updated weight reaches "
-                               f"vLLM); TIS corrects only up to tis_cap."))
-    return out
+    first = _train_steps(history[:10])[:5] if first is None else first
+    seen = Seen(steps[-WINDOW:], steps, first, cfg or {}, max_reward(cfg or {}))
+    return [f for check in CHECKS if (f := check(seen)) is not None]
+
+
+def equal_rewards(s: Seen) -> Finding | None:
+    zero = _values(s.last, "group/zero_std_frac")
+    if not zero or mean(zero) < EQUAL_FRAC:
+        return None
+    reward = mean(_values(s.last, "reward/mean"))
+    seen = f"{mean(zero):.0%} of groups had equal rewards over the last {WINDOW} steps"
+    if reward <= NEVER_FIRES * s.top:
+        why = (f"the reward never fires (mean {reward:.3f}): the completions never match "
+               f"the answer or the requested format; read samples.jsonl, ask for a format "
+               f"the model can produce (answer_format), weight a format reward, or train "
+               f"an easier task")
+    elif reward >= SOLVED * s.top:
+        why = (f"everything is solved (mean {reward:.3f} of {s.top:g}): the task is too easy "
+               f"for this policy; train a harder one")
+    else:
+        why = ("each prompt's completions agree with each other: raise group_size or "
+               "temperature, or turn on dynamic_sampling")
+    return Finding("equal_rewards", f"{seen}: {why}.")
+
+
+def truncated(s: Seen) -> Finding | None:
+    stopped = _values(s.last, "completion/stopped_frac")
+    if not stopped or mean(stopped) >= STOPPED_FRAC:
+        return None
+    limit = s.cfg.get("max_new_tokens") or "the task's default"
+    return Finding("truncated", f"{1 - mean(stopped):.0%} of completions were cut at "
+                   f"max_new_tokens={limit} over the last {WINDOW} steps: raise "
+                   f"max_new_tokens or ask for a shorter answer (a cut completion "
+                   f"scores as its answer format says).")
+
+
+def flat_reward(s: Seen) -> Finding | None:
+    if len(s.steps) < FLAT_WINDOW:
+        return None
+    run = _running(_values(s.steps[-FLAT_WINDOW:], "reward/mean"), WINDOW)
+    if not run or max(run) - min(run) >= FLAT_RANGE * s.top:
+        return None
+    return Finding("flat_reward", f"the reward's {WINDOW}-step mean stayed within "
+                   f"{max(run) - min(run):.3f} over the last {FLAT_WINDOW} steps "
+                   f"(at {run[-1]:.3f}): nothing is being learned; see the other "
+                   f"findings, or raise lr.")
+
+
+def entropy_collapse(s: Seen) -> Finding | None:
+    ent, ent0 = _values(s.last, "policy/entropy"), _values(s.first, "policy/entropy")
+    if len(ent) < WINDOW or not ent0:
+        return None
+    start, now = mean(ent0), mean(ent)
+    if not (now < ENTROPY_FLOOR or (start > 0.2 and now < ENTROPY_DROP * start)):
+        return None
+    return Finding("entropy_collapse", f"the policy's entropy fell to {now:.3f} "
+                   f"nats per token (from {start:.3f}): it samples one answer, so "
+                   f"groups have nothing to compare; {ENTROPY_LEVERS}")
+
+
+def dynamic_sampling_exhausted(s: Seen) -> Finding | None:
+    short = [h for h in s.last if h.get("sample/topped_up")]
+    if not s.cfg.get("dynamic_sampling") or len(short) * 2 < len(s.last):
+        return None
+    n = mean(h["sample/topped_up"] for h in short)
+    return Finding("dynamic_sampling_exhausted", f"dynamic sampling ran out of draws in "
+                   f"{len(short)} of the last {len(s.last)} steps: {n:.1f} of "
+                   f"{s.cfg.get('prompts_per_step', '?')} prompts per step were topped up "
+                   f"with equal-reward groups after dynamic_max_draws="
+                   f"{s.cfg.get('dynamic_max_draws', '?')} rollouts; see equal_rewards' "
+                   f"cause, or raise dynamic_max_draws.")
+
+
+def sampler_drift(s: Seen) -> Finding | None:
+    gap, gap0 = _values(s.last, "sample/logprob_gap"), _values(s.first[:1], "sample/logprob_gap")
+    if len(gap) < WINDOW or not gap0:
+        return None
+    start, now = gap0[0], mean(gap)
+    if not (now > GAP_FLOOR and now > GAP_GROWTH * start):
+        return None
+    return Finding("sampler_drift", f"the sampler's log-probs differ from the "
+                   f"trainer's by {now:.1e} nats per token over the last {WINDOW} "
+                   f"steps, against {start:.1e} at the first step: the sampler is "
+                   f"not running the weights being trained (a stale copy; with "
+                   f"rollout='vllm', check that every updated weight reaches "
+                   f"vLLM); TIS corrects only up to tis_cap.")
+
+
+CHECKS: tuple[Callable[[Seen], Finding | None], ...] = (
+    equal_rewards, truncated, flat_reward, entropy_collapse, dynamic_sampling_exhausted,
+    sampler_drift)
+"""The findings in the order they are reported: one function each, (Seen) -> Finding | None."""
 
 
 def _running(y: list[float], w: int) -> list[float]:

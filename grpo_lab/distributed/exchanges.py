@@ -245,14 +245,11 @@ class Exchange:
 def first_non_finite(named) -> str | None:
     """The name of the first tensor in ``named`` ((name, tensor) pairs) with a NaN or inf.
 
-    One pass per tensor: its sum, which is NaN or inf when any element is (inf - inf is NaN),
-    all sums checked at once (one host sync per device, not one per tensor). Only when a sum
-    is not finite (a NaN or inf inside, or finite elements whose sum overflows) are the
-    tensors looked at element by element, to name the first bad one or clear them all. The
-    element-wise check alone (isfinite -> all: a bool copy of every tensor written and read)
-    costs about twice the memory traffic; over SmolLM2's weights and AdamW moments (3 x 134.5 M
-    floats) that is tenths of a CPU second a step (BENCHMARKS.md section 15). A fused
-    ``torch._foreach_norm(inf)`` measured no faster on the toy (section 13)."""
+    One sum per tensor (NaN or inf when any element is), all checked at once: one host sync
+    per device. Only a non-finite sum makes ``_first_bad`` look element by element (the
+    element-wise check alone costs twice the memory traffic: tenths of a CPU second a step
+    over SmolLM2's weights and AdamW moments, BENCHMARKS.md section 15; a fused
+    ``torch._foreach_norm(inf)`` was no faster on the toy, section 13)."""
     named = [(n, t) for n, t in named if torch.is_tensor(t) and t.is_floating_point()]
     by_device: dict = {}
     for _, t in named:                 # float64 sums stay float64, the rest sum in float32
@@ -260,10 +257,13 @@ def first_non_finite(named) -> str | None:
         by_device.setdefault(t.device, []).append(t.sum(dtype=acc).to(torch.float64))
     if all(bool(torch.isfinite(torch.stack(s)).all()) for s in by_device.values()):
         return None
-    for name, t in named:
-        if not bool(torch.isfinite(t).all()):
-            return name
-    return None                                      # finite elements, an overflowing sum
+    return _first_bad(named)
+
+
+def _first_bad(named) -> str | None:
+    """The first tensor with a non-finite element, or None (finite elements whose sum
+    overflowed)."""
+    return next((name for name, t in named if not bool(torch.isfinite(t).all())), None)
 
 
 def trainable(model) -> list[tuple[str, torch.nn.Parameter]]:
@@ -324,9 +324,10 @@ def make_allreduce(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Excha
     adam, set_lr, step = _adamw(model, opt)
     overlapped = OverlappedAllReduce(model) if cfg.overlap and world > 1 else None
 
+    if world == 1:                                    # nothing to exchange, nothing sent
+        return _local(model, adam, set_lr, step, lambda: 0, lambda b: 0)
+
     def reduce():
-        if world == 1:
-            return 0
         if overlapped is not None:                    # buckets started during backward
             overlapped.finish()
             return sum(p.grad.nbytes for p in params)

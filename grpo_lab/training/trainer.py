@@ -430,7 +430,8 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
             batch = collect(policy, cfg, step, ctx)
         t_collect = now() - t_step
         policy.train()
-        w0, payload, sent, shares, ex_metrics = wchar(), 0, 0, {}, {}
+        w0 = wchar() if group.world > 1 else None      # bytes written, for comm/wchar_bytes
+        payload, sent, shares, ex_metrics = 0, 0, {}, {}
         parts = split_batch(batch, cfg.micro_batches) if cfg.micro_batches > 1 else [batch]
         for _ in range(cfg.mu):
             ex.zero_grad()
@@ -475,9 +476,10 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
         if lead:
             with open(log_path, "a") as f:
                 f.write(json.dumps(metrics) + "\n")
-        for row in untracked + [metrics]:        # trackers.py (rank 0; a failure only warns)
-            tracked.log(row, samples.pop(row["step"], None))
+        for row in (untracked + [metrics]) if tracked.wanted else ():  # trackers.py (rank
+            tracked.log(row, samples.get(row["step"]))          # 0; a failure only warns)
         untracked = []
+        samples.clear()
         if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time or reached or stopping:
             _checkpoint(ckpt, policy, ex, cfg, step, history, ctx.grouper, lead)
         if stopping:
