@@ -51,9 +51,8 @@ import torch
 
 from grpo_lab.training.config import TrainConfig
 from grpo_lab.algorithm.embeddings import cached, fit_tfidf, tfidf_embed
-from grpo_lab.algorithm.grouping import PromptBatch, kmeans_semantic
-from grpo_lab.algorithm.group_diagnostics import cluster_diagnostics, reward_group_diagnostics
-from grpo_lab.algorithm.group_advantages import grouped_advantages
+from grpo_lab.algorithm.advantages import grouped_advantages, reward_group_diagnostics
+from grpo_lab.algorithm.grouping import PromptBatch, cluster_diagnostics, kmeans_semantic
 from grpo_lab.policies.model import GPT, GPTConfig, save_policy
 from grpo_lab.algorithm.reclustering import Reclusterer
 from grpo_lab.tasks.task_data import load_mixture

@@ -7,7 +7,7 @@ import torch
 from grpo_lab.checkpoint import CheckpointError, read_training_checkpoint
 from grpo_lab.policies.policy import load_policy_any
 from grpo_lab.training.config import TrainConfig, preset
-from grpo_lab.algorithm.group_diagnostics import informative_rows
+from grpo_lab.algorithm.advantages import informative_rows
 from grpo_lab.policies.model import load_policy
 from grpo_lab.algorithm.rollout import completion_logprobs
 from grpo_lab.tasks import decode

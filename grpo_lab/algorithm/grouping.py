@@ -15,22 +15,23 @@ prompts to a cluster id per prompt; one signature
 Each is a ``Grouper`` record in ``GROUPERS`` (what it takes and needs); add your own with
 ``register_grouper`` (a function or a decorator), from a notebook or a plugin module.
 
-How a prompt cluster meets its prompts' completions (``COMBINE``, ``grouped_advantages``) is
-group_advantages.py; the diagnostics of a step's groups and DAPO's filter
-(``informative_groups``) are group_diagnostics.py.
+``cluster_diagnostics`` measures the clusters of a step (TF-IDF cosine, silhouette, purity).
+How a prompt cluster meets its prompts' completions (``COMBINE``, ``grouped_advantages``),
+the diagnostics of a step's groups and DAPO's filter (``informative_groups``) are
+advantages.py.
 Groups over training (``Reclusterer``, ``StepGrouper``) live in ``reclustering.py``.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from grpo_lab.algorithm.advantages import group_stats
-from grpo_lab.algorithm.embeddings import EMBEDDERS, check_prompts
+from grpo_lab.algorithm.embeddings import EMBEDDERS, check_prompts, tfidf_embed
 from grpo_lab.registry import check_new, lookup
 
 
@@ -130,6 +131,43 @@ def kmeans_fit(X: np.ndarray, k: int, seed: int, init="k-means++", n_init: int =
     # threads spin: 2.7 s instead of 0.07 s measured (bench/bench_grouping.py). One thread.
     with threadpool_limits(1):
         return KMeans(k, init=init, n_init=n_init, random_state=seed).fit(X)
+
+
+def cluster_diagnostics(prompts: Sequence[str], cluster_ids, tasks: Sequence[str] | None = None,
+                        embeddings: np.ndarray | None = None,
+                        tfidf: np.ndarray | None = None) -> dict:
+    """Prompt-level clusters (B,) -> ``group/tfidf_cosine`` (mean over clusters of >= 2
+    prompts of the mean pairwise cosine of their TF-IDF vectors: ``tfidf``, unit rows (B, V)
+    already computed, e.g. by the trainer's fixed embedder, or fitted here on ``prompts``),
+    ``group/silhouette`` (cosine silhouette on ``embeddings``, default the TF-IDF vectors),
+    ``group/purity`` (share of prompts whose cluster's majority task is their own).
+    A value is NaN where it is undefined (no cluster of 2, one cluster, no task labels)."""
+    from sklearn.metrics import silhouette_score
+    from threadpoolctl import threadpool_limits
+
+    ids = np.asarray(cluster_ids)
+    if ids.shape != (len(prompts),):
+        raise ValueError(f"{ids.shape} cluster ids for {len(prompts)} prompts")
+    T = tfidf_embed(list(prompts)) if tfidf is None else np.asarray(tfidf)  # (B, V) unit rows
+    X = T if embeddings is None else np.asarray(embeddings)
+    labels = np.unique(ids)
+    with threadpool_limits(1):                                              # see kmeans_fit
+        S = T @ T.T                                                         # (B, B) cosine
+        cos = []
+        for c in labels:
+            Sc = S[np.ix_(ids == c, ids == c)]                              # (n_c, n_c)
+            n = len(Sc)
+            if n >= 2:
+                cos.append((Sc.sum() - np.trace(Sc)) / (n * (n - 1)))      # off-diagonal mean
+        sil = (silhouette_score(X, ids, metric="cosine") if 2 <= len(labels) < len(ids)
+               else math.nan)
+    purity = math.nan
+    if tasks is not None:
+        tasks = np.asarray(tasks)
+        purity = sum(np.unique(tasks[ids == c], return_counts=True)[1].max()
+                     for c in labels) / len(ids)
+    return {"group/tfidf_cosine": float(np.mean(cos)) if cos else math.nan,
+            "group/silhouette": float(sil), "group/purity": float(purity)}
 
 
 # ---------------------------------------------------------------- groupers
