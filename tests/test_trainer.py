@@ -202,7 +202,7 @@ def test_invalid_grouping_config(tmp_path, kw, msg):
 
 
 def test_step_grouper_by_hand_and_its_state():
-    from grpo_lab.algorithm.reclustering import StepGrouper
+    from grpo_lab.algorithm.grouping import StepGrouper
     prompts = ["1+2=", "sort:321=", "3+4=", "sort:987="]
     tasks = ["addition", "sort", "addition", "sort"]
     rewards, index = torch.zeros(8), torch.arange(4).repeat_interleave(2)

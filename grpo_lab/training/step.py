@@ -82,7 +82,7 @@ def prompt_generators(seed: int, step: int, draw: int, indices) -> list[torch.Ge
 class StepContext:
     """What a step needs besides the policy and the config; built once by the trainer."""
     draw: Callable                # (rng, n) -> n training examples
-    grouper: Callable             # reclustering.StepGrouper
+    grouper: Callable             # grouping.StepGrouper
     ref: torch.nn.Module | None = None   # frozen reference policy (beta > 0)
     group: Group = Group()
     clock: dict = field(default_factory=dict)  # seconds per phase of this step (time/*_s)
