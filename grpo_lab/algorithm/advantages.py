@@ -61,7 +61,13 @@ one of two ways, siblings with one signature in ``COMBINE``, called by ``grouped
                    (pooled_std + eps). With one prompt per cluster this is exactly ``grpo``.
 
 Then the diagnostics of one step's groups and advantages, as dicts of metric names
-(``group/*``, ``adv/*``, docs/reference/metrics.md), and the filter of dynamic sampling
+(docs/reference/metrics.md defines each): ``group/within_var`` (mean over groups of the
+unbiased reward variance, 0 for a group of one), ``group/zero_std_frac`` (share of groups
+whose rewards are all equal: no signal), ``group/size_*`` (rows per group), ``adv/var``
+(population variance) and ``adv/between_prompt_frac`` (the share of it between prompts,
+var(per-prompt mean, per row) / var, 0 without variance: by-prompt GRPO centres every
+prompt, so 0; a cluster baseline pushes all completions of an easy prompt up, of a hard one
+down, whichever was better); and the filter of dynamic sampling
 (DAPO, Yu et al. 2025, sec. 3.2): ``informative_groups`` keeps groups whose rewards differ
 (step.draw_prompts applies it to per-prompt groups). Deviation: it accepts any group ids,
 not only prompts.
@@ -77,9 +83,8 @@ EPS = 1e-4
 
 
 def as_rewards(rewards, group_ids) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (rewards (N,) floating point, group_ids (N,) integer), checked: ValueError naming
-    the value on shapes that are not one (N,), N = 0, complex rewards, non-integer group
-    ids, a NaN or infinite reward (the first such sample)."""
+    """-> (rewards (N,) floating point, group_ids (N,) integer), or a ValueError naming what
+    is wrong: shapes, N = 0, complex rewards, group ids not integers, a non-finite reward."""
     rewards, group_ids = torch.as_tensor(rewards), torch.as_tensor(group_ids)
     if not rewards.is_floating_point() and not rewards.is_complex():
         rewards = rewards.to(torch.get_default_dtype())                    # ints, bools -> float
@@ -279,14 +284,13 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
                        combine: str = "cluster", estimator: str = "grpo",
                        lengths=None) -> torch.Tensor:
     """Cluster id per prompt (B,), prompt of each row (N,), rewards (N,) -> advantages (N,),
-    checked to be one finite advantage per reward (a user's estimator may fail that).
-    ``estimator`` serves ``combine="cluster"``; the pooled variant is GRPO-shaped, ignores it."""
+    checked finite, one per reward; ``estimator`` serves ``combine="cluster"`` alone."""
     fn = lookup(COMBINE, combine, "combine option")
     lookup(ADVANTAGES, estimator, "estimator")
     cluster_ids = torch.as_tensor(np.asarray(cluster_ids), dtype=torch.long)  # (B,)
-    if len(prompt_index) and not 0 <= int(prompt_index.min()) <= int(prompt_index.max()) \
-            < len(cluster_ids):
-        raise ValueError(f"prompt_index holds {int(prompt_index.max())} but only "
+    inside = (prompt_index >= 0) & (prompt_index < len(cluster_ids))       # (N,)
+    if not bool(inside.all()):
+        raise ValueError(f"prompt_index holds {int(prompt_index[~inside][0])} but only "
                          f"{len(cluster_ids)} prompts have a cluster id")
     adv = fn(rewards, prompt_index, cluster_ids[prompt_index], estimator, lengths)   # (N,)
     if not (torch.is_tensor(adv) and adv.shape == rewards.shape
@@ -308,9 +312,7 @@ def _refuse_advantages(adv, rewards: torch.Tensor, combine: str, estimator: str)
 
 # ---------------------------------------------------------------- one step's diagnostics
 def reward_group_diagnostics(rewards: torch.Tensor, group_ids) -> dict:
-    """Row-level groups -> ``group/within_var`` (mean over groups of the unbiased reward
-    variance, 0 for a group of one), ``group/zero_std_frac`` (share of groups whose rewards
-    are all equal: no signal), ``group/size_mean|min|max`` (rows per group)."""
+    """Row-level groups -> group/within_var, /zero_std_frac, /size_mean|min|max."""
     _, count, _, std = group_stats(rewards, group_ids)                     # (K,) each
     return {"group/within_var": float((std ** 2).mean()),
             "group/zero_std_frac": float((std == 0).double().mean()),
@@ -320,10 +322,7 @@ def reward_group_diagnostics(rewards: torch.Tensor, group_ids) -> dict:
 
 
 def advantage_diagnostics(advantages: torch.Tensor, prompt_index=None) -> dict:
-    """``adv/var`` (population variance of the advantages (N,)) and, given the prompt of each
-    row, ``adv/between_prompt_frac``: the share of it between prompts, var(per-prompt mean,
-    per row) / var, 0 without variance. By-prompt GRPO centres every prompt (0); a cluster
-    baseline pushes all completions of an easy prompt up, of a hard one down."""
+    """Advantages (N,) -> adv/var; given the prompt of each row (N,), adv/between_prompt_frac."""
     a = advantages.double()                                                # (N,)
     total = float(a.var(unbiased=False))
     if prompt_index is None:

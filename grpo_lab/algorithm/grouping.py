@@ -62,15 +62,23 @@ class PromptBatch:
                  examples=None):
         self.prompts: list[str] = list(prompts)                     # (B,) prompt texts
         self.tasks: list[str] | None = None if tasks is None else list(tasks)  # (B,) labels
-        exs = [None] * len(self.prompts) if examples is None else list(examples)  # (B,) Example
-        if len(exs) != len(self.prompts):
-            raise ValueError(f"{len(exs)} examples for {len(self.prompts)} prompts")
-        self.raw_prompts: list[str] = [p if e is None else e.raw_prompt or e.prompt
-                                       for p, e in zip(self.prompts, exs)]  # (B,)
-        self.fields: list[dict] = [{} if e is None else dict(e.fields) for e in exs]  # (B,)
-        self._embeddings, self._embed, self._mean, self._std = (embeddings, embed, reward_mean,
-                                                                reward_std)
-        self._rewards, self._prompt_index = rewards, prompt_index
+        self._examples = None if examples is None else list(examples)  # (B,) tasks.Example
+        if self._examples is not None and len(self._examples) != len(self.prompts):
+            raise ValueError(f"{len(self._examples)} examples for {len(self.prompts)} prompts")
+        self._embeddings, self._embed, self._rewards = embeddings, embed, rewards
+        self._mean, self._std, self._prompt_index = reward_mean, reward_std, prompt_index
+
+    @property
+    def raw_prompts(self) -> list[str]:
+        """(B,) the task's own prompts."""
+        exs = self._examples
+        return list(self.prompts) if exs is None else [e.raw_prompt or e.prompt for e in exs]
+
+    @property
+    def fields(self) -> list[dict]:
+        """(B,) the task's own values behind each prompt."""
+        exs = self._examples
+        return [{} for _ in self.prompts] if exs is None else [dict(e.fields) for e in exs]
 
     @property
     def embeddings(self) -> np.ndarray | None:
@@ -367,9 +375,9 @@ class StepGrouper:
     def __call__(self, prompts: Sequence[str], tasks: Sequence[str], rewards: torch.Tensor,
                  prompt_index: torch.Tensor, step: int, examples=None) -> np.ndarray:
         embed = self.embed if self._corpus is not None else None
-        batch = PromptBatch(list(prompts), list(tasks), embed=embed, rewards=rewards,
-                            prompt_index=prompt_index, examples=examples)
-        self.last_batch = batch
+        self.last_batch = batch = PromptBatch(list(prompts), list(tasks), embed=embed,
+                                              rewards=rewards, prompt_index=prompt_index,
+                                              examples=examples)
         if self.reclusterer is not None:
             return self.reclusterer(batch.embeddings)                       # (B,)
         ids = self.record(batch, self.k, self.seed * 1_000_003 + step)      # (B,)

@@ -47,11 +47,14 @@ def register_reward(name: str, fn=None):
 def check_batch(completions: Sequence, examples: Sequence, stopped: Sequence) -> None:
     """Raise ValueError unless completions, examples and stopped have one length
     (``zip`` would silently drop the tail of the longer ones)."""
-    n, e, s = len(completions), len(examples), len(stopped)
-    if not n == e == s:
-        raise ValueError((f"{n} completions but {e} examples" if n != e else
-                          f"{n} completions, {e} examples and {s} stopped flags")
-                         + ": need one of each per completion")
+    if not len(completions) == len(examples) == len(stopped):
+        _refuse_batch(len(completions), len(examples), len(stopped))
+
+
+def _refuse_batch(n: int, e: int, s: int) -> None:
+    raise ValueError((f"{n} completions but {e} examples" if n != e else
+                      f"{n} completions, {e} examples and {s} stopped flags")
+                     + ": need one of each per completion")
 
 
 def accuracy_reward(completions: Sequence[str], examples: Sequence[Example],
@@ -110,9 +113,8 @@ REWARDS = {"accuracy": accuracy_reward, "partial": partial_reward, "format": for
 def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
                     weights: dict[str, float], stopped: Sequence[bool] | None = None
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Weighted sum of the named rewards -> (total (N,), {name: (N,)}). A ValueError names a
-    weight or a reward function's value that is not a finite number (and its sample), or a
-    weighted sum beyond ``REWARD_CEILING``: a broken reward never reaches the advantages."""
+    """Weighted sum of the named rewards -> (total (N,), {name: (N,)}); a ValueError names any
+    weight or value (and its sample) not a finite number within ``REWARD_CEILING``."""
     stopped = [True] * len(completions) if stopped is None else list(stopped)
     check_batch(completions, examples, stopped)
     if not all(n in REWARDS and isinstance(w, numbers.Real) and not isinstance(w, bool)

@@ -208,9 +208,8 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
 
 
 def _lengths_by_outcome(g) -> dict:
-    """completion/len_right and /len_wrong: the mean length of the completions the accuracy
-    reward scored 1 and of the rest (Dr. GRPO's length bias shows as wrong answers growing);
-    a side with no completion is absent, as is the pair without an accuracy reward."""
+    """completion/len_right, /len_wrong: mean length of the completions accuracy scored 1, of
+    the rest (Dr. GRPO's length bias: wrong ones grow); absent where a side or accuracy is."""
     acc = g.parts.get("accuracy")
     if acc is None:
         return {}
