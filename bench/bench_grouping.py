@@ -206,7 +206,7 @@ def main(argv=None):
         "Notes: the uncached TF-IDF embedder is refitted on every batch (its vectors live in a "
         "new space each step); the cached one is fitted once on the mixture, so a prompt's "
         "vector is computed once. K-means and the silhouette run on one thread "
-        "(grouping.kmeans_fit explains why); the step uses the torch threads named above.",
+        "(reclustering.kmeans_fit explains why); the step uses the torch threads named above.",
     ]
     text = "\n".join(lines) + "\n"
     Path(args.out).write_text(text)
