@@ -143,7 +143,7 @@ def cluster_diagnostics(prompts: Sequence[str], cluster_ids, tasks: Sequence[str
     T = tfidf_embed(list(prompts)) if tfidf is None else np.asarray(tfidf)  # (B, V) unit rows
     X = T if embeddings is None else np.asarray(embeddings)
     labels = np.unique(ids)
-    with threadpool_limits(1):                                              # see reclustering.kmeans_fit
+    with threadpool_limits(1):      # see reclustering.kmeans_fit
         S = T @ T.T                                                         # (B, B) cosine
         cos = []
         for c in labels:
