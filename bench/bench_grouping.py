@@ -51,9 +51,8 @@ import torch
 
 from grpo_lab.training.config import TrainConfig
 from grpo_lab.algorithm.embeddings import cached, fit_tfidf, tfidf_embed
-from grpo_lab.algorithm.grouping import PromptBatch, kmeans_semantic
-from grpo_lab.algorithm.group_diagnostics import cluster_diagnostics, reward_group_diagnostics
-from grpo_lab.algorithm.group_advantages import grouped_advantages
+from grpo_lab.algorithm.advantages import grouped_advantages, reward_group_diagnostics
+from grpo_lab.algorithm.grouping import PromptBatch, cluster_diagnostics, kmeans_semantic
 from grpo_lab.policies.model import GPT, GPTConfig, save_policy
 from grpo_lab.algorithm.reclustering import Reclusterer
 from grpo_lab.tasks.task_data import load_mixture
@@ -207,7 +206,7 @@ def main(argv=None):
         "Notes: the uncached TF-IDF embedder is refitted on every batch (its vectors live in a "
         "new space each step); the cached one is fitted once on the mixture, so a prompt's "
         "vector is computed once. K-means and the silhouette run on one thread "
-        "(grouping.kmeans_fit explains why); the step uses the torch threads named above.",
+        "(reclustering.kmeans_fit explains why); the step uses the torch threads named above.",
     ]
     text = "\n".join(lines) + "\n"
     Path(args.out).write_text(text)

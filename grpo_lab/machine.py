@@ -1,26 +1,15 @@
-"""What the machine says about itself, read from the OS: bytes this process has written
-(``wchar``, the measured side of the byte accounting) and the cores other processes keep busy
-(``busy_cores``, ``free_cores``: how many torch threads a run should take on a shared machine).
+"""What the machine says about itself, read from the OS: the cores other processes keep busy
+(``busy_cores``, ``free_cores``: how many torch threads a run should take on a shared machine)
+and whether a process lives (``pid_alive``). The bytes this process has written (``wchar``)
+are exchanges.py's, the measured side of its byte accounting.
 Linux's /proc; elsewhere the fallbacks named in each function.
 """
 from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import torch
-
-
-def wchar() -> int | None:
-    """Bytes this process has handed to write()/send() so far (Linux /proc/self/io), or None."""
-    try:
-        for line in Path("/proc/self/io").read_text().splitlines():
-            if line.startswith("wchar:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def busy_cores(samples: int = 5, interval_s: float = 0.05) -> float:

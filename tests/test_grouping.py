@@ -5,13 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_lab.algorithm.advantages import ADVANTAGES, EPS
+from grpo_lab.algorithm.advantages import (ADVANTAGES, EPS, advantage_diagnostics,
+                                           grouped_advantages, informative_groups,
+                                           informative_rows, reward_group_diagnostics)
 from grpo_lab.algorithm.embeddings import fit_tfidf
-from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, mixed, prompt_reward_stats
-from grpo_lab.algorithm.group_diagnostics import (advantage_diagnostics, cluster_diagnostics,
-                                                  informative_groups, informative_rows,
-                                                  reward_group_diagnostics)
-from grpo_lab.algorithm.group_advantages import grouped_advantages
+from grpo_lab.algorithm.grouping import (GROUPERS, PromptBatch, cluster_diagnostics, mixed,
+                                         prompt_reward_stats)
 from grpo_lab.algorithm.reclustering import Reclusterer, group_count_schedule, match_clusters
 from grpo_lab.tasks.task_data import load_mixture
 

@@ -8,7 +8,7 @@ import torch
 from grpo_lab.algorithm.advantages import ADVANTAGES
 from grpo_lab.algorithm.embeddings import tfidf_embed
 from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch
-from grpo_lab.algorithm.group_advantages import grouped_advantages
+from grpo_lab.algorithm.advantages import grouped_advantages
 from grpo_lab.algorithm.loss import grpo_loss
 from grpo_lab.policies.model import load_policy
 from grpo_lab.algorithm.rollout import completion_logprobs, sample

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from grpo_lab.algorithm.grouping import PromptBatch, register_grouper
-from grpo_lab.algorithm.reclustering import GroupingFallback, StepGrouper
+from grpo_lab.algorithm.grouping import GroupingFallback, StepGrouper
 from grpo_lab.cli import main
 from grpo_lab.registry import load_plugins
 from grpo_lab.tasks import TASKS, Example, in_words, register_task

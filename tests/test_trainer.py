@@ -7,7 +7,7 @@ import torch
 from grpo_lab.checkpoint import CheckpointError, read_training_checkpoint
 from grpo_lab.policies.policy import load_policy_any
 from grpo_lab.training.config import TrainConfig, preset
-from grpo_lab.algorithm.group_diagnostics import informative_rows
+from grpo_lab.algorithm.advantages import informative_rows
 from grpo_lab.policies.model import load_policy
 from grpo_lab.algorithm.rollout import completion_logprobs
 from grpo_lab.tasks import decode
@@ -202,7 +202,7 @@ def test_invalid_grouping_config(tmp_path, kw, msg):
 
 
 def test_step_grouper_by_hand_and_its_state():
-    from grpo_lab.algorithm.reclustering import StepGrouper
+    from grpo_lab.algorithm.grouping import StepGrouper
     prompts = ["1+2=", "sort:321=", "3+4=", "sort:987="]
     tasks = ["addition", "sort", "addition", "sort"]
     rewards, index = torch.zeros(8), torch.arange(4).repeat_interleave(2)

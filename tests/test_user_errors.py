@@ -347,7 +347,7 @@ def test_a_reward_returning_none_and_a_short_estimator_are_named(monkeypatch):
     with pytest.raises(ValueError, match=r"reward function 'nothing' returned None, not a list "
                                          r"of 2 numbers"):
         weighted_reward(["2", "3"], ex, {"nothing": 1.0})
-    from grpo_lab.algorithm.group_advantages import grouped_advantages
+    from grpo_lab.algorithm.advantages import grouped_advantages
     monkeypatch.setitem(ADVANTAGES, "first_only", lambda r, g: r[:1])
     with pytest.raises(ValueError, match=r"advantage estimator 'first_only' \(combine 'cluster'\) "
                                          r"returned \(1,\) for \(4,\) rewards"):

@@ -50,25 +50,56 @@ integer or bool rewards become the default float dtype (float32), float rewards 
 their dtype. Every estimator computes in float64 and returns the rewards' float dtype;
 a non-finite reward is an error naming its sample, and so is an advantage that does not
 fit the output dtype (rloo of rewards -3e38 and 3e38 is -/+6e38, past float32's 3.4e38).
+
+A prompt-level cluster (``grouping.py``) meets the G completions of each of its prompts in
+one of two ways, siblings with one signature in ``COMBINE``, called by ``grouped_advantages``:
+
+  * ``cluster``:   group id per completion = its prompt's cluster id; any estimator of
+                   ``ADVANTAGES`` runs on it (baseline = mean over the whole cluster).
+  * ``within_prompt_pooled_std``: baseline = the prompt's own mean, scale = the
+                   within-prompt std pooled over the cluster, A = (r - mean_prompt) /
+                   (pooled_std + eps). With one prompt per cluster this is exactly ``grpo``.
+
+Then the diagnostics of one step's groups and advantages, as dicts of metric names
+(docs/reference/metrics.md defines each): ``group/within_var`` (mean over groups of the
+unbiased reward variance, 0 for a group of one), ``group/zero_std_frac`` (share of groups
+whose rewards are all equal: no signal), ``group/size_*`` (rows per group), ``adv/var``
+(population variance) and ``adv/between_prompt_frac`` (the share of it between prompts,
+var(per-prompt mean, per row) / var, 0 without variance: by-prompt GRPO centres every
+prompt, so 0; a cluster baseline pushes all completions of an easy prompt up, of a hard one
+down, whichever was better); and the filter of dynamic sampling
+(DAPO, Yu et al. 2025, sec. 3.2): ``informative_groups`` keeps groups whose rewards differ
+(step.draw_prompts applies it to per-prompt groups). Deviation: it accepts any group ids,
+not only prompts.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+from grpo_lab.registry import check_new, lookup
 
 EPS = 1e-4
 
 
 def as_rewards(rewards, group_ids) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (rewards (N,) floating point, group_ids (N,) integer), checked.
-
-    Raises ValueError naming the value on: shapes that are not one (N,), N = 0,
-    non-integer group ids, a NaN or infinite reward (naming the first such sample).
-    """
+    """-> (rewards (N,) floating point, group_ids (N,) integer), or a ValueError naming what
+    is wrong: shapes, N = 0, complex rewards, group ids not integers, a non-finite reward."""
     rewards, group_ids = torch.as_tensor(rewards), torch.as_tensor(group_ids)
-    if not rewards.is_floating_point():
-        if rewards.is_complex():
-            raise ValueError(f"rewards must be real numbers, got dtype {rewards.dtype}")
+    if not rewards.is_floating_point() and not rewards.is_complex():
         rewards = rewards.to(torch.get_default_dtype())                    # ints, bools -> float
+    d = group_ids.dtype
+    if not (rewards.is_floating_point() and rewards.dim() == 1 and rewards.shape == group_ids.shape
+            and len(rewards) and not (d.is_floating_point or d.is_complex or d == torch.bool)
+            and bool(torch.isfinite(rewards).all())):
+        _refuse_rewards(rewards, group_ids)
+    return rewards, group_ids
+
+
+def _refuse_rewards(rewards: torch.Tensor, group_ids: torch.Tensor):
+    """The error ``as_rewards`` raises, naming the first thing wrong."""
+    if rewards.is_complex():
+        raise ValueError(f"rewards must be real numbers, got dtype {rewards.dtype}")
     if rewards.dim() != 1 or group_ids.dim() != 1 or rewards.shape != group_ids.shape:
         raise ValueError(f"rewards and group_ids must be 1-D of one length, got shapes "
                          f"{tuple(rewards.shape)} and {tuple(group_ids.shape)}")
@@ -77,22 +108,23 @@ def as_rewards(rewards, group_ids) -> tuple[torch.Tensor, torch.Tensor]:
     if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool:
         raise ValueError(f"group_ids must be integers, got dtype {group_ids.dtype}")
     bad = (~torch.isfinite(rewards)).nonzero().flatten()
-    if len(bad):
-        i = int(bad[0])
-        raise ValueError(f"reward of sample {i} is {float(rewards[i])} "
-                         f"({len(bad)} non-finite rewards in all)")
-    return rewards, group_ids
+    i = int(bad[0])
+    raise ValueError(f"reward of sample {i} is {float(rewards[i])} "
+                     f"({len(bad)} non-finite rewards in all)")
 
 
 def _fit(adv: torch.Tensor, dtype: torch.dtype, name: str) -> torch.Tensor:
     """float64 advantages -> ``dtype``; an error, not inf, where a value does not fit."""
-    top = torch.finfo(dtype).max
-    bad = (adv.abs() > top).nonzero().flatten()
-    if len(bad):
-        i = int(bad[0])
-        raise ValueError(f"{name} advantage of sample {i} is {float(adv[i]):.4g}, beyond "
-                         f"{dtype}'s range (+-{top:.4g}); rescale the rewards or pass float64")
+    if bool((adv.abs() > torch.finfo(dtype).max).any()):
+        _refuse_fit(adv, dtype, name)
     return adv.to(dtype)
+
+
+def _refuse_fit(adv: torch.Tensor, dtype: torch.dtype, name: str):
+    top = torch.finfo(dtype).max
+    i = int((adv.abs() > top).nonzero()[0])
+    raise ValueError(f"{name} advantage of sample {i} is {float(adv[i]):.4g}, beyond "
+                     f"{dtype}'s range (+-{top:.4g}); rescale the rewards or pass float64")
 
 
 def group_stats(rewards, group_ids):
@@ -183,7 +215,6 @@ def register_advantage(name: str, fn=None):
     Its inputs arrive coerced (float tensors); its output is checked finite by the trainer's
     loss. Re-defining the same function replaces it; another function under a taken name
     is an error."""
-    from grpo_lab.registry import check_new
     if fn is None:
         return lambda f: (register_advantage(name, f), f)[1]
     check_new(ADVANTAGES, "advantage estimator", name, fn)
@@ -223,3 +254,94 @@ def process_advantages(step_rewards, mask, group_ids, eps: float = EPS) -> torch
     norm[m] = (step_rewards[m].double() - mean[inv]) / (std[inv] + eps)
     adv = norm.flip(1).cumsum(1).flip(1)                                   # (N, T) sum_{j>=t}
     return _fit(adv.masked_fill(~m, 0.0), step_rewards.dtype, "process")
+
+
+# ---------------------------------------------------------------- prompt clusters -> rows
+def cluster_baseline(rewards, prompt_index, cluster_of_row, estimator="grpo", lengths=None):
+    fn = ADVANTAGES[estimator]
+    extra = {"lengths": lengths} if getattr(fn, "needs_lengths", False) else {}  # per token
+    return fn(rewards, cluster_of_row, **extra)                            # (N,)
+
+
+def within_prompt_pooled_std(rewards, prompt_index, cluster_of_row, estimator="grpo",
+                             lengths=None):
+    # pooled variance of cluster c: sum_p (n_p - 1) s_p^2 / sum_p (n_p - 1), p in c
+    p_inv, n_p, mean_p, std_p = group_stats(rewards, prompt_index)          # (N,), (P,) each
+    cluster_p = torch.zeros_like(n_p, dtype=torch.long).scatter_(0, p_inv, cluster_of_row)  # (P,)
+    _, c_inv = torch.unique(cluster_p, return_inverse=True)                # (P,) in 0..K-1
+    K = int(c_inv.max()) + 1
+    dof = torch.zeros(K, dtype=torch.float64).index_add_(0, c_inv, n_p - 1)               # (K,)
+    ss = torch.zeros(K, dtype=torch.float64).index_add_(0, c_inv, (n_p - 1) * std_p ** 2)  # (K,)
+    pooled = (ss / dof.clamp(min=1)).sqrt()                                # (K,)
+    centred = rewards.double() - mean_p[p_inv]                             # (N,) r - mean_prompt
+    return (centred / (pooled[c_inv[p_inv]] + EPS)).to(rewards.dtype)      # (N,)
+
+
+COMBINE = {"cluster": cluster_baseline, "within_prompt_pooled_std": within_prompt_pooled_std}
+
+
+def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.Tensor,
+                       combine: str = "cluster", estimator: str = "grpo",
+                       lengths=None) -> torch.Tensor:
+    """Cluster id per prompt (B,), prompt of each row (N,), rewards (N,) -> advantages (N,),
+    checked finite, one per reward; ``estimator`` serves ``combine="cluster"`` alone."""
+    fn = lookup(COMBINE, combine, "combine option")
+    lookup(ADVANTAGES, estimator, "estimator")
+    cluster_ids = torch.as_tensor(np.asarray(cluster_ids), dtype=torch.long)  # (B,)
+    inside = (prompt_index >= 0) & (prompt_index < len(cluster_ids))       # (N,)
+    if not bool(inside.all()):
+        raise ValueError(f"prompt_index holds {int(prompt_index[~inside][0])} but only "
+                         f"{len(cluster_ids)} prompts have a cluster id")
+    adv = fn(rewards, prompt_index, cluster_ids[prompt_index], estimator, lengths)   # (N,)
+    if not (torch.is_tensor(adv) and adv.shape == rewards.shape
+            and bool(torch.isfinite(adv).all())):
+        _refuse_advantages(adv, rewards, combine, estimator)
+    return adv
+
+
+def _refuse_advantages(adv, rewards: torch.Tensor, combine: str, estimator: str):
+    name = f"advantage estimator {estimator!r} (combine {combine!r})"
+    if not torch.is_tensor(adv) or adv.shape != rewards.shape:
+        got = tuple(adv.shape) if torch.is_tensor(adv) else type(adv).__name__
+        raise ValueError(f"{name} returned {got} for {tuple(rewards.shape)} rewards: it must "
+                         f"return one advantage per reward, a tensor shaped like them")
+    bad = (~torch.isfinite(adv)).nonzero().flatten()     # the rewards were checked finite
+    raise FloatingPointError(f"{name} returned {float(adv[bad[0]])} for sample {int(bad[0])} "
+                             f"({len(bad)} non-finite in all) from finite rewards")
+
+
+# ---------------------------------------------------------------- one step's diagnostics
+def reward_group_diagnostics(rewards: torch.Tensor, group_ids) -> dict:
+    """Row-level groups -> group/within_var, /zero_std_frac, /size_mean|min|max."""
+    _, count, _, std = group_stats(rewards, group_ids)                     # (K,) each
+    return {"group/within_var": float((std ** 2).mean()),
+            "group/zero_std_frac": float((std == 0).double().mean()),
+            "group/size_mean": float(count.mean()),
+            "group/size_min": int(count.min()),
+            "group/size_max": int(count.max())}
+
+
+def advantage_diagnostics(advantages: torch.Tensor, prompt_index=None) -> dict:
+    """Advantages (N,) -> adv/var; given the prompt of each row (N,), adv/between_prompt_frac."""
+    a = advantages.double()                                                # (N,)
+    total = float(a.var(unbiased=False))
+    if prompt_index is None:
+        return {"adv/var": total}
+    inv, _, mean_p, _ = group_stats(a, prompt_index)                       # (N,), (P,)
+    between = float(((mean_p[inv] - a.mean()) ** 2).mean())
+    return {"adv/var": total,
+            "adv/between_prompt_frac": between / total if total > 1e-12 else 0.0}
+
+
+# ---------------------------------------------------------------- dynamic sampling (DAPO)
+def informative_groups(rewards: torch.Tensor, group_ids, tol: float = 1e-8):
+    """-> (group ids (K,), mask (K,)): True where the group's rewards are not all equal
+    (std > tol). DAPO's filter 0 < |{correct}| < G, for any reward and any grouping."""
+    _, _, _, std = group_stats(rewards, group_ids)                         # (K,)
+    return torch.unique(torch.as_tensor(group_ids)), std > tol
+
+
+def informative_rows(rewards: torch.Tensor, group_ids, tol: float = 1e-8):
+    """-> (N,) bool, True on rows whose group is informative."""
+    ids, keep = informative_groups(rewards, group_ids, tol)
+    return torch.isin(torch.as_tensor(group_ids), ids[keep])

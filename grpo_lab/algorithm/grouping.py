@@ -15,22 +15,27 @@ prompts to a cluster id per prompt; one signature
 Each is a ``Grouper`` record in ``GROUPERS`` (what it takes and needs); add your own with
 ``register_grouper`` (a function or a decorator), from a notebook or a plugin module.
 
-How a prompt cluster meets its prompts' completions (``COMBINE``, ``grouped_advantages``) is
-group_advantages.py; the diagnostics of a step's groups and DAPO's filter
-(``informative_groups``) are group_diagnostics.py.
-Groups over training (``Reclusterer``, ``StepGrouper``) live in ``reclustering.py``.
+``cluster_diagnostics`` measures the clusters of a step (TF-IDF cosine, silhouette, purity).
+How a prompt cluster meets its prompts' completions (``COMBINE``, ``grouped_advantages``),
+the diagnostics of a step's groups and DAPO's filter (``informative_groups``) are
+advantages.py.
+``StepGrouper`` is the trainer's grouper: a ``GROUPERS`` record, a fixed embedder (fitted
+when first needed) and, with ``recluster_every``, a ``reclustering.Reclusterer`` (K-means
+clusters kept across steps), called once per step.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from grpo_lab.algorithm.advantages import group_stats
-from grpo_lab.algorithm.embeddings import EMBEDDERS, check_prompts
+from grpo_lab.algorithm.embeddings import EMBEDDERS, check_prompts, fit_tfidf, tfidf_embed
+from grpo_lab.algorithm.reclustering import Reclusterer, check_k, group_count_schedule, kmeans_fit
 from grpo_lab.registry import check_new, lookup
 
 
@@ -57,16 +62,23 @@ class PromptBatch:
                  examples=None):
         self.prompts: list[str] = list(prompts)                     # (B,) prompt texts
         self.tasks: list[str] | None = None if tasks is None else list(tasks)  # (B,) labels
-        exs = None if examples is None else list(examples)          # (B,) tasks.Example
-        if exs is not None and len(exs) != len(self.prompts):
-            raise ValueError(f"{len(exs)} examples for {len(self.prompts)} prompts")
-        self.raw_prompts: list[str] = (list(self.prompts) if exs is None else
-                                       [e.raw_prompt or e.prompt for e in exs])  # (B,)
-        self.fields: list[dict] = ([{} for _ in self.prompts] if exs is None else
-                                   [dict(e.fields) for e in exs])  # (B,)
-        self._embeddings, self._embed = embeddings, embed
-        self._mean, self._std = reward_mean, reward_std
-        self._rewards, self._prompt_index = rewards, prompt_index
+        self._examples = None if examples is None else list(examples)  # (B,) tasks.Example
+        if self._examples is not None and len(self._examples) != len(self.prompts):
+            raise ValueError(f"{len(self._examples)} examples for {len(self.prompts)} prompts")
+        self._embeddings, self._embed, self._rewards = embeddings, embed, rewards
+        self._mean, self._std, self._prompt_index = reward_mean, reward_std, prompt_index
+
+    @property
+    def raw_prompts(self) -> list[str]:
+        """(B,) the task's own prompts."""
+        exs = self._examples
+        return list(self.prompts) if exs is None else [e.raw_prompt or e.prompt for e in exs]
+
+    @property
+    def fields(self) -> list[dict]:
+        """(B,) the task's own values behind each prompt."""
+        exs = self._examples
+        return [{} for _ in self.prompts] if exs is None else [dict(e.fields) for e in exs]
 
     @property
     def embeddings(self) -> np.ndarray | None:
@@ -102,14 +114,6 @@ def prompt_reward_stats(rewards: torch.Tensor, prompt_index: torch.Tensor, B: in
     return mean.numpy(), std.numpy()
 
 
-def check_k(k, B: int) -> int:
-    if k is None or isinstance(k, bool) or int(k) != k or k < 1:
-        raise ValueError(f"number of groups k must be a positive integer, got {k!r}")
-    if k > B:
-        raise ValueError(f"k={k} groups is more than the {B} prompts to group")
-    return int(k)
-
-
 def _embeddings(batch: PromptBatch, embedder) -> np.ndarray:
     if batch.embeddings is not None:
         X = np.asarray(batch.embeddings, dtype=np.float64)                 # (B, d)
@@ -121,20 +125,46 @@ def _embeddings(batch: PromptBatch, embedder) -> np.ndarray:
     return embed(batch.prompts)                                            # (B, d)
 
 
-def kmeans_fit(X: np.ndarray, k: int, seed: int, init="k-means++", n_init: int = 4):
-    from sklearn.cluster import KMeans
+def cluster_diagnostics(prompts: Sequence[str], cluster_ids, tasks: Sequence[str] | None = None,
+                        embeddings: np.ndarray | None = None,
+                        tfidf: np.ndarray | None = None) -> dict:
+    """Prompt-level clusters (B,) -> ``group/tfidf_cosine`` (mean over clusters of >= 2
+    prompts of the mean pairwise cosine of their TF-IDF vectors: ``tfidf``, unit rows (B, V)
+    already computed, e.g. by the trainer's fixed embedder, or fitted here on ``prompts``),
+    ``group/silhouette`` (cosine silhouette on ``embeddings``, default the TF-IDF vectors),
+    ``group/purity`` (share of prompts whose cluster's majority task is their own).
+    A value is NaN where it is undefined (no cluster of 2, one cluster, no task labels)."""
+    from sklearn.metrics import silhouette_score
     from threadpoolctl import threadpool_limits
-    n_init = 1 if isinstance(init, np.ndarray) else n_init                # warm start: one run
-    # Speed only: scikit-learn splits Lloyd's step over chunks of 256 samples, so a batch of
-    # a few hundred prompts gains nothing from threads, and on a busy CPU the OpenMP/BLAS
-    # threads spin: 2.7 s instead of 0.07 s measured (bench/bench_grouping.py). One thread.
-    with threadpool_limits(1):
-        return KMeans(k, init=init, n_init=n_init, random_state=seed).fit(X)
+
+    ids = np.asarray(cluster_ids)
+    if ids.shape != (len(prompts),):
+        raise ValueError(f"{ids.shape} cluster ids for {len(prompts)} prompts")
+    T = tfidf_embed(list(prompts)) if tfidf is None else np.asarray(tfidf)  # (B, V) unit rows
+    X = T if embeddings is None else np.asarray(embeddings)
+    labels = np.unique(ids)
+    with threadpool_limits(1):      # see reclustering.kmeans_fit
+        S = T @ T.T                                                         # (B, B) cosine
+        cos = []
+        for c in labels:
+            Sc = S[np.ix_(ids == c, ids == c)]                              # (n_c, n_c)
+            n = len(Sc)
+            if n >= 2:
+                cos.append((Sc.sum() - np.trace(Sc)) / (n * (n - 1)))      # off-diagonal mean
+        sil = (silhouette_score(X, ids, metric="cosine") if 2 <= len(labels) < len(ids)
+               else math.nan)
+    purity = math.nan
+    if tasks is not None:
+        tasks = np.asarray(tasks)
+        purity = sum(np.unique(tasks[ids == c], return_counts=True)[1].max()
+                     for c in labels) / len(ids)
+    return {"group/tfidf_cosine": float(np.mean(cos)) if cos else math.nan,
+            "group/silhouette": float(sil), "group/purity": float(purity)}
 
 
 # ---------------------------------------------------------------- groupers
 def by_prompt(batch: PromptBatch, k: int | None = None, seed: int = 0) -> np.ndarray:
-    return np.arange(len(check_prompts(batch.prompts)), dtype=np.int64)    # (B,)
+    return np.arange(len(batch.prompts), dtype=np.int64)                   # (B,) reads no text
 
 
 def random_groups(batch: PromptBatch, k: int | None, seed: int = 0) -> np.ndarray:
@@ -222,19 +252,20 @@ class Grouper:
 
     def __call__(self, batch: PromptBatch, k: int | None = None, seed: int = 0,
                  **options) -> np.ndarray:
-        B = len(batch.prompts)
-        if self.takes_k:
-            k = check_k(k, B)                        # a clear error, never a silent clamp
-        ids = np.asarray(self.fn(batch, k, seed, **options) if self.takes_k
+        B = len(batch.prompts)                       # check_k: never a silent clamp
+        ids = np.asarray(self.fn(batch, check_k(k, B), seed, **options) if self.takes_k
                          else self.fn(batch, seed=seed, **options))
+        if ids.shape != (B,) or ids.dtype.kind not in "iu":
+            self._refuse(ids, B)
+        return ids.astype(np.int64)
+
+    def _refuse(self, ids: np.ndarray, B: int):
         if ids.shape != (B,):
             raise ValueError(f"grouper {self.name!r} returned {ids.shape[0] if ids.ndim else 0} "
                              f"ids of shape {ids.shape} for {B} prompts: it must return one "
                              f"integer group id per prompt, shape ({B},)")
-        if ids.dtype.kind not in "iu":
-            raise ValueError(f"grouper {self.name!r} returned ids of dtype {ids.dtype}: group "
-                             f"ids must be integers")
-        return ids.astype(np.int64)
+        raise ValueError(f"grouper {self.name!r} returned ids of dtype {ids.dtype}: group "
+                         f"ids must be integers")
 
 
 GROUPERS: dict[str, Grouper] = {}
@@ -287,3 +318,102 @@ register_grouper("kmeans_semantic", kmeans_semantic, takes_k=True, needs_embeddi
                  reclusterable=True, description="K-means on prompt embeddings")
 register_grouper("mixed", mixed, takes_k=True, needs_embeddings=True, needs_reward_stats=True,
                  description="K-means on embeddings joined with reward statistics")
+
+
+# ---------------------------------------------------------------- the trainer's grouper
+class GroupingFallback(UserWarning):
+    """A grouper asked for fewer groups than prompts gave each prompt its own."""
+
+
+class StepGrouper:
+    """One step's prompts -> a cluster id per prompt (B,), for ``step.collect``.
+
+    ``grouping`` is a ``GROUPERS`` name, a ``Grouper`` record or a function. The
+    grouper sees a ``PromptBatch`` whose embeddings (one TF-IDF fit on ``corpus``, fixed so
+    vectors of different steps share a space, fitted on first use) and per-prompt reward
+    statistics are computed only if it reads them. With ``recluster_every`` > 0 (groupers
+    marked ``reclusterable``) a ``Reclusterer`` keeps K-means clusters across steps, its k
+    following ``group_count_schedule`` from max(1, k // 4) up to k when ``schedule``.
+    Every other draw depends only on (seed, step), so a resumed run regroups the same way
+    once ``load_state_dict`` has restored the Reclusterer.
+    """
+
+    def __init__(self, grouping="by_prompt", k: int | None = None, seed: int = 0,
+                 corpus: Sequence[str] | Callable[[], Sequence[str]] | None = None,
+                 recluster_every: int = 0, schedule: bool = False):
+        self.record = get_grouper(grouping)
+        self.grouping, self.k, self.seed = self.record.name, k, seed
+        self._corpus, self._embed = corpus, None
+        if self.record.needs_embeddings and corpus is None:
+            raise ValueError(f"grouping {self.grouping!r} needs a corpus to fit its embedder on")
+        self.last_batch: PromptBatch | None = None
+        self._warned = False
+        self.reclusterer = None
+        if recluster_every:
+            if not self.record.reclusterable:
+                raise ValueError(f"recluster_every={recluster_every} keeps K-means clusters "
+                                 f"across steps; grouping {self.grouping!r} is not reclusterable")
+            k_of = (lambda r: group_count_schedule(r, max(1, k // 4), k)) if schedule else k
+            self.reclusterer = Reclusterer(k_of, recluster_every, seed)
+
+    def embed(self, prompts: Sequence[str]) -> np.ndarray:
+        """The fixed TF-IDF embedder (fitted on the corpus on first use) -> (B, d)."""
+        if self._embed is None:
+            if self._corpus is None:
+                raise ValueError(f"grouping {self.grouping!r} read embeddings, but no corpus "
+                                 f"was given to fit the embedder on")
+            corpus = self._corpus() if callable(self._corpus) else self._corpus
+            self._embed = fit_tfidf(list(corpus))
+        return self._embed(list(prompts))
+
+    @property
+    def last_embeddings(self) -> np.ndarray | None:
+        """The last batch's embeddings if the grouper computed them (diagnostics reuse them)."""
+        b = self.last_batch
+        return None if b is None else b._embeddings
+
+    def __call__(self, prompts: Sequence[str], tasks: Sequence[str], rewards: torch.Tensor,
+                 prompt_index: torch.Tensor, step: int, examples=None) -> np.ndarray:
+        embed = self.embed if self._corpus is not None else None
+        self.last_batch = batch = PromptBatch(list(prompts), list(tasks), embed=embed,
+                                              rewards=rewards, prompt_index=prompt_index,
+                                              examples=examples)
+        if self.reclusterer is not None:
+            return self.reclusterer(batch.embeddings)                       # (B,)
+        ids = self.record(batch, self.k, self.seed * 1_000_003 + step)      # (B,)
+        if self.record.takes_k:
+            self._check_not_by_prompt(ids, step)
+        return ids
+
+    def _check_not_by_prompt(self, ids: np.ndarray, step: int) -> None:
+        """A k-taking grouper (the only ones checked) asked for k < B groups that put every prompt in its own group
+        ran as by_prompt: warned once per run (a study would otherwise compare by_prompt with
+        itself). The usual cause: it matched ``PromptBatch.prompts``, the rendered instruct
+        text, where it meant ``raw_prompts`` or ``fields``."""
+        B = len(ids)
+        if self._warned or self.k is None or self.k >= B or len(np.unique(ids)) < B:
+            return
+        self._warned = True
+        warnings.warn(f"grouper {self.grouping!r} put each of the {B} prompts in its own group "
+                      f"at step {step}, though k={self.k} groups were asked for: it ran as "
+                      f"by_prompt. If it reads batch.prompts, note they are what the policy "
+                      f"reads (the rendered instruct question under an answer_format); the "
+                      f"task's own prompt is batch.raw_prompts, its values batch.fields",
+                      GroupingFallback, stacklevel=2)
+
+    def state_dict(self) -> dict:
+        """The Reclusterer's state (empty without one), for the training checkpoint."""
+        rc = self.reclusterer
+        if rc is None or rc.centroids is None:
+            return {}
+        return {"centroids": torch.from_numpy(rc.centroids.copy()),
+                "calls": torch.tensor(rc.calls), "round": torch.tensor(rc.round)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not state:
+            return
+        if self.reclusterer is None:
+            raise ValueError("the checkpoint holds re-clustering state but this config "
+                             "does not re-cluster (recluster_every=0)")
+        self.reclusterer.centroids = state["centroids"].numpy().astype(np.float64)
+        self.reclusterer.calls, self.reclusterer.round = int(state["calls"]), int(state["round"])

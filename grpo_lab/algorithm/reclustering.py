@@ -1,26 +1,37 @@
-"""Groups over training: K-means clusters that persist across steps, and the trainer's grouper.
+"""K-means for grouping: one fit, and clusters that persist across training steps.
 
-``Reclusterer`` re-fits K-means every N steps, warm-started from the previous centroids, and
-keeps cluster ids stable by Hungarian matching of centroids (Kuhn 1955), so an id keeps
-meaning the same region of prompt space; ``group_count_schedule`` grows k coarse to fine.
-``StepGrouper`` is the trainer's glue: a ``grouping.GROUPERS`` record, a fixed embedder
-(fitted when first needed) and an optional Reclusterer, called once per step.
+``kmeans_fit`` is the one K-means fit (what the kmeans_semantic and mixed groupers and the
+Reclusterer run); ``check_k`` the one check of a number of groups k (every grouper that
+takes k). ``Reclusterer`` re-fits K-means every N steps, warm-started from the previous
+centroids, and keeps cluster ids stable by Hungarian matching of centroids (Kuhn 1955), so
+an id keeps meaning the same region of prompt space; ``group_count_schedule`` grows k coarse
+to fine. The trainer's grouper (``grouping.StepGrouper``) holds one when ``recluster_every``.
 """
 from __future__ import annotations
 
 import math
-import warnings
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
-import torch
-
-from grpo_lab.algorithm.embeddings import fit_tfidf
-from grpo_lab.algorithm.grouping import PromptBatch, check_k, get_grouper, kmeans_fit
 
 
-class GroupingFallback(UserWarning):
-    """A grouper asked for fewer groups than prompts gave each prompt its own."""
+def check_k(k, B: int) -> int:
+    if k is None or isinstance(k, bool) or int(k) != k or k < 1:
+        raise ValueError(f"number of groups k must be a positive integer, got {k!r}")
+    if k > B:
+        raise ValueError(f"k={k} groups is more than the {B} prompts to group")
+    return int(k)
+
+
+def kmeans_fit(X: np.ndarray, k: int, seed: int, init="k-means++", n_init: int = 4):
+    from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
+    n_init = 1 if isinstance(init, np.ndarray) else n_init                # warm start: one run
+    # Speed only: scikit-learn splits Lloyd's step over chunks of 256 samples, so a batch of
+    # a few hundred prompts gains nothing from threads, and on a busy CPU the OpenMP/BLAS
+    # threads spin: 2.7 s instead of 0.07 s measured (bench/bench_grouping.py). One thread.
+    with threadpool_limits(1):
+        return KMeans(k, init=init, n_init=n_init, random_state=seed).fit(X)
 
 
 def group_count_schedule(round_: int, start: int = 5, stop: int = 20, growth: float = 0.2) -> int:
@@ -113,97 +124,3 @@ class Reclusterer:
             raise ValueError(f"embeddings have d={X.shape[1]} but the clusters live in "
                              f"d={self.centroids.shape[1]}: embed every batch with one fixed embedder")
         return X
-
-
-class StepGrouper:
-    """One step's prompts -> a cluster id per prompt (B,), for ``step.collect``.
-
-    ``grouping`` is a ``grouping.GROUPERS`` name, a ``Grouper`` record or a function. The
-    grouper sees a ``PromptBatch`` whose embeddings (one TF-IDF fit on ``corpus``, fixed so
-    vectors of different steps share a space, fitted on first use) and per-prompt reward
-    statistics are computed only if it reads them. With ``recluster_every`` > 0 (groupers
-    marked ``reclusterable``) a ``Reclusterer`` keeps K-means clusters across steps, its k
-    following ``group_count_schedule`` from max(1, k // 4) up to k when ``schedule``.
-    Every other draw depends only on (seed, step), so a resumed run regroups the same way
-    once ``load_state_dict`` has restored the Reclusterer.
-    """
-
-    def __init__(self, grouping="by_prompt", k: int | None = None, seed: int = 0,
-                 corpus: Sequence[str] | Callable[[], Sequence[str]] | None = None,
-                 recluster_every: int = 0, schedule: bool = False):
-        self.record = get_grouper(grouping)
-        self.grouping, self.k, self.seed = self.record.name, k, seed
-        self._corpus, self._embed = corpus, None
-        if self.record.needs_embeddings and corpus is None:
-            raise ValueError(f"grouping {self.grouping!r} needs a corpus to fit its embedder on")
-        self.last_batch: PromptBatch | None = None
-        self._warned = False
-        self.reclusterer = None
-        if recluster_every:
-            if not self.record.reclusterable:
-                raise ValueError(f"recluster_every={recluster_every} keeps K-means clusters "
-                                 f"across steps; grouping {self.grouping!r} is not reclusterable")
-            k_of = (lambda r: group_count_schedule(r, max(1, k // 4), k)) if schedule else k
-            self.reclusterer = Reclusterer(k_of, recluster_every, seed)
-
-    def embed(self, prompts: Sequence[str]) -> np.ndarray:
-        """The fixed TF-IDF embedder (fitted on the corpus on first use) -> (B, d)."""
-        if self._embed is None:
-            if self._corpus is None:
-                raise ValueError(f"grouping {self.grouping!r} read embeddings, but no corpus "
-                                 f"was given to fit the embedder on")
-            corpus = self._corpus() if callable(self._corpus) else self._corpus
-            self._embed = fit_tfidf(list(corpus))
-        return self._embed(list(prompts))
-
-    @property
-    def last_embeddings(self) -> np.ndarray | None:
-        """The last batch's embeddings if the grouper computed them (diagnostics reuse them)."""
-        b = self.last_batch
-        return None if b is None else b._embeddings
-
-    def __call__(self, prompts: Sequence[str], tasks: Sequence[str], rewards: torch.Tensor,
-                 prompt_index: torch.Tensor, step: int, examples=None) -> np.ndarray:
-        embed = self.embed if self._corpus is not None else None
-        batch = PromptBatch(list(prompts), list(tasks), embed=embed, rewards=rewards,
-                            prompt_index=prompt_index, examples=examples)
-        self.last_batch = batch
-        if self.reclusterer is not None:
-            return self.reclusterer(batch.embeddings)                       # (B,)
-        ids = self.record(batch, self.k, self.seed * 1_000_003 + step)      # (B,)
-        self._check_not_by_prompt(ids, step)
-        return ids
-
-    def _check_not_by_prompt(self, ids: np.ndarray, step: int) -> None:
-        """A k-taking grouper asked for k < B groups that put every prompt in its own group
-        ran as by_prompt: warned once per run (a study would otherwise compare by_prompt with
-        itself). The usual cause: it matched ``PromptBatch.prompts``, the rendered instruct
-        text, where it meant ``raw_prompts`` or ``fields``."""
-        B = len(ids)
-        if (self._warned or not self.record.takes_k or self.k is None or self.k >= B
-                or len(np.unique(ids)) < B):
-            return
-        self._warned = True
-        warnings.warn(f"grouper {self.grouping!r} put each of the {B} prompts in its own group "
-                      f"at step {step}, though k={self.k} groups were asked for: it ran as "
-                      f"by_prompt. If it reads batch.prompts, note they are what the policy "
-                      f"reads (the rendered instruct question under an answer_format); the "
-                      f"task's own prompt is batch.raw_prompts, its values batch.fields",
-                      GroupingFallback, stacklevel=2)
-
-    def state_dict(self) -> dict:
-        """The Reclusterer's state (empty without one), for the training checkpoint."""
-        rc = self.reclusterer
-        if rc is None or rc.centroids is None:
-            return {}
-        return {"centroids": torch.from_numpy(rc.centroids.copy()),
-                "calls": torch.tensor(rc.calls), "round": torch.tensor(rc.round)}
-
-    def load_state_dict(self, state: dict) -> None:
-        if not state:
-            return
-        if self.reclusterer is None:
-            raise ValueError("the checkpoint holds re-clustering state but this config "
-                             "does not re-cluster (recluster_every=0)")
-        self.reclusterer.centroids = state["centroids"].numpy().astype(np.float64)
-        self.reclusterer.calls, self.reclusterer.round = int(state["calls"]), int(state["round"])

@@ -48,8 +48,13 @@ def check_batch(completions: Sequence, examples: Sequence, stopped: Sequence) ->
     """Raise ValueError unless completions, examples and stopped have one length
     (``zip`` would silently drop the tail of the longer ones)."""
     if not len(completions) == len(examples) == len(stopped):
-        raise ValueError(f"{len(completions)} completions, {len(examples)} examples and "
-                         f"{len(stopped)} stopped flags: need one of each per completion")
+        _refuse_batch(len(completions), len(examples), len(stopped))
+
+
+def _refuse_batch(n: int, e: int, s: int) -> None:
+    raise ValueError((f"{n} completions but {e} examples" if n != e else
+                      f"{n} completions, {e} examples and {s} stopped flags")
+                     + ": need one of each per completion")
 
 
 def accuracy_reward(completions: Sequence[str], examples: Sequence[Example],
@@ -63,25 +68,18 @@ def accuracy_reward(completions: Sequence[str], examples: Sequence[Example],
 def partial_reward(completions: Sequence[str], examples: Sequence[Example],
                    stopped: Sequence[bool]) -> list[float]:
     check_batch(completions, examples, stopped)
-    out = []
-    for c, ex in zip(completions, examples):
-        c = c if not ex.fmt else (extract(c, kind_of(ex.task).read) or "")   # instruct
-        hits = sum(a == b for a, b in zip(c, ex.answer))
-        out.append(hits / max(len(c), len(ex.answer), 1))
-    return out
+    read = [c if not ex.fmt else (extract(c, kind_of(ex.task).read) or "")     # instruct
+            for c, ex in zip(completions, examples)]
+    return [sum(a == b for a, b in zip(c, ex.answer)) / max(len(c), len(ex.answer), 1)
+            for c, ex in zip(read, examples)]
 
 
 def format_reward(completions: Sequence[str], examples: Sequence[Example],
                   stopped: Sequence[bool]) -> list[float]:
     check_batch(completions, examples, stopped)
-    out = []
-    for c, ex, s in zip(completions, examples, stopped):
-        if ex.fmt:                                      # instruct: the requested format
-            out.append(float(follows_format(c, s, ex.fmt)))
-            continue
-        chars = get_task(ex.task).answer_chars
-        out.append(float(bool(s) and len(c) > 0 and all(ch in chars for ch in c)))
-    return out
+    return [float(follows_format(c, s, ex.fmt)) if ex.fmt else   # instruct: the requested format
+            float(bool(s) and len(c) > 0 and set(c) <= set(get_task(ex.task).answer_chars))
+            for c, ex, s in zip(completions, examples, stopped)]
 
 
 def format_if_correct_reward(completions: Sequence[str], examples: Sequence[Example],
@@ -115,35 +113,37 @@ REWARDS = {"accuracy": accuracy_reward, "partial": partial_reward, "format": for
 def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
                     weights: dict[str, float], stopped: Sequence[bool] | None = None
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Weighted sum of the named rewards -> (total (N,), {name: (N,)}).
+    """Weighted sum of the named rewards -> (total (N,), {name: (N,)}); a ValueError names any
+    weight or value (and its sample) not a finite number within ``REWARD_CEILING``."""
+    stopped = [True] * len(completions) if stopped is None else list(stopped)
+    check_batch(completions, examples, stopped)
+    if not all(n in REWARDS and isinstance(w, numbers.Real) and not isinstance(w, bool)
+               and math.isfinite(w) for n, w in weights.items()):
+        _refuse_weights(weights)
+    parts, total = {}, torch.zeros(len(completions))
+    for name, w in weights.items():
+        with user_code(f"reward function {name!r} on {len(completions)} completions"):
+            vals = REWARDS[name](completions, examples, stopped)
+        parts[name] = check_finite_rewards(name, vals, completions)         # (N,) float32
+        total += w * parts[name]
+    if not bool((total.abs() <= REWARD_CEILING).all()):                   # nan, inf, too big
+        _refuse_total(total, weights)
+    return total, parts
 
-    Raises if a weight is not a finite number, or a reward function returns a value that
-    is not a finite number, naming the function and the sample, so a broken reward never
-    reaches the advantages; and if the weighted sum overflows float32.
-    """
-    if len(completions) != len(examples):
-        raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
+
+def _refuse_weights(weights: dict) -> None:
     for name in sorted(weights, key=str):
         lookup(REWARDS, name, "reward function")
     for name, w in weights.items():
         if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
             raise ValueError(f"reward weight {name!r} must be a finite number, got {w!r}")
-    stopped = [True] * len(completions) if stopped is None else list(stopped)
-    check_batch(completions, examples, stopped)
-    parts = {}
-    total = torch.zeros(len(completions))
-    for name, w in weights.items():
-        with user_code(f"reward function {name!r} on {len(completions)} completions"):
-            vals = REWARDS[name](completions, examples, stopped)
-        check_finite_rewards(name, vals, completions)
-        parts[name] = torch.tensor([float(v) for v in vals], dtype=torch.float32)   # (N,)
-        total += w * parts[name]
-    bad = (~(total.abs() <= REWARD_CEILING)).nonzero().flatten()          # nan, inf, too big
-    if len(bad):
-        raise ValueError(f"weighted reward of sample {int(bad[0])} is {float(total[bad[0]]):.4g}: "
-                         f"weights {weights} take it beyond |reward| <= {REWARD_CEILING:g} "
-                         f"(rewards.REWARD_CEILING)")
-    return total, parts
+
+
+def _refuse_total(total: torch.Tensor, weights: dict) -> None:
+    i = int((~(total.abs() <= REWARD_CEILING)).nonzero()[0])
+    raise ValueError(f"weighted reward of sample {i} is {float(total[i]):.4g}: weights "
+                     f"{weights} take it beyond |reward| <= {REWARD_CEILING:g} "
+                     f"(rewards.REWARD_CEILING)")
 
 
 REWARD_CEILING = 1e6
@@ -152,9 +152,21 @@ std, which squares the rewards (float32 overflows past ~1e19), Dr. GRPO's do not
 all (a loss of 1e38), and no verifiable reward needs more than a few digits: rescale."""
 
 
-def check_finite_rewards(name: str, values: Sequence[float], completions: Sequence[str]) -> None:
-    """Raise ``ValueError`` naming the reward function and sample of a non-finite reward or one
-    beyond ``REWARD_CEILING``."""
+def check_finite_rewards(name: str, values, completions: Sequence[str]) -> torch.Tensor:
+    """A reward function's values -> (N,) float32, or a ``ValueError`` naming the function
+    and the sample of a value that is not a finite number within ``REWARD_CEILING``."""
+    v = None
+    if hasattr(values, "__len__") and not isinstance(values, (str, bytes)):
+        try:
+            v = torch.tensor([float(x) for x in values], dtype=torch.float64)    # (N,)
+        except (TypeError, ValueError):
+            pass
+    if v is None or len(v) != len(completions) or not bool((v.abs() <= REWARD_CEILING).all()):
+        _refuse_values(name, values, completions)
+    return v.float()
+
+
+def _refuse_values(name: str, values, completions: Sequence[str]) -> None:
     if not hasattr(values, "__len__") or isinstance(values, (str, bytes)):
         raise ValueError(f"reward function {name!r} returned {values!r:.60}, not a list of "
                          f"{len(completions)} numbers (one per completion)")

@@ -11,8 +11,7 @@ import numpy as np
 import torch
 
 from grpo_lab.teaching.exercise_harness import Failure, call, fmt, report, require_function
-from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch
-from grpo_lab.algorithm.group_diagnostics import cluster_diagnostics
+from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, cluster_diagnostics
 from grpo_lab.registry import lookup
 
 

@@ -297,7 +297,7 @@ class TrainConfig:
     tasks trained (7 for "mixture"), or max(2, prompts_per_step // 4) for one task. The CLI
     refuses --group_k for a grouper without k."""
     combine: str = "cluster"
-    """How a prompt cluster meets its prompts' completions (one of group_advantages.COMBINE):
+    """How a prompt cluster meets its prompts' completions (one of advantages.COMBINE):
     "cluster" runs the advantage estimator on the cluster, "within_prompt_pooled_std"
     centres on the prompt's mean and scales by the cluster's pooled within-prompt std."""
     recluster_every: int = 0
@@ -582,7 +582,7 @@ class TrainConfig:
                              f"checkpoint")
 
     def _check_grouping(self):
-        from grpo_lab.algorithm.group_advantages import COMBINE
+        from grpo_lab.algorithm.advantages import COMBINE
         from grpo_lab.algorithm.grouping import GROUPERS
         if not isinstance(self.grouping, str):        # registering is preset()'s, not ours
             raise ValueError(f"grouping={self.grouping!r}: a config holds a grouper's name; "

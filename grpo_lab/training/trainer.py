@@ -52,13 +52,13 @@ from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
 from grpo_lab.training.config import CONFIG_FILE, TrainConfig, config_changes, to_dict
 from grpo_lab.training.trackers import Trackers, check_installed
 from grpo_lab.distributed import dcp
-from grpo_lab.distributed.exchanges import AdamW, make_exchange
+from grpo_lab.distributed.exchanges import AdamW, make_exchange, wchar
 from grpo_lab.distributed.fsdp import full_parameters
 from grpo_lab.distributed.group import Group
-from grpo_lab.machine import free_cores, wchar
+from grpo_lab.machine import free_cores
 from grpo_lab.policies.model import GPT
 from grpo_lab.policies.policy import frozen, get_policy_kind, load_for
-from grpo_lab.algorithm.reclustering import StepGrouper
+from grpo_lab.algorithm.grouping import StepGrouper
 from grpo_lab.algorithm.scoring import add_time, now, sample_and_score
 from grpo_lab.algorithm.vllm_rollout import rollout_scorer
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,

@@ -21,13 +21,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from grpo_lab.algorithm.advantages import ADVANTAGES, group_stats
+from grpo_lab.algorithm.advantages import (ADVANTAGES, COMBINE, advantage_diagnostics,
+                                           group_stats, grouped_advantages,
+                                           reward_group_diagnostics)
 from grpo_lab.training.config import TrainConfig
 from grpo_lab.algorithm.embeddings import EMBEDDERS, get_embedder
-from grpo_lab.algorithm.group_advantages import COMBINE, grouped_advantages
-from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, get_grouper
-from grpo_lab.algorithm.group_diagnostics import (advantage_diagnostics, advantage_split,
-                                                  cluster_diagnostics, reward_group_diagnostics)
+from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, cluster_diagnostics, get_grouper
 from grpo_lab.tasks.task_data import DATA_DIR, load_mixture
 from grpo_lab.tasks import Example, sample_examples
 from grpo_lab.teaching.widgets import show_figure
@@ -88,8 +87,8 @@ def explore_grouping(prompts, tasks, rewards: torch.Tensor, G: int, X: np.ndarra
     return {"ids": ids.tolist(), "advantages": adv.tolist(), "rewards": rewards.tolist(),
             "group_mean": g_mean.tolist(), "group_std": g_std.tolist(),
             "group_size": count.tolist(),
-            **reward_group_diagnostics(rewards, row_ids), **advantage_diagnostics(adv),
-            **advantage_split(adv, prompt_index),
+            **reward_group_diagnostics(rewards, row_ids),
+            **advantage_diagnostics(adv, prompt_index),
             **cluster_diagnostics(list(prompts), ids, list(tasks), X)}
 
 
