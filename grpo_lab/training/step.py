@@ -49,8 +49,7 @@ from grpo_lab.algorithm.group_advantages import grouped_advantages
 from grpo_lab.algorithm.group_diagnostics import (advantage_diagnostics, advantage_split,
                                                   cluster_diagnostics, informative_groups,
                                                   reward_group_diagnostics)
-from grpo_lab.algorithm.loss import AGGREGATIONS, surrogate_loss
-from grpo_lab.algorithm.policy_losses import ClipRange
+from grpo_lab.algorithm.loss import AGGREGATIONS, ClipRange, surrogate_loss
 from grpo_lab.algorithm.variants import Tokens, active_variants
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.training.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
