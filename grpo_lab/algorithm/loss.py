@@ -219,20 +219,19 @@ register_policy_loss("cispo", cispo_loss, "MiniMax-M1 (MiniMax 2025)",
                      "gradient clipped away")
 
 
-def check_clip(name: str, clip: ClipRange) -> None:
-    """Raise ValueError on a ClipRange the surrogate ``name`` cannot use, saying why."""
-    if clip.dual_clip and not clip.dual_clip > 1:
-        raise ValueError(f"dual_clip must be 0 (off) or > 1 (a bound c <= 1 would cap the "
-                         f"loss of on-policy tokens, ratio 1, with A < 0), got {clip.dual_clip}")
-    if clip.dual_clip and name != "clip":
-        raise ValueError(f"dual_clip is a bound of the 'clip' surrogate; policy_loss={name!r} "
-                         f"does not read it (two_sided's delta is the same bound)")
-    if clip.delta and name != "two_sided":
-        raise ValueError(f"delta is read only by policy_loss='two_sided', not {name!r}")
+def check_clip(name: str, clip: ClipRange) -> ClipRange:
+    """Raise ValueError on a ClipRange the surrogate ``name`` cannot use, saying why -> the
+    ClipRange as floats."""
+    clip = ClipRange(*_numbers(**clip._asdict()))
+    for field, reader in (("dual_clip", "clip"), ("delta", "two_sided")):   # its one reader
+        if getattr(clip, field) and name != reader:
+            raise ValueError(f"{field} is read only by policy_loss={reader!r}; {name!r} does "
+                             f"not read it")
     if "delta" in POLICY_LOSSES[name].needs and not clip.delta > 1 + clip.eps_high:
-        raise ValueError(f"policy_loss='two_sided' needs delta > 1 + eps_high = "
+        raise ValueError(f"policy_loss={name!r} needs delta > 1 + eps_high = "
                          f"{1 + clip.eps_high} (below it the cap binds on A > 0 tokens too), "
                          f"got {clip.delta}")
+    return clip
 
 
 # ---- KL estimators (Schulman 2020): log_r = log pi_ref/pi on tokens sampled from pi
@@ -284,76 +283,57 @@ def sequence_kl(logp, ref_logp, mask, estimator: str = "k3") -> torch.Tensor:
 def surrogate_loss(logp, old_logp, advantages, mask, clip: ClipRange = ClipRange(),
                    aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
                    policy_loss="clip", log_ratio_clamp=0.0, weight=None, terms=()):
-    """The paper's objective, -J without the KL: the surrogate ``policy_loss`` of the ratio
-    at ``ratio_level``, aggregated -> (loss, stats). logp, old_logp, mask: (N, T);
-    advantages: (N,) outcome or (N, T) process supervision; ``clip``: the clip range (and
-    the surrogate's bounds); ``max_len``: dr_grpo's constant (default T).
-
-    What a step variant adds comes in as two arguments (variants.py): ``weight`` (N, T)
-    multiplies each token's policy-gradient term (truncated IS, the masks of
-    ``token_weights.py``; detached); each of ``terms``, ``(logp, old_logp, real) -> ((N, T),
-    {stat: value})`` with padding already 0 in logp and old_logp, is added to each token's
-    loss before the aggregation (beta * KL_t, the entropy bonus), its stats to the stats.
-    """
-    advantages = _check_inputs(logp, old_logp, None, advantages, mask, clip.eps_low,
-                               clip.eps_high, 0.0, aggregation, max_len)
-    lookup(RATIO_LEVELS, ratio_level, "ratio_level")
-    lookup(POLICY_LOSSES, policy_loss, "policy_loss")
-    check_clip(policy_loss, clip)
-    _check_clamp("log_ratio_clamp", log_ratio_clamp)
-    if weight is not None and weight.shape != logp.shape:
-        raise ValueError(f"tis_weight {tuple(weight.shape)} must be logp's (N, T) shape "
-                         f"{tuple(logp.shape)}")
+    """-> (loss, stats): the paper's objective -J without the KL, the surrogate ``policy_loss``
+    of the ratio at ``ratio_level``, aggregated. logp, old_logp, mask: (N, T); advantages: (N,)
+    or (N, T); ``max_len``: dr_grpo's constant (default T). A step variant's part (variants.py):
+    ``weight`` (N, T) multiplies each token's surrogate (detached); each of ``terms``,
+    ``(logp, old_logp, real) -> ((N, T), stats)`` with padding 0 in logp and old_logp, is added
+    to each token's loss before the aggregation, its stats to the stats."""
+    A, clip = _check_inputs(logp, old_logp, advantages, mask, weight, clip, aggregation,
+                            max_len, ratio_level, policy_loss, log_ratio_clamp)
     real = mask.bool()                                                     # (N, T) True = token
     logp = torch.where(real, logp, 0.0)                                    # (N, T) padding -> 0
     old_logp = torch.where(real, old_logp, 0.0)                            # (N, T)
     mask = mask.to(logp.dtype)
-    if advantages.dim() == 2:
-        advantages = torch.where(real, advantages, 0.0)                    # (N, T) padding -> 0
-    A = advantages[:, None] if advantages.dim() == 1 else advantages       # (N, 1) or (N, T)
+    A = A[:, None] if A.dim() == 1 else torch.where(real, A, 0.0)          # (N, 1) or (N, T)
     ratio = RATIO_LEVELS[ratio_level](logp, old_logp, mask, log_ratio_clamp)  # (N, T)
-    per_tok = POLICY_LOSSES[policy_loss](ratio, logp, A, clip)             # (N, T)
+    per_tok = POLICY_LOSSES[policy_loss].fn(ratio, logp, A, clip)          # (N, T)
     if weight is not None:
         per_tok = per_tok * torch.where(real, weight, 0.0).detach()        # (N, T) TIS, masks
     added = {}
     for term in terms:
         x, s = term(logp, old_logp, real)                                  # (N, T)
         per_tok, added = per_tok + x, {**added, **s}
-    loss = AGGREGATIONS[aggregation](per_tok, mask, max_len or logp.shape[1])
+    loss = AGGREGATIONS[aggregation].fn(per_tok, mask, max_len or logp.shape[1])
     with torch.no_grad():
         n_tok = mask.sum().clamp(min=1)
-        low = ((ratio < 1 - clip.eps_low) & (A < 0)).to(mask.dtype)        # clipped below
-        high = ((ratio > 1 + clip.eps_high) & (A > 0)).to(mask.dtype)      # clipped above
-        stats = {
-            "loss/total": float(loss),
-            "clip/low_frac": float((low * mask).sum() / n_tok),
-            "clip/high_frac": float((high * mask).sum() / n_tok),
-            "clip/ratio_mean": float((ratio * mask).sum() / n_tok),
-        }
+        frac = lambda hit: float((hit.to(mask.dtype) * mask).sum() / n_tok)  # noqa: E731
+        stats = {"loss/total": float(loss),
+                 "clip/low_frac": frac((ratio < 1 - clip.eps_low) & (A < 0)),     # clipped below
+                 "clip/high_frac": frac((ratio > 1 + clip.eps_high) & (A > 0)),   # clipped above
+                 "clip/ratio_mean": float((ratio * mask).sum() / n_tok)}
         if clip.dual_clip:                 # tokens whose loss the dual-clip bound -c A replaced
-            dual = ((ratio > clip.dual_clip) & (A < 0)).to(mask.dtype)     # r > c, A < 0
-            stats["clip/dual_frac"] = float((dual * mask).sum() / n_tok)
+            stats["clip/dual_frac"] = frac((ratio > clip.dual_clip) & (A < 0))
     return loss, {**stats, **added}
 
 
 def kl_term(logp, old_logp, ref_logp, real, kl_estimator="k3", log_ratio_clamp=0.0,
             kl_clamp=0.0, kl_bias_correction=False):
-    """Each token's KL estimate KL_it (N, T) with its gradient (eq. 4 for k3), from logp and
-    old_logp with padding 0 and ref_logp (N, T); the clamps and the bias correction of the
-    module docstring -> (KL_it, loss/kl: its mean over the real tokens)."""
-    _first_non_finite("ref_logp", ref_logp, real)
+    """Each token's KL estimate KL_it (N, T) with its gradient (eq. 4 for k3) from logp and
+    old_logp with padding 0 and ref_logp (N, T), the clamps and the bias correction of the
+    module docstring -> (KL_it, its mean over the real tokens: loss/kl)."""
     d = torch.where(real, ref_logp, 0.0) - logp                            # (N, T) log(pi_ref/pi)
+    if not torch.isfinite(d).all():                # logp is finite: ref_logp is not
+        _first_non_finite("ref_logp", ref_logp, real)
     if log_ratio_clamp:
         d = d.clamp(-log_ratio_clamp, log_ratio_clamp)                     # verl: +-20
-    kl = KL_ESTIMATORS[kl_estimator](d)                                    # (N, T) k3: eq. 4
+    kl = KL_ESTIMATORS[kl_estimator].fn(d)                                 # (N, T) k3: eq. 4
     if kl_clamp:
         kl = kl.clamp(-kl_clamp, kl_clamp)                                 # verl: +-10
     if kl_bias_correction:
         kl = kl * torch.exp(logp - old_logp)                               # (N, T) DeepSeek-V3.2
-    with torch.no_grad():
-        m = real.to(logp.dtype)
-        mean = float((kl * m).sum() / m.sum().clamp(min=1))
-    return kl, mean
+    m = real.to(logp.dtype)
+    return kl, float((kl.detach() * m).sum() / m.sum().clamp(min=1))
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=0.2,
@@ -368,8 +348,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     ``ref_logp`` may be None when beta == 0; stats then has no "loss/kl" (nothing was
     computed: absent, not 0). ``entropy`` (N, T), with its graph, is needed when
     entropy_coef != 0; ``tis_weight`` (N, T) multiplies the policy-gradient term; ``keep``
-    (N,) bool drops rows. ``policy_loss`` names a surrogate of ``POLICY_LOSSES``
-    (dual_clip, delta: its ClipRange); the clamps and kl_bias_correction: the module docstring.
+    (N,) bool drops rows. ``policy_loss`` names a surrogate of ``POLICY_LOSSES`` (dual_clip,
+    delta: its ClipRange); the clamps and kl_bias_correction: the module docstring.
     The GRPO step calls ``surrogate_loss`` itself, its variants' terms from variants.py.
     """
     if keep is not None:
@@ -380,12 +360,13 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
         logp, old_logp, ref_logp, mask, entropy, tis_weight = (
             rows(x) for x in (logp, old_logp, ref_logp, mask, entropy, tis_weight))
         advantages = rows(torch.as_tensor(advantages))
-    advantages = _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high,
-                               beta, aggregation, max_len)
-    _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_weight, beta,
-                    log_ratio_clamp, kl_clamp)
-    clip = ClipRange(float(eps_low), float(eps_high), _number("dual_clip", dual_clip),
-                     _number("delta", delta))
+    beta, entropy_coef, _ = _numbers(beta=beta, entropy_coef=entropy_coef, kl_clamp=kl_clamp)
+    lookup(KL_ESTIMATORS, kl_estimator, "kl_estimator")
+    check_kl_in_loss(kl_estimator, beta)
+    for coef, value, name, x in (("beta", beta, "ref_logp", ref_logp),
+                                 ("entropy_coef", entropy_coef, "entropy", entropy)):
+        if value and (x is None or x.shape != logp.shape):
+            raise ValueError(f"{coef}={value} needs {name} of the same (N, T) shape as logp")
     terms = []
     if beta != 0:
         def kl(lp, old, real):
@@ -395,74 +376,43 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
         terms.append(kl)
     if entropy_coef != 0:
         terms.append(lambda lp, old, real: (-entropy_coef * torch.where(real, entropy, 0.0), {}))
-    return surrogate_loss(logp, old_logp, advantages, mask, clip, aggregation, max_len,
+    return surrogate_loss(logp, old_logp, advantages, mask,
+                          ClipRange(eps_low, eps_high, dual_clip, delta), aggregation, max_len,
                           ratio_level, policy_loss, log_ratio_clamp, tis_weight, terms)
 
 
-def _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta,
-                  aggregation, max_len) -> torch.Tensor:
-    """Raise ValueError naming the first bad value; -> advantages as a floating tensor."""
-    lookup(AGGREGATIONS, aggregation, "aggregation")
-    if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
+def _check_inputs(logp, old_logp, advantages, mask, weight, clip, aggregation, max_len,
+                  ratio_level, policy_loss, log_ratio_clamp):
+    """Raise ValueError naming the first bad argument -> (advantages as a float tensor, clip
+    as floats): the names, the shapes, the numbers, then the values on the real tokens."""
+    for table, name, value in ((AGGREGATIONS, "aggregation", aggregation),
+                               (RATIO_LEVELS, "ratio_level", ratio_level),
+                               (POLICY_LOSSES, "policy_loss", policy_loss)):
+        lookup(table, value, name)
+    if logp.dim() != 2 or not logp.shape == old_logp.shape == mask.shape:
         raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and "
                          f"mask {tuple(mask.shape)} must be one (N, T) shape")
-    if logp.shape[0] == 0 or logp.shape[1] == 0:
+    if 0 in logp.shape:
         raise ValueError(f"no completions to score: logp has shape {tuple(logp.shape)} "
                          f"(N = 0 or T = 0)")
-    if not torch.is_tensor(advantages):
-        advantages = torch.as_tensor(advantages, device=logp.device)      # list, numpy
-    if not advantages.is_floating_point():
-        advantages = advantages.to(logp.dtype)                             # ints, bools -> float
-    if advantages.shape not in (logp.shape[:1], logp.shape):
-        raise ValueError(f"advantages {tuple(advantages.shape)} must be (N,) or (N, T) = "
-                         f"{tuple(logp.shape)}")
-    beta, eps_low, eps_high = (_number(n, v) for n, v in
-                               [("beta", beta), ("eps_low", eps_low), ("eps_high", eps_high)])
-    if not (math.isfinite(beta) and beta >= 0):
-        raise ValueError(f"beta must be finite and >= 0, got {beta}")
-    if not 0 <= eps_low < 1:                                               # False for NaN too
-        raise ValueError(f"eps_low must be finite and in [0, 1), got {eps_low}")
-    if not (math.isfinite(eps_high) and eps_high >= 0):
-        raise ValueError(f"eps_high must be finite and >= 0, got {eps_high}")
+    A = torch.as_tensor(advantages, device=logp.device)                   # lists, numpy
+    A = A if A.is_floating_point() else A.to(logp.dtype)                   # ints, bools -> float
+    for name, x, shapes in (("advantages", A, (logp.shape[:1], logp.shape)),
+                            ("tis_weight", weight, (logp.shape,))):
+        if x is not None and x.shape not in shapes:
+            raise ValueError(f"{name} {tuple(x.shape)} must be one of "
+                             f"{[tuple(s) for s in shapes]}: (N,) or (N, T) = logp's")
+    clip = check_clip(policy_loss, clip)
+    _numbers(log_ratio_clamp=log_ratio_clamp)
     if max_len is not None and not (isinstance(max_len, numbers.Integral) and max_len > 0):
         raise ValueError(f"max_len must be a positive int (the dr_grpo normaliser), "
                          f"got {max_len!r}")
-    if beta != 0 and (ref_logp is None or ref_logp.shape != logp.shape):
-        raise ValueError("beta != 0 needs ref_logp of the same (N, T) shape as logp")
     real = mask.bool()                                                     # (N, T)
-    if advantages.dim() == 1:
-        _first_non_finite("advantage", advantages, torch.ones_like(advantages, dtype=torch.bool))
-    else:
-        _first_non_finite("advantage", advantages, real)
-    _first_non_finite("logp", logp.detach(), real)
-    _first_non_finite("old_logp", old_logp, real)
-    if beta != 0:
-        _first_non_finite("ref_logp", ref_logp, real)
-    return advantages
-
-
-def _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_weight, beta=0,
-                    log_ratio_clamp=0.0, kl_clamp=0.0):
-    for name, value, table in (("ratio_level", ratio_level, RATIO_LEVELS),
-                               ("kl_estimator", kl_estimator, KL_ESTIMATORS)):
-        lookup(table, value, name)
-    check_kl_in_loss(kl_estimator, beta)
-    for name, value in (("log_ratio_clamp", log_ratio_clamp), ("kl_clamp", kl_clamp)):
-        _check_clamp(name, value)
-    coef = _number("entropy_coef", entropy_coef)
-    if not math.isfinite(coef):
-        raise ValueError(f"entropy_coef must be finite, got {coef}")
-    if coef != 0 and (entropy is None or entropy.shape != logp.shape):
-        raise ValueError(f"entropy_coef={coef} needs entropy of the same (N, T) shape as logp")
-    if tis_weight is not None and tis_weight.shape != logp.shape:
-        raise ValueError(f"tis_weight {tuple(tis_weight.shape)} must be logp's (N, T) shape "
-                         f"{tuple(logp.shape)}")
-
-
-def _check_clamp(name: str, value) -> None:
-    c = _number(name, value)
-    if not (math.isfinite(c) and c >= 0):
-        raise ValueError(f"{name} must be 0 (off) or a finite bound > 0, got {c}")
+    for name, x in (("advantage", A), ("logp", logp.detach()), ("old_logp", old_logp)):
+        on = real if x.dim() == 2 else torch.ones_like(x, dtype=torch.bool)  # (N, T) or (N,)
+        if not (torch.isfinite(x) | ~on).all():
+            _first_non_finite(name, x, on)
+    return A, clip
 
 
 def check_kl_in_loss(kl_estimator: str, beta) -> None:
@@ -474,14 +424,33 @@ def check_kl_in_loss(kl_estimator: str, beta) -> None:
                          f"the loss, or put k1 in the reward (kl_in='reward')")
 
 
-def _number(name: str, value) -> float:
-    if not (isinstance(value, numbers.Real) or torch.is_tensor(value) and value.numel() == 1):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    return float(value)
+_NONNEGATIVE = (lambda x: 0 <= x < math.inf, "finite and >= 0")
+_BOUND = (lambda x: 0 <= x < math.inf, "0 (off) or a finite bound > 0")
+# what each number argument must be: name -> (test of its float, what the error says)
+NUMBERS = {
+    "eps_low": (lambda x: 0 <= x < 1, "finite and in [0, 1)"),               # False for NaN
+    "eps_high": _NONNEGATIVE, "beta": _NONNEGATIVE, "log_ratio_clamp": _BOUND, "kl_clamp": _BOUND,
+    "entropy_coef": (math.isfinite, "finite"),
+    "dual_clip": (lambda x: x == 0 or x > 1, "0 (off) or > 1 (a bound c <= 1 would cap the "
+                  "loss of on-policy tokens, ratio 1, with A < 0)"),
+    "delta": (lambda x: 0 <= x < math.inf, "0 (off) or a finite cap > 1 + eps_high"),
+}
+
+
+def _numbers(**values) -> list[float]:
+    """Raise ValueError naming the first value that is not a number within its ``NUMBERS``
+    range -> the values as floats."""
+    for name, v in values.items():
+        if not (isinstance(v, numbers.Real) or torch.is_tensor(v) and v.numel() == 1):
+            raise ValueError(f"{name} must be a number, got {v!r}")
+        if not NUMBERS[name][0](float(v)):
+            raise ValueError(f"{name} must be {NUMBERS[name][1]}, got {float(v)}")
+    return [float(v) for v in values.values()]
 
 
 def _first_non_finite(name: str, x: torch.Tensor, where: torch.Tensor) -> None:
-    """Raise naming the first non-finite entry of ``x`` among the ``where`` positions."""
+    """Raise naming the first non-finite entry of ``x`` among the ``where`` positions (called
+    once a check found one, so the search runs on the failure path only)."""
     bad = (where & ~torch.isfinite(x)).nonzero()                           # (n_bad, x.dim())
     if len(bad):
         pos = tuple(bad[0].tolist())
