@@ -282,15 +282,20 @@ def sequence_kl(logp, ref_logp, mask, estimator: str = "k3") -> torch.Tensor:
 
 def surrogate_loss(logp, old_logp, advantages, mask, clip: ClipRange = ClipRange(),
                    aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
-                   policy_loss="clip", log_ratio_clamp=0.0, weight=None, terms=()):
+                   policy_loss="clip", log_ratio_clamp=0.0, weight=None, terms=(), *,
+                   checked=False):
     """-> (loss, stats): the paper's objective -J without the KL, the surrogate ``policy_loss``
     of the ratio at ``ratio_level``, aggregated. logp, old_logp, mask: (N, T); advantages: (N,)
     or (N, T); ``max_len``: dr_grpo's constant (default T). A step variant's part (variants.py):
     ``weight`` (N, T) multiplies each token's surrogate (detached); each of ``terms``,
     ``(logp, old_logp, real) -> ((N, T), stats)`` with padding 0 in logp and old_logp, is added
-    to each token's loss before the aggregation, its stats to the stats."""
-    A, clip = _check_inputs(logp, old_logp, advantages, mask, weight, clip, aggregation,
-                            max_len, ratio_level, policy_loss, log_ratio_clamp)
+    to each token's loss before the aggregation, its stats to the stats. ``checked``: the
+    settings (clip to log_ratio_clamp) were checked once already (a TrainConfig does); the
+    tensors are checked on every call."""
+    if not checked:
+        clip = _check_settings(clip, aggregation, max_len, ratio_level, policy_loss,
+                               log_ratio_clamp)
+    A = _check_tensors(logp, old_logp, advantages, mask, weight)
     real = mask.bool()                                                     # (N, T) True = token
     logp = torch.where(real, logp, 0.0)                                    # (N, T) padding -> 0
     old_logp = torch.where(real, old_logp, 0.0)                            # (N, T)
@@ -381,14 +386,22 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
                           ratio_level, policy_loss, log_ratio_clamp, tis_weight, terms)
 
 
-def _check_inputs(logp, old_logp, advantages, mask, weight, clip, aggregation, max_len,
-                  ratio_level, policy_loss, log_ratio_clamp):
-    """Raise ValueError naming the first bad argument -> (advantages as a float tensor, clip
-    as floats): the names, the shapes, the numbers, then the values on the real tokens."""
+def _check_settings(clip, aggregation, max_len, ratio_level, policy_loss, log_ratio_clamp):
+    """Raise ValueError naming the first bad setting of surrogate_loss -> clip as floats."""
     for table, name, value in ((AGGREGATIONS, "aggregation", aggregation),
                                (RATIO_LEVELS, "ratio_level", ratio_level),
                                (POLICY_LOSSES, "policy_loss", policy_loss)):
         lookup(table, value, name)
+    _numbers(log_ratio_clamp=log_ratio_clamp)
+    if max_len is not None and not (isinstance(max_len, numbers.Integral) and max_len > 0):
+        raise ValueError(f"max_len must be a positive int (the dr_grpo normaliser), "
+                         f"got {max_len!r}")
+    return check_clip(policy_loss, clip)
+
+
+def _check_tensors(logp, old_logp, advantages, mask, weight) -> torch.Tensor:
+    """Raise ValueError naming the first bad shape or non-finite value on a real token ->
+    advantages as a floating tensor."""
     if logp.dim() != 2 or not logp.shape == old_logp.shape == mask.shape:
         raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and "
                          f"mask {tuple(mask.shape)} must be one (N, T) shape")
@@ -402,17 +415,12 @@ def _check_inputs(logp, old_logp, advantages, mask, weight, clip, aggregation, m
         if x is not None and x.shape not in shapes:
             raise ValueError(f"{name} {tuple(x.shape)} must be one of "
                              f"{[tuple(s) for s in shapes]}: (N,) or (N, T) = logp's")
-    clip = check_clip(policy_loss, clip)
-    _numbers(log_ratio_clamp=log_ratio_clamp)
-    if max_len is not None and not (isinstance(max_len, numbers.Integral) and max_len > 0):
-        raise ValueError(f"max_len must be a positive int (the dr_grpo normaliser), "
-                         f"got {max_len!r}")
     real = mask.bool()                                                     # (N, T)
     for name, x in (("advantage", A), ("logp", logp.detach()), ("old_logp", old_logp)):
         on = real if x.dim() == 2 else torch.ones_like(x, dtype=torch.bool)  # (N, T) or (N,)
         if not (torch.isfinite(x) | ~on).all():
             _first_non_finite(name, x, on)
-    return A, clip
+    return A
 
 
 def check_kl_in_loss(kl_estimator: str, beta) -> None:
