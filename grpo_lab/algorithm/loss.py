@@ -71,9 +71,18 @@ with its gradient. Padding is zeroed by the caller.
     ``method="cispo"`` sets that. The GSPO ratio (ratio_level="sequence") is accepted: the
     weight is then the clipped sequence ratio on every token.
 
-Inputs are checked before any arithmetic, each error naming the value: N = 0 or T = 0,
-a NaN/inf advantage, a non-finite log-prob (logp, old_logp, ref_logp) on a real token,
-beta not finite or < 0, eps_low outside [0, 1), eps_high < 0 or not finite. Padding
+The GRPO step (training/step.py) calls ``surrogate_loss``, the paper's objective without the
+KL; what a step variant adds (variants.py) comes in as two arguments: ``weight`` multiplies
+each token's surrogate (truncated IS, the masks of ``token_weights.py``), and each of
+``terms`` is added to each token's loss before the aggregation (beta * KL_it from
+``kl_term``, the entropy bonus). ``grpo_loss`` is eq. 3 in one call, the same pieces.
+
+Inputs are checked before any arithmetic, each error naming the value. The tensors on every
+call: the shapes, N = 0 or T = 0, a NaN/inf advantage, a non-finite log-prob (logp,
+old_logp, ref_logp) on a real token (the search for the first one runs only once a cheap
+all-finite test failed). The settings (``NUMBERS``: beta, eps_low in [0, 1), eps_high, the
+clamps, the clip range; the names; max_len) once: by ``surrogate_loss`` unless
+``checked=True`` says a TrainConfig checked them at construction, as the step does. Padding
 (mask False) may hold anything, NaN and -inf included: it is replaced by 0 with
 ``torch.where`` before the arithmetic, never multiplied by the mask (0 x NaN = NaN).
 Advantages may be ints, lists or numpy arrays (ints become logp's dtype).
@@ -284,21 +293,16 @@ def surrogate_loss(logp, old_logp, advantages, mask, clip: ClipRange = ClipRange
                    aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
                    policy_loss="clip", log_ratio_clamp=0.0, weight=None, terms=(), *,
                    checked=False):
-    """-> (loss, stats): the paper's objective -J without the KL, the surrogate ``policy_loss``
-    of the ratio at ``ratio_level``, aggregated. logp, old_logp, mask: (N, T); advantages: (N,)
-    or (N, T); ``max_len``: dr_grpo's constant (default T). A step variant's part (variants.py):
-    ``weight`` (N, T) multiplies each token's surrogate (detached); each of ``terms``,
-    ``(logp, old_logp, real) -> ((N, T), stats)`` with padding 0 in logp and old_logp, is added
-    to each token's loss before the aggregation, its stats to the stats. ``checked``: the
-    settings (clip to log_ratio_clamp) were checked once already (a TrainConfig does); the
-    tensors are checked on every call."""
+    """-> (loss, stats): -J without the KL, the ``policy_loss`` surrogate of the ``ratio_level``
+    ratio, aggregated. logp, old_logp, mask, ``weight`` (detached): (N, T); advantages: (N,) or
+    (N, T); ``max_len``: dr_grpo's constant (default T); ``terms``: ``(logp, old_logp, real) ->
+    ((N, T), stats)``, given padding 0; ``checked``: the settings were checked already."""
     if not checked:
         clip = _check_settings(clip, aggregation, max_len, ratio_level, policy_loss,
                                log_ratio_clamp)
     A = _check_tensors(logp, old_logp, advantages, mask, weight)
     real = mask.bool()                                                     # (N, T) True = token
-    logp = torch.where(real, logp, 0.0)                                    # (N, T) padding -> 0
-    old_logp = torch.where(real, old_logp, 0.0)                            # (N, T)
+    logp, old_logp = (torch.where(real, x, 0.0) for x in (logp, old_logp))  # (N, T) padding 0
     mask = mask.to(logp.dtype)
     A = A[:, None] if A.dim() == 1 else torch.where(real, A, 0.0)          # (N, 1) or (N, T)
     ratio = RATIO_LEVELS[ratio_level](logp, old_logp, mask, log_ratio_clamp)  # (N, T)
@@ -324,9 +328,8 @@ def surrogate_loss(logp, old_logp, advantages, mask, clip: ClipRange = ClipRange
 
 def kl_term(logp, old_logp, ref_logp, real, kl_estimator="k3", log_ratio_clamp=0.0,
             kl_clamp=0.0, kl_bias_correction=False):
-    """Each token's KL estimate KL_it (N, T) with its gradient (eq. 4 for k3) from logp and
-    old_logp with padding 0 and ref_logp (N, T), the clamps and the bias correction of the
-    module docstring -> (KL_it, its mean over the real tokens: loss/kl)."""
+    """logp, old_logp (padding 0), ref_logp: (N, T) -> (KL_it (N, T) with its gradient, eq. 4
+    for k3; its mean over the real tokens); the clamps, the bias correction: module docstring."""
     d = torch.where(real, ref_logp, 0.0) - logp                            # (N, T) log(pi_ref/pi)
     if not torch.isfinite(d).all():                # logp is finite: ref_logp is not
         _first_non_finite("ref_logp", ref_logp, real)
@@ -402,19 +405,18 @@ def _check_settings(clip, aggregation, max_len, ratio_level, policy_loss, log_ra
 def _check_tensors(logp, old_logp, advantages, mask, weight) -> torch.Tensor:
     """Raise ValueError naming the first bad shape or non-finite value on a real token ->
     advantages as a floating tensor."""
-    if logp.dim() != 2 or not logp.shape == old_logp.shape == mask.shape:
-        raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and "
-                         f"mask {tuple(mask.shape)} must be one (N, T) shape")
+    A = torch.as_tensor(advantages, device=logp.device)                   # lists, numpy
+    A = A if A.is_floating_point() else A.to(logp.dtype)                   # ints, bools -> float
+    NT = logp.shape if logp.dim() == 2 else None                           # (N, T)
+    for name, x, ok in (("old_logp", old_logp, [NT]), ("mask", mask, [NT]),
+                        ("tis_weight", weight, [NT]), ("advantages", A, [NT, logp.shape[:1]])):
+        if x is not None and x.shape not in ok:
+            raise ValueError(f"logp, old_logp, mask and tis_weight must be one (N, T) shape, "
+                             f"advantages (N,) or (N, T): logp has {tuple(logp.shape)}, "
+                             f"{name} {tuple(x.shape)}")
     if 0 in logp.shape:
         raise ValueError(f"no completions to score: logp has shape {tuple(logp.shape)} "
                          f"(N = 0 or T = 0)")
-    A = torch.as_tensor(advantages, device=logp.device)                   # lists, numpy
-    A = A if A.is_floating_point() else A.to(logp.dtype)                   # ints, bools -> float
-    for name, x, shapes in (("advantages", A, (logp.shape[:1], logp.shape)),
-                            ("tis_weight", weight, (logp.shape,))):
-        if x is not None and x.shape not in shapes:
-            raise ValueError(f"{name} {tuple(x.shape)} must be one of "
-                             f"{[tuple(s) for s in shapes]}: (N,) or (N, T) = logp's")
     real = mask.bool()                                                     # (N, T)
     for name, x in (("advantage", A), ("logp", logp.detach()), ("old_logp", old_logp)):
         on = real if x.dim() == 2 else torch.ones_like(x, dtype=torch.bool)  # (N, T) or (N,)

@@ -412,9 +412,8 @@ def split_batch(batch, m: int) -> list:
 
 def backward(objective, policy, parts: list, cfg, world: int = 1,
              clock: dict | None = None) -> dict:
-    """objective -> backward on each micro-batch (``split_batch``), the gradients adding up in
-    ``.grad`` to the batch's -> the shares, summed; ``clock`` gets time/loss_forward_s and
-    time/backward_s added."""
+    """objective's backward on each micro-batch (``split_batch``), adding up in ``.grad`` ->
+    the shares, summed; ``clock`` gets time/loss_forward_s and time/backward_s added."""
     shares, clock = {}, {} if clock is None else clock
     for part in parts:
         t0 = now()
