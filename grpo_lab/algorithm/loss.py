@@ -232,10 +232,11 @@ def check_clip(name: str, clip: ClipRange) -> ClipRange:
     """Raise ValueError on a ClipRange the surrogate ``name`` cannot use, saying why -> the
     ClipRange as floats."""
     clip = ClipRange(*_numbers(**clip._asdict()))
-    for field, reader in (("dual_clip", "clip"), ("delta", "two_sided")):   # its one reader
+    for field, reader, hint in (("dual_clip", "clip", " (two_sided's delta is the same bound)"),
+                                ("delta", "two_sided", "")):               # its one reader
         if getattr(clip, field) and name != reader:
             raise ValueError(f"{field} is read only by policy_loss={reader!r}; {name!r} does "
-                             f"not read it")
+                             f"not read it{hint}")
     if "delta" in POLICY_LOSSES[name].needs and not clip.delta > 1 + clip.eps_high:
         raise ValueError(f"policy_loss={name!r} needs delta > 1 + eps_high = "
                          f"{1 + clip.eps_high} (below it the cap binds on A > 0 tokens too), "
