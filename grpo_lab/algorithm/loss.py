@@ -327,10 +327,11 @@ def surrogate_loss(logp, old_logp, advantages, mask, clip: ClipRange = ClipRange
     return loss, {**stats, **added}
 
 
-def kl_term(logp, old_logp, ref_logp, real, kl_estimator="k3", log_ratio_clamp=0.0,
+def kl_term(logp, old_logp, ref_logp, real, beta, kl_estimator="k3", log_ratio_clamp=0.0,
             kl_clamp=0.0, kl_bias_correction=False):
-    """logp, old_logp (padding 0), ref_logp: (N, T) -> (KL_it (N, T) with its gradient, eq. 4
-    for k3; its mean over the real tokens); the clamps, the bias correction: module docstring."""
+    """logp, old_logp (padding 0), ref_logp: (N, T) -> (beta * KL_it (N, T) with its gradient,
+    eq. 4 for k3; loss/kl and loss/kl_<estimator>: KL_it's mean over the real tokens), a term
+    of ``surrogate_loss``; the clamps, the bias correction: the module docstring."""
     d = torch.where(real, ref_logp, 0.0) - logp                            # (N, T) log(pi_ref/pi)
     if not torch.isfinite(d).all():                # logp is finite: ref_logp is not
         _first_non_finite("ref_logp", ref_logp, real)
@@ -342,7 +343,8 @@ def kl_term(logp, old_logp, ref_logp, real, kl_estimator="k3", log_ratio_clamp=0
     if kl_bias_correction:
         kl = kl * torch.exp(logp - old_logp)                               # (N, T) DeepSeek-V3.2
     m = real.to(logp.dtype)
-    return kl, float((kl.detach() * m).sum() / m.sum().clamp(min=1))
+    mean = float((kl.detach() * m).sum() / m.sum().clamp(min=1))
+    return beta * kl, {"loss/kl": mean, f"loss/kl_{kl_estimator}": mean}
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=0.2,
@@ -354,8 +356,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     paper's objective ``surrogate_loss`` with beta * KL_it (``kl_term``) and the entropy bonus
     as its terms. logp, old_logp, ref_logp, mask: (N, T); advantages: (N,) or (N, T).
 
-    ``ref_logp`` may be None when beta == 0; stats then has no "loss/kl" (nothing was
-    computed: absent, not 0). ``entropy`` (N, T), with its graph, is needed when
+    ``ref_logp`` may be None when beta == 0; stats then has no "loss/kl" nor
+    "loss/kl_<estimator>" (nothing was computed: absent, not 0). ``entropy`` (N, T), with its graph, is needed when
     entropy_coef != 0; ``tis_weight`` (N, T) multiplies the policy-gradient term; ``keep``
     (N,) bool drops rows. ``policy_loss`` names a surrogate of ``POLICY_LOSSES`` (dual_clip,
     delta: its ClipRange); the clamps and kl_bias_correction: the module docstring.
@@ -378,11 +380,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
             raise ValueError(f"{coef}={value} needs {name} of the same (N, T) shape as logp")
     terms = []
     if beta != 0:
-        def kl(lp, old, real):
-            k, mean = kl_term(lp, old, ref_logp, real, kl_estimator, log_ratio_clamp, kl_clamp,
-                              kl_bias_correction)
-            return beta * k, {"loss/kl": mean}
-        terms.append(kl)
+        terms.append(lambda lp, old, real: kl_term(lp, old, ref_logp, real, beta, kl_estimator,
+                                                   log_ratio_clamp, kl_clamp, kl_bias_correction))
     if entropy_coef != 0:
         terms.append(lambda lp, old, real: (-entropy_coef * torch.where(real, entropy, 0.0), {}))
     return surrogate_loss(logp, old_logp, advantages, mask,
