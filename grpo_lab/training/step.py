@@ -307,8 +307,9 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
                batch.advantages.to(dev), rows)    # overlong "mask" (TRL): the rows stay
     ws = [v.weight(cfg, t) for v in variants if v.weight is not None]     # (N_r, Tc) detached
     w = reduce(operator.mul, ws) if ws else None  # their product: the pg term's weight
-    mine, mine_w = (t, w) if counts_dropped or keep.all() else (   # overlong "filter": the
-        _rows_of(t, keep), w if w is None else w[keep])              # kept rows only
+    mine, mine_w = t, w                            # overlong "filter": the kept rows only
+    if not (counts_dropped or keep.all()):
+        mine, mine_w = _rows_of(t, keep), None if w is None else w[keep]
     loss, stats = surrogate_loss(
         mine.logp, mine.old, mine.advantages, mine.mask,
         ClipRange(cfg.eps_low, cfg.eps_high, cfg.dual_clip, cfg.clip_delta), cfg.aggregation,
