@@ -357,10 +357,11 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     as its terms. logp, old_logp, ref_logp, mask: (N, T); advantages: (N,) or (N, T).
 
     ``ref_logp`` may be None when beta == 0; stats then has no "loss/kl" nor
-    "loss/kl_<estimator>" (nothing was computed: absent, not 0). ``entropy`` (N, T), with its graph, is needed when
-    entropy_coef != 0; ``tis_weight`` (N, T) multiplies the policy-gradient term; ``keep``
-    (N,) bool drops rows. ``policy_loss`` names a surrogate of ``POLICY_LOSSES`` (dual_clip,
-    delta: its ClipRange); the clamps and kl_bias_correction: the module docstring.
+    "loss/kl_<estimator>" (nothing was computed: absent, not 0). ``entropy`` (N, T), with its
+    graph, is needed when entropy_coef != 0; ``tis_weight`` (N, T) multiplies the
+    policy-gradient term; ``keep`` (N,) bool drops rows. ``policy_loss`` names a surrogate of
+    ``POLICY_LOSSES`` (dual_clip, delta: its ClipRange); the clamps and kl_bias_correction:
+    the module docstring.
     The GRPO step calls ``surrogate_loss`` itself, its variants' terms from variants.py.
     """
     if keep is not None:
@@ -434,16 +435,17 @@ def check_kl_in_loss(kl_estimator: str, beta) -> None:
                          f"the loss, or put k1 in the reward (kl_in='reward')")
 
 
+# what each number argument must be: name -> (test of its float, what the error says); every
+# test is False for NaN, and 0 <= x < inf for inf too
 _NONNEGATIVE = (lambda x: 0 <= x < math.inf, "finite and >= 0")
 _BOUND = (lambda x: 0 <= x < math.inf, "0 (off) or a finite bound > 0")
-# what each number argument must be: name -> (test of its float, what the error says)
 NUMBERS = {
-    "eps_low": (lambda x: 0 <= x < 1, "finite and in [0, 1)"),               # False for NaN
+    "eps_low": (lambda x: 0 <= x < 1, "finite and in [0, 1)"),
     "eps_high": _NONNEGATIVE, "beta": _NONNEGATIVE, "log_ratio_clamp": _BOUND, "kl_clamp": _BOUND,
     "entropy_coef": (math.isfinite, "finite"),
     "dual_clip": (lambda x: x == 0 or x > 1, "0 (off) or > 1 (a bound c <= 1 would cap the "
                   "loss of on-policy tokens, ratio 1, with A < 0)"),
-    "delta": (lambda x: 0 <= x < math.inf, "0 (off) or a finite cap > 1 + eps_high"),
+    "delta": (_BOUND[0], "0 (off) or a finite cap > 1 + eps_high"),
 }
 
 
