@@ -10,8 +10,7 @@ import torch
 
 from grpo_lab.algorithm.advantages import ADVANTAGES
 from grpo_lab.algorithm.advantages import grouped_advantages
-from grpo_lab.algorithm.loss import KL_ESTIMATORS, grpo_loss
-from grpo_lab.algorithm.policy_losses import POLICY_LOSSES, ClipRange
+from grpo_lab.algorithm.loss import KL_ESTIMATORS, POLICY_LOSSES, ClipRange, grpo_loss
 from grpo_lab.algorithm.token_weights import high_entropy_mask, is_weight
 from grpo_lab.training.config import preset
 

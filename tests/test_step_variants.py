@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from grpo_lab.algorithm import variants
-from grpo_lab.algorithm.loss import grpo_loss, surrogate_loss
-from grpo_lab.algorithm.policy_losses import ClipRange
+from grpo_lab.algorithm.loss import ClipRange, grpo_loss, surrogate_loss
 from grpo_lab.training.config import preset
 from grpo_lab.training.step import grpo_stat_keys
 from grpo_lab.training.trainer import train

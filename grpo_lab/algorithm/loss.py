@@ -11,8 +11,8 @@ We minimise -J. Deviations, each a documented option:
       ``seq_mean_token_mean`` (the paper), ``token_mean`` (DAPO: every token weighs the
       same), ``dr_grpo`` (Dr. GRPO, Liu et al. 2025: a constant normaliser N * max_len, so
       long and short answers are not re-weighted).
-  * The policy-gradient term is one of the sibling surrogates of ``policy_losses.py``
-    (``clip``, the paper's, with optional dual-clip; ``two_sided``; ``cispo``).
+  * The policy-gradient term is one of the sibling surrogates of ``POLICY_LOSSES``
+    (``clip``, the paper's, with optional dual-clip; ``two_sided``; ``cispo``; below).
   * Safety clamps (verl's), each off by default (0) so recorded runs stay bit-identical:
     ``log_ratio_clamp`` clamps log(pi/pi_old) and log(pi_ref/pi) to [-c, c] before exp
     (verl: 20; e^20 = 4.9e8, so on-policy and near-policy tokens never reach it);
@@ -36,9 +36,53 @@ pi, the gradient not flowing through the sampling): with log_r = log pi_ref/pi,
                             the reference, not far from it (notebook 11 measures both).
 With kl_bias_correction, r k3 has expected gradient grad E_pi[k3] = grad KL(pi || pi_ref).
 
-Inputs are checked before any arithmetic, each error naming the value: N = 0 or T = 0,
-a NaN/inf advantage, a non-finite log-prob (logp, old_logp, ref_logp) on a real token,
-beta not finite or < 0, eps_low outside [0, 1), eps_high < 0 or not finite. Padding
+The policy-gradient term: one surrogate per paper, one shared signature,
+
+    surrogate(ratio (N, T), logp (N, T), A (N, 1) or (N, T), clip: ClipRange) -> loss (N, T)
+
+each a record in ``POLICY_LOSSES`` (``cfg.policy_loss``), as verl's ``core_algos`` registers
+its policy losses; the KL, the entropy bonus and the aggregation are added outside it.
+``ratio`` is pi_theta / pi_old from ``RATIO_LEVELS`` (per token, or GSPO's per sequence)
+with its gradient. Padding is zeroed by the caller.
+
+  * ``clip`` (PPO, Schulman et al. 2017; GRPO, DeepSeekMath eq. 3):
+        -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
+    with ``dual_clip`` = c > 1, dual-clip PPO (Ye et al. 2020, "Mastering Complex Control in
+    MOBA Games with Deep RL", AAAI 2020; verl's ``clip_ratio_c``): for A < 0 the loss is also
+    capped at -c A, so a token whose ratio has exploded (r > c) gives a bounded loss and no
+    gradient:
+        A < 0:  min(-c A, -min(r A, clip(r) A))
+    verl applies it always with c = 3; here it is off (``dual_clip = 0``) by default, so the
+    runs recorded before it stay bit-identical, and at mu = 1 (the toy's default) r = 1 (up
+    to float rounding) on every token and it can never act.
+  * ``two_sided`` (INTELLECT-2, Prime Intellect 2025; TRL's ``delta``): the unclipped
+    ratio is capped at ``delta`` before the min: -min(min(r, delta) A, clip(r) A). For A > 0
+    the cap never binds (clip(r) <= 1 + eps_high < delta); for A < 0 it is value for value
+    and gradient for gradient dual-clip with c = delta (tests/test_policy_losses.py shows
+    both). INTELLECT-2 used delta = 4; no default here, the record needs delta > 1 + eps_high.
+  * ``cispo`` (MiniMax-M1, MiniMax 2025): the clipped ratio becomes a stop-gradient weight
+    of a REINFORCE term, so no token loses its gradient to clipping:
+        -sg(min(r, 1 + eps_high)) A log pi_theta
+    Deviations: the paper's IS weight has a lower bound 1 - eps_low^IS that it sets out of
+    reach ("we did not impose a lower bound"); here there is none and eps_low is unused by
+    this record (as TRL's implementation, which clamps only above). The loss's *value* is
+    the paper's objective, -w A log pi, so loss/total is not comparable with ``clip``'s; its
+    gradient is -w A grad log pi. The paper aggregates per token (token_mean):
+    ``method="cispo"`` sets that. The GSPO ratio (ratio_level="sequence") is accepted: the
+    weight is then the clipped sequence ratio on every token.
+
+The GRPO step (training/step.py) calls ``surrogate_loss``, the paper's objective without the
+KL; what a step variant adds (variants.py) comes in as two arguments: ``weight`` multiplies
+each token's surrogate (truncated IS, the masks of ``token_weights.py``), and each of
+``terms`` is added to each token's loss before the aggregation (beta * KL_it from
+``kl_term``, the entropy bonus). ``grpo_loss`` is eq. 3 in one call, the same pieces.
+
+Inputs are checked before any arithmetic, each error naming the value. The tensors on every
+call: the shapes, N = 0 or T = 0, a NaN/inf advantage, a non-finite log-prob (logp,
+old_logp, ref_logp) on a real token (the search for the first one runs only once a cheap
+all-finite test failed). The settings (``NUMBERS``: beta, eps_low in [0, 1), eps_high, the
+clamps, the clip range; the names; max_len) once: by ``surrogate_loss`` unless
+``checked=True`` says a TrainConfig checked them at construction, as the step does. Padding
 (mask False) may hold anything, NaN and -inf included: it is replaced by 0 with
 ``torch.where`` before the arithmetic, never multiplied by the mask (0 x NaN = NaN).
 Advantages may be ints, lists or numpy arrays (ints become logp's dtype).
@@ -48,11 +92,10 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
-from grpo_lab.algorithm.policy_losses import POLICY_LOSSES, ClipRange, check_clip
 from grpo_lab.registry import check_new, lookup
 
 
@@ -121,6 +164,86 @@ def sequence_ratio(logp, old_logp, mask, clamp=0.0):
 RATIO_LEVELS = {"token": token_ratio, "sequence": sequence_ratio}
 
 
+# ---- the policy-gradient surrogates: (ratio, logp, A, ClipRange) -> loss (N, T)
+
+class ClipRange(NamedTuple):
+    """The numbers a surrogate may read; 0 = off for dual_clip and delta."""
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    dual_clip: float = 0.0        # c > 1: dual-clip PPO's bound on A < 0 tokens (verl: 3)
+    delta: float = 0.0            # two_sided's cap on the unclipped ratio (INTELLECT-2: 4)
+
+
+def clip_loss(ratio, logp, A, clip: ClipRange):
+    clipped = ratio.clamp(1 - clip.eps_low, 1 + clip.eps_high)             # (N, T)
+    loss = -torch.min(ratio * A, clipped * A)                              # (N, T) PPO eq. 7
+    if clip.dual_clip:
+        bound = -clip.dual_clip * A                                        # (N, 1) or (N, T)
+        loss = torch.where(A < 0, torch.min(loss, bound), loss)            # Ye et al. 2020
+    return loss
+
+
+def two_sided_loss(ratio, logp, A, clip: ClipRange):
+    capped = ratio.clamp(max=clip.delta)                                   # (N, T) min(r, delta)
+    clipped = ratio.clamp(1 - clip.eps_low, 1 + clip.eps_high)             # (N, T)
+    return -torch.min(capped * A, clipped * A)                             # (N, T) INTELLECT-2
+
+
+def cispo_loss(ratio, logp, A, clip: ClipRange):
+    w = ratio.clamp(max=1 + clip.eps_high).detach()                        # (N, T) sg(clip(r))
+    return -w * A * logp                                                   # (N, T) MiniMax-M1
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """One surrogate with what the config checks about it."""
+    name: str
+    fn: Callable                  # (ratio, logp, A, ClipRange) -> per-token loss (N, T)
+    paper: str
+    changes: str                  # one line: what it changes against GRPO's clip
+    needs: tuple = ()             # ClipRange fields that must be set (> 0) for it
+
+    def __call__(self, ratio, logp, A, clip: ClipRange):
+        return self.fn(ratio, logp, A, clip)
+
+
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
+
+
+def register_policy_loss(name: str, fn: Callable, paper: str = "", changes: str = "",
+                         needs: tuple = ()) -> PolicyLoss:
+    """Add a surrogate ``(ratio, logp, A, ClipRange) -> (N, T)`` (``TrainConfig(policy_loss=)``)."""
+    check_new(POLICY_LOSSES, "policy loss", name, fn, lambda p: p.fn)
+    POLICY_LOSSES[name] = PolicyLoss(name, fn, paper, changes, tuple(needs))
+    return POLICY_LOSSES[name]
+
+
+register_policy_loss("clip", clip_loss, "PPO (Schulman et al. 2017); GRPO (Shao et al. 2024)",
+                     "the clipped surrogate; dual_clip > 1 adds dual-clip PPO (Ye et al. 2020)")
+register_policy_loss("two_sided", two_sided_loss, "INTELLECT-2 (Prime Intellect 2025)",
+                     "caps the unclipped ratio at delta: bounds A < 0 tokens whose ratio exploded",
+                     needs=("delta",))
+register_policy_loss("cispo", cispo_loss, "MiniMax-M1 (MiniMax 2025)",
+                     "sg(min(r, 1 + eps_high)) A log pi: a clipped IS weight, no token's "
+                     "gradient clipped away")
+
+
+def check_clip(name: str, clip: ClipRange) -> ClipRange:
+    """Raise ValueError on a ClipRange the surrogate ``name`` cannot use, saying why -> the
+    ClipRange as floats."""
+    clip = ClipRange(*_numbers(**clip._asdict()))
+    for field, reader, hint in (("dual_clip", "clip", " (two_sided's delta is the same bound)"),
+                                ("delta", "two_sided", "")):               # its one reader
+        if getattr(clip, field) and name != reader:
+            raise ValueError(f"{field} is read only by policy_loss={reader!r}; {name!r} does "
+                             f"not read it{hint}")
+    if "delta" in POLICY_LOSSES[name].needs and not clip.delta > 1 + clip.eps_high:
+        raise ValueError(f"policy_loss={name!r} needs delta > 1 + eps_high = "
+                         f"{1 + clip.eps_high} (below it the cap binds on A > 0 tokens too), "
+                         f"got {clip.delta}")
+    return clip
+
+
 # ---- KL estimators (Schulman 2020): log_r = log pi_ref/pi on tokens sampled from pi
 
 @dataclass(frozen=True)
@@ -169,77 +292,59 @@ def sequence_kl(logp, ref_logp, mask, estimator: str = "k3") -> torch.Tensor:
 
 def surrogate_loss(logp, old_logp, advantages, mask, clip: ClipRange = ClipRange(),
                    aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
-                   policy_loss="clip", log_ratio_clamp=0.0, weight=None, terms=()):
-    """The paper's objective, -J without the KL: the surrogate ``policy_loss`` of the ratio
-    at ``ratio_level``, aggregated -> (loss, stats). logp, old_logp, mask: (N, T);
-    advantages: (N,) outcome or (N, T) process supervision; ``clip``: the clip range (and
-    the surrogate's bounds); ``max_len``: dr_grpo's constant (default T).
-
-    What a step variant adds comes in as two arguments (variants.py): ``weight`` (N, T)
-    multiplies each token's policy-gradient term (truncated IS, the masks of
-    ``token_weights.py``; detached); each of ``terms``, ``(logp, old_logp, real) -> ((N, T),
-    {stat: value})`` with padding already 0 in logp and old_logp, is added to each token's
-    loss before the aggregation (beta * KL_t, the entropy bonus), its stats to the stats.
-    """
-    advantages = _check_inputs(logp, old_logp, None, advantages, mask, clip.eps_low,
-                               clip.eps_high, 0.0, aggregation, max_len)
-    lookup(RATIO_LEVELS, ratio_level, "ratio_level")
-    lookup(POLICY_LOSSES, policy_loss, "policy_loss")
-    check_clip(policy_loss, clip)
-    _check_clamp("log_ratio_clamp", log_ratio_clamp)
-    if weight is not None and weight.shape != logp.shape:
-        raise ValueError(f"tis_weight {tuple(weight.shape)} must be logp's (N, T) shape "
-                         f"{tuple(logp.shape)}")
+                   policy_loss="clip", log_ratio_clamp=0.0, weight=None, terms=(), *,
+                   checked=False):
+    """-> (loss, stats): -J without the KL, the ``policy_loss`` surrogate of the ``ratio_level``
+    ratio, aggregated. logp, old_logp, mask, ``weight`` (detached): (N, T); advantages: (N,) or
+    (N, T); ``max_len``: dr_grpo's constant (default T); ``terms``: ``(logp, old_logp, real) ->
+    ((N, T), stats)``, given padding 0; ``checked``: the settings were checked already."""
+    if not checked:
+        clip = _check_settings(clip, aggregation, max_len, ratio_level, policy_loss,
+                               log_ratio_clamp)
+    A = _check_tensors(logp, old_logp, advantages, mask, weight)
     real = mask.bool()                                                     # (N, T) True = token
-    logp = torch.where(real, logp, 0.0)                                    # (N, T) padding -> 0
-    old_logp = torch.where(real, old_logp, 0.0)                            # (N, T)
+    logp, old_logp = (torch.where(real, x, 0.0) for x in (logp, old_logp))  # (N, T) padding 0
     mask = mask.to(logp.dtype)
-    if advantages.dim() == 2:
-        advantages = torch.where(real, advantages, 0.0)                    # (N, T) padding -> 0
-    A = advantages[:, None] if advantages.dim() == 1 else advantages       # (N, 1) or (N, T)
+    A = A[:, None] if A.dim() == 1 else torch.where(real, A, 0.0)          # (N, 1) or (N, T)
     ratio = RATIO_LEVELS[ratio_level](logp, old_logp, mask, log_ratio_clamp)  # (N, T)
-    per_tok = POLICY_LOSSES[policy_loss](ratio, logp, A, clip)             # (N, T)
+    per_tok = POLICY_LOSSES[policy_loss].fn(ratio, logp, A, clip)          # (N, T)
     if weight is not None:
         per_tok = per_tok * torch.where(real, weight, 0.0).detach()        # (N, T) TIS, masks
     added = {}
     for term in terms:
         x, s = term(logp, old_logp, real)                                  # (N, T)
         per_tok, added = per_tok + x, {**added, **s}
-    loss = AGGREGATIONS[aggregation](per_tok, mask, max_len or logp.shape[1])
+    loss = AGGREGATIONS[aggregation].fn(per_tok, mask, max_len or logp.shape[1])
     with torch.no_grad():
         n_tok = mask.sum().clamp(min=1)
-        low = ((ratio < 1 - clip.eps_low) & (A < 0)).to(mask.dtype)        # clipped below
-        high = ((ratio > 1 + clip.eps_high) & (A > 0)).to(mask.dtype)      # clipped above
-        stats = {
-            "loss/total": float(loss),
-            "clip/low_frac": float((low * mask).sum() / n_tok),
-            "clip/high_frac": float((high * mask).sum() / n_tok),
-            "clip/ratio_mean": float((ratio * mask).sum() / n_tok),
-        }
+        frac = lambda hit: float((hit.to(mask.dtype) * mask).sum() / n_tok)  # noqa: E731
+        stats = {"loss/total": float(loss),
+                 "clip/low_frac": frac((ratio < 1 - clip.eps_low) & (A < 0)),     # clipped below
+                 "clip/high_frac": frac((ratio > 1 + clip.eps_high) & (A > 0)),   # clipped above
+                 "clip/ratio_mean": float((ratio * mask).sum() / n_tok)}
         if clip.dual_clip:                 # tokens whose loss the dual-clip bound -c A replaced
-            dual = ((ratio > clip.dual_clip) & (A < 0)).to(mask.dtype)     # r > c, A < 0
-            stats["clip/dual_frac"] = float((dual * mask).sum() / n_tok)
+            stats["clip/dual_frac"] = frac((ratio > clip.dual_clip) & (A < 0))
     return loss, {**stats, **added}
 
 
-def kl_term(logp, old_logp, ref_logp, real, kl_estimator="k3", log_ratio_clamp=0.0,
+def kl_term(logp, old_logp, ref_logp, real, beta, kl_estimator="k3", log_ratio_clamp=0.0,
             kl_clamp=0.0, kl_bias_correction=False):
-    """Each token's KL estimate KL_it (N, T) with its gradient (eq. 4 for k3), from logp and
-    old_logp with padding 0 and ref_logp (N, T); the clamps and the bias correction of the
-    module docstring -> (KL_it, loss/kl: its mean over the real tokens)."""
-    _first_non_finite("ref_logp", ref_logp, real)
+    """logp, old_logp (padding 0), ref_logp: (N, T) -> (beta * KL_it (N, T) with its gradient,
+    eq. 4 for k3; loss/kl and loss/kl_<estimator>: KL_it's mean over the real tokens), a term
+    of ``surrogate_loss``; the clamps, the bias correction: the module docstring."""
     d = torch.where(real, ref_logp, 0.0) - logp                            # (N, T) log(pi_ref/pi)
+    if not torch.isfinite(d).all():                # logp is finite: ref_logp is not
+        _first_non_finite("ref_logp", ref_logp, real)
     if log_ratio_clamp:
         d = d.clamp(-log_ratio_clamp, log_ratio_clamp)                     # verl: +-20
-    kl = KL_ESTIMATORS[kl_estimator](d)                                    # (N, T) k3: eq. 4
+    kl = KL_ESTIMATORS[kl_estimator].fn(d)                                 # (N, T) k3: eq. 4
     if kl_clamp:
         kl = kl.clamp(-kl_clamp, kl_clamp)                                 # verl: +-10
     if kl_bias_correction:
         kl = kl * torch.exp(logp - old_logp)                               # (N, T) DeepSeek-V3.2
-    with torch.no_grad():
-        m = real.to(logp.dtype)
-        mean = float((kl * m).sum() / m.sum().clamp(min=1))
-    return kl, mean
+    m = real.to(logp.dtype)
+    mean = float((kl.detach() * m).sum() / m.sum().clamp(min=1))
+    return beta * kl, {"loss/kl": mean, f"loss/kl_{kl_estimator}": mean}
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=0.2,
@@ -251,11 +356,12 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     paper's objective ``surrogate_loss`` with beta * KL_it (``kl_term``) and the entropy bonus
     as its terms. logp, old_logp, ref_logp, mask: (N, T); advantages: (N,) or (N, T).
 
-    ``ref_logp`` may be None when beta == 0; stats then has no "loss/kl" (nothing was
-    computed: absent, not 0). ``entropy`` (N, T), with its graph, is needed when
-    entropy_coef != 0; ``tis_weight`` (N, T) multiplies the policy-gradient term; ``keep``
-    (N,) bool drops rows. ``policy_loss`` names a surrogate of ``policy_losses.POLICY_LOSSES``
-    (dual_clip, delta: its ClipRange); the clamps and kl_bias_correction: the module docstring.
+    ``ref_logp`` may be None when beta == 0; stats then has no "loss/kl" nor
+    "loss/kl_<estimator>" (nothing was computed: absent, not 0). ``entropy`` (N, T), with its
+    graph, is needed when entropy_coef != 0; ``tis_weight`` (N, T) multiplies the
+    policy-gradient term; ``keep`` (N,) bool drops rows. ``policy_loss`` names a surrogate of
+    ``POLICY_LOSSES`` (dual_clip, delta: its ClipRange); the clamps and kl_bias_correction:
+    the module docstring.
     The GRPO step calls ``surrogate_loss`` itself, its variants' terms from variants.py.
     """
     if keep is not None:
@@ -266,89 +372,58 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
         logp, old_logp, ref_logp, mask, entropy, tis_weight = (
             rows(x) for x in (logp, old_logp, ref_logp, mask, entropy, tis_weight))
         advantages = rows(torch.as_tensor(advantages))
-    advantages = _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high,
-                               beta, aggregation, max_len)
-    _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_weight, beta,
-                    log_ratio_clamp, kl_clamp)
-    clip = ClipRange(float(eps_low), float(eps_high), _number("dual_clip", dual_clip),
-                     _number("delta", delta))
+    beta, entropy_coef, _ = _numbers(beta=beta, entropy_coef=entropy_coef, kl_clamp=kl_clamp)
+    lookup(KL_ESTIMATORS, kl_estimator, "kl_estimator")
+    check_kl_in_loss(kl_estimator, beta)
+    for coef, value, name, x in (("beta", beta, "ref_logp", ref_logp),
+                                 ("entropy_coef", entropy_coef, "entropy", entropy)):
+        if value and (x is None or x.shape != logp.shape):
+            raise ValueError(f"{coef}={value} needs {name} of the same (N, T) shape as logp")
     terms = []
     if beta != 0:
-        def kl(lp, old, real):
-            k, mean = kl_term(lp, old, ref_logp, real, kl_estimator, log_ratio_clamp, kl_clamp,
-                              kl_bias_correction)
-            return beta * k, {"loss/kl": mean}
-        terms.append(kl)
+        terms.append(lambda lp, old, real: kl_term(lp, old, ref_logp, real, beta, kl_estimator,
+                                                   log_ratio_clamp, kl_clamp, kl_bias_correction))
     if entropy_coef != 0:
         terms.append(lambda lp, old, real: (-entropy_coef * torch.where(real, entropy, 0.0), {}))
-    return surrogate_loss(logp, old_logp, advantages, mask, clip, aggregation, max_len,
+    return surrogate_loss(logp, old_logp, advantages, mask,
+                          ClipRange(eps_low, eps_high, dual_clip, delta), aggregation, max_len,
                           ratio_level, policy_loss, log_ratio_clamp, tis_weight, terms)
 
 
-def _check_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta,
-                  aggregation, max_len) -> torch.Tensor:
-    """Raise ValueError naming the first bad value; -> advantages as a floating tensor."""
-    lookup(AGGREGATIONS, aggregation, "aggregation")
-    if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
-        raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and "
-                         f"mask {tuple(mask.shape)} must be one (N, T) shape")
-    if logp.shape[0] == 0 or logp.shape[1] == 0:
-        raise ValueError(f"no completions to score: logp has shape {tuple(logp.shape)} "
-                         f"(N = 0 or T = 0)")
-    if not torch.is_tensor(advantages):
-        advantages = torch.as_tensor(advantages, device=logp.device)      # list, numpy
-    if not advantages.is_floating_point():
-        advantages = advantages.to(logp.dtype)                             # ints, bools -> float
-    if advantages.shape not in (logp.shape[:1], logp.shape):
-        raise ValueError(f"advantages {tuple(advantages.shape)} must be (N,) or (N, T) = "
-                         f"{tuple(logp.shape)}")
-    beta, eps_low, eps_high = (_number(n, v) for n, v in
-                               [("beta", beta), ("eps_low", eps_low), ("eps_high", eps_high)])
-    if not (math.isfinite(beta) and beta >= 0):
-        raise ValueError(f"beta must be finite and >= 0, got {beta}")
-    if not 0 <= eps_low < 1:                                               # False for NaN too
-        raise ValueError(f"eps_low must be finite and in [0, 1), got {eps_low}")
-    if not (math.isfinite(eps_high) and eps_high >= 0):
-        raise ValueError(f"eps_high must be finite and >= 0, got {eps_high}")
+def _check_settings(clip, aggregation, max_len, ratio_level, policy_loss, log_ratio_clamp):
+    """Raise ValueError naming the first bad setting of surrogate_loss -> clip as floats."""
+    for table, name, value in ((AGGREGATIONS, "aggregation", aggregation),
+                               (RATIO_LEVELS, "ratio_level", ratio_level),
+                               (POLICY_LOSSES, "policy_loss", policy_loss)):
+        lookup(table, value, name)
+    _numbers(log_ratio_clamp=log_ratio_clamp)
     if max_len is not None and not (isinstance(max_len, numbers.Integral) and max_len > 0):
         raise ValueError(f"max_len must be a positive int (the dr_grpo normaliser), "
                          f"got {max_len!r}")
-    if beta != 0 and (ref_logp is None or ref_logp.shape != logp.shape):
-        raise ValueError("beta != 0 needs ref_logp of the same (N, T) shape as logp")
+    return check_clip(policy_loss, clip)
+
+
+def _check_tensors(logp, old_logp, advantages, mask, weight) -> torch.Tensor:
+    """Raise ValueError naming the first bad shape or non-finite value on a real token ->
+    advantages as a floating tensor."""
+    A = torch.as_tensor(advantages, device=logp.device)                   # lists, numpy
+    A = A if A.is_floating_point() else A.to(logp.dtype)                   # ints, bools -> float
+    NT = logp.shape if logp.dim() == 2 else None                           # (N, T)
+    for name, x, ok in (("old_logp", old_logp, [NT]), ("mask", mask, [NT]),
+                        ("tis_weight", weight, [NT]), ("advantages", A, [NT, logp.shape[:1]])):
+        if x is not None and x.shape not in ok:
+            raise ValueError(f"logp, old_logp, mask and tis_weight must be one (N, T) shape, "
+                             f"advantages (N,) or (N, T): logp has {tuple(logp.shape)}, "
+                             f"{name} {tuple(x.shape)}")
+    if 0 in logp.shape:
+        raise ValueError(f"no completions to score: logp has shape {tuple(logp.shape)} "
+                         f"(N = 0 or T = 0)")
     real = mask.bool()                                                     # (N, T)
-    if advantages.dim() == 1:
-        _first_non_finite("advantage", advantages, torch.ones_like(advantages, dtype=torch.bool))
-    else:
-        _first_non_finite("advantage", advantages, real)
-    _first_non_finite("logp", logp.detach(), real)
-    _first_non_finite("old_logp", old_logp, real)
-    if beta != 0:
-        _first_non_finite("ref_logp", ref_logp, real)
-    return advantages
-
-
-def _check_variants(logp, ratio_level, kl_estimator, entropy, entropy_coef, tis_weight, beta=0,
-                    log_ratio_clamp=0.0, kl_clamp=0.0):
-    for name, value, table in (("ratio_level", ratio_level, RATIO_LEVELS),
-                               ("kl_estimator", kl_estimator, KL_ESTIMATORS)):
-        lookup(table, value, name)
-    check_kl_in_loss(kl_estimator, beta)
-    for name, value in (("log_ratio_clamp", log_ratio_clamp), ("kl_clamp", kl_clamp)):
-        _check_clamp(name, value)
-    coef = _number("entropy_coef", entropy_coef)
-    if not math.isfinite(coef):
-        raise ValueError(f"entropy_coef must be finite, got {coef}")
-    if coef != 0 and (entropy is None or entropy.shape != logp.shape):
-        raise ValueError(f"entropy_coef={coef} needs entropy of the same (N, T) shape as logp")
-    if tis_weight is not None and tis_weight.shape != logp.shape:
-        raise ValueError(f"tis_weight {tuple(tis_weight.shape)} must be logp's (N, T) shape "
-                         f"{tuple(logp.shape)}")
-
-
-def _check_clamp(name: str, value) -> None:
-    c = _number(name, value)
-    if not (math.isfinite(c) and c >= 0):
-        raise ValueError(f"{name} must be 0 (off) or a finite bound > 0, got {c}")
+    for name, x in (("advantage", A), ("logp", logp.detach()), ("old_logp", old_logp)):
+        on = real if x.dim() == 2 else torch.ones_like(x, dtype=torch.bool)  # (N, T) or (N,)
+        if not (torch.isfinite(x) | ~on).all():
+            _first_non_finite(name, x, on)
+    return A
 
 
 def check_kl_in_loss(kl_estimator: str, beta) -> None:
@@ -360,14 +435,34 @@ def check_kl_in_loss(kl_estimator: str, beta) -> None:
                          f"the loss, or put k1 in the reward (kl_in='reward')")
 
 
-def _number(name: str, value) -> float:
-    if not (isinstance(value, numbers.Real) or torch.is_tensor(value) and value.numel() == 1):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    return float(value)
+# what each number argument must be: name -> (test of its float, what the error says); every
+# test is False for NaN, and 0 <= x < inf for inf too
+_NONNEGATIVE = (lambda x: 0 <= x < math.inf, "finite and >= 0")
+_BOUND = (lambda x: 0 <= x < math.inf, "0 (off) or a finite bound > 0")
+NUMBERS = {
+    "eps_low": (lambda x: 0 <= x < 1, "finite and in [0, 1)"),
+    "eps_high": _NONNEGATIVE, "beta": _NONNEGATIVE, "log_ratio_clamp": _BOUND, "kl_clamp": _BOUND,
+    "entropy_coef": (math.isfinite, "finite"),
+    "dual_clip": (lambda x: x == 0 or x > 1, "0 (off) or > 1 (a bound c <= 1 would cap the "
+                  "loss of on-policy tokens, ratio 1, with A < 0)"),
+    "delta": (_BOUND[0], "0 (off) or a finite cap > 1 + eps_high"),
+}
+
+
+def _numbers(**values) -> list[float]:
+    """Raise ValueError naming the first value that is not a number within its ``NUMBERS``
+    range -> the values as floats."""
+    for name, v in values.items():
+        if not (isinstance(v, numbers.Real) or torch.is_tensor(v) and v.numel() == 1):
+            raise ValueError(f"{name} must be a number, got {v!r}")
+        if not NUMBERS[name][0](float(v)):
+            raise ValueError(f"{name} must be {NUMBERS[name][1]}, got {float(v)}")
+    return [float(v) for v in values.values()]
 
 
 def _first_non_finite(name: str, x: torch.Tensor, where: torch.Tensor) -> None:
-    """Raise naming the first non-finite entry of ``x`` among the ``where`` positions."""
+    """Raise naming the first non-finite entry of ``x`` among the ``where`` positions (called
+    once a check found one, so the search runs on the failure path only)."""
     bad = (where & ~torch.isfinite(x)).nonzero()                           # (n_bad, x.dim())
     if len(bad):
         pos = tuple(bad[0].tolist())

@@ -17,7 +17,7 @@ the KL, ...).
                aggregation, the soft overlong punishment, no KL term (beta 0).
   * ``gspo``   GSPO (Zheng et al. 2025): the sequence-level ratio with the paper's clip
                range 3e-4 / 4e-4.
-  * ``cispo``  CISPO (MiniMax-M1, 2025): the clipped IS-weight loss of policy_losses.py with
+  * ``cispo``  CISPO (MiniMax-M1, 2025): the clipped IS-weight loss of loss.POLICY_LOSSES with
                token-level aggregation.
   * ``reinforce_pp_baseline`` REINFORCE++-baseline (Hu et al. 2025; verl's estimator of that
                name): group-mean baseline, per-token whitening over the batch, token-level

@@ -147,10 +147,9 @@ def _kl_reward(cfg, s, rows, max_len):
 
 
 def _kl_term(cfg, t: Tokens):
-    """beta * KL_it in each token's loss (loss.kl_term) and loss/kl, loss/kl_<estimator>."""
-    kl, mean = kl_term(t.logp, t.old, t.rows["ref"], t.mask, cfg.kl_estimator,
-                       cfg.log_ratio_clamp, cfg.kl_clamp, cfg.kl_bias_correction)
-    return cfg.beta * kl, {"loss/kl": mean, f"loss/kl_{cfg.kl_estimator}": mean}
+    """beta * KL_it in each token's loss and loss/kl, loss/kl_<estimator> (loss.kl_term)."""
+    return kl_term(t.logp, t.old, t.rows["ref"], t.mask, cfg.beta, cfg.kl_estimator,
+                   cfg.log_ratio_clamp, cfg.kl_clamp, cfg.kl_bias_correction)
 
 
 register_variant("kl_reward", lambda cfg: bool(cfg.beta) and KL_PLACEMENTS[cfg.kl_in].in_reward,

@@ -188,7 +188,7 @@ class TrainConfig:
     "dapo", "gspo", "cispo", "reinforce_pp_baseline"): sets the fields that paper sets; a
     field given another non-default value is an error. "" = the fields as they are."""
     policy_loss: str = "clip"
-    """The policy-gradient surrogate (one of policy_losses.POLICY_LOSSES): "clip" (PPO/GRPO),
+    """The policy-gradient surrogate (one of loss.POLICY_LOSSES): "clip" (PPO/GRPO),
     "two_sided" (INTELLECT-2, needs clip_delta), "cispo" (MiniMax-M1's clipped IS weight)."""
     dual_clip: float = 0.0
     """Dual-clip PPO (Ye et al. 2020): c > 1 caps the loss of an A < 0 token at -c A, so an
@@ -456,7 +456,7 @@ class TrainConfig:
     def _check_losses(self):
         """The algorithms issue's switches: each combination that would do nothing is an error."""
         from grpo_lab.algorithm.loss import KL_PLACEMENTS, check_kl_in_loss
-        from grpo_lab.algorithm.policy_losses import POLICY_LOSSES, ClipRange, check_clip
+        from grpo_lab.algorithm.loss import POLICY_LOSSES, ClipRange, check_clip
         from grpo_lab.algorithm.token_weights import IS_LEVELS
         lookup(POLICY_LOSSES, self.policy_loss, "policy_loss")
         lookup(IS_LEVELS, self.tis_level, "tis_level")

@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 import random
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Callable, NamedTuple
 
 import torch
@@ -48,8 +50,7 @@ from grpo_lab.distributed.group import Group
 from grpo_lab.algorithm.advantages import (advantage_diagnostics, grouped_advantages,
                                            informative_groups, reward_group_diagnostics)
 from grpo_lab.algorithm.grouping import cluster_diagnostics
-from grpo_lab.algorithm.loss import AGGREGATIONS, surrogate_loss
-from grpo_lab.algorithm.policy_losses import ClipRange
+from grpo_lab.algorithm.loss import AGGREGATIONS, ClipRange, surrogate_loss
 from grpo_lab.algorithm.variants import Tokens, active_variants
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.training.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
@@ -255,9 +256,8 @@ def logged_stats(names: tuple, cfg) -> tuple:
 
 
 def grpo_stat_keys(cfg) -> tuple:
-    """The statistics grpo_objective shares: GRPO_STATS, each active variant's (loss/kl and
-    loss/kl_<estimator> with the KL in the loss, TIS's), clip/dual_frac when dual_clip > 0.
-    The same on every rank."""
+    """The statistics grpo_objective shares, the same on every rank: GRPO_STATS, the active
+    variants' (``stat_keys``), clip/dual_frac when dual_clip > 0."""
     own = tuple(k for v in active_variants(cfg) if v.stat_keys is not None
                 for k in v.stat_keys(cfg))
     return GRPO_STATS + own + (("clip/dual_frac",) if cfg.dual_clip else ())
@@ -281,8 +281,7 @@ def _term(v, cfg, t: Tokens):
 
 
 def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
-    variants = active_variants(cfg)
-    r = batch.scored.rollout
+    variants, r = active_variants(cfg), batch.scored.rollout
     keep, counts_dropped = loss_rows(variants, cfg, r.stopped)            # (N_r,) rows in the loss
     n = len(keep) if counts_dropped else int(keep.sum())                   # rows normalised by
     keys = grpo_stat_keys(cfg)
@@ -292,38 +291,30 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
                                         forward=cfg.update_forward,
                                         entropy_grad=bool(cfg.entropy_coef))
     dev = logp.device                                    # the batch is kept on the CPU
-    m = r.completion_mask.to(dev)                                          # (N_r, Tc)
-    if counts_dropped:                             # TRL: mask the rows' tokens, keep the rows
-        m = m & keep.to(dev)[:, None]                                      # (N_r, Tc)
-    rows = {k: x.to(dev) for k, x in batch.rows.items()}
-    sampler = r.logprobs.to(dev)                                           # (N_r, Tc)
-    t = Tokens(logp, rows.get("old", sampler), sampler, entropy, m, batch.advantages.to(dev),
-               rows)
-    w = None                                      # the variants' weights on the pg term
-    for v in variants:
-        if v.weight is not None:
-            x = v.weight(cfg, t)                                           # (N_r, Tc) detached
-            w = x if w is None else w * x
-    mine, mine_w = t, w                           # overlong "filter": the kept rows only
-    if not counts_dropped:
-        mine, mine_w = _rows_of(t, keep.to(dev)), None if w is None else w[keep.to(dev)]
-    terms = [_term(v, cfg, mine) for v in variants if v.term is not None]
-    clip = ClipRange(float(cfg.eps_low), float(cfg.eps_high), float(cfg.dual_clip),
-                     float(cfg.clip_delta))
-    loss, stats = surrogate_loss(mine.logp, mine.old, mine.advantages, mine.mask, clip,
-                                 cfg.aggregation, max_new_tokens(cfg), cfg.ratio_level,
-                                 cfg.policy_loss, cfg.log_ratio_clamp, mine_w, terms)
-    m = m & keep.to(dev)[:, None]                                          # (N_r, Tc) kept tokens
-    n_tok = int(m.sum())
-    per_rows = AGGREGATIONS[cfg.aggregation].per == "rows"     # what its normaliser counts
-    local, glob = (n, batch.n_rows) if per_rows else (n_tok, batch.n_tokens)
-    share = local / glob                                                   # 1.0 on one process
-    tok_share = n_tok / batch.n_tokens
-    stats["policy/entropy"] = float(entropy.detach()[m].sum()) / max(n_tok, 1)
+    keep, m = keep.to(dev), r.completion_mask.to(dev)                      # (N_r,), (N_r, Tc)
+    kept = m & keep[:, None]                                               # (N_r, Tc) in the loss
+    rows, sampler = {k: x.to(dev) for k, x in batch.rows.items()}, r.logprobs.to(dev)
+    t = Tokens(logp, rows.get("old", sampler), sampler, entropy, kept if counts_dropped else m,
+               batch.advantages.to(dev), rows)    # overlong "mask" (TRL): the rows stay
+    ws = [v.weight(cfg, t) for v in variants if v.weight is not None]     # (N_r, Tc) detached
+    w = reduce(operator.mul, ws) if ws else None  # their product: the pg term's weight
+    mine, mine_w = t, w                            # overlong "filter": the kept rows only
+    if not (counts_dropped or keep.all()):
+        mine, mine_w = _rows_of(t, keep), None if w is None else w[keep]
+    loss, stats = surrogate_loss(
+        mine.logp, mine.old, mine.advantages, mine.mask,
+        ClipRange(cfg.eps_low, cfg.eps_high, cfg.dual_clip, cfg.clip_delta), cfg.aggregation,
+        max_new_tokens(cfg), cfg.ratio_level, cfg.policy_loss, cfg.log_ratio_clamp, mine_w,
+        [_term(v, cfg, mine) for v in variants if v.term is not None],
+        checked=True)                                  # TrainConfig checked the settings
+    n_tok = int(kept.sum())
+    stats["policy/entropy"] = float(entropy.detach()[kept].sum()) / max(n_tok, 1)
     for v in variants:
         if v.stats is not None:
-            stats.update(v.stats(cfg, t._replace(mask=m), w))
-    shares = {k: stats[k] * (share if k == "loss/total" else tok_share) for k in keys}
+            stats.update(v.stats(cfg, t._replace(mask=kept), w))
+    per_rows = AGGREGATIONS[cfg.aggregation].per == "rows"     # what its normaliser counts
+    share = n / batch.n_rows if per_rows else n_tok / batch.n_tokens       # 1.0 on one process
+    shares = {k: stats[k] * (share if k == "loss/total" else n_tok / batch.n_tokens) for k in keys}
     return loss * (world * share), shares
 
 
@@ -414,19 +405,16 @@ def split_batch(batch, m: int) -> list:
 
 def backward(objective, policy, parts: list, cfg, world: int = 1,
              clock: dict | None = None) -> dict:
-    """objective -> backward on each micro-batch (``split_batch``): the gradients accumulate
-    in ``.grad`` to the whole batch's -> the shares, summed over the micro-batches.
-    ``clock`` gets the seconds of the loss forwards and the backwards added
-    (time/loss_forward_s, time/backward_s)."""
-    shares = {}
+    """objective's backward on each micro-batch (``split_batch``), adding up in ``.grad`` ->
+    the shares, summed; ``clock`` gets time/loss_forward_s and time/backward_s added."""
+    shares, clock = {}, {} if clock is None else clock
     for part in parts:
         t0 = now()
         loss, s = objective(policy, part, cfg, world)
         t1 = now()
         loss.backward()
-        if clock is not None:
-            add_time(clock, "time/loss_forward_s", t1 - t0)
-            add_time(clock, "time/backward_s", now() - t1)
+        add_time(clock, "time/loss_forward_s", t1 - t0)
+        add_time(clock, "time/backward_s", now() - t1)
         shares = {k: shares.get(k, 0.0) + v for k, v in s.items()}
     return shares
 
