@@ -1,4 +1,6 @@
-"""Group sampling: G completions per prompt, the prompt's KV cache computed once.
+"""Group sampling and scoring: G completions per prompt, the prompt's KV cache computed once;
+``sample_and_score`` = sample -> decode -> rewards.weighted_reward, the one path from prompts
+to rewards (training, evaluation, widgets, benches), held in a ``Scored``.
 
 GRPO (DeepSeekMath sec. 4.1) samples a group of G outputs {o_1..o_G} for each question q
 from the old policy. Here the B prompts are left-padded into one batch and run through
@@ -20,13 +22,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from grpo_lab.policies.engine import (UPDATE_FORWARDS, chosen_logprobs, left_pad, positions,
                                      prefill_shared, scaled_logits, shared_prefix)
+from grpo_lab.machine import add_time, now
 from grpo_lab.registry import lookup
+from grpo_lab.tasks.rewards import weighted_reward
 from grpo_lab.tokenizer import PAD   # batch padding under a False mask (any valid id)
 
 
@@ -298,3 +303,53 @@ def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
     tok_logp, entropy = completion_token_stats(logits, r, temperature, entropy_grad,
                                                with_entropy=return_entropy)
     return (tok_logp, entropy) if return_entropy else tok_logp
+
+
+# ---- scoring: the sampled completions decoded and rewarded
+
+
+class Scored(NamedTuple):
+    """Completions sampled and scored: B prompts, N = B*G rows (row i from prompt
+    ``rollout.prompt_index[i]``)."""
+    examples: list                # (B,) Example
+    rollout: Rollout              # N rows
+    rewards: torch.Tensor         # (N,) weighted reward
+    parts: dict                   # reward function name -> (N,)
+    texts: list                   # (N,) decoded completions
+
+
+@torch.no_grad()
+def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
+                     temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
+                     generator=None, clock: dict | None = None, **sampler) -> Scored:
+    """sample -> decode -> score: the one path from prompts to rewards (training, evaluation,
+    widgets, benches). ``sampler``: more ``rollout.sample`` options (draw, drop_finished).
+    ``clock``: add the seconds spent to "time/sample_s" (all of rollout.sample, which also adds
+    its own parts: time/prefill_s, time/decode_*) and "time/score_s" (decoding the tokens and
+    the reward functions)."""
+    t0 = now()
+    r = sample(policy, [policy.encode(e.prompt) for e in examples], G, max_new, temperature,
+               top_k, greedy=greedy, generator=generator, clock=clock, **sampler)
+    t1 = now()
+    texts = [policy.decode(c) for c in r.completion_ids.tolist()]
+    rows = [examples[i] for i in r.prompt_index.tolist()]                  # (N,)
+    rewards, parts = weighted_reward(texts, rows, weights, r.stopped.tolist())
+    if clock is not None:
+        add_time(clock, "time/sample_s", t1 - t0)
+        add_time(clock, "time/score_s", now() - t1)
+    return Scored(list(examples), r, rewards, parts, texts)
+
+
+def take_scored(s: Scored, rows: torch.Tensor) -> Scored:
+    """Keep the rows (N,) bool; kept prompts renumbered 0..B'-1 in order."""
+    sub, kept = take_rows(s.rollout, rows)
+    return Scored([s.examples[i] for i in kept.tolist()], sub, s.rewards[rows],
+                  {k: v[rows] for k, v in s.parts.items()},
+                  [s.texts[i] for i in rows.nonzero().flatten().tolist()])
+
+
+def cat_scored(ss: list[Scored]) -> Scored:
+    r = cat_rollouts([s.rollout for s in ss], [len(s.examples) for s in ss])
+    return Scored([e for s in ss for e in s.examples], r, torch.cat([s.rewards for s in ss]),
+                  {k: torch.cat([s.parts[k] for s in ss]) for k in ss[0].parts},
+                  [t for s in ss for t in s.texts])

@@ -37,9 +37,9 @@ from typing import Callable
 
 import torch
 
-from grpo_lab.algorithm.rollout import Rollout
+from grpo_lab.algorithm.rollout import Rollout, Scored, sample_and_score
+from grpo_lab.machine import add_time, now
 from grpo_lab.policies.engine import left_pad
-from grpo_lab.algorithm.scoring import Scored, add_time, now, sample_and_score
 from grpo_lab.policies.hf import model_location
 from grpo_lab.registry import lookup
 from grpo_lab.tasks.rewards import weighted_reward
@@ -219,7 +219,7 @@ def engine_for(policy, cfg, ctx) -> VLLMEngine:
 
 
 def vllm_scorer(policy, cfg, ctx) -> Callable:
-    """-> scoring.sample_and_score's signature, the tokens sampled by the run's vLLM engine."""
+    """-> rollout.sample_and_score's signature, the tokens sampled by the run's vLLM engine."""
     engine = engine_for(policy, cfg, ctx)
 
     def sample_and_score(policy, examples, G, max_new, weights, temperature=1.0, top_k=None,
@@ -227,7 +227,7 @@ def vllm_scorer(policy, cfg, ctx) -> Callable:
         if greedy:
             raise ValueError("rollout='vllm' samples the training rollout; greedy decoding "
                              "(evaluation) runs grpo_lab's sampler")
-        t0 = now()                                 # as scoring.sample_and_score, vLLM's tokens
+        t0 = now()                                 # as rollout.sample_and_score, vLLM's tokens
         r = engine.sample(policy, [policy.encode(e.prompt) for e in examples], G, max_new,
                           temperature, top_k, top_p, generator)
         t1 = now()
@@ -270,7 +270,7 @@ def check_vllm(cfg) -> None:
 class RolloutKind:
     """A rollout ``TrainConfig.rollout`` can name, with what the step and config.py call."""
     name: str
-    scorer: Callable              # (policy, cfg, ctx) -> scoring.sample_and_score's signature
+    scorer: Callable              # (policy, cfg, ctx) -> rollout.sample_and_score's signature
     check: Callable               # (cfg) -> None: raise on settings it cannot run
     description: str = ""
 

@@ -54,11 +54,11 @@ from grpo_lab.algorithm.policy_losses import ClipRange
 from grpo_lab.algorithm.variants import Tokens, active_variants
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.training.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
-from grpo_lab.algorithm.rollout import completion_logprobs
+from grpo_lab.algorithm.rollout import (Scored, cat_scored, completion_logprobs,  # noqa: F401
+                                        sample_and_score, take_scored)
+from grpo_lab.machine import add_time, now
 from grpo_lab.policies.engine import left_pad, positions
 from grpo_lab.algorithm.vllm_rollout import rollout_scorer
-from grpo_lab.algorithm.scoring import (Scored, add_time, cat_scored, now, sample_and_score,  # noqa: F401
-                                        take_scored)
 from grpo_lab.tasks import get_task
 from grpo_lab.timelimit import user_code
 from grpo_lab.tokenizer import EOS, PAD, encode

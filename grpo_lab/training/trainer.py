@@ -59,7 +59,8 @@ from grpo_lab.machine import free_cores, wchar
 from grpo_lab.policies.model import GPT
 from grpo_lab.policies.policy import frozen, get_policy_kind, load_for
 from grpo_lab.algorithm.reclustering import StepGrouper
-from grpo_lab.algorithm.scoring import add_time, now, sample_and_score
+from grpo_lab.algorithm.rollout import sample_and_score
+from grpo_lab.machine import add_time, now
 from grpo_lab.algorithm.vllm_rollout import rollout_scorer
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
                                     split_batch)
