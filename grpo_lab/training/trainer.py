@@ -131,10 +131,10 @@ def learning_rate(cfg: TrainConfig, step: int) -> float:
 
 def prompt_source(cfg: TrainConfig, held_out: set[str]):
     """-> draw(rng, n): n training examples, never from the held-out set."""
+    names = cfg.task_names
     if not cfg.train_pool:
-        return lambda rng, n: sample_examples(cfg.task_names, n, rng, held_out)
-    pool = sample_examples(cfg.task_names, cfg.train_pool, random.Random(f"{cfg.seed}-pool"),
-                           held_out)
+        return lambda rng, n: sample_examples(names, n, rng, held_out)
+    pool = sample_examples(names, cfg.train_pool, random.Random(f"{cfg.seed}-pool"), held_out)
     return lambda rng, n: [rng.choice(pool) for _ in range(n)]
 
 
@@ -267,9 +267,10 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
         ref = policy.reference() if cfg.hf.lora_r else frozen(load_for(cfg).to(device))
     draw = rendered_source(prompt_source(cfg, held), cfg.answer_format)
     check_readable(policy, cfg, eval_sets, draw)           # the task's needs vs this policy
-    ctx = StepContext(draw, make_grouper(cfg), ref, group)
-    rollout_scorer(policy, cfg, ctx)       # cfg.rollout's engine now (vLLM: built, or an
-                                           # ImportError), not after the base evaluation
+    ctx = StepContext(draw, make_grouper(cfg), ref, group, max_new=max_new_tokens(cfg))
+    ctx.score = rollout_scorer(policy, cfg, ctx)   # cfg.rollout's, once (vLLM: its engine built
+                                                   # now, or an ImportError, not after the base
+                                                   # evaluation)
     return Setup(policy, ctx, eval_sets, held, obj)
 
 
