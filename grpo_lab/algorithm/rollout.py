@@ -309,15 +309,16 @@ class Scored(NamedTuple):
 @torch.no_grad()
 def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
                      temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
-                     generator=None, clock: dict | None = None, **sampler) -> Scored:
+                     generator=None, clock: dict | None = None, by=sample, **sampler) -> Scored:
     """sample -> decode -> score: the one path from prompts to rewards (training, evaluation,
-    widgets, benches). ``sampler``: more ``rollout.sample`` options (draw, drop_finished).
-    ``clock``: add the seconds spent to "time/sample_s" (all of rollout.sample, which also adds
+    widgets, benches). ``sampler``: more ``rollout.sample`` options (draw, drop_finished);
+    ``by``: the sampler, ``rollout.sample``'s signature (vllm_rollout passes vLLM's).
+    ``clock``: add the seconds spent to "time/sample_s" (all of the sampler, which also adds
     its own parts: time/prefill_s, time/decode_*) and "time/score_s" (decoding the tokens and
     the reward functions)."""
     t0 = now()
-    r = sample(policy, [policy.encode(e.prompt) for e in examples], G, max_new, temperature,
-               top_k, greedy=greedy, generator=generator, clock=clock, **sampler)
+    r = by(policy, [policy.encode(e.prompt) for e in examples], G, max_new, temperature,
+           top_k, greedy=greedy, generator=generator, clock=clock, **sampler)
     t1 = now()
     texts = [policy.decode(c) for c in r.completion_ids.tolist()]
     rows = [examples[i] for i in r.prompt_index.tolist()]                  # (N,)

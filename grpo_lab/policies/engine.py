@@ -77,13 +77,12 @@ def left_pad(prompts: list[list[int]], pad: int = PAD) -> tuple[torch.Tensor, to
     its <eos>, which a demonstration ends with."""
     if not prompts:
         raise ValueError("no prompts to sample from (empty prompt list)")
-    for i, p in enumerate(prompts):
-        if len(p) == 0:
-            raise ValueError(f"prompt {i} is empty")
     Tp = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), Tp), pad, dtype=torch.long)
     mask = torch.zeros((len(prompts), Tp), dtype=torch.bool)
     for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty")
         ids[i, Tp - len(p):] = torch.tensor(p, dtype=torch.long)
         mask[i, Tp - len(p):] = True
     return ids, mask

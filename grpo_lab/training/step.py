@@ -121,7 +121,8 @@ def draw_prompts(cfg, ctx: StepContext, step: int, policy):
     ``cfg.dynamic_sampling`` several draws (``dynamic_draws``)."""
     if cfg.dynamic_sampling:
         return dynamic_draws(cfg, ctx, step, policy)
-    return [(0, i) for i in range(cfg.prompts_per_step)], [score_draw(cfg, ctx, step, policy, 0)], None
+    draw = score_draw(cfg, ctx, step, policy, 0)
+    return [(0, i) for i in range(cfg.prompts_per_step)], [draw], None
 
 
 def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
