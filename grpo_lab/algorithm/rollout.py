@@ -129,7 +129,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     was_training = model.training
     model.eval()
     dec = (Decode(model, p_ids, p_mask, prompts, G, max_new_tokens, share_prefix, drop_finished)
-           if use_cache else Recompute(model, p_ids, p_mask, G))           # dec.last (N, V)
+           if use_cache else Recompute(model, p_ids, p_mask, G, max_new_tokens))  # dec.last (N, V)
     N, pad = B * G, model.pad_id
     done = torch.zeros(N, dtype=torch.bool, device=dev)
     toks, lps, masks = [], [], []

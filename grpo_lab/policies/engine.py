@@ -133,13 +133,10 @@ class Decode:
     """The decode batch of ``rollout.sample``, written once against the hooks: the B prompts
     (left-padded ids and mask (B, Tp)) run once, their cache made the decode's N = B*G rows
     (``start_decode``), then one token a row per ``forward``. ``last`` (n, V): the logits of
-    each row's next token; ``rows`` (n,): the decode batch's rows among the N.
-
-    Its speed levers give the same tokens: ``share_prefix``, a prefix of at least
-    ``SHARED_PREFIX_MIN`` tokens every prompt starts with (a chat template's system turn) run
-    once for the batch (``prefill_shared``; the same numbers up to float rounding);
-    ``drop_finished``, rows that emitted <eos> leave the batch, their cache rows too
-    (``select_cache``)."""
+    each row's next token; ``rows`` (n,): the decode batch's rows among the N. Speed levers,
+    the same tokens: ``share_prefix`` runs a prefix all prompts start with once for the batch
+    (``prefill_shared``, from ``SHARED_PREFIX_MIN`` tokens: a chat template's system turn);
+    ``drop_finished`` takes rows that emitted <eos> out, their cache rows too (``select_cache``)."""
 
     def __init__(self, model, p_ids, p_mask, prompts, G: int, max_new_tokens: int,
                  share_prefix: bool = True, drop_finished: bool = False):
@@ -179,13 +176,9 @@ class Recompute(Decode):
     """``Decode`` without a cache (``sample(use_cache=False)``, for benchmarks and equivalence
     tests): every step runs the whole sequence so far, all N rows. The same tokens."""
 
-    def __init__(self, model, p_ids, p_mask, G: int):
-        logits, _ = model(p_ids, positions(p_mask), p_mask, logits_to_keep=1)   # (B, 1, V)
-        self.model, self.drop = model, False
+    def __init__(self, model, p_ids, p_mask, G: int, max_new_tokens: int):
+        super().__init__(model, p_ids, p_mask, [], G, max_new_tokens, share_prefix=False)
         self.ids = p_ids.repeat_interleave(G, 0)                           # (N, Tp)
-        self.key_mask = p_mask.repeat_interleave(G, 0)                     # (N, Tp)
-        self.last = logits[:, -1].repeat_interleave(G, 0)                  # (N, V)
-        self.rows = torch.arange(len(self.last), device=p_ids.device)     # (N,) all
 
     def advance(self, tok, live, done) -> None:
         super().advance(tok, live, done)
