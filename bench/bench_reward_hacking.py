@@ -38,7 +38,7 @@ from grpo_lab.training.config import preset
 from grpo_lab.training.experiments import difference_sentence, mean_ci, run_experiment
 from grpo_lab.training.reward_model import (default_data, default_reward_model, plot_reward_hacking,
                                             use_reward_model)
-from grpo_lab.training.step import sample_and_score
+from grpo_lab.algorithm.rollout import sample_and_score
 from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.training.trainer import train
 

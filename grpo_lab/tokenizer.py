@@ -31,11 +31,6 @@ def unknown_chars(text: str) -> list[str]:
 
 def decode(ids: Sequence[int]) -> str:
     """Token ids to text, stopping at the first <eos> and skipping <pad>."""
-    out = []
-    for i in ids:
-        i = int(i)
-        if i == EOS:
-            break
-        if i != PAD:
-            out.append(ITOS[i])
-    return "".join(out)
+    ids = [int(i) for i in ids]
+    ids = ids[:ids.index(EOS)] if EOS in ids else ids
+    return "".join(ITOS[i] for i in ids if i != PAD)

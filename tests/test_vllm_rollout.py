@@ -9,7 +9,7 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
-from grpo_lab.algorithm.scoring import sample_and_score
+from grpo_lab.algorithm.rollout import sample_and_score
 from grpo_lab.algorithm.vllm_rollout import (ROLLOUTS, VLLMEngine, changed_weights,
                                              repack_tied_head, request_seed, rollout_scorer,
                                              to_rollout)

@@ -1,11 +1,25 @@
-"""Group sampling: G completions per prompt, the prompt's KV cache computed once.
+"""Group sampling and scoring: G completions per prompt, the prompt's KV cache computed once;
+``sample_and_score`` = sample -> decode -> rewards.weighted_reward, the one path from prompts
+to rewards (training, evaluation, widgets, benches), held in a ``Scored``.
 
 GRPO (DeepSeekMath sec. 4.1) samples a group of G outputs {o_1..o_G} for each question q
 from the old policy. Here the B prompts are left-padded into one batch and run through
 the policy once; the resulting KV cache is repeated G times (``repeat_interleave``), so
 the G completions of a prompt share its prompt computation. Completions then grow one
 token per step against the cache; a completion that emitted <eos> is finished and gets
-padding (mask False) from then on. Sampling stops when all are finished.
+padding (mask False) from then on. Sampling stops when all are finished. The decode batch
+and its speed levers (a prefix all prompts share prefilled once, finished rows dropped from
+the batch, the policy's own decode cache) are the engine's (``engine.Decode``): the same
+tokens with or without them.
+
+A token is drawn from the temperature-scaled policy by one of ``DRAWS``: the exponential race
+(token = argmax_v log p_v - log E_v, E_v ~ Exp(1): N x V draws per token) or the inverse CDF
+(one uniform per row: the first token whose cumulative probability passes it). Both sample
+softmax exactly; they map the noise to tokens differently, so the same seed gives other
+tokens. With one generator per prompt a prompt's G completions depend only on its own
+generator, not on which other prompts share the batch: a data-parallel run samples the same
+tokens on 1 or N processes. Every step draws noise for all G rows of a prompt, finished or
+not, so the streams do not depend on when rows stop.
 
 ``Rollout.logprobs`` holds log pi(token) under the temperature-scaled policy, which is
 what the loss computes too; top-k and top-p only truncate what is sampled. Top-p (nucleus
@@ -20,13 +34,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from grpo_lab.policies.engine import (UPDATE_FORWARDS, chosen_logprobs, left_pad, positions,
-                                     prefill_shared, scaled_logits, shared_prefix)
+from grpo_lab.policies.engine import (UPDATE_FORWARDS, Decode, Recompute, chosen_logprobs,
+                                     left_pad, scaled_logits)
+from grpo_lab.machine import add_time, now
 from grpo_lab.registry import lookup
+from grpo_lab.tasks.rewards import weighted_reward
 from grpo_lab.tokenizer import PAD   # batch padding under a False mask (any valid id)
 
 
@@ -78,26 +95,14 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            generator: torch.Generator | list[torch.Generator] | None = None,
            use_cache: bool = True, draw: str = "race", drop_finished: bool = False,
            clock: dict | None = None, top_p: float = 1.0, share_prefix: bool = True) -> Rollout:
-    """Sample G completions for each of B prompts -> Rollout with N = B*G rows.
+    """Sample G completions for each of B prompts (token lists) from the engine ``model`` ->
+    Rollout with N = B*G rows, at most ``max_new_tokens`` each (module docstring).
 
-    ``draw`` names how a token is drawn from the temperature-scaled policy (``DRAWS``): the
-    exponential race (token = argmax_v log p_v - log E_v, E_v ~ Exp(1): N x V draws per
-    token) or the inverse CDF (one uniform per row: the first token whose cumulative
-    probability passes it). Both sample softmax exactly; they map the noise to tokens
-    differently, so the same seed gives other tokens. ``generator`` is one torch.Generator
-    for the whole batch, or a list of B, one per prompt: then a prompt's G completions depend
-    only on its own generator, not on which other prompts share the batch, which is what
-    makes a data-parallel run sample the same tokens on 1 or N processes. Every step draws
-    noise for all G rows of a prompt, finished or not, so the streams do not depend on when
-    rows stop. ``drop_finished`` takes rows that emitted <eos> out of the decode batch (their
-    cache rows too: the policy's ``select_cache``); the tokens are the same.
-    ``use_cache=False`` recomputes the whole sequence every step (for benchmarks and
-    equivalence tests; the result is the same). ``model`` is an engine.Engine: its
-    ``pad_id`` fills rows after their <eos> (``eos_id``), ``start_decode`` shares the cache.
-    ``clock``: a dict that gets the seconds spent per phase added (``CLOCK_KEYS``).
-    ``share_prefix``: when every prompt starts with the same ``SHARED_PREFIX_MIN`` or more
-    tokens (a chat template's system turn), that prefix is prefilled once for the batch
-    (``prefill_shared``; with the KV cache only): the same numbers up to float rounding.
+    ``draw``: a name in ``DRAWS``; ``generator``: one for the batch, or a list of B, one per
+    prompt. ``use_cache=False`` recomputes the whole sequence every step, ``drop_finished``
+    takes finished rows out of the decode batch, ``share_prefix`` prefills a prefix all
+    prompts share once (``engine.Decode``): the same tokens. ``clock``: a dict that gets the
+    seconds per phase added (``CLOCK_KEYS``).
     """
     if G < 1:
         raise ValueError(f"group size G must be >= 1, got {G}")
@@ -107,15 +112,13 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
         raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
-    lookup(DRAWS, draw, "draw")
+    if not isinstance(draw, str) or draw not in DRAWS:
+        lookup(DRAWS, draw, "draw")                                        # its error
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] (1 = off), got {top_p}")
-    drop_finished = drop_finished and use_cache
-    clock = {} if clock is None else clock
-    tick = Ticker(clock)
+    tick = Ticker({} if clock is None else clock)
     dev = next(model.parameters()).device       # computed where the model is, returned on the CPU
-    pad, eos = model.pad_id, model.eos_id                                  # the policy's
-    p_ids, p_mask = (t.to(dev) for t in left_pad(prompts, pad))            # (B, Tp)
+    p_ids, p_mask = (t.to(dev) for t in left_pad(prompts, model.pad_id))   # (B, Tp)
     B, Tp = p_ids.shape
     if isinstance(generator, (list, tuple)) and len(generator) != B:
         raise ValueError(f"{len(generator)} generators for {B} prompts: give one per prompt")
@@ -125,56 +128,34 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
                          f"context); shorten the prompt or max_new_tokens")
     was_training = model.training
     model.eval()
-    p_pos = positions(p_mask)                                              # (B, Tp)
-    c = shared_prefix(prompts) if share_prefix and use_cache else 0
-    if c:                                             # the common prefix once, then the rest
-        logits, cache, d_ids, d_mask = prefill_shared(model, prompts, c, pad, dev)
-    else:
-        logits, cache = model(p_ids, p_pos, p_mask, logits_to_keep=1)      # prompt once
-        d_ids, d_mask = p_ids, p_mask                                      # the decode's layout
-    N = B * G
-    ids = d_ids.repeat_interleave(G, 0)                                    # (N, Tp)
-    key_mask = d_mask.repeat_interleave(G, 0)                              # (N, Tp)
-    next_pos = p_pos[:, -1].repeat_interleave(G, 0) + 1                    # (N,)
-    cache = model.start_decode(cache, G, max_new_tokens)                  # (N, ...) per layer
-    last = logits[:, -1].repeat_interleave(G, 0)                           # (N, V)
+    dec = (Decode(model, p_ids, p_mask, prompts, G, max_new_tokens, share_prefix, drop_finished)
+           if use_cache else Recompute(model, p_ids, p_mask, G, max_new_tokens))  # dec.last (N, V)
+    N, pad = B * G, model.pad_id
     done = torch.zeros(N, dtype=torch.bool, device=dev)
-    rows = torch.arange(N, device=dev)          # rows in the decode batch (n,): all, or the live
     toks, lps, masks = [], [], []
     tick("time/prefill_s")
     for _ in range(max_new_tokens):
-        logp = F.log_softmax(scaled_logits(last, temperature), dim=-1)     # (n, V)
+        logp = F.log_softmax(scaled_logits(dec.last, temperature), dim=-1)  # (n, V)
         if greedy:
             tok_n = logp.argmax(-1)                                        # (n,)
         else:
-            nucleus = logp if top_p == 1 else top_p_filter(top_k_filter(logp, top_k), top_p)
-            tok_n = DRAWS[draw](nucleus, top_k, G, generator, rows, N)     # (n,) ~ softmax
+            tok_n = DRAWS[draw](logp, top_k, G, generator, dec.rows, N, top_p)  # (n,) ~ softmax
         live = ~done                                                       # (N,)
         tok = torch.full((N,), pad, dtype=torch.long, device=dev)
         lp = torch.zeros(N, device=dev)
-        tok[rows] = tok_n
-        lp[rows] = logp.gather(1, tok_n[:, None]).squeeze(1)
+        tok[dec.rows] = tok_n
+        lp[dec.rows] = logp.gather(1, tok_n[:, None]).squeeze(1)
         tok = torch.where(live, tok, torch.full_like(tok, pad))            # (N,)
         toks.append(tok)
         lps.append(torch.where(live, lp, 0.0))
         masks.append(live)
-        done = done | (tok == eos)
+        done = done | (tok == model.eos_id)
         tick("time/decode_sample_s")
         if bool(done.all()):
             break
-        if drop_finished and bool(done[rows].any()):
-            keep = (~done[rows]).nonzero().squeeze(1)                      # (n',) into rows
-            rows, ids, key_mask, next_pos = rows[keep], ids[keep], key_mask[keep], next_pos[keep]
-            cache = model.select_cache(cache, keep)
-        ids = torch.cat([ids, tok[rows][:, None]], 1)                      # (n, T+1)
-        key_mask = torch.cat([key_mask, live[rows][:, None]], 1)           # (n, T+1)
+        dec.advance(tok, live, done)
         tick("time/decode_cache_s")
-        if use_cache:
-            logits, cache = model(tok[rows][:, None], next_pos[:, None], key_mask, cache)
-        else:
-            logits, _ = model(ids, positions(key_mask), key_mask, logits_to_keep=1)
-        last = logits[:, -1]                                               # (n, V)
-        next_pos = next_pos + 1
+        dec.forward()                                                      # dec.last (n, V)
         tick("time/decode_forward_s")
     if was_training:
         model.train()
@@ -239,20 +220,30 @@ def top_p_filter(logp: torch.Tensor, p: float) -> torch.Tensor:
     return logp.masked_fill(drop, float("-inf"))
 
 
-def race_draw(logp, top_k, G, generator, rows, N) -> torch.Tensor:
-    """The exponential race over the (top-k filtered) log-probs (n, V) -> tokens (n,)."""
-    filt = top_k_filter(logp, top_k)
+def nucleus(logp: torch.Tensor, top_k: int | None, top_p: float) -> torch.Tensor:
+    """Top-k, then top-p (p = 1: none) of the log-probs (n, V): -inf outside."""
+    logp = top_k_filter(logp, top_k)
+    return logp if top_p == 1 else top_p_filter(logp, top_p)
+
+
+def race_draw(logp, top_k, G, generator, rows, N, top_p: float = 1.0) -> torch.Tensor:
+    """The exponential race over the (top-k, top-p filtered) log-probs (n, V) -> tokens (n,);
+    ``rows`` (n,): the decode batch's rows among the N, whose noise they take."""
+    if top_k is not None or top_p < 1:
+        logp = nucleus(logp, top_k, top_p)
     E = exponential_noise((N, logp.shape[1]), G, generator).to(logp.device)  # (N, V)
     E = E[rows].clamp_min(1e-30)                                           # (n, V) > 0
-    return (filt - E.log()).argmax(-1)                                     # (n,)
+    return (logp - E.log()).argmax(-1)                                     # (n,)
 
 
-def inverse_cdf_draw(logp, top_k, G, generator, rows, N) -> torch.Tensor:
+def inverse_cdf_draw(logp, top_k, G, generator, rows, N, top_p: float = 1.0) -> torch.Tensor:
     """One uniform per row against the cumulative probabilities (n, V) -> tokens (n,).
 
     The first v with cdf_v > u * cdf_V: a token of probability 0 is never picked (its cdf
     equals the one before). With top_k only the k largest are sorted and summed."""
     u = uniform_noise(N, G, generator).to(logp.device)[rows]              # (n,) float64
+    if top_p < 1:
+        logp = nucleus(logp, top_k, top_p)
     idx = None
     if top_k is not None and top_k < logp.shape[-1]:
         logp, idx = logp.topk(top_k, dim=-1)                               # (n, k) each
@@ -294,7 +285,60 @@ def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
     With ``return_entropy`` also returns the per-token entropy (N, Tc) of the policy
     (``completion_token_stats``; ``entropy_grad``: with its autograd graph).
     """
-    logits = lookup(UPDATE_FORWARDS, forward, "update forward")(model, r)  # (N, Tc, V)
+    if not isinstance(forward, str) or forward not in UPDATE_FORWARDS:
+        lookup(UPDATE_FORWARDS, forward, "update forward")                 # its error
+    logits = UPDATE_FORWARDS[forward](model, r)                            # (N, Tc, V)
     tok_logp, entropy = completion_token_stats(logits, r, temperature, entropy_grad,
                                                with_entropy=return_entropy)
     return (tok_logp, entropy) if return_entropy else tok_logp
+
+
+# ---- scoring: the sampled completions decoded and rewarded
+
+
+class Scored(NamedTuple):
+    """Completions sampled and scored: B prompts, N = B*G rows (row i from prompt
+    ``rollout.prompt_index[i]``)."""
+    examples: list                # (B,) Example
+    rollout: Rollout              # N rows
+    rewards: torch.Tensor         # (N,) weighted reward
+    parts: dict                   # reward function name -> (N,)
+    texts: list                   # (N,) decoded completions
+
+
+@torch.no_grad()
+def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
+                     temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
+                     generator=None, clock: dict | None = None, by=sample, **sampler) -> Scored:
+    """sample -> decode -> score: the one path from prompts to rewards (training, evaluation,
+    widgets, benches). ``sampler``: more ``rollout.sample`` options (draw, drop_finished);
+    ``by``: the sampler, ``rollout.sample``'s signature (vllm_rollout passes vLLM's).
+    ``clock``: add the seconds spent to "time/sample_s" (all of the sampler, which also adds
+    its own parts: time/prefill_s, time/decode_*) and "time/score_s" (decoding the tokens and
+    the reward functions)."""
+    t0 = now()
+    r = by(policy, [policy.encode(e.prompt) for e in examples], G, max_new, temperature,
+           top_k, greedy=greedy, generator=generator, clock=clock, **sampler)
+    t1 = now()
+    texts = [policy.decode(c) for c in r.completion_ids.tolist()]
+    rows = [examples[i] for i in r.prompt_index.tolist()]                  # (N,)
+    rewards, parts = weighted_reward(texts, rows, weights, r.stopped.tolist())
+    if clock is not None:
+        add_time(clock, "time/sample_s", t1 - t0)
+        add_time(clock, "time/score_s", now() - t1)
+    return Scored(list(examples), r, rewards, parts, texts)
+
+
+def take_scored(s: Scored, rows: torch.Tensor) -> Scored:
+    """Keep the rows (N,) bool; kept prompts renumbered 0..B'-1 in order."""
+    sub, kept = take_rows(s.rollout, rows)
+    return Scored([s.examples[i] for i in kept.tolist()], sub, s.rewards[rows],
+                  {k: v[rows] for k, v in s.parts.items()},
+                  [s.texts[i] for i in rows.nonzero().flatten().tolist()])
+
+
+def cat_scored(ss: list[Scored]) -> Scored:
+    r = cat_rollouts([s.rollout for s in ss], [len(s.examples) for s in ss])
+    return Scored([e for s in ss for e in s.examples], r, torch.cat([s.rewards for s in ss]),
+                  {k: torch.cat([s.parts[k] for s in ss]) for k in ss[0].parts},
+                  [t for s in ss for t in s.texts])

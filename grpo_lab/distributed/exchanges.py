@@ -50,7 +50,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -63,17 +62,6 @@ from grpo_lab.distributed.overlap import OverlappedAllReduce
 from grpo_lab.distributed.sharder import ShardedOptimizer
 from grpo_lab.distributed.shard_plan import POLICIES
 from grpo_lab.registry import check_new, lookup
-
-
-def wchar() -> int | None:
-    """Bytes this process has handed to write()/send() so far (Linux /proc/self/io), or None."""
-    try:
-        for line in Path("/proc/self/io").read_text().splitlines():
-            if line.startswith("wchar:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ hooks and never asks a model what it has.
     checkpointing                                      the training forward keeps no KV cache
     reference()                                        the frozen reference (LoRA: adapters off)
 
-and the speed machinery written once against those hooks: the shared-prefix prefill
-(``prefill_shared``: a chat template's system turn run once per batch), the update forwards
+and the speed machinery written once against those hooks: the sampler's decode batch
+(``Decode``: a chat template's system turn run once per batch, ``prefill_shared``; finished
+rows dropped; ``Recompute``: no cache), the update forwards
 (``UPDATE_FORWARDS``: prompt once per group, packed, ...) and the chosen-token log-prob with
 its hand-written backward (``chosen_logprobs``). A module that is not an Engine (torch's DDP
 wrapper, a test double) still runs the update forwards that need no cache.
@@ -76,13 +77,12 @@ def left_pad(prompts: list[list[int]], pad: int = PAD) -> tuple[torch.Tensor, to
     its <eos>, which a demonstration ends with."""
     if not prompts:
         raise ValueError("no prompts to sample from (empty prompt list)")
-    for i, p in enumerate(prompts):
-        if len(p) == 0:
-            raise ValueError(f"prompt {i} is empty")
     Tp = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), Tp), pad, dtype=torch.long)
     mask = torch.zeros((len(prompts), Tp), dtype=torch.bool)
     for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty")
         ids[i, Tp - len(p):] = torch.tensor(p, dtype=torch.long)
         mask[i, Tp - len(p):] = True
     return ids, mask
@@ -94,7 +94,7 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 
 
 SHARED_PREFIX_MIN = 16
-"""The fewest tokens every prompt of a batch must start with before ``sample`` prefills them
+"""The fewest tokens every prompt of a batch must start with before ``Decode`` prefills them
 once (a chat template's system turn: SmolLM2's is 24 tokens). The toy's prompts never share
 that many, so its runs never take this path."""
 
@@ -114,10 +114,10 @@ def shared_prefix(prompts: list[list[int]], minimum: int = SHARED_PREFIX_MIN) ->
 def prefill_shared(model, prompts: list[list[int]], c: int, pad: int, dev):
     """The prompts' first logits and cache with their common first ``c`` tokens run once:
     the prefix as one row, its cache repeated to the B rows, then the rest of each prompt,
-    left-padded, against it. -> (logits (B, 1, V), cache, ids (B, c + Ts), key mask
-    (B, c + Ts)): the decode's layout is [prefix | padding | rest of the prompt], the
-    positions are the prompts' own (padding is masked and takes no position), so the
-    arithmetic is the left-padded prompt's, up to float rounding."""
+    left-padded, against it. -> (logits (B, 1, V), cache, key mask (B, c + Ts)): the decode's
+    layout is [prefix | padding | rest of the prompt], the positions are the prompts' own
+    (padding is masked and takes no position), so the arithmetic is the left-padded prompt's,
+    up to float rounding."""
     B = len(prompts)
     prefix = torch.tensor([prompts[0][:c]], dtype=torch.long, device=dev)  # (1, c)
     seen = torch.ones(1, c, dtype=torch.bool, device=dev)                  # (1, c)
@@ -126,7 +126,68 @@ def prefill_shared(model, prompts: list[list[int]], c: int, pad: int, dev):
     s_ids, s_mask = (t.to(dev) for t in left_pad([p[c:] for p in prompts], pad))  # (B, Ts)
     key_mask = torch.cat([seen.expand(B, c), s_mask], 1)                   # (B, c + Ts)
     logits, cache = model(s_ids, c + positions(s_mask), key_mask, cache, logits_to_keep=1)
-    return logits, cache, torch.cat([prefix.expand(B, c), s_ids], 1), key_mask
+    return logits, cache, key_mask
+
+
+class Decode:
+    """The decode batch of ``rollout.sample``, written once against the hooks: the B prompts
+    (left-padded ids and mask (B, Tp)) run once, their cache made the decode's N = B*G rows
+    (``start_decode``), then one token a row per ``forward``. ``last`` (n, V): the logits of
+    each row's next token; ``rows`` (n,): the decode batch's rows among the N. Speed levers,
+    the same tokens: ``share_prefix`` runs a prefix all prompts start with once for the batch
+    (``prefill_shared``, from ``SHARED_PREFIX_MIN`` tokens: a chat template's system turn);
+    ``drop_finished`` takes rows that emitted <eos> out, their cache rows too (``select_cache``)."""
+
+    def __init__(self, model, p_ids, p_mask, prompts, G: int, max_new_tokens: int,
+                 share_prefix: bool = True, drop_finished: bool = False):
+        self.model, self.drop = model, drop_finished
+        c = shared_prefix(prompts) if share_prefix else 0
+        if c:                                          # the common prefix once, then the rest
+            logits, cache, key_mask = prefill_shared(model, prompts, c, model.pad_id,
+                                                     p_ids.device)
+        else:                                          # each prompt whole
+            logits, cache = model(p_ids, positions(p_mask), p_mask, logits_to_keep=1)
+            key_mask = p_mask
+        self.key_mask = key_mask.repeat_interleave(G, 0)                   # (N, Tk)
+        self.next_pos = positions(p_mask)[:, -1].repeat_interleave(G, 0) + 1   # (N,)
+        self.cache = model.start_decode(cache, G, max_new_tokens)         # (N, ...) per layer
+        self.last = logits[:, -1].repeat_interleave(G, 0)                  # (N, V)
+        self.rows = torch.arange(len(self.last), device=p_ids.device)     # (n,) all, or the live
+
+    def advance(self, tok: torch.Tensor, live: torch.Tensor, done: torch.Tensor) -> None:
+        """This step's tokens, live before it and done after it, each (N,): finished rows out
+        (``drop_finished``), the key mask one column longer."""
+        if self.drop and bool(done[self.rows].any()):
+            keep = (~done[self.rows]).nonzero().squeeze(1)                 # (n',) into rows
+            self.rows, self.key_mask = self.rows[keep], self.key_mask[keep]
+            self.next_pos = self.next_pos[keep]
+            self.cache = self.model.select_cache(self.cache, keep)
+        self.tok = tok[self.rows]                                          # (n,)
+        self.key_mask = torch.cat([self.key_mask, live[self.rows][:, None]], 1)  # (n, Tk+1)
+
+    def forward(self) -> None:
+        """The new tokens against the cache -> ``last`` (n, V)."""
+        logits, self.cache = self.model(self.tok[:, None], self.next_pos[:, None],
+                                        self.key_mask, self.cache)         # (n, 1, V)
+        self.last, self.next_pos = logits[:, -1], self.next_pos + 1
+
+
+class Recompute(Decode):
+    """``Decode`` without a cache (``sample(use_cache=False)``, for benchmarks and equivalence
+    tests): every step runs the whole sequence so far, all N rows. The same tokens."""
+
+    def __init__(self, model, p_ids, p_mask, G: int, max_new_tokens: int):
+        super().__init__(model, p_ids, p_mask, [], G, max_new_tokens, share_prefix=False)
+        self.ids = p_ids.repeat_interleave(G, 0)                           # (N, Tp)
+
+    def advance(self, tok, live, done) -> None:
+        super().advance(tok, live, done)
+        self.ids = torch.cat([self.ids, self.tok[:, None]], 1)            # (N, T+1)
+
+    def forward(self) -> None:
+        logits, _ = self.model(self.ids, positions(self.key_mask), self.key_mask,
+                               logits_to_keep=1)                           # (N, 1, V)
+        self.last = logits[:, -1]
 
 
 def full_sequence(r, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

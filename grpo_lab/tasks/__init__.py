@@ -143,6 +143,8 @@ TASKS: dict[str, Task] = {
 
 
 def get_task(name: str) -> Task:
+    if isinstance(name, str) and name in TASKS:
+        return TASKS[name]
     return lookup(TASKS, name, "task", "register your own with tasks.register_task")
 
 
@@ -235,16 +237,13 @@ def sample_examples(task_names: Sequence[str], n: int, rng: random.Random,
         raise ValueError("task_names is empty")
     tasks = [get_task(t) for t in task_names]
     out: list[Example] = []
-    tries = 0
-    while len(out) < n:
-        tries += 1
-        if tries > 100 * n + 1000:
-            raise RuntimeError(f"could not draw {n} examples outside the excluded set")
+    for _ in range(100 * n + 1000):              # bounded: ``exclude`` may hold every prompt
         ex = rng.choice(tasks).make(rng)
-        if exclude and ex.prompt in exclude:
-            continue
-        out.append(ex)
-    return out
+        if not (exclude and ex.prompt in exclude):
+            out.append(ex)
+            if len(out) == n:
+                return out
+    raise RuntimeError(f"could not draw {n} examples outside the excluded set")
 
 
 # ---------------------------------------------------------------- a task's held-out rows

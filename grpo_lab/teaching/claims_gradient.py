@@ -113,8 +113,8 @@ def baseline_variance(seed: int = 0, prompts: int = 8, G: int = 8, draws: int = 
     sample's length, and so not vanish in expectation). About 0.2 s a draw of 64 samples."""
     from grpo_lab.training.config import preset
     from grpo_lab.policies.policy import load_for
-    from grpo_lab.algorithm.rollout import completion_logprobs
-    from grpo_lab.training.step import max_new_tokens, sample_and_score
+    from grpo_lab.algorithm.rollout import completion_logprobs, sample_and_score
+    from grpo_lab.training.step import max_new_tokens
     from grpo_lab.tasks import get_task
     if draws < 2:
         raise ValueError(f"draws must be >= 2 to estimate a variance, got {draws}")

@@ -66,7 +66,7 @@ PPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/r
 
 class PPOBatch(NamedTuple):
     """One PPO step's data (one process): completions and the critic's view of them."""
-    scored: object                # step.Scored: N = B*G rows
+    scored: object                # rollout.Scored: N = B*G rows
     advantages: torch.Tensor      # (N, Tc) GAE, whitened over the batch's real tokens
     returns: torch.Tensor         # (N, Tc) the critic's targets
     old_values: torch.Tensor      # (N, Tc) the critic's values at sampling time

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 
 from grpo_lab.distributed.group import Group
-from grpo_lab.algorithm.scoring import Scored, cat_scored, take_scored
+from grpo_lab.algorithm.rollout import Scored, cat_scored, take_scored
 from grpo_lab.tasks.rewards import step_rewards
 
 

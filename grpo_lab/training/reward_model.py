@@ -10,7 +10,7 @@ measure the gold reward rising, then falling, as KL(policy || init) grows). Deep
 
 Here the reward model is the cheapest thing that shows the effect honestly:
 
-    data:   the base policy's own samples on a task (step.sample_and_score), each scored by
+    data:   the base policy's own samples on a task (rollout.sample_and_score), each scored by
             the verifiable accuracy reward, 0 or 1 (a human labeller's stand-in)
     model:  a small char-level GPT body (model.GPT, from scratch: 2 layers, width 48) and a
             scalar head read at the last real token of "<prompt><completion>[<eos>]"
@@ -77,7 +77,7 @@ def collect_scored(policy, n_prompts: int = 256, G: int = 4, task: str = "additi
     """The policy's own samples, scored by the accuracy reward: n_prompts * G rows.
 
     ``exclude``: prompts never to draw (the held-out evaluation set)."""
-    from grpo_lab.training.step import sample_and_score
+    from grpo_lab.algorithm.rollout import sample_and_score
     examples = sample_examples([task], n_prompts, random.Random(f"rm-data-{seed}"), exclude)
     s = sample_and_score(policy, examples, G, get_task(task).max_answer_len + 2,
                          {"accuracy": 1.0}, temperature,

@@ -53,12 +53,10 @@ from grpo_lab.algorithm.grouping import cluster_diagnostics
 from grpo_lab.algorithm.loss import AGGREGATIONS, ClipRange, surrogate_loss
 from grpo_lab.algorithm.variants import Tokens, active_variants
 from grpo_lab.registry import check_new, lookup
-from grpo_lab.training.ranks import Gathered, gather_rows, my_rows, share_rows  # noqa: F401 (re-exported)
-from grpo_lab.algorithm.rollout import completion_logprobs
+from grpo_lab.training.ranks import Gathered, gather_rows, my_rows
+from grpo_lab.algorithm.rollout import Scored, completion_logprobs, sample_and_score, take_scored
+from grpo_lab.machine import add_time, now
 from grpo_lab.policies.engine import left_pad, positions
-from grpo_lab.algorithm.vllm_rollout import rollout_scorer
-from grpo_lab.algorithm.scoring import (Scored, add_time, cat_scored, now, sample_and_score,  # noqa: F401
-                                        take_scored)
 from grpo_lab.tasks import get_task
 from grpo_lab.timelimit import user_code
 from grpo_lab.tokenizer import EOS, PAD, encode
@@ -81,7 +79,8 @@ def prompt_generators(seed: int, step: int, draw: int, indices) -> list[torch.Ge
 
 @dataclass
 class StepContext:
-    """What a step needs besides the policy and the config; built once by the trainer."""
+    """What a step needs besides the policy and the config, resolved once per run (built by
+    trainer.setup)."""
     draw: Callable                # (rng, n) -> n training examples
     grouper: Callable             # grouping.StepGrouper
     ref: torch.nn.Module | None = None   # frozen reference policy (beta > 0)
@@ -89,6 +88,10 @@ class StepContext:
     clock: dict = field(default_factory=dict)  # seconds per phase of this step (time/*_s)
     carry: dict = field(default_factory=dict)  # an objective's state across steps, rebuilt
                                                # from (seed, step) when absent (resume)
+    score: Callable = sample_and_score   # cfg.rollout's sample-and-score (trainer.setup:
+                                         # rollout_scorer; this default is grpo_lab's sampler)
+    max_new: int = 0              # tokens a completion may have (trainer.setup: max_new_tokens;
+                                  # 0: computed from the config each step)
 
 
 class Batch(NamedTuple):
@@ -112,24 +115,38 @@ def _varies(rewards: torch.Tensor, G: int) -> torch.Tensor:
 
 
 def draw_prompts(cfg, ctx: StepContext, step: int, policy):
-    """Draws of B prompts (dynamic sampling: until B informative) -> (kept [(draw, index)]
-    sorted, per draw (examples, this rank's Scored), informative flags per draw or None)."""
+    """B prompts, this rank's slice sampled and scored -> (kept [(draw, index)] sorted, per
+    draw (examples, this rank's Scored), informative flags per draw or None); with
+    ``cfg.dynamic_sampling`` several draws (``dynamic_draws``)."""
+    if cfg.dynamic_sampling:
+        return dynamic_draws(cfg, ctx, step, policy)
+    draw = score_draw(cfg, ctx, step, policy, 0)
+    return [(0, i) for i in range(cfg.prompts_per_step)], [draw], None
+
+
+def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
+    """Draw ``d`` of B prompts, seeded by (seed, step, d) -> (its B examples, this rank's
+    slice of them sampled and scored: ``ctx.score``, prompt i with its own generator)."""
+    B, mine = cfg.prompts_per_step, ctx.group.slice(cfg.prompts_per_step)
+    with user_code(f"the task generator of {cfg.task!r}"):
+        examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
+    return examples, ctx.score(policy, [examples[i] for i in mine], cfg.group_size,
+                               ctx.max_new or max_new_tokens(cfg), cfg.reward_weights,
+                               cfg.temperature, cfg.top_k or None,
+                               generator=prompt_generators(cfg.seed, step, d, mine),
+                               draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
+                               clock=ctx.clock, top_p=cfg.top_p)
+
+
+def dynamic_draws(cfg, ctx: StepContext, step: int, policy):
+    """DAPO's dynamic sampling: draws until B prompts whose G rewards differ (at most
+    ``dynamic_max_draws``), decided on the gathered rewards, so every rank keeps the same
+    prompts; short of B, topped up with the first draw's dull prompts. -> draw_prompts'."""
     G, B = cfg.group_size, cfg.prompts_per_step
-    mine = ctx.group.slice(B)
-    score = rollout_scorer(policy, cfg, ctx)       # cfg.rollout: grpo_lab's sampler or vLLM's
     draws, flags, kept = [], [], []
-    for d in range(cfg.dynamic_max_draws if cfg.dynamic_sampling else 1):
-        with user_code(f"the task generator of {cfg.task!r}"):
-            examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
-        s = score(policy, [examples[i] for i in mine], G, max_new_tokens(cfg),
-                  cfg.reward_weights, cfg.temperature, cfg.top_k or None,
-                  generator=prompt_generators(cfg.seed, step, d, mine),
-                  draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
-                  clock=ctx.clock, top_p=cfg.top_p)
-        draws.append((examples, s))
-        if not cfg.dynamic_sampling:
-            return [(0, i) for i in range(B)], draws, None
-        f = torch.cat(ctx.group.gather(_varies(s.rewards, G)))             # (B,) rank order
+    for d in range(cfg.dynamic_max_draws):
+        draws.append(score_draw(cfg, ctx, step, policy, d))
+        f = torch.cat(ctx.group.gather(_varies(draws[-1][1].rewards, G)))  # (B,) rank order
         flags.append(f)
         kept += [(d, i) for i in range(B) if f[i]][:B - len(kept)]
         if len(kept) == B:

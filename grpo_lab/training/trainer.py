@@ -52,14 +52,14 @@ from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
 from grpo_lab.training.config import CONFIG_FILE, TrainConfig, config_changes, to_dict
 from grpo_lab.training.trackers import Trackers, check_installed
 from grpo_lab.distributed import dcp
-from grpo_lab.distributed.exchanges import AdamW, make_exchange, wchar
+from grpo_lab.distributed.exchanges import AdamW, make_exchange
 from grpo_lab.distributed.fsdp import full_parameters
 from grpo_lab.distributed.group import Group
-from grpo_lab.machine import free_cores
+from grpo_lab.machine import add_time, free_cores, now, wchar
 from grpo_lab.policies.model import GPT
 from grpo_lab.policies.policy import frozen, get_policy_kind, load_for
-from grpo_lab.algorithm.grouping import StepGrouper
-from grpo_lab.algorithm.scoring import add_time, now, sample_and_score
+from grpo_lab.algorithm.reclustering import StepGrouper
+from grpo_lab.algorithm.rollout import sample_and_score
 from grpo_lab.algorithm.vllm_rollout import rollout_scorer
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
                                     split_batch)
@@ -130,10 +130,10 @@ def learning_rate(cfg: TrainConfig, step: int) -> float:
 
 def prompt_source(cfg: TrainConfig, held_out: set[str]):
     """-> draw(rng, n): n training examples, never from the held-out set."""
+    names = cfg.task_names
     if not cfg.train_pool:
-        return lambda rng, n: sample_examples(cfg.task_names, n, rng, held_out)
-    pool = sample_examples(cfg.task_names, cfg.train_pool, random.Random(f"{cfg.seed}-pool"),
-                           held_out)
+        return lambda rng, n: sample_examples(names, n, rng, held_out)
+    pool = sample_examples(names, cfg.train_pool, random.Random(f"{cfg.seed}-pool"), held_out)
     return lambda rng, n: [rng.choice(pool) for _ in range(n)]
 
 
@@ -266,9 +266,10 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
         ref = policy.reference() if cfg.hf.lora_r else frozen(load_for(cfg).to(device))
     draw = rendered_source(prompt_source(cfg, held), cfg.answer_format)
     check_readable(policy, cfg, eval_sets, draw)           # the task's needs vs this policy
-    ctx = StepContext(draw, make_grouper(cfg), ref, group)
-    rollout_scorer(policy, cfg, ctx)       # cfg.rollout's engine now (vLLM: built, or an
-                                           # ImportError), not after the base evaluation
+    ctx = StepContext(draw, make_grouper(cfg), ref, group, max_new=max_new_tokens(cfg))
+    ctx.score = rollout_scorer(policy, cfg, ctx)   # cfg.rollout's, once (vLLM: its engine built
+                                                   # now, or an ImportError, not after the base
+                                                   # evaluation)
     return Setup(policy, ctx, eval_sets, held, obj)
 
 

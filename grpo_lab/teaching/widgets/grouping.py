@@ -44,7 +44,7 @@ def _base_policy(path: str = BASE):
 @functools.lru_cache(maxsize=4)
 def _cached_rollout_rewards(prompts: tuple, answers: tuple, tasks: tuple, G: int, seed: int,
                             temperature: float) -> tuple:
-    from grpo_lab.training.step import sample_and_score
+    from grpo_lab.algorithm.rollout import sample_and_score
     examples = [Example(p, a, t) for p, a, t in zip(prompts, answers, tasks)]
     s = sample_and_score(_base_policy(), examples, G, 8, WEIGHTS, temperature,
                          generator=torch.Generator().manual_seed(seed))
