@@ -418,7 +418,6 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
     elapsed0 = history[-1].get("time/elapsed_s", 0.0) if history else 0.0
     acc = next((h["eval/accuracy"] for h in reversed(history) if "eval/accuracy" in h), None)
     t0 = time.perf_counter()
-    last = start - 1
     cfg_dict, warned = to_dict(cfg), set()
     bar = tqdm(range(start, cfg.steps), desc=cfg.objective, disable=not (progress and lead),
                initial=start, total=cfg.steps)
@@ -501,11 +500,10 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
                             **({"warn": ",".join(f.code for f in found)} if found else {}))
         if on_step is not None:
             on_step(metrics, policy)
-        last = step
         if out_of_time or reached:
             break
-    if last < start:  # nothing left to run: make sure a checkpoint exists
-        _checkpoint(ckpt, policy, ex, cfg, last, history, ctx.grouper, lead)
+    if start >= cfg.steps:  # nothing left to run: make sure a checkpoint exists
+        _checkpoint(ckpt, policy, ex, cfg, start - 1, history, ctx.grouper, lead)
     group.barrier()
     return history
 
