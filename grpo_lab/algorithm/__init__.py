@@ -2,8 +2,8 @@
 
 ``rollout`` (G completions per prompt, the prompt's KV cache computed once; decoded and
 rewarded by ``sample_and_score``) -> ``grouping`` / ``reclustering`` / ``embeddings`` (which
-completions share a baseline) -> ``advantages`` / ``group_advantages`` (the group-relative
-estimators) -> ``loss`` (the clipped objective) and ``overlong`` (cut-off completions). ``critic`` is the part GRPO
-drops (PPO's GAE and value loss); ``health``, ``samples`` and ``group_diagnostics`` say what a
-step did.
+completions share a baseline) -> ``advantages`` (the group-relative estimators, a cluster's
+baseline) -> ``loss`` (the clipped objective) and ``overlong`` (cut-off completions).
+``critic`` is the part GRPO drops (PPO's GAE and value loss); ``health``, ``samples`` and
+``advantages``' diagnostics say what a step did.
 """
