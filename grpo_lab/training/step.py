@@ -40,7 +40,7 @@ import math
 import operator
 import random
 from dataclasses import dataclass, field
-from functools import reduce
+from functools import partial, reduce
 from typing import Callable, NamedTuple
 
 import torch
@@ -294,11 +294,6 @@ def _rows_of(t: Tokens, w, keep) -> tuple[Tokens, torch.Tensor | None]:
     return Tokens(*(pick(x) for x in t[:-1]), {k: x[keep] for k, x in t.rows.items()}), pick(w)
 
 
-def _term(v, cfg, t: Tokens):
-    """``v.term`` as surrogate_loss calls it, on t's rows with logp and old_logp padded by 0."""
-    return lambda logp, old, real: v.term(cfg, t._replace(logp=logp, old=old, mask=real))
-
-
 def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     variants, r = active_variants(cfg), batch.scored.rollout
     keep, counts_dropped = loss_rows(variants, cfg, r.stopped)            # (N_r,) rows in the loss
@@ -323,7 +318,7 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
         mine.logp, mine.old, mine.advantages, mine.mask,
         ClipRange(cfg.eps_low, cfg.eps_high, cfg.dual_clip, cfg.clip_delta), cfg.aggregation,
         batch.max_new or max_new_tokens(cfg), cfg.ratio_level, cfg.policy_loss, cfg.log_ratio_clamp,
-        mine_w, [_term(v, cfg, mine) for v in variants if v.term is not None], checked=True)
+        mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None], checked=True)
     n_tok = int(kept.sum())
     stats["policy/entropy"] = float(entropy.detach()[kept].sum()) / max(n_tok, 1)
     for v in variants:
