@@ -301,8 +301,7 @@ def surrogate_loss(logp, old_logp, advantages, mask, clip: ClipRange = ClipRange
     if not checked:
         clip = _check_settings(clip, aggregation, max_len, ratio_level, policy_loss,
                                log_ratio_clamp)
-    A = _check_tensors(logp, old_logp, advantages, mask, weight)
-    real = mask.bool()                                                     # (N, T) True = token
+    A, real = _check_tensors(logp, old_logp, advantages, mask, weight)  # real (N, T): tokens
     logp, old_logp = (torch.where(real, x, 0.0) for x in (logp, old_logp))  # (N, T) padding 0
     mask = mask.to(logp.dtype)
     A = A[:, None] if A.dim() == 1 else torch.where(real, A, 0.0)          # (N, 1) or (N, T)
@@ -403,9 +402,9 @@ def _check_settings(clip, aggregation, max_len, ratio_level, policy_loss, log_ra
     return check_clip(policy_loss, clip)
 
 
-def _check_tensors(logp, old_logp, advantages, mask, weight) -> torch.Tensor:
+def _check_tensors(logp, old_logp, advantages, mask, weight):
     """Raise ValueError naming the first bad shape or non-finite value on a real token ->
-    advantages as a floating tensor."""
+    (advantages as a floating tensor, the real tokens: mask as bool (N, T))."""
     A = torch.as_tensor(advantages, device=logp.device)                   # lists, numpy
     A = A if A.is_floating_point() else A.to(logp.dtype)                   # ints, bools -> float
     NT = logp.shape if logp.dim() == 2 else None                           # (N, T)
@@ -423,7 +422,7 @@ def _check_tensors(logp, old_logp, advantages, mask, weight) -> torch.Tensor:
         on = real if x.dim() == 2 else torch.ones_like(x, dtype=torch.bool)  # (N, T) or (N,)
         if not (torch.isfinite(x) | ~on).all():
             _first_non_finite(name, x, on)
-    return A
+    return A, real
 
 
 def check_kl_in_loss(kl_estimator: str, beta) -> None:

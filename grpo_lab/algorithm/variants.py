@@ -14,7 +14,9 @@ it in its one record; adding a variant is adding a record (``register_variant``)
     objective (with grad):
         weight(cfg, t: Tokens) -> (N_r, Tc)   multiplies the policy-gradient term (detached;
                                            the weights of the active variants multiply)
-        term(cfg, t: Tokens) -> ((N, T) added to the per-token loss, {stat: value})
+        term(cfg, t: Tokens, logp, old, real) -> ((N, T) added to the per-token loss, {stat: value})
+                                           a term of ``loss.surrogate_loss``: t's rows in the
+                                           loss, logp and old with padding 0, real their tokens
         stats(cfg, t: Tokens, weight) -> {stat: value}   after the loss, over the kept tokens
         stat_keys(cfg) -> (names,)         the statistics it shares (the same on every rank)
 
@@ -54,8 +56,8 @@ from grpo_lab.registry import check_new
 
 class Tokens(NamedTuple):
     """What the objective's hooks read. ``weight`` hooks see all this rank's rows; ``term``
-    hooks the rows in the loss with padding set to 0 (``mask`` = their real tokens); ``stats``
-    hooks all rows with ``mask`` = the tokens kept in the loss."""
+    hooks the rows in the loss (and the padded logp, old, real that surrogate_loss gives its
+    terms); ``stats`` hooks all rows with ``mask`` = the tokens kept in the loss."""
     logp: torch.Tensor            # (N, T) policy log-probs, with their graph
     old: torch.Tensor             # (N, T) pi_old: the trainer's (tis) or the sampler's
     sampler: torch.Tensor         # (N, T) the sampler's log-probs
@@ -146,9 +148,9 @@ def _kl_reward(cfg, s, rows, max_len):
                       parts={**s.parts, f"kl_{cfg.kl_estimator}": kl})
 
 
-def _kl_term(cfg, t: Tokens):
+def _kl_term(cfg, t: Tokens, logp, old, real):
     """beta * KL_it in each token's loss and loss/kl, loss/kl_<estimator> (loss.kl_term)."""
-    return kl_term(t.logp, t.old, t.rows["ref"], t.mask, cfg.beta, cfg.kl_estimator,
+    return kl_term(logp, old, t.rows["ref"], real, cfg.beta, cfg.kl_estimator,
                    cfg.log_ratio_clamp, cfg.kl_clamp, cfg.kl_bias_correction)
 
 
@@ -197,8 +199,8 @@ register_variant("top_entropy", lambda cfg: cfg.top_entropy_quantile < 1,
 # ---- the entropy bonus
 
 register_variant("entropy_bonus", lambda cfg: cfg.entropy_coef != 0,
-                 term=lambda cfg, t: (-cfg.entropy_coef * torch.where(t.mask, t.entropy, 0.0),
-                                      {}),
+                 term=lambda cfg, t, logp, old, real: (
+                     -cfg.entropy_coef * torch.where(real, t.entropy, 0.0), {}),
                  description="entropy_coef * H_t subtracted from each token's loss")
 
 

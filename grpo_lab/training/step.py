@@ -40,7 +40,7 @@ import math
 import operator
 import random
 from dataclasses import dataclass, field
-from functools import reduce
+from functools import partial, reduce
 from typing import Callable, NamedTuple
 
 import torch
@@ -104,6 +104,8 @@ class Batch(NamedTuple):
     n_tokens: int                 # completion tokens of those rows
     cluster_ids: torch.Tensor     # (B,) group id of each prompt of the global batch
     metrics: dict                 # reward/, group/, adv/, sample/, completion/ of the global batch
+    max_new: int = 0              # tokens a completion may have (collect: ctx.max_new, resolved
+                                  # once per run; 0: computed from the config)
 
 
 def _varies(rewards: torch.Tensor, G: int) -> torch.Tensor:
@@ -222,7 +224,7 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     loss_reads = {k: rows[k] for v in variants for k in v.loss_rows if k in rows}
     return Batch(mine, adv, loss_reads, n_rows, int(g.lengths[keep].sum()), cluster_ids,
                  _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index,
-                          adv_all, adv_flat, kept, draws, flags))
+                          adv_all, adv_flat, kept, draws, flags), ctx.max_new or max_new_tokens(cfg))
 
 
 def _lengths_by_outcome(g) -> dict:
@@ -286,15 +288,10 @@ def _zero_loss(policy) -> torch.Tensor:
     return sum(p.sum() * 0.0 for p in policy.parameters())
 
 
-def _rows_of(t: Tokens, keep) -> Tokens:
-    """The rows ``keep`` (N,) bool of every tensor of ``t``."""
+def _rows_of(t: Tokens, w, keep) -> tuple[Tokens, torch.Tensor | None]:
+    """The rows ``keep`` (N,) bool of every tensor of ``t`` and of the weight ``w``."""
     pick = lambda x: None if x is None else x[keep]                       # noqa: E731
-    return Tokens(*(pick(x) for x in t[:-1]), {k: x[keep] for k, x in t.rows.items()})
-
-
-def _term(v, cfg, t: Tokens):
-    """``v.term`` as surrogate_loss calls it, on t's rows with logp and old_logp padded by 0."""
-    return lambda logp, old, real: v.term(cfg, t._replace(logp=logp, old=old, mask=real))
+    return Tokens(*(pick(x) for x in t[:-1]), {k: x[keep] for k, x in t.rows.items()}), pick(w)
 
 
 def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
@@ -315,15 +312,13 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
                batch.advantages.to(dev), rows)    # overlong "mask" (TRL): the rows stay
     ws = [v.weight(cfg, t) for v in variants if v.weight is not None]     # (N_r, Tc) detached
     w = reduce(operator.mul, ws) if ws else None  # their product: the pg term's weight
-    mine, mine_w = t, w                            # overlong "filter": the kept rows only
-    if not (counts_dropped or keep.all()):
-        mine, mine_w = _rows_of(t, keep), None if w is None else w[keep]
-    loss, stats = surrogate_loss(
+    mine, mine_w = ((t, w) if counts_dropped or keep.all()
+                    else _rows_of(t, w, keep))     # overlong "filter": the kept rows only
+    loss, stats = surrogate_loss(                  # checked: TrainConfig checked the settings
         mine.logp, mine.old, mine.advantages, mine.mask,
         ClipRange(cfg.eps_low, cfg.eps_high, cfg.dual_clip, cfg.clip_delta), cfg.aggregation,
-        max_new_tokens(cfg), cfg.ratio_level, cfg.policy_loss, cfg.log_ratio_clamp, mine_w,
-        [_term(v, cfg, mine) for v in variants if v.term is not None],
-        checked=True)                                  # TrainConfig checked the settings
+        batch.max_new or max_new_tokens(cfg), cfg.ratio_level, cfg.policy_loss, cfg.log_ratio_clamp,
+        mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None], checked=True)
     n_tok = int(kept.sum())
     stats["policy/entropy"] = float(entropy.detach()[kept].sum()) / max(n_tok, 1)
     for v in variants:
