@@ -287,9 +287,8 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
     checked finite, one per reward; ``estimator`` serves ``combine="cluster"`` alone."""
     try:
         fn, _ = COMBINE[combine], ADVANTAGES[estimator]
-    except (KeyError, TypeError):                # unknown or unhashable: the registry's error
-        lookup(COMBINE, combine, "combine option")
-        lookup(ADVANTAGES, estimator, "estimator")
+    except (KeyError, TypeError):                # unknown or unhashable
+        _refuse_names(combine, estimator)
     cluster_ids = torch.as_tensor(np.asarray(cluster_ids), dtype=torch.long)  # (B,)
     inside = (prompt_index >= 0) & (prompt_index < len(cluster_ids))       # (N,)
     if not bool(inside.all()):
@@ -300,6 +299,12 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
             and bool(torch.isfinite(adv).all())):
         _refuse_advantages(adv, rewards, combine, estimator)
     return adv
+
+
+def _refuse_names(combine, estimator):
+    """The registry's "unknown ..." error for whichever of the two names is missing."""
+    lookup(COMBINE, combine, "combine option")
+    lookup(ADVANTAGES, estimator, "estimator")
 
 
 def _refuse_advantages(adv, rewards: torch.Tensor, combine: str, estimator: str):

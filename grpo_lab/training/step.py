@@ -237,11 +237,9 @@ def _lengths_by_outcome(g) -> dict:
     """completion/len_right, /len_wrong: mean length of the completions accuracy scored 1, of
     the rest (Dr. GRPO's length bias: wrong ones grow); absent where a side or accuracy is."""
     acc = g.parts.get("accuracy")
-    if acc is None:
-        return {}
-    right = acc == 1
+    sides = () if acc is None else (("right", acc == 1), ("wrong", acc != 1))   # finite values
     return {f"completion/len_{name}": float(g.lengths[side].float().mean())
-            for name, side in (("right", right), ("wrong", ~right)) if side.any()}
+            for name, side in sides if side.any()}
 
 
 def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_all, adv_flat,
