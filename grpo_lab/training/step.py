@@ -5,7 +5,7 @@
         this rank's contiguous slice of them -> G completions each (rollout.sample), prompt i
             sampled with its own generator seeded by (seed, step, draw, i)
         score (rewards.weighted_reward; step rewards for process supervision)
-        gather every rank's rewards (distributed/group.py; the identity on one process)
+        gather every rank's rewards (ranks.gather_rows; skipped on one process: the identity)
         [dynamic sampling (DAPO): keep prompts whose G rewards differ, decided on the gathered
          rewards, so every rank keeps the same prompts]
         group ids: the grouper on all kept prompts (every rank computes the same ids)
