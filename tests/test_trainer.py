@@ -1,6 +1,7 @@
 """The training loop: it learns, every parameter moves, resume is exact, kills lose little."""
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -207,6 +208,9 @@ def test_step_grouper_by_hand_and_its_state():
     tasks = ["addition", "sort", "addition", "sort"]
     rewards, index = torch.zeros(8), torch.arange(4).repeat_interleave(2)
     assert StepGrouper("by_task")(prompts, tasks, rewards, index, 0).tolist() == [0, 1, 0, 1]
+    by_prompt = StepGrouper("by_prompt")                  # one_per_prompt: no batch, no call
+    ids = by_prompt(prompts, tasks, rewards, index, 0)
+    assert ids.dtype == np.int64 and ids.tolist() == [0, 1, 2, 3] and by_prompt.last_batch is None
     g = StepGrouper("kmeans_semantic", 2, corpus=[e.prompt for e in load_mixture()])
     ids = g(prompts, tasks, rewards, index, 0)
     assert ids[0] == ids[2] != ids[1] == ids[3]                            # families found

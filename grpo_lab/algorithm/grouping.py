@@ -248,6 +248,9 @@ class Grouper:
     """It reads batch.reward_mean / reward_std (computed lazily too)."""
     reclusterable: bool = False
     """reclustering.Reclusterer can keep its clusters across steps (recluster_every)."""
+    one_per_prompt: bool = False
+    """Each prompt is its own group, ids 0..B-1 whatever the batch holds (by_prompt): the
+    trainer's grouper (StepGrouper) then gives those ids without a batch or a call."""
     description: str = ""
 
     def __call__(self, batch: PromptBatch, k: int | None = None, seed: int = 0,
@@ -274,7 +277,7 @@ GROUPERS: dict[str, Grouper] = {}
 def register_grouper(name: str | Callable | None = None, fn: Callable | None = None, *,
                      takes_k: bool = False, needs_embeddings: bool = False,
                      needs_reward_stats: bool = False, reclusterable: bool = False,
-                     description: str = ""):
+                     one_per_prompt: bool = False, description: str = ""):
     """Add a grouper to ``GROUPERS`` -> its record; as a decorator, returns the function.
 
         register_grouper("by_difficulty", my_fn, takes_k=True, needs_reward_stats=True)
@@ -291,10 +294,11 @@ def register_grouper(name: str | Callable | None = None, fn: Callable | None = N
                                            needs_embeddings=needs_embeddings,
                                            needs_reward_stats=needs_reward_stats,
                                            reclusterable=reclusterable,
+                                           one_per_prompt=one_per_prompt,
                                            description=description), f)[1]
     check_new(GROUPERS, "grouping", name, fn, lambda rec: rec.fn)
     rec = Grouper(name, fn, takes_k, needs_embeddings, needs_reward_stats, reclusterable,
-                  description or (fn.__doc__ or "").strip().split("\n")[0])
+                  one_per_prompt, description or (fn.__doc__ or "").strip().split("\n")[0])
     GROUPERS[name] = rec
     return rec
 
@@ -310,7 +314,8 @@ def get_grouper(grouping) -> Grouper:
     return lookup(GROUPERS, grouping, "grouping", "register your own with grouping.register_grouper")
 
 
-register_grouper("by_prompt", by_prompt, description="one group per prompt (canonical GRPO)")
+register_grouper("by_prompt", by_prompt, one_per_prompt=True,
+                 description="one group per prompt (canonical GRPO)")
 register_grouper("random", random_groups, takes_k=True,
                  description="k balanced random groups (a control: groups with no meaning)")
 register_grouper("by_task", by_task, description="one group per task family")
@@ -374,6 +379,8 @@ class StepGrouper:
 
     def __call__(self, prompts: Sequence[str], tasks: Sequence[str], rewards: torch.Tensor,
                  prompt_index: torch.Tensor, step: int, examples=None) -> np.ndarray:
+        if self.record.one_per_prompt:                    # by_prompt: reads nothing
+            return np.arange(len(prompts), dtype=np.int64)                 # (B,)
         embed = self.embed if self._corpus is not None else None
         self.last_batch = batch = PromptBatch(list(prompts), list(tasks), embed=embed,
                                               rewards=rewards, prompt_index=prompt_index,

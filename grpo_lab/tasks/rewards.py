@@ -18,6 +18,7 @@ format checks the requested answer format.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 from typing import Sequence
@@ -157,10 +158,8 @@ def check_finite_rewards(name: str, values, completions: Sequence[str]) -> torch
     and the sample of a value that is not a finite number within ``REWARD_CEILING``."""
     v = None
     if hasattr(values, "__len__") and not isinstance(values, (str, bytes)):
-        try:
+        with contextlib.suppress(TypeError, ValueError):                 # _refuse_values says
             v = torch.tensor([float(x) for x in values], dtype=torch.float64)    # (N,)
-        except (TypeError, ValueError):
-            pass
     if v is None or len(v) != len(completions) or not bool((v.abs() <= REWARD_CEILING).all()):
         _refuse_values(name, values, completions)
     return v.float()

@@ -5,7 +5,7 @@
         this rank's contiguous slice of them -> G completions each (rollout.sample), prompt i
             sampled with its own generator seeded by (seed, step, draw, i)
         score (rewards.weighted_reward; step rewards for process supervision)
-        gather every rank's rewards (distributed/group.py; the identity on one process)
+        gather every rank's rewards (ranks.gather_rows; skipped on one process: the identity)
         [dynamic sampling (DAPO): keep prompts whose G rewards differ, decided on the gathered
          rewards, so every rank keeps the same prompts]
         group ids: the grouper on all kept prompts (every rank computes the same ids)
@@ -58,6 +58,7 @@ from grpo_lab.algorithm.rollout import Scored, completion_logprobs, sample_and_s
 from grpo_lab.machine import add_time, now
 from grpo_lab.policies.engine import left_pad, positions
 from grpo_lab.tasks import get_task
+from grpo_lab.tasks.rewards import step_rewards
 from grpo_lab.timelimit import user_code
 from grpo_lab.tokenizer import EOS, PAD, encode
 
@@ -191,19 +192,26 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     variants = active_variants(cfg)                                       # variants.py
     # 1. B prompts, G completions each, scored (this rank samples its slice; DAPO redraws)
     kept, draws, flags = draw_prompts(cfg, ctx, step, policy)
-    # 2. this rank's rows; the per-row tensors the variants need (reference's, trainer's)
-    mine, places = my_rows(kept, draws, ctx.group.slice(B))
+    # 2. this rank's rows (one draw: all it sampled) and their prompts' places in the global
+    #    batch; the per-row tensors the variants need (reference's, trainer's)
+    sliced = ctx.group.slice(B)                                           # this rank's prompts
+    mine, places = ((draws[0][1], list(sliced)) if len(draws) == 1 and len(kept) == B
+                    else my_rows(kept, draws, sliced))                    # ranks.py: several draws
     r = mine.rollout
     rows = {}
     for v in variants:
         if v.rows is not None:
             rows.update(v.rows(policy, cfg, r, ctx))                      # name -> (N_r, Tc)
     # 3. the variants' reward shaping of this rank's rows (overlong penalty, KL in the
-    #    reward), then the global batch's rewards, lengths, stop flags (ranks.py)
+    #    reward), then the global batch's rewards, lengths, stop flags (N ranks: ranks.py)
     for v in variants:
         if v.shape_rewards is not None:
             mine = v.shape_rewards(cfg, mine, rows, max_new_tokens(cfg))
-    g = gather_rows(ctx.group, places, mine, G, any(v.step_rewards for v in variants))
+    steps = (step_rewards(mine.texts, [mine.examples[i] for i in r.prompt_index.tolist()],
+                          r.stopped.tolist()) if any(v.step_rewards for v in variants) else None)
+    g = Gathered(mine.rewards, mine.parts, r.completion_mask.sum(1), r.stopped, steps)
+    if ctx.group.world > 1:
+        g = gather_rows(ctx.group, places, g, G)                           # every rank's rows
     own = torch.tensor([p * G + j for p in places for j in range(G)], dtype=torch.long)
     examples = [draws[d][0][i] for d, i in kept]                           # (B,)
     prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
@@ -231,11 +239,9 @@ def _lengths_by_outcome(g) -> dict:
     """completion/len_right, /len_wrong: mean length of the completions accuracy scored 1, of
     the rest (Dr. GRPO's length bias: wrong ones grow); absent where a side or accuracy is."""
     acc = g.parts.get("accuracy")
-    if acc is None:
-        return {}
-    right = acc == 1
+    sides = () if acc is None else (("right", acc == 1), ("wrong", acc != 1))   # finite values
     return {f"completion/len_{name}": float(g.lengths[side].float().mean())
-            for name, side in (("right", right), ("wrong", ~right)) if side.any()}
+            for name, side in sides if side.any()}
 
 
 def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_all, adv_flat,
