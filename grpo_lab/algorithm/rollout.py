@@ -70,14 +70,10 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            use_cache: bool = True, draw: str = "race", drop_finished: bool = False,
            clock: dict | None = None, top_p: float = 1.0, share_prefix: bool = True) -> Rollout:
     """Sample G completions for each of B prompts (token lists) from the engine ``model`` ->
-    Rollout with N = B*G rows, at most ``max_new_tokens`` each (module docstring).
-
-    ``draw``: a name in ``DRAWS``; ``generator``: one for the batch, or a list of B, one per
-    prompt. ``use_cache=False`` recomputes the whole sequence every step, ``drop_finished``
-    takes finished rows out of the decode batch, ``share_prefix`` prefills a prefix all
-    prompts share once (``engine.Decode``): the same tokens. ``clock``: a dict that gets the
-    seconds per phase added (``CLOCK_KEYS``).
-    """
+    Rollout with N = B*G rows, at most ``max_new_tokens`` each (module docstring). ``draw``: a
+    name in ``DRAWS``; ``generator``: one, or a list of B (one per prompt); ``use_cache=False``
+    recomputes every step; ``drop_finished``, ``share_prefix``: ``engine.Decode``'s levers (the
+    same tokens); ``clock``: a dict that gets the seconds per phase added (``CLOCK_KEYS``)."""
     for bad, why in ((G < 1, f"group size G must be >= 1, got {G}"),
                      (max_new_tokens < 1, f"max_new_tokens must be >= 1, got {max_new_tokens}"),
                      (temperature <= 0, f"temperature must be > 0 (use greedy=True for argmax), "
@@ -111,9 +107,8 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
         tok_n = (logp.argmax(-1) if greedy else                            # (n,) ~ softmax
                  DRAWS[draw](logp, top_k, G, generator, dec.rows, N, top_p))
         live = ~done                                                       # (N,)
-        tok = torch.full((N,), pad, dtype=torch.long, device=dev).index_put((dec.rows,), tok_n)
+        tok = torch.full((N,), pad, device=dev).index_put((dec.rows,), tok_n).where(live, pad)
         lp = torch.zeros(N, device=dev).index_put((dec.rows,), logp.gather(1, tok_n[:, None])[:, 0])
-        tok = torch.where(live, tok, pad)                                  # (N,) pad once done
         steps.append((tok, torch.where(live, lp, 0.0), live))
         done = done | (tok == model.eos_id)
         tick("time/decode_sample_s")
@@ -138,9 +133,8 @@ class Ticker:
         self.clock, self.t = clock, time.perf_counter()
 
     def __call__(self, key: str) -> None:
-        t = time.perf_counter()
-        self.clock[key] = self.clock.get(key, 0.0) + t - self.t
-        self.t = t
+        t0, self.t = self.t, time.perf_counter()
+        self.clock[key] = self.clock.get(key, 0.0) + self.t - t0
 
 
 CLOCK_KEYS = ("time/prefill_s", "time/decode_forward_s", "time/decode_sample_s",
@@ -267,12 +261,10 @@ class Scored(NamedTuple):
 def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
                      temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
                      generator=None, clock: dict | None = None, by=sample, **sampler) -> Scored:
-    """sample -> decode -> score: the one path from prompts to rewards (training, evaluation,
-    widgets, benches). ``sampler``: more ``rollout.sample`` options (draw, drop_finished);
-    ``by``: the sampler, ``rollout.sample``'s signature (vllm_rollout passes vLLM's).
-    ``clock``: add the seconds spent to "time/sample_s" (all of the sampler, which also adds
-    its own parts: time/prefill_s, time/decode_*) and "time/score_s" (decoding the tokens and
-    the reward functions)."""
+    """sample -> decode -> score (module docstring). ``by``: the sampler, with ``sample``'s
+    signature (vllm_rollout passes vLLM's); ``sampler``: its other options (draw, ...).
+    ``clock``: add the seconds to "time/sample_s" (all of the sampler, which adds its own parts
+    too) and "time/score_s" (decoding the tokens and the reward functions)."""
     t0 = now()
     r = by(policy, [policy.encode(e.prompt) for e in examples], G, max_new, temperature,
            top_k, greedy=greedy, generator=generator, clock=clock, **sampler)
@@ -301,12 +293,11 @@ def cat_scored(ss: list[Scored]) -> Scored:
     """Stack: prompts left-padded to one Tp, completions right-padded to one Tc, prompt
     indices shifted past the batches before."""
     rs = [s.rollout for s in ss]
-    Tp = max(r.prompt_ids.shape[1] for r in rs)
-    Tc = max(r.completion_ids.shape[1] for r in rs)
+    Tp, Tc = (max(getattr(r, k).shape[1] for r in rs) for k in ("prompt_ids", "completion_ids"))
     left = lambda x, v: F.pad(x, (Tp - x.shape[1], 0), value=v)          # noqa: E731
     right = lambda x, v: F.pad(x, (0, Tc - x.shape[1]), value=v)         # noqa: E731
     offsets = [sum(len(s.examples) for s in ss[:i]) for i in range(len(ss))]
-    r = Rollout(
+    out = Rollout(
         prompt_ids=torch.cat([left(r.prompt_ids, PAD) for r in rs]),            # (N, Tp)
         prompt_mask=torch.cat([left(r.prompt_mask, False) for r in rs]),        # (N, Tp)
         completion_ids=torch.cat([right(r.completion_ids, PAD) for r in rs]),   # (N, Tc)
@@ -314,6 +305,6 @@ def cat_scored(ss: list[Scored]) -> Scored:
         logprobs=torch.cat([right(r.logprobs, 0.0) for r in rs]),               # (N, Tc)
         prompt_index=torch.cat([r.prompt_index + o for r, o in zip(rs, offsets)]),  # (N,)
         stopped=torch.cat([r.stopped for r in rs]))                             # (N,)
-    return Scored([e for s in ss for e in s.examples], r, torch.cat([s.rewards for s in ss]),
+    return Scored([e for s in ss for e in s.examples], out, torch.cat([s.rewards for s in ss]),
                   {k: torch.cat([s.parts[k] for s in ss]) for k in ss[0].parts},
                   [t for s in ss for t in s.texts])
