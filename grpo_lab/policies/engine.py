@@ -71,10 +71,9 @@ class Engine(nn.Module):
 
 
 def left_pad(prompts: list[list[int]], pad: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token lists -> ids (B, Tp) left-padded with ``pad``, mask (B, Tp) bool.
-
-    The mask comes from the lengths, not from ``ids != pad``: an HF tokenizer's pad may be
-    its <eos>, which a demonstration ends with."""
+    """Token lists -> ids (B, Tp) left-padded with ``pad``, mask (B, Tp) bool; the mask from
+    the lengths, not ``ids != pad``: an HF tokenizer's pad may be its <eos>, which a
+    demonstration ends with."""
     if not prompts:
         raise ValueError("no prompts to sample from (empty prompt list)")
     if not all(prompts):

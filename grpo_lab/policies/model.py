@@ -70,12 +70,10 @@ class SelfAttention(nn.Module):
 
     def forward(self, x, mask, past):
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)                              # (B, T, C) each
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-                   for t in (q, k, v))                                     # (B, nh, T, hs)
+                   for t in self.qkv(x).split(C, dim=2))                   # (B, nh, T, hs) each
         if past is not None:
-            k = torch.cat([past[0], k], dim=2)                             # (B, nh, Tk, hs)
-            v = torch.cat([past[1], v], dim=2)
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, nh, Tk, hs)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)        # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(B, T, C)                             # (B, T, C)
         return self.proj(y), (k, v)
