@@ -61,7 +61,8 @@ class _Watchdog:
 
     def set(self, what: str | None, limit: float = 0.0, grace: float = 0.0) -> None:
         """Arm the watchdog for the calling thread's call of ``what`` for ``limit`` seconds
-        (and ``grace`` more), or disarm it (``what`` None)."""
+        (and ``grace`` more), or disarm it (``what`` None); the thread is marked guarded."""
+        _GUARDED.on = what is not None
         with self.cv:
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="grpo_lab user-code "
@@ -115,12 +116,10 @@ def user_code(what: str, limit_s: float | None = None, grace_s: float | None = N
     whose kernel must survive) bounds how long a stop may take to land before the process
     ends."""
     limit = LIMIT_S if limit_s is None else limit_s
-    grace = GRACE_S if grace_s is None else grace_s
     if not limit or limit <= 0 or getattr(_GUARDED, "on", False):
         yield
         return
-    _GUARDED.on = True
-    _WATCHDOG.set(what, limit, grace)
+    _WATCHDOG.set(what, limit, GRACE_S if grace_s is None else grace_s)
     try:
         yield
     except _Stop as e:
@@ -132,4 +131,3 @@ def user_code(what: str, limit_s: float | None = None, grace_s: float | None = N
                 break
             except _Stop:
                 pass
-        _GUARDED.on = False
