@@ -52,28 +52,27 @@ def _raise_in(thread_id: int, exc) -> None:
 
 
 class _Watchdog:
-    """One daemon thread for the process; ``arm`` / ``disarm`` are a lock and a notify."""
+    """One daemon thread for the process; ``set`` (arm, disarm) is a lock and a notify."""
 
     def __init__(self):
         self.cv = threading.Condition()
         self.armed: dict | None = None    # thread, deadline, what, limit, stopped, hard
         self.thread: threading.Thread | None = None
 
-    def arm(self, what: str, limit: float, grace: float) -> None:
+    def set(self, what: str | None, limit: float = 0.0, grace: float = 0.0) -> None:
+        """Arm the watchdog for the calling thread's call of ``what`` for ``limit`` seconds
+        (and ``grace`` more), or disarm it (``what`` None); the thread is marked guarded."""
+        _GUARDED.on = what is not None
         with self.cv:
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="grpo_lab user-code "
                                                "watchdog", daemon=True)
                 self.thread.start()
-            self.armed = {"thread": threading.get_ident(), "deadline": time.monotonic() + limit,
-                          "what": what, "limit": limit, "grace": grace, "stopped": False}
-            self.cv.notify()
-
-    def disarm(self) -> None:
-        with self.cv:
-            a, self.armed = self.armed, None
-            if a is not None and a["stopped"]:
-                _raise_in(a["thread"], None)      # a stop not delivered yet must not land later
+            if self.armed is not None and self.armed["stopped"]:
+                _raise_in(self.armed["thread"], None)   # an undelivered stop must not land later
+            self.armed = None if what is None else {
+                "thread": threading.get_ident(), "deadline": time.monotonic() + limit,
+                "what": what, "limit": limit, "grace": grace, "stopped": False}
             self.cv.notify()
 
     def _run(self) -> None:
@@ -117,21 +116,18 @@ def user_code(what: str, limit_s: float | None = None, grace_s: float | None = N
     whose kernel must survive) bounds how long a stop may take to land before the process
     ends."""
     limit = LIMIT_S if limit_s is None else limit_s
-    grace = GRACE_S if grace_s is None else grace_s
     if not limit or limit <= 0 or getattr(_GUARDED, "on", False):
         yield
         return
-    _GUARDED.on = True
-    _WATCHDOG.arm(what, limit, grace)
+    _WATCHDOG.set(what, limit, GRACE_S if grace_s is None else grace_s)
     try:
         yield
     except _Stop as e:
         raise UserCodeTimeout(message(what, limit)).with_traceback(e.__traceback__) from None
     finally:
         while True:              # a stop landing inside disarm (the call had just returned)
-            try:                 # is dropped; disarm must finish, or the watchdog ends us
-                _WATCHDOG.disarm()
+            try:                 # is dropped; the disarm must finish, or the watchdog ends us
+                _WATCHDOG.set(None)
                 break
             except _Stop:
                 pass
-        _GUARDED.on = False

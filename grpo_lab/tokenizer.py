@@ -31,6 +31,5 @@ def unknown_chars(text: str) -> list[str]:
 
 def decode(ids: Sequence[int]) -> str:
     """Token ids to text, stopping at the first <eos> and skipping <pad>."""
-    ids = [int(i) for i in ids]
-    ids = ids[:ids.index(EOS)] if EOS in ids else ids
-    return "".join(ITOS[i] for i in ids if i != PAD)
+    ids = [int(i) for i in ids] + [EOS]                                   # an <eos> to stop at
+    return "".join(ITOS[i] for i in ids[:ids.index(EOS)] if i != PAD)

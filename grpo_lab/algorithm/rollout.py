@@ -63,32 +63,6 @@ class Rollout:
         return int((self.prompt_index == 0).sum())
 
 
-def take_rows(r: Rollout, rows: torch.Tensor) -> tuple[Rollout, torch.Tensor]:
-    """Keep the rows (N,) bool -> (rollout with the kept prompts renumbered 0..B'-1 in order,
-    the kept prompts' old indices (B',))."""
-    kept_prompts, new_index = torch.unique(r.prompt_index[rows], return_inverse=True)
-    return Rollout(r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows],
-                   r.completion_mask[rows], r.logprobs[rows], new_index, r.stopped[rows]), kept_prompts
-
-
-def cat_rollouts(rs: list[Rollout], n_prompts: list[int]) -> Rollout:
-    """Stack batches of ``n_prompts`` prompts each: prompts left-padded to one Tp, completions
-    right-padded to one Tc, prompt indices shifted past the batches before."""
-    Tp = max(r.prompt_ids.shape[1] for r in rs)
-    Tc = max(r.completion_ids.shape[1] for r in rs)
-    left = lambda x, v: F.pad(x, (Tp - x.shape[1], 0), value=v)          # noqa: E731
-    right = lambda x, v: F.pad(x, (0, Tc - x.shape[1]), value=v)         # noqa: E731
-    offsets = [sum(n_prompts[:i]) for i in range(len(rs))]
-    return Rollout(
-        prompt_ids=torch.cat([left(r.prompt_ids, PAD) for r in rs]),            # (N, Tp)
-        prompt_mask=torch.cat([left(r.prompt_mask, False) for r in rs]),        # (N, Tp)
-        completion_ids=torch.cat([right(r.completion_ids, PAD) for r in rs]),   # (N, Tc)
-        completion_mask=torch.cat([right(r.completion_mask, False) for r in rs]),
-        logprobs=torch.cat([right(r.logprobs, 0.0) for r in rs]),               # (N, Tc)
-        prompt_index=torch.cat([r.prompt_index + o for r, o in zip(rs, offsets)]),  # (N,)
-        stopped=torch.cat([r.stopped for r in rs]))                             # (N,)
-
-
 @torch.no_grad()
 def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
@@ -96,26 +70,20 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            use_cache: bool = True, draw: str = "race", drop_finished: bool = False,
            clock: dict | None = None, top_p: float = 1.0, share_prefix: bool = True) -> Rollout:
     """Sample G completions for each of B prompts (token lists) from the engine ``model`` ->
-    Rollout with N = B*G rows, at most ``max_new_tokens`` each (module docstring).
-
-    ``draw``: a name in ``DRAWS``; ``generator``: one for the batch, or a list of B, one per
-    prompt. ``use_cache=False`` recomputes the whole sequence every step, ``drop_finished``
-    takes finished rows out of the decode batch, ``share_prefix`` prefills a prefix all
-    prompts share once (``engine.Decode``): the same tokens. ``clock``: a dict that gets the
-    seconds per phase added (``CLOCK_KEYS``).
-    """
-    if G < 1:
-        raise ValueError(f"group size G must be >= 1, got {G}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
+    Rollout with N = B*G rows, at most ``max_new_tokens`` each (module docstring). ``draw``: a
+    name in ``DRAWS``; ``generator``: one, or a list of B (one per prompt); ``use_cache=False``
+    recomputes every step; ``drop_finished``, ``share_prefix``: ``engine.Decode``'s levers (the
+    same tokens); ``clock``: a dict that gets the seconds per phase added (``CLOCK_KEYS``)."""
+    for bad, why in ((G < 1, f"group size G must be >= 1, got {G}"),
+                     (max_new_tokens < 1, f"max_new_tokens must be >= 1, got {max_new_tokens}"),
+                     (temperature <= 0, f"temperature must be > 0 (use greedy=True for argmax), "
+                                        f"got {temperature}"),
+                     (top_k is not None and top_k < 1, f"top_k must be >= 1 or None, got {top_k}"),
+                     (not 0 < top_p <= 1, f"top_p must be in (0, 1] (1 = off), got {top_p}")):
+        if bad:
+            raise ValueError(why)
     if not isinstance(draw, str) or draw not in DRAWS:
         lookup(DRAWS, draw, "draw")                                        # its error
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1] (1 = off), got {top_p}")
     tick = Ticker({} if clock is None else clock)
     dev = next(model.parameters()).device       # computed where the model is, returned on the CPU
     p_ids, p_mask = (t.to(dev) for t in left_pad(prompts, model.pad_id))   # (B, Tp)
@@ -132,23 +100,16 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            if use_cache else Recompute(model, p_ids, p_mask, G, max_new_tokens))  # dec.last (N, V)
     N, pad = B * G, model.pad_id
     done = torch.zeros(N, dtype=torch.bool, device=dev)
-    toks, lps, masks = [], [], []
+    steps = []                                     # per new token: (token, log-prob, live) (N,)
     tick("time/prefill_s")
     for _ in range(max_new_tokens):
         logp = F.log_softmax(scaled_logits(dec.last, temperature), dim=-1)  # (n, V)
-        if greedy:
-            tok_n = logp.argmax(-1)                                        # (n,)
-        else:
-            tok_n = DRAWS[draw](logp, top_k, G, generator, dec.rows, N, top_p)  # (n,) ~ softmax
+        tok_n = (logp.argmax(-1) if greedy else                            # (n,) ~ softmax
+                 DRAWS[draw](logp, top_k, G, generator, dec.rows, N, top_p))
         live = ~done                                                       # (N,)
-        tok = torch.full((N,), pad, dtype=torch.long, device=dev)
-        lp = torch.zeros(N, device=dev)
-        tok[dec.rows] = tok_n
-        lp[dec.rows] = logp.gather(1, tok_n[:, None]).squeeze(1)
-        tok = torch.where(live, tok, torch.full_like(tok, pad))            # (N,)
-        toks.append(tok)
-        lps.append(torch.where(live, lp, 0.0))
-        masks.append(live)
+        tok = torch.full((N,), pad, device=dev).index_put((dec.rows,), tok_n).where(live, pad)
+        lp = torch.zeros(N, device=dev).index_put((dec.rows,), logp.gather(1, tok_n[:, None])[:, 0])
+        steps.append((tok, torch.where(live, lp, 0.0), live))
         done = done | (tok == model.eos_id)
         tick("time/decode_sample_s")
         if bool(done.all()):
@@ -157,13 +118,10 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
         tick("time/decode_cache_s")
         dec.forward()                                                      # dec.last (n, V)
         tick("time/decode_forward_s")
-    if was_training:
-        model.train()
-    out = Rollout(
-        prompt_ids=p_ids.repeat_interleave(G, 0).cpu(), prompt_mask=p_mask.repeat_interleave(G, 0).cpu(),
-        completion_ids=torch.stack(toks, 1).cpu(), completion_mask=torch.stack(masks, 1).cpu(),
-        logprobs=torch.stack(lps, 1).cpu(),
-        prompt_index=torch.arange(B).repeat_interleave(G), stopped=done.cpu())
+    model.train(was_training)
+    toks, lps, live = (torch.stack(x, 1).cpu() for x in zip(*steps))      # (N, Tc) each
+    out = Rollout(p_ids.repeat_interleave(G, 0).cpu(), p_mask.repeat_interleave(G, 0).cpu(),
+                  toks, live, lps, torch.arange(B).repeat_interleave(G), done.cpu())
     tick("time/decode_cache_s")
     return out
 
@@ -175,9 +133,8 @@ class Ticker:
         self.clock, self.t = clock, time.perf_counter()
 
     def __call__(self, key: str) -> None:
-        t = time.perf_counter()
-        self.clock[key] = self.clock.get(key, 0.0) + t - self.t
-        self.t = t
+        t0, self.t = self.t, time.perf_counter()
+        self.clock[key] = self.clock.get(key, 0.0) + self.t - t0
 
 
 CLOCK_KEYS = ("time/prefill_s", "time/decode_forward_s", "time/decode_sample_s",
@@ -260,36 +217,30 @@ def completion_token_stats(logits: torch.Tensor, r: Rollout, temperature: float 
                            entropy_grad: bool = False, with_entropy: bool = True):
     """Logits predicting each completion token (N, Tc, V) -> (log-prob of each completion
     token (N, Tc), the policy's entropy at each (N, Tc), or None without ``with_entropy``),
-    0 on padding. The entropy is computed outside the autograd graph (it is logged, by
-    ``chosen_logprobs``) unless ``entropy_grad`` (an entropy bonus in the loss: autograd's
-    path, log_softmax -> gather and -(p * log p).sum with their graphs)."""
-    c_ids = r.completion_ids.to(logits.device)
-    c_mask = r.completion_mask.to(logits.device)
+    0 on padding. The entropy has no autograd graph (``chosen_logprobs``) unless
+    ``entropy_grad`` (an entropy bonus in the loss: autograd's log_softmax -> gather and
+    -(p * log p).sum)."""
+    ids, mask = r.completion_ids.to(logits.device), r.completion_mask.to(logits.device)
     if entropy_grad and torch.is_grad_enabled():
         logp = F.log_softmax(scaled_logits(logits, temperature), -1)       # (N, Tc, V)
-        tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2)             # (N, Tc)
+        tok_logp = logp.gather(2, ids[..., None]).squeeze(2)               # (N, Tc)
         entropy = -(logp.exp() * logp).sum(-1)                             # (N, Tc)
     else:
-        tok_logp, entropy = chosen_logprobs(logits, c_ids, temperature, with_entropy)
-    if entropy is not None:
-        entropy = entropy.masked_fill(~c_mask, 0.0)                        # (N, Tc)
-    return tok_logp.masked_fill(~c_mask, 0.0), entropy
+        tok_logp, entropy = chosen_logprobs(logits, ids, temperature, with_entropy)
+    return (tok_logp.masked_fill(~mask, 0.0),                              # (N, Tc) each
+            None if entropy is None else entropy.masked_fill(~mask, 0.0))
 
 
 def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
                         return_entropy: bool = False, forward: str = "prompt_once",
                         entropy_grad: bool = False):
     """Per-token log-probs (N, Tc) of the completion under ``model``, by the update forward
-    ``forward`` (``UPDATE_FORWARDS``: equal up to float rounding).
-
-    With ``return_entropy`` also returns the per-token entropy (N, Tc) of the policy
-    (``completion_token_stats``; ``entropy_grad``: with its autograd graph).
-    """
+    ``forward`` (``UPDATE_FORWARDS``: equal up to float rounding); with ``return_entropy`` and
+    the per-token entropy (N, Tc) (``completion_token_stats``; ``entropy_grad``: with a graph)."""
     if not isinstance(forward, str) or forward not in UPDATE_FORWARDS:
         lookup(UPDATE_FORWARDS, forward, "update forward")                 # its error
-    logits = UPDATE_FORWARDS[forward](model, r)                            # (N, Tc, V)
-    tok_logp, entropy = completion_token_stats(logits, r, temperature, entropy_grad,
-                                               with_entropy=return_entropy)
+    tok_logp, entropy = completion_token_stats(UPDATE_FORWARDS[forward](model, r), r,
+                                               temperature, entropy_grad, return_entropy)
     return (tok_logp, entropy) if return_entropy else tok_logp
 
 
@@ -310,12 +261,10 @@ class Scored(NamedTuple):
 def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
                      temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
                      generator=None, clock: dict | None = None, by=sample, **sampler) -> Scored:
-    """sample -> decode -> score: the one path from prompts to rewards (training, evaluation,
-    widgets, benches). ``sampler``: more ``rollout.sample`` options (draw, drop_finished);
-    ``by``: the sampler, ``rollout.sample``'s signature (vllm_rollout passes vLLM's).
-    ``clock``: add the seconds spent to "time/sample_s" (all of the sampler, which also adds
-    its own parts: time/prefill_s, time/decode_*) and "time/score_s" (decoding the tokens and
-    the reward functions)."""
+    """sample -> decode -> score (module docstring). ``by``: the sampler, with ``sample``'s
+    signature (vllm_rollout passes vLLM's); ``sampler``: its other options (draw, ...).
+    ``clock``: add the seconds to "time/sample_s" (all of the sampler, which adds its own parts
+    too) and "time/score_s" (decoding the tokens and the reward functions)."""
     t0 = now()
     r = by(policy, [policy.encode(e.prompt) for e in examples], G, max_new, temperature,
            top_k, greedy=greedy, generator=generator, clock=clock, **sampler)
@@ -330,15 +279,32 @@ def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
 
 
 def take_scored(s: Scored, rows: torch.Tensor) -> Scored:
-    """Keep the rows (N,) bool; kept prompts renumbered 0..B'-1 in order."""
-    sub, kept = take_rows(s.rollout, rows)
+    """Keep the rows (N,) bool; the kept prompts renumbered 0..B'-1 in order."""
+    r = s.rollout
+    kept, new_index = torch.unique(r.prompt_index[rows], return_inverse=True)  # (B',), (N',)
+    sub = Rollout(r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows],
+                  r.completion_mask[rows], r.logprobs[rows], new_index, r.stopped[rows])
     return Scored([s.examples[i] for i in kept.tolist()], sub, s.rewards[rows],
                   {k: v[rows] for k, v in s.parts.items()},
                   [s.texts[i] for i in rows.nonzero().flatten().tolist()])
 
 
 def cat_scored(ss: list[Scored]) -> Scored:
-    r = cat_rollouts([s.rollout for s in ss], [len(s.examples) for s in ss])
-    return Scored([e for s in ss for e in s.examples], r, torch.cat([s.rewards for s in ss]),
+    """Stack: prompts left-padded to one Tp, completions right-padded to one Tc, prompt
+    indices shifted past the batches before."""
+    rs = [s.rollout for s in ss]
+    Tp, Tc = (max(getattr(r, k).shape[1] for r in rs) for k in ("prompt_ids", "completion_ids"))
+    left = lambda x, v: F.pad(x, (Tp - x.shape[1], 0), value=v)          # noqa: E731
+    right = lambda x, v: F.pad(x, (0, Tc - x.shape[1]), value=v)         # noqa: E731
+    offsets = [sum(len(s.examples) for s in ss[:i]) for i in range(len(ss))]
+    out = Rollout(
+        prompt_ids=torch.cat([left(r.prompt_ids, PAD) for r in rs]),            # (N, Tp)
+        prompt_mask=torch.cat([left(r.prompt_mask, False) for r in rs]),        # (N, Tp)
+        completion_ids=torch.cat([right(r.completion_ids, PAD) for r in rs]),   # (N, Tc)
+        completion_mask=torch.cat([right(r.completion_mask, False) for r in rs]),
+        logprobs=torch.cat([right(r.logprobs, 0.0) for r in rs]),               # (N, Tc)
+        prompt_index=torch.cat([r.prompt_index + o for r, o in zip(rs, offsets)]),  # (N,)
+        stopped=torch.cat([r.stopped for r in rs]))                             # (N,)
+    return Scored([e for s in ss for e in s.examples], out, torch.cat([s.rewards for s in ss]),
                   {k: torch.cat([s.parts[k] for s in ss]) for k in ss[0].parts},
                   [t for s in ss for t in s.texts])

@@ -71,21 +71,16 @@ class Engine(nn.Module):
 
 
 def left_pad(prompts: list[list[int]], pad: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token lists -> ids (B, Tp) left-padded with ``pad``, mask (B, Tp) bool.
-
-    The mask comes from the lengths, not from ``ids != pad``: an HF tokenizer's pad may be
-    its <eos>, which a demonstration ends with."""
+    """Token lists -> ids (B, Tp) left-padded with ``pad``, mask (B, Tp) bool; the mask from
+    the lengths, not ``ids != pad``: an HF tokenizer's pad may be its <eos>, which a
+    demonstration ends with."""
     if not prompts:
         raise ValueError("no prompts to sample from (empty prompt list)")
+    if not all(prompts):
+        raise ValueError(f"prompt {[len(p) for p in prompts].index(0)} is empty")
     Tp = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), Tp), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), Tp), dtype=torch.bool)
-    for i, p in enumerate(prompts):
-        if len(p) == 0:
-            raise ValueError(f"prompt {i} is empty")
-        ids[i, Tp - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[i, Tp - len(p):] = True
-    return ids, mask
+    ids = torch.tensor([[pad] * (Tp - len(p)) + list(p) for p in prompts], dtype=torch.long)
+    return ids, torch.tensor([[False] * (Tp - len(p)) + [True] * len(p) for p in prompts])
 
 
 def positions(mask: torch.Tensor) -> torch.Tensor:
@@ -104,9 +99,8 @@ def shared_prefix(prompts: list[list[int]], minimum: int = SHARED_PREFIX_MIN) ->
     token after them; 0 when that is fewer than ``minimum`` or there is one prompt."""
     if len(prompts) < 2:
         return 0
-    first, most = prompts[0], min(len(p) for p in prompts) - 1
-    c = 0
-    while c < most and all(p[c] == first[c] for p in prompts):
+    c, most = 0, min(len(p) for p in prompts) - 1
+    while c < most and all(p[c] == prompts[0][c] for p in prompts):
         c += 1
     return c if c >= minimum else 0
 
@@ -204,32 +198,22 @@ def scaled_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return x if temperature == 1.0 else x / temperature
 
 
-def _token_stats(logits, ids, temperature: float, with_entropy: bool, keep_probs: bool):
-    """-> (log-prob of ``ids`` (...), entropy (...) or None, probabilities (..., V) or None):
-    one log-softmax over the V-wide logits, the probabilities only when the entropy or a
-    backward needs them, the entropy -sum p log p as one dot product (no (..., V) product)."""
-    logp = F.log_softmax(scaled_logits(logits, temperature), -1)           # (..., V)
-    tok = logp.gather(-1, ids[..., None]).squeeze(-1)                      # (...)
-    probs = logp.exp() if with_entropy or keep_probs else None             # (..., V)
-    entropy = None
-    if with_entropy:
-        entropy = -(probs[..., None, :] @ logp[..., :, None])[..., 0, 0]   # (...)
-    return tok, entropy, probs
-
-
 class _ChosenLogprob(torch.autograd.Function):
     """log softmax(x / T) at the chosen tokens with its gradient, (onehot - softmax) g / T,
     written out: backward is one pass over the probabilities kept from forward, where
     autograd's log_softmax -> gather makes two (gather's zeros, log_softmax's backward)."""
 
     @staticmethod
-    def forward(ctx, logits, ids, temperature: float, with_entropy: bool):
-        tok, entropy, probs = _token_stats(logits, ids, temperature, with_entropy, True)
+    def forward(ctx, logits, ids, temperature: float, with_entropy: bool, keep_probs: bool):
+        logp = F.log_softmax(scaled_logits(logits, temperature), -1)       # (..., V)
+        probs = logp.exp() if with_entropy or keep_probs else None         # (..., V)
         ctx.save_for_backward(probs, ids)
         ctx.temperature, ctx.dtype = temperature, logits.dtype
-        if entropy is not None:
+        entropy = None
+        if with_entropy:                       # -sum p log p as one dot product, no graph
+            entropy = -(probs[..., None, :] @ logp[..., :, None])[..., 0, 0]  # (...)
             ctx.mark_non_differentiable(entropy)
-        return tok, entropy
+        return logp.gather(-1, ids[..., None]).squeeze(-1), entropy        # (...), (...)
 
     @staticmethod
     def backward(ctx, g, _):
@@ -237,7 +221,7 @@ class _ChosenLogprob(torch.autograd.Function):
         g = g / ctx.temperature                                            # (...)
         grad = probs * -g[..., None]                                       # (..., V)
         grad.scatter_add_(-1, ids[..., None], g[..., None])               # + g at the token
-        return grad.to(ctx.dtype), None, None, None
+        return grad.to(ctx.dtype), None, None, None, None
 
 
 def chosen_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
@@ -245,11 +229,10 @@ def chosen_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float 
     """Logits (..., V), chosen ids (...) -> (log softmax(logits / T) at the ids (...), with
     its gradient; the entropy of softmax(logits / T) (...) without a graph, or None). The same
     numbers as ``log_softmax(x / T).gather(ids)`` and ``-(p * log p).sum(-1)``, in fewer passes
-    over the V-wide logits (tests/test_speed_levers.py)."""
-    if torch.is_grad_enabled() and logits.requires_grad:
-        return _ChosenLogprob.apply(logits, ids, temperature, with_entropy)
-    with torch.no_grad():
-        return _token_stats(logits, ids, temperature, with_entropy, False)[:2]
+    over the V-wide logits (tests/test_speed_levers.py); the probabilities are kept for a
+    backward only."""
+    backward = torch.is_grad_enabled() and logits.requires_grad
+    return _ChosenLogprob.apply(logits, ids, temperature, with_entropy, backward)
 
 
 # ---- the update's forward: logits that predict the completion tokens, (N, Tc, V), four ways
@@ -274,22 +257,20 @@ def completion_logits(model, r) -> torch.Tensor:
 def shared_prompt_rows(r) -> int:
     """G if the rows are B blocks of G completions of one prompt each (rows i*G..i*G+G-1 of
     prompt i, the sampler's layout), else 0."""
-    N = len(r.prompt_index)
-    G = r.group_size if N else 0
-    ok = G > 0 and N % G == 0 and torch.equal(r.prompt_index,
+    N, G = len(r.prompt_index), int((r.prompt_index == 0).sum())          # G: prompt 0's rows
+    blocks = G and N % G == 0 and torch.equal(r.prompt_index,
                                               torch.arange(N // G).repeat_interleave(G))
-    return G if ok else 0
+    return G if blocks else 0
 
 
 def prompt_once_logits(model, r) -> torch.Tensor:
     """The prompt run once per group (B rows), its KV cache repeated G times, then the
     completions against it (N rows): the sampler's sharing, in the differentiable forward.
     The gradient through the prompt's keys and values is the sum over its G completions
-    (``repeat_interleave``'s backward), as in the full forward. Logits at the prompt's last
-    position and the completion's positions only. Falls back to ``completion_logits`` when
-    the rows are not G-blocks or the policy checkpoints activations (no cache in a
-    checkpointed forward), or the module is not an Engine (DistributedDataParallel, torch's
-    DDP hook exchanges: one forward per backward)."""
+    (``repeat_interleave``'s backward), as in the full forward. Falls back to
+    ``completion_logits`` when the rows are not G-blocks or the policy checkpoints activations
+    (no cache in a checkpointed forward), or the module is not an Engine
+    (DistributedDataParallel, torch's DDP hook exchanges: one forward per backward)."""
     G = shared_prompt_rows(r)
     if not G or not isinstance(model, Engine) or model.checkpointing:
         return completion_logits(model, r)
@@ -301,11 +282,10 @@ def prompt_once_logits(model, r) -> torch.Tensor:
     Tc = r.completion_ids.shape[1]
     if Tc == 1:
         return first
-    cache = model.repeat_cache(cache, G)                                   # (N, ...) per layer
-    c_ids = r.completion_ids[:, :-1].to(dev)                               # (N, Tc-1)
     c_pos = p_pos[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(Tc - 1, device=dev)  # (N, Tc-1)
     key_mask = torch.cat([r.prompt_mask, r.completion_mask[:, :-1]], 1).to(dev)  # (N, Tp+Tc-1)
-    rest, _ = model(c_ids, c_pos, key_mask, cache)                         # (N, Tc-1, V)
+    rest, _ = model(r.completion_ids[:, :-1].to(dev), c_pos, key_mask,
+                    model.repeat_cache(cache, G))                          # (N, Tc-1, V)
     return torch.cat([first, rest], 1)                                     # (N, Tc, V)
 
 

@@ -70,12 +70,10 @@ class SelfAttention(nn.Module):
 
     def forward(self, x, mask, past):
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)                              # (B, T, C) each
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-                   for t in (q, k, v))                                     # (B, nh, T, hs)
+                   for t in self.qkv(x).split(C, dim=2))                   # (B, nh, T, hs) each
         if past is not None:
-            k = torch.cat([past[0], k], dim=2)                             # (B, nh, Tk, hs)
-            v = torch.cat([past[1], v], dim=2)
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, nh, Tk, hs)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)        # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(B, T, C)                             # (B, T, C)
         return self.proj(y), (k, v)
@@ -150,58 +148,39 @@ class GPT(Engine):
                 key_mask: torch.Tensor | None = None, cache: KVCache | None = None,
                 return_hidden: bool = False, logits_to_keep: int = 0,
                 use_cache: bool | None = None):
-        """Logits for ``idx`` (B, T) -> ((B, T, V), new cache); with ``return_hidden`` also
-        the last hidden states (B, T, C).
-
-        pos:      (B, T) position ids; default 0..T-1 (after the cache's length).
-        key_mask: (B, Tk) bool, True where a key is real (Tk = cached + T); default all True.
-                  Or (B, T, Tk) bool: which keys each query sees, replacing the causal rule
-                  (engine.packed_logits: a prompt and its G completions in one row).
-        cache:    per-layer (k, v) from an earlier call, extended and returned.
-        logits_to_keep: k > 0 runs the head on the last k positions only -> (B, k, V).
-        use_cache: accepted for the policy interface; this model always returns its cache.
-        """
+        """The Engine forward (engine's module docstring): logits for ``idx`` (B, T) ->
+        ((B, T|k, V), the cache extended); ``return_hidden`` adds the last hidden states
+        (B, T, C). Defaults: ``pos`` 0..T-1 after the cache, every key real. A (B, T, Tk)
+        ``key_mask`` replaces the causal rule (engine.packed_logits). ``use_cache`` is for the
+        interface: this model always returns its cache."""
         B, T = idx.shape
         past_len = 0 if cache is None else cache[0][0].shape[2]
-        if pos is None:
-            pos = torch.arange(past_len, past_len + T, device=idx.device).expand(B, T)  # (B, T)
+        qi = torch.arange(past_len, past_len + T, device=idx.device)[:, None]  # (T, 1) absolute
+        pos = qi[:, 0].expand(B, T) if pos is None else pos                # (B, T)
         if int(pos.max()) >= self.cfg.block_size:
             raise ValueError(f"position {int(pos.max())} is past block_size={self.cfg.block_size}")
-        # query i (absolute index past_len+i) sees key j if j <= past_len+i and key j is real;
-        # a query always sees itself, so a padding row is never all -inf (no NaN).
-        qi = torch.arange(past_len, past_len + T, device=idx.device)[:, None]  # (T, 1)
+        # query i sees key j if j <= i and key j is real; a query always sees itself, so a
+        # padding row is never all -inf (no NaN).
         kj = torch.arange(past_len + T, device=idx.device)[None, :]        # (1, Tk)
         mask = (kj <= qi)[None]                                            # (1, T, Tk)
-        if key_mask is not None and key_mask.dim() == 3:  # a whole mask (engine.packed_logits)
-            mask = key_mask | (kj == qi)[None]                             # (B, T, Tk)
-        elif key_mask is not None:
-            mask = mask & key_mask[:, None, :] | (kj == qi)[None]          # (B, T, Tk)
+        if key_mask is not None:                        # (B, Tk) real keys, or (B, T, Tk) whole
+            see = key_mask if key_mask.dim() == 3 else mask & key_mask[:, None, :]
+            mask = see | (kj == qi)[None]                                  # (B, T, Tk)
         mask = mask[:, None]                                               # (B|1, 1, T, Tk)
         train = self.training and torch.is_grad_enabled()
+        every = self.checkpoint_every if train and cache is None else 0
         with torch.autocast(idx.device.type, torch.bfloat16, enabled=self.autocast and train):
             x = self.wte(idx) + self.wpe(pos)                              # (B, T, C)
-            if train and self.checkpoint_every and cache is None:
-                x, new_cache = self._checkpointed(x, mask)
-            else:
-                new_cache = []
-                for i, block in enumerate(self.blocks):
+            new_cache = []
+            for i, block in enumerate(self.blocks):
+                if every and i % every == 0:           # keeps x only, recomputes in backward
+                    x, kv = checkpoint(block, x, mask, None, use_reentrant=False)[0], None
+                else:
                     x, kv = block(x, mask, None if cache is None else cache[i])
-                    new_cache.append(kv)
+                new_cache.append(kv)
             h = self.ln_f(x)                                               # (B, T, C)
             logits = self.lm_head(h[:, -logits_to_keep:] if logits_to_keep else h)  # (B, T|k, V)
         return (logits, new_cache, h) if return_hidden else (logits, new_cache)
-
-    def _checkpointed(self, x: torch.Tensor, mask: torch.Tensor):
-        """The blocks of a training forward with ``checkpoint_every = k``: block i keeps x only
-        and recomputes in backward when i % k == 0, its cache entry None -> (x, cache)."""
-        new_cache = []
-        for i, block in enumerate(self.blocks):
-            if i % self.checkpoint_every == 0:
-                x, kv = checkpoint(block, x, mask, None, use_reentrant=False)[0], None
-            else:
-                x, kv = block(x, mask, None)
-            new_cache.append(kv)
-        return x, new_cache
 
 
 def save_policy(model: GPT, path: str | Path, extra: dict | None = None) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -236,14 +237,11 @@ def sample_examples(task_names: Sequence[str], n: int, rng: random.Random,
     if not task_names:
         raise ValueError("task_names is empty")
     tasks = [get_task(t) for t in task_names]
-    out: list[Example] = []
-    for _ in range(100 * n + 1000):              # bounded: ``exclude`` may hold every prompt
-        ex = rng.choice(tasks).make(rng)
-        if not (exclude and ex.prompt in exclude):
-            out.append(ex)
-            if len(out) == n:
-                return out
-    raise RuntimeError(f"could not draw {n} examples outside the excluded set")
+    draws = (rng.choice(tasks).make(rng) for _ in range(100 * n + 1000))  # bounded: ``exclude``
+    out = list(islice((ex for ex in draws if ex.prompt not in (exclude or ())), n))  # may hold all
+    if len(out) < n:
+        raise RuntimeError(f"could not draw {n} examples outside the excluded set")
+    return out
 
 
 # ---------------------------------------------------------------- a task's held-out rows
