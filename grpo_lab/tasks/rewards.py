@@ -49,13 +49,8 @@ def check_batch(completions: Sequence, examples: Sequence, stopped: Sequence) ->
     """Raise ValueError unless completions, examples and stopped have one length
     (``zip`` would silently drop the tail of the longer ones)."""
     if not len(completions) == len(examples) == len(stopped):
-        _refuse_batch(len(completions), len(examples), len(stopped))
-
-
-def _refuse_batch(n: int, e: int, s: int) -> None:
-    raise ValueError((f"{n} completions but {e} examples" if n != e else
-                      f"{n} completions, {e} examples and {s} stopped flags")
-                     + ": need one of each per completion")
+        raise ValueError(f"{len(completions)} completions, {len(examples)} examples and "
+                         f"{len(stopped)} stopped flags: need one of each per completion")
 
 
 def accuracy_reward(completions: Sequence[str], examples: Sequence[Example],
@@ -116,6 +111,8 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Weighted sum of the named rewards -> (total (N,), {name: (N,)}); a ValueError names any
     weight or value (and its sample) not a finite number within ``REWARD_CEILING``."""
+    if len(completions) != len(examples):
+        raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
     stopped = [True] * len(completions) if stopped is None else list(stopped)
     check_batch(completions, examples, stopped)
     if not all(n in REWARDS and isinstance(w, numbers.Real) and not isinstance(w, bool)
