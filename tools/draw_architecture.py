@@ -5,7 +5,7 @@
 The layers are ``grpo_lab.LAYERS`` (top to bottom); the step is ``tools/step_trace.py``'s trace
 of one real trainer step (defaults preset, toy policy, one process). Each file the step enters
 is a box in its layer's band, numbered in the order the step first enters it and labelled with
-the lines of its functions the step runs; the arrows follow that order. Nothing is drawn by
+the lines of its functions the step runs; an arrow runs from a file to each file it calls. Nothing is drawn by
 hand, so the picture is redrawn, not edited, after a change.
 """
 from __future__ import annotations
@@ -80,16 +80,22 @@ def draw(out: Path) -> dict:
         ax.text(x, y, f"{k + 1}. {Path(f).stem if Path(f).stem != '__init__' else Path(f).parent.name}"
                       f"\n{lines[f]} lines", ha="center", va="center", fontsize=8, zorder=3,
                 bbox=dict(boxstyle="round,pad=0.3", fc="white", ec="#4a6fa5"))
-    for a, b in zip(files, files[1:]):
+    rel = {c: str(Path(c).relative_to(ROOT)) for pair in t.calls for c in pair}
+    for a, b in sorted((rel[a], rel[b]) for a, b in t.calls):
+        if a not in pos or b not in pos:
+            continue
         (x0, y0), (x1, y1) = pos[a], pos[b]
+        up = y1 > y0                             # a call back up: a hook or callback
         ax.annotate("", (x1, y1), (x0, y0), zorder=2,
-                    arrowprops=dict(arrowstyle="->", color="#c0504d", alpha=0.6,
+                    arrowprops=dict(arrowstyle="->", color="#888888" if up else "#c0504d",
+                                    alpha=0.7 if up else 0.45, ls="--" if up else "-",
                                     connectionstyle="arc3,rad=0.15", shrinkA=14, shrinkB=14))
     ax.set_xlim(-0.6 - 2.2, width * 1.6 + 0.1)
     ax.set_ylim(-0.6, len(bands) - 0.4)
     ax.axis("off")
     ax.set_title(f"One GRPO step through the layers: {counts['lines']} lines of functions in "
-                 f"{counts['files']} files (numbers: order of first entry)", fontsize=10)
+                 f"{counts['files']} files\n(numbers: order of first entry; arrows: calls; dashed: a "
+                 f"call back up, to a function the caller was handed)", fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     return counts

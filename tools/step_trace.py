@@ -42,6 +42,7 @@ class Tracer:
         self.seen: set = set()
         self.files_in_order: list[str] = []
         self.lines_hit: dict[str, set] = {}
+        self.calls: set = set()          # (caller's file, callee's file), package files only
 
     def __call__(self, frame, event, arg):
         code = frame.f_code
@@ -49,6 +50,11 @@ class Tracer:
             return None
         if event == "call":
             self.files_in_order.append(code.co_filename)
+            back = frame.f_back                      # the nearest package frame above
+            while back is not None and not back.f_code.co_filename.startswith(PKG):
+                back = back.f_back
+            if back is not None and back.f_code.co_filename != code.co_filename:
+                self.calls.add((back.f_code.co_filename, code.co_filename))
             if code.co_name not in ("<lambda>", "<listcomp>", "<dictcomp>", "<setcomp>",
                                     "<genexpr>", "<module>") and code not in self.seen:
                 self.seen.add(code)
