@@ -312,3 +312,15 @@ def test_batch_std_advantages_by_hand():
     # one group: the batch std is the group's std, so it equals grpo
     one = torch.zeros(4, dtype=torch.long)
     torch.testing.assert_close(ADVANTAGES["batch_std"](r[:4], one), ADVANTAGES["grpo"](r[:4], one))
+
+
+def test_a_grouper_record_built_positionally_keeps_its_description_and_runs(monkeypatch):
+    from grpo_lab.algorithm import grouping
+    monkeypatch.setattr(grouping, "GROUPERS", dict(grouping.GROUPERS))
+    first = lambda batch, k, seed: np.array([0 if p[0] < "5" else 1 for p in batch.prompts])
+    rec = grouping.Grouper("by_first_digit", first, True, False, False, False, "by the first digit")
+    assert rec.description == "by the first digit" and rec.one_per_prompt is False
+    prompts = ["12+3=", "71+2=", "30+1=", "99+0="]
+    ids = grouping.StepGrouper(rec, k=2)(prompts, ["addition"] * 4, torch.zeros(8),
+                                         torch.arange(4).repeat_interleave(2), step=0)
+    assert ids.tolist() == [0, 1, 0, 1]                       # the grouper ran, not by_prompt

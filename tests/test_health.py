@@ -23,6 +23,12 @@ def test_a_healthy_run_has_no_findings():
     assert codes(h[:5] + [{"step": 5}]) == set()                     # too early to tell
 
 
+def test_a_nan_metric_is_no_finding():
+    h = steps(60, **{"reward/mean": lambda i: 0.2 + 0.01 * i, "group/zero_std_frac": float("nan"),
+                     "completion/stopped_frac": float("nan")})
+    assert codes(h) == set()                       # NaN >= 0.8 and NaN < 0.5 are both False
+
+
 def test_constant_zero_reward_says_the_reward_never_fires():
     h = steps(60, **{"reward/mean": 0.0, "group/zero_std_frac": 1.0})
     found = {f.code: f.message for f in diagnose(h, CFG)}

@@ -78,6 +78,16 @@ BONUS = variants.StepVariant("length_bonus", lambda cfg: True, shape_rewards=len
                              stats=kept_length, stat_keys=lambda cfg: ("bonus/len_mean",))
 
 
+def test_a_term_hook_of_the_older_two_argument_form_is_refused_naming_the_variant(monkeypatch):
+    monkeypatch.setattr(variants, "VARIANTS", dict(variants.VARIANTS))
+    with pytest.raises(TypeError, match=r"step variant 'old_bonus': its term hook must take "
+                                        r"\(cfg, t, logp, old, real\).*got old_term\(cfg, t\)"):
+        def old_term(cfg, t):
+            return t.logp
+        variants.register_variant("old_bonus", lambda cfg: False, term=old_term)
+    assert "old_bonus" not in variants.VARIANTS
+
+
 def test_a_variant_written_as_one_record_trains_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setitem(variants.VARIANTS, BONUS.name, BONUS)
     cfg = preset("quick", steps=4, eval_size=0, threads=1, out_dir=str(tmp_path / "bonus"))

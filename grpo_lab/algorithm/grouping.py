@@ -248,10 +248,11 @@ class Grouper:
     """It reads batch.reward_mean / reward_std (computed lazily too)."""
     reclusterable: bool = False
     """reclustering.Reclusterer can keep its clusters across steps (recluster_every)."""
+    description: str = ""
     one_per_prompt: bool = False
     """Each prompt is its own group, ids 0..B-1 whatever the batch holds (by_prompt): the
-    trainer's grouper (StepGrouper) then gives those ids without a batch or a call."""
-    description: str = ""
+    trainer's grouper (StepGrouper) then gives those ids without a batch or a call. Last, so a
+    record built positionally in the older field order keeps its description a description."""
 
     def __call__(self, batch: PromptBatch, k: int | None = None, seed: int = 0,
                  **options) -> np.ndarray:
@@ -298,7 +299,7 @@ def register_grouper(name: str | Callable | None = None, fn: Callable | None = N
                                            description=description), f)[1]
     check_new(GROUPERS, "grouping", name, fn, lambda rec: rec.fn)
     rec = Grouper(name, fn, takes_k, needs_embeddings, needs_reward_stats, reclusterable,
-                  one_per_prompt, description or (fn.__doc__ or "").strip().split("\n")[0])
+                  description or (fn.__doc__ or "").strip().split("\n")[0], one_per_prompt)
     GROUPERS[name] = rec
     return rec
 

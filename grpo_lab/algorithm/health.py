@@ -97,7 +97,7 @@ def diagnose(history: list[dict], cfg: dict | None = None,
 
 def equal_rewards(s: Seen) -> Finding | None:
     zero = _values(s.last, "group/zero_std_frac")
-    if not zero or mean(zero) < EQUAL_FRAC:
+    if not (zero and mean(zero) >= EQUAL_FRAC):           # (NaN: no finding, as before)
         return None
     reward = mean(_values(s.last, "reward/mean"))
     seen = f"{mean(zero):.0%} of groups had equal rewards over the last {WINDOW} steps"
@@ -117,7 +117,7 @@ def equal_rewards(s: Seen) -> Finding | None:
 
 def truncated(s: Seen) -> Finding | None:
     stopped = _values(s.last, "completion/stopped_frac")
-    if not stopped or mean(stopped) >= STOPPED_FRAC:
+    if not (stopped and mean(stopped) < STOPPED_FRAC):
         return None
     limit = s.cfg.get("max_new_tokens") or "the task's default"
     return Finding("truncated", f"{1 - mean(stopped):.0%} of completions were cut at "
@@ -130,7 +130,7 @@ def flat_reward(s: Seen) -> Finding | None:
     if len(s.steps) < FLAT_WINDOW:
         return None
     run = _running(_values(s.steps[-FLAT_WINDOW:], "reward/mean"), WINDOW)
-    if not run or max(run) - min(run) >= FLAT_RANGE * s.top:
+    if not (run and max(run) - min(run) < FLAT_RANGE * s.top):
         return None
     return Finding("flat_reward", f"the reward's {WINDOW}-step mean stayed within "
                    f"{max(run) - min(run):.3f} over the last {FLAT_WINDOW} steps "

@@ -39,6 +39,7 @@ multiply as truncated IS x off-policy mask x entropy mask):
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -92,8 +93,23 @@ def register_variant(name: str, active: Callable, **hooks) -> StepVariant:
     """Add a step variant ``(active(cfg) -> bool, hooks...)`` -> its record; called by the step
     after the ones registered before it. The registry's naming rule (registry.check_new)."""
     check_new(VARIANTS, "step variant", name, active, lambda v: v.active)
+    if hooks.get("term") is not None:
+        _check_term(name, hooks["term"])
     VARIANTS[name] = StepVariant(name, active, **hooks)
     return VARIANTS[name]
+
+
+def _check_term(name: str, term: Callable) -> None:
+    """A ``term`` hook takes (cfg, t, logp, old, real): an error naming the variant, at
+    registration, for one that cannot (a hook written for the older ``term(cfg, t)``)."""
+    try:
+        inspect.signature(term).bind(None, None, None, None, None)
+    except TypeError:
+        raise TypeError(f"step variant {name!r}: its term hook must take (cfg, t, logp, old, "
+                        f"real) (the padded log-probs, the old ones and the real-token mask "
+                        f"after t), got {term.__name__}{inspect.signature(term)}") from None
+    except ValueError:                       # no signature to read (a builtin): let it run
+        pass
 
 
 def step_variant(name: str, **hooks):

@@ -52,9 +52,10 @@ from grpo_lab.algorithm.advantages import (advantage_diagnostics, grouped_advant
 from grpo_lab.algorithm.grouping import cluster_diagnostics
 from grpo_lab.algorithm.loss import AGGREGATIONS, ClipRange, surrogate_loss
 from grpo_lab.algorithm.variants import Tokens, active_variants
+from grpo_lab.algorithm.vllm_rollout import rollout_scorer
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.training.ranks import Gathered, gather_rows, my_rows
-from grpo_lab.algorithm.rollout import Scored, completion_logprobs, sample_and_score, take_scored
+from grpo_lab.algorithm.rollout import Scored, completion_logprobs, take_scored
 from grpo_lab.machine import add_time, now
 from grpo_lab.policies.engine import left_pad, positions
 from grpo_lab.tasks import get_task
@@ -89,8 +90,8 @@ class StepContext:
     clock: dict = field(default_factory=dict)  # seconds per phase of this step (time/*_s)
     carry: dict = field(default_factory=dict)  # an objective's state across steps, rebuilt
                                                # from (seed, step) when absent (resume)
-    score: Callable = sample_and_score   # cfg.rollout's sample-and-score (trainer.setup:
-                                         # rollout_scorer; this default is grpo_lab's sampler)
+    score: Callable | None = None  # cfg.rollout's sample-and-score (trainer.setup sets it;
+                                   # None: vllm_rollout.rollout_scorer, at the first draw)
     max_new: int = 0              # tokens a completion may have (trainer.setup: max_new_tokens;
                                   # 0: computed from the config each step)
 
@@ -133,6 +134,8 @@ def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
     B, mine = cfg.prompts_per_step, ctx.group.slice(cfg.prompts_per_step)
     with user_code(f"the task generator of {cfg.task!r}"):
         examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
+    if ctx.score is None:                    # a context built by hand, not by trainer.setup
+        ctx.score = rollout_scorer(policy, cfg, ctx)
     return examples, ctx.score(policy, [examples[i] for i in mine], cfg.group_size,
                                ctx.max_new or max_new_tokens(cfg), cfg.reward_weights,
                                cfg.temperature, cfg.top_k or None,
@@ -206,7 +209,7 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     #    reward), then the global batch's rewards, lengths, stop flags (N ranks: ranks.py)
     for v in variants:
         if v.shape_rewards is not None:
-            mine = v.shape_rewards(cfg, mine, rows, max_new_tokens(cfg))
+            mine = v.shape_rewards(cfg, mine, rows, ctx.max_new or max_new_tokens(cfg))
     steps = (step_rewards(mine.texts, [mine.examples[i] for i in r.prompt_index.tolist()],
                           r.stopped.tolist()) if any(v.step_rewards for v in variants) else None)
     g = Gathered(mine.rewards, mine.parts, r.completion_mask.sum(1), r.stopped, steps)
