@@ -1,12 +1,13 @@
 """Fingerprints of a set of short training runs, to show that a refactor changes no number.
 
-    python tools/same_metrics.py --out A.json [--only demo,kl_reward] [--steps 6]
+    python tools/same_metrics.py --out A.json [--only demo,kl_reward] [--steps 6] [--nproc]
     python tools/same_metrics.py --compare A.json B.json
 
 Each named config (CONFIGS: the demo preset and one run per step variant, grouper and code
-path) trains ``--steps`` steps on one thread, evaluating at step 3; the fingerprint is every
-metrics.jsonl row without its ``time/*`` keys (and the run's wall-clock fields), written as
-JSON with floats in full (``repr``). ``--compare`` prints the first difference per config
+path; with ``--nproc`` also NPROC, on 2 and 3 processes) trains ``--steps`` steps, one thread
+a process, evaluating at step 3; the fingerprint is every metrics.jsonl row without its
+``time/*`` keys (and the run's wall-clock fields), written as JSON with floats in full
+(``repr``). ``--compare`` prints the first difference per config
 and exits 1 when any config differs: a refactor that is a refactor keeps every bit.
 """
 from __future__ import annotations
@@ -42,18 +43,31 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "hf_tiny": ("hf_tiny_cpu", {"prompts_per_step": 4, "eval_size": 20}),
 }
 
-DROP = ("time/",)
+# the same on 2 and 3 processes (spawn_train, gloo): the ranks' bookkeeping, the gather,
+# dynamic sampling's shared decisions, process supervision's per-token rewards
+NPROC: dict[str, tuple[str, dict, int]] = {
+    "demo_2proc": ("tiny_cpu", {}, 2),
+    "demo_3proc": ("tiny_cpu", {"prompts_per_step": 10}, 3),
+    "kmeans_2proc": ("mixture_cpu", {"grouping": "kmeans_semantic", "group_k": 3,
+                                     "prompts_per_step": 8}, 2),
+    "process_2proc": ("defaults", {"supervision": "process"}, 2),
+}
+
+DROP = ("time/", "comm/wchar_bytes")           # wall clock; bytes the OS counted being written
 
 
 def fingerprint(name: str, steps: int) -> list[dict]:
     from grpo_lab.training.config import preset
-    from grpo_lab.training.trainer import train
-    base, over = CONFIGS[name]
+    from grpo_lab.training.trainer import spawn_train, train
+    base, over, nproc = (*CONFIGS[name], 1) if name in CONFIGS else NPROC[name]
     out = tempfile.mkdtemp(prefix=f"same_metrics_{name}_")
     fields = {"steps": steps, "eval_every": 3, "eval_size": 40, "ckpt_every": 1000,
               "time_budget_s": 0.0, "threads": 1, "out_dir": out, "target_accuracy": 0.0}
     cfg = preset(base, **{**fields, **over})
-    train(cfg, progress=False)
+    if nproc > 1:
+        spawn_train([cfg], nproc=nproc, progress=False)
+    else:
+        train(cfg, progress=False)
     rows = []
     for line in (Path(out) / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
@@ -89,16 +103,18 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--only", default="", help="comma-separated names of CONFIGS (default: all)")
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--nproc", action="store_true",
+                    help="add the N-process runs (NPROC: 2 and 3 local processes, ~1 min)")
     ap.add_argument("--compare", nargs=2, type=Path)
     a = ap.parse_args(argv)
     if a.compare:
         return compare(*a.compare)
     if not a.out:
         ap.error("--out or --compare")
-    names = a.only.split(",") if a.only else list(CONFIGS)
+    names = a.only.split(",") if a.only else list(CONFIGS) + (list(NPROC) if a.nproc else [])
     for n in names:
-        if n not in CONFIGS:
-            ap.error(f"unknown config {n!r}; known: {', '.join(CONFIGS)}")
+        if n not in CONFIGS and n not in NPROC:
+            ap.error(f"unknown config {n!r}; known: {', '.join([*CONFIGS, *NPROC])}")
     result = {}
     for n in names:
         result[n] = fingerprint(n, a.steps)
