@@ -83,17 +83,16 @@ def merge(*parts: dict) -> dict:
     return out
 
 
-def _old_token_stats(logits, r, temperature=1.0, entropy_grad=False, with_entropy=True):
-    """rollout.completion_token_stats before the 'chosen log-prob' lever: autograd's
-    log_softmax -> gather, the entropy from exp * logp, computed whether asked or not."""
+def _old_chosen_logprobs(logits, ids, temperature=1.0, with_entropy=True):
+    """engine.chosen_logprobs as rollout.completion_logprobs called it before the 'chosen
+    log-prob' lever: autograd's log_softmax -> gather, the entropy from exp * logp (no graph),
+    computed whether asked or not."""
     import torch.nn.functional as F
     logp = F.log_softmax(logits.float() / temperature, -1)                 # (N, Tc, V)
-    c_ids, c_mask = r.completion_ids.to(logits.device), r.completion_mask.to(logits.device)
-    tok_logp = logp.gather(2, c_ids[..., None]).squeeze(2)                 # (N, Tc)
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        lp = logp if entropy_grad else logp.detach()
-        entropy = -(lp.exp() * lp).sum(-1).masked_fill(~c_mask, 0.0)       # (N, Tc)
-    return tok_logp.masked_fill(~c_mask, 0.0), entropy
+    tok_logp = logp.gather(2, ids[..., None]).squeeze(2)                   # (N, Tc)
+    with torch.no_grad():
+        entropy = -(logp.exp() * logp).sum(-1)                             # (N, Tc)
+    return tok_logp, entropy
 
 
 def _old_first_non_finite(named):
@@ -115,7 +114,7 @@ def undo_levers(names) -> None:
         if name == "fused AdamW":
             policy.POLICIES["hf"] = dataclasses.replace(policy.POLICIES["hf"], fused_adamw=False)
         elif name == "chosen log-prob":
-            rollout.completion_token_stats = _old_token_stats
+            rollout.chosen_logprobs = _old_chosen_logprobs
         elif name == "summed finite check":
             exchanges.first_non_finite = _old_first_non_finite
         else:

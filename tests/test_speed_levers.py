@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from scipy.stats import chisquare
 
 from grpo_lab.policies.model import GPT, GPTConfig
-from grpo_lab.algorithm.rollout import DRAWS, completion_logprobs, completion_token_stats, sample
+from grpo_lab.algorithm.rollout import DRAWS, completion_logprobs, sample
 from grpo_lab.policies.engine import UPDATE_FORWARDS, chosen_logprobs
 from grpo_lab.training.step import prompt_generators
 from grpo_lab.tasks import EOS, encode
@@ -109,7 +109,7 @@ def test_chosen_logprobs_equal_log_softmax_gather_and_entropy(temperature):
 
 def test_chosen_logprobs_give_the_update_autograds_gradients(tiny):
     """Through the HF model: the parameters' gradients of sum(logp * A) by the fewer-passes
-    path equal autograd's (completion_token_stats with entropy_grad takes autograd's path)."""
+    path equal autograd's (completion_logprobs with entropy_grad takes autograd's path)."""
     ps = hf_prompts(tiny)
     r = sample(tiny, ps, 3, 6, 0.8, generator=prompt_generators(0, 0, 0, range(len(ps))))
     adv = torch.linspace(-1, 1, len(r.prompt_index))                      # (N,)
@@ -117,8 +117,7 @@ def test_chosen_logprobs_give_the_update_autograds_gradients(tiny):
     out = []
     for autograd_path in (True, False):
         tiny.zero_grad()
-        logits = UPDATE_FORWARDS["prompt_once"](tiny, r)                   # (N, Tc, V)
-        logp, ent = completion_token_stats(logits, r, 0.8, entropy_grad=autograd_path)
+        logp, ent = completion_logprobs(tiny, r, 0.8, True, "prompt_once", autograd_path)
         (logp * adv[:, None] * r.completion_mask).sum().backward()
         g = torch.cat([p.grad.flatten() for p in tiny.parameters() if p.grad is not None])
         out.append((logp.detach(), ent.detach(), g))

@@ -32,8 +32,7 @@ from typing import NamedTuple
 import torch
 import torch.nn as nn
 
-from grpo_lab.algorithm.rollout import completion_token_stats
-from grpo_lab.policies.engine import full_sequence
+from grpo_lab.policies.engine import chosen_logprobs, full_sequence
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
@@ -105,10 +104,10 @@ def logprobs_and_values(policy, r, temperature: float = 1.0):
     critic = policy.value_head
     v_all = critic(h.float()) if isinstance(critic, ValueHead) else critic(ids, pos, mask)
     Tp = r.prompt_ids.shape[1]
-    tok_logp, entropy = completion_token_stats(logits[:, Tp - 1:-1], r, temperature)  # (N, Tc) each
-    c_mask = r.completion_mask.to(logits.device)
+    c_ids, c_mask = r.completion_ids.to(logits.device), r.completion_mask.to(logits.device)
+    tok_logp, entropy = chosen_logprobs(logits[:, Tp - 1:-1], c_ids, temperature)  # (N, Tc) each
     values = v_all[:, Tp - 1:-1].masked_fill(~c_mask, 0.0)                 # (N, Tc)
-    return tok_logp, entropy, values
+    return tok_logp.masked_fill(~c_mask, 0.0), entropy.masked_fill(~c_mask, 0.0), values
 
 
 def outcome_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

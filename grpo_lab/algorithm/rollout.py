@@ -213,35 +213,26 @@ def inverse_cdf_draw(logp, top_k, G, generator, rows, N, top_p: float = 1.0) -> 
 DRAWS = {"race": race_draw, "inverse_cdf": inverse_cdf_draw}
 
 
-def completion_token_stats(logits: torch.Tensor, r: Rollout, temperature: float = 1.0,
-                           entropy_grad: bool = False, with_entropy: bool = True):
-    """Logits predicting each completion token (N, Tc, V) -> (log-prob of each completion
-    token (N, Tc), the policy's entropy at each (N, Tc), or None without ``with_entropy``),
-    0 on padding. The entropy has no autograd graph (``chosen_logprobs``) unless
-    ``entropy_grad`` (an entropy bonus in the loss: autograd's log_softmax -> gather and
-    -(p * log p).sum)."""
+def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
+                        return_entropy: bool = False, forward: str = "prompt_once",
+                        entropy_grad: bool = False):
+    """Per-token log-probs (N, Tc) of the completion under ``model``, 0 on padding, by the
+    update forward ``forward`` (``UPDATE_FORWARDS``: equal up to float rounding); with
+    ``return_entropy`` and the policy's entropy at each token (N, Tc), without an autograd graph
+    (``chosen_logprobs``) unless ``entropy_grad`` (an entropy bonus in the loss: autograd's
+    log_softmax -> gather and -(p * log p).sum)."""
+    if not isinstance(forward, str) or forward not in UPDATE_FORWARDS:
+        lookup(UPDATE_FORWARDS, forward, "update forward")                 # its error
+    logits = UPDATE_FORWARDS[forward](model, r)                            # (N, Tc, V)
     ids, mask = r.completion_ids.to(logits.device), r.completion_mask.to(logits.device)
     if entropy_grad and torch.is_grad_enabled():
         logp = F.log_softmax(scaled_logits(logits, temperature), -1)       # (N, Tc, V)
         tok_logp = logp.gather(2, ids[..., None]).squeeze(2)               # (N, Tc)
         entropy = -(logp.exp() * logp).sum(-1)                             # (N, Tc)
     else:
-        tok_logp, entropy = chosen_logprobs(logits, ids, temperature, with_entropy)
-    return (tok_logp.masked_fill(~mask, 0.0),                              # (N, Tc) each
-            None if entropy is None else entropy.masked_fill(~mask, 0.0))
-
-
-def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
-                        return_entropy: bool = False, forward: str = "prompt_once",
-                        entropy_grad: bool = False):
-    """Per-token log-probs (N, Tc) of the completion under ``model``, by the update forward
-    ``forward`` (``UPDATE_FORWARDS``: equal up to float rounding); with ``return_entropy`` and
-    the per-token entropy (N, Tc) (``completion_token_stats``; ``entropy_grad``: with a graph)."""
-    if not isinstance(forward, str) or forward not in UPDATE_FORWARDS:
-        lookup(UPDATE_FORWARDS, forward, "update forward")                 # its error
-    tok_logp, entropy = completion_token_stats(UPDATE_FORWARDS[forward](model, r), r,
-                                               temperature, entropy_grad, return_entropy)
-    return (tok_logp, entropy) if return_entropy else tok_logp
+        tok_logp, entropy = chosen_logprobs(logits, ids, temperature, return_entropy)
+    tok_logp = tok_logp.masked_fill(~mask, 0.0)                            # (N, Tc)
+    return (tok_logp, entropy.masked_fill(~mask, 0.0)) if return_entropy else tok_logp
 
 
 # ---- scoring: the sampled completions decoded and rewarded
