@@ -285,10 +285,8 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
                        lengths=None) -> torch.Tensor:
     """Cluster id per prompt (B,), prompt of each row (N,), rewards (N,) -> advantages (N,),
     checked finite, one per reward; ``estimator`` serves ``combine="cluster"`` alone."""
-    try:
-        fn, _ = COMBINE[combine], ADVANTAGES[estimator]
-    except (KeyError, TypeError):                # unknown or unhashable
-        _refuse_names(combine, estimator)
+    fn = lookup(COMBINE, combine, "combine option")
+    lookup(ADVANTAGES, estimator, "estimator")
     cluster_ids = torch.as_tensor(np.asarray(cluster_ids), dtype=torch.long)  # (B,)
     inside = (prompt_index >= 0) & (prompt_index < len(cluster_ids))       # (N,)
     if not bool(inside.all()):
@@ -299,12 +297,6 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
             and bool(torch.isfinite(adv).all())):
         _refuse_advantages(adv, rewards, combine, estimator)
     return adv
-
-
-def _refuse_names(combine, estimator):
-    """The registry's "unknown ..." error for whichever of the two names is missing."""
-    lookup(COMBINE, combine, "combine option")
-    lookup(ADVANTAGES, estimator, "estimator")
 
 
 def _refuse_advantages(adv, rewards: torch.Tensor, combine: str, estimator: str):

@@ -82,8 +82,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
                      (not 0 < top_p <= 1, f"top_p must be in (0, 1] (1 = off), got {top_p}")):
         if bad:
             raise ValueError(why)
-    if not isinstance(draw, str) or draw not in DRAWS:
-        lookup(DRAWS, draw, "draw")                                        # its error
+    lookup(DRAWS, draw, "draw")
     tick = Ticker({} if clock is None else clock)
     dev = next(model.parameters()).device       # computed where the model is, returned on the CPU
     p_ids, p_mask = (t.to(dev) for t in left_pad(prompts, model.pad_id))   # (B, Tp)
@@ -221,9 +220,7 @@ def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
     ``return_entropy`` and the policy's entropy at each token (N, Tc), without an autograd graph
     (``chosen_logprobs``) unless ``entropy_grad`` (an entropy bonus in the loss: autograd's
     log_softmax -> gather and -(p * log p).sum)."""
-    if not isinstance(forward, str) or forward not in UPDATE_FORWARDS:
-        lookup(UPDATE_FORWARDS, forward, "update forward")                 # its error
-    logits = UPDATE_FORWARDS[forward](model, r)                            # (N, Tc, V)
+    logits = lookup(UPDATE_FORWARDS, forward, "update forward")(model, r)  # (N, Tc, V)
     ids, mask = r.completion_ids.to(logits.device), r.completion_mask.to(logits.device)
     if entropy_grad and torch.is_grad_enabled():
         logp = F.log_softmax(scaled_logits(logits, temperature), -1)       # (N, Tc, V)

@@ -144,8 +144,6 @@ TASKS: dict[str, Task] = {
 
 
 def get_task(name: str) -> Task:
-    if isinstance(name, str) and name in TASKS:
-        return TASKS[name]
     return lookup(TASKS, name, "task", "register your own with tasks.register_task")
 
 

@@ -115,9 +115,11 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
         raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
     stopped = [True] * len(completions) if stopped is None else list(stopped)
     check_batch(completions, examples, stopped)
-    if not all(n in REWARDS and isinstance(w, numbers.Real) and not isinstance(w, bool)
-               and math.isfinite(w) for n, w in weights.items()):
-        _refuse_weights(weights)
+    for name in sorted(weights, key=str):
+        lookup(REWARDS, name, "reward function")
+    for name, w in weights.items():
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
+            raise ValueError(f"reward weight {name!r} must be a finite number, got {w!r}")
     parts, total = {}, torch.zeros(len(completions))
     for name, w in weights.items():
         with user_code(f"reward function {name!r} on {len(completions)} completions"):
@@ -127,14 +129,6 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
     if not bool((total.abs() <= REWARD_CEILING).all()):                   # nan, inf, too big
         _refuse_total(total, weights)
     return total, parts
-
-
-def _refuse_weights(weights: dict) -> None:
-    for name in sorted(weights, key=str):
-        lookup(REWARDS, name, "reward function")
-    for name, w in weights.items():
-        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
-            raise ValueError(f"reward weight {name!r} must be a finite number, got {w!r}")
 
 
 def _refuse_total(total: torch.Tensor, weights: dict) -> None:

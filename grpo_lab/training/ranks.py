@@ -1,5 +1,5 @@
 """The bookkeeping of a step that spans several ranks or draws, kept out of the algorithm's way
-(step.collect calls it only then).
+(step.collect).
 
 Every rank draws the same B prompts (seeded by (seed, step, draw)) and samples only its
 contiguous slice of them (``Group.slice``). With dynamic sampling (several draws) a rank's
@@ -8,7 +8,7 @@ kept rows are picked out of its draws (``my_rows``). The grouper and the advanta
 places in the global batch, their rewards (and per-token rewards for process supervision),
 lengths and stop flags (``gather_rows``); each rank then keeps the advantages of the rows it
 sampled. With one draw a rank's rows are all it sampled, and on one process the gather is the
-identity with the places already in order, so collect skips what is the identity there.
+identity with the places already in order: both return their input there.
 """
 from __future__ import annotations
 
@@ -31,7 +31,10 @@ class Gathered(NamedTuple):
 
 
 def my_rows(kept, draws, mine: range) -> tuple[Scored, list[int]]:
-    """This rank's kept rows (it sampled them) and their prompts' places in the global batch."""
+    """This rank's kept rows (it sampled them) and their prompts' places in the global batch.
+    One draw whose B prompts are all kept: every row the rank sampled, as sampled."""
+    if len(draws) == 1 and len(kept) == len(draws[0][0]):
+        return draws[0][1], list(mine)
     parts = []
     for d, (_, s) in enumerate(draws):
         local = [i - mine.start for dd, i in kept if dd == d and i in mine]
@@ -43,7 +46,10 @@ def my_rows(kept, draws, mine: range) -> tuple[Scored, list[int]]:
 
 
 def gather_rows(group: Group, places: list[int], mine: Gathered, G: int) -> Gathered:
-    """All ranks' (places, rows) -> the global batch's rows, in prompt order."""
+    """All ranks' (places, rows) -> the global batch's rows, in prompt order (one process:
+    ``mine``, its places already in order)."""
+    if group.world == 1:
+        return mine
     shared = group.gather((places, *mine))
     order = [p for pl, *_ in shared for p in pl]                          # place of each block
     by_place = sorted(range(len(order)), key=order.__getitem__)           # blocks in place order

@@ -5,7 +5,7 @@
         this rank's contiguous slice of them -> G completions each (rollout.sample), prompt i
             sampled with its own generator seeded by (seed, step, draw, i)
         score (rewards.weighted_reward; step rewards for process supervision)
-        gather every rank's rewards (ranks.gather_rows; skipped on one process: the identity)
+        gather every rank's rewards (ranks.gather_rows; the identity on one process)
         [dynamic sampling (DAPO): keep prompts whose G rewards differ, decided on the gathered
          rewards, so every rank keeps the same prompts]
         group ids: the grouper on all kept prompts (every rank computes the same ids)
@@ -92,8 +92,6 @@ class StepContext:
                                                # from (seed, step) when absent (resume)
     score: Callable | None = None  # cfg.rollout's sample-and-score (trainer.setup sets it;
                                    # None: vllm_rollout.rollout_scorer, at the first draw)
-    max_new: int = 0              # tokens a completion may have (trainer.setup: max_new_tokens;
-                                  # 0: computed from the config each step)
 
 
 class Batch(NamedTuple):
@@ -106,8 +104,6 @@ class Batch(NamedTuple):
     n_tokens: int                 # completion tokens of those rows
     cluster_ids: torch.Tensor     # (B,) group id of each prompt of the global batch
     metrics: dict                 # reward/, group/, adv/, sample/, completion/ of the global batch
-    max_new: int = 0              # tokens a completion may have (collect: ctx.max_new, resolved
-                                  # once per run; 0: computed from the config)
 
 
 def _varies(rewards: torch.Tensor, G: int) -> torch.Tensor:
@@ -137,7 +133,7 @@ def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
     if ctx.score is None:                    # a context built by hand, not by trainer.setup
         ctx.score = rollout_scorer(policy, cfg, ctx)
     return examples, ctx.score(policy, [examples[i] for i in mine], cfg.group_size,
-                               ctx.max_new or max_new_tokens(cfg), cfg.reward_weights,
+                               max_new_tokens(cfg), cfg.reward_weights,
                                cfg.temperature, cfg.top_k or None,
                                generator=prompt_generators(cfg.seed, step, d, mine),
                                draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
@@ -197,9 +193,7 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     kept, draws, flags = draw_prompts(cfg, ctx, step, policy)
     # 2. this rank's rows (one draw: all it sampled) and their prompts' places in the global
     #    batch; the per-row tensors the variants need (reference's, trainer's)
-    sliced = ctx.group.slice(B)                                           # this rank's prompts
-    mine, places = ((draws[0][1], list(sliced)) if len(draws) == 1 and len(kept) == B
-                    else my_rows(kept, draws, sliced))                    # ranks.py: several draws
+    mine, places = my_rows(kept, draws, ctx.group.slice(B))               # ranks.py
     r = mine.rollout
     rows = {}
     for v in variants:
@@ -209,12 +203,11 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     #    reward), then the global batch's rewards, lengths, stop flags (N ranks: ranks.py)
     for v in variants:
         if v.shape_rewards is not None:
-            mine = v.shape_rewards(cfg, mine, rows, ctx.max_new or max_new_tokens(cfg))
+            mine = v.shape_rewards(cfg, mine, rows, max_new_tokens(cfg))
     steps = (step_rewards(mine.texts, [mine.examples[i] for i in r.prompt_index.tolist()],
                           r.stopped.tolist()) if any(v.step_rewards for v in variants) else None)
-    g = Gathered(mine.rewards, mine.parts, r.completion_mask.sum(1), r.stopped, steps)
-    if ctx.group.world > 1:
-        g = gather_rows(ctx.group, places, g, G)                           # every rank's rows
+    g = gather_rows(ctx.group, places, Gathered(mine.rewards, mine.parts,  # every rank's rows
+                    r.completion_mask.sum(1), r.stopped, steps), G)
     own = torch.tensor([p * G + j for p in places for j in range(G)], dtype=torch.long)
     examples = [draws[d][0][i] for d, i in kept]                           # (B,)
     prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
@@ -235,7 +228,7 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     loss_reads = {k: rows[k] for v in variants for k in v.loss_rows if k in rows}
     return Batch(mine, adv, loss_reads, n_rows, int(g.lengths[keep].sum()), cluster_ids,
                  _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index,
-                          adv_all, adv_flat, kept, draws, flags), ctx.max_new or max_new_tokens(cfg))
+                          adv_all, adv_flat, kept, draws, flags))
 
 
 def _lengths_by_outcome(g) -> dict:
@@ -326,7 +319,7 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     loss, stats = surrogate_loss(                  # checked: TrainConfig checked the settings
         mine.logp, mine.old, mine.advantages, mine.mask,
         ClipRange(cfg.eps_low, cfg.eps_high, cfg.dual_clip, cfg.clip_delta), cfg.aggregation,
-        batch.max_new or max_new_tokens(cfg), cfg.ratio_level, cfg.policy_loss, cfg.log_ratio_clamp,
+        max_new_tokens(cfg), cfg.ratio_level, cfg.policy_loss, cfg.log_ratio_clamp,
         mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None], checked=True)
     n_tok = int(kept.sum())
     stats["policy/entropy"] = float(entropy.detach()[kept].sum()) / max(n_tok, 1)

@@ -184,7 +184,6 @@ class Trackers:
     def __init__(self, report_to: str, run_dir: str | Path, config: dict, fresh: bool,
                  lead: bool = True):
         self.to_open = sink_names(report_to) if lead else []
-        self.wanted = bool(self.to_open)        # any sink asked for (else the trainer logs none)
         self.run_dir, self.config, self.fresh = Path(run_dir), config, fresh
         self.live: dict[str, Writer] = {}
 

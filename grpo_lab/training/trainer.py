@@ -266,7 +266,7 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
         ref = policy.reference() if cfg.hf.lora_r else frozen(load_for(cfg).to(device))
     draw = rendered_source(prompt_source(cfg, held), cfg.answer_format)
     check_readable(policy, cfg, eval_sets, draw)           # the task's needs vs this policy
-    ctx = StepContext(draw, make_grouper(cfg), ref, group, max_new=max_new_tokens(cfg))
+    ctx = StepContext(draw, make_grouper(cfg), ref, group)
     ctx.score = rollout_scorer(policy, cfg, ctx)   # cfg.rollout's, once (vLLM: its engine built
                                                    # now, or an ImportError, not after the base
                                                    # evaluation)
@@ -476,10 +476,9 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
         if lead:
             with open(log_path, "a") as f:
                 f.write(json.dumps(metrics) + "\n")
-        for row in (untracked + [metrics]) if tracked.wanted else ():  # trackers.py (rank
-            tracked.log(row, samples.get(row["step"]))          # 0; a failure only warns)
+        for row in untracked + [metrics]:        # trackers.py (rank 0; a failure only warns)
+            tracked.log(row, samples.pop(row["step"], None))
         untracked = []
-        samples.clear()
         if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time or reached or stopping:
             _checkpoint(ckpt, policy, ex, cfg, step, history, ctx.grouper, lead)
         if stopping:
