@@ -7,9 +7,13 @@ DeepSeek-R1's rule-based rewards (Guo et al. 2025, sec. 2.2.2: an accuracy rewar
 format reward) and the GSM8K/MATH graders (last number; ``\\boxed{}``):
 
   * **the answer** (``extract``): the content of the last ``<answer>...</answer>`` pair, else
-    of the last ``\\boxed{...}``, else the number after the last "answer is", else the last
-    number in the text (or, for a text answer, the last word). Accuracy means the answer is
-    right whatever wraps it.
+    of the last ``\\boxed{...}``, else the value stated after the last "answer is", else the
+    last number in the text (or, for a text answer, the last word). Accuracy means the answer
+    is right whatever wraps it. A stated answer is read to the end of its sentence and its
+    value is the result of what is stated: "The answer is 20 + 22 = 42." states 42 (after the
+    last ``=``, ``\\approx`` or "is"), never the first operand 20; a stated expression with
+    no result ("The answer is 20 + 22.") is read whole, and ``as_number`` gives it a value
+    only where it gives a wrapped one (a product ``6 \\times 7``; a sum is no single number).
   * **the format** (``FORMATS[name].follows``): whether the completion used the format the
     prompt asked for (``tags``: ends with one ``<answer>42</answer>``; ``boxed``: ends with
     one ``\\boxed{42}``; ``number``: is just the number).
@@ -52,9 +56,15 @@ OPEN_TAG, CLOSE_TAG, BOX = "<answer>", "</answer>", "\\boxed{"
 MINUS = "\u2212"                                       # the Unicode minus sign, read as "-"
 NUMBER = re.compile(r"(?<![\w.])[-\u2212]?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:/\d+)?")
 WORD = re.compile(r"[^\s.,;:!?\"'`()\[\]{}$]+")
-STATED = re.compile(r"answer\s*(?:is\s*:?|:|=)\s*[*$\s]*(?=[-\u2212.\d])", re.I)
+STATED = re.compile(r"answer\s*(?:(?:is|should be|would be|will be)\s*:?|:|=)\s*[*$\s,]*"
+                    r"(?=[-\u2212.\d])", re.I)
 FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([-\u2212]?\d+)\s*\}\s*\{\s*(\d+)\s*\}")
 PRODUCT = re.compile(r"\s*(-?\d+(?:\.\d+)?)((?:\s*(?:\\times|\\cdot|×)\s*-?\d+(?:\.\d+)?)+)\s*")
+OPERATOR = re.compile(r"\s*(?:[-+*/×÷·\u2212]|\\times|\\cdot|\\div|\b(?:plus|minus|times|"
+                      r"multiplied by|divided by)\b)\s*")
+RESULT = re.compile(r"=|≈|\\approx|\b(?:is|equals)\b")   # what follows states the result
+LEAD = re.compile(r"[\s*$\\(\[{]*")                 # markup between "is" and the value
+SENTENCE_END = re.compile(r"\n|[.!?;](?=\s|$)")   # "42." ends a sentence, "4.2" does not
 
 
 def tail(text: str, chars: int = TAIL_CHARS) -> str:
@@ -121,8 +131,11 @@ def _last_number(unwrapped: str) -> str | None:
 
 
 def stated_number(text: str) -> str | None:
-    """The number right after the last "answer is" / "answer:" ("The answer is 42. That took 3
-    steps." -> "42"), or None when the text states none."""
+    """The value stated after the last "answer is" / "answer:", read to the end of its sentence:
+    the result after its last ``=`` / "is" ("The answer is 42. That took 3 steps." -> "42";
+    "The answer is 20 + 22 = 42." -> "42"), else the number or expression it starts with
+    ("The answer is $6 \\times 7$." -> "6 \\times 7"); ``""`` when the statement is unfinished
+    ("the answer is 33 +"); None when the text states none."""
     return _stated_number(_unwrapped(text))
 
 
@@ -130,13 +143,47 @@ def _stated_number(unwrapped: str) -> str | None:
     last = None
     for last in STATED.finditer(unwrapped):
         pass
-    found = NUMBER.match(unwrapped, last.end()) if last else None
-    return found.group(0) if found else None
+    if last is None:
+        return None
+    end = SENTENCE_END.search(unwrapped, last.end())
+    sentence = unwrapped[last.end():end.start() if end else len(unwrapped)]
+    start = LEAD.match(sentence).end()
+    stated, dangling = _expression(sentence, start)
+    if stated is None:                            # "the answer is... 42": no value stated here
+        return None
+    if dangling:                                  # "Final answer: 33 +": stated, unfinished
+        return ""
+    if not OPERATOR.search(stated):               # one number: "42 units, which is ..." -> 42
+        return stated
+    # an expression: its value is its result, after the last "=" / "is" / "equals" with a
+    # number after it ("20 + 22 = 42" -> 42); with none, the expression itself (as_number
+    # reads a product; a sum is no single number)
+    for mark in reversed(list(RESULT.finditer(sentence, start + len(stated)))):
+        result, _ = _expression(sentence, LEAD.match(sentence, mark.end()).end())
+        if result is not None:
+            return result
+    return stated
+
+
+def _expression(text: str, start: int) -> tuple[str | None, bool]:
+    """The number or arithmetic expression at ``text[start:]`` (``"42$."`` -> ``"42"``,
+    ``"6 \\times 7 = 42"`` -> ``"6 \\times 7"``; None when neither starts there), and whether
+    an operator dangles after it at the end of ``text`` (``"33 +"``)."""
+    found = NUMBER.match(text, start)
+    if found is None:
+        return None, False
+    end = found.end()
+    while (op := OPERATOR.match(text, end)) and (operand := NUMBER.match(text, op.end())):
+        end = operand.end()
+    op = OPERATOR.match(text, end)
+    return text[start:end], bool(op) and not text[op.end():].strip()
 
 
 def final_number(text: str) -> str | None:
     """The stated answer ("the answer is 42"), else the last number: how a grader reads an
-    answer given without a wrapper (the tail cut and its fractions rewritten once for both)."""
+    answer given without a wrapper (the tail cut and its fractions rewritten once for both).
+    An answer stated but unfinished ("Final answer: 33 +", a text cut at the length limit)
+    reads as ``""``, no number, not as the last number before it."""
     unwrapped = _unwrapped(text)
     s = _stated_number(unwrapped)
     return s if s is not None else _last_number(unwrapped)
@@ -158,7 +205,7 @@ def extract(text: str, fallback: Callable[[str], str | None] = final_number) -> 
     """The answer in ``text``: tags, else boxed, else ``fallback(text)`` (the stated answer or
     the last number; a family may read the last word or expression instead) -> string, or None."""
     w = wrapped(text)
-    return w if w is not None else fallback(text)
+    return w if w else fallback(text)             # an empty box or tag pair answers nothing
 
 
 def as_number(text: str | None) -> Fraction | None:
