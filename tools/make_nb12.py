@@ -10,7 +10,8 @@ CELLS = [
 
 Lessons 00-11 teach each mechanism on a toy that learns in seconds. Lesson 10 puts the same loop on
 a real instruct model, **SmolLM2-135M-Instruct**, which learns 2-digit sums asked in words on a
-2-core CPU (12% -> 56-68% held out in 10 minutes). This lesson asks that model the field's
+2-core CPU (12% -> 56-68% held out within a 10-minute budget, 3 seeds on an AMD EPYC with AVX2
+only at load 3.7-4.4: `bench/RESULTS_smollm_cpu.md`). This lesson asks that model the field's
 best-known GRPO questions and answers each with a **study**: several seeds per arm, every arm
 paired with the reference seed by seed and step (the same prompts at every step), a 95% interval
 of the paired difference, and the smallest difference the seeds could have seen (80% power).
@@ -25,8 +26,8 @@ in it.
 | does GRPO's length normalisation let wrong answers ramble (Dr. GRPO)? | `length_bias` | `grpo` against `dr_grpo` (no length normaliser, advantages not divided by the std), no system prompt, 48 tokens |
 | does grouping prompts by meaning help on a mixture of tasks? | `grouping_families` | `by_prompt` against `kmeans` (K-means on the prompts' text) and `mixed` (text and reward statistics), 4 clusters, five families |
 
-The studies ran on a 2-core CPU (`bench/bench_smollm_studies.py`, one command each; about an hour
-each); their runs' curves are stored in `data/studies/`, so this lesson reads them in seconds and
+The studies ran on 2-core CPUs (`bench/bench_smollm_studies.py`, one command each; each results
+file names its CPU and load); their runs' curves are stored in `data/studies/`, so this lesson reads them in seconds and
 then runs a small live slice of a study itself (`BENCHMARKS.md` section 19 has every table with
 its command and the machine's load)."""),
     (CODE, """# Parameters (papermill: -p QUICK 1). QUICK = 1: short runs, 0: full-size runs, None: the
