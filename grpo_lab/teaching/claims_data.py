@@ -353,9 +353,12 @@ CLAIMS = [
           "0.463 to 0.141 of the groups with K-means fitted on every step's batch, and to 0.234 with the re-centring "
           "schedule the claim names (the Reclusterer: re-fitted every 10 steps, k growing 3->14; 500 or 1000 steps are "
           "longer than these 100-step runs). Accuracy after 100 steps against by-prompt GRPO over 3 paired seeds: "
-          "+0.003 [-0.009, +0.016] and +0.002 [-0.019, +0.023], no difference. On a real model the same: "
+          "+0.003 [-0.009, +0.016] and +0.002 [-0.019, +0.023], no difference resolved (the intervals allow a "
+          "couple of points either way). On a real model no difference was resolved either: "
           "SmolLM2-135M-Instruct on five instruct families, 16 steps, 3 paired seeds (BENCHMARKS.md section 19, "
-          "study grouping_families): held-out accuracy -0.003 [-0.079, +0.073] against by-prompt GRPO.",
+          "study grouping_families): held-out accuracy -0.003 [-0.079, +0.073] against by-prompt GRPO, an interval "
+          "that allows a gain or a loss of several points. Each interval is over seeds on one fixed held-out set: "
+          "the sampling of the held-out items is not in it.",
           "Semantic groups give more non-zero advantages, partly as 'easy vs hard prompt' offsets.",
           measured="zero-std groups 0.463 (by prompt) -> 0.141 (K-means fitted every step), 0.234 (re-centred every 10 "
                    "steps); accuracy +0.003 [-0.009, +0.016] and +0.002 [-0.019, +0.023] (3 seeds)",
