@@ -17,8 +17,9 @@ def _bare(number: int, claim: str, fair_test: str, why: str, missing: str, **kw)
 
 
 MORE = [
-    Claim(38, 'scores that add quantities of different units: a gradient\'s importance "0.7 var(history) + 0.3 '
-              '||grad||" (write-up 000); a node\'s "HPM = alpha FLOPS + beta bandwidth - gamma latency" (003)', "fact",
+    Claim(38, 'a gradient\'s importance scored as "0.7 var(history) + 0.3 ||grad||" (write-up 000), a node\'s '
+              'efficiency as "HPM = alpha FLOPS + beta bandwidth - gamma latency" (003): scores that add quantities '
+              'of different units', "fact",
           "the write-ups' own formulas on two gradients whose loss is scaled, and on two nodes in two sets of units; "
           "each node's time on two jobs",
           "does not hold", "",

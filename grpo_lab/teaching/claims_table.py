@@ -91,8 +91,9 @@ def markdown() -> str:
         lines += [f"**{c.number}.** {c.why} *{c.remember}*" + (f" Source: {c.source}." if c.source else ""), ""]
     lines += ["## The write-ups' claims, one by one", "",
               "Five write-ups: " + "; ".join(WRITE_UPS.values()) + ". Their checkable claims in reading order, "
-              "with the rows above that settle each (what a row leaves unmeasured in the last column).", "",
-              "| claim | in short | row(s) | not measured |", "|---|---|---|---|"]
+              "with the rows above that settle each; the last column names a part that a row measuring the rest "
+              "leaves unmeasured (rows 41-53 and the other \"cannot be tested here\" rows measure nothing).", "",
+              "| claim | in short | row(s) | part not measured |", "|---|---|---|---|"]
     lines += [f"| {s.id} | {cell(s.words)} | {', '.join(map(str, s.rows))} | {cell(s.note)} |" for s in SEEDS]
     lines += ["", "Read but not counted (advice, plans, background, or nothing to be true or false about): "
               + "; ".join(f"{w}: {text}" for w, text in NOT_COUNTED) + ".", ""]
