@@ -97,8 +97,8 @@ MORE = [
           "no model, cluster or baseline layout is named"),
     _bare(46, 'removing duplicate operators from the computation graph saves "15%-20% of the FLOPs" (write-up 002)',
           "the named graph's FLOPs before and after common-subexpression elimination",
-          "No graph or model is named. A transformer's training step computes few repeated operators; what a "
-          "compiler's elimination saves is the graph's, to be counted on it.", "no graph or model is named"),
+          "No graph or model is named; what eliminating repeated operators saves is a property of the graph, to be "
+          "counted on it.", "no graph or model is named"),
     _bare(47, 'one training run costs "40% less or more" with "GRPO" (write-up 002)',
           "the named run's cost with and without the method",
           "No run, model, hardware or price is named; the write-up's own table (claim 17) cites a paper that cannot "
