@@ -10,10 +10,13 @@ CELLS = [
 
 Lessons 00-11 teach each mechanism on a toy that learns in seconds. Lesson 10 puts the same loop on
 a real instruct model, **SmolLM2-135M-Instruct**, which learns 2-digit sums asked in words on a
-2-core CPU (12% -> 56-68% held out in 10 minutes). This lesson asks that model the field's
+2-core CPU (12% -> 56-68% held out within a 10-minute budget, 3 seeds on an AMD EPYC with AVX2
+only at load 3.7-4.4: `bench/RESULTS_smollm_cpu.md`). This lesson asks that model the field's
 best-known GRPO questions and answers each with a **study**: several seeds per arm, every arm
 paired with the reference seed by seed and step (the same prompts at every step), a 95% interval
 of the paired difference, and the smallest difference the seeds could have seen (80% power).
+Each interval is over seeds on one fixed held-out set: the sampling of the held-out items is not
+in it.
 
 | question | study | arms (each one change to the `smollm_cpu` preset) |
 |---|---|---|
@@ -23,8 +26,8 @@ of the paired difference, and the smallest difference the seeds could have seen 
 | does GRPO's length normalisation let wrong answers ramble (Dr. GRPO)? | `length_bias` | `grpo` against `dr_grpo` (no length normaliser, advantages not divided by the std), no system prompt, 48 tokens |
 | does grouping prompts by meaning help on a mixture of tasks? | `grouping_families` | `by_prompt` against `kmeans` (K-means on the prompts' text) and `mixed` (text and reward statistics), 4 clusters, five families |
 
-The studies ran on a 2-core CPU (`bench/bench_smollm_studies.py`, one command each; about an hour
-each); their runs' curves are stored in `data/studies/`, so this lesson reads them in seconds and
+The studies ran on 2-core CPUs (`bench/bench_smollm_studies.py`, one command each; each results
+file names its CPU and load); their runs' curves are stored in `data/studies/`, so this lesson reads them in seconds and
 then runs a small live slice of a study itself (`BENCHMARKS.md` section 19 has every table with
 its command and the machine's load)."""),
     (CODE, """# Parameters (papermill: -p QUICK 1). QUICK = 1: short runs, 0: full-size runs, None: the
@@ -145,8 +148,10 @@ when the answer is right, so a boxed guess earns nothing.
 A first try kept the preset's system prompt: the gated reward **never fired** (no boxed right
 answer in the first 10-12 steps of two seeds): under that prompt the model does not box, and a
 reward that never fires teaches nothing. So the study asks where the model does box now and then:
-no system prompt, the request only in the question (the base boxes 3-12% of its samples), the
-format worth as much as the answer in both arms."""),
+no system prompt, the request only in the question (at this study's first step the model boxed
+3.1%, 0% and 0% of its training samples in the additive arm's three seeds; the 3-12% of
+`BENCHMARKS.md` section 16 was another set-up's), the format worth as much as the answer in both
+arms."""),
     (CODE, """fig, axes = plt.subplots(1, 2, figsize=(12, 4))
 fmt.plot("eval/format", ax=axes[0])
 fmt.plot("eval/accuracy", ax=axes[1])
@@ -309,26 +314,32 @@ print(f"notebook ran in {time.time() - t_start:.0f} s")"""),
 * **Entropy collapses while the model learns**: under the preset SmolLM2 went from 12% to 50-78%
   held out in 30 steps while its entropy fell 5-8x (1.03-1.07 to 0.13-0.21 nats per token).
 * **The KL term (beta 0.04) kept a little more entropy in every seed** (+0.03 to +0.07 nats) but
-  the 3-seed interval includes 0 ([-0.007, +0.092]); 5 seeds would be needed at that spread.
+  the 3-seed interval includes 0 ([-0.007, +0.092]). At the spread these 3 seeds show, 5 seeds
+  would be needed for an effect of that size; a rough figure (the spread has 2 degrees of
+  freedom; at its 95% upper bound, 37). Settling it takes a new study declared before it runs,
+  not more seeds added to this one after its p-value was seen.
   Accuracy: no difference resolved.
 * **Clip-higher cannot act at one update per rollout**: the ratio is exactly 1 there, and no clip
   range binds (0 clipped tokens in every step of the preset's runs). With two updates per rollout,
   about 2% of tokens reach either clip and eps_high 0.28 against 0.2 changed neither entropy nor
   accuracy measurably in 12 steps.
 * **Reward design: neither design got both.** A format reward on every boxed answer (weight 1)
-  is learned by every seed within 10 steps and costs the arithmetic (the model boxes an operand:
-  `\boxed{63}` for 63 + 98); paying the format only on right answers keeps the arithmetic (+51
-  points, interval [+38, +63]) but never fires (no boxed right answer in 1,920 samples), so the
-  format is never learned. A reward that never fires teaches nothing, however well it is aimed.
+  is learned by every seed within 20 steps (two of three within 10) and costs the arithmetic
+  (the model boxes an operand: `\boxed{63}` for 63 + 98); paying the format only on right answers
+  keeps the arithmetic (+51 points, interval [+38, +63]) but never fires (no boxed right answer in
+  1,920 samples), so the format is never learned. A reward that never fires teaches nothing,
+  however well it is aimed.
 * **The length drift Dr. GRPO predicts did not appear**: under GRPO's normalisation the wrong
   answers got shorter in every seed (28-35 to 17-21 tokens), as the model moved from sentences
   to `a + b = c`. Dr. GRPO's wrong answers ended 3-6 tokens shorter still in every seed, but the
-  interval reaches past 0 (-4.1 [-8.5, +0.2]; 80% power from 5.7 tokens, about 5 seeds for the
-  observed 4.1). Accuracy: no difference (80% power for 10 points).
-* **Grouping by meaning did not help on a mixture of five tasks**: K-means on the prompts' text
-  and the mixed grouper (text and reward statistics) ended within a point of `by_prompt` (27-28%
-  held out after 16 steps); mixed - by_prompt +0.003 [-0.035, +0.041], with 80% power for a
-  5-point difference (K-means: 10 points). Per family, 2 of 12 intervals exclude 0 (K-means: 8
+  interval reaches past 0 (-4.1 [-8.5, +0.2]; 80% power from 5.7 tokens; `power.seeds_needed`
+  gives 4 seeds for the observed 4.1 at the spread these 3 seeds show, 29 at that spread's 95%
+  upper bound). Accuracy: no difference (80% power for 10 points).
+* **No gain from grouping by meaning was resolved on a mixture of five tasks** (the intervals
+  allow up to +4 points for mixed, +7 for K-means, and losses as large): K-means on the prompts'
+  text and the mixed grouper (text and reward statistics) ended within a point of `by_prompt`
+  (27-28% held out after 16 steps); mixed - by_prompt +0.003 [-0.035, +0.041], with 80% power for
+  a 5-point difference (K-means: 10 points). Per family, 2 of 12 intervals exclude 0 (K-means: 8
   points fewer on sums, about one step later to 25%), near what 12 tests give by chance.
 * A null is a result when its power is given: each table above says the smallest difference its
   seeds would have found."""),

@@ -1,7 +1,8 @@
 """Fused CPU kernels for the fast path (``fastpath.py``): one compiled pass per stage, numba.
 
-The fast path's torch ops are the same on a CPU and a GPU, but on a CPU every torch op costs
-10-20 us whatever its size, a bool compare 0.6 ns and ``nonzero`` 1.5 ns per element, and a
+The fast path's torch ops are the same on a CPU and a GPU, but on a CPU every torch op has a fixed
+cost whatever its size (0.7-6.8 us a call on 16 elements, bench/RESULTS_op_overhead.md), a bool
+compare 0.6 ns and ``nonzero`` 1.5 ns per element, and a
 stage that is one loop over the elements takes five to ten ops and passes. Here each stage is
 one loop, compiled by numba (``@njit(cache=True)``: compiled once per machine, then loaded from
 ``__pycache__``), over the CPU tensor's memory (``tensor.numpy()``, no copy):

@@ -20,7 +20,10 @@ memory); what each device or part does is reported beside it as what it is. A co
 between two methods is judged on one scale for every claim that reads the same data: the
 ratio, with the 95% t-interval of its logarithm over paired seeds.
 
-Notebook 08 renders the table and re-computes the cheap measurements live.
+The rows answer five write-ups: ``claims_seeds.SEEDS`` numbers their 72 checkable claims by
+write-up and claim in reading order ("0.1" ... "4.15") with the rows that settle each, and
+data/claims.md's header states how many have a row. Notebook 08 renders the table and
+re-computes the cheap measurements live.
 """
 from __future__ import annotations
 

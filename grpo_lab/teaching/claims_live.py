@@ -1,7 +1,7 @@
 """``LIVE``: the registry of the cheap measurements the claims table computes when it is shown
 (claims_table.measure): one ``Live`` record per measurement, with the sentence it prints and
 about how long it takes. The measurements are in claims_gradient (claims 11, 20, 29, 30, 32,
-33), claims_bytes (2, 3, 16), claims_systems (5, 6, 13, 15, 18, 26, 28, 31, 35) and claims_stats
+33), claims_formulas (38, 39, 40), claims_bytes (2, 3, 16), claims_systems (5, 6, 13, 15, 18, 26, 28, 31, 35) and claims_stats
 (10, 21: paired ratios). Expensive or multi-seed measurements (real gradients, gradient variance
 over 3 seeds) run in ``bench/bench_claims.py`` with the same functions and are quoted from its
 results file.
@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from grpo_lab.teaching.claims_bytes import format_savings, fp8_errors, index_bound, real_gradient
+from grpo_lab.teaching.claims_formulas import length_weight, mixed_group, mixed_unit_scores
 from grpo_lab.teaching.claims_gradient import (backward_rows, clipped_surrogate, group_mean_gradient,
                                                optimizer_inputs, relative_reward_gradient)
 from grpo_lab.teaching.claims_systems import (GPU_PEAK_BF16, GPU_PEAK_FP8, capacity, cluster_figures,
@@ -163,7 +164,37 @@ def _optimizer_text() -> str:
             f"the rewards' advantages and old log-probs never reach an optimizer")
 
 
+def _units_text() -> str:
+    m = mixed_unit_scores()
+    imp = "; ".join(f"loss x {s:g}: small {v['small']:,.2f}, large {v['large']:,.2f}" for s, v in m["importance"].items())
+    first = lambda d: max(d, key=d.get)                                   # noqa: E731
+    hpm = "; ".join(f"in {u}: node {first(v)} first" for u, v in m["hpm"].items())
+    job = "; ".join(f"{j} job: node {min(v, key=v.get)} faster ({v['A'] * 1e3:.2f} vs {v['B'] * 1e3:.2f} ms, A vs B)"
+                    for j, v in m["time_s"].items())
+    return (f"0.7 var + 0.3 norm, a small fluctuating and a large steady gradient: {imp}; HPM (weights 1) for node A "
+            f"(100 TFLOPS, 3,000 GB/s) and B (200 TFLOPS, 1,500 GB/s): {hpm}; {job}")
+
+
+def _length_text() -> str:
+    w = length_weight()
+    per = lambda agg: ", ".join(f"{n} tokens {v[0]:.4f}" for n, v in w[agg].items())   # noqa: E731
+    return (f"d loss / d log pi per token, A = 1, one completion each of 4, 16, 64 tokens: GRPO's 1/|o| mean "
+            f"{per('seq_mean_token_mean')} (summed: {w['seq_mean_token_mean'][4][1]:.4f} each); Dr. GRPO's "
+            f"constant {per('dr_grpo')}")
+
+
+def _mixed_text() -> str:
+    m = mixed_group()
+    fmt = lambda xs: ", ".join(f"{x:+.2f}" for x in xs)                  # noqa: E731
+    return (f"rewards 0.9, 0.7 (easy prompt) and 0.3, 0.1 (hard prompt): GRPO advantages by prompt {fmt(m['by_prompt'])}; "
+            f"in one group {fmt(m['one_group'])}: {len(m['flips'])} of 4 signs flip; one prompt's group of equal "
+            f"rewards: {fmt(m['equal'])}")
+
+
 LIVE: dict[str, Live] = {
+    "mixed_unit_scores": Live(_units_text, 0.0),
+    "length_weight": Live(_length_text, 0.01),
+    "mixed_group": Live(_mixed_text, 0.01),
     "fp8_errors": Live(_fp8_text, 2.0),
     "index_bound": Live(_index_text, 0.01),
     "cluster_figures": Live(_cluster_text, 0.01),

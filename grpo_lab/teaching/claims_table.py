@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from grpo_lab.teaching.claims_data import CLAIMS, VERDICTS
 from grpo_lab.teaching.claims_live import LIVE
+from grpo_lab.teaching.claims_seeds import NOT_COUNTED, SEEDS, WRITE_UPS, coverage
 
 
 def measure(number: int) -> str:
@@ -20,15 +21,17 @@ def measure(number: int) -> str:
 
 
 def counts() -> dict:
-    """{verdict: number of claims} over ``VERDICTS``."""
-    return {v: sum(c.verdict == v for c in CLAIMS) for v in VERDICTS}
+    """{verdict: number of verdicts} over ``VERDICTS``: a row counts once, or once per figure
+    where its figures have verdicts of their own (``Claim.parts``)."""
+    kinds = [v for c in CLAIMS for v in ([p[1] for p in c.parts] or [c.verdict])]
+    return {v: kinds.count(v) for v in VERDICTS}
 
 
 def table(live: bool = True) -> list[dict]:
     """One row per claim: {number, claim, scale, measured, verdict, why, remember, source};
     ``live=False`` shows every row's stored ``measured`` (no computation)."""
     return [{"number": c.number, "claim": c.claim, "scale": c.scale,
-             "measured": measure(c.number) if live else c.measured, "verdict": c.verdict_text,
+             "measured": measure(c.number) if live else c.measured, "verdict": c.verdict_text, "kind": c.verdict,
              "why": c.why, "remember": c.remember, "source": c.source} for c in CLAIMS]
 
 
@@ -50,11 +53,13 @@ def html_table(rows: list[dict]) -> str:
     head = "".join(f'<th style="width:{w};text-align:left">{escape(h)}</th>' for h, w in _WIDTHS.items())
     body = []
     for r in rows:
-        kind = _kind(r["verdict"])
+        kind = r.get("kind") or _kind(r["verdict"])
+        verdict = (f'<b>{escape(kind)}</b>{escape(r["verdict"][len(kind):])}' if r["verdict"].startswith(kind)
+                   else escape(r["verdict"]))                               # per figure: as written
         source = f'<br><span style="color:#777;font-size:90%">{escape(r["source"])}</span>' if r["source"] else ""
         cells = [(str(r["number"]), style), (escape(r["claim"]), style), (escape(r["scale"]), style),
                  (escape(r["measured"]) + source, style),
-                 (f'<b>{escape(kind)}</b>{escape(r["verdict"][len(kind):])}', f"{style};background:{_COLOURS[kind]}"),
+                 (verdict, f"{style};background:{_COLOURS[kind]}"),
                  (escape(r["why"]), style), (f'<i>{escape(r["remember"])}</i>', style)]
         body.append("<tr>" + "".join(f'<td style="{st}">{c}</td>' for c, st in cells) + "</tr>")
     return ('<table style="table-layout:fixed;width:100%;font-size:12px;border-collapse:collapse">'
@@ -65,13 +70,18 @@ def markdown() -> str:
     """The list as markdown (``data/claims.md``): one table row per claim, then each claim's why,
     source and sentence to remember. Uses the stored measurements: no computation."""
     cell = lambda s: s.replace("|", "\\|")                                  # noqa: E731
+    cov = coverage(len(CLAIMS))
     lines = ["# Claims about \"GRPO\" from popular write-ups, and what this workbench measured", "",
              "Rendered from `grpo_lab/teaching/claims.py` by `python -m grpo_lab.teaching.claims > data/claims.md` "
              "(tests/test_claims.py checks that this file is up to date and that every number below "
              "is in the file it is quoted from). Scale: toy (a CPU toy can test it), sim (a cost model "
              "only), no (not testable), fact (a definition or arithmetic settles it). Notebook 08 "
              "shows the same table with the cheap measurements computed live.", "",
-             "Verdicts: " + ", ".join(f"{v} {n}" for v, n in counts().items()) + ".", "",
+             f"Seed claims with a row: {cov['with_row']} of the {cov['total']} checkable claims of the five write-ups "
+             "(each numbered by write-up and claim in reading order and mapped to its rows at the end of this file, "
+             "from `grpo_lab/teaching/claims_seeds.py`).", "",
+             "Verdicts: " + ", ".join(f"{v} {n}" for v, n in counts().items()) + " (a row whose figures have "
+             "verdicts of their own counts once per figure).", "",
              "| # | claim as written | scale | what a fair test looks like | measured here | verdict |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {c.number} | {cell(c.claim)} | {c.scale} | {cell(c.fair_test)} | {cell(c.measured)} | "
@@ -79,5 +89,13 @@ def markdown() -> str:
     lines += ["", "## Why, and where each number comes from", ""]
     for c in CLAIMS:
         lines += [f"**{c.number}.** {c.why} *{c.remember}*" + (f" Source: {c.source}." if c.source else ""), ""]
+    lines += ["## The write-ups' claims, one by one", "",
+              "Five write-ups: " + "; ".join(WRITE_UPS.values()) + ". Their checkable claims in reading order, "
+              "with the rows above that settle each; the last column names a part that a row measuring the rest "
+              "leaves unmeasured (rows 41-53 and the other \"cannot be tested here\" rows measure nothing).", "",
+              "| claim | in short | row(s) | part not measured |", "|---|---|---|---|"]
+    lines += [f"| {s.id} | {cell(s.words)} | {', '.join(map(str, s.rows))} | {cell(s.note)} |" for s in SEEDS]
+    lines += ["", "Read but not counted (advice, plans, background, or nothing to be true or false about): "
+              + "; ".join(f"{w}: {text}" for w, text in NOT_COUNTED) + ".", ""]
     return "\n".join(lines)
 

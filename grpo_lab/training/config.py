@@ -684,8 +684,8 @@ PRESETS: dict[str, dict] = {
     "quick": {"steps": 30, "time_budget_s": 0.0, "prompts_per_step": 8, "group_size": 4,
               "eval_every": 10, "eval_size": 50, "ckpt_every": 10},
     # the 7-family mixture from a base that knows each family a little (data/README.md);
-    # 4 prompts per family per step; measured 57.0% -> 62.4% held-out in 71 s on 2 cores
-    # (grouping kmeans_semantic)
+    # 4 prompts per family per step; with grouping kmeans_semantic, 57.0% -> 60.9% held out
+    # (best 62.1%) in 53 s, one thread (bench/RESULTS_mixture_cpu.md names the CPU and load)
     "mixture_cpu": {"task": "mixture", "base_checkpoint": "data/base_mixture.safetensors",
                     "prompts_per_step": 28, "steps": 300, "eval_every": 50, "eval_size": 100},
     # the tiny offline transformers model (Llama-style, data/hf_tiny, data/README.md) through
