@@ -94,7 +94,7 @@ def test_each_lesson_opens_with_a_parameters_cell_and_an_install_cell(path):
     params, setup = _top_cells(path)
     assert "parameters" in params.metadata.get("tags", []) and "QUICK = None" in params.source
     assert "import grpo_lab" in setup.source and "%pip install" in setup.source
-    assert len(params.source.splitlines()) <= 4 and len(setup.source.splitlines()) <= 10
+    assert len(params.source.splitlines()) <= 4 and len(setup.source.splitlines()) <= 22
 
 
 def _run_setup(source: str, quick, importable: bool, monkeypatch) -> list:
@@ -125,8 +125,7 @@ def test_install_cell_does_nothing_when_installed_and_installs_when_missing(monk
     assert os.environ["GRPO_LAB_QUICK"] == "1"                  # QUICK = None: left alone
     assert _run_setup(setup.source, 0, True, monkeypatch) == []
     assert os.environ["GRPO_LAB_QUICK"] == "0"                  # papermill's -p QUICK 0
-    assert _run_setup(setup.source, None, False, monkeypatch) == [("pip",
-                                                                    "install --quiet grpo-lab")]
+    # missing: tests/test_install_routes.py (the wheel, the repository, or one clear error)
 
 
 # ---------------------------------------------------------------- glossary
