@@ -454,7 +454,7 @@ def problems(res: dict) -> list[str]:
         out.append(f"{res['images_broken']} broken images")
     if res.get("executed", 0) < res.get("code_cells", 0):
         out.append(f"only {res['executed']} of {res['code_cells']} code cells ran")
-    out += [f"explorer of cell {cell} left as the learner did not choose: {moved}"
+    out += [f"explorer of cell {cell} left as the learner did not choose: {str(moved)[:300]}"
             for cell, moved in (res.get("explorers_moved") or {}).items()]
     return out
 
