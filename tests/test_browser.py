@@ -408,7 +408,7 @@ for _cell, _id, _make in [{rows}]:
     except Exception as _e:
         _moved[_cell] = [f"{{type(_e).__name__}}: {{_e}}"]
 print("EXPLORERS " + _json.dumps(_moved, default=str))
-print("WIDGET_STATE " + _json.dumps(_w.Widget.get_manager_state(drop_defaults=True), default=str))
+print("WIDGET_STATE " + _json.dumps(_w.Widget.get_manager_state(drop_defaults=False), default=str))
 """
 
 
