@@ -257,7 +257,8 @@ def widget_as_shown(view: dict, state: dict) -> dict | None:
     bars = [st for name, st in parts if name in ("FloatProgressModel", "IntProgressModel")]
     if bars and len(parts) <= 6:
         texts = [_text(st.get("value", "")) for name, st in parts if name == "HTMLModel"]
-        done = float(bars[0].get("value") or 0) / float(bars[0].get("max", 100.0) or 1)        # 100: the widget default
+        top = float(bars[0].get("max", 100.0) or 1)      # 100: the widget default
+        done = float(bars[0].get("value") or 0) / top
         bar = "\u2588" * round(10 * min(max(done, 0.0), 1.0))
         line = f"{texts[0] if texts else ''}|{bar:10s}|{texts[-1] if len(texts) > 1 else ''}"
         return {"text/plain": line.strip()}
