@@ -393,8 +393,9 @@ def check_markdown_links(path: Path) -> list[str]:
 def announce(only: list[str] | None, quick: bool, log=print) -> None:
     """Say what the build will do before doing it: the lessons it executes and why, and how
     long the last build took."""
-    run = [(l.name, plan(l, quick)) for l in LESSONS if not only or l.stem in only]
-    run = [(name, why) for name, why in run if why is not None and not quick]
+    todo = [(l.name, plan(l, quick)) for l in LESSONS if not only or l.stem in only]
+    run = [(name, why) for name, why in todo if why is not None and not quick]
+    bare = [name for name, why in todo if why is not None and quick]
     if LAST_BUILD.exists():
         last = json.loads(LAST_BUILD.read_text())
         log(f"the last build took {last['seconds']:.0f} s ({last['when']}, "
@@ -406,7 +407,8 @@ def announce(only: list[str] | None, quick: bool, log=print) -> None:
             f"2 cores (--quick uses the saved runs instead): "
             + "; ".join(f"{name} ({why})" for name, why in run))
     else:
-        log("every lesson from its saved run in runs/executed/" + (" (--quick)" if quick else ""))
+        log("every lesson from its saved run in runs/executed/" + (" (--quick)" if quick else "")
+            + (f"; none saved, shown without outputs: {', '.join(bare)}" if bare else ""))
 
 
 def build(only: list[str] | None = None, site: Path = SITE, quick: bool = False) -> None:
