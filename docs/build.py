@@ -8,15 +8,25 @@
    to ``runs/executed/`` too. Notebooks are never run twice in CI.
 2. The staged copies get links: the first time a glossary term appears in a lesson's markdown
    it links to its glossary entry (``docs/glossary.md``; the source notebooks are untouched).
-   Widget outputs, which need a live kernel, become a one-line note.
+   A widget needs a live kernel to react, so each widget output becomes what it showed last,
+   read from the widget state the execution saved (``widgets_as_shown``): an explorer's
+   figures and read-outs under one line naming its controls' values, a progress bar its final
+   text line; a note where no state was saved.
 3. Pages kept elsewhere in the repository (``notebooks/WORKSHOP.md``, ``BENCHMARKS.md``,
    ``data/claims.md``) and MathJax (from ``jupyter_server_mathjax``, so formulas render with no
    network) are copied into ``docs/``; every copy is gitignored.
 4. ``mkdocs build --strict`` (a broken link between pages is an error, ``mkdocs.yml``), then
    every ``href`` and ``src`` of the built HTML, notebook pages included, and every relative
-   link of README.md must resolve to a file (and an anchor, when it names one).
+   link of README.md must resolve to a file (and an anchor, when it names one), as a browser
+   opening ``site/index.html`` from the disk resolves it: a link to a folder is broken there
+   (no server turns it into its index.html), and MathJax's web fonts must be in the site.
+
+It first prints what it will do (which lessons it executes and why) and how long the last build
+took (``runs/executed/last_build.json``).
 
     python docs/build.py                 # the whole site into site/
+    python docs/build.py --quick         # never execute: every lesson from its saved run, even
+                                         # one whose code changed since (minutes -> seconds)
     python docs/build.py --only 00_quickstart 01_relative_rewards    # a few lessons (quick look)
     python docs/build.py --check-links site                          # only the link check
 """
@@ -24,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import html
 import html.parser
 import json
 import os
@@ -48,8 +59,12 @@ COPIES = {  # source in the repository -> page of the site (both gitignored copi
 }
 CELL_TIMEOUT_S = 900          # one cell of a lesson in quick mode (as make test's nbval)
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_NOTE = ("<p><em>An interactive widget is shown here when the notebook runs in Jupyter "
                "(<code>make lab</code>).</em></p>")
+LAST_BUILD = EXECUTED / "last_build.json"   # how long the last build took, and what it ran
+MATHJAX_LOCAL = "config/local/grpo_lab.js"   # mkdocs.yml's custom_mathjax_url names it
+MATHJAX_FONT = "STIX-Web"                    # the web font jupyter-server-mathjax ships
 
 
 # ---------------------------------------------------------------- 1. executed lessons
@@ -78,6 +93,13 @@ def usable(executed: dict, lesson: dict) -> str | None:
     return None
 
 
+def lacks_widget_state(nb: dict) -> bool:
+    """Whether ``nb`` shows widgets but saved none of their state (a run in JupyterLab, which
+    keeps the state in the browser): the site could then show a note only."""
+    shown = any(WIDGET_MIME in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", []))
+    return shown and not nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state")
+
+
 def execute(lesson: Path, dest: Path) -> None:
     """Run a lesson in quick mode from the repository root, as the test suite does."""
     import nbformat
@@ -100,13 +122,32 @@ def execute(lesson: Path, dest: Path) -> None:
     nbformat.write(nb, dest)
 
 
-def executed_lesson(lesson: Path, log=print) -> dict:
-    """The lesson with its quick-mode outputs: the saved run when it is current, else a new one."""
-    source = json.loads(lesson.read_text())
+def plan(lesson: Path, quick: bool = False) -> str | None:
+    """Why ``lesson`` must be executed for the site (None: its saved run stands for it). A saved
+    run of a lesson that shows widgets must hold their state (``lacks_widget_state``). With
+    ``quick`` any saved run stands, even one whose code has changed since."""
     saved = EXECUTED / lesson.name
-    why = "none saved" if not saved.exists() else usable(json.loads(saved.read_text()), source)
+    if not saved.exists():
+        return "none saved"
+    if quick:
+        return None
+    nb = json.loads(saved.read_text())
+    why = usable(nb, json.loads(lesson.read_text()))
+    if why is None and lacks_widget_state(nb):
+        why = "its widgets' state was not saved (a JupyterLab run)"
+    return why
+
+
+def executed_lesson(lesson: Path, log=print, quick: bool = False) -> dict | None:
+    """The lesson with its quick-mode outputs: the saved run when it stands for the lesson, else a
+    new one. ``quick``: never execute (None when no run is saved: shown without outputs)."""
+    saved = EXECUTED / lesson.name
+    why = plan(lesson, quick)
     if why is None:
         log(f"{lesson.name}: the saved run ({saved})")
+    elif quick:
+        log(f"{lesson.name}: no saved run: shown without outputs (--quick executes nothing)")
+        return None
     else:
         t0 = time.time()
         log(f"{lesson.name}: executing in quick mode ({why}) ...")
@@ -177,17 +218,83 @@ def toc_anchors(markdown: str) -> str:
     return re.sub(r"^(#{1,6}) (.+)$", anchor, markdown, flags=re.M)
 
 
+def _text(value: str) -> str:
+    """An HTML widget's value as plain text (tags dropped, entities and tqdm's spaces read)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", value)).replace("\u2007", " ")
+
+
+def _tree(state: dict, model_id: str):
+    """(model_name, state) of a widget and of every widget inside it, in display order."""
+    m = state.get(model_id)
+    if m is None:
+        return
+    yield m["model_name"], m["state"]
+    for ref in m["state"].get("children", []):
+        yield from _tree(state, str(ref).removeprefix("IPY_MODEL_"))
+
+
+def _output_html(o: dict) -> str:
+    """One output of an Output widget as HTML: a figure, an HTML read-out, or text."""
+    data = o.get("data", {})
+    if "image/png" in data:
+        return f'<img alt="figure" src="data:image/png;base64,{data["image/png"].strip()}">'
+    if "text/html" in data:
+        h = data["text/html"]
+        return h if isinstance(h, str) else "".join(h)
+    text = o.get("text") or data.get("text/plain") or ""
+    text = text if isinstance(text, str) else "".join(text)
+    return f"<pre>{html.escape(text)}</pre>" if text.strip() else ""
+
+
+def widget_as_shown(view: dict, state: dict) -> dict | None:
+    """What a widget output showed when the run ended, as a static output's ``data`` (None: no
+    state saved for it). A progress bar (tqdm: text, bar, text) becomes its final text line; any
+    other widget its read-outs and figures, in display order, under one line naming its
+    controls' values."""
+    parts = list(_tree(state, view.get("model_id", "")))
+    if not parts:
+        return None
+    bars = [st for name, st in parts if name in ("FloatProgressModel", "IntProgressModel")]
+    if bars and len(parts) <= 6:
+        texts = [_text(st.get("value", "")) for name, st in parts if name == "HTMLModel"]
+        top = float(bars[0].get("max", 100.0) or 1)      # 100: the widget default
+        done = float(bars[0].get("value") or 0) / top
+        bar = "\u2588" * round(10 * min(max(done, 0.0), 1.0))
+        line = f"{texts[0] if texts else ''}|{bar:10s}|{texts[-1] if len(texts) > 1 else ''}"
+        return {"text/plain": line.strip()}
+    controls, shown = [], []
+    for name, st in parts:
+        if name in ("HTMLModel", "HTMLMathModel") and st.get("value"):
+            shown.append(f"<div>{st['value']}</div>")
+        elif name == "LabelModel" and st.get("value"):
+            shown.append(f"<p>{html.escape(st['value'])}</p>")
+        elif name == "OutputModel":
+            shown += [h for h in map(_output_html, st.get("outputs", [])) if h]
+        elif "value" in st and st.get("description") and name not in ("ButtonModel",):
+            value = st["value"]
+            if "options" in st and isinstance(value, int) and name.endswith("DropdownModel"):
+                labels = st.get("_options_labels") or []
+                value = labels[value] if 0 <= value < len(labels) else value
+            controls.append(f"{_text(st['description']).rstrip(':')} = {value}")
+    caption = ("<p><em>As the run left it" + (f" ({html.escape(', '.join(controls))})"
+               if controls else "") + ". The controls react in Jupyter (<code>make lab</code>), "
+               "where each move recomputes this view.</em></p>")
+    return {"text/html": caption + "\n".join(shown)}
+
+
 def stage_lesson(nb: dict, terms: dict[str, list[str]]) -> dict:
-    """The site's copy of an executed lesson: glossary links, widget outputs as a note."""
+    """The site's copy of an executed lesson: glossary links, each widget output as the run left
+    it (``widget_as_shown``; the note where no state was saved)."""
     nb = copy.deepcopy(nb)
-    nb["metadata"].pop("widgets", None)
+    state = nb["metadata"].pop("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     seen: set = set()
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
-            cell["source"] = toc_anchors(link_terms(_source(cell), terms, seen, "../../glossary/"))
+            cell["source"] = toc_anchors(link_terms(_source(cell), terms, seen, "../glossary.html"))
         for out in cell.get("outputs", []):
             if WIDGET_MIME in out.get("data", {}):
-                out["data"] = {"text/html": WIDGET_NOTE}
+                out["data"] = widget_as_shown(out["data"][WIDGET_MIME], state) or \
+                    {"text/html": WIDGET_NOTE}
     return nb
 
 
@@ -201,6 +308,13 @@ def copy_pages() -> None:
     mathjax = Path(jupyter_server_mathjax.__file__).parent / "static"
     if not (DOCS / "assets" / "mathjax" / "MathJax.js").exists():
         shutil.copytree(mathjax, DOCS / "assets" / "mathjax", dirs_exist_ok=True)
+    # MathJax 2 prefers TeX's web fonts, which jupyter-server-mathjax does not ship (a 404 per
+    # font on every page): use the STIX web fonts it does ship, and no image fonts
+    (DOCS / "assets" / "mathjax" / MATHJAX_LOCAL).parent.mkdir(parents=True, exist_ok=True)
+    (DOCS / "assets" / "mathjax" / MATHJAX_LOCAL).write_text(
+        'MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null, '
+        f'webFont: "{MATHJAX_FONT}", imageFont: null}}}});\n'
+        f'MathJax.Ajax.loadComplete("[MathJax]/{MATHJAX_LOCAL}");\n')
 
 
 # ---------------------------------------------------------------- 4. links
@@ -226,7 +340,10 @@ def _is_internal(ref: str) -> bool:
 
 
 def check_links(site: Path) -> list[str]:
-    """Every internal href/src of every page in ``site`` that names a missing file or anchor."""
+    """Every internal href/src of every page in ``site`` that names a missing file or anchor,
+    resolved as a browser resolves it from the disk (``file://``): a link to a folder is broken
+    (a server would answer its index.html; a file browser shows a listing). A page that loads
+    MathJax needs the configuration and the web fonts it asks for."""
     pages = {}
     for page in site.rglob("*.html"):
         p = _Refs()
@@ -240,9 +357,17 @@ def check_links(site: Path) -> list[str]:
             s = urlsplit(ref)
             base = site.resolve() if s.path.startswith("/") else page.parent   # 404.html: /x
             target = page if not s.path else (base / unquote(s.path).lstrip("/")).resolve()
-            if s.path.endswith("/") or target.is_dir():
-                target = target / "index.html"
             where = f"{page.relative_to(site.resolve())}: {ref}"
+            if s.path.endswith("/") or target.is_dir():
+                broken.append(f"{where} (a folder: over file:// it opens a listing, not a page)")
+                continue
+            if "MathJax.js" in s.path and target.exists():
+                for need in ([t.strip() for t in s.query.partition("config=")[2].split(",")
+                              if t.strip()]):
+                    if not (target.parent / "config" / f"{need}.js").exists():
+                        broken.append(f"{where} (no MathJax config {need})")
+                if not (target.parent / "fonts" / "HTML-CSS" / MATHJAX_FONT / "woff").is_dir():
+                    broken.append(f"{where} (no {MATHJAX_FONT} web fonts beside MathJax)")
             if not target.exists():
                 broken.append(f"{where} (no file {target.relative_to(site.resolve().parent)})"
                               if target.is_relative_to(site.resolve().parent) else where)
@@ -250,7 +375,7 @@ def check_links(site: Path) -> list[str]:
                 ids = pages[target].ids if target in pages else set()
                 if unquote(s.fragment) not in ids:
                     broken.append(f"{where} (no anchor #{s.fragment})")
-    return broken
+    return sorted(set(broken))
 
 
 def check_markdown_links(path: Path) -> list[str]:
@@ -265,18 +390,44 @@ def check_markdown_links(path: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------- the build
-def build(only: list[str] | None = None, site: Path = SITE) -> None:
+def announce(only: list[str] | None, quick: bool, log=print) -> None:
+    """Say what the build will do before doing it: the lessons it executes and why, and how
+    long the last build took."""
+    todo = [(l.name, plan(l, quick)) for l in LESSONS if not only or l.stem in only]
+    run = [(name, why) for name, why in todo if why is not None and not quick]
+    bare = [name for name, why in todo if why is not None and quick]
+    if LAST_BUILD.exists():
+        last = json.loads(LAST_BUILD.read_text())
+        log(f"the last build took {last['seconds']:.0f} s ({last['when']}, "
+            f"{len(last['executed'])} lessons executed)")
+    else:
+        log("no earlier build recorded")
+    if run:
+        log(f"executing {len(run)} of {len(LESSONS)} lessons in quick mode, about 1-2 min each on "
+            f"2 cores (--quick uses the saved runs instead): "
+            + "; ".join(f"{name} ({why})" for name, why in run))
+    else:
+        log("every lesson from its saved run in runs/executed/" + (" (--quick)" if quick else "")
+            + (f"; none saved, shown without outputs: {', '.join(bare)}" if bare else ""))
+
+
+def build(only: list[str] | None = None, site: Path = SITE, quick: bool = False) -> None:
     t0 = time.time()
+    announce(only, quick)
     terms = glossary_terms()
     (DOCS / "lessons").mkdir(exist_ok=True)
+    executed = []
     for lesson in LESSONS:
         staged = DOCS / "lessons" / lesson.name
+        nb = json.loads(lesson.read_text())
         if only and lesson.stem not in only:        # a saved run if current, else no outputs
-            nb, saved = json.loads(lesson.read_text()), EXECUTED / lesson.name
+            saved = EXECUTED / lesson.name
             if saved.exists() and usable(json.loads(saved.read_text()), nb) is None:
                 nb = json.loads(saved.read_text())
         else:
-            nb = executed_lesson(lesson)
+            if plan(lesson, quick) is not None and not quick:
+                executed.append(lesson.name)
+            nb = executed_lesson(lesson, quick=quick) or nb
         staged.write_text(json.dumps(stage_lesson(nb, terms), indent=1))
     copy_pages()
     r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--clean",
@@ -286,8 +437,13 @@ def build(only: list[str] | None = None, site: Path = SITE) -> None:
     broken = check_links(site) + check_markdown_links(ROOT / "README.md")
     if broken:
         sys.exit("broken internal links:\n  " + "\n  ".join(broken))
-    print(f"site built in {time.time() - t0:.0f} s: {site}/index.html "
-          f"({len(list(site.rglob('*.html')))} pages, every internal link resolves)")
+    seconds = time.time() - t0
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    LAST_BUILD.write_text(json.dumps({"seconds": round(seconds, 1), "executed": executed,
+                                      "when": time.strftime("%Y-%m-%d %H:%M"), "quick": quick}))
+    print(f"site built in {seconds:.0f} s: {site}/index.html "
+          f"({len(list(site.rglob('*.html')))} pages, every internal link resolves, "
+          f"from the disk as well)")
 
 
 def main(argv=None) -> None:
@@ -295,12 +451,14 @@ def main(argv=None) -> None:
     ap.add_argument("--only", nargs="*", help="lesson stems to execute/render (others: as stored)")
     ap.add_argument("--check-links", metavar="SITE", help="only check the links of a built site")
     ap.add_argument("--site", default=str(SITE), help="output folder (default site/)")
+    ap.add_argument("--quick", action="store_true",
+                    help="execute nothing: every lesson from its saved run in runs/executed/")
     a = ap.parse_args(argv)
     if a.check_links:
         broken = check_links(Path(a.check_links))
         print("\n".join(broken) or "every internal link resolves")
         sys.exit(1 if broken else 0)
-    build(a.only, Path(a.site))
+    build(a.only, Path(a.site), a.quick)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,11 @@ fields are dotted (``--exchange.name sharded``).
     grpo-lab pretrain [--FIELD VALUE ...]
     (train, eval and pretrain take --plugin MODULE_OR_PATH, repeatable)
     grpo-lab bench [NAME [ARGS ...]]     # list bench/ scripts, or run bench/bench_NAME.py
-    grpo-lab lab [--full] [--workshop [DIR]]   # JupyterLab on notebooks/ (quick mode), or the
-                                         # exercise stubs copied to DIR (--allow-root as root)
-    grpo-lab notebooks DIR [--overwrite] # the lessons copied out (from a checkout or an install)
+    grpo-lab lab [--full] [--workshop [DIR] [--reopen]]   # JupyterLab on notebooks/ (quick
+                                         # mode), or the exercise stubs copied to DIR (--allow-root
+                                         # as root; --reopen keeps the learners' work)
+    grpo-lab notebooks DIR [--overwrite] [--solutions]   # the lessons copied out (a checkout
+                                         # or an install); the exercises' solutions if asked
     grpo-lab preflight                   # a learner's arrival check: OK or what is wrong
     grpo-lab model get smollm2-135m      # a real model, fetched and converted once (models.py)
 
@@ -38,6 +40,7 @@ from pathlib import Path
 from grpo_lab.training.config import (PRESETS, SUB_CONFIGS, PretrainConfig, TrainConfig, field_docs,
                                       preset, to_dict)
 from grpo_lab.training.config_file import ConfigFileError, config_file_args, nullable
+from grpo_lab import __version__
 from grpo_lab.paths import checkout_dir, notebooks_dir
 from grpo_lab.registry import lookup
 
@@ -257,6 +260,7 @@ def read_config_file(path: str | Path) -> tuple[str | None, dict]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="grpo-lab", description="GRPO workbench")
+    p.add_argument("--version", action="version", version=f"grpo-lab {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train the policy with GRPO and write its report")
     t.add_argument("--preset", default=None, choices=sorted(PRESETS),
@@ -314,16 +318,23 @@ def build_parser() -> argparse.ArgumentParser:
                      help="open fresh copies of the exercise stubs (no solutions) in DIR "
                           "(default runs/workshop/ of the checkout, or of the current folder "
                           "for an installed package) in a reset workspace")
+    lab.add_argument("--reopen", action="store_true",
+                     help="with --workshop: keep the copies in DIR as the learners left them "
+                          "(default: a changed copy moves to DIR/previous/<time>/, an "
+                          "untouched one is reused)")
     lab.add_argument("--full", action="store_true",
                      help="full-size runs (GRPO_LAB_QUICK=0): for after the workshop")
     lab.add_argument("--allow-root", action="store_true",
                      help="let JupyterLab run as root (it refuses otherwise): a container, "
                           "a fresh WSL or cloud machine where you are root")
     nb = sub.add_parser("notebooks", help="copy the lessons (notebooks, WORKSHOP.md, the "
-                                          "exercises and their solutions) into DIR to open them")
+                                          "exercises) into DIR to open them")
     nb.add_argument("dir", metavar="DIR", help="folder to copy into (created if missing)")
     nb.add_argument("--overwrite", action="store_true",
                     help="replace lesson files already in DIR (default: refuse, naming one)")
+    nb.add_argument("--solutions", action="store_true",
+                    help="copy the exercises' solutions too (exercises/solutions/; default: "
+                         "left out, so a copy handed to learners holds no answers)")
     pf = sub.add_parser("preflight", help="a learner's arrival check: Python, disk, torch, the "
                                           "notebook packages, timed GRPO steps; OK or what is wrong")
     pf.add_argument("--steps", type=int, default=20, help="GRPO steps to time (default 20)")
@@ -573,16 +584,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"grpo-lab lab: GRPO_LAB_QUICK={env['GRPO_LAB_QUICK']} "
                   + ("(full-size runs)" if env["GRPO_LAB_QUICK"] in ("0", "") else
                      "(quick mode; --full for the full-size runs)"))
+            if args.reopen and args.workshop is None:
+                raise ValueError("--reopen only applies with --workshop")
             cmd = ([sys.executable, "-m", "jupyterlab", str(notebooks)] if args.workshop is None
-                   else lab_command(notebooks, args.workshop or None))
+                   else lab_command(notebooks, args.workshop or None, args.reopen))
             if args.allow_root:
                 cmd.append("--allow-root")
             return subprocess.call(cmd, env=env)
         elif args.command == "notebooks":
             from grpo_lab.teaching.lessons import copy_lessons
-            copied = copy_lessons(args.dir, overwrite=args.overwrite)
+            copied = copy_lessons(args.dir, overwrite=args.overwrite, solutions=args.solutions)
             print(f"grpo-lab notebooks: {len(copied)} files copied into {Path(args.dir).resolve()} "
-                  f"(start with 00_quickstart.ipynb; exercises/ holds the workshop's stubs)")
+                  f"(start with 00_quickstart.ipynb; exercises/ holds the workshop's stubs, "
+                  + ("and exercises/solutions/ their solutions)" if args.solutions else
+                     "without their solutions: --solutions copies them)"))
         elif args.command == "preflight":
             from grpo_lab.teaching.workshop import preflight, preflight_report
             if args.steps < 1:

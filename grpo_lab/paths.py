@@ -31,7 +31,7 @@ def shipped(name: str) -> Path:
     if not isinstance(found, Path) or not found.is_dir():
         raise FileNotFoundError(f"no {name}/ folder in the installed package at {found}: this "
                                 f"grpo_lab is neither a repository checkout nor a complete, "
-                                f"unzipped install (reinstall it: pip install grpo-lab)")
+                                f"unzipped install (reinstall it from its wheel or repository: docs/setup.md)")
     return found
 
 

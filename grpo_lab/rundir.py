@@ -10,7 +10,8 @@ What can lose a run, and what this module does about it:
     ``out_dir/.lock.held`` (the ``filelock`` package: ``flock`` on Linux and macOS,
     ``LockFileEx`` on Windows) and writes who holds it (pid, host, time) to ``out_dir/.lock``,
     a plain text file any process can read (Windows forbids reading a locked byte range,
-    hence two files). The OS drops the lock when the process dies however it dies, so a lock
+    hence two files; both are deleted when the run ends, so a finished run's folder holds no
+    lock file). The OS drops the lock when the process dies however it dies, so a lock
     left by a dead process (SIGKILL, power loss) is simply taken over (and said so: its
     ``.lock`` still names it); a live holder is named by its pid and host. (The lock is local:
     a folder shared over NFS between machines is not protected.)
@@ -85,13 +86,20 @@ class RunLock:
 
     def __init__(self, out: Path):
         self.path = out / LOCK_NAME
-        self.held = filelock.FileLock(out / HELD_NAME, timeout=0, thread_local=False)
-        try:
-            self.held.acquire()
-        except filelock.Timeout:
-            holder = read_holder(self.path) or "?"
-            raise RunFolderError(f"out_dir {str(out)!r} is in use by another run ({holder}); "
-                                 f"wait for it, stop it, or pick another --out_dir") from None
+        for _ in range(3):                 # a finishing holder may unlink the file meanwhile
+            self.held = filelock.FileLock(out / HELD_NAME, timeout=0, thread_local=False)
+            try:
+                self.held.acquire()
+            except filelock.Timeout:
+                holder = read_holder(self.path) or "?"
+                raise RunFolderError(f"out_dir {str(out)!r} is in use by another run ({holder}); "
+                                     f"wait for it, stop it, or pick another --out_dir") from None
+            if _locks_the_file_on_disk(self.held):
+                break
+            self.held.release()            # locked a file a finished run had just unlinked
+        else:
+            raise RunFolderError(f"out_dir {str(out)!r}: its lock file kept changing under us; "
+                                 f"is another run starting and stopping there?")
         try:
             self.stale = read_holder(self.path)
             self.path.write_text(f"pid {os.getpid()} on {socket.gethostname()} since "
@@ -101,11 +109,30 @@ class RunLock:
             raise
 
     def release(self) -> None:
+        """Free the folder and leave no lock file in it: ``.lock`` (released cleanly: no holder
+        to name) and ``.lock.held`` are deleted, the latter while still held, so a run that
+        opened it meanwhile finds it unlinked (``_locks_the_file_on_disk``) and opens anew."""
         if self.held.is_locked:
             try:
-                self.path.write_text("")              # released cleanly: no holder to name
+                self.path.unlink(missing_ok=True)
+                Path(self.held.lock_file).unlink(missing_ok=True)
+            except OSError:                           # Windows: open in another process
+                pass
             finally:
                 self.held.release()
+
+
+def _locks_the_file_on_disk(lock: filelock.BaseFileLock) -> bool:
+    """Whether the file ``lock`` holds is still the one at its path (not unlinked, not
+    replaced); True where the descriptor cannot be read (then nothing is ever unlinked twice
+    in a row to race with)."""
+    fd = getattr(getattr(lock, "_context", None), "lock_file_fd", None)
+    if fd is None:
+        return True
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(lock.lock_file))
+    except FileNotFoundError:
+        return False
 
 
 def read_holder(path: Path) -> str:

@@ -34,6 +34,8 @@ retries once: a headless run was once seen to hang). Without chromium the test f
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -232,6 +234,13 @@ window.__nb = {
       .reduce((n, e) => n + e.textContent.length, 0);
     return JSON.stringify([ran, counts, outs, text, this.kernel(p)]); },
   notebook(p) { return this.panel(p).content.model.toJSON(); },
+  exec(p, code) { const k = this.panel(p).sessionContext.session.kernel; let out = '';
+    return new Promise(resolve => {
+      const f = k.requestExecute({code, silent: false, store_history: false});
+      f.onIOPub = m => { const t = m.header.msg_type;
+        if (t === 'stream') out += m.content.text;
+        if (t === 'error') out += 'ERROR ' + m.content.ename + ': ' + m.content.evalue + '\n'; };
+      f.done.then(() => resolve(out), e => resolve(out + 'ERROR ' + String(e) + '\n')); }); },
   acceptDialogs() { const b = document.querySelector('.jp-Dialog .jp-mod-accept');
     if (b) { b.click(); return true; } return false; },
   runAll(p) { const w = this.panel(p); this.done = false; this.runErr = null;
@@ -337,15 +346,80 @@ def run_notebooks(base: str, token: str, chromium: str, out: str, executed: str,
                 page.wait_for_timeout(1500)                     # late widget / image renders
                 res.update(page.evaluate("p => __nb.stats(p)", path))
                 page.screenshot(path=str(Path(out) / (Path(path).stem + ".png")), full_page=True)
+                nb = page.evaluate("p => __nb.notebook(p)", path)
+                said = page.evaluate("([p, c]) => __nb.exec(p, c)",
+                                     [path, kernel_probe(explorers_shown(nb))])
+                res["explorers_moved"], state = read_probe(said)
+                if res["explorers_moved"] is None:
+                    res["explorers_moved"] = {"probe": said[-500:]}
+                if state:
+                    nb.setdefault("metadata", {})["widgets"] = {WIDGET_STATE: state}
                 if executed and re.fullmatch(r"notebooks/\d\d_[^/]+\.ipynb", path):
-                    save_executed(page.evaluate("p => __nb.notebook(p)", path),
-                                  Path(executed) / Path(path).name)
+                    save_executed(nb, Path(executed) / Path(path).name)
                 page.evaluate("p => __nb.panel(p).sessionContext.shutdown()", path)
             res["seconds"] = round(time.time() - t0, 1)
             page.close()
             results.append(res)
         browser.close()
     return results
+
+
+EXPLORER_CALL = re.compile(r"^(\w+), \w+ = (\w+_explorer\(.*\))$", re.M)
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def explorers_shown(nb: dict) -> list[tuple[int, str, str]]:
+    """The explorers a notebook displays: (cell, the displayed box's model id, the call that
+    built it) for each cell ``box, parts = NAME_explorer(ARGS)`` ... ``display(box)``."""
+    found = []
+    for i, cell in enumerate(nb["cells"]):
+        src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        m = EXPLORER_CALL.search(src) if cell["cell_type"] == "code" else None
+        views = [o["data"][WIDGET_MIME]["model_id"] for o in cell.get("outputs", [])
+                 if WIDGET_MIME in o.get("data", {})]
+        if m and f"display({m.group(1)})" in src and views:
+            found.append((i, views[0], m.group(2)))
+    return found
+
+
+def kernel_probe(explorers) -> str:
+    """Python run in the notebook's kernel after Run All. It prints ``EXPLORERS {cell: [[left,
+    fresh], ...]}``: each displayed explorer's controls and read-outs (every value widget in it,
+    in display order) that differ from a fresh instance built by the same call, i.e. what the
+    notebook's own cells moved behind the learner's back; and ``WIDGET_STATE {...}``: every
+    widget's state as JupyterLab would save it in the notebook (the site shows the explorers'
+    figures and the progress bars' last lines from it)."""
+    rows = ", ".join(f"({cell}, {mid!r}, lambda: {call})" for cell, mid, call in explorers)
+    return f"""import json as _json
+import ipywidgets as _w
+from ipywidgets.widgets.widget import _instances as _live
+def _values(w):
+    out = [[type(w).__name__, getattr(w, "description", ""), w.value]] if isinstance(w, _w.ValueWidget) else []
+    for c in getattr(w, "children", ()):
+        out += _values(c)
+    return out
+_moved = {{}}
+for _cell, _id, _make in [{rows}]:
+    try:
+        _left, _fresh = _values(_live[_id]), _values(_make()[0])
+        if _left != _fresh:
+            _moved[_cell] = [[a, b] for a, b in zip(_left, _fresh) if a != b] or ["controls differ"]
+    except Exception as _e:
+        _moved[_cell] = [f"{{type(_e).__name__}}: {{_e}}"]
+print("EXPLORERS " + _json.dumps(_moved, default=str))
+print("WIDGET_STATE " + _json.dumps(_w.Widget.get_manager_state(drop_defaults=False), default=str))
+"""
+
+
+def read_probe(out: str) -> tuple[dict | None, dict | None]:
+    """The kernel probe's printout -> (explorers moved, widget state); None where it is absent."""
+    found = {k: None for k in ("EXPLORERS", "WIDGET_STATE")}
+    for line in out.splitlines():
+        key, _, rest = line.partition(" ")
+        if key in found:
+            found[key] = json.loads(rest)
+    return found["EXPLORERS"], found["WIDGET_STATE"]
 
 
 def save_executed(nb: dict, dest: Path) -> None:
@@ -380,6 +454,8 @@ def problems(res: dict) -> list[str]:
         out.append(f"{res['images_broken']} broken images")
     if res.get("executed", 0) < res.get("code_cells", 0):
         out.append(f"only {res['executed']} of {res['code_cells']} code cells ran")
+    out += [f"explorer of cell {cell} left as the learner did not choose: {str(moved)[:300]}"
+            for cell, moved in (res.get("explorers_moved") or {}).items()]
     return out
 
 
@@ -395,6 +471,37 @@ def test_problems_catch_what_a_room_must_not_see():
     for what in ("figure shown as text", "widget shown as text", "2 widget outputs but 1 rendered",
                  "error in cell 3: ValueError"):
         assert what in found, found
+    moved = {**clean, "explorers_moved": {"13": [[["FloatSlider", "r1", 1.0],
+                                                  ["FloatSlider", "r1", 0.0]]]}}
+    assert problems(moved) == ["explorer of cell 13 left as the learner did not choose: "
+                               "[[['FloatSlider', 'r1', 1.0], ['FloatSlider', 'r1', 0.0]]]"]
+
+
+def test_the_kernel_probe_finds_an_explorer_moved_by_a_later_cell():
+    """What the probe runs after Run All, here in this process: the notebook 01 pattern (the
+    displayed explorer driven by a later cell) is found; a second copy driven instead is not."""
+    from grpo_lab.teaching.widgets.advantage import advantage_explorer
+    box, parts = advantage_explorer()
+    cell = {"cell_type": "code", "source": "box, parts = advantage_explorer()\ndisplay(box)",
+            "outputs": [{"output_type": "display_data",
+                         "data": {WIDGET_MIME: {"model_id": box.model_id}}}]}
+    nb = {"cells": [{"cell_type": "markdown", "source": "# t"}, cell]}
+    shown = explorers_shown(nb)
+    assert shown == [(1, box.model_id, "advantage_explorer()")]
+    code = kernel_probe(shown)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(code, {"advantage_explorer": advantage_explorer})
+    moved, state = read_probe(out.getvalue())
+    assert moved == {} and box.model_id in state["state"]
+    _, probe = advantage_explorer()
+    probe["reward_1"].value = 1.0                                   # a second copy: fine
+    parts["estimator"].value = "rloo"                               # the learner's: not
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(code, {"advantage_explorer": advantage_explorer})
+    moved, _ = read_probe(out.getvalue())
+    assert list(moved) == ["1"] and ["Dropdown", "estimator", "rloo"] in moved["1"][0], moved
 
 
 _CHILD = """import sys, time

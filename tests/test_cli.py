@@ -109,3 +109,11 @@ def test_eval_of_a_training_checkpoint_asks_as_its_run_asked(tmp_path, capsys, l
     got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert got["eval/accuracy"] == final["eval/accuracy"]
     assert got["eval/format"] == final["eval/format"] and got["eval/reward"] == final["eval/reward"]
+
+
+def test_version(capsys):
+    import grpo_lab
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out == f"grpo-lab {grpo_lab.__version__}\n" == "grpo-lab 0.1.0\n"

@@ -95,7 +95,7 @@ def test_each_lesson_opens_with_a_parameters_cell_and_an_install_cell(path):
     params, setup = _top_cells(path)
     assert "parameters" in params.metadata.get("tags", []) and "QUICK = None" in params.source
     assert "import grpo_lab" in setup.source and "%pip install" in setup.source
-    assert len(params.source.splitlines()) <= 4 and len(setup.source.splitlines()) <= 10
+    assert len(params.source.splitlines()) <= 4 and len(setup.source.splitlines()) <= 22
 
 
 def _run_setup(source: str, quick, importable: bool, monkeypatch) -> list:
@@ -126,8 +126,7 @@ def test_install_cell_does_nothing_when_installed_and_installs_when_missing(monk
     assert os.environ["GRPO_LAB_QUICK"] == "1"                  # QUICK = None: left alone
     assert _run_setup(setup.source, 0, True, monkeypatch) == []
     assert os.environ["GRPO_LAB_QUICK"] == "0"                  # papermill's -p QUICK 0
-    assert _run_setup(setup.source, None, False, monkeypatch) == [("pip",
-                                                                    "install --quiet grpo-lab")]
+    # missing: tests/test_install_routes.py (the wheel, the repository, or one clear error)
 
 
 # ---------------------------------------------------------------- glossary
@@ -221,7 +220,7 @@ def test_a_lesson_without_a_current_run_is_executed_in_quick_mode(tmp_path, monk
     assert staged["cells"][1]["outputs"] == nb["cells"][1]["outputs"]
 
 
-def test_widget_outputs_become_a_note_on_the_site():
+def test_a_widget_without_saved_state_becomes_a_note_on_the_site():
     nb = _nb(nbformat.v4.new_code_cell("w"))
     nb["cells"][0]["outputs"] = [{"output_type": "display_data", "metadata": {},
                                   "data": {build.WIDGET_MIME: {"model_id": "x"},
@@ -230,23 +229,112 @@ def test_widget_outputs_become_a_note_on_the_site():
     staged = build.stage_lesson(nb, {})
     assert staged["cells"][0]["outputs"][0]["data"] == {"text/html": build.WIDGET_NOTE}
     assert "widgets" not in staged["metadata"]
+    assert build.lacks_widget_state(nb) and not build.lacks_widget_state(_nb())
+
+
+def _state(**models):
+    return {mid: {"model_name": name, "state": st} for mid, (name, st) in models.items()}
+
+
+def test_an_explorer_shows_its_last_figure_and_a_progress_bar_its_last_line():
+    state = _state(
+        box=("VBoxModel", {"children": ["IPY_MODEL_s", "IPY_MODEL_d", "IPY_MODEL_h", "IPY_MODEL_o"]}),
+        s=("FloatSliderModel", {"description": "r1", "value": 1.0}),
+        d=("DropdownModel", {"description": "estimator", "index": 2, "value": 2,
+                             "_options_labels": ["grpo", "dr_grpo", "rloo"], "options": []}),
+        h=("HTMLModel", {"value": "<b>A = 0.87</b>"}),
+        o=("OutputModel", {"outputs": [{"output_type": "display_data",
+                                        "data": {"image/png": "iVBOR\n", "text/plain": "<Fig>"}},
+                                       {"output_type": "stream", "name": "stdout",
+                                        "text": "loss 0 <ok>\n"}]}),
+        left=("HTMLModel", {"value": "grpo:\u2007100%"}),
+        bar=("FloatProgressModel", {"value": 300.0, "max": 300.0}),
+        right=("HTMLModel", {"value": "\u2007300/300\u2007[00:10&lt;00:00,\u200729.0it/s]"}),
+        tq=("HBoxModel", {"children": ["IPY_MODEL_left", "IPY_MODEL_bar", "IPY_MODEL_right"]}))
+    shown = build.widget_as_shown({"model_id": "box"}, state)["text/html"]
+    assert shown.startswith("<p><em>As the run left it (r1 = 1.0, estimator = rloo). The controls "
+                            "react in Jupyter")
+    assert shown.endswith("<div><b>A = 0.87</b></div>\n"
+                          '<img alt="figure" src="data:image/png;base64,iVBOR">\n'
+                          "<pre>loss 0 &lt;ok&gt;\n</pre>")
+    assert build.widget_as_shown({"model_id": "tq"}, state) == {
+        "text/plain": "grpo: 100%|\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588| "
+                      "300/300 [00:10<00:00, 29.0it/s]"}
+    state["bar"]["state"]["value"] = 150.0                          # stopped half-way
+    assert "|\u2588\u2588\u2588\u2588\u2588     |" in build.widget_as_shown(
+        {"model_id": "tq"}, state)["text/plain"]
+    assert build.widget_as_shown({"model_id": "gone"}, state) is None
+    nb = _nb(nbformat.v4.new_code_cell("w"))
+    nb["cells"][0]["outputs"] = [{"output_type": "display_data", "metadata": {},
+                                  "data": {build.WIDGET_MIME: {"model_id": "tq"}}}]
+    nb["metadata"]["widgets"] = {build.WIDGET_STATE: {"state": state}}
+    assert build.stage_lesson(nb, {})["cells"][0]["outputs"][0]["data"] == {
+        "text/plain": "grpo: 100%|\u2588\u2588\u2588\u2588\u2588     | 300/300 [00:10<00:00, "
+                      "29.0it/s]"}                # tqdm's own text, the bar drawn from its value
+    assert not build.lacks_widget_state(nb)
+
+
+def test_quick_mode_executes_nothing_and_the_plan_is_said_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(build, "EXECUTED", tmp_path / "executed")
+    monkeypatch.setattr(build, "LAST_BUILD", tmp_path / "executed" / "last_build.json")
+    lesson = tmp_path / "99_tiny.ipynb"
+    nbformat.write(nbformat.from_dict(_nb(nbformat.v4.new_code_cell("x = 1"))), lesson)
+    monkeypatch.setattr(build, "LESSONS", [lesson])
+    logs = []
+    assert build.executed_lesson(lesson, log=logs.append, quick=True) is None
+    assert logs == ["99_tiny.ipynb: no saved run: shown without outputs (--quick executes nothing)"]
+    build.announce(None, False, logs.append)
+    assert logs[1:] == ["no earlier build recorded", "executing 1 of 1 lessons in quick mode, "
+                        "about 1-2 min each on 2 cores (--quick uses the saved runs instead): "
+                        "99_tiny.ipynb (none saved)"]
+    saved = _nb(nbformat.v4.new_code_cell("x = 2"))                 # an old run, code changed
+    saved["cells"][0]["execution_count"] = 1
+    (tmp_path / "executed").mkdir()
+    (tmp_path / "executed" / "99_tiny.ipynb").write_text(json.dumps(saved))
+    (tmp_path / "executed" / "last_build.json").write_text(json.dumps(
+        {"seconds": 312.4, "when": "2026-12-05 16:00", "executed": ["a", "b"]}))
+    assert build.plan(lesson) == "its code differs from the lesson's"
+    assert build.plan(lesson, quick=True) is None
+    assert build.executed_lesson(lesson, log=logs.append, quick=True) == saved
+    logs.clear()
+    build.announce(None, True, logs.append)
+    assert logs == ["the last build took 312 s (2026-12-05 16:00, 2 lessons executed)",
+                    "every lesson from its saved run in runs/executed/ (--quick)"]
 
 
 # ---------------------------------------------------------------- links
-def test_check_links_finds_missing_pages_and_anchors(tmp_path):
+def test_check_links_finds_missing_pages_anchors_and_folder_links(tmp_path):
+    """Links resolved as a browser opening the site from the disk resolves them: a folder link
+    (fine on a server, a listing over file://) is broken too."""
     site = tmp_path / "site"
     (site / "a").mkdir(parents=True)
-    (site / "index.html").write_text('<a href="a/">a</a> <a href="a/#there">ok</a> '
-                                     '<img src="img.png"> <a href="https://x.org/y">ext</a>'
-                                     '<a href="#top">self</a><h1 id="top">t</h1>')
+    (site / "index.html").write_text('<a href="a/index.html">a</a> <a href="a/index.html#there">'
+                                     'ok</a> <img src="img.png"> <a href="https://x.org/y">ext</a>'
+                                     '<a href="#top">self</a><h1 id="top">t</h1><a href="a/">f</a>')
     (site / "img.png").write_bytes(b"png")
-    (site / "a" / "index.html").write_text('<h2 id="there">x</h2><a href="../b/">b</a>'
+    (site / "a" / "index.html").write_text('<h2 id="there">x</h2><a href="../b.html">b</a>'
                                            '<a href="../index.html#nowhere">n</a>'
                                            '<link href="/index.html" rel="stylesheet">')
     broken = build.check_links(site)
-    assert len(broken) == 2, broken
-    assert broken[0].startswith("a/index.html: ../b/ (no file")
-    assert broken[1] == "a/index.html: ../index.html#nowhere (no anchor #nowhere)"
+    assert broken == ["a/index.html: ../b.html (no file site/b.html)",
+                      "a/index.html: ../index.html#nowhere (no anchor #nowhere)",
+                      "index.html: a/ (a folder: over file:// it opens a listing, not a page)"]
+
+
+def test_check_links_wants_mathjaxs_config_and_web_fonts(tmp_path):
+    site = tmp_path / "site"
+    mj = site / "assets" / "mathjax"
+    (mj / "config" / "local").mkdir(parents=True)
+    (mj / "MathJax.js").write_text("")
+    (mj / "config" / "TeX-AMS-MML_HTMLorMML-full.js").write_text("")
+    (site / "index.html").write_text('<script src="assets/mathjax/MathJax.js?config='
+                                     'TeX-AMS-MML_HTMLorMML-full,local/grpo_lab"></script>')
+    ref = "index.html: assets/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,local/grpo_lab"
+    assert build.check_links(site) == [f"{ref} (no MathJax config local/grpo_lab)",
+                                       f"{ref} (no STIX-Web web fonts beside MathJax)"]
+    (mj / build.MATHJAX_LOCAL).write_text("")
+    (mj / "fonts" / "HTML-CSS" / "STIX-Web" / "woff").mkdir(parents=True)
+    assert build.check_links(site) == []
 
 
 def test_check_markdown_links(tmp_path):

@@ -8,8 +8,16 @@ ROOT = Path(__file__).resolve().parent.parent
 CONDA_TO_PIP = {"pytorch": "torch"}
 
 
+def conda_build(spec: str) -> str | None:
+    """The build-string part of a conda spec "name version build" (None: not given)."""
+    parts = spec.split("#")[0].split()
+    return parts[2] if len(parts) == 3 else None
+
+
 def normalise(spec: str) -> tuple[str, str]:
     spec = spec.split("#")[0]
+    if conda_build(spec):                     # "pytorch >=2.2 cpu_*": the version only
+        spec = spec[:spec.rindex(conda_build(spec))]
     m = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(.*)$", spec)
     name, rest = m.group(1).lower().replace("_", "-"), m.group(2).replace(" ", "")
     return CONDA_TO_PIP.get(name, name), rest
@@ -48,6 +56,18 @@ def test_environment_yml_agrees_with_pyproject():
     py, conda = pyproject_deps(), conda_deps()
     assert py == conda, f"only in pyproject: {sorted(py - conda)}; only in environment.yml: " \
                         f"{sorted(conda - py)}"
+
+
+def test_environment_yml_pins_the_cpu_build_of_pytorch():
+    """Binder builds environment.yml on machines with no GPU: conda-forge's CPU build of PyTorch
+    (build strings cpu_mkl_... / cpu_generic_...), never the CUDA one, at pyproject's version."""
+    lines = [l.strip()[2:] for l in (ROOT / "environment.yml").read_text().splitlines()
+             if l.strip().startswith("- pytorch")]
+    assert len(lines) == 1, lines
+    assert conda_build(lines[0]) == "cpu_*", lines[0]
+    assert normalise(lines[0]) == ("torch", ">=2.2") and ("torch", ">=2.2") in pyproject_deps()
+    assert conda_build("pytorch >=2.2") is None and normalise("numpy>=1.24 # why") == ("numpy",
+                                                                                       ">=1.24")
 
 
 def test_notebooks_are_stored_stripped():

@@ -115,6 +115,30 @@ def test_two_runs_into_one_folder_at_once(tmp_path):
     lock.release()
 
 
+def test_a_lock_on_a_file_unlinked_meanwhile_is_taken_again(tmp_path, monkeypatch):
+    """A run that opened .lock.held just before the finishing holder unlinked it would lock a
+    file no longer on disk while a third run locks the new one: the claim sees it and retries."""
+    from grpo_lab import rundir
+    seen = []
+    real = rundir._locks_the_file_on_disk
+    monkeypatch.setattr(rundir, "_locks_the_file_on_disk",
+                        lambda lock: seen.append(1) or (len(seen) > 1 and real(lock)))
+    lock = claim(tmp_path, resume=False, overwrite=False)
+    assert len(seen) == 2 and lock.held.is_locked
+    lock.release()
+    held = rundir.filelock.FileLock(tmp_path / ".lock.held", timeout=0, thread_local=False)
+    held.acquire()
+    assert real(held)
+    (tmp_path / ".lock.held").unlink()
+    assert not real(held)                                      # unlinked under the lock
+    (tmp_path / ".lock.held").write_text("")
+    assert not real(held)                                      # replaced by another file
+    held.release()
+    monkeypatch.setattr(rundir, "_locks_the_file_on_disk", lambda lock: False)
+    with pytest.raises(RunFolderError, match="its lock file kept changing"):
+        claim(tmp_path, resume=False, overwrite=True)
+
+
 def test_stale_lock_note(tmp_path, capsys):
     (tmp_path / ".lock").write_text("pid 999999 on elsewhere since 2020-01-01 00:00:00\n")
     lock = claim(tmp_path, resume=False, overwrite=False)
@@ -311,6 +335,7 @@ def test_a_second_claim_names_the_holder_and_a_clean_release_leaves_no_note(tmp_
     assert (tmp_path / ".lock").read_text() == text          # the refused claim changed nothing
     lock.release()
     lock.release()                                           # a second release does nothing
-    assert (tmp_path / ".lock").read_text() == ""            # released cleanly: nobody to name
+    assert not (tmp_path / ".lock").exists()                 # released cleanly: nobody to name
+    assert not (tmp_path / ".lock.held").exists()            # and no lock file left
     claim(tmp_path, resume=False, overwrite=False).release()
     assert "took over" not in capsys.readouterr().out

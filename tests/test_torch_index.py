@@ -98,6 +98,20 @@ def test_make_env_defaults_to_the_cpu_index_on_linux_only():
     assert f"CPU_INDEX := {torch_index.CPU_INDEX}\n" in (ROOT / "Makefile").read_text()
 
 
+def test_the_size_of_a_cuda_build_is_what_its_packages_installed():
+    from types import SimpleNamespace as NS
+
+    from grpo_lab.teaching.workshop import cuda_install_gb
+
+    def dist(name, *sizes):
+        return NS(metadata={"Name": name}, files=[NS(size=s) for s in sizes])
+    dists = [dist("torch", 2**30, 2**29), dist("nvidia-cudnn-cu13", 2**31, None),
+             dist("triton", 2**28), dist("numpy", 2**30), dist("nvidia_nccl_cu13", 2**30),
+             NS(metadata={"Name": "nvidia-nvtx"}, files=None)]                # no RECORD: 0
+    assert cuda_install_gb(dists) == 1 + 0.5 + 2 + 0.25 + 1               # numpy not counted
+    assert cuda_install_gb([]) == 0.0
+
+
 def test_preflight_names_a_cuda_build_without_a_gpu_and_the_fix(monkeypatch, tmp_path):
     import torch
 
@@ -106,10 +120,12 @@ def test_preflight_names_a_cuda_build_without_a_gpu_and_the_fix(monkeypatch, tmp
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(torch, "__version__", "2.13.0+cu130")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(workshop, "cuda_install_gb", lambda: 4.25)
     checks = dict((name, (ok, detail)) for name, ok, detail in workshop.preflight(tmp_path))
     ok, detail = checks["torch"]
     assert not ok
-    assert detail.startswith("2.13.0+cu130 (CUDA 13.0 build) on a machine without a usable GPU")
+    assert detail.startswith("2.13.0+cu130 (CUDA 13.0 build) on a machine without a usable GPU: "
+                             "4.2 GB of torch, triton and nvidia-* packages installed for nothing")
     assert (f"pip install --force-reinstall torch==2.13.0 --index-url {workshop.CPU_INDEX}"
             in detail)
     assert workshop.CPU_INDEX == torch_index.CPU_INDEX

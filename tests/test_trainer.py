@@ -301,3 +301,24 @@ def test_kl_is_absent_not_zero_when_beta_is_0(tmp_path):
     assert all("loss/kl" not in m for m in h) and all("clip/ratio_mean" in m for m in h[1:])
     from grpo_lab.training.report import write_report
     write_report(h, tmp_path / "run", {"beta": 0.0})            # the report copes with it
+
+
+def test_the_learning_rate_of_each_step_is_logged_and_the_run_names_its_version(tmp_path):
+    """optim/lr: the value the schedule gave each step (warm-up 2, cosine over 4 steps, by
+    hand: lr * min(1, (s+1)/3) * (0.1 + 0.45 * (1 + cos(pi * s / 4)))); config.json and the
+    report name the grpo_lab that wrote them; a finished run leaves no lock file."""
+    import grpo_lab
+    from grpo_lab.training.report import write_report
+    c = cfg(tmp_path, steps=4, warmup_steps=2, lr_schedule="cosine", schedule_steps=0, lr=1e-3,
+            eval_every=0, eval_size=10)
+    history = train(c, progress=False)
+    lrs = [h["optim/lr"] for h in history if h["step"] >= 0]
+    assert lrs == pytest.approx([1e-3 / 3 * 1.0, 1e-3 * 2 / 3 * 0.868198, 1e-3 * 0.55,
+                                 1e-3 * 0.231802], rel=1e-6)
+    assert "optim/vf_lr" not in history[1]                   # no critic
+    run = tmp_path / "run"
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["grpo_lab_version"] == grpo_lab.__version__ == "0.1.0"
+    assert not list(run.glob(".lock*")), sorted(p.name for p in run.iterdir())
+    write_report(history, run, saved)
+    assert "Written by grpo_lab 0.1.0." in (run / "report.md").read_text()

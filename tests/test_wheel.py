@@ -177,7 +177,8 @@ def test_the_wheel_installs_and_runs_from_an_empty_folder(wheel, tmp_path):
 
         run(bindir / "grpo-lab", "notebooks", "lessons")
         copied = {p.relative_to(work / "lessons") for p in (work / "lessons").rglob("*") if p.is_file()}
-        assert copied == set(lesson_files(ROOT / "notebooks"))
+        assert copied == set(lesson_files(ROOT / "notebooks", solutions=False))
+        assert not (work / "lessons" / "exercises" / "solutions").exists()
         for rel in copied:
             assert (work / "lessons" / rel).read_bytes() == (ROOT / "notebooks" / rel).read_bytes()
 
@@ -245,17 +246,20 @@ def test_copy_lessons_refuses_to_overwrite_naming_the_file(tmp_path):
     for rel in ("00_a.ipynb", "WORKSHOP.md", "exercises/e.ipynb", "exercises/solutions/e.ipynb",
                 "exercises/make_exercises.py", "notes.txt"):
         (src / rel).write_text(rel)
+    assert [p.as_posix() for p in lesson_files(src, solutions=False)] == \
+        ["00_a.ipynb", "WORKSHOP.md", "exercises/e.ipynb"]
     dest = tmp_path / "out"
-    written = copy_lessons(dest, src=src)
+    written = copy_lessons(dest, src=src, solutions=True)
     assert sorted(p.relative_to(dest).as_posix() for p in written) == \
         ["00_a.ipynb", "WORKSHOP.md", "exercises/e.ipynb", "exercises/solutions/e.ipynb"]
+    assert len(copy_lessons(tmp_path / "handout", src=src)) == 3           # no solutions
     (dest / "exercises" / "e.ipynb").write_text("my answer")
     with pytest.raises(FileExistsError, match=r"out/00_a\.ipynb already exists \(and 3 more\): "
                                               r"pass --overwrite"):
-        copy_lessons(dest, src=src)
+        copy_lessons(dest, src=src, solutions=True)
     assert copy_lessons(dest, src=src, keep_existing=True) == []      # a learner's edit is kept
     assert (dest / "exercises" / "e.ipynb").read_text() == "my answer"
-    assert len(copy_lessons(dest, src=src, overwrite=True)) == 4
+    assert len(copy_lessons(dest, src=src, overwrite=True, solutions=True)) == 4
     assert (dest / "exercises" / "e.ipynb").read_text() == "exercises/e.ipynb"
     (tmp_path / "afile").write_text("x")
     with pytest.raises(NotADirectoryError, match="afile is a file"):
@@ -268,9 +272,102 @@ def test_notebooks_command_copies_and_refuses_with_a_clear_error(tmp_path, capsy
     from grpo_lab.cli import main
     assert main(["notebooks", str(tmp_path / "l")]) == 0
     assert (tmp_path / "l" / "WORKSHOP.md").is_file()
-    n = len(lesson_files())
+    assert (tmp_path / "l" / "exercises" / "loss.ipynb").is_file()
+    assert not (tmp_path / "l" / "exercises" / "solutions").exists()        # no answers
+    n = len(lesson_files(solutions=False))
+    assert n < len(lesson_files())
     assert f"{n} files copied into {tmp_path / 'l'}" in capsys.readouterr().out
+    assert main(["notebooks", str(tmp_path / "t"), "--solutions"]) == 0
+    assert (tmp_path / "t" / "exercises" / "solutions" / "loss.ipynb").is_file()
+    assert "and exercises/solutions/ their solutions" in capsys.readouterr().out
     assert main(["notebooks", str(tmp_path / "l")]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'l' / '00_quickstart.ipynb'} already exists (and {n - 1} more)" in err
     assert main(["notebooks", str(tmp_path / "l"), "--overwrite"]) == 0
+
+
+# ---------------------------------------------------------------- the set-up page's wheel route
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def documented_wheel_route() -> str:
+    """docs/setup.md's one line: torch's CPU build, then the wheel."""
+    lines = [line for line in (ROOT / "docs" / "setup.md").read_text().splitlines()
+             if line.startswith(f"pip install torch --index-url {CPU_INDEX} && pip install ")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def local_cpu_torch() -> Path | None:
+    """A CPU wheel of torch for this Python in one of pip's find-links folders (PIP_FIND_LINKS
+    or pip's configuration): the stand-in for torch's CPU index, which a test may not reach."""
+    r = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+                       text=True)
+    folders = os.environ.get("PIP_FIND_LINKS", "").split()
+    for line in r.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith("find-links"):
+            folders += value.strip("'\"").split()
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    for folder in folders:
+        found = sorted(Path(folder.removeprefix("file://")).glob(f"torch-*+cpu-{tag}-{tag}-*.whl"))
+        if found:
+            return found[-1]
+    return None
+
+
+def requirements(wheel: Path) -> list[str]:
+    """A wheel's unconditional Requires-Dist (no extra, no marker)."""
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = z.read(meta).decode().splitlines()
+    return [l.split(":", 1)[1].strip() for l in lines
+            if l.startswith("Requires-Dist:") and ";" not in l]
+
+
+def test_the_documented_wheel_route_installs_torchs_cpu_build(wheel, tmp_path):
+    """The set-up page's line, run as written in a fresh venv, the CPU index replaced by a local
+    folder that holds what it serves (torch's CPU wheel and torch's requirements); the wheel's
+    other dependencies come from wherever pip is set up to look. torch stays the CPU build."""
+    import shlex
+    import time
+
+    line = documented_wheel_route()
+    torch_wheel = local_cpu_torch()
+    need(torch_wheel is not None, "no CPU wheel of torch in pip's find-links folders")
+    index = tmp_path / "cpu-index"
+    index.mkdir()
+    shutil.copyfile(torch_wheel, index / torch_wheel.name)
+    r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:",
+                        "--dest", str(index), *requirements(torch_wheel)],
+                       capture_output=True, text=True, timeout=600)
+    need(r.returncode == 0, f"torch's requirements could not be fetched: {r.stderr[-500:]}")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    bindir = venv / ("Scripts" if os.name == "nt" else "bin")
+    line = line.replace(f"--index-url {CPU_INDEX}", f"--no-index --find-links {index}")
+    line = line.replace(wheel.name, str(wheel))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PYTHONNOUSERSITE"] = "1"
+    t0 = time.perf_counter()
+    for command in line.split(" && "):
+        args = shlex.split(command)
+        assert args[0] == "pip", command
+        r = subprocess.run([str(bindir / "pip"), *args[1:], "-q"], capture_output=True, text=True,
+                           env=env, cwd=tmp_path, timeout=900)
+        if "--no-index" not in args and r.returncode and "rror" in r.stderr and (
+                "connection" in r.stderr.lower() or "No matching distribution" in r.stderr):
+            need(False, f"the wheel's dependencies are not reachable here: {r.stderr[-300:]}")
+        assert r.returncode == 0, f"{command}: {r.stdout[-1000:]}{r.stderr[-2000:]}"
+    seconds = time.perf_counter() - t0
+    r = subprocess.run([str(bindir / "python"), "-c", (
+        "import json, importlib.metadata as m, torch, grpo_lab\n"
+        "print(json.dumps([torch.__version__, torch.version.cuda, sorted(d.metadata['Name'] for d"
+        " in m.distributions() if d.metadata['Name'].lower().startswith(('nvidia', 'triton')))]))")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    version, cuda, gpu_packages = json.loads(r.stdout)
+    assert cuda is None and version.endswith("+cpu") and gpu_packages == [], r.stdout
+    size = sum(p.stat().st_size for p in venv.rglob("*") if p.is_file() and not p.is_symlink())
+    print(f"wheel route: {seconds:.0f} s, {size / 2**30:.2f} GB in the venv, torch {version}")
+    assert size < 2.5 * 2**30, size         # 1.8 GB when written (torch's CPU build: 754 MB)

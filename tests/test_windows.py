@@ -98,7 +98,8 @@ def test_trainer_cli_preflight_and_notebook_00_run_without_posix_modules(tmp_pat
     assert out["cli"] == 0
     assert out["cli_again"] == 2 and "already holds a run" in out["cli_again_err"], out
     assert out["cli_overwrite"] == 0
-    assert {"checkpoint.safetensors", "metrics.jsonl", ".lock"} <= set(out["cli_files"])
+    assert {"checkpoint.safetensors", "metrics.jsonl"} <= set(out["cli_files"])
+    assert not {".lock", ".lock.held"} & set(out["cli_files"])      # a finished run: no lock
     verdict = out["preflight_text"].strip().splitlines()[-1]
     assert out["preflight"] in (0, 1), out["preflight_text"]
     assert verdict.startswith("OK: ready" if out["preflight"] == 0 else "NOT READY"), verdict

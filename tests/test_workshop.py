@@ -24,6 +24,43 @@ def test_prepare_copies_stubs_and_keeps_earlier_work(tmp_path):
     assert "YOUR CODE HERE" in (dest / "loss.ipynb").read_text()            # clean again
     kept = list((dest / "previous").glob("*/loss.ipynb"))
     assert len(kept) == 1 and kept[0].read_text() == "my work"            # nothing lost
+    assert [p.name for p in (dest / "previous").glob("*/*")] == ["loss.ipynb"]   # only it moved
+
+
+def test_an_untouched_copy_is_reused_and_reopen_keeps_the_learners_work(tmp_path):
+    import json
+    src = ROOT / "notebooks" / "exercises"
+    dest = tmp_path / "ws"
+    copies = workshop.prepare(src, dest)
+    stamp = {p.name: p.stat().st_mtime_ns for p in copies}
+    adv = json.loads((dest / "advantages.ipynb").read_text())
+    adv["metadata"]["widgets"] = {"saved by": "JupyterLab"}                # a save, no edit
+    (dest / "advantages.ipynb").write_text(json.dumps(adv))
+    assert workshop.untouched(dest / "advantages.ipynb", src / "advantages.ipynb")
+    workshop.prepare(src, dest)
+    assert not (dest / "previous").exists()                                # nothing to move
+    assert {p.name: p.stat().st_mtime_ns for p in copies if p.name != "advantages.ipynb"} == \
+        {k: v for k, v in stamp.items() if k != "advantages.ipynb"}        # reused, not recopied
+    assert "saved by" in (dest / "advantages.ipynb").read_text()
+    loss = json.loads((dest / "loss.ipynb").read_text())
+    code = next(c for c in loss["cells"] if c["cell_type"] == "code")
+    code["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["ran\n"]}]
+    (dest / "loss.ipynb").write_text(json.dumps(loss))                   # a cell run: touched
+    assert not workshop.untouched(dest / "loss.ipynb", src / "loss.ipynb")
+    (dest / "grouping.ipynb").unlink()                                    # a lost copy
+    workshop.prepare(src, dest, reopen=True)
+    assert not (dest / "previous").exists() and '"ran' in (dest / "loss.ipynb").read_text()
+    assert (dest / "grouping.ipynb").read_bytes() == (src / "grouping.ipynb").read_bytes()
+    (dest / "mine.ipynb").write_text("not a stub")
+    workshop.prepare(src, dest)
+    moved = sorted(p.name for p in (dest / "previous").glob("*/*"))
+    assert moved == ["loss.ipynb", "mine.ipynb"] and not (dest / "mine.ipynb").exists()
+    assert (dest / "loss.ipynb").read_bytes() == (src / "loss.ipynb").read_bytes()
+
+
+def test_reopen_needs_workshop(capsys):
+    assert main(["lab", "--reopen"]) == 2
+    assert "--reopen only applies with --workshop" in capsys.readouterr().err
 
 
 def test_prepare_names_a_folder_without_exercises(tmp_path):
@@ -34,7 +71,8 @@ def test_prepare_names_a_folder_without_exercises(tmp_path):
 def test_lab_workshop_opens_the_first_exercise_in_a_reset_workspace(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr("subprocess.call", lambda cmd, **kw: calls.append(cmd) or 0)
-    monkeypatch.setattr(workshop, "prepare", lambda src, dest: [tmp_path / "advantages.ipynb"])
+    monkeypatch.setattr(workshop, "prepare",
+                        lambda src, dest, reopen: [tmp_path / "advantages.ipynb"])
     assert main(["lab", "--workshop"]) == 0
     cmd = calls[0]
     assert cmd[1:3] == ["-m", "jupyterlab"]

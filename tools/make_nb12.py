@@ -2,7 +2,14 @@
 cells below, `python tools/make_nb12.py`. The cells are kept here, not in the .ipynb, so
 the lesson's text and code can be read and reviewed as one Python file."""
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sync_source  # noqa: E402  (tools/sync_source.py: the install cell and the badges)
+
+VERSION, REPOSITORY = sync_source.project()
+INSTALL_CELL = sync_source.install_cell(VERSION, REPOSITORY)
 
 MD, CODE = "markdown", "code"
 CELLS = [
@@ -33,15 +40,7 @@ its command and the machine's load)."""),
     (CODE, """# Parameters (papermill: -p QUICK 1). QUICK = 1: short runs, 0: full-size runs, None: the
 # GRPO_LAB_QUICK environment variable decides (make lab and the tests set it to 1).
 QUICK = None""", {"tags": ["parameters"]}),
-    (CODE, """# The same file runs in Colab: install grpo_lab only when it is missing (installed: does nothing).
-import os
-try:
-    import grpo_lab
-except ImportError:
-    %pip install --quiet grpo-lab
-    import grpo_lab
-if QUICK is not None:
-    os.environ["GRPO_LAB_QUICK"] = "1" if int(QUICK) else "0\""""),
+    (CODE, INSTALL_CELL),                     # every lesson's, from tools/sync_source.py
     (CODE, """import json, tempfile, time
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -359,7 +358,12 @@ OUT = Path(__file__).resolve().parents[1] / "notebooks" / "12_real_model_finding
 
 def notebook() -> str:
     """The .ipynb's text, outputs stripped (tests/test_docs.py checks the committed file is it)."""
-    nb = {"cells": [cell(i, *c) for i, c in enumerate(CELLS)],
+    cells = [cell(i, *c) for i, c in enumerate(CELLS)]
+    badges = sync_source.badge_line(REPOSITORY, OUT.name)
+    if badges:                                          # after the title, as in every lesson
+        title, _, rest = "".join(cells[0]["source"]).partition("\n")
+        cells[0]["source"] = (title + "\n" + badges + "\n" + rest).splitlines(keepends=True)
+    nb = {"cells": cells,
           "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                       "name": "python3"}, "language_info": {"name": "python"}},
           "nbformat": 4, "nbformat_minor": 5}

@@ -5,8 +5,9 @@ stubs, never ``solutions/``) copied into DIR (default ``runs/workshop/`` of the 
 the current folder for an installed package),
 without outputs, in a JupyterLab rooted at DIR (so the file browser cannot reach the
 solutions), whose workspace is reset (no tabs or kernels from an earlier session) and which
-opens on the first exercise. Running it again starts clean again; what a learner wrote before
-is moved, not deleted, to ``DIR/previous/<time>/``. The reset is a fresh workspace folder
+opens on the first exercise. Running it again starts clean again: a copy still as handed out
+is reused, and one a learner changed is moved, not deleted, to ``DIR/previous/<time>/``;
+``--reopen`` keeps every copy as the learner left it (the next session of the same room). The reset is a fresh workspace folder
 (``DIR/.workspaces``, emptied at each start), not JupyterLab's ``?reset`` query: Jupyter
 appends ``?token=...`` to the default URL as it stands, so a default URL that carries a query
 prints an address (``...ipynb?reset?token=...``) whose token the server never sees, and
@@ -43,21 +44,41 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"   # torch's CPU wheels (Makef
 PACKAGES = ("numpy", "sklearn", "matplotlib", "ipywidgets", "jupyterlab", "safetensors")
 
 
-def prepare(exercises: Path, dest: Path) -> list[Path]:
-    """Copy the exercise stubs of ``exercises`` into ``dest``; earlier copies move to
-    ``dest/previous/<time>/``. -> the fresh copies."""
+def untouched(copy: Path, stub: Path) -> bool:
+    """Whether a learner's ``copy`` of ``stub`` is as it was handed out: the same cells (kind
+    and source) and no outputs. Metadata JupyterLab writes on a save does not count; a cell
+    run does (its outputs are the learner's work)."""
+    import json
+    try:
+        a, b = (json.loads(Path(p).read_text()) for p in (copy, stub))
+        return [(c["cell_type"], "".join(c["source"]), c.get("outputs", [])) for c in a["cells"]] \
+            == [(c["cell_type"], "".join(c["source"]), c.get("outputs", [])) for c in b["cells"]]
+    except (ValueError, KeyError, TypeError, OSError):
+        return False                 # not a notebook any more: the learner's, kept
+
+
+def prepare(exercises: Path, dest: Path, reopen: bool = False) -> list[Path]:
+    """Copy the exercise stubs of ``exercises`` into ``dest`` -> the copies there, in order.
+    A copy still as handed out is reused; one a learner changed moves to
+    ``dest/previous/<time>/`` and a fresh stub takes its place, unless ``reopen`` (then it
+    stays as the learner left it, and only missing stubs are copied)."""
     stubs = sorted(Path(exercises).glob("*.ipynb"))
     if not stubs:
         raise FileNotFoundError(f"no exercise notebooks (*.ipynb) in {exercises}")
     dest = Path(dest)
-    old = sorted(dest.glob("*.ipynb"))
-    if old:
+    dest.mkdir(parents=True, exist_ok=True)
+    names = {p.name for p in stubs}
+    changed = [p for p in sorted(dest.glob("*.ipynb"))
+               if p.name not in names or not untouched(p, Path(exercises) / p.name)]
+    if changed and not reopen:
         keep = dest / "previous" / time.strftime("%Y%m%d-%H%M%S")
         keep.mkdir(parents=True, exist_ok=True)
-        for p in old:
+        for p in changed:
             shutil.move(str(p), keep / p.name)
-    dest.mkdir(parents=True, exist_ok=True)
-    return [Path(shutil.copy2(p, dest / p.name)) for p in stubs]
+    for p in stubs:
+        if not (dest / p.name).exists():
+            shutil.copy2(p, dest / p.name)
+    return [dest / p.name for p in stubs]
 
 
 def lab_env(full: bool = False, environ=None) -> dict:
@@ -71,15 +92,16 @@ def lab_env(full: bool = False, environ=None) -> dict:
     return env
 
 
-def lab_command(notebooks: Path, dest: Path | None = None) -> list[str]:
+def lab_command(notebooks: Path, dest: Path | None = None, reopen: bool = False) -> list[str]:
     """Prepare ``dest`` (default ``<checkout>/runs/workshop``; for an installed package, whose
     lessons sit inside it, ``runs/workshop`` of the current folder) from the stubs of
-    ``notebooks/exercises`` -> the jupyter lab command line that opens it, rooted there, with a
-    reset workspace (``dest/.workspaces`` emptied) on the first exercise."""
+    ``notebooks/exercises`` (``prepare``; ``reopen`` keeps a learner's work) -> the jupyter lab
+    command line that opens it, rooted there, with a reset workspace (``dest/.workspaces``
+    emptied) on the first exercise."""
     home = Path(notebooks).resolve().parent if IN_CHECKOUT else Path.cwd()
     dest = Path(dest if dest is not None else home / "runs" / "workshop")
     dest = dest.expanduser().resolve()
-    copies = prepare(Path(notebooks) / "exercises", dest)
+    copies = prepare(Path(notebooks) / "exercises", dest, reopen)
     first = FIRST if any(p.name == FIRST for p in copies) else copies[0].name
     shutil.rmtree(dest / WORKSPACES, ignore_errors=True)
     return [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={dest}",
@@ -105,8 +127,8 @@ def preflight(where: Path | str = ".", steps: int = 20) -> list[tuple[str, bool,
         build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
         unused = bool(torch.version.cuda) and not torch.cuda.is_available()
         out.append(_check("torch", not unused, f"{torch.__version__} ({build})" + (
-            " on a machine without a usable GPU: gigabytes of CUDA libraries for nothing; "
-            "install the CPU build: pip install --force-reinstall torch=="
+            f" on a machine without a usable GPU: {cuda_install_gb():.1f} GB of torch, triton "
+            "and nvidia-* packages installed for nothing; install the CPU build: pip install --force-reinstall torch=="
             f"{torch.__version__.split('+')[0]} --index-url {CPU_INDEX} (or delete .venv "
             "and run make env, which picks it)" if unused else "")))
     except Exception as e:                     # a broken wheel raises more than ImportError
@@ -122,6 +144,19 @@ def preflight(where: Path | str = ".", steps: int = 20) -> list[tuple[str, bool,
                       else ", ".join(PACKAGES) + " import"))
     out.append(_timed_steps(steps))
     return out
+
+
+def cuda_install_gb(distributions=None) -> float:
+    """What a CUDA build of torch occupies: the installed files of torch, triton and every
+    nvidia-* package (their RECORD sizes), in GB (2**30 bytes)."""
+    import importlib.metadata
+    dists = importlib.metadata.distributions() if distributions is None else distributions
+    total = 0
+    for d in dists:
+        name = (d.metadata["Name"] or "").lower().replace("_", "-")
+        if name in ("torch", "triton") or name.startswith("nvidia-"):
+            total += sum(f.size or 0 for f in d.files or ())
+    return total / 2**30
 
 
 def _timed_steps(steps: int) -> tuple[str, bool, str]:

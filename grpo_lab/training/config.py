@@ -128,9 +128,10 @@ class TrainConfig:
     report_to: str = "none"
     """Live logging of every step's metrics and the evaluation samples (trackers.py):
     "tensorboard" (out_dir/tensorboard), "wandb" (offline, out_dir/wandb, unless WANDB_MODE
-    is set), "trackio" (its local database), several joined by commas, or "none". Each is an
-    extra: pip install "grpo_lab[tensorboard]". A tracker that fails mid-run is warned about
-    once and dropped; training and metrics.jsonl go on."""
+    is set), "trackio" (its local database), several joined by commas, or "none". Each needs
+    its package: pip install tensorboard (a checkout: pip install -e ".[tensorboard]"). A
+    tracker that fails mid-run is warned about once and dropped; training and metrics.jsonl
+    go on."""
     steps: int = 3000
     """Number of GRPO steps (each: one rollout, mu policy updates)."""
     time_budget_s: float = 300.0

@@ -33,6 +33,11 @@ def flag_text(value, key: str, path) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
+VERSION_KEY = "grpo_lab_version"
+"""out_dir/config.json's record of the grpo_lab that wrote it (trainer.py); not a field: read
+back, it is skipped."""
+
+
 def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
     """A JSON or YAML config file -> (the flags it stands for: ["--steps=30",
     "--exchange.name=sharded", ...], the dotted keys set to null): a sub-config's mapping
@@ -62,6 +67,8 @@ def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
                               f"got {type(data).__name__}")
     flat = {}
     for key, value in data.items():
+        if key == VERSION_KEY:
+            continue
         if key in SUB_CONFIGS and isinstance(value, dict):
             flat.update({f"{key}.{k}": v for k, v in value.items()})
         else:

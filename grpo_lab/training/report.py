@@ -7,6 +7,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from grpo_lab import __version__
 from grpo_lab.algorithm import health, samples
 
 PANELS = [  # (metrics drawn together, title, y label)
@@ -130,7 +131,7 @@ def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None
                            target=(cfg_dict or {}).get("target_accuracy") or None)
         fig.savefig(out / "report.png", dpi=110)
         plt.close(fig)
-    lines = ["# GRPO run report", ""]
+    lines = ["# GRPO run report", "", f"Written by grpo_lab {__version__}.", ""]
     if s["base_accuracy"] is None:
         lines += ["No held-out evaluation (eval_size=0).", ""]
     else:

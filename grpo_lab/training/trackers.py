@@ -165,8 +165,10 @@ def check_installed(report_to: str) -> None:
     is imported: this runs before training, on every rank)."""
     for n in sink_names(report_to):
         if importlib.util.find_spec(SINKS[n].package) is None:
-            raise ModuleNotFoundError(f"report_to={n!r} needs the {SINKS[n].package!r} package, "
-                                      f"which is not installed: pip install \"grpo_lab[{n}]\"")
+            pkg = SINKS[n].package
+            raise ModuleNotFoundError(f"report_to={n!r} needs the {pkg!r} package, which is not "
+                                      f"installed: pip install {pkg} (in a checkout: pip install "
+                                      f"-e \".[{n}]\")")
 
 
 def scalars(row: dict) -> dict:

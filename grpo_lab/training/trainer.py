@@ -49,7 +49,9 @@ from tqdm.auto import tqdm
 
 from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
                                  save_training_checkpoint)
+from grpo_lab import __version__
 from grpo_lab.training.config import CONFIG_FILE, TrainConfig, config_changes, to_dict
+from grpo_lab.training.config_file import VERSION_KEY
 from grpo_lab.training.trackers import Trackers, check_installed
 from grpo_lab.distributed import dcp
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
@@ -402,7 +404,8 @@ def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path) -
                         "time/threads": threads, **({"plugins/sha256": plugins} if plugins else {})})
     if lead:                                    # replaced atomically: a kill leaves old or new
         write_lines_atomic(log_path, [json.dumps(h) + "\n" for h in history])
-        write_lines_atomic(out / CONFIG_FILE, [json.dumps(to_dict(cfg), indent=1) + "\n"])
+        write_lines_atomic(out / CONFIG_FILE, [json.dumps({VERSION_KEY: __version__, **to_dict(cfg)},
+                                                          indent=1) + "\n"])
     return _Start(policy, ctx, ex, collect, objective, evaluate_now, samples, start, history,
                   changes)
 
@@ -425,7 +428,8 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
         stop.step, t_step = step, now()
         clock = ctx.clock
         clock.clear()                            # "time/<phase>_s" of this step
-        ex.set_lr(learning_rate(cfg, step))
+        lr = learning_rate(cfg, step)
+        ex.set_lr(lr)
         with ex.gathered():           # the rollout's forwards: a different number per rank
             batch = collect(policy, cfg, step, ctx)
         t_collect = now() - t_step
@@ -451,7 +455,9 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
         t_check = now()
         _check_finite(ex, step, ckpt, group)
         add_time(clock, "time/check_s", now() - t_check)
-        metrics = {"step": step, **batch.metrics, **_reduce_shares(shares, group), **ex_metrics,
+        metrics = {"step": step, "optim/lr": lr,         # the schedule's values at this step
+                   **({"optim/vf_lr": lr * cfg.ppo.vf_lr / cfg.lr} if cfg.ppo.vf_lr else {}),
+                   **batch.metrics, **_reduce_shares(shares, group), **ex_metrics,
                    **{k: 0.0 for k in PHASES}, **clock,
                    "time/rollout_s": t_collect, "time/step_s": now() - t_step}
         if changes and step == start:
