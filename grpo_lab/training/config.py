@@ -357,6 +357,7 @@ class TrainConfig:
         from grpo_lab.algorithm.loss import AGGREGATIONS
         from grpo_lab.algorithm.methods import apply_method
         from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
+        from grpo_lab.agents import step as agents  # noqa: F401 (environments, objective "agent")
         from grpo_lab.tasks.instruct import check_config as check_instruct
         from grpo_lab.tasks.rewards import REWARDS
         from grpo_lab.training.step import get_objective

@@ -355,7 +355,8 @@ def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path) -
         if not cfg.eval_size:
             return {}
         rows: list = []
-        res = evaluate_tasks(policy, eval_sets, cfg.reward_weights, max_new, samples=rows)
+        res = (run.objective.evaluate or evaluate_tasks)(policy, eval_sets, cfg.reward_weights,
+                                                         max_new, samples=rows)   # agents: episodes
         append_samples(out, step, rows)
         samples[step] = rows
         return res
