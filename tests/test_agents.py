@@ -329,3 +329,106 @@ def test_held_out_ranges_are_never_drawn_for_training():
     cfg = TrainConfig(objective="agent", task="guess", eval_size=0)
     drawn = prompt_source(cfg, held)(random.Random(0), 500)
     assert not held & {e.prompt for e in drawn}
+
+
+def test_train_from_the_command_line_raises_the_reward(tmp_path, capsys):
+    """``grpo-lab train`` with an environment from a plugin: the reward of the second turn
+    (after a masked observation) rises from the base's few percent."""
+    import json
+    from pathlib import Path
+
+    from grpo_lab.cli import main
+    plugin = str(Path(__file__).resolve().parent / "plugins" / "second_turn_env.py")
+    out = tmp_path / "run"
+    code = main(["train", "--plugin", plugin, "--objective", "agent", "--task", "second_turn",
+                 "--dynamic_sampling", "false", "--steps", "30", "--prompts_per_step", "8",
+                 "--group_size", "8", "--lr", "1e-3", "--beta", "0", "--warmup_steps", "0",
+                 "--lr_schedule", "constant", "--eval_size", "0", "--threads", "1",
+                 "--out_dir", str(out)])
+    assert code == 0, capsys.readouterr().err
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    reward = [r["reward/mean"] for r in rows if "reward/mean" in r]
+    assert len(reward) == 30
+    first, last = sum(reward[:5]) / 5, sum(reward[-5:]) / 5
+    assert first < 0.3 and last > first + 0.4, reward                 # measured: 0.07 -> 0.95
+    assert all(r["episode/turns_mean"] <= 2 for r in rows if "episode/turns_mean" in r)
+
+
+# ---- truncation, the warm-up, variants of an environment
+
+class _NeverDone:
+    def reset(self, example, seed):
+        return ""
+
+    def step(self, action):
+        return "", 0.0, False
+
+    def state_key(self):
+        return 0
+
+
+def _never_done(name, **settings):
+    if name not in ENVIRONMENTS:
+        def make_example(rng, _name=name):
+            return Example(f"{rng.randrange(10)}+1=", "1", _name)
+        make_example.__qualname__ = f"{name}_examples"
+        register_environment(name, _NeverDone, make_example, AgentSettings(**settings),
+                             answer_chars="0123456789", max_answer_len=1)
+    return get_environment(name)
+
+
+def test_truncation_by_turns_and_by_tokens_is_recorded():
+    m = base()
+    exs = [Example("1+1=", "1", "x"), Example("3+4=", "1", "x")]
+    ep = sample_episodes(m, exs, _never_done("never_done", max_turns=2), 2, greedy=True)
+    assert ep.end == ["turns"] * 4 and [len(t) for t in ep.turns] == [2] * 4
+    assert not bool(ep.scored.rollout.stopped.any())
+    text = ep.scored.texts[0]                              # two actions, no observation
+    assert text.startswith("2|") and text.count("|") == 2 and "[" not in text
+    ep = sample_episodes(m, exs, _never_done("never_done_1", max_action_tokens=1), 2,
+                         greedy=True)
+    assert ep.end == ["tokens"] * 4 and ep.turns == [[]] * 4    # a digit, no <eos> in 1 token
+    assert ep.scored.rollout.policy_mask.sum(1).tolist() == [1] * 4
+    # the block size: a prompt that leaves no room for an action's <eos>
+    m.cfg.block_size, old = 6, m.cfg.block_size
+    try:
+        ep = sample_episodes(m, [Example("12+34=", "1", "x")], _never_done("never_done"), 1,
+                             greedy=True)
+    finally:
+        m.cfg.block_size = old
+    assert ep.end == ["tokens"] and ep.scored.rollout.completion_mask.sum() == 0
+
+
+def test_random_player_expected_guesses_by_hand():
+    from grpo_lab.agents.warmup import random_guesses
+    # n = 2: the first guess is right half the time, else the second: 1.5
+    # n = 3: guess the middle (1/3): right, or 1 more; an end (2/3): right 1/3, else the
+    # other two hold the secret with E(2) = 1.5 (below/above) or E(0) -> 1 + (0 + 2 + 2*1.5... )
+    assert random_guesses(1) == 1 and random_guesses(2) == 1.5
+    # E(3) = 1 + ((0 + 2 E(2)) + (1 E(1) + 1 E(1)) + (2 E(2) + 0)) / 9 = 1 + (3 + 2 + 3) / 9
+    assert random_guesses(3) == pytest.approx(1 + 8 / 9)
+
+
+def test_warm_up_trains_on_the_players_tokens_only():
+    from grpo_lab.agents.warmup import demo_batch, warm_up
+    m = base()
+    env = get_environment("guess")
+    r = demo_batch(m, env, examples("guess", 4), random.Random(0))
+    own, real = r.loss_mask, r.completion_mask
+    assert bool((own <= real).all()) and bool((real & ~own).any())   # feedback in the sequence
+    assert bool((r.completion_ids[own & (r.completion_ids == EOS)] == EOS).any())
+    obs = r.completion_ids[real & ~own].tolist()
+    assert set(obs) <= set(encode("<>?"))                         # only feedback is masked
+    losses = warm_up(m, env, lambda rng, n: examples("guess", n, rng.randrange(10 ** 6)), 30,
+                     batch=32, lr=2e-3)
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.3, losses
+
+
+def test_an_environment_variant_under_another_name():
+    from grpo_lab.agents.environments import with_settings
+    v = with_settings("guess", "guess_gigpo_test", credit="gigpo", omega=0.5)
+    assert v.settings.credit == "gigpo" and v.settings.max_turns == 5 and v.make is GuessNumber
+    assert get_environment("guess").settings.credit == "episode"
+    ex = TASKS["guess_gigpo_test"].make(random.Random(0))
+    assert ex.task == "guess_gigpo_test" and ex.prompt.startswith("g:")
+    assert {e.task for e in TASKS["guess_gigpo_test"].eval_fn()} == {"guess_gigpo_test"}

@@ -233,7 +233,7 @@ def episode_text(model, row) -> str:
     out, span = [], []
     for k, (t, own, _) in enumerate(row):
         span.append(t)
-        if k + 1 == len(row) or row[k + 1][1] != own:                    # the span ends
+        if k + 1 == len(row) or row[k + 1][1] != own or t == model.eos_id:   # a span ends
             text = model.decode(span)
             out.append(text + ("|" if span[-1] == model.eos_id else "") if own else f"[{text}]")
             span = []

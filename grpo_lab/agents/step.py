@@ -109,7 +109,7 @@ def evaluate_episodes(policy, eval_sets: dict, weights=None, max_new=None,
                       samples: list | None = None, batch: int = 256) -> dict:
     """Greedy episodes on each held-out set -> eval/accuracy (the share of episodes the
     environment ended with a positive return: success), eval/reward (the mean return),
-    eval/turns (mean policy turns); ``samples`` gets the first episodes' texts
+    eval/turns (mean policy turns), eval/turns_success (over the successes); ``samples`` gets the first episodes' texts
     (observations in brackets). ``weights`` and ``max_new`` are the single-turn evaluation's
     arguments, unused: the environment rewards and limits."""
     acc, rew, turns = [], [], []
@@ -127,9 +127,10 @@ def evaluate_episodes(policy, eval_sets: dict, weights=None, max_new=None,
             acc += ok
             rew += ep.scored.rewards.tolist()
             turns += [len(t) for t in ep.turns]
-    n = max(len(acc), 1)
+    n, won = max(len(acc), 1), [t for t, a in zip(turns, acc) if a]
     return {"eval/accuracy": sum(acc) / n, "eval/reward": sum(rew) / n,
-            "eval/turns": sum(turns) / n}
+            "eval/turns": sum(turns) / n,
+            **({"eval/turns_success": sum(won) / len(won)} if won else {})}
 
 
 REFUSED = (
@@ -137,7 +138,9 @@ REFUSED = (
                                   "policy for now (policy='toy')"),
     (lambda c: c.rollout != "grpo_lab", "rollout={0.rollout!r} samples one turn at a time; "
                                         "multi-turn episodes need rollout='grpo_lab'"),
-    (lambda c: c.dynamic_sampling, "dynamic_sampling redraws prompts by single-turn rewards"),
+    (lambda c: c.dynamic_sampling, "dynamic_sampling (the CLI's default preset tiny_cpu sets "
+                                   "it; --dynamic_sampling false, or --preset agent_cpu): it "
+                                   "redraws prompts by single-turn rewards"),
     (lambda c: c.overlong != "none", "overlong={0.overlong!r} reads whole completions; an "
                                      "episode's limits are its environment's AgentSettings"),
     (lambda c: bool(c.beta) and c.kl_in == "reward", "kl_in='reward' sums the KL over every "
