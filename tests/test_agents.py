@@ -432,3 +432,35 @@ def test_an_environment_variant_under_another_name():
     ex = TASKS["guess_gigpo_test"].make(random.Random(0))
     assert ex.task == "guess_gigpo_test" and ex.prompt.startswith("g:")
     assert {e.task for e in TASKS["guess_gigpo_test"].eval_fn()} == {"guess_gigpo_test"}
+
+
+def test_agent_step_is_the_same_on_2_processes(tmp_path):
+    """The episode step on 2 processes computes what 1 does: each rank samples its slice of
+    the prompts with their own generators and reset seeds, the returns are gathered before
+    the group baseline, GiGPO's step groups stay inside a rank (a prompt's G episodes)."""
+    import json
+
+    from pathlib import Path
+
+    from grpo_lab.policies.policy import load_policy_any
+    from grpo_lab.registry import load_plugins
+    from grpo_lab.training.trainer import spawn_train, train
+    plugin = str(Path(__file__).resolve().parent / "plugins" / "gigpo_variant.py")
+    load_plugins(plugin)                                   # every rank loads it too
+
+    def cfg(out):
+        return TrainConfig(objective="agent", task="add_retry_gigpo", prompts_per_step=5,
+                           group_size=4, steps=3, lr=3e-4, warmup_steps=0, adam_eps=1e-6,
+                           beta=0.0, aggregation="token_mean", eval_size=0, ckpt_every=3,
+                           time_budget_s=0.0, threads=1, out_dir=str(out),
+                           plugins=plugin)
+    one = train(cfg(tmp_path / "one"), progress=False)
+    spawn_train([cfg(tmp_path / "two")], 2, run_timeout_s=300)
+    a = load_policy_any(tmp_path / "one" / "checkpoint.safetensors").state_dict()
+    b = load_policy_any(tmp_path / "two" / "checkpoint.safetensors").state_dict()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=0, msg=k)
+    two = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    for x, y in zip(one[1:], two[1:]):
+        for k in ("reward/mean", "adv/var", "completion/mean_len"):
+            assert x[k] == pytest.approx(y[k], abs=1e-9), k

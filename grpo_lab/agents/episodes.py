@@ -14,7 +14,10 @@ Sampling, turn by turn for all N = B*G rows at once (nanochat batches one conver
 TRL's environment mode runs one generate call per turn over the whole history):
   * the prompts run once, their cache repeated G times (as rollout.sample does);
   * an action grows one token a row per forward against the cache; a row that finished its
-    action (or its episode) takes padding, a column whose key is masked;
+    action (or its episode) takes padding, a column whose key is masked; every turn draws
+    ``max_action_tokens`` noises from each prompt's generator, used or not, so a prompt's
+    episodes do not depend on the other prompts of the batch (the longest action of a turn):
+    a run on N processes samples what one process does;
   * the environment steps every row whose action ended; the observations are left-padded into
     one block and prefilled onto the cache in one forward (not the whole history again);
     ``use_cache=False`` recomputes the whole history at every forward instead: the same
@@ -161,16 +164,19 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
         start = {i: len(seq[i]) for i in live}
         acting = torch.zeros(N, dtype=torch.bool, device=dev)
         acting[live] = True
-        for _ in range(s.max_action_tokens):
+        every = torch.arange(N, device=dev)
+        for k in range(s.max_action_tokens):
             room = ctx.next_pos < limit                                    # (N,) a position left
             for i in (acting & ~room).nonzero().flatten().tolist():
                 end[i] = "tokens"
             acting &= room
-            if not bool(acting.any()):
-                break
             logp = F.log_softmax(scaled_logits(ctx.last, temperature), -1)  # (N, V)
+            if not bool(acting.any()):
+                for _ in range(s.max_action_tokens - k if not greedy else 0):
+                    DRAWS[draw](logp, top_k, G, generator, every, N, top_p)   # noise not used
+                break
             tok = (logp.argmax(-1) if greedy else
-                   DRAWS[draw](logp, top_k, G, generator, torch.arange(N, device=dev), N, top_p))
+                   DRAWS[draw](logp, top_k, G, generator, every, N, top_p))
             tok = torch.where(acting, tok, pad)                            # (N,)
             lp = logp.gather(1, tok[:, None])[:, 0]                        # (N,)
             for i in acting.nonzero().flatten().tolist():
