@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import random
 import sys
 import time
 from pathlib import Path

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from grpo_lab import timelimit
-from grpo_lab.agents import step as agent_step
+from grpo_lab.agents import step as agent_step  # noqa: F401 (the environments, "agent")
 from grpo_lab.agents.credit import (CREDITS, discounted_returns, gigpo_credit, step_advantages,
                                     step_groups)
 from grpo_lab.agents.environments import (ENVIRONMENTS, TOOLS, AgentSettings, EnvironmentFailed,
@@ -22,7 +22,7 @@ from grpo_lab.agents.games import GuessNumber, optimal_guesses
 from grpo_lab.algorithm.rollout import Rollout, Scored, completion_logprobs
 from grpo_lab.policies.model import GPT, GPTConfig
 from grpo_lab.tasks import TASKS, Example, get_task
-from grpo_lab.tokenizer import EOS, PAD, VOCAB_SIZE, encode
+from grpo_lab.tokenizer import EOS, VOCAB_SIZE, encode
 from grpo_lab.training.config import TrainConfig
 from grpo_lab.training.step import Batch, grpo_objective
 
@@ -402,8 +402,6 @@ def test_truncation_by_turns_and_by_tokens_is_recorded():
 def test_random_player_expected_guesses_by_hand():
     from grpo_lab.agents.warmup import random_guesses
     # n = 2: the first guess is right half the time, else the second: 1.5
-    # n = 3: guess the middle (1/3): right, or 1 more; an end (2/3): right 1/3, else the
-    # other two hold the secret with E(2) = 1.5 (below/above) or E(0) -> 1 + (0 + 2 + 2*1.5... )
     assert random_guesses(1) == 1 and random_guesses(2) == 1.5
     # E(3) = 1 + ((0 + 2 E(2)) + (1 E(1) + 1 E(1)) + (2 E(2) + 0)) / 9 = 1 + (3 + 2 + 3) / 9
     assert random_guesses(3) == pytest.approx(1 + 8 / 9)

@@ -259,13 +259,13 @@ def call_tool(tools: dict, action: str) -> str:
 
 class ToolEnvironment:
     """A task with tools: calls are answered by the tools, any other action is the answer
-    (reward 1 if it equals the example's answer, else 0; the episode ends). ``TOOLS`` on a
-    subclass names the tools it offers (default: every registered tool)."""
-    TOOLS: tuple = ()
+    (reward 1 if it equals the example's answer, else 0; the episode ends). A
+    subclass, ``offers``, names the tools it offers (default: every registered tool)."""
+    offers: tuple = ()
 
     def reset(self, example: Example, seed: int) -> str:
         self.example, self.calls = example, 0
-        self.tools = {n: TOOLS[n] for n in (self.TOOLS or TOOLS)}
+        self.tools = {n: TOOLS[n] for n in (self.offers or TOOLS)}
         return ""
 
     def step(self, action: str):

@@ -166,7 +166,7 @@ register_tool("add", add)
 
 
 class AddWithTool(ToolEnvironment):
-    TOOLS = ("add",)
+    offers = ("add",)
 
 
 def add3_examples(rng: random.Random) -> Example:
