@@ -47,7 +47,9 @@ def reset_seeds(seed: int, step: int, indices) -> list[int]:
 
 def episode_metrics(ep, g: Gathered, adv_flat: torch.Tensor, prompt_index, G: int) -> dict:
     """reward/, episode/, completion/, adv/ metrics. episode/ metrics are this rank's episodes
-    (on one process, the batch's); reward/ and completion/ are the global batch's."""
+    (on one process, the batch's) but done_frac, the global batch's as reward/ and completion/.
+    No completion/stopped_frac: health.py's "truncated" finding reads it as cut at
+    max_new_tokens, which an episode's limits are not (episode/truncated_* say which)."""
     n = max(len(ep.end), 1)
     turns = [len(t) for t in ep.turns]
     groups = step_groups(ep.turns, ep.scored.rollout.prompt_index)
@@ -63,8 +65,7 @@ def episode_metrics(ep, g: Gathered, adv_flat: torch.Tensor, prompt_index, G: in
         "episode/step_groups": len(sizes),
         "episode/step_group_size": sum(sizes) / max(len(sizes), 1),
         "completion/mean_len": float(g.lengths.float().mean()),          # policy tokens
-        "completion/stopped_frac": float(g.stopped.float().mean()),
-        "completion/truncated_frac": float((~g.stopped).float().mean()),
+        "episode/done_frac": float(g.stopped.float().mean()),           # the global batch's
         "adv/abs_mean": float(adv_flat.abs().mean()),
         **advantage_diagnostics(adv_flat, prompt_index),
     }
