@@ -21,15 +21,27 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from grpo_lab.agents import step as agent_step  # noqa: E402,F401 (registers the environments)
 from grpo_lab.agents.environments import get_environment, with_settings  # noqa: E402
+from grpo_lab.agents.episodes import sample_episodes  # noqa: E402
 from grpo_lab.agents.games import optimal_guesses  # noqa: E402
 from grpo_lab.agents.step import evaluate_episodes  # noqa: E402
 from grpo_lab.agents.warmup import random_guesses, warm_up  # noqa: E402
 from grpo_lab.policies.model import load_policy, save_policy  # noqa: E402
+from grpo_lab.policies.policy import load_policy_any  # noqa: E402
 from grpo_lab.tasks import TASKS, sample_examples  # noqa: E402
 from grpo_lab.training.config import preset  # noqa: E402
 from grpo_lab.training.trainer import train  # noqa: E402
 
 WIDTH = {"guess": 8, "guess4": 4}
+
+
+def sampled(policy, env, held, G: int = 8) -> str:
+    """Held-out success, turns of the successes and mean return at temperature 1 (G episodes
+    per held-out example, seeded): the policy GRPO trains, not its greedy mode."""
+    ep = sample_episodes(policy, held, env, G, temperature=1.0,
+                         generator=[torch.Generator().manual_seed(i) for i in range(len(held))])
+    won = [len(t) for t, e in zip(ep.turns, ep.end) if e == "done"]
+    return (f"sampled: success {len(won) / len(ep.end):.3f}, turns of the successes "
+            f"{sum(won) / max(len(won), 1):.3f}, return {float(ep.scored.rewards.mean()):.3f}")
 
 
 def main(argv=None):
@@ -61,7 +73,7 @@ def main(argv=None):
     print(f"optimum {optimal_guesses(w):.3f} guesses, random player {random_guesses(w):.3f}")
     print(f"base   : {base}")
     print(f"warm-up: {a.warm_steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
-          f"{t_warm:.1f} s: {warmed}")
+          f"{t_warm:.1f} s: {warmed}; {sampled(policy, env, held)}")
     for credit in a.credits:
         name = a.env if credit == "episode" else f"{a.env}_{credit}"
         if credit != "episode":
@@ -75,8 +87,17 @@ def main(argv=None):
         evals = [(r["step"], round(r["eval/accuracy"], 3), round(r["eval/turns"], 3),
                   round(r.get("eval/turns_success", float("nan")), 3))
                  for r in h if "eval/accuracy" in r]
-        print(f"{credit:8s}: {time.perf_counter() - t:.1f} s, (step, success, turns, turns of "
-              f"the successes): {evals}", flush=True)
+        print(f"{credit:8s}: {time.perf_counter() - t:.1f} s, greedy (step, success, turns, "
+              f"turns of the successes): {evals}", flush=True)
+        trained = load_policy_any(Path(cfg.out_dir) / "checkpoint.safetensors")
+        rows = [r for r in h if "reward/mean" in r]
+        first, last = rows[:50], rows[-50:]
+        mean = lambda rs, k: sum(r[k] for r in rs) / len(rs)              # noqa: E731
+        print(f"          training (sampled) first / last 50 steps: success "
+              f"{mean(first, 'episode/success'):.3f} -> {mean(last, 'episode/success'):.3f}, "
+              f"turns {mean(first, 'episode/turns_mean'):.2f} -> "
+              f"{mean(last, 'episode/turns_mean'):.2f}; held out {sampled(trained, env, held)}",
+              flush=True)
 
 
 if __name__ == "__main__":
