@@ -57,6 +57,14 @@ class Rollout:
     logprobs: torch.Tensor         # (N, Tc) float, log-prob of each sampled token, 0 on padding
     prompt_index: torch.Tensor     # (N,) long, index of the prompt (0..B-1) of each row
     stopped: torch.Tensor          # (N,) bool, True if the completion emitted <eos>
+    loss_mask: torch.Tensor | None = None  # (N, Tc) bool, the policy's own tokens (a multi-turn
+                                           # episode: not the environment's); None: all real
+
+    @property
+    def policy_mask(self) -> torch.Tensor:
+        """(N, Tc) bool: the tokens the policy chose, what the loss and its statistics read
+        (agents/episodes.py: the observations are real tokens the policy did not write)."""
+        return self.completion_mask if self.loss_mask is None else self.loss_mask
 
     @property
     def group_size(self) -> int:
@@ -271,7 +279,8 @@ def take_scored(s: Scored, rows: torch.Tensor) -> Scored:
     r = s.rollout
     kept, new_index = torch.unique(r.prompt_index[rows], return_inverse=True)  # (B',), (N',)
     sub = Rollout(r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows],
-                  r.completion_mask[rows], r.logprobs[rows], new_index, r.stopped[rows])
+                  r.completion_mask[rows], r.logprobs[rows], new_index, r.stopped[rows],
+                  None if r.loss_mask is None else r.loss_mask[rows])
     return Scored([s.examples[i] for i in kept.tolist()], sub, s.rewards[rows],
                   {k: v[rows] for k, v in s.parts.items()},
                   [s.texts[i] for i in rows.nonzero().flatten().tolist()])
@@ -292,7 +301,9 @@ def cat_scored(ss: list[Scored]) -> Scored:
         completion_mask=torch.cat([right(r.completion_mask, False) for r in rs]),
         logprobs=torch.cat([right(r.logprobs, 0.0) for r in rs]),               # (N, Tc)
         prompt_index=torch.cat([r.prompt_index + o for r, o in zip(rs, offsets)]),  # (N,)
-        stopped=torch.cat([r.stopped for r in rs]))                             # (N,)
+        stopped=torch.cat([r.stopped for r in rs]),                             # (N,)
+        loss_mask=None if all(r.loss_mask is None for r in rs) else
+        torch.cat([right(r.policy_mask, False) for r in rs]))                   # (N, Tc)
     return Scored([e for s in ss for e in s.examples], out, torch.cat([s.rewards for s in ss]),
                   {k: torch.cat([s.parts[k] for s in ss]) for k in ss[0].parts},
                   [t for s in ss for t in s.texts])

@@ -358,6 +358,7 @@ class TrainConfig:
         from grpo_lab.algorithm.loss import AGGREGATIONS
         from grpo_lab.algorithm.methods import apply_method
         from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
+        from grpo_lab.agents import step as agents  # noqa: F401 (environments, objective "agent")
         from grpo_lab.tasks.instruct import check_config as check_instruct
         from grpo_lab.tasks.rewards import REWARDS
         from grpo_lab.training.step import get_objective
@@ -682,6 +683,13 @@ PRESETS: dict[str, dict] = {
                      "grad_clip": 0.0, "warmup_steps": 0, "steps": 1800, "schedule_steps": 2000,
                      "beta": 0.0, "time_budget_s": 0.0, "eval_every": 0, "eval_size": 0,
                      "ckpt_every": 1000},
+    # multi-turn GRPO on an environment (agents/, objective "agent"): the guessing game from a
+    # policy warmed up on it (bench/bench_agents.py writes runs/agents/guess_warm.safetensors);
+    # dynamic sampling off (it redraws by single-turn rewards), no reference (beta 0)
+    "agent_cpu": {"objective": "agent", "task": "guess", "dynamic_sampling": False,
+                  "beta": 0.0, "lr": 3e-4, "temperature": 1.0, "prompts_per_step": 8,
+                  "group_size": 8, "steps": 200, "eval_every": 50, "eval_size": 72,
+                  "base_checkpoint": "runs/agents/guess_warm.safetensors"},
     "quick": {"steps": 30, "time_budget_s": 0.0, "prompts_per_step": 8, "group_size": 4,
               "eval_every": 10, "eval_size": 50, "ckpt_every": 10},
     # the 7-family mixture from a base that knows each family a little (data/README.md);

@@ -46,6 +46,7 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
+from grpo_lab.agents.environments import refuse_environment_tasks
 from grpo_lab.distributed.group import Group
 from grpo_lab.algorithm.advantages import (advantage_diagnostics, grouped_advantages,
                                            informative_groups, reward_group_diagnostics)
@@ -307,7 +308,7 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
                                         forward=cfg.update_forward,
                                         entropy_grad=bool(cfg.entropy_coef))
     dev = logp.device                                    # the batch is kept on the CPU
-    keep, m = keep.to(dev), r.completion_mask.to(dev)                      # (N_r,), (N_r, Tc)
+    keep, m = keep.to(dev), r.policy_mask.to(dev)                          # (N_r,), (N_r, Tc)
     kept = m & keep[:, None]                                               # (N_r, Tc) in the loss
     rows, sampler = {k: x.to(dev) for k, x in batch.rows.items()}, r.logprobs.to(dev)
     t = Tokens(logp, rows.get("old", sampler), sampler, entropy, kept if counts_dropped else m,
@@ -447,6 +448,8 @@ class Objective:
     prepare: Callable | None = None   # (policy, cfg, load) -> None: attach extra modules
     check: Callable | None = None     # (cfg) -> None: raise on settings it does not support
     description: str = ""
+    evaluate: Callable | None = None  # (policy, eval_sets, weights, max_new, samples=) -> metrics
+                                      # (None: trainer.evaluate_tasks, single-turn greedy)
 
     def __iter__(self):           # one release: ``collect, objective = OBJECTIVES[name]``
         return iter((self.collect, self.loss))
@@ -468,7 +471,7 @@ def get_objective(name: str) -> Objective:
     return lookup(OBJECTIVES, name, "objective", "register your own with step.register_objective")
 
 
-register_objective("grpo", collect, grpo_objective,
+register_objective("grpo", collect, grpo_objective, check=refuse_environment_tasks,
                    description="GRPO: group-relative advantages, clipped surrogate + beta * KL")
 register_objective("supervised", collect_demos, supervised_objective, uses_reference=False,
                    description="cross-entropy on task demonstrations (answers only)")

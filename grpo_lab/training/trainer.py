@@ -61,6 +61,8 @@ from grpo_lab.machine import add_time, free_cores, now, wchar
 from grpo_lab.policies.model import GPT
 from grpo_lab.policies.policy import frozen, get_policy_kind, load_for
 from grpo_lab.algorithm.grouping import StepGrouper
+from grpo_lab.agents import step as _agents  # noqa: F401 (objective "agent", environments: a
+                                             # spawned rank builds no config)
 from grpo_lab.algorithm.rollout import sample_and_score
 from grpo_lab.algorithm.vllm_rollout import rollout_scorer
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
@@ -357,7 +359,8 @@ def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path) -
         if not cfg.eval_size:
             return {}
         rows: list = []
-        res = evaluate_tasks(policy, eval_sets, cfg.reward_weights, max_new, samples=rows)
+        res = (run.objective.evaluate or evaluate_tasks)(policy, eval_sets, cfg.reward_weights,
+                                                         max_new, samples=rows)   # agents: episodes
         append_samples(out, step, rows)
         samples[step] = rows
         return res

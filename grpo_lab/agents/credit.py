@@ -1,0 +1,116 @@
+"""Credit assignment for multi-turn episodes: how an episode's rewards become the advantage of
+each policy token. Records in ``CREDITS``, one signature, chosen by the environment's
+``AgentSettings.credit``:
+
+    fn(episode_adv (N,), turns (N,) lists of Turn, prompt_index (N,), Tc, settings)
+        -> advantages (N,) or (N, Tc)
+
+``episode_adv`` is the lab's group-relative advantage of each episode's return (the run's
+grouper and estimator: ``advantages.grouped_advantages``), computed on the global batch.
+
+  * ``episode``: every policy token of an episode gets its episode's advantage (GRPO applied
+    to whole episodes: the baseline TRL's environment mode and verl's multi-turn GRPO train).
+  * ``gigpo``: GiGPO (Feng et al. 2025, arXiv 2505.10978), eq. 8: A = A^E + omega * A^S. The
+    step advantage A^S of the action taken at turn t of episode i:
+        R_t^i = sum_{k >= t} gamma^(k-t) r_k^i                 (eq. 5, discounted step return)
+        step group of (i, t) = the turns, among the G episodes of i's prompt, taken from a
+            state with the same state key (eq. 6, anchor states; compared exactly)
+        A^S = (R_t^i - mean(group)) / F_norm(group)            (eq. 7)
+    F_norm is the group's unbiased std plus 1e-6 (``step_norm="std"``, the paper's and
+    verl-agent's "mean_std_norm") or 1 (``"none"``, verl-agent's default "mean_norm"). A step
+    group of one turn has A^S = 0 (verl-agent: its mean is its own return). Every token of the
+    turn's action gets A^S; the observation tokens are masked anyway.
+
+Deviations from verl-agent's ``core_gigpo.py``: A^E is the lab's estimator over the lab's
+groups (the paper's eq. 3 with the std: the default estimator "grpo", whose eps is 1e-4), per
+episode; verl-agent's default computes the episode mean over its step rows (each episode
+weighted by its number of steps, ``compute_mean_std_cross_steps``). Step groups are formed
+within a prompt's G episodes as in both; since a rank holds all G episodes of its prompts,
+A^S needs no exchange between ranks.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from grpo_lab.registry import check_new, lookup
+
+STEP_EPS = 1e-6                   # verl-agent's epsilon in step_norm_reward
+
+
+@dataclass(frozen=True)
+class Credit:
+    name: str
+    fn: Callable
+    description: str = ""
+
+
+CREDITS: dict[str, Credit] = {}
+
+
+def register_credit(name: str, fn: Callable, description: str = "") -> Credit:
+    """Add a credit assignment (``AgentSettings(credit=name)``) -> its record."""
+    check_new(CREDITS, "credit assignment", name, fn, lambda c: c.fn)
+    CREDITS[name] = Credit(name, fn, description)
+    return CREDITS[name]
+
+
+def get_credit(name: str) -> Credit:
+    return lookup(CREDITS, name, "credit assignment", "register your own with register_credit")
+
+
+def discounted_returns(rewards: list[float], gamma: float) -> list[float]:
+    """[r_0, ..., r_T] -> [R_0, ..., R_T], R_t = r_t + gamma R_{t+1} (GiGPO eq. 5)."""
+    out, running = [], 0.0
+    for r in reversed(rewards):
+        running = r + gamma * running
+        out.append(running)
+    return out[::-1]
+
+
+def step_groups(turns: list, prompt_index: torch.Tensor) -> dict:
+    """(prompt, state key) -> [(row, turn)]: GiGPO's anchor-state step groups (eq. 6)."""
+    groups = defaultdict(list)
+    for i, row in enumerate(turns):
+        for t, turn in enumerate(row):
+            groups[(int(prompt_index[i]), turn.key)].append((i, t))
+    return dict(groups)
+
+
+def step_advantages(turns: list, prompt_index: torch.Tensor, gamma: float,
+                    step_norm: str = "std") -> list[list[float]]:
+    """Each turn's step advantage A^S (eq. 7) -> (N,) lists, one value per turn."""
+    returns = [discounted_returns([t.reward for t in row], gamma) for row in turns]
+    out = [[0.0] * len(row) for row in turns]
+    for members in step_groups(turns, prompt_index).values():
+        R = torch.tensor([returns[i][t] for i, t in members], dtype=torch.float64)   # (n,)
+        if len(R) < 2:
+            continue                                   # its own mean: A^S = 0
+        adv = R - R.mean()
+        if step_norm == "std":
+            adv = adv / (R.std() + STEP_EPS)                                # unbiased std
+        for (i, t), a in zip(members, adv.tolist()):
+            out[i][t] = a
+    return out
+
+
+def episode_credit(episode_adv, turns, prompt_index, Tc: int, settings) -> torch.Tensor:
+    return episode_adv                                                     # (N,)
+
+
+def gigpo_credit(episode_adv, turns, prompt_index, Tc: int, settings) -> torch.Tensor:
+    A = episode_adv[:, None].repeat(1, Tc).float()                         # (N, Tc) A^E
+    step = step_advantages(turns, prompt_index, settings.gamma, settings.step_norm)
+    for i, row in enumerate(turns):
+        for t, turn in enumerate(row):
+            A[i, turn.start:turn.end] += settings.omega * step[i][t]      # eq. 8
+    return A
+
+
+register_credit("episode", episode_credit,
+                "every policy token gets its episode's group-relative advantage")
+register_credit("gigpo", gigpo_credit,
+                "GiGPO: the episode's advantage + omega x the anchor-state step advantage")

@@ -1,0 +1,464 @@
+"""Agents (grpo_lab/agents/): environments and tools as records, the multi-turn rollout, the
+observation tokens' zero gradient, KV reuse == recompute, GiGPO's step advantages by hand,
+hostile environments, the objective's refusals."""
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import pytest
+import torch
+
+from grpo_lab import timelimit
+from grpo_lab.agents import step as agent_step  # noqa: F401 (the environments, "agent")
+from grpo_lab.agents.credit import (CREDITS, discounted_returns, gigpo_credit, step_advantages,
+                                    step_groups)
+from grpo_lab.agents.environments import (ENVIRONMENTS, TOOLS, AgentSettings, EnvironmentFailed,
+                                          call_tool, get_environment, parse_call,
+                                          register_environment)
+from grpo_lab.agents.episodes import Turn, sample_episodes
+from grpo_lab.agents.games import GuessNumber, optimal_guesses
+from grpo_lab.algorithm.rollout import Rollout, Scored, completion_logprobs
+from grpo_lab.policies.model import GPT, GPTConfig
+from grpo_lab.tasks import TASKS, Example, get_task
+from grpo_lab.tokenizer import EOS, VOCAB_SIZE, encode
+from grpo_lab.training.config import TrainConfig
+from grpo_lab.training.step import Batch, grpo_objective
+
+
+def policy(seed=0, block=32):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=VOCAB_SIZE, block_size=block, n_layer=2, n_head=2, n_embd=32))
+
+
+def base():
+    from grpo_lab.policies.model import load_policy
+    return load_policy("data/base_policy.safetensors")
+
+
+def examples(name, n, seed=0):
+    rng = random.Random(seed)
+    return [get_task(name).make(rng) for _ in range(n)]
+
+
+def gens(n, seed=0):
+    return [torch.Generator().manual_seed(seed + i) for i in range(n)]
+
+
+# ---- the guessing game and the tool syntax, by hand
+
+def test_guess_number_feedback_state_and_reward():
+    env = GuessNumber()
+    assert env.reset(Example("g:10-17=", "13", "guess", fields={"lo": 10, "hi": 17}), 0) == ""
+    assert env.state_key() == (10, 17)
+    assert env.step("15") == ("<", 0.0, False) and env.state_key() == (10, 14)
+    assert env.step("11") == (">", 0.0, False) and env.state_key() == (12, 14)
+    assert env.step("x") == ("?", 0.0, False) and env.state_key() == (12, 14)
+    assert env.step("16") == ("?", 0.0, False)           # outside what the feedback left
+    obs, reward, done = env.step("13")
+    assert (obs, done) == ("", True) and reward == pytest.approx(1 - 0.1 * 4)
+
+
+def test_optimal_guesses_by_hand():
+    # 8 numbers: depths 1, 2, 2, 3, 3, 3, 3, 4 under bisection -> 21 / 8
+    assert optimal_guesses(1) == 1 and optimal_guesses(2) == 1.5
+    assert optimal_guesses(8) == pytest.approx(21 / 8)
+    assert optimal_guesses(4) == pytest.approx((1 + 2 + 2 + 3) / 4)
+
+
+def test_tool_calls_errors_are_observations():
+    assert parse_call("46") is None
+    assert parse_call("?add:12,34") == ("add", ["12", "34"])
+    assert call_tool(TOOLS, "?add:12,34") == "46"
+    assert call_tool(TOOLS, "?add12") == "error: a call is ?name:args"
+    assert call_tool(TOOLS, "?mul:2,3") == "error: no tool mul"
+    assert call_tool(TOOLS, "?add:1") == "error: TypeError"        # a missing argument
+    assert call_tool(TOOLS, "?add:a,1") == "error: ValueError"
+    env = get_environment("add_tool").make()
+    env.reset(Example("1+2+3=", "6", "add_tool"), 0)
+    assert env.step("?add:1,2") == ("3", 0.0, False)
+    assert env.step("6") == ("", 1.0, True)
+
+
+def test_settings_are_checked():
+    with pytest.raises(ValueError, match="max_turns must be an int >= 1, got 0"):
+        AgentSettings(max_turns=0)
+    with pytest.raises(ValueError, match="unknown credit assignment 'nope'"):
+        AgentSettings(credit="nope")
+    with pytest.raises(ValueError, match="gamma must be in"):
+        AgentSettings(gamma=1.5)
+
+
+# ---- the rollout: masks, KV reuse == recompute
+
+def test_episode_layout_and_masks():
+    m = base()
+    ep = sample_episodes(m, examples("add_retry", 3), get_environment("add_retry"), 4,
+                         generator=gens(3), temperature=1.0)
+    r = ep.scored.rollout
+    assert r.completion_ids.shape[0] == 12 and r.loss_mask is not None
+    assert bool((r.loss_mask <= r.completion_mask).all())
+    # every row's real tokens contiguous from column 0, padding after
+    lengths = r.completion_mask.sum(1)
+    assert torch.equal(r.completion_mask, torch.arange(r.completion_mask.shape[1])[None] < lengths[:, None])
+    for i, turns in enumerate(ep.turns):
+        own = r.loss_mask[i].nonzero().flatten().tolist()
+        assert own == [c for t in turns for c in range(t.start, t.end)] or ep.end[i] == "tokens"
+        assert bool((r.logprobs[i][~r.loss_mask[i]] == 0).all())  # forced tokens: no log-prob
+        assert len(turns) <= 3 and ep.end[i] in ("done", "turns", "tokens")
+    # the G episodes of a prompt start from one state
+    assert all(ep.turns[i][0].key == ep.turns[i - i % 4][0].key for i in range(12) if ep.turns[i])
+
+
+def test_kv_reuse_across_turns_equals_recompute():
+    m = base()
+    env = get_environment("add_retry")
+    exs = examples("add_retry", 3, seed=2)
+    a = sample_episodes(m, exs, env, 4, generator=gens(3), temperature=1.0)
+    b = sample_episodes(m, exs, env, 4, generator=gens(3), temperature=1.0, use_cache=False)
+    ra, rb = a.scored.rollout, b.scored.rollout
+    assert torch.equal(ra.completion_ids, rb.completion_ids)
+    assert torch.equal(ra.loss_mask, rb.loss_mask) and a.end == b.end
+    assert sum(len(t) for t in a.turns) > 12              # several turns were taken
+    assert bool(((~ra.loss_mask) & ra.completion_mask).any())   # observations in the sequence
+    # log-probs of a few units: float32 rounding of two summation orders
+    assert torch.allclose(ra.logprobs, rb.logprobs, atol=1e-5, rtol=0)
+    for forward in ("prompt_once", "completion", "packed", "all_positions"):  # the update's
+        lp = completion_logprobs(m, ra, 1.0, forward=forward)
+        assert torch.allclose(lp[ra.loss_mask], ra.logprobs[ra.loss_mask], atol=1e-5, rtol=0)
+
+
+def _hand_built_batch():
+    """One prompt, two episodes: "g:1-4=" then 2<eos> [>] 3<eos>, and 3<eos> [<] 1<eos>."""
+    ex = Example("g:1-4=", "3", "guess4", fields={"lo": 1, "hi": 4})
+    p = encode(ex.prompt)
+    rows = [[encode("2")[0], EOS, encode(">")[0], encode("3")[0], EOS],
+            [encode("3")[0], EOS, encode("<")[0], encode("1")[0], EOS]]
+    own = torch.tensor([[1, 1, 0, 1, 1]] * 2, dtype=torch.bool)
+    r = Rollout(torch.tensor([p, p]), torch.ones(2, len(p), dtype=torch.bool),
+                torch.tensor(rows), torch.ones(2, 5, dtype=torch.bool), torch.zeros(2, 5),
+                torch.tensor([0, 0]), torch.tensor([True, False]), loss_mask=own)
+    rewards = torch.tensor([0.9, 0.0])
+    s = Scored([ex], r, rewards, {"env": rewards}, ["", ""])
+    return s, own
+
+
+@pytest.mark.parametrize("beta,entropy_coef", [(0.0, 0.0), (0.1, 0.01)])
+def test_environment_tokens_get_exactly_zero_gradient(beta, entropy_coef):
+    m = policy(2)
+    m.train()
+    s, own = _hand_built_batch()
+    cfg = TrainConfig(objective="agent", task="guess4", beta=beta, entropy_coef=entropy_coef,
+                      update_forward="completion", eval_size=0, temperature=1.0)
+    s.rollout.logprobs = completion_logprobs(m, s.rollout).detach().masked_fill(~own, 0.0)
+    rows = {"ref": completion_logprobs(policy(3), s.rollout)} if beta else {}
+    batch = Batch(s, torch.tensor([1.0, -1.0]), rows, 2, int(own.sum()), torch.tensor([0]), {})
+    kept = {}
+    hook = m.lm_head.register_forward_hook(lambda mod, i, out: kept.setdefault("logits", out))
+    loss, _ = grpo_objective(m, batch, cfg)
+    hook.remove()
+    logits = kept["logits"]                                # (2, Tp + Tc, V): one forward
+    grad, = torch.autograd.grad(loss, logits)
+    assert logits.shape[1] == own.shape[1] + 1             # logits_to_keep = Tc + 1
+    g = grad[:, :-1]                                       # (2, Tc, V): predicts completion j
+    assert bool((g[~own] == 0).all())                      # the observation tokens: exactly 0
+    assert bool((g[own].abs().sum(-1) > 0).all())          # every policy token: some gradient
+
+
+def test_policy_mask_sets_the_normaliser_and_statistics():
+    m = policy(2)
+    s, own = _hand_built_batch()
+    s.rollout.logprobs = completion_logprobs(m, s.rollout).detach().masked_fill(~own, 0.0)
+    # per-token advantages with a large value on the observation's column: token_mean over
+    # the 8 policy tokens at ratio 1 gives -(1 + 1 + 1 + 1) / 8 = -0.5; had the observation
+    # counted, -(4 + 10) / 10 = -1.4
+    A = torch.tensor([[1.0, 1.0, 10.0, 1.0, 1.0], [0.0] * 5])
+    for aggregation, expected in (("token_mean", -0.5), ("seq_mean_token_mean", -0.5)):
+        cfg = TrainConfig(objective="agent", task="guess4", beta=0.0, eval_size=0,
+                          aggregation=aggregation, temperature=1.0)
+        batch = Batch(s, A, {}, 2, int(own.sum()), torch.tensor([0]), {})
+        loss, shares = grpo_objective(m, batch, cfg)
+        assert float(loss.detach()) == pytest.approx(expected, abs=1e-6)   # terms of size 1
+        assert shares["clip/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+
+
+# ---- GiGPO, by hand from the paper's definitions (eq. 5-8)
+
+def test_discounted_returns_by_hand():
+    assert discounted_returns([0.0, 0.0, 1.0], 0.5) == [0.25, 0.5, 1.0]
+    assert discounted_returns([1.0, 2.0], 1.0) == [3.0, 2.0]
+
+
+def test_gigpo_step_advantages_hand_worked():
+    # one prompt, three episodes (gamma 0.5):
+    #   A: s0 -> s1 -> success    rewards 0, 1       R = 0.5, 1
+    #   B: s0 -> s2 (truncated)   rewards 0, 0       R = 0, 0
+    #   C: s0 -> s1 -> s3 -> win  rewards 0, 0, 1    R = 0.25, 0.5, 1
+    # step groups: s0 {A0 .5, B0 0, C0 .25}: mean .25, unbiased std .25 -> +1, -1, 0
+    #              s1 {A1 1, C1 .5}: mean .75, std sqrt(.125) -> +-.25 / .353553 = +-.707107
+    #              s2 {B1}, s3 {C2}: alone -> 0
+    T = lambda k, r, a, b: Turn(k, r, a, b)                              # noqa: E731
+    turns = [[T("s0", 0.0, 0, 2), T("s1", 1.0, 3, 5)],
+             [T("s0", 0.0, 0, 2), T("s2", 0.0, 3, 5)],
+             [T("s0", 0.0, 0, 2), T("s1", 0.0, 3, 5), T("s3", 1.0, 6, 8)]]
+    pi = torch.tensor([0, 0, 0])
+    assert {k: len(v) for k, v in step_groups(turns, pi).items()} == \
+        {(0, "s0"): 3, (0, "s1"): 2, (0, "s2"): 1, (0, "s3"): 1}
+    std = step_advantages(turns, pi, 0.5, "std")
+    e = 1e-6
+    assert std[0] == pytest.approx([0.25 / (0.25 + e), 0.25 / (math.sqrt(0.125) + e)], abs=1e-9)
+    assert std[1] == pytest.approx([-0.25 / (0.25 + e), 0.0], abs=1e-9)
+    assert std[2] == pytest.approx([0.0, -0.25 / (math.sqrt(0.125) + e), 0.0], abs=1e-9)
+    none = step_advantages(turns, pi, 0.5, "none")
+    assert none == [pytest.approx([0.25, 0.25]), pytest.approx([-0.25, 0.0]),
+                    pytest.approx([0.0, -0.25, 0.0])]
+    # eq. 8 on the tokens: A^E on every column, + omega A^S on each action's columns
+    A_E = torch.tensor([0.5, -1.0, 0.5])
+    A = gigpo_credit(A_E, turns, pi, 9, AgentSettings(credit="gigpo", omega=2.0, gamma=0.5,
+                                                      step_norm="none"))
+    assert A.shape == (3, 9)
+    assert A[0].tolist() == pytest.approx([1.0, 1.0, 0.5, 1.0, 1.0] + [0.5] * 4)
+    assert A[1].tolist() == pytest.approx([-1.5, -1.5] + [-1.0] * 7)
+    assert A[2].tolist() == pytest.approx([0.5, 0.5, 0.5, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5])
+    assert CREDITS["episode"].fn(A_E, turns, pi, 9, None) is A_E
+
+
+# ---- hostile environments
+
+class _Hostile:
+    mode = "raise"
+
+    def reset(self, example, seed):
+        return ""
+
+    def step(self, action):
+        if self.mode == "raise":
+            raise KeyError("boom")
+        if self.mode == "hang":
+            while True:
+                time.sleep(0.01)
+        if self.mode == "huge":
+            return "<" * 100000 + "\u00e9", 0.0, False
+        return "not a tuple"
+
+    def state_key(self):
+        return 0
+
+
+def _hostile(mode):
+    cls = type(f"Hostile_{mode}", (_Hostile,), {"mode": mode})
+    cls.__module__ = __name__
+    name = f"hostile_{mode}"
+    if name not in ENVIRONMENTS:
+        def make_example(rng, _name=name):
+            return Example(f"{rng.randrange(100)}+1=", "1", _name)
+        make_example.__qualname__ = f"hostile_{mode}_examples"
+        register_environment(name, cls, make_example, AgentSettings(max_turns=3),
+                             answer_chars="0123456789", max_answer_len=1)
+    return get_environment(name)
+
+
+def test_environment_that_raises_is_named():
+    with pytest.raises(EnvironmentFailed, match=r"environment 'hostile_raise': step\(\) on "
+                                                r"action .* raised KeyError: 'boom'"):
+        sample_episodes(base(), [Example("1+1=", "1", "x")], _hostile("raise"), 2)
+
+
+def test_environment_with_wrong_types_is_named():
+    with pytest.raises(EnvironmentFailed, match=r"must return \(observation str, finite reward"):
+        sample_episodes(base(), [Example("1+1=", "1", "x")], _hostile("types"), 2)
+
+
+def test_environment_that_hangs_stops_at_the_time_limit(monkeypatch):
+    monkeypatch.setattr(timelimit, "LIMIT_S", 0.3)
+    t = time.perf_counter()
+    with pytest.raises(timelimit.UserCodeTimeout, match=r"environment 'hostile_hang' step\(\)"):
+        sample_episodes(base(), [Example("1+1=", "1", "x")], _hostile("hang"), 2)
+    assert time.perf_counter() - t < 5
+
+
+def test_huge_observation_is_cut_and_unreadable_characters_dropped():
+    env = _hostile("huge")
+    ep = sample_episodes(base(), [Example("1+1=", "1", "x")], env, 2, generator=gens(1))
+    stepped = sum(len(t) for t in ep.turns)
+    cut_rows = [i for i, t in enumerate(ep.turns) if len(t) and ep.end[i] != "tokens" or len(t) > 1]
+    assert ep.obs_cut >= 1 and ep.dropped_chars == ep.obs_cut    # one "é" per observation seen
+    r = ep.scored.rollout
+    obs = r.completion_mask & ~r.loss_mask                                 # (N, Tc)
+    # no observation is longer than max_observation_tokens (8) in a row
+    for i in range(2):
+        run = 0
+        for c in obs[i].tolist():
+            run = run + 1 if c else 0
+            assert run <= env.settings.max_observation_tokens
+    assert stepped >= 1 and cut_rows
+
+
+def test_training_stops_cleanly_on_a_raising_environment(tmp_path):
+    from grpo_lab.training.trainer import train
+    _hostile("raise")
+    cfg = TrainConfig(objective="agent", task="hostile_raise", steps=2, prompts_per_step=2,
+                      group_size=2, eval_size=0, out_dir=str(tmp_path / "run"), beta=0.0)
+    with pytest.raises(EnvironmentFailed, match="hostile_raise") as info:
+        train(cfg, progress=False)
+    assert "at step 0" in str(info.value.__notes__)
+
+
+# ---- the objective's settings
+
+def test_objectives_refuse_what_they_cannot_train():
+    with pytest.raises(ValueError, match="task 'guess' is an environment .* objective='agent'"):
+        TrainConfig(task="guess")
+    with pytest.raises(ValueError, match="objective='agent' trains on an environment: "
+                                         "task='addition'"):
+        TrainConfig(objective="agent", task="addition")
+    with pytest.raises(ValueError, match="aggregation='dr_grpo'"):
+        TrainConfig(objective="agent", task="guess", aggregation="dr_grpo")
+    with pytest.raises(ValueError, match="dynamic_sampling"):
+        TrainConfig(objective="agent", task="guess", dynamic_sampling=True)
+    with pytest.raises(ValueError, match="rollout='vllm'"):
+        TrainConfig(objective="agent", task="guess", rollout="vllm", policy="hf",
+                    base_checkpoint="data/hf_tiny", tis_cap=2.0)
+
+
+def test_held_out_ranges_are_never_drawn_for_training():
+    held = {e.prompt for e in TASKS["guess"].eval_fn()}
+    assert len(held) == 9 and "g:3-10=" in held
+    from grpo_lab.training.trainer import prompt_source
+    cfg = TrainConfig(objective="agent", task="guess", eval_size=0)
+    drawn = prompt_source(cfg, held)(random.Random(0), 500)
+    assert not held & {e.prompt for e in drawn}
+
+
+def test_train_from_the_command_line_raises_the_reward(tmp_path, capsys):
+    """``grpo-lab train`` with an environment from a plugin: the reward of the second turn
+    (after a masked observation) rises from the base's few percent."""
+    import json
+    from pathlib import Path
+
+    from grpo_lab.cli import main
+    plugin = str(Path(__file__).resolve().parent / "plugins" / "second_turn_env.py")
+    out = tmp_path / "run"
+    code = main(["train", "--plugin", plugin, "--objective", "agent", "--task", "second_turn",
+                 "--dynamic_sampling", "false", "--steps", "30", "--prompts_per_step", "8",
+                 "--group_size", "8", "--lr", "1e-3", "--beta", "0", "--warmup_steps", "0",
+                 "--lr_schedule", "constant", "--eval_size", "0", "--threads", "1",
+                 "--out_dir", str(out)])
+    assert code == 0, capsys.readouterr().err
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    reward = [r["reward/mean"] for r in rows if "reward/mean" in r]
+    assert len(reward) == 30
+    first, last = sum(reward[:5]) / 5, sum(reward[-5:]) / 5
+    assert first < 0.3 and last > first + 0.4, reward                 # measured: 0.07 -> 0.95
+    assert all(r["episode/turns_mean"] <= 2 for r in rows if "episode/turns_mean" in r)
+
+
+# ---- truncation, the warm-up, variants of an environment
+
+class _NeverDone:
+    def reset(self, example, seed):
+        return ""
+
+    def step(self, action):
+        return "", 0.0, False
+
+    def state_key(self):
+        return 0
+
+
+def _never_done(name, **settings):
+    if name not in ENVIRONMENTS:
+        def make_example(rng, _name=name):
+            return Example(f"{rng.randrange(10)}+1=", "1", _name)
+        make_example.__qualname__ = f"{name}_examples"
+        register_environment(name, _NeverDone, make_example, AgentSettings(**settings),
+                             answer_chars="0123456789", max_answer_len=1)
+    return get_environment(name)
+
+
+def test_truncation_by_turns_and_by_tokens_is_recorded():
+    m = base()
+    exs = [Example("1+1=", "1", "x"), Example("3+4=", "1", "x")]
+    ep = sample_episodes(m, exs, _never_done("never_done", max_turns=2), 2, greedy=True)
+    assert ep.end == ["turns"] * 4 and [len(t) for t in ep.turns] == [2] * 4
+    assert not bool(ep.scored.rollout.stopped.any())
+    text = ep.scored.texts[0]                              # two actions, no observation
+    assert text.startswith("2|") and text.count("|") == 2 and "[" not in text
+    ep = sample_episodes(m, exs, _never_done("never_done_1", max_action_tokens=1), 2,
+                         greedy=True)
+    assert ep.end == ["tokens"] * 4 and ep.turns == [[]] * 4    # a digit, no <eos> in 1 token
+    assert ep.scored.rollout.policy_mask.sum(1).tolist() == [1] * 4
+    # the block size: a prompt that leaves no room for an action's <eos>
+    m.cfg.block_size, old = 6, m.cfg.block_size
+    try:
+        ep = sample_episodes(m, [Example("12+34=", "1", "x")], _never_done("never_done"), 1,
+                             greedy=True)
+    finally:
+        m.cfg.block_size = old
+    assert ep.end == ["tokens"] and ep.scored.rollout.completion_mask.sum() == 0
+
+
+def test_random_player_expected_guesses_by_hand():
+    from grpo_lab.agents.warmup import random_guesses
+    # n = 2: the first guess is right half the time, else the second: 1.5
+    assert random_guesses(1) == 1 and random_guesses(2) == 1.5
+    # E(3) = 1 + ((0 + 2 E(2)) + (1 E(1) + 1 E(1)) + (2 E(2) + 0)) / 9 = 1 + (3 + 2 + 3) / 9
+    assert random_guesses(3) == pytest.approx(1 + 8 / 9)
+
+
+def test_warm_up_trains_on_the_players_tokens_only():
+    from grpo_lab.agents.warmup import demo_batch, warm_up
+    m = base()
+    env = get_environment("guess")
+    r = demo_batch(m, env, examples("guess", 4), random.Random(0))
+    own, real = r.loss_mask, r.completion_mask
+    assert bool((own <= real).all()) and bool((real & ~own).any())   # feedback in the sequence
+    assert bool((r.completion_ids[own & (r.completion_ids == EOS)] == EOS).any())
+    obs = r.completion_ids[real & ~own].tolist()
+    assert set(obs) <= set(encode("<>?"))                         # only feedback is masked
+    losses = warm_up(m, env, lambda rng, n: examples("guess", n, rng.randrange(10 ** 6)), 30,
+                     batch=32, lr=2e-3)
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.3, losses
+
+
+def test_an_environment_variant_under_another_name():
+    from grpo_lab.agents.environments import with_settings
+    v = with_settings("guess", "guess_gigpo_test", credit="gigpo", omega=0.5)
+    assert v.settings.credit == "gigpo" and v.settings.max_turns == 5 and v.make is GuessNumber
+    assert get_environment("guess").settings.credit == "episode"
+    ex = TASKS["guess_gigpo_test"].make(random.Random(0))
+    assert ex.task == "guess_gigpo_test" and ex.prompt.startswith("g:")
+    assert {e.task for e in TASKS["guess_gigpo_test"].eval_fn()} == {"guess_gigpo_test"}
+
+
+def test_agent_step_is_the_same_on_2_processes(tmp_path):
+    """The episode step on 2 processes computes what 1 does: each rank samples its slice of
+    the prompts with their own generators and reset seeds, the returns are gathered before
+    the group baseline, GiGPO's step groups stay inside a rank (a prompt's G episodes)."""
+    import json
+
+    from pathlib import Path
+
+    from grpo_lab.policies.policy import load_policy_any
+    from grpo_lab.registry import load_plugins
+    from grpo_lab.training.trainer import spawn_train, train
+    plugin = str(Path(__file__).resolve().parent / "plugins" / "gigpo_variant.py")
+    load_plugins(plugin)                                   # every rank loads it too
+
+    def cfg(out):
+        return TrainConfig(objective="agent", task="add_retry_gigpo", prompts_per_step=5,
+                           group_size=4, steps=3, lr=3e-4, warmup_steps=0, adam_eps=1e-6,
+                           beta=0.0, aggregation="token_mean", eval_size=0, ckpt_every=3,
+                           time_budget_s=0.0, threads=1, out_dir=str(out),
+                           plugins=plugin)
+    one = train(cfg(tmp_path / "one"), progress=False)
+    spawn_train([cfg(tmp_path / "two")], 2, run_timeout_s=300)
+    a = load_policy_any(tmp_path / "one" / "checkpoint.safetensors").state_dict()
+    b = load_policy_any(tmp_path / "two" / "checkpoint.safetensors").state_dict()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=0, msg=k)
+    two = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    for x, y in zip(one[1:], two[1:]):
+        for k in ("reward/mean", "adv/var", "completion/mean_len"):
+            assert x[k] == pytest.approx(y[k], abs=1e-9), k
