@@ -109,3 +109,17 @@ def test_eval_of_a_training_checkpoint_asks_as_its_run_asked(tmp_path, capsys, l
     got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert got["eval/accuracy"] == final["eval/accuracy"]
     assert got["eval/format"] == final["eval/format"] and got["eval/reward"] == final["eval/reward"]
+
+
+def test_eval_of_a_transformers_folder_asks_it_as_an_hf_policy(tmp_path, capsys):
+    """`eval --checkpoint FOLDER --answer_format tags` called a transformers folder 'the toy'
+    ('needs policy='hf' ... the toy uses raw'): a folder is an HF policy."""
+    model = _long_context_tiny(tmp_path)
+    assert main(["eval", "--checkpoint", str(model), "--answer_format", "tags",
+                 "--eval_size", "5"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["checkpoint"] == str(model) and "eval/format" in got     # asked with tags
+    assert main(["eval", "--checkpoint", "data/hf_tiny", "--answer_format", "tags",
+                 "--eval_size", "5"]) == 2                  # its 64-token context is too short
+    err = capsys.readouterr().err
+    assert "toy" not in err and "exceeds the model's block_size 64" in err, err
