@@ -457,15 +457,20 @@ def eval_config(checkpoint: str, task: str | None, answer_format: str | None) ->
     with), else the defaults (a policy file records none); ``--task`` and ``--answer_format``
     replace theirs. A transformers model folder is asked as an HF policy (policy='hf'), not
     as the toy. The checkpoint's plugins are imported first."""
-    from grpo_lab.checkpoint import CKPT_TAG, read_tensors
+    from grpo_lab.checkpoint import CKPT_TAG, CheckpointError, meta_field, read_tensors
     from grpo_lab.paths import resolve_path
     from grpo_lab.training.config import from_dict
 
     meta = read_tensors(checkpoint)[1] if str(checkpoint).endswith(".safetensors") else {}
-    saved = json.loads(meta["config"]) if meta.get("format") == CKPT_TAG else {}
+    saved = meta_field(meta, "config", checkpoint) if meta.get("format") == CKPT_TAG else {}
     folder = not saved and resolve_path(checkpoint).is_dir()
-    cfg = (from_dict(saved) if saved else
-           TrainConfig(policy="hf", base_checkpoint=str(checkpoint)) if folder else TrainConfig())
+    try:
+        cfg = (from_dict(saved) if saved else
+               TrainConfig(policy="hf", base_checkpoint=str(checkpoint)) if folder else
+               TrainConfig())
+    except (TypeError, ValueError) as e:              # a forged or hand-edited header
+        raise CheckpointError(f"{checkpoint}: metadata 'config' is not a run's config: "
+                              f"{type(e).__name__}: {e}") from None
     given = {k: v for k, v in (("task", task), ("answer_format", answer_format)) if v}
     return dataclasses.replace(cfg, **given) if given else cfg
 

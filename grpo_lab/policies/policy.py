@@ -40,8 +40,8 @@ from typing import Callable
 
 import torch
 
-from grpo_lab.checkpoint import (CKPT_TAG, load_state_strict, read_tensors, resolve_path,
-                                 state_without_aliases)  # noqa: F401 (re-exported)
+from grpo_lab.checkpoint import (CKPT_TAG, load_state_strict, meta_field, read_tensors,
+                                 resolve_path, state_without_aliases)  # noqa: F401
 from grpo_lab.policies.engine import Engine
 from grpo_lab.registry import lookup
 
@@ -66,7 +66,7 @@ def hf_run_checkpoint(path) -> dict | None:
             meta = dict(f.metadata() or {})
     except Exception:                 # not readable: read_tensors names why, when it loads it
         return None
-    model_config = json.loads(meta.get("model_config", "{}") or "{}")
+    model_config = meta_field(meta, "model_config", path) if meta.get("model_config") else {}
     return model_config if meta.get("format") == CKPT_TAG and "path" in model_config else None
 
 
@@ -142,7 +142,7 @@ def load_policy_any(path):
     tensors, meta = read_tensors(path)
     if meta.get("format") != CKPT_TAG:
         return policy_from_tensors(tensors, meta, path)
-    hf = json.loads(meta.get("model_config", "{}"))
+    hf = meta_field(meta, "model_config", path)
     if "path" in hf:                                   # an HF run: hf.HFPolicyConfig
         from grpo_lab.policies.hf import load_hf_policy
         keep = ("dtype", "autocast", "chat_template", "trust_remote_code", "system_prompt",
