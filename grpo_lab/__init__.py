@@ -24,7 +24,7 @@ LAYERS = (
     ("the loop and its setup", ("training", "training.trainer", "training.pretrain")),
     ("one step: collect and the objectives; the config and its tracker sinks",
      ("training.step", "training.ranks", "training.ppo", "training.config",
-      "training.trackers", "training.config_file")),
+      "training.trackers", "training.config_file", "training.trl_keys")),
     ("mechanisms: the algorithm, policies, tasks and rewards",
      ("algorithm", "algorithm.*", "policies", "policies.*", "tasks", "tasks.*")),
     ("distributed: gradient exchange, sharding, compression, topology",

@@ -6,7 +6,8 @@ its flag's dotted name (``"exchange.name": "sharded"``), and optionally a ``pres
 ``--key=value`` (``config_file_args``) and goes through the train command's own parser
 (cli.read_config_file), so an unknown key, a wrong type or a bad value gets the error the
 flag gets, with the file named in front. JSON's null is None, for the fields whose default
-is None (``exchange.momentum``); a flag cannot say None.
+is None (``exchange.momentum``); a flag cannot say None. A TRL GRPOConfig's key names are
+read as the grpo_lab settings that mean the same (trl_keys.py).
 
 A config file may come from anywhere (a download, a colleague), so it is read defensively,
 and every refusal names the file:
@@ -25,6 +26,7 @@ import json
 from pathlib import Path
 
 from grpo_lab.training.config import SUB_CONFIGS, TrainConfig
+from grpo_lab.training.trl_keys import translate
 
 MAX_BYTES = 256 * 1024
 
@@ -185,6 +187,10 @@ def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
                 raise ConfigFileError(f"--config {path}: {name} is given twice: {where[name]} "
                                       f"and {place}: give it once")
             flat[name], where[name] = v, place
+    try:
+        flat, _ = translate(flat)                  # a TRL GRPOConfig's names (trl_keys.py)
+    except ValueError as e:
+        raise ConfigFileError(f"--config {path}: {e}") from None
     return ([f"--{k}={flag_text(v, k, path)}" for k, v in flat.items() if v is not None],
             [k for k, v in flat.items() if v is None])
 
