@@ -69,15 +69,19 @@ def read_text(path: Path) -> str:
     return text
 
 
+class _Refused(Exception):
+    """A reader's refusal, before the file's name is put in front."""
+
+
 def _given_twice(key: tuple, first: int, second: int) -> str:
     return (f"{'.'.join(map(str, key))} is given twice: line {first} and line {second}: "
             f"give it once")
 
 
 def read_yaml(text: str) -> tuple[object, dict]:
-    """YAML text -> (its data, {key path: line}), through PyYAML's safe loader with anchors,
-    aliases and a key written twice refused while the document is composed, before any
-    value is built."""
+    """YAML text -> (its data, {key path: line}), through PyYAML's safe loader: anchors and
+    aliases are refused while the document is composed (at the first one), a key written
+    twice in one mapping from the composed nodes; both before any value is built."""
     import yaml
 
     class Loader(yaml.SafeLoader):
@@ -147,10 +151,6 @@ def read_json(text: str) -> tuple[object, dict]:
             levels[-1][2] += 1
         i += 1
     return data, lines
-
-
-class _Refused(Exception):
-    """A reader's refusal, before the file's name is put in front."""
 
 
 def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
