@@ -262,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--preset", default=None, choices=sorted(PRESETS),
                    help="named preset whose values the other flags override (default tiny_cpu)")
     t.add_argument("--config", default=None, metavar="FILE",
-                   help="a JSON or YAML file of config fields (the flags' names; a "
+                   help="a JSON or YAML file of config fields (the flags' names, or a TRL "
+                        "GRPOConfig's where they mean the same; a "
                         "sub-config nested or dotted; may name a preset), e.g. a run's "
                         "out_dir/config.json; flags given here win over it")
     t.add_argument("--resume", action="store_true",
