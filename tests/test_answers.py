@@ -242,7 +242,20 @@ def test_every_reader_is_linear_on_hostile_text(name):
             texts = _hostile(name, n)
         for text in texts:
             best = min(_timed(text, time) for _ in range(1 if n >= 1_000_000 else 3))
-            assert best < limit, f"{name}, {n:,} characters: {best:.3f} s (limit {limit} s)"
+            bound = limit + 100 * _linear_pass_s(text, time)     # a busy machine: slow, not red
+            assert best < bound, f"{name}, {n:,} characters: {best:.3f} s (bound {bound:.2f} s)"
+
+
+def _linear_pass_s(text, time) -> float:
+    """The calibration: one linear regex scan of the same text, timed now (best of 3). The
+    readers' ~14 calls cost about 15-40 such scans; a quadratic reader costs n of them."""
+    import re
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        re.findall(r"\d+|\w+|\S", text)
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def _timed(text, time):
@@ -262,4 +275,5 @@ def test_one_extraction_of_16k_hostile_characters_takes_under_50_ms():
                     t0 = time.perf_counter()
                     extract(text, fallback)
                     best = min(best, time.perf_counter() - t0)
-                assert best < 0.05, f"{name}: {best * 1000:.1f} ms"
+                bound = 0.05 + 20 * _linear_pass_s(text, time)      # 20 scans of it, timed now
+                assert best < bound, f"{name}: {best * 1000:.1f} ms (bound {bound * 1000:.0f} ms)"

@@ -525,9 +525,14 @@ def test_a_slow_run_that_keeps_advancing_passes_and_a_silent_one_is_hung():
     t0 = time.monotonic()
     assert _follow(_child(beats=10, every=0.3), 1.5, t0 + 60) == ({"done": True}, None)
     assert time.monotonic() - t0 > 2.5                         # longer than the stall limit
+    t0 = time.monotonic()                 # the calibration: a child's start-up, timed now
+    subprocess.run([sys.executable, "-c", "import json, time"], check=True)
+    start_up = time.monotonic() - t0
     t0 = time.monotonic()
     result, why = _follow(_child(beats=1, every=0.1, silent=30), 1.5, t0 + 60)
-    assert result is None and why == "no heartbeat for 2 s" and time.monotonic() - t0 < 10
+    assert result is None and why == "no heartbeat for 2 s"
+    # the stall limit, _follow's 1 s poll and the beat, plus twice the start-up: not the 30 s
+    assert time.monotonic() - t0 < 1.5 + 1.0 + 0.1 + 2 * start_up + 2.0
     result, why = _follow(_child(beats=100, every=0.2), 10, time.monotonic() + 1.5)
     assert result is None and why == "past the ceiling"
 

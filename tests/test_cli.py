@@ -117,3 +117,45 @@ def test_version(capsys):
         main(["--version"])
     assert e.value.code == 0
     assert capsys.readouterr().out == f"grpo-lab {grpo_lab.__version__}\n" == "grpo-lab 0.1.0\n"
+
+
+def test_eval_of_a_transformers_folder_asks_it_as_an_hf_policy(tmp_path, capsys):
+    """`eval --checkpoint FOLDER --answer_format tags` called a transformers folder 'the toy'
+    ('needs policy='hf' ... the toy uses raw'): a folder is an HF policy."""
+    model = _long_context_tiny(tmp_path)
+    assert main(["eval", "--checkpoint", str(model), "--answer_format", "tags",
+                 "--eval_size", "5"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["checkpoint"] == str(model) and "eval/format" in got     # asked with tags
+    assert main(["eval", "--checkpoint", "data/hf_tiny", "--answer_format", "tags",
+                 "--eval_size", "5"]) == 2                  # its 64-token context is too short
+    err = capsys.readouterr().err
+    assert "toy" not in err and "exceeds the model's block_size 64" in err, err
+
+
+def test_a_lora_run_as_base_checkpoint_starts_from_its_merged_weights(tmp_path, capsys):
+    """A LoRA run's checkpoint as --base_checkpoint failed with '30 missing' (its keys are the
+    peft model's): the next run starts from base + (alpha / r) B A, with or without LoRA."""
+    import torch
+    from grpo_lab.policies.policy import _load_hf, load_policy_any
+    from grpo_lab.training.config import preset
+    model, out = _long_context_tiny(tmp_path), tmp_path / "lora"
+    common = ["--preset", "hf_tiny_cpu", "--steps", "2", "--eval_size", "5", "--eval_every",
+              "0", "--threads", "1", "--lr", "0.01"]
+    assert main(["train", *common, "--base_checkpoint", str(model), "--hf.lora_r", "4",
+                 "--out_dir", str(out)]) == 0
+    ckpt = str(out / "checkpoint.safetensors")
+    x = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    with torch.no_grad():
+        trained = load_policy_any(ckpt).eval()(x)[0]                       # (1, 6, V)
+        base = load_policy_any(str(model)).eval()(x)[0]
+        assert (trained - base).abs().max() > 1e-3                    # the adapters moved it
+        for r in (0, 4):
+            cfg = preset("hf_tiny_cpu", base_checkpoint=ckpt, hf={"lora_r": r})
+            start = _load_hf(cfg, ckpt).eval()
+            assert start.cfg.lora_r == r
+            # one fp32 rounding of W + s * B A per weight, through 2 layers: ~1e-5 measured
+            torch.testing.assert_close(start(x)[0], trained, atol=1e-4, rtol=0)
+    for r in ("0", "4"):
+        assert main(["train", *common, "--base_checkpoint", ckpt, "--hf.lora_r", r,
+                     "--out_dir", str(tmp_path / f"next{r}")]) == 0

@@ -316,9 +316,14 @@ def test_a_peer_block_far_past_the_tensor_decodes_as_one_block(block):
     codes, scales = C.fp8_quantize(x, "e4m3", 0)
     msg = wire.pack([TensorRecord("x", "dense", "e4m3", None, (10,), block, scales.numpy(), 10,
                                   codes.numpy().tobytes(), b"")], step=1)
+    sane = wire.pack([TensorRecord("x", "dense", "e4m3", None, (10,), 10, scales.numpy(), 10,
+                                   codes.numpy().tobytes(), b"")], step=1)
+    t0 = time.perf_counter()
+    C.decode_message(sane)                    # the calibration: the same tensor, block 10, now
+    sane_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     out = C.decode_message(msg)["x"]
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 0.5 + 100 * sane_s      # padding to 2**27 took 42.8 s
     assert torch.equal(out, C.fp8_dequantize(codes, scales, "e4m3", 0))
     # and the encoder's view of the same: a block larger than the tensor is one block
     c2, s2 = C.fp8_quantize(x, "e4m3", 64)

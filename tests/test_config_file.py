@@ -120,3 +120,106 @@ def test_a_malformed_file_is_named_with_the_cause(tmp_path, capsys, text, said):
 def test_a_missing_file_is_named(tmp_path, capsys):
     line = error_of(["--config", str(tmp_path / "nope.json")], capsys)
     assert "nope.json: cannot read it (No such file or directory)" in line
+
+
+# --- hostile files: each is refused fast, naming the file and what is wrong -----------------
+
+BOMB = ('a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+        'b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n'
+        'd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n'
+        'f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\ng: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n'
+        'h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]\ni: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]\n')
+
+
+def file_error(tmp_path, capsys, text, name) -> tuple[str, str]:
+    path = tmp_path / name
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
+    return error_of(["--config", str(path), "--out_dir", str(tmp_path / "run")], capsys), \
+        str(path)
+
+
+@pytest.mark.parametrize("key", ["steps", "stepz"])          # a known key and an unknown one
+def test_a_yaml_anchor_bomb_is_refused_before_it_expands(tmp_path, capsys, key):
+    pytest.importorskip("yaml")
+    import time
+    text = BOMB.replace("i: &i", f"{key}: &i")
+    assert len(BOMB) < 500                              # 9**9 strings once expanded
+    t0 = time.process_time()
+    line, path = file_error(tmp_path, capsys, text, "bomb.yaml")
+    assert time.process_time() - t0 < 1.0              # CPU time: refused at the first anchor
+    assert line == (f"grpo-lab: error: --config {path}: line 1: YAML anchors and aliases "
+                    f"(&a) are not read in a config file: write each value out")
+
+
+def test_a_yaml_alias_alone_is_refused_naming_its_line(tmp_path, capsys):
+    pytest.importorskip("yaml")
+    line, path = file_error(tmp_path, capsys, "steps: 3\nlr: *x\n", "alias.yaml")
+    assert line.startswith(f"grpo-lab: error: --config {path}: line 2: YAML anchors and "
+                           f"aliases (*x) are not read")
+
+
+@pytest.mark.parametrize("name, text, said", [
+    ("twice.yaml", "steps: 3\nlr: 0.1\nsteps: 4\n",
+     "steps is given twice: line 1 and line 3"),
+    ("nested.yaml", "exchange:\n  name: sharded\n  timeout_s: 5\n  name: compressed\n",
+     "exchange.name is given twice: line 2 and line 4"),
+    ("both.yaml", "exchange: {name: sharded}\nsteps: 3\nexchange.name: compressed\n",
+     "exchange.name is given twice: line 1 (exchange: name:) and line 3 (exchange.name:)"),
+    ("dotted_first.yaml", "exchange.name: compressed\nexchange:\n  name: sharded\n",
+     "exchange.name is given twice: line 1 (exchange.name:) and line 3 (exchange: name:)"),
+    ("reward.yaml", "reward_weights: {accuracy: 1, accuracy: 2}\n",
+     "reward_weights.accuracy is given twice: line 1 and line 1"),
+    ("twice.json", '{"steps": 3,\n "lr": 0.1,\n "steps": 4}',
+     "steps is given twice: line 1 and line 3"),
+    ("nested.json", '{"exchange": {"name": "sharded",\n  "name": "compressed"}}',
+     "exchange.name is given twice: line 1 and line 2"),
+    ("both.json", '{"exchange": {"name": "sharded"},\n "exchange.name": "compressed"}',
+     "exchange.name is given twice: line 1 (exchange: name:) and line 2 (exchange.name:)"),
+])
+def test_a_key_given_twice_is_refused_naming_both_places(tmp_path, capsys, name, text, said):
+    if name.endswith(".yaml"):
+        pytest.importorskip("yaml")
+    line, path = file_error(tmp_path, capsys, text, name)
+    assert line == f"grpo-lab: error: --config {path}: {said}: give it once"
+
+
+def test_the_same_key_in_two_list_items_or_two_mappings_is_no_duplicate(tmp_path):
+    cfg = config_of(["--config", write(tmp_path, '{"exchange": {"timeout_s": 9},\n'
+                                                 ' "ppo": {"gamma": 0.5}, "steps": 4}')])
+    assert (cfg.exchange.timeout_s, cfg.ppo.gamma, cfg.steps) == (9.0, 0.5, 4)
+
+
+@pytest.mark.parametrize("name, data, said", [
+    ("run.yaml", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+     "not a text file: byte 0x89 at offset 0 is not UTF-8"),
+    ("run.json", b'{"steps": 3}\x00\x00', "not a text file: a NUL byte at offset 12"),
+    ("run.json", b'{"steps": "\xff"}', "not a text file: byte 0xff at offset 11 is not UTF-8"),
+])
+def test_binary_input_is_named(tmp_path, capsys, name, data, said):
+    line, path = file_error(tmp_path, capsys, data, name)
+    assert line == f"grpo-lab: error: --config {path}: {said}"
+
+
+def test_a_file_past_the_size_cap_is_refused_unread(tmp_path, capsys):
+    from grpo_lab.training.config_file import MAX_BYTES
+    path = tmp_path / "big.yaml"
+    with open(path, "wb") as f:                         # 100 MB of comments, sparse on disk
+        f.write(b"# x\n")
+        f.truncate(100 * 2**20)
+    line = error_of(["--config", str(path)], capsys)
+    assert line == (f"grpo-lab: error: --config {path}: 104,857,600 bytes, over the "
+                    f"{MAX_BYTES:,}-byte limit for a config file (a run's config.json is "
+                    f"about 3 kB)")
+
+
+def test_a_deeply_nested_file_is_named(tmp_path, capsys):
+    line, path = file_error(tmp_path, capsys, '{"a": ' * 30_000 + "1" + "}" * 30_000,
+                            "deep.json")
+    assert line == f"grpo-lab: error: --config {path}: nested too deeply to be a config file"
+
+
+def test_a_yaml_file_of_deep_lists_is_named(tmp_path, capsys):
+    pytest.importorskip("yaml")
+    line, path = file_error(tmp_path, capsys, "steps: " + "[" * 30_000 + "]" * 30_000,
+                            "deep.yaml")
+    assert line == f"grpo-lab: error: --config {path}: nested too deeply to be a config file"

@@ -457,3 +457,44 @@ def test_load_state_strict_with_a_prefix_leaves_the_module_untouched_on_error(sm
     assert other.lm_head.weight is other.wte.weight                        # tying survives
     with pytest.raises(CheckpointError, match=r"17 missing"):             # nothing under prefix
         load_state_strict(other, tensors, "ckpt", prefix="policy_")
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("step", "x", "metadata 'step' is not valid: ValueError: invalid literal for int()"),
+    ("history", "[{", "metadata 'history' is not valid: JSONDecodeError"),
+    ("history", "{}", "metadata 'history' is a dict, not a list"),
+    ("config", None, "metadata 'config' is missing"),
+    ("model_config", "7", "metadata 'model_config' is a int, not a dict"),
+    ("param_groups", "null", "metadata 'param_groups' is a NoneType, not a list"),
+])
+def test_a_forged_training_checkpoint_names_the_file_and_the_field(tmp_path, capsys, field,
+                                                                    value, said):
+    """A header edited and signed again gave a bare ValueError / JSONDecodeError / KeyError
+    naming neither the file nor the field."""
+    from grpo_lab.checkpoint import CKPT_TAG, read_training_checkpoint
+    from grpo_lab.cli import main
+    meta = {"format": CKPT_TAG, "step": "3", "config": "{}", "history": "[]",
+            "model_config": "{}", "param_groups": "[]", field: value}
+    path = tmp_path / "forged.safetensors"
+    atomic_save_tensors({"policy.w": torch.zeros(2)}, path,
+                        {k: v for k, v in meta.items() if v is not None})
+    with pytest.raises(CheckpointError) as e:
+        read_training_checkpoint(path)
+    assert str(e.value).startswith(f"{path}: {said}"), str(e.value)
+
+
+@pytest.mark.parametrize("config, said", [
+    ("[1", "metadata 'config' is not valid: JSONDecodeError"),
+    ('{"steps": "many"}', "metadata 'config' is not a run's config"),
+])
+def test_eval_of_a_forged_checkpoint_names_the_file_and_the_field(tmp_path, capsys, config,
+                                                                   said):
+    from grpo_lab.checkpoint import CKPT_TAG
+    from grpo_lab.cli import main
+    path = tmp_path / "forged.safetensors"
+    atomic_save_tensors({"policy.w": torch.zeros(2)}, path,
+                        {"format": CKPT_TAG, "step": "3", "config": config, "history": "[]",
+                         "model_config": "{}", "param_groups": "[]"})
+    assert main(["eval", "--checkpoint", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: {said}" in err, err

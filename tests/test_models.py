@@ -152,6 +152,7 @@ def test_a_corrupt_gguf_never_lands_in_the_cache(cache, tmp_path, monkeypatch):
                                  utils=types.SimpleNamespace(logging=types.SimpleNamespace(
                                      disable_progress_bar=lambda: None)))
     monkeypatch.setattr(models, "gguf_modules", lambda: fake)
+    monkeypatch.setattr(models, "check_gguf", lambda path: None)    # the file is a stand-in
     gguf = tmp_path / "bad.gguf"
     gguf.write_bytes(b"GGUF" + bytes(12))
     out = cache / "bad"
@@ -202,6 +203,73 @@ def test_a_corrupt_wheel_member_and_an_unreadable_gguf_are_named(cache, tmp_path
     monkeypatch.setattr(models, "gguf_modules", lambda: fake)
     gguf = tmp_path / "cut.gguf"
     gguf.write_bytes(b"GGUF" + bytes(12))
+    with pytest.raises(ValueError, match=r"cut.gguf: not a readable GGUF file \(ValueError: "
+                                         r".*version 0.*truncated or corrupt"):
+        models.convert_gguf(gguf, cache / "cut")          # gguf's reader, before transformers
+    monkeypatch.setattr(models, "check_gguf", lambda path: None)
     with pytest.raises(ValueError, match=r"cut.gguf \(16 bytes\) could not be read as a GGUF "
                                          r"model: error: unpack requires.*truncated or corrupt"):
-        models.convert_gguf(gguf, cache / "cut")
+        models.convert_gguf(gguf, cache / "cut")          # transformers' error, named too
+
+
+def _small_gguf(path):
+    """A GGUF written by the gguf package: a Q8_0 matrix (4 x 64: 8 blocks of 32 weights,
+    each an fp16 scale then 32 int8) and an F32 vector -> {tensor name: its data offset}."""
+    np = pytest.importorskip("numpy")
+    gguf = pytest.importorskip("gguf")
+    rng = np.random.default_rng(0)
+    w = gguf.GGUFWriter(str(path), "llama")
+    q = gguf.quants.quantize(rng.normal(0, 0.02, (4, 64)).astype(np.float32),
+                             gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor("blk.0.attn_q.weight", q, raw_shape=q.shape,
+                 raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor("output_norm.weight", (1 + rng.normal(0, 0.1, 64)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return {t.name: int(t.data_offset) for t in gguf.GGUFReader(str(path)).tensors}
+
+
+def _flip(path, offset, mask=0x40):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= mask
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where, said", [
+    # the high byte of block 3's fp16 scale: bit 0x40 is the exponent's top bit (x 2**16)
+    (("blk.0.attn_q.weight", 3 * 34 + 1), "tensor 'blk.0.attn_q.weight': block scale 3 is"),
+    # the high byte of value 5 of the F32 vector: its exponent's top bit (x 2**128 or / 2**128)
+    (("output_norm.weight", 5 * 4 + 3), "tensor 'output_norm.weight': value 5 is"),
+])
+def test_a_flipped_byte_in_a_gguf_is_caught_before_it_is_cached(cache, tmp_path, monkeypatch,
+                                                                where, said):
+    path = tmp_path / "small.gguf"
+    offsets = _small_gguf(path)
+    models.check_gguf(path)                                       # the file as written passes
+    name, at = where
+    _flip(path, offsets[name] + at)
+    with pytest.raises(ValueError) as e:
+        models.check_gguf(path)
+    assert str(e.value).startswith(f"{path}: {said}") and "corrupt" in str(e.value), e.value
+
+    def never(*a, **k):
+        raise AssertionError("transformers read a corrupt file")
+    import types
+    auto = types.SimpleNamespace(from_pretrained=never, from_config=never)
+    fake = types.SimpleNamespace(AutoModelForCausalLM=auto, AutoTokenizer=auto,
+                                 utils=types.SimpleNamespace(logging=types.SimpleNamespace(
+                                     disable_progress_bar=lambda: None)))
+    monkeypatch.setattr(models, "gguf_modules", lambda: fake)
+    with pytest.raises(ValueError, match="nothing was written to the cache"):
+        models.resolve(str(path))                                 # --base_checkpoint x.gguf
+    assert not cache.exists() or list(cache.iterdir()) == []
+
+
+def test_a_cut_gguf_is_named(tmp_path):
+    path = tmp_path / "cut.gguf"
+    _small_gguf(path)
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(ValueError, match=rf"{path}: not a readable GGUF file"):
+        models.check_gguf(path)

@@ -48,16 +48,21 @@ def start(args, **kw) -> subprocess.Popen:
 
 
 def wait_for_steps(out: Path, n: int, proc: subprocess.Popen, limit_s: float = 240) -> None:
-    """Until metrics.jsonl holds ``n`` training steps (the process must still be running)."""
-    deadline = time.monotonic() + limit_s
+    """Until metrics.jsonl holds ``n`` training steps (the process must still be running).
+    A hang is ``limit_s`` without a new step (progress, not the total: a busy machine is
+    slow, not red)."""
+    deadline, done = time.monotonic() + limit_s, -1
     while time.monotonic() < deadline:
         f = out / "metrics.jsonl"
-        if f.exists() and len([s for s in steps_of(out) if s >= 0]) >= n:
+        steps = len([s for s in steps_of(out) if s >= 0]) if f.exists() else 0
+        if steps >= n:
             return
+        if steps > done:                               # a new step: the run is advancing
+            deadline, done = time.monotonic() + limit_s, steps
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.2)
     proc.kill()
-    raise AssertionError(f"no {n} steps in {limit_s} s")
+    raise AssertionError(f"no new step in {limit_s} s ({done} of {n})")
 
 
 # ---- a new run into a folder holding one

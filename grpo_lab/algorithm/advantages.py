@@ -37,8 +37,9 @@ baseline, so no value network is needed. Siblings with one signature
                    so long completions weigh more in the statistics and A is not exactly
                    group-centred. It reads the lengths (``needs_lengths``: the trainer passes
                    them); called as ``(rewards, group_ids)`` alone every completion counts as
-                   one token. Deviation: with fewer than 2 tokens in the batch (no variance)
-                   A = 0, where verl raises.
+                   one token. Deviations: with fewer than 2 tokens in the batch (no variance)
+                   A = 0, where verl raises; a group of one has c = 0 (as in every estimator
+                   here), where verl takes that group's mean as 0 (c = r).
 
 ``group_ids`` are any integers; samples sharing an id form a group, of any size, so the
 same functions serve canonical per-prompt groups and the grouping strategies of

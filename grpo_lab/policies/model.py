@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from grpo_lab.checkpoint import (CKPT_TAG, CheckpointError, atomic_save_tensors,
-                                 load_state_strict, policy_tensors, read_tensors)
+                                 load_state_strict, meta_field, policy_tensors,
+                                 read_tensors)
 from grpo_lab.policies.engine import Engine
 from grpo_lab.tokenizer import EOS, PAD, VOCAB_SIZE, decode, encode, unknown_chars
 
@@ -201,7 +202,7 @@ def load_policy(path: str | Path) -> GPT:
 
     tensors, meta = read_tensors(path)
     if meta.get("format") == CKPT_TAG:
-        if "path" in json.loads(meta.get("model_config", "{}")):
+        if "path" in meta_field(meta, "model_config", path):
             raise ValueError(f"{path} is the training checkpoint of a transformers run: a toy "
                              f"policy cannot start from it; continue that run with "
                              f"--out_dir <its folder> --resume")

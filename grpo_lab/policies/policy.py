@@ -35,13 +35,13 @@ builds it; ``load_policy_any(path)`` reads any saved policy or training checkpoi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
 
-from grpo_lab.checkpoint import (CKPT_TAG, load_state_strict, read_tensors, resolve_path,
-                                 state_without_aliases)  # noqa: F401 (re-exported)
+from grpo_lab.checkpoint import (CKPT_TAG, load_state_strict, meta_field, read_tensors,
+                                 resolve_path, state_without_aliases)  # noqa: F401
 from grpo_lab.policies.engine import Engine
 from grpo_lab.registry import lookup
 
@@ -66,7 +66,7 @@ def hf_run_checkpoint(path) -> dict | None:
             meta = dict(f.metadata() or {})
     except Exception:                 # not readable: read_tensors names why, when it loads it
         return None
-    model_config = json.loads(meta.get("model_config", "{}") or "{}")
+    model_config = meta_field(meta, "model_config", path) if meta.get("model_config") else {}
     return model_config if meta.get("format") == CKPT_TAG and "path" in model_config else None
 
 
@@ -74,19 +74,27 @@ def _load_hf(cfg, path) -> torch.nn.Module:
     """A transformers model folder (or hub id), or an HF run's training checkpoint: the folder it
     started from with the checkpoint's weights (a run started from another run)."""
     from grpo_lab.models import check_finite
-    from grpo_lab.policies.hf import load_hf_policy     # lazy: transformers is an optional extra
+    from grpo_lab.policies.hf import HFPolicy, add_lora, load_hf_policy   # lazy: an extra
     hf, run = cfg.hf, hf_run_checkpoint(path)
+    run_lora = (run or {}).get("lora_r", 0)         # the run trained LoRA adapters, not weights
     policy = load_hf_policy(run["path"] if run else path, dtype=hf.dtype, autocast=hf.autocast,
                             chat_template=hf.chat_template,
                             trust_remote_code=hf.trust_remote_code,
                             system_prompt=cfg.system_prompt,
                             gradient_checkpointing=cfg.checkpoint_every
                             or int(hf.gradient_checkpointing),
-                            sample_dtype=hf.sample_dtype, lora_r=hf.lora_r,
-                            lora_alpha=hf.lora_alpha, decoder=hf.decoder,
-                            seed=getattr(cfg, "seed", 0))
+                            sample_dtype=hf.sample_dtype,
+                            lora_r=run_lora or hf.lora_r,
+                            lora_alpha=run.get("lora_alpha", 0) if run_lora else hf.lora_alpha,
+                            decoder=hf.decoder, seed=getattr(cfg, "seed", 0))
     if run:
         load_state_strict(policy, read_tensors(path)[0], path, prefix="policy.")
+    if run_lora:       # what that run trained is W + (alpha / r) B A: this run starts from it,
+        model = policy.model.merge_and_unload().requires_grad_(True)   # peft froze them
+        if hf.lora_r:                                    # fresh adapters if this run has LoRA
+            model = add_lora(model, hf.lora_r, hf.lora_alpha, getattr(cfg, "seed", 0))
+        policy = HFPolicy(model, policy.tokenizer, replace(policy.cfg, lora_r=hf.lora_r,
+                                                           lora_alpha=hf.lora_alpha)).train()
     check_finite(policy, str(path))        # NaN weights, named here rather than as "logp is nan"
     return policy
 
@@ -134,7 +142,7 @@ def load_policy_any(path):
     tensors, meta = read_tensors(path)
     if meta.get("format") != CKPT_TAG:
         return policy_from_tensors(tensors, meta, path)
-    hf = json.loads(meta.get("model_config", "{}"))
+    hf = meta_field(meta, "model_config", path)
     if "path" in hf:                                   # an HF run: hf.HFPolicyConfig
         from grpo_lab.policies.hf import load_hf_policy
         keep = ("dtype", "autocast", "chat_template", "trust_remote_code", "system_prompt",

@@ -6,7 +6,18 @@ its flag's dotted name (``"exchange.name": "sharded"``), and optionally a ``pres
 ``--key=value`` (``config_file_args``) and goes through the train command's own parser
 (cli.read_config_file), so an unknown key, a wrong type or a bad value gets the error the
 flag gets, with the file named in front. JSON's null is None, for the fields whose default
-is None (``exchange.momentum``); a flag cannot say None.
+is None (``exchange.momentum``); a flag cannot say None. A TRL GRPOConfig's key names are
+read as the grpo_lab settings that mean the same (trl_keys.py).
+
+A config file may come from anywhere (a download, a colleague), so it is read defensively,
+and every refusal names the file:
+- at most ``MAX_BYTES`` (256 KiB; a run's config.json is about 3 kB), checked before reading;
+- UTF-8 text only: a binary file is named with the first byte that is not text;
+- YAML's anchors and aliases are refused where the parser meets the first one, before
+  anything is expanded (a 479-byte "billion laughs" file expands to 9**9 strings);
+- a key written twice in one mapping, or one field given both nested and dotted
+  (``exchange: {name: ...}`` and ``exchange.name:``), is refused with both lines: the
+  reader does not pick one silently.
 """
 from __future__ import annotations
 
@@ -15,6 +26,9 @@ import json
 from pathlib import Path
 
 from grpo_lab.training.config import SUB_CONFIGS, TrainConfig
+from grpo_lab.training.trl_keys import translate
+
+MAX_BYTES = 256 * 1024
 
 
 class ConfigFileError(ValueError):
@@ -38,41 +52,152 @@ VERSION_KEY = "grpo_lab_version"
 back, it is skipped."""
 
 
+def read_text(path: Path) -> str:
+    """The file's text: at most MAX_BYTES, UTF-8, no NUL byte."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise ConfigFileError(f"--config {path}: {size:,} bytes, over the {MAX_BYTES:,}-byte "
+                                  f"limit for a config file (a run's config.json is about 3 kB)")
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)[:MAX_BYTES]
+    except OSError as e:
+        raise ConfigFileError(f"--config {path}: cannot read it ({e.strerror})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigFileError(f"--config {path}: not a text file: byte 0x{data[e.start]:02x} "
+                              f"at offset {e.start} is not UTF-8") from None
+    if "\x00" in text:
+        raise ConfigFileError(f"--config {path}: not a text file: a NUL byte at offset "
+                              f"{data.index(0)}")
+    return text
+
+
+class _Refused(Exception):
+    """A reader's refusal, before the file's name is put in front."""
+
+
+def _given_twice(key: tuple, first: int, second: int) -> str:
+    return (f"{'.'.join(map(str, key))} is given twice: line {first} and line {second}: "
+            f"give it once")
+
+
+def read_yaml(text: str) -> tuple[object, dict]:
+    """YAML text -> (its data, {key path: line}), through PyYAML's safe loader: anchors and
+    aliases are refused while the document is composed (at the first one), a key written
+    twice in one mapping from the composed nodes; both before any value is built."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            event = self.peek_event()
+            mark = "*" if isinstance(event, yaml.AliasEvent) else "&"
+            if mark == "*" or getattr(event, "anchor", None) is not None:
+                raise _Refused(f"line {event.start_mark.line + 1}: YAML anchors and aliases "
+                               f"({mark}{event.anchor}) are not read in a config file: write "
+                               f"each value out")
+            return super().compose_node(parent, index)
+
+    lines: dict[tuple, int] = {}
+
+    def keys(node, at: tuple):
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = at + (str(k.value),)
+                line = k.start_mark.line + 1
+                if key in lines:
+                    raise _Refused(_given_twice(key, lines[key], line))
+                lines[key] = line
+                keys(v, key)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                keys(item, at + (i,))
+
+    loader = Loader(text)
+    try:
+        node = loader.get_single_node()
+        keys(node, ())
+        return (None if node is None else loader.construct_document(node)), lines
+    except yaml.YAMLError as e:
+        raise _Refused(f"not valid YAML: {e}") from None
+    finally:
+        loader.dispose()
+
+
+def read_json(text: str) -> tuple[object, dict]:
+    """JSON text -> (its data, {key path: line}), a key written twice in one object refused.
+    The lines come from one pass over the (already valid) text: a string followed by ":"
+    is a key, "{" and "[" open a level under the key or list item before them."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _Refused(f"not valid JSON: {e}") from None
+    lines, levels, key, i, line, counted = {}, [], (), 0, 1, 0
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            s, end = json.decoder.scanstring(text, i + 1)
+            if text[json.decoder.WHITESPACE.match(text, end).end():][:1] == ":":
+                line += text.count("\n", counted, i)
+                counted = i
+                key = levels[-1][0] + (s,)
+                if key in lines:
+                    raise _Refused(_given_twice(key, lines[key], line))
+                lines[key] = line
+            i = end
+            continue
+        if c in "{[":
+            at = key if not levels or levels[-1][1] == "{" else levels[-1][0] + (levels[-1][2],)
+            levels.append([at, c, 0])
+        elif c in "}]":
+            levels.pop()
+        elif c == "," and levels[-1][1] == "[":
+            levels[-1][2] += 1
+        i += 1
+    return data, lines
+
+
 def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
     """A JSON or YAML config file -> (the flags it stands for: ["--steps=30",
     "--exchange.name=sharded", ...], the dotted keys set to null): a sub-config's mapping
     becomes its dotted flags."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigFileError(f"--config {path}: cannot read it ({e.strerror})") from None
-    if path.suffix.lower() in (".yaml", ".yml"):
+    text = read_text(path)
+    yaml_file = path.suffix.lower() in (".yaml", ".yml")
+    if yaml_file:
         try:
-            import yaml
+            import yaml  # noqa: F401
         except ImportError:
             raise ConfigFileError(f"--config {path}: YAML needs PyYAML (pip install pyyaml); "
                                   f"or write the file as JSON") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ConfigFileError(f"--config {path}: not valid YAML: {e}") from None
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigFileError(f"--config {path}: not valid JSON: {e}") from None
+    try:
+        data, lines = read_yaml(text) if yaml_file else read_json(text)
+    except _Refused as e:
+        raise ConfigFileError(f"--config {path}: {e}") from None
+    except RecursionError:
+        raise ConfigFileError(f"--config {path}: nested too deeply to be a config "
+                              f"file") from None
     if not isinstance(data, dict):
         raise ConfigFileError(f"--config {path}: expected a mapping of field names to values, "
                               f"got {type(data).__name__}")
-    flat = {}
+    flat, where = {}, {}
     for key, value in data.items():
         if key == VERSION_KEY:
             continue
-        if key in SUB_CONFIGS and isinstance(value, dict):
-            flat.update({f"{key}.{k}": v for k, v in value.items()})
-        else:
-            flat[str(key)] = value
+        pairs = ([(f"{key}.{k}", v, f"line {lines.get((key, str(k)), '?')} ({key}: {k}:)")
+                  for k, v in value.items()]
+                 if key in SUB_CONFIGS and isinstance(value, dict) else
+                 [(str(key), value, f"line {lines.get((str(key),), '?')} ({key}:)")])
+        for name, v, place in pairs:
+            if name in flat:
+                raise ConfigFileError(f"--config {path}: {name} is given twice: {where[name]} "
+                                      f"and {place}: give it once")
+            flat[name], where[name] = v, place
+    try:
+        flat, _ = translate(flat)                  # a TRL GRPOConfig's names (trl_keys.py)
+    except ValueError as e:
+        raise ConfigFileError(f"--config {path}: {e}") from None
     return ([f"--{k}={flag_text(v, k, path)}" for k, v in flat.items() if v is not None],
             [k for k, v in flat.items() if v is None])
 

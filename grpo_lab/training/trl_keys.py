@@ -1,0 +1,148 @@
+"""A TRL ``GRPOConfig`` file read by ``--config``: TRL's key names where grpo_lab has the same
+setting (TRL 1.16.0's ``trl/trainer/grpo_config.py`` and the ``TrainingArguments`` it extends).
+
+``RENAMED`` maps a TRL key to the grpo_lab field that means the same thing; ``CONVERTED`` maps
+a TRL key whose values are spelled differently to a function (value -> {grpo_lab field:
+value}); keys spelled alike in both (``beta``, ``temperature``, ``top_p``, ``top_k``, ``seed``,
+``weight_decay``, ``warmup_steps``, ``report_to``, ``top_entropy_quantile``) need nothing.
+The batch keys are one computation (``batch``): TRL samples a *generation batch* of
+``per_device_train_batch_size * gradient_accumulation_steps * processes`` completions per
+optimizer step (``steps_per_generation`` defaults to the accumulation steps), that is
+``generation batch / num_generations`` prompts: grpo_lab's ``prompts_per_step`` (global,
+over every process; the file is read as written for one process). A TRL key in
+``NO_EQUIVALENT`` is refused by name. docs/guide/methods.md ("A TRL GRPOConfig file") is the
+table for people; a test checks that every key here is in it.
+
+Settings the file does not give keep grpo_lab's defaults, which are not TRL's (TRL: lr 1e-6,
+beta 0, loss_type "dapo", linear decay; grpo_lab: the preset's).
+"""
+from __future__ import annotations
+
+RENAMED = {
+    "learning_rate": "lr",
+    "num_generations": "group_size",
+    "max_completion_length": "max_new_tokens",
+    "max_steps": "steps",
+    "num_iterations": "mu",
+    "epsilon_high": "eps_high",
+    "max_grad_norm": "grad_clip",
+    "adam_epsilon": "adam_eps",
+    "output_dir": "out_dir",
+    "save_steps": "ckpt_every",
+    "off_policy_mask_threshold": "off_policy_mask",
+    "use_bias_correction_kl": "kl_bias_correction",
+}
+
+
+def _choice(key: str, table: dict):
+    def convert(value):
+        if value not in table:
+            raise ValueError(f"{key}={value!r} has no grpo_lab equivalent (these have: "
+                             f"{', '.join(map(repr, table))})")
+        return table[value]
+    return convert
+
+
+CONVERTED = {
+    # TRL: epsilon is the lower clip, and the upper one unless epsilon_high is given
+    "epsilon": lambda v: {"eps_low": v, "eps_high": v},
+    "loss_type": _choice("loss_type", {
+        "grpo": {"aggregation": "seq_mean_token_mean"},
+        "dapo": {"aggregation": "token_mean"},          # over the step's tokens, all ranks
+        "dr_grpo": {"aggregation": "dr_grpo"}}),        # constant: max_completion_length
+    "scale_rewards": _choice("scale_rewards", {
+        "group": {"advantage": "grpo"}, True: {"advantage": "grpo"},
+        "none": {"advantage": "mean_centred"}, False: {"advantage": "mean_centred"}}),
+    "importance_sampling_level": _choice("importance_sampling_level", {
+        "token": {"ratio_level": "token"}, "sequence": {"ratio_level": "sequence"}}),
+    "mask_truncated_completions": _choice("mask_truncated_completions", {
+        True: {"overlong": "mask"}, False: {"overlong": "none"}}),
+    "lr_scheduler_type": _choice("lr_scheduler_type", {"constant": {"lr_schedule": "constant"}}),
+}
+
+BATCH = ("per_device_train_batch_size", "gradient_accumulation_steps",
+         "generation_batch_size", "steps_per_generation")
+
+NO_EQUIVALENT = {
+    # GRPOConfig
+    "model_init_kwargs", "trust_remote_code", "router_aux_loss_coef", "disable_dropout",
+    "remove_unused_columns", "num_generations_eval", "shuffle_dataset", "pad_to_multiple_of",
+    "min_p", "generation_kwargs", "chat_template_kwargs", "repetition_penalty",
+    "cache_implementation", "use_vllm", "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode",
+    "vllm_structured_outputs_regex", "vllm_server_base_url", "vllm_server_host",
+    "vllm_server_port", "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization",
+    "vllm_max_model_length", "vllm_tensor_parallel_size", "delta", "sapo_temperature_neg",
+    "sapo_temperature_pos", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
+    "multi_objective_aggregation", "sync_ref_model",
+    "ref_model_mixup_alpha", "ref_model_sync_steps",
+    "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",
+    "entropy_target", "max_tool_calling_iterations", "vllm_importance_sampling_correction",
+    "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max",
+    "vllm_importance_sampling_clip_min", "vllm_importance_sampling_cap", "log_completions",
+    "log_multimodal", "num_completions_to_print", "log_unique_prompts",
+    "log_completions_hub_repo", "use_transformers_continuous_batching",
+    "transformers_continuous_batching_config", "use_transformers_paged", "max_prompt_length",
+    # TrainingArguments
+    "num_train_epochs", "per_device_eval_batch_size", "eval_strategy", "eval_steps",
+    "logging_steps", "logging_strategy", "logging_dir", "save_strategy", "save_total_limit",
+    "bf16", "fp16", "tf32", "gradient_checkpointing", "gradient_checkpointing_kwargs",
+    "warmup_ratio", "adam_beta1", "adam_beta2", "optim", "lr_scheduler_kwargs",
+    "push_to_hub", "hub_model_id", "run_name", "dataloader_num_workers", "ddp_timeout",
+    "overwrite_output_dir", "do_train", "do_eval", "label_names", "data_seed",
+    "deepspeed", "fsdp", "fsdp_config", "torch_compile", "use_cpu", "local_rank",
+}
+"""TRL keys with no grpo_lab setting (or none that means the same: ``num_train_epochs``
+counts passes over a dataset, grpo_lab draws fresh prompts; ``delta`` and the vLLM IS keys
+are other formulas). ``reward_weights`` and ``entropy_coef`` share grpo_lab's names and are
+read as grpo_lab's (the table says how they differ)."""
+
+
+def batch(flat: dict) -> dict:
+    """TRL's batch keys -> {"prompts_per_step": generation batch / num_generations} (one
+    process); the rules TRL's GRPOConfig.__post_init__ checks, with its messages' numbers."""
+    per_device = flat.get("per_device_train_batch_size", 8)                 # TRL's defaults
+    accumulation = flat.get("gradient_accumulation_steps", 1)
+    steps = flat.get("steps_per_generation")
+    if steps is not None and steps != accumulation:
+        raise ValueError(f"steps_per_generation={steps} with gradient_accumulation_steps="
+                         f"{accumulation}: TRL then takes several optimizer steps per "
+                         f"generation batch, which grpo_lab does not (mu repeats the whole "
+                         f"batch); leave it out or make them equal")
+    generation = flat.get("generation_batch_size") or per_device * accumulation
+    group = flat.get("num_generations", 8)
+    if generation % group:
+        raise ValueError(f"generation batch {generation} (per_device_train_batch_size "
+                         f"{per_device} x gradient_accumulation_steps {accumulation}) is not a "
+                         f"multiple of num_generations {group}")
+    return {"prompts_per_step": generation // group}
+
+
+def translate(flat: dict) -> tuple[dict, dict]:
+    """A config file's flat {key: value} -> (the same with TRL's keys as grpo_lab's, {grpo_lab
+    key: the TRL key it came from}); a TRL key with no equivalent raises, naming them all."""
+    refused = sorted(k for k in flat if k in NO_EQUIVALENT)
+    if refused:
+        raise ValueError(f"TRL GRPOConfig key{'s' * (len(refused) > 1)} with no grpo_lab "
+                         f"equivalent: {', '.join(refused)} (the table: docs/guide/methods.md, "
+                         f"'A TRL GRPOConfig file')")
+    out, came_from = {}, {}
+
+    def put(key, value, source):
+        if key in out:
+            raise ValueError(f"{key} is given twice: by {came_from.get(key, key)} and by "
+                             f"{source}: give it once")
+        out[key], came_from[key] = value, source
+
+    for key, value in flat.items():
+        if key in RENAMED:
+            put(RENAMED[key], value, key)
+        elif key in CONVERTED:
+            for k, v in CONVERTED[key](value).items():
+                if not (key == "epsilon" and k == "eps_high" and "epsilon_high" in flat):
+                    put(k, v, key)
+        elif key not in BATCH:
+            put(key, value, key)
+    if any(k in flat for k in BATCH):
+        for k, v in batch(flat).items():
+            put(k, v, "+".join(k for k in BATCH if k in flat))
+    return out, came_from
