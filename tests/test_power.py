@@ -104,7 +104,9 @@ def test_the_primary_question_is_the_one_test_and_the_rest_are_leads():
     assert test["p"] == pytest.approx(2 * t.sf(tstat, 2), rel=1e-6) and test["rejects"]
     assert test["sentence"] == (
         f"primary question: b - a on eval/accuracy (paired t-test): +0.120 [+0.070, +0.170] "
-        f"over 3 paired seeds: p = {test['p']:.3g} <= 0.05: rejects no difference.")
+        f"over 3 paired seeds: p = {test['p']:.3g} <= 0.05: rejects no difference; 80% power "
+        f"for 0.288 at the sd's 95% upper bound (rough, at the observed sd: 0.0653).")
+    # 0.02 x 4.4154 x 3.2640 = 0.2882 and 0.02 x 3.2640 = 0.06528 (test_sd_upper_bound...)
     roles = {d["a"]: (d["role"], d["sentence"]) for d in res.differences("a", ["eval/accuracy"])}
     assert roles["b"] == ("primary", test["sentence"])
     assert roles["c"][0] == "lead" and roles["c"][1].startswith("lead: c - a on eval/accuracy")
@@ -160,3 +162,23 @@ def test_a_study_declares_its_question_in_study_json_before_it_runs(tmp_path):
         run_experiment(arms, seeds=(0,), base=tiny, primary=("a", "b"), out_dir=str(out),
                        resume=True, progress=False, processes=1)
     assert Results.from_folder(out).primary == spec["primary"]
+
+
+def test_every_stored_study_names_its_question():
+    from grpo_lab.paths import DATA_DIR
+    stored = sorted(p for p in (DATA_DIR / "studies").glob("*.json")
+                    if not p.name.endswith("_samples.json"))
+    assert len(stored) == 6
+    for path in stored:
+        res = Results.load(path)
+        p = res.primary
+        assert p is not None and p["a"] in res.strategies and p["b"] in res.strategies, path
+        assert "named after the study ran" in p["declared"]        # said, not pretended
+        test = res.primary_test()
+        assert test["n"] == 3 and test["sentence"].startswith("primary question: ")
+    # the one question the studies answered: format_gate's (p 0.0033); the KL (0.067) and
+    # Dr. GRPO (0.054) questions are open at 3 seeds
+    tests = {p.stem: Results.load(p).primary_test() for p in stored}
+    assert [k for k, t in tests.items() if t["rejects"]] == ["format_gate"]
+    assert tests["entropy_reward"]["p"] == pytest.approx(0.0665, abs=5e-4)
+    assert tests["length_bias"]["p"] == pytest.approx(0.0543, abs=5e-4)

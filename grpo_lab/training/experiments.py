@@ -41,6 +41,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -251,7 +252,9 @@ class Results:
     primary: dict | None = None
     """The study's question, declared before it ran: {"a", "b", "metric"} (a - b on metric,
     paired by seed); its verdict is a test, every other comparison a lead (``primary_test``).
-    None: no question declared (a table only)."""
+    "default": True when run_experiment chose it; "declared": how it was declared when not
+    before the run (a stored study's question, named from its write-up). None: no question
+    declared (a table only)."""
     sequential: dict | None = None
     """Declared looks: {"looks": [seed counts], "spending", "alpha"} (sequential.py); None:
     one look."""
@@ -491,6 +494,12 @@ class Results:
             verdict = (f"p = {p:.3g} {'<=' if rejects else '>'} {level:.3g}: "
                        + ("rejects no difference." if rejects else
                           "does not reject no difference."))
+        if d["n"] >= MIN_SEEDS and math.isfinite(p) and not d["rounding"]:
+            sd = float(np.std(d["values"], ddof=1))
+            found = detectable(sd, d["n"], d["n"] - 1)
+            d.update(sd=sd, detectable=found["detectable"], detectable_rough=found["rough"])
+            verdict = (verdict[:-1] + f"; 80% power for {found['detectable']:.3g} at the sd's "
+                       f"95% upper bound (rough, at the observed sd: {found['rough']:.3g}).")
         return {**d, "p": p, "level": level, "seeds": seeds, "rejects": rejects,
                 "sentence": f"{head} ({how}paired t-test): {what}: {verdict}"}
 
@@ -505,9 +514,10 @@ class Results:
         reference = reference or (self.primary or {}).get("b") or names[0]
         lines = []
         if self.primary is not None:
-            said = ("declared before the study ran" if not self.primary.get("default") else
-                    "by default: the second arm against the first on eval/accuracy, declared "
-                    "before the study ran")
+            said = self.primary.get("declared") or (
+                "declared before the study ran" if not self.primary.get("default") else
+                "by default: the second arm against the first on eval/accuracy, declared "
+                "before the study ran")
             lines += [f"**Primary question** ({said}):", "",
                       self.primary_test()["sentence"], ""]
         metrics = metrics or [(self.primary or {}).get("metric", "eval/accuracy")]
