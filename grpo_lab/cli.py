@@ -160,7 +160,8 @@ def add_study_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--effect", type=float, default=None,
                    help="a difference in eval/accuracy to find the seeds for (80%% power)")
     s.add_argument("--start_method", default=None, choices=("fork", "spawn", "forkserver"),
-                   help="how worker processes start (default fork where there is one)")
+                   help="how worker processes start (default fork where there is one and a "
+                        "worker has one thread, else spawn)")
     s.add_argument("--keep", default="none", choices=("none", "final", "all"),
                    help="checkpoints kept once a run has its result: none (default; a run's "
                         "checkpoint lives until it finishes, for resuming), final (each run's "

@@ -220,3 +220,12 @@ def test_samples_hold_every_reward_part_a_plugin_included(tmp_path):
             assert parts == {"reward/accuracy": pytest.approx(s["accuracy"], abs=1e-4),
                              "reward/bonus_quarter": 0.25}
             assert s["reward"] == pytest.approx(s["accuracy"] + 2 * 0.25, abs=1e-6)
+
+
+def test_fork_is_refused_for_a_worker_of_several_threads():
+    # libgomp's thread team does not survive a fork: a 2-thread worker forked after this
+    # process ran torch on 2 threads waited for ever on the team's barrier
+    with pytest.raises(ValueError, match="start_method='fork' with threads=2 per worker can "
+                                         "hang in OpenMP"):
+        run_experiment({"a": {}}, seeds=(0,), base={**BASE, "threads": 2}, processes=1,
+                       in_process=False, start_method="fork", progress=False)

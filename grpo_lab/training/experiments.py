@@ -431,7 +431,8 @@ class Results:
                     continue
                 sd = float(torch.tensor(d["values"], dtype=torch.float64).std()) \
                     if d["n"] >= 2 else 0.0
-                ok = d["n"] >= MIN_SEEDS and sd > 0 and not d["rounding"]
+                ok = (can_tell(d["n"], d["ci_low"], d["ci_high"]) and sd > 0     # a spread
+                      and not d["rounding"])                                # beyond rounding
                 found = detectable(sd, d["n"], d["n"] - 1, power) if ok else {}
                 d.update(sd=sd, detectable=found.get("detectable"),
                          detectable_rough=found.get("rough"))
@@ -874,13 +875,14 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     a target_accuracy given is refused, a preset's is turned off; arms that change steps or
     eval_every are refused), so seed s of two strategies draws the same prompts at step s.
     Runs go to ``processes`` worker processes (default: one per core, at most one per run;
-    1 runs them here) of cores // processes threads each, started by ``start_method``
-    (default fork where there is one, else spawn: nothing is read from this process's
-    globals, reward models set by use_reward_model travel with each run).
+    1 runs them here unless ``in_process`` is False) of cores // processes threads each,
+    started by ``start_method`` (default fork where there is one and a worker has one thread,
+    else spawn: a forked worker of several threads can hang in OpenMP; nothing is read from
+    this process's globals, reward models set by use_reward_model travel with each run).
 
     ``out_dir``: the study's folder (default: a temporary one, deleted at the end): each run
-    keeps its folder (runs/<strategy>/seed<s>: metrics, samples, report, checkpoint, and
-    result.json once finished); the base policy is evaluated once per evaluation setting
+    keeps its folder (runs/<strategy>/seed<s>: metrics, samples, report, result.json once
+    finished, and its checkpoint as ``keep`` says); the base policy is evaluated once per evaluation setting
     (base.json, its samples in base/); ``resume`` continues a study there, running only the
     runs without a result.json (the spec must be the same, but for seeds added: a study
     grows by seeds without rerunning the ones it has). ``pilot_steps`` > 0: first train
@@ -938,8 +940,15 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     if processes * threads > cores:
         raise ValueError(f"{processes} processes x threads={threads} is more than the {cores} "
                          f"cores here: lower processes or threads")
-    method = start_method or ("fork" if "fork" in multiprocessing.get_all_start_methods()
-                              else "spawn")
+    # fork is quick (nothing imported again) but not safe for a worker of several threads:
+    # this process's OpenMP team (libgomp, torch's CPU threads) does not survive a fork, and a
+    # child that starts a parallel region waits on its barrier for ever (seen: a 2-thread
+    # worker forked after the base evaluation hung in gomp_team_barrier_wait_end)
+    if start_method == "fork" and threads > 1:
+        raise ValueError(f"start_method='fork' with threads={threads} per worker can hang in "
+                         f"OpenMP after the fork: use spawn or forkserver, or threads=1")
+    method = start_method or ("fork" if threads == 1 and "fork" in
+                              multiprocessing.get_all_start_methods() else "spawn")
     tmp = None if out_dir is not None else tempfile.TemporaryDirectory(prefix="grpo_lab_exp_")
     root = Path(out_dir if out_dir is not None else tmp.name)
     in_process = processes == 1 if in_process is None else in_process
