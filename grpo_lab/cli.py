@@ -271,6 +271,8 @@ def run_study(args, argv: list[str] | None = None) -> int:
     lines += ["| " + " | ".join(r) + " |" for r in body] + ["", res._legend(), ""]
     lines += res.question_lines() if res.primary else [
         difference_sentence(res.compare(n, res.strategies[0])) for n in res.strategies[1:]]
+    while lines and not lines[-1]:
+        lines.pop()
     lines += [""] + [f"note: {n}" for n in res.notes] + (res.plan or {}).get("lines", [])
     lines += [res.disk["line"]] if res.disk else []
     text = "\n".join(lines)

@@ -188,3 +188,18 @@ def test_every_stored_study_names_its_question():
     (same,) = [d for d in gf.differences("by_prompt", ["eval/accuracy/word_problems"])
                if d["a"] == "kmeans"]
     assert same["detectable"] is None and same["detectable_rough"] is None
+
+
+def test_the_cli_names_a_bad_question_or_bad_looks(tmp_path, capsys):
+    from grpo_lab.cli import main
+    argv = ["study", "--base", "quick", "--arm", "a", "--arm", "b", "lr=3e-4", "--steps", "2",
+            "--seeds", "3", "--out_dir", str(tmp_path / "s")]
+    assert main(argv + ["--primary", "z"]) == 2
+    assert "unknown strategy 'z'" in capsys.readouterr().err
+    assert main(argv + ["--primary", "b", "a", "c"]) == 2
+    assert "--primary takes ARM [REFERENCE], got ['b', 'a', 'c']" in capsys.readouterr().err
+    assert main(argv + ["--looks", "3,x"]) == 2
+    assert "--looks takes seed counts such as 3,5, got '3,x'" in capsys.readouterr().err
+    assert main(argv + ["--looks", "2,5"]) == 2           # --seeds 3 is not a declared look
+    assert "3 seeds is not one of the declared looks [2, 5]" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()                  # refused before anything ran
