@@ -5,8 +5,9 @@
 
 runs the study (``grpo-lab study``: paired by step and seed, each run's folder kept, a killed
 study resumed where it stopped) unless every run has finished, then writes what it found:
-``bench/RESULTS_smollm_study_<name>.md`` (the table, every arm's paired difference from the
-first arm with its 95% interval and what the seeds could detect at 80% power, the health
+``bench/RESULTS_smollm_study_<name>.md`` (the table, the study's question with its test, every
+arm's paired difference from the reference with its 95% interval and what the seeds could
+detect at 80% power at the sd's upper bound (others: leads), the health
 findings of every run, the machine and its load) and ``data/studies/<name>.json`` (each run's
 curves, read back by ``Results.load``: notebook 12 plots them). ``--summary_only`` writes the
 two from the runs finished so far without training.
@@ -55,30 +56,34 @@ from grpo_lab.training.experiments import Results, metric_info  # noqa: E402
 STUDIES = {
     "entropy_reward": [
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "30", "--set", "eval_every=10",
-        "--arm", "preset", "--arm", "kl", "beta=0.04"],
+        "--arm", "preset", "--arm", "kl", "beta=0.04", "--primary", "kl", "preset",
+        "--metric", "policy/entropy_end"],
     "clip_higher": [
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "12", "--set", "eval_every=6",
-        "mu=2", "--arm", "symmetric", "eps_high=0.2", "--arm", "clip_higher"],
+        "mu=2", "--arm", "symmetric", "eps_high=0.2", "--arm", "clip_higher",
+        "--primary", "clip_higher", "symmetric", "--metric", "policy/entropy_end"],
     "format_gate": [
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "20", "--set", "eval_every=10",
         "system_prompt=", "--arm", "additive", "reward_weights=accuracy=1,format=1",
-        "--arm", "gated", "reward_weights=accuracy=1,format_if_correct=1"],
+        "--arm", "gated", "reward_weights=accuracy=1,format_if_correct=1",
+        "--primary", "gated", "additive"],
     "length_bias": [
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "16", "--set", "eval_every=8",
         "system_prompt=", "max_new_tokens=48", "reward_weights=accuracy=1",
-        "--arm", "grpo", "--arm", "dr_grpo", "advantage=dr_grpo", "aggregation=dr_grpo"],
+        "--arm", "grpo", "--arm", "dr_grpo", "advantage=dr_grpo", "aggregation=dr_grpo",
+        "--primary", "dr_grpo", "grpo", "--metric", "completion/len_wrong_end"],
     "grouping_mixture": [
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "20", "--target", "0.5",
         "--set", "eval_every=10", "eval_size=20", "task=addition,word_problems,max,min,compare",
         "prompts_per_step=8", "group_size=4",
         "--arm", "by_prompt", "--arm", "kmeans", "grouping=kmeans_semantic", "group_k=4",
-        "--arm", "mixed", "grouping=mixed", "group_k=4"],
+        "--arm", "mixed", "grouping=mixed", "group_k=4", "--primary", "kmeans", "by_prompt"],
     "grouping_families": [
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "16", "--target", "0.25",
         "--set", "eval_every=8", "eval_size=20", "task=addition,word_problems,max,min,compare",
         "prompts_per_step=8", "group_size=4", "max_new_tokens=48",
         "--arm", "by_prompt", "--arm", "kmeans", "grouping=kmeans_semantic", "group_k=4",
-        "--arm", "mixed", "grouping=mixed", "group_k=4"],
+        "--arm", "mixed", "grouping=mixed", "group_k=4", "--primary", "kmeans", "by_prompt"],
 }
 COMPARED = ("eval/accuracy", "eval/gain", "eval/format", "policy/entropy_end",
             "completion/len_right_end", "completion/len_wrong_end")
@@ -107,23 +112,59 @@ def machine() -> str:
             f"{', '.join(format(x, '.2f') if isinstance(x, float) else x for x in load)}")
 
 
-def summarise(name: str, out_dir: Path, command: str) -> str:
-    res = Results.from_folder(out_dir)
-    ref = res.strategies[0]
-    lines = [f"# Study {name}: SmolLM2-135M-Instruct, {len(res.runs)} runs", "",
-             f"    {command}", "", f"Machine: {machine()}.", "",
-             res.to_markdown(), "", res._legend() + ".", "",
+DIFFERENCES_HEAD = "Paired differences from `"
+"""Where the differences section of a results file starts when it has no question yet;
+"Seconds per step" ends it."""
+
+
+def differences(res: Results) -> list[str]:
+    """The study's question with its test, then every paired difference from the reference
+    arm: the primary's row is the test, the others leads; detectable at the sd's one-sided 95%
+    upper bound on n - 1 degrees of freedom, with the figure at the observed sd as rough."""
+    ref = res.primary["b"] if res.primary else res.strategies[0]
+    question = res.question_lines()
+    while question and not question[-1]:
+        question.pop()
+    lines = [*question, "",
              f"Paired differences from `{ref}` (same seed, same prompts at every step; "
-             f"detectable = the smallest true difference these seeds find 80% of the time at "
-             f"the observed spread):", "",
-             "| arm | metric | difference | 95% interval | n | detectable (80%) | verdict |",
-             "|---|---|---:|---|---:|---:|---|"]
+             f"detectable = the smallest true difference these seeds find 80% of the time when "
+             f"the sd of the paired differences is at its one-sided 95% upper bound from 2 "
+             f"degrees of freedom, 4.4x the sd seen; rough = the same at the sd seen, reached "
+             f"only when the true sd is no larger; the primary's row is the test, the others "
+             f"leads):", "",
+             "| arm | metric | role | difference | 95% interval | n | detectable (80%) | rough "
+             "| verdict |", "|---|---|---|---:|---|---:|---:|---:|---|"]
     for d in res.differences(ref, COMPARED):
         fmt = metric_info(d["metric"])[1].lstrip("+")
-        det = "-" if d["detectable"] is None else format(d["detectable"], fmt)
-        lines.append(f"| {d['a']} | {d['metric']} | {d['mean']:+{fmt}} | "
+        det, rough = ("-" if d[k] is None else format(d[k], fmt)
+                      for k in ("detectable", "detectable_rough"))
+        lines.append(f"| {d['a']} | {d['metric']} | {d['role']} | {d['mean']:+{fmt}} | "
                      f"[{d['ci_low']:+{fmt}}, {d['ci_high']:+{fmt}}] | {d['n']} | {det} | "
-                     f"{d['verdict']} |")
+                     f"{rough} | {d['verdict']} |")
+    return lines
+
+
+def rewrite_differences(name: str) -> str:
+    """Rewrite the differences section of bench/RESULTS_smollm_study_<name>.md from
+    data/studies/<name>.json (the runs' folders are not needed): the rest of the file (the
+    command, the machine, the health findings) stays as the study wrote it."""
+    path = ROOT / "bench" / f"RESULTS_smollm_study_{name}.md"
+    old = path.read_text().splitlines()
+    start = next(i for i, x in enumerate(old)                # the question, or the table
+                 if x.startswith(("**Primary question**", DIFFERENCES_HEAD)))
+    end = next(i for i, x in enumerate(old) if x.startswith("Seconds per step"))
+    res = Results.load(ROOT / "data" / "studies" / f"{name}.json")
+    text = "\n".join(old[:start] + differences(res) + [""] + old[end:]) + "\n"
+    path.write_text(text)
+    return text
+
+
+def summarise(name: str, out_dir: Path, command: str) -> str:
+    res = Results.from_folder(out_dir)
+    table = res.to_markdown().split("\n\n")[0]          # the table; the question comes below
+    lines = [f"# Study {name}: SmolLM2-135M-Instruct, {len(res.runs)} runs", "",
+             f"    {command}", "", f"Machine: {machine()}.", "",
+             table, "", res._legend() + ".", "", *differences(res)]
     per_step = {}
     for r in res.runs:
         per_step.setdefault(r["strategy"], []).extend(
@@ -154,11 +195,21 @@ def summarise(name: str, out_dir: Path, command: str) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--study", required=True, choices=sorted(STUDIES))
-    p.add_argument("--out_dir", required=True, help="the study's folder (runs, checkpoints)")
+    p.add_argument("--out_dir", default=None,
+                   help="the study's folder (runs, checkpoints); not needed with "
+                        "--rewrite_differences")
     p.add_argument("--processes", type=int, default=2)
     p.add_argument("--summary_only", action="store_true",
                    help="summarise the finished runs, train nothing")
+    p.add_argument("--rewrite_differences", action="store_true",
+                   help="rewrite only the differences section of the results file from "
+                        "data/studies/<study>.json (no study folder needed)")
     args = p.parse_args(argv)
+    if args.rewrite_differences:
+        print(rewrite_differences(args.study))
+        return 0
+    if args.out_dir is None:
+        p.error("--out_dir is required (but with --rewrite_differences)")
     study = STUDIES[args.study] + ["--out_dir", args.out_dir, "--processes",
                                    str(args.processes)]
     command = "grpo-lab study " + " ".join(study)

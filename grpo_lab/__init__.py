@@ -19,7 +19,8 @@ __version__ = "0.1.0"
 LAYERS = (
     ("teaching and the command line", ("cli", "teaching", "teaching.*")),
     ("harnesses around the loop: reports, experiments, the learned reward, overlap timing",
-     ("training.report", "training.experiments", "training.power", "training.reward_model",
+     ("training.report", "training.experiments", "training.power", "training.sequential",
+      "training.workers", "training.reward_model",
       "training.overlap_timing")),
     ("the loop and its setup", ("training", "training.trainer", "training.pretrain")),
     ("one step: collect and the objectives; the config and its tracker sinks",

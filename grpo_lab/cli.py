@@ -163,7 +163,28 @@ def add_study_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--effect", type=float, default=None,
                    help="a difference in eval/accuracy to find the seeds for (80%% power)")
     s.add_argument("--start_method", default=None, choices=("fork", "spawn", "forkserver"),
-                   help="how worker processes start (default fork where there is one)")
+                   help="how worker processes start (default fork where there is one and a "
+                        "worker has one thread, else spawn)")
+    s.add_argument("--keep", default="none", choices=("none", "final", "all"),
+                   help="checkpoints kept once a run has its result: none (default; a run's "
+                        "checkpoint lives until it finishes, for resuming), final (each run's "
+                        "trained policy), all (the pilot's too)")
+    s.add_argument("--plan", action="store_true",
+                   help="run the pilot, print its cost and power forecast, and stop")
+    s.add_argument("--primary", nargs="+", metavar="ARM", default=None,
+                   help="the study's question, declared before it runs: ARM [REFERENCE] "
+                        "(default: the second arm against the first); its verdict is a test, "
+                        "every other comparison a lead")
+    s.add_argument("--metric", default="eval/accuracy",
+                   help="the primary question's metric (default eval/accuracy)")
+    s.add_argument("--looks", default=None, metavar="N,N,...",
+                   help="a sequential study: the seed counts it may stop at, declared in "
+                        "advance (e.g. 3,5); --seeds must be one of them")
+    s.add_argument("--spending", default="obrien_fleming", choices=("obrien_fleming", "pocock"),
+                   help="how a sequential study spends alpha 0.05 over its looks")
+    s.add_argument("--sd_df", type=int, default=None,
+                   help="the degrees of freedom --sd was estimated with (seeds - 1 of the "
+                        "study it came from): the power is then stated at its upper bound")
     s.add_argument("--debug", action="store_true", help="show tracebacks")
     add_plugin_arg(s)
 
@@ -204,8 +225,9 @@ def study_arms(specs: list[list[str]]) -> dict[str, dict]:
     return out
 
 
-def run_study(args) -> int:
+def run_study(args, argv: list[str] | None = None) -> int:
     from grpo_lab.training.experiments import difference_sentence, run_experiment
+    from grpo_lab.training.workers import StudyInterrupted
 
     if args.seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
@@ -214,15 +236,48 @@ def run_study(args) -> int:
         base["steps"] = args.steps
     if args.plugin:
         base["plugins"] = plugin_spec(args)
-    res = run_experiment(study_arms(args.arm), seeds=range(args.seeds), base=base,
-                         processes=args.processes, target=args.target,
-                         base_preset=args.base, out_dir=args.out_dir, resume=args.resume,
-                         pilot_steps=args.pilot_steps, sd=args.sd, effect=args.effect,
-                         start_method=args.start_method)
-    names = res.strategies
-    lines = [res.to_markdown(), "", res._legend(), ""]
-    lines += [difference_sentence(res.compare(n, names[0])) for n in names[1:]]
-    lines += [f"note: {n}" for n in res.notes] + (res.plan or {}).get("lines", [])
+    arms = study_arms(args.arm)
+    primary = None
+    if args.primary is not None or args.metric != "eval/accuracy":
+        a, *ref = args.primary or [list(arms)[1] if len(arms) > 1 else list(arms)[0]]
+        if len(ref) > 1:
+            raise ValueError(f"--primary takes ARM [REFERENCE], got {args.primary}")
+        primary = (a, ref[0] if ref else next(iter(arms)), args.metric)
+    looks = None
+    if args.looks:
+        try:
+            looks = {"looks": [int(x) for x in args.looks.split(",")],
+                     "spending": args.spending}
+        except ValueError:
+            raise ValueError(f"--looks takes seed counts such as 3,5, got {args.looks!r}") \
+                from None
+    try:
+        res = run_experiment(arms, seeds=range(args.seeds), base=base,
+                             processes=args.processes, target=args.target,
+                             base_preset=args.base, out_dir=args.out_dir, resume=args.resume,
+                             pilot_steps=args.pilot_steps, sd=args.sd, effect=args.effect,
+                             start_method=args.start_method, keep=args.keep,
+                             plan_only=args.plan, in_process=False, sd_df=args.sd_df,
+                             primary=primary, sequential=looks)
+    except StudyInterrupted as e:          # the workers are gone; no traceback
+        import shlex
+        again = list(sys.argv[1:] if argv is None else argv)
+        again += [] if "--resume" in again else ["--resume"]
+        print(f"grpo-lab: study stopped ({e}): its runs in progress were killed; each "
+              f"resumes from its last checkpoint. Continue with: "
+              f"{shlex.join(['grpo-lab', *again])}", file=sys.stderr)
+        return e.exit_code
+    if args.plan:
+        return 0
+    head, body = res._table()                # the table, its legend, then the question
+    lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in body] + ["", res._legend(), ""]
+    lines += res.question_lines() if res.primary else [
+        difference_sentence(res.compare(n, res.strategies[0])) for n in res.strategies[1:]]
+    while lines and not lines[-1]:
+        lines.pop()
+    lines += [""] + [f"note: {n}" for n in res.notes] + (res.plan or {}).get("lines", [])
+    lines += [res.disk["line"]] if res.disk else []
     text = "\n".join(lines)
     print(text)
     Path(args.out_dir, "results.md").write_text(text + "\n")
@@ -556,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
                     os.environ.pop(LOCKED_ENV, None)
             return run_train(cfg, args.resume, args.override, args.overwrite)
         elif args.command == "study":
-            return run_study(args)
+            return run_study(args, argv)
         elif args.command == "eval":
             from grpo_lab.policies.policy import load_policy_any
             from grpo_lab.registry import load_plugins

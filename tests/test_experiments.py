@@ -111,13 +111,20 @@ def test_end_metrics_by_hand_and_a_saved_study_reads_back(tmp_path):
     assert back.compare("a", "a", "policy/entropy_end")["values"] == [0.0, 0.0, 0.0]
     # differences against a reference: b's eval/accuracy is a's + 0.1, 0.2, 0.3 -> mean 0.2,
     # sd 0.1: t = 0.2 / (0.1 / sqrt 3) = 3.46 < 4.303, so the interval holds 0; what 3 seeds
-    # find 80% of the time at that spread: 3.264 sd (power.py) = 0.3264
+    # find 80% of the time at that spread: 3.264 sd (power.py) = 0.3264, a rough figure; at
+    # the sd's 95% upper bound on 2 df, 0.1 * sqrt(2 / chi2(0.05, 2) = 0.10259) = 0.44154:
+    # 3.264 * 0.44154 = 1.4412, the figure stated. No primary declared: a lead, no verdict
     runs = [{"strategy": name, "seed": s, "history": [
         {"step": -1, "eval/accuracy": 0.2}, {"step": 0, "eval/accuracy": 0.5 + d * (s + 1)}]}
         for name, d in (("a", 0.0), ("b", 0.1)) for s in range(3)]
     (d,) = Results(runs).differences("a", ["eval/accuracy"])
     assert (d["a"], d["b"]) == ("b", "a") and d["mean"] == pytest.approx(0.2)
-    assert d["detectable"] == pytest.approx(0.3264, abs=1e-3) and "includes 0" in d["sentence"]
+    assert d["detectable_rough"] == pytest.approx(0.3264, abs=1e-3)
+    assert d["detectable"] == pytest.approx(1.4412, abs=1e-3) and d["sd"] == pytest.approx(0.1)
+    assert d["role"] == "lead" and d["sentence"] == (
+        "lead: b - a on eval/accuracy: +0.200 [-0.048, +0.448] over 3 paired seeds, interval "
+        "includes 0; 80% power for 1.44 at the sd's 95% upper bound (rough, at the observed "
+        "sd: 0.326).")
     # differences at float rounding of the values (1e-8 on 0.5) get no verdict, however
     # consistent their sign: two arms that computed the same numbers in another order
     runs = [{"strategy": name, "seed": s,

@@ -53,7 +53,7 @@ def test_spawn_runs_equal_in_process_runs_and_each_run_keeps_its_folder(tmp_path
     # one thread each way (a sequential run would get 2 on 2 cores, and sum in another order)
     kw = dict(seeds=(0, 1), base={**TINY, "threads": 1}, progress=False)
     spawned = run_experiment(STRATEGIES, processes=2, start_method="spawn",
-                             out_dir=str(tmp_path / "spawn"), **kw)
+                             out_dir=str(tmp_path / "spawn"), keep="final", **kw)
     here = run_experiment(STRATEGIES, processes=1, **kw)
     for a, b in zip(spawned.runs, here.runs):
         assert (a["strategy"], a["seed"]) == (b["strategy"], b["seed"])

@@ -25,13 +25,23 @@ of the paired difference, and the smallest difference the seeds could have seen 
 Each interval is over seeds on one fixed held-out set: the sampling of the held-out items is not
 in it.
 
-| question | study | arms (each one change to the `smollm_cpu` preset) |
-|---|---|---|
-| does a KL term keep the policy's entropy from collapsing? | `entropy_reward` | `preset` (beta 0) against `kl` (beta 0.04, k3 in the loss) |
-| does DAPO's clip-higher keep entropy up? | `clip_higher` | `symmetric` (eps_high 0.2) against `clip_higher` (0.28), both with two updates per rollout (`mu` 2) |
-| does a format reward paid only on right answers teach `\boxed{}` without costing the arithmetic? | `format_gate` | `additive` (format 1 on every boxed answer) against `gated` (format 1 on right answers only), no system prompt |
-| does GRPO's length normalisation let wrong answers ramble (Dr. GRPO)? | `length_bias` | `grpo` against `dr_grpo` (no length normaliser, advantages not divided by the std), no system prompt, 48 tokens |
-| does grouping prompts by meaning help on a mixture of tasks? | `grouping_families` | `by_prompt` against `kmeans` (K-means on the prompts' text) and `mixed` (text and reward statistics), 4 clusters, five families |
+Each study has **one question**, a contrast and a metric (the table below). Its interval is the
+study's test; every other interval a study prints is a **lead**, a question for a new study, not
+a finding: with 21 intervals at 95%, one excludes 0 by chance alone. (These studies ran before
+grpo_lab stored the question with a study: their questions were named afterwards, from the
+table below, and `Results.load` says so.) And the power figure is stated **at the sd's one-sided
+95% upper bound**: with 3 seeds the sd of the paired differences rests on 2 degrees of freedom,
+and the true sd can be up to 4.4 times the one seen; the figure at the sd seen, shown beside it
+as *rough*, is reached only when the true sd is no larger (37% of the time with 2 degrees of
+freedom).
+
+| question | study | arms (each one change to the `smollm_cpu` preset) | primary contrast, metric |
+|---|---|---|---|
+| does a KL term keep the policy's entropy from collapsing? | `entropy_reward` | `preset` (beta 0) against `kl` (beta 0.04, k3 in the loss) | kl - preset, entropy (last 5 steps) |
+| does DAPO's clip-higher keep entropy up? | `clip_higher` | `symmetric` (eps_high 0.2) against `clip_higher` (0.28), both with two updates per rollout (`mu` 2) | clip_higher - symmetric, entropy |
+| does a format reward paid only on right answers teach `\boxed{}` without costing the arithmetic? | `format_gate` | `additive` (format 1 on every boxed answer) against `gated` (format 1 on right answers only), no system prompt | gated - additive, held-out accuracy |
+| does GRPO's length normalisation let wrong answers ramble (Dr. GRPO)? | `length_bias` | `grpo` against `dr_grpo` (no length normaliser, advantages not divided by the std), no system prompt, 48 tokens | dr_grpo - grpo, wrong completions' length |
+| does grouping prompts by meaning help on a mixture of tasks? | `grouping_families` | `by_prompt` against `kmeans` (K-means on the prompts' text) and `mixed` (text and reward statistics), 4 clusters, five families | kmeans - by_prompt, held-out accuracy |
 
 The studies ran on 2-core CPUs (`bench/bench_smollm_studies.py`, one command each; each results
 file names its CPU and load); their runs' curves are stored in `data/studies/`, so this lesson reads them in seconds and
@@ -83,11 +93,15 @@ plt.tight_layout(); plt.show()
 METRICS = ["eval/accuracy", "eval/gain", "eval/format", "policy/entropy_end"]
 def differences(res, ref, metrics=METRICS):
     rows = res.differences(ref, metrics)
-    return pd.DataFrame([{"arm": d["a"], "metric": d["metric"], "difference": d["mean"],
-                          "95% low": d["ci_low"], "95% high": d["ci_high"], "seeds": d["n"],
-                          "detectable (80%)": d["detectable"],
-                          "verdict": d["verdict"]}
+    return pd.DataFrame([{"arm": d["a"], "metric": d["metric"], "role": d["role"],
+                          "difference": d["mean"], "95% low": d["ci_low"],
+                          "95% high": d["ci_high"], "seeds": d["n"],
+                          "detectable (80%, sd bound)": d["detectable"],
+                          "rough (sd seen)": d["detectable_rough"], "verdict": d["verdict"]}
                          for d in rows]).round(3)
+def question(res):           # the study's one test, then its leads
+    display(Markdown("\\n".join(res.question_lines())))
+question(study)
 table = differences(study, "preset")
 table"""),
     (CODE, """per = {(r["strategy"], r["seed"]): r for r in study.per_run()}
@@ -100,11 +114,14 @@ for r in study.runs:
     if r["strategy"] == "preset":     # it learns the sums, and its entropy falls 5-8x doing so
         assert m["eval/gain"] > 0.3 and m["policy/entropy_end"] < 0.25 * trained[0]["policy/entropy"]
 ent = next(d for d in study.differences("preset", ["policy/entropy_end"]))
-print(ent["sentence"], f"80% power for a difference of {ent['detectable']:.3f} nats per token.")
+test = study.primary_test()
+print(test["sentence"])
 # the KL term kept a little more entropy in every seed, but 3 seeds cannot tell it from noise:
-# the interval holds 0, and what these seeds would have found 80% of the time is 0.065 nats
+# the interval holds 0 (p 0.067), and what these seeds find 80% of the time is 0.29 nats at the
+# sd's upper bound; 0.065 only if the true sd is no larger than the one these 3 seeds showed
 assert all(v > 0 for v in ent["values"]) and ent["ci_low"] < 0 < ent["ci_high"]
-assert ent["detectable"] < 0.1"""),
+assert ent["role"] == "primary" and not test["rejects"] and 0.05 < test["p"] < 0.1
+assert ent["detectable_rough"] < 0.1 < 0.25 < ent["detectable"]"""),
     (MD, r"""## 2. Clip-higher acts only off-policy
 
 GRPO's surrogate clips the ratio pi_theta / pi_old to [1 - eps_low, 1 + eps_high]; DAPO raises
@@ -122,6 +139,7 @@ clip.plot("policy/entropy", ax=axes[0])
 clip.plot("clip/high_frac", ax=axes[1])
 axes[0].set_ylabel("nats per token"); axes[1].set_ylabel("tokens clipped above 1 + eps_high")
 plt.tight_layout(); plt.show()
+question(clip)
 clip_table = differences(clip, "symmetric")
 clip_table"""),
     (CODE, """for arm in clip.strategies:
@@ -131,10 +149,11 @@ clip_table"""),
     print(f"{arm:>11}: tokens clipped above {high:.2%}, below {low:.2%} (step means, 3 seeds)")
     assert high + low < 0.05          # at lr 1e-5 the second update moves few tokens past the clip
 ent = next(d for d in clip.differences("symmetric", ["policy/entropy_end"]))
-print(ent["sentence"], f"80% power for a difference of {ent['detectable']:.3f} nats per token.")
+print(ent["sentence"])
 # with about 2% of tokens clipped at all, where the upper clip sits can change little: the
-# entropy interval holds 0 (these seeds would have found a difference of about 0.19 nats)
-assert ent["ci_low"] < 0 < ent["ci_high"]"""),
+# entropy interval holds 0; these seeds find 0.84 nats 80% of the time at the sd's upper bound
+# (0.19 at the sd seen): nothing that small was testable here
+assert ent["ci_low"] < 0 < ent["ci_high"] and ent["detectable"] > 0.5"""),
     (MD, r"""## 3. Reward design: a format reward only right answers collect
 
 The preset asks for the answer in `\boxed{}` (in the question and in its system prompt) and adds
@@ -161,6 +180,7 @@ for arm, s in shown.items():
     for after in s["after"]:
         rows.append({"arm": arm, "prompt": after["prompt"][:40], "answer": after["answer"],
                      f"after {s['after_step'] + 1} steps": after["completion"][:70]})
+question(fmt)
 display(differences(fmt, "additive"))
 pd.DataFrame(rows)"""),
     (CODE, """for r in fmt.runs:
@@ -172,13 +192,13 @@ pd.DataFrame(rows)"""),
     if r["strategy"] == "gated":         # never a boxed right answer: nothing to learn from
         assert fired == 0
 acc, form = fmt.differences("additive", ["eval/accuracy", "eval/format"])
-print(acc["sentence"])
+print(acc["sentence"])                     # the study's question: its one test
 print(f"held-out \\\\boxed{{}} rate, gated - additive, per seed: {form['values']}")
 # the additive format is learned by every seed and costs the arithmetic (a boxed operand, not
 # the sum); the gate keeps the arithmetic (+51 points, interval excludes 0) but its format
 # reward never fires, so the format is never learned: neither design gets both
-assert acc["excludes_zero"] and acc["ci_low"] > 0.3
-assert form["values"] == [-1.0, -1.0, -1.0]"""),
+assert acc["role"] == "primary" and fmt.primary_test()["rejects"] and acc["ci_low"] > 0.3
+assert form["role"] == "lead" and form["values"] == [-1.0, -1.0, -1.0]"""),
     (MD, r"""## 4. Length bias: GRPO's normalisation against Dr. GRPO's
 
 GRPO's loss averages each completion's token terms over that completion's own length |o|, and
@@ -203,6 +223,7 @@ curves(lb, [("completion/len_wrong", "tokens, wrong completions"),
             ("completion/len_right", "tokens, right completions"),
             ("eval/accuracy", "held-out accuracy")])
 LENGTHS = ["completion/len_wrong_end", "completion/len_right_end", "eval/accuracy"]
+question(lb)
 lb_table = differences(lb, "grpo", LENGTHS)
 lb_table"""),
     (CODE, """lb_end = {(r["strategy"], r["seed"]): r["completion/len_wrong_end"] for r in lb.per_run()}
@@ -216,10 +237,12 @@ for r in lb.runs:
         assert last < first - 5      # under GRPO they got shorter instead, in every seed
 wrong, right, acc = lb.differences("grpo", LENGTHS)
 for d in (wrong, right, acc):
-    print(d["sentence"], f"80% power for a difference of {d['detectable']:.3f}.")
+    print(d["sentence"])
 # Dr. GRPO's wrong answers ended shorter in every seed, but 3 seeds cannot tell it from noise
+# (p 0.054); at the sd's upper bound they had 80% power only for 25 tokens (5.7 at the sd seen)
 assert all(v < 0 for v in wrong["values"]) and wrong["ci_low"] < 0 < wrong["ci_high"]
-assert acc["ci_low"] < 0 < acc["ci_high"] and acc["detectable"] < 0.15
+assert wrong["role"] == "primary" and not lb.primary_test()["rejects"]
+assert acc["ci_low"] < 0 < acc["ci_high"] and acc["detectable_rough"] < 0.15 < acc["detectable"]
 pd.DataFrame([{"arm": arm, "prompt": a["prompt"][:40], "answer": a["answer"],
                f"greedy after {s['after_step'] + 1} steps": a["completion"][:60]}
               for arm, s in lb_shown.items() for a in s["after"][:3]])"""),
@@ -254,7 +277,7 @@ for arm in gf.strategies:     # the groupers ran: groups of 2 prompts' completio
 curves(gf, [("eval/accuracy", "held-out accuracy, 5 families"),
             ("completion/truncated_frac", "completions cut at 48 tokens"),
             ("adv/var", "advantages' variance")])
-display(gf)
+display(gf)                  # the table, the question's test and its leads
 differences(gf, "by_prompt", ["eval/accuracy", "eval/gain"])"""),
     (CODE, """FAMILIES = ["addition", "word_problems", "max", "min", "compare"]
 base_row = gf.runs[0]["history"][0]                  # step -1: the base, evaluated once
@@ -274,13 +297,15 @@ assert to_target["word_problems"].isna().all() and to_target["compare"].isna().a
 fam = differences(gf, "by_prompt", [f"eval/accuracy/{f}" for f in FAMILIES] + ["target/steps"])
 display(fam)
 for d in gf.differences("by_prompt", ["eval/accuracy"]):
-    print(d["sentence"], f"80% power for a difference of {d['detectable']:.3f}.")
-    assert d["ci_low"] < 0 < d["ci_high"]       # neither grouper moved overall accuracy ...
-    assert d["detectable"] <= (0.06 if d["a"] == "mixed" else 0.11)   # ... by 5-10 points
-# 2 arms x 6 metrics = 12 intervals: at 95% about 0.6 of them exclude 0 by chance alone
+    print(d["sentence"])
+    assert d["ci_low"] < 0 < d["ci_high"]       # neither grouper showed a difference overall,
+    assert d["detectable"] > 0.2                # and 3 seeds could not rule out one of 20 points
+# 2 arms x 6 metrics = 12 intervals, every one a lead: at 95% about 0.6 of them exclude 0 by
+# chance alone
 flagged = fam[fam.verdict == "excludes 0"]
-print(f"{len(flagged)} of {len(fam)} per-family intervals exclude 0:", list(zip(flagged.arm, flagged.metric)))
-assert len(flagged) <= 2
+print(f"{len(flagged)} of {len(fam)} per-family intervals (leads) exclude 0:",
+      list(zip(flagged.arm, flagged.metric)))
+assert len(flagged) <= 2 and (fam.role == "lead").all()
 # compare: never right in any arm; the model writes "30 > 2", which its reader (the last word)
 # reads as "2"
 assert (per_family["compare"] == 0).all()"""),
@@ -300,11 +325,13 @@ base = ({"steps": 6, "eval_every": 6} if REAL else
 with tempfile.TemporaryDirectory() as tmp:
     live = run_experiment({"preset": {}, "cooler": {"temperature": 0.5}}, seeds=(0, 1, 2),
                           base=base, base_preset=base_preset, out_dir=tmp, processes=1,
+                          primary=("cooler", "preset", "policy/entropy_end"),  # before it runs
                           progress=False)
-display(live)
+display(live)                # the table, then the question's test and the leads
 acc, ent = live.differences("preset", ["eval/accuracy", "policy/entropy_end"])
 for d in (acc, ent):
-    print(d["sentence"], f"(80% power for a difference of {d['detectable']:.3f})")
+    print(f"{d['role']}: {d['sentence']}")
+assert ent["role"] == "primary" and acc["role"] == "lead"
 assert len(live.runs) == 6 and all("policy/entropy_end" in r for r in live.per_run())
 assert all(v < 0 for v in ent["values"])     # the cooler sampler's entropy is lower in every seed
 print(f"notebook ran in {time.time() - t_start:.0f} s")"""),
@@ -313,11 +340,11 @@ print(f"notebook ran in {time.time() - t_start:.0f} s")"""),
 * **Entropy collapses while the model learns**: under the preset SmolLM2 went from 12% to 50-78%
   held out in 30 steps while its entropy fell 5-8x (1.03-1.07 to 0.13-0.21 nats per token).
 * **The KL term (beta 0.04) kept a little more entropy in every seed** (+0.03 to +0.07 nats) but
-  the 3-seed interval includes 0 ([-0.007, +0.092]). At the spread these 3 seeds show, 5 seeds
-  would be needed for an effect of that size; a rough figure (the spread has 2 degrees of
-  freedom; at its 95% upper bound, 37). Settling it takes a new study declared before it runs,
-  not more seeds added to this one after its p-value was seen.
-  Accuracy: no difference resolved.
+  the 3-seed interval includes 0 ([-0.007, +0.092], p 0.067): the question is open. To settle it,
+  a new study declared in advance (growing this one after seeing p 0.067 and testing again at
+  0.05 would reject a true null 6-9% of the time): 5 seeds if the true sd is the one seen, up
+  to 36 at its 95% upper bound (`power.seeds_needed(0.042, 0.020, df=2)`). Accuracy: a lead,
+  no difference resolved.
 * **Clip-higher cannot act at one update per rollout**: the ratio is exactly 1 there, and no clip
   range binds (0 clipped tokens in every step of the preset's runs). With two updates per rollout,
   about 2% of tokens reach either clip and eps_high 0.28 against 0.2 changed neither entropy nor
@@ -331,17 +358,19 @@ print(f"notebook ran in {time.time() - t_start:.0f} s")"""),
 * **The length drift Dr. GRPO predicts did not appear**: under GRPO's normalisation the wrong
   answers got shorter in every seed (28-35 to 17-21 tokens), as the model moved from sentences
   to `a + b = c`. Dr. GRPO's wrong answers ended 3-6 tokens shorter still in every seed, but the
-  interval reaches past 0 (-4.1 [-8.5, +0.2]; 80% power from 5.7 tokens; `power.seeds_needed`
-  gives 4 seeds for the observed 4.1 at the spread these 3 seeds show, 29 at that spread's 95%
-  upper bound). Accuracy: no difference (80% power for 10 points).
-* **No gain from grouping by meaning was resolved on a mixture of five tasks** (the intervals
-  allow up to +4 points for mixed, +7 for K-means, and losses as large): K-means on the prompts'
-  text and the mixed grouper (text and reward statistics) ended within a point of `by_prompt`
-  (27-28% held out after 16 steps); mixed - by_prompt +0.003 [-0.035, +0.041], with 80% power for
-  a 5-point difference (K-means: 10 points). Per family, 2 of 12 intervals exclude 0 (K-means: 8
-  points fewer on sums, about one step later to 25%), near what 12 tests give by chance.
-* A null is a result when its power is given: each table above says the smallest difference its
-  seeds would have found."""),
+  interval reaches past 0 (-4.1 [-8.5, +0.2], p 0.054): open. 80% power from 25 tokens at the
+  sd's upper bound (5.7 at the sd seen); a new study for the observed 4.1 needs 4 seeds if the
+  sd is the one seen, up to 30 at its bound. Accuracy: a lead, no difference resolved.
+* **Grouping by meaning showed no gain on a mixture of five tasks, and 3 seeds cannot rule one
+  out**: K-means on the prompts' text (the question) and the mixed grouper (text and reward
+  statistics, a lead) ended within a point of `by_prompt` (27-28% held out after 16 steps);
+  kmeans - by_prompt -0.003 [-0.079, +0.073], mixed +0.003 [-0.035, +0.041]: the intervals allow
+  gains of up to 7 and 4 points, and at the sd's upper bound these seeds had 80% power only for
+  44 and 22 points (10 and 5 at the sd seen). Per family, 2 of 12 leads exclude 0 (K-means: 8
+  points fewer on sums, about one step later to 25%), near what 12 intervals give by chance.
+* A null is a result only when its power is stated honestly: at the sd's upper bound, 3 seeds
+  detect only large differences (4.4 times the figure at the sd seen). Of the five questions one
+  was answered (the format gate keeps the arithmetic); the others are open, not "no effect"."""),
 ]
 
 

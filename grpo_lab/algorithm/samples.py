@@ -5,7 +5,11 @@ before training, then every ``eval_every`` steps and at the end) appends one lin
 ``out_dir/samples.jsonl``:
 
     {"step": -1, "samples": [{"task", "prompt", "completion", "answer", "reward",
-                              "accuracy", "format", "stopped"}, ...]}
+                              "accuracy", "format", "reward/<name>", ..., "stopped"}, ...]}
+
+``reward`` is the weighted sum of the ``reward/<name>`` parts, one for every reward function
+in reward_weights, a plugin's included (flat keys, so a tracker's table shows them as
+columns); ``accuracy`` and ``format`` are read whatever their weights.
 
 The same held-out prompts each time (the first ``PER_TASK`` of each task's set), greedy, so
 lines compare the policy with itself; the report shows the first and the last (``markdown``).
@@ -14,6 +18,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from grpo_lab.rundir import write_lines_atomic
 
 FILE = "samples.jsonl"
 PER_TASK = 4
@@ -29,6 +35,8 @@ def rows(scored, accuracy, fmt=None, k: int = PER_TASK) -> list[dict]:
                     "answer": ex.answer, "reward": round(float(scored.rewards[i]), 4),
                     "accuracy": float(accuracy[i]),
                     **({"format": float(fmt[i])} if fmt is not None else {}),
+                    **{f"reward/{name}": round(float(v[i]), 4)
+                       for name, v in scored.parts.items()},
                     "stopped": bool(scored.rollout.stopped[i])})
     return out
 
@@ -36,6 +44,22 @@ def rows(scored, accuracy, fmt=None, k: int = PER_TASK) -> list[dict]:
 def append(out_dir: str | Path, step: int, samples: list[dict]) -> None:
     with open(Path(out_dir) / FILE, "a") as f:
         f.write(json.dumps({"step": step, "samples": samples}) + "\n")
+
+
+def keep_through(out_dir: str | Path, step: int) -> None:
+    """Drop the lines of steps after ``step`` (a run resumed from that step's checkpoint
+    evaluates them again; a line cut by a kill goes too)."""
+    path = Path(out_dir) / FILE
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line + "\n")
+        except (json.JSONDecodeError, KeyError, TypeError):
+            break
+    write_lines_atomic(path, kept)
 
 
 def read(out_dir: str | Path) -> list[dict]:

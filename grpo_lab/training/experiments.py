@@ -41,6 +41,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -48,10 +49,12 @@ from grpo_lab.algorithm.samples import append as append_samples
 from grpo_lab.registry import load_plugins, lookup
 from grpo_lab.rundir import write_lines_atomic
 from grpo_lab.training.config import preset, to_dict
-from grpo_lab.training.power import detectable_difference, seeds_needed
+from grpo_lab.training.power import detectable, seeds_needed
+from grpo_lab.training.sequential import SPENDING, nominal_levels, paired_p
 from grpo_lab.training.report import write_report
 from grpo_lab.training.step import max_new_tokens
 from grpo_lab.training.trainer import evaluate_tasks, setup, train
+from grpo_lab.training.workers import run_in_workers, stop_on_signals
 
 __all__ = ["run_experiment", "Results", "METRICS", "metric_info", "mean_ci", "run_metrics",
            "time_to_target", "steps_to_target", "difference_sentence", "can_tell", "MIN_SEEDS"]
@@ -216,6 +219,22 @@ def difference_sentence(d: dict) -> str:
                "the interval includes 0, not distinguishable from seed noise."))
 
 
+def lead_sentence(d: dict) -> str:
+    """A comparison that is not the study's question: its interval, and at the sd's upper
+    bound what it could have detected, without a verdict ("lead", not a test)."""
+    head = f"lead: {d['a']} - {d['b']} on {d['metric']}"
+    if d["n"] < MIN_SEEDS or not can_tell(d["n"], d["ci_low"], d["ci_high"]) \
+            or d.get("rounding"):
+        return head + difference_sentence(d)[len(head) - len("lead: "):]
+    text = (f"{head}: {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over "
+            f"{d['n']} paired seeds, interval {'excludes' if d['excludes_zero'] else 'includes'}"
+            f" 0")
+    if d.get("detectable") is not None:
+        text += (f"; 80% power for {d['detectable']:.3g} at the sd's 95% upper bound "
+                 f"(rough, at the observed sd: {d['detectable_rough']:.3g})")
+    return text + "."
+
+
 @dataclass
 class Results:
     runs: list[dict]
@@ -230,6 +249,20 @@ class Results:
     """The pilot's forecast: seconds_per_step, total_s, sd, detectable, lines (None: none)."""
     grid: list = field(default_factory=list)
     """Steps trained at each evaluation (0: the base): what target/steps was measured on."""
+    primary: dict | None = None
+    """The study's question, declared before it ran: {"a", "b", "metric"} (a - b on metric,
+    paired by seed); its verdict is a test, every other comparison a lead (``primary_test``).
+    "default": True when run_experiment chose it; "declared": how it was declared when not
+    before the run (a stored study's question, named from its write-up). None: no question
+    declared (a table only)."""
+    sequential: dict | None = None
+    """Declared looks: {"looks": [seed counts], "spending", "alpha"} (sequential.py); None:
+    one look."""
+    looks: list = field(default_factory=list)
+    """The seeds of each earlier look at this study's results (looks.json): a study grown by
+    seeds after a look, without a declared sequential plan, tests its new seeds only."""
+    disk: dict | None = None
+    """What the study's folder holds on disk (``_disk``), None for a temporary folder."""
 
     @property
     def strategies(self) -> list[str]:
@@ -255,14 +288,16 @@ class Results:
                                 "ci_high": hi, "n": len(vals), "values": vals})
         return out
 
-    def compare(self, a: str, b: str, metric: str = "eval/accuracy") -> dict:
-        """Paired difference a - b on ``metric`` over the seeds both have -> {a, b, metric,
-        mean, ci_low, ci_high, n, values, excludes_zero}; excludes_zero is False when the
-        interval cannot tell (``can_tell``: fewer than 3 seeds or a zero-width interval)."""
+    def compare(self, a: str, b: str, metric: str = "eval/accuracy", seeds=None) -> dict:
+        """Paired difference a - b on ``metric`` over the seeds both have (of ``seeds``:
+        default all) -> {a, b, metric, mean, ci_low, ci_high, n, values, excludes_zero};
+        excludes_zero is False when the interval cannot tell (``can_tell``: fewer than 3
+        seeds or a zero-width interval)."""
         for s in (a, b):
             lookup(self.strategies, s, "strategy")
         metric_info(metric)
-        per = {(r["strategy"], r["seed"]): r.get(metric) for r in self.per_run()}
+        per = {(r["strategy"], r["seed"]): r.get(metric) for r in self.per_run()
+               if seeds is None or r["seed"] in seeds}
         pairs = [(per[a, seed], per.get((b, seed))) for (s, seed) in per if s == a]
         pairs = [(x, y) for x, y in pairs if x is not None and y is not None]   # same seed
         diffs = [x - y for x, y in pairs]
@@ -292,16 +327,28 @@ class Results:
         return ["strategy"] + metrics, body
 
     def to_markdown(self) -> str:
+        """The table; below it, for a study with a declared question, the question's test
+        and the leads (``question_lines``)."""
         head, body = self._table()
         lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
-        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
+        lines += ["| " + " | ".join(r) + " |" for r in body]
+        if self.primary is not None:
+            lines += ["", *self.question_lines()]
+        return "\n".join(lines)
 
     def _repr_html_(self) -> str:
+        import html
         head, body = self._table()
         th = "".join(f"<th>{h}</th>" for h in head)
         tr = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in body)
+        below = ""
+        if self.primary is not None:
+            bold = lambda t: re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(t))  # noqa: E731
+            items = [x for x in self.question_lines() if x]
+            below = "".join(f"<li>{bold(x[2:])}</li>" if x.startswith("- ") else
+                            f"<p>{bold(x)}</p>" for x in items)
         return (f"<table><thead><tr>{th}</tr></thead><tbody>{tr}</tbody></table>"
-                f"<p>{self._legend()}</p>")
+                f"<p>{self._legend()}</p>{below}")
 
     def _legend(self) -> str:
         n = len({r["seed"] for r in self.runs})
@@ -335,7 +382,8 @@ class Results:
                 for r in self.runs]
         write_lines_atomic(Path(path), [json.dumps(
             {"runs": runs, "target": self.target, "grid": self.grid, "notes": self.notes,
-             "plan": self.plan}, default=float)])
+             "plan": self.plan, "primary": self.primary, "sequential": self.sequential,
+             "looks": self.looks}, default=float)])
 
     @classmethod
     def from_folder(cls, out_dir) -> "Results":
@@ -343,7 +391,7 @@ class Results:
         result.json), without running anything: a study read while another part of it runs,
         or after. A run not finished yet is left out (``notes`` says which)."""
         root = Path(out_dir)
-        spec = json.loads((root / STUDY_FILE).read_text())
+        spec = _read_json(root / STUDY_FILE, "the study's spec")
         runs, missing = [], []
         for name in spec["strategies"]:
             for s in spec["seeds"]:
@@ -351,20 +399,26 @@ class Results:
                 if not (folder / RESULT_FILE).exists():
                     missing.append(f"{name} seed {s}")
                     continue
-                r = json.loads((folder / RESULT_FILE).read_text())
+                r = _read_json(folder / RESULT_FILE, RESULT_BAD)
                 runs.append({"strategy": name, "seed": s, "history": r["history"],
                              "findings": r["findings"], "out_dir": str(folder)})
         notes = [f"not finished: {', '.join(missing)}"] if missing else []
         grid = sorted({h["step"] + 1 for r in runs for h in r["history"]
                        if "eval/accuracy" in h})
-        return cls(runs, spec["target"], out_dir=str(root), notes=notes, grid=grid)
+        return cls(runs, spec["target"], out_dir=str(root), notes=notes, grid=grid,
+                   primary=spec.get("primary"), sequential=spec.get("sequential"),
+                   looks=_looks(root))
 
     def differences(self, reference: str, metrics=None, power: float = 0.8) -> list[dict]:
         """Every other strategy against ``reference``, paired by seed, on each of ``metrics``
-        (default: every METRICS entry the runs have): ``compare``'s dict plus ``detectable``,
-        the smallest true difference these seeds would find with probability ``power`` given
-        the observed sd of the paired differences (power.py; None below MIN_SEEDS or with no
-        spread), ``sentence`` and ``verdict`` (a few words: "excludes 0", "includes 0", ...)."""
+        (default: every METRICS entry the runs have): ``compare``'s dict plus ``sd`` (of the
+        paired differences), ``detectable`` (the smallest true difference these seeds find
+        with probability ``power`` at the sd's one-sided 95% upper bound on n - 1 degrees of
+        freedom: power.detectable; each comparison's own sd, no pooling, since arms need not
+        share a spread), ``detectable_rough`` (the same at the observed sd: rough), both None
+        below MIN_SEEDS or with no spread; ``role`` ("primary": the study's declared
+        question, whose verdict is ``primary_test``'s; else "lead": an interval to follow up,
+        not a test), ``sentence`` and ``verdict`` (a few words: "excludes 0", ...)."""
         per = self.per_run()
         metrics = [m for m in (metrics or METRICS) if any(m in r for r in per)]
         out = []
@@ -377,23 +431,111 @@ class Results:
                     continue
                 sd = float(torch.tensor(d["values"], dtype=torch.float64).std()) \
                     if d["n"] >= 2 else 0.0
-                d["detectable"] = (detectable_difference(sd, d["n"], power)
-                                   if d["n"] >= MIN_SEEDS and sd > 0 and not d["rounding"]
-                                   else None)
-                d["sentence"] = difference_sentence(d)
+                ok = (can_tell(d["n"], d["ci_low"], d["ci_high"]) and sd > 0     # a spread
+                      and not d["rounding"])                                # beyond rounding
+                found = detectable(sd, d["n"], d["n"] - 1, power) if ok else {}
+                d.update(sd=sd, detectable=found.get("detectable"),
+                         detectable_rough=found.get("rough"))
+                d["role"] = "primary" if self._is_primary(s, reference, m) else "lead"
                 d["verdict"] = ("excludes 0" if d["excludes_zero"] else
                                 "too few seeds" if d["n"] < MIN_SEEDS else
                                 "float rounding: no difference" if d["rounding"] else
                                 "includes 0" if can_tell(d["n"], d["ci_low"], d["ci_high"])
                                 else "no spread: every seed's difference is the same")
+                d["sentence"] = (self.primary_test()["sentence"] if d["role"] == "primary"
+                                 else lead_sentence(d))
                 out.append(d)
         return out
+
+    def _is_primary(self, a: str, b: str, metric: str) -> bool:
+        p = self.primary
+        return p is not None and (p["a"], p["b"], p["metric"]) == (a, b, metric)
+
+    def primary_test(self) -> dict:
+        """The test of the declared question (``primary``) -> ``compare``'s dict over the
+        seeds tested plus ``p`` (paired t-test), ``level`` (the p it must reach), ``seeds``,
+        ``rejects`` and ``sentence``. One look: level 0.05 over every seed; a study grown by
+        seeds after a look without a declared plan is a new study: only the seeds added
+        since the last look are tested (the rest become a lead); a declared sequential plan:
+        the look's nominal level (sequential.nominal_levels)."""
+        if self.primary is None:
+            raise ValueError("this study declared no primary question (primary=)")
+        a, b, metric = self.primary["a"], self.primary["b"], self.primary["metric"]
+        seeds = sorted({r["seed"] for r in self.runs})
+        head, level, how = f"primary question: {a} - {b} on {metric}", 0.05, ""
+        if self.sequential:
+            looks = self.sequential["looks"]
+            if len(seeds) not in looks:
+                d = self.compare(a, b, metric)
+                return {**d, "p": math.nan, "level": None, "seeds": seeds, "rejects": False,
+                        "sentence": f"{head}: {len(seeds)} seeds is not one of the declared "
+                                    f"looks {looks}: no test (a lead only: "
+                                    f"{lead_sentence(d)})"}
+            k = looks.index(len(seeds))
+            level = nominal_levels(looks, self.sequential.get("alpha", 0.05),
+                                   self.sequential["spending"])[k]
+            how = (f"look {k + 1} of {len(looks)} ({self.sequential['spending']} spending "
+                   f"over looks at {looks} seeds), ")
+        else:
+            before = [set(x) for x in self.looks if set(x) < set(seeds)]
+            if before:
+                seen = max(before, key=len)
+                seeds = [s for s in seeds if s not in seen]
+                how = (f"a new study: the seeds added after a look at seeds {sorted(seen)}, "
+                       f"{seeds} (the earlier seeds are a lead), ")
+        d = self.compare(a, b, metric, seeds=seeds)
+        p = paired_p(d["values"]) if can_tell(d["n"], d["ci_low"], d["ci_high"]) else math.nan
+        rejects = bool(p <= level) and not d["rounding"] and d["n"] >= MIN_SEEDS
+        what = (f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over {d['n']} "
+                f"paired seeds" if d["n"] >= 2 else f"{d['n']} paired seed(s)")
+        if d["n"] < MIN_SEEDS or not math.isfinite(p) or d["rounding"]:
+            verdict = difference_sentence(d).split(": ")[-1]
+            verdict = "no test: " + verdict[0].lower() + verdict[1:]
+        else:
+            verdict = (f"p = {p:.3g} {'<=' if rejects else '>'} {level:.3g}: "
+                       + ("rejects no difference." if rejects else
+                          "does not reject no difference."))
+        if d["n"] >= MIN_SEEDS and math.isfinite(p) and not d["rounding"]:
+            sd = float(np.std(d["values"], ddof=1))
+            found = detectable(sd, d["n"], d["n"] - 1)
+            d.update(sd=sd, detectable=found["detectable"], detectable_rough=found["rough"])
+            verdict = (verdict[:-1] + f"; 80% power for {found['detectable']:.3g} at the sd's "
+                       f"95% upper bound (rough, at the observed sd: {found['rough']:.3g}).")
+        return {**d, "p": p, "level": level, "seeds": seeds, "rejects": rejects,
+                "sentence": f"{head} ({how}paired t-test): {what}: {verdict}"}
+
+    def question_lines(self, reference: str | None = None, metrics=None) -> list[str]:
+        """The study's question and its test, then every other comparison with ``reference``
+        (default: the primary's b, else the first arm) on ``metrics`` (default: the
+        primary's metric) as a lead: what markdown, HTML and ``grpo-lab study`` show below
+        the table."""
+        names = self.strategies
+        if len(names) < 2:
+            return []
+        reference = reference or (self.primary or {}).get("b") or names[0]
+        lines = []
+        if self.primary is not None:
+            said = self.primary.get("declared") or (
+                "declared before the study ran" if not self.primary.get("default") else
+                "by default: the second arm against the first on eval/accuracy, declared "
+                "before the study ran")
+            lines += [f"**Primary question** ({said}):", "",
+                      self.primary_test()["sentence"], ""]
+        metrics = metrics or [(self.primary or {}).get("metric", "eval/accuracy")]
+        leads = [d for d in self.differences(reference, metrics) if d["role"] == "lead"]
+        if leads:
+            lines += ["**Leads** (intervals to follow up, not tests: a lead that excludes 0 "
+                      "is a question for a new study):", ""]
+            lines += [f"- {d['sentence']}" for d in leads]
+        return lines
 
     @classmethod
     def load(cls, path) -> "Results":
         """A study written by ``save``."""
-        d = json.loads(Path(path).read_text())
-        return cls(d["runs"], d["target"], notes=d["notes"], plan=d["plan"], grid=d["grid"])
+        d = _read_json(Path(path), "a study written by Results.save")
+        return cls(d["runs"], d["target"], notes=d["notes"], plan=d["plan"], grid=d["grid"],
+                   primary=d.get("primary"), sequential=d.get("sequential"),
+                   looks=d.get("looks", []))
 
     def plot(self, metric: str = "eval/accuracy", ax=None):
         """Mean of ``metric`` vs step per strategy, with a min-max band over seeds -> Figure."""
@@ -430,21 +572,11 @@ def _cell(r: dict | None, fmt: str, seeds: int) -> str:
 STUDY_FILE = "study.json"        # the study's spec: what a resume must match
 BASE_FILE = "base.json"          # the shared base evaluations, one per evaluation setting
 RESULT_FILE = "result.json"      # in a run's folder once it finished: history and findings
+LOOKS_FILE = "looks.json"        # the seeds of each look at the study's results
 EVAL_FIELDS = ("policy", "base_checkpoint", "task", "eval_size", "answer_format",
                "system_prompt", "reward_weights", "max_new_tokens", "hf", "plugins")
 """What the base policy's evaluation depends on (greedy: not the seed, not the training
 knobs); runs that agree on these share one evaluation of the base."""
-
-
-def _die_with_parent() -> None:
-    """Pool initializer: a worker ends when the experiment's process is killed (Linux
-    prctl(PR_SET_PDEATHSIG, SIGTERM)); otherwise it would wait for work forever."""
-    try:
-        import ctypes
-        import signal
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))
-    except (OSError, AttributeError):
-        pass
 
 
 @dataclass
@@ -456,6 +588,33 @@ class Job:
     cfg: object                   # TrainConfig, out_dir = the run's folder
     base_eval: dict | None        # the shared step -1 evaluation (None: the run evaluates)
     reward_models: dict           # reward_model.ACTIVE of the caller (use_reward_model)
+    keep: bool = True             # keep the run's checkpoint once it has its result.json
+
+
+KEEP = ("none", "final", "all")
+"""What a study keeps of its runs' checkpoints once each run has its result.json: none (the
+default: a study reads only result.json; a checkpoint lives while its run is unfinished, so
+a stopped run resumes from it), final (every run's last checkpoint, the trained policy),
+all (the pilot's too)."""
+CHECKPOINT = "checkpoint.safetensors"
+
+
+def _drop_checkpoint(folder: Path) -> None:
+    """Delete a run's checkpoint: the file and, for ckpt_format dcp, its shard folder."""
+    import shutil
+    (folder / CHECKPOINT).unlink(missing_ok=True)
+    shutil.rmtree(folder / "checkpoint.dcp", ignore_errors=True)
+
+
+def _read_json(path: Path, what: str):
+    """A study file -> its JSON; unreadable: an error naming the path and what to do."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON ({type(e).__name__}: {e}): {what}") from None
+
+
+RESULT_BAD = "delete it and resume the study to run this run again"
 
 
 def _write_json(path: Path, obj) -> None:
@@ -465,20 +624,38 @@ def _write_json(path: Path, obj) -> None:
 def _run_job(job: Job, on_step=None) -> tuple[str, int, str | None]:
     """Train ``job`` into its folder, write its report and result.json (history, and as
     findings the trainer's health lines and the run's warnings, e.g. a grouper that fell
-    back to by_prompt) -> (name, seed, None), or (name, seed, traceback)."""
+    back to by_prompt) -> (name, seed, None), or (name, seed, traceback). A folder holding
+    the checkpoint of a stopped run resumes from it (exactly: trainer.py); without
+    ``job.keep`` the checkpoint is deleted once result.json is written."""
     try:
         from grpo_lab.training import reward_model
         reward_model.ACTIVE.update(job.reward_models)
+        folder = Path(job.cfg.out_dir)
+        resume = (folder / CHECKPOINT).exists()
+        steps_here: list = []                         # the steps trained in this call
+
+        def each_step(metrics, policy):
+            steps_here.append(metrics["step"])
+            if on_step is not None:
+                on_step(metrics, policy)
         said = io.StringIO()                          # the trainer's health lines, kept
         with contextlib.redirect_stdout(said), warnings.catch_warnings(record=True) as warned:
             warnings.simplefilter("default")          # each distinct warning once
-            history = train(job.cfg, progress=False, on_step=on_step, base_eval=job.base_eval)
-        findings = [line for line in said.getvalue().splitlines() if line.strip()]
+            history = train(job.cfg, resume=resume, progress=False, on_step=each_step,
+                            base_eval=job.base_eval)
+        findings = [line for line in said.getvalue().splitlines()
+                    if line.strip() and not line.startswith("grpo-lab: note: took over")]
         findings += [f"warning: {w.category.__name__}: {w.message}" for w in warned]
+        if resume:
+            findings.insert(0, f"resumed from its checkpoint: steps {steps_here[0]}-"
+                               f"{steps_here[-1]} trained now" if steps_here else
+                               "resumed from its checkpoint: every step was done")
         write_report(history, job.cfg.out_dir, to_dict(job.cfg))
-        _write_json(Path(job.cfg.out_dir) / RESULT_FILE,
+        _write_json(folder / RESULT_FILE,
                     {"strategy": job.name, "seed": job.seed, "history": history,
-                     "findings": findings})
+                     "findings": findings, "checkpoint_bytes": _size(folder, "checkpoint*")})
+        if not job.keep:
+            _drop_checkpoint(folder)
         return job.name, job.seed, None
     except Exception:
         return job.name, job.seed, traceback.format_exc()
@@ -499,7 +676,8 @@ def _base_evaluations(jobs: list, root: Path) -> dict:
     evaluated once (here, on every core) and kept in root/base.json; its samples go to
     root/base/samples.jsonl."""
     path = root / BASE_FILE
-    done = json.loads(path.read_text()) if path.exists() else {}
+    done = _read_json(path, "the base policy's evaluations; delete it to evaluate again") \
+        if path.exists() else {}
     for name, seed, cfg in jobs:
         key = _eval_key(cfg)
         if key in done or not cfg.eval_size:
@@ -528,9 +706,11 @@ def _progress_line(name: str, seed: int, row: dict, steps: int) -> str | None:
             f"{row['eval/accuracy']:.3f}{extra}")
 
 
-def _run_all(jobs: list[Job], processes: int, method: str, progress: bool) -> None:
-    """Run ``jobs`` (in ``processes`` workers started by ``method``, or here when 1), a line
-    per evaluation and the trainer's health lines named by strategy and seed."""
+def _run_all(jobs: list[Job], processes: int, method: str, progress: bool,
+             in_process: bool) -> None:
+    """Run ``jobs``, here one after another (``in_process``) or each in a worker process of
+    its own (``processes`` at once, started by ``method``: workers.py), a line per evaluation
+    and the trainer's health lines named by strategy and seed."""
     if not jobs:
         return
     steps = {(j.name, j.seed): j.cfg.steps for j in jobs}
@@ -542,12 +722,12 @@ def _run_all(jobs: list[Job], processes: int, method: str, progress: bool) -> No
         if err is not None:
             raise RuntimeError(f"run of strategy {name!r}, seed {seed} failed:\n{err}")
         folder = next(Path(j.cfg.out_dir) for j in jobs if (j.name, j.seed) == (name, seed))
-        for line in json.loads((folder / RESULT_FILE).read_text())["findings"]:
+        for line in _read_json(folder / RESULT_FILE, RESULT_BAD)["findings"]:
             say(f"[{name} seed {seed}] {line}")
 
     threads = torch.get_num_threads()      # train() sets its own; give the caller back its own
     try:
-        if processes == 1:
+        if in_process:
             for j in jobs:
                 def on_step(m, policy, j=j):
                     bar.update()
@@ -557,31 +737,35 @@ def _run_all(jobs: list[Job], processes: int, method: str, progress: bool) -> No
                 finished(*_run_job(j, on_step))
             return
         seen = {(j.name, j.seed): 1 for j in jobs}            # metrics.jsonl lines read (step -1)
-        with multiprocessing.get_context(method).Pool(processes, _die_with_parent) as pool:
-            pending = {(j.name, j.seed): pool.apply_async(_run_job, (j,)) for j in jobs}
-            while pending:
-                time.sleep(0.5)
-                for j in jobs:                            # progress: the runs' metrics files
-                    log = Path(j.cfg.out_dir) / "metrics.jsonl"
-                    key = (j.name, j.seed)
-                    if not log.exists() or key not in pending:
-                        continue
-                    lines = log.read_text().splitlines()
-                    for text in lines[seen[key]:]:
-                        try:
-                            row = json.loads(text)
-                        except json.JSONDecodeError:      # a line being written: next time
-                            break
-                        seen[key] += 1
-                        bar.update()
-                        line = _progress_line(j.name, j.seed, row, j.cfg.steps)
-                        if line:
-                            say(line)
-                for key, res in list(pending.items()):
-                    if res.ready():
-                        del pending[key]
-                        bar.update(max(0, steps[key] - seen[key] + 1))
-                        finished(*res.get())
+        done: set = set()
+
+        def tick():                                   # progress: the runs' metrics files
+            for j in jobs:
+                key = (j.name, j.seed)
+                log = Path(j.cfg.out_dir) / "metrics.jsonl"
+                if key in done or not log.exists():
+                    continue
+                for text in log.read_text().splitlines()[seen[key]:]:
+                    try:
+                        row = json.loads(text)
+                    except json.JSONDecodeError:      # a line being written: next time
+                        break
+                    seen[key] += 1
+                    bar.update()
+                    line = _progress_line(j.name, j.seed, row, j.cfg.steps)
+                    if line:
+                        say(line)
+
+        def result(job, res):
+            if isinstance(res, BaseException):        # the worker's own wrapper failed
+                res = (job.name, job.seed, f"{type(res).__name__}: {res}")
+            key = (job.name, job.seed)
+            done.add(key)
+            bar.update(max(0, steps[key] - seen[key] + 1))
+            finished(*res)
+
+        run_in_workers(jobs, processes, method, _run_job, result, tick,
+                       describe=lambda j: f"{j.name} seed {j.seed}")
     finally:
         bar.close()
         torch.set_num_threads(threads)
@@ -596,7 +780,7 @@ def _evaluations(cfg) -> int:
 
 
 def _plan(pilot_runs: list, pilot_wall_s: float, pilot_procs: int, cfgs: list, n_pending: int,
-          processes: int, seeds, sd, effect, pilot_steps: int) -> dict:
+          processes: int, seeds, sd, effect, pilot_steps: int, sd_df: int | None = None) -> dict:
     """The cost forecast and the detectable difference -> a dict with the sentences. Cost:
     a run's steps x the pilot's seconds a step, its evaluations x the pilot's seconds an
     evaluation, plus the pilot's per-run overhead (start, policy load, report: its wall time
@@ -624,33 +808,50 @@ def _plan(pilot_runs: list, pilot_wall_s: float, pilot_procs: int, cfgs: list, n
         if sd is None and len(accs) >= 2:
             m = sum(accs) / len(accs)
             spread = math.sqrt(sum((a - m) ** 2 for a in accs) / (len(accs) - 1))
+            plan["pilot_sd"] = spread
             if spread > 0:
-                sd = math.sqrt(2) * spread
+                sd, sd_df = math.sqrt(2) * spread, len(accs) - 1
                 plan["sd_source"] = (f"sqrt(2) x the pilot's seed-to-seed sd of eval/accuracy "
-                                     f"after {pilot_steps} steps ({spread:.4f}; no pairing credit, "
-                                     f"and the spread after the study's steps is usually larger: "
-                                     f"pass sd= from a finished study for a firmer number)")
-            else:
-                plan["lines"].append("detectable difference: the pilot's seeds agree exactly, "
-                                     "so their spread says nothing; pass sd= (the seed-to-seed "
-                                     "sd of the paired difference)")
+                                     f"after {pilot_steps} steps, {spread:.4f} on {sd_df} "
+                                     f"degrees of freedom (no pairing credit; the spread after "
+                                     f"the study's steps is usually larger)")
+            elif cfgs and cfgs[0].eval_size:
+                # a fallback, not a measurement: the spread of a binomial accuracy on
+                # eval_size items at p = 0.5 (its largest), per run, sqrt(2) for a difference
+                sd, sd_df = math.sqrt(2 * 0.25 / cfgs[0].eval_size), None
+                plan["sd_source"] = (f"assumed: the pilot's {len(accs)} seeds agree exactly "
+                                     f"(sd 0 says nothing), so sqrt(2) x 0.5 / "
+                                     f"sqrt(eval_size={cfgs[0].eval_size}), a binomial spread "
+                                     f"of the held-out accuracy at p = 0.5; lengthen the pilot "
+                                     f"or pass sd= from a finished study")
     if sd is not None:
-        plan.setdefault("sd_source", "given")
-        plan["sd"] = sd
+        plan.setdefault("sd_source", "given" + (f", estimated on {sd_df} degrees of freedom"
+                                                if sd_df is not None else
+                                                " without its degrees of freedom: taken as "
+                                                "exact (pass sd_df to bound it)"))
+        plan.update(sd=sd, sd_df=sd_df)
         n = len(seeds)
         if n < MIN_SEEDS:
             plan["lines"].append(f"can detect: nothing with {n} seed(s); a comparison gives no "
                                  f"verdict from fewer than {MIN_SEEDS}")
         else:
-            plan["detectable"] = detectable_difference(sd, n)
+            d = detectable(sd, n, sd_df)
+            plan.update(detectable=d["detectable"], detectable_rough=d["rough"],
+                        sd_bound=d["sd_bound"])
+            bound = (f"the 95% upper bound {d['sd_bound']:.4f} of the sd of the difference"
+                     if sd_df is not None else f"the sd of the difference, {sd:.4f}")
             plan["lines"].append(
-                f"can detect: a paired difference in eval/accuracy of {plan['detectable']:.3f} "
-                f"or more, 80% of the time at alpha 0.05, with {n} seeds (paired t-test, "
-                f"noncentral t; sd of the difference {sd:.4f}: {plan['sd_source']})")
+                f"can detect: a paired difference in eval/accuracy of {d['detectable']:.3f} or "
+                f"more, 80% of the time at alpha 0.05, with {n} seeds (paired t-test at "
+                f"{bound}; sd {plan['sd_source']})"
+                + (f"; rough, at the observed sd {sd:.4f}: {d['rough']:.3f}"
+                   if sd_df is not None else ""))
         if effect is not None:
-            plan["seeds_for_effect"] = seeds_needed(effect, sd)
+            plan["seeds_for_effect"] = seeds_needed(effect, sd, df=sd_df)
             plan["lines"].append(f"seeds needed to see a difference of {effect} at 80% power: "
-                                 f"{plan['seeds_for_effect']}")
+                                 f"{plan['seeds_for_effect']}"
+                                 + (" (at the sd's 95% upper bound)" if sd_df is not None
+                                    else ""))
     return plan
 
 
@@ -664,7 +865,9 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
                    progress: bool = True, *, base_preset: str = "defaults",
                    out_dir: str | None = None, resume: bool = False, pilot_steps: int = 0,
                    sd: float | None = None, effect: float | None = None,
-                   start_method: str | None = None) -> Results:
+                   sd_df: int | None = None, primary=None, sequential: dict | None = None,
+                   start_method: str | None = None, keep: str = "none",
+                   plan_only: bool = False, in_process: bool | None = None) -> Results:
     """Train every strategy (TrainConfig overrides on top of ``base``, itself overrides of
     the ``base_preset`` preset: "defaults", "smollm_cpu", any) with every seed -> Results.
 
@@ -672,21 +875,39 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     a target_accuracy given is refused, a preset's is turned off; arms that change steps or
     eval_every are refused), so seed s of two strategies draws the same prompts at step s.
     Runs go to ``processes`` worker processes (default: one per core, at most one per run;
-    1 runs them here) of cores // processes threads each, started by ``start_method``
-    (default fork where there is one, else spawn: nothing is read from this process's
-    globals, reward models set by use_reward_model travel with each run).
+    1 runs them here unless ``in_process`` is False) of cores // processes threads each,
+    started by ``start_method`` (default fork where there is one and a worker has one thread,
+    else spawn: a forked worker of several threads can hang in OpenMP; nothing is read from
+    this process's globals, reward models set by use_reward_model travel with each run).
 
     ``out_dir``: the study's folder (default: a temporary one, deleted at the end): each run
-    keeps its folder (runs/<strategy>/seed<s>: metrics, samples, report, checkpoint, and
-    result.json once finished); the base policy is evaluated once per evaluation setting
+    keeps its folder (runs/<strategy>/seed<s>: metrics, samples, report, result.json once
+    finished, and its checkpoint as ``keep`` says); the base policy is evaluated once per evaluation setting
     (base.json, its samples in base/); ``resume`` continues a study there, running only the
     runs without a result.json (the spec must be the same, but for seeds added: a study
     grows by seeds without rerunning the ones it has). ``pilot_steps`` > 0: first train
     the first arm that many steps on each seed, then print what the study will cost here and
     the smallest paired difference it can detect (80% power, alpha 0.05: power.py) from the
-    pilot's seed spread or from ``sd`` (the seed-to-seed sd of a paired difference), and,
-    given ``effect``, the seeds that difference needs. ``target``: a held-out accuracy; the
-    target/steps metric measures the steps to it (interpolated between evaluations)."""
+    pilot's seed spread or from ``sd`` (the seed-to-seed sd of a paired difference,
+    estimated on ``sd_df`` degrees of freedom), each at the sd's 95% upper bound, and, given
+    ``effect``, the seeds that difference needs; ``plan_only``: stop there (Results
+    with no runs, its ``plan`` set; no study.json is written). ``target``: a held-out
+    accuracy; the target/steps metric measures the steps to it (interpolated between
+    evaluations). ``primary``: the study's question, (a, b) or (a, b, metric) or a dict:
+    a - b on metric (default eval/accuracy), paired by seed; stored in study.json before any
+    run; its verdict is a test (``Results.primary_test``), every other comparison a lead.
+    Default: the second arm against the first on eval/accuracy. ``sequential``: looks
+    declared in advance, {"looks": [3, 5], "spending": "obrien_fleming" or "pocock",
+    "alpha": 0.05} (sequential.py): seeds must be one of the looks, and each look tests at
+    its spent level; without it, a study grown by seeds after a look tests only the seeds
+    added since (a new study). ``keep``: the checkpoints kept once runs finish (KEEP). ``in_process``:
+    train here rather than in worker processes (default: when ``processes`` is 1).
+
+    Stopping: SIGINT, SIGTERM or SIGHUP kill the workers at once and raise
+    ``workers.StudyInterrupted``; kill -9 of this process ends them too (workers.py). A run
+    stopped part-way resumes from its own last checkpoint (every ``ckpt_every`` steps) when
+    the study is resumed."""
+    lookup(KEEP, keep, "keep")
     base = dict(base or {})
     for where, d in [("base", base), *((f"strategy {n!r}", s) for n, s in strategies.items())]:
         if {"seed", "out_dir"} & set(d):
@@ -704,6 +925,8 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     seeds = list(seeds)
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and at least one, got {seeds}")
+    primary = _primary(strategies, primary)
+    sequential = _sequential(sequential, len(seeds))
     slugs = {}
     for name in strategies:
         if _slug(name) in slugs:
@@ -717,35 +940,50 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     if processes * threads > cores:
         raise ValueError(f"{processes} processes x threads={threads} is more than the {cores} "
                          f"cores here: lower processes or threads")
-    method = start_method or ("fork" if "fork" in multiprocessing.get_all_start_methods()
-                              else "spawn")
+    # fork is quick (nothing imported again) but not safe for a worker of several threads:
+    # this process's OpenMP team (libgomp, torch's CPU threads) does not survive a fork, and a
+    # child that starts a parallel region waits on its barrier for ever (seen: a 2-thread
+    # worker forked after the base evaluation hung in gomp_team_barrier_wait_end)
+    if start_method == "fork" and threads > 1:
+        raise ValueError(f"start_method='fork' with threads={threads} per worker can hang in "
+                         f"OpenMP after the fork: use spawn or forkserver, or threads=1")
+    method = start_method or ("fork" if threads == 1 and "fork" in
+                              multiprocessing.get_all_start_methods() else "spawn")
     tmp = None if out_dir is not None else tempfile.TemporaryDirectory(prefix="grpo_lab_exp_")
     root = Path(out_dir if out_dir is not None else tmp.name)
+    in_process = processes == 1 if in_process is None else in_process
     try:
-        return _study(strategies, seeds, base, processes, threads, method, target, progress,
-                      base_preset, root, resume, pilot_steps, sd, effect, out_dir)
+        with stop_on_signals():
+            return _study(strategies, seeds, base, processes, threads, method, target,
+                          progress, base_preset, root, resume, pilot_steps, sd, effect,
+                          out_dir, keep, plan_only, in_process, sd_df, primary, sequential)
     finally:
         if tmp is not None:
             tmp.cleanup()
 
 
 def _study(strategies, seeds, base, processes, threads, method, target, progress,
-           base_preset, root: Path, resume, pilot_steps, sd, effect, out_dir) -> Results:
+           base_preset, root: Path, resume, pilot_steps, sd, effect, out_dir, keep, plan_only,
+           in_process, sd_df, primary, sequential) -> Results:
     spec = _spec(strategies, seeds, base, base_preset, target)
+    spec.update(primary=primary, sequential=sequential)
     spec_path = root / STUDY_FILE
     if spec_path.exists():
-        saved = json.loads(spec_path.read_text())
+        saved = _read_json(spec_path, "the study's spec; restore it, or start the study in "
+                                      "another out_dir")
         if not resume:
             raise ValueError(f"{root} holds a study ({STUDY_FILE}): resume=True (grpo-lab "
                              f"study --resume) continues it; or choose another out_dir")
-        diff = {k: [saved.get(k), v] for k, v in spec.items() if saved.get(k) != v}
+        diff = {k: [saved.get(k), v] for k, v in spec.items() if saved.get(k) != v
+                and (k in saved or k not in ("primary", "sequential"))}   # older study.json
         if set(diff) == {"seeds"} and set(saved["seeds"]) < set(spec["seeds"]):
             diff = {}                   # more seeds: the finished runs stay, the new ones run
         if diff:
             listed = "; ".join(f"{k}: saved {a!r}, given {b!r}" for k, (a, b) in diff.items())
             raise ValueError(f"cannot resume the study in {root}: {listed}")
     root.mkdir(parents=True, exist_ok=True)
-    _write_json(spec_path, spec)
+    if not plan_only:
+        _write_json(spec_path, spec)
     cfgs, jobs_cfg = {}, []
     for name, overrides in strategies.items():
         try:
@@ -774,6 +1012,9 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
               f"{len(todo)} to run")
     base_evals = _base_evaluations(todo, root) if todo else {}
     plan = None
+    if plan_only and not (pilot_steps or sd is not None):
+        raise ValueError("plan_only needs a pilot (pilot_steps > 0) or sd=: there is nothing "
+                         "to plan from")
     if todo and (pilot_steps or sd is not None):
         pilots = []
         if pilot_steps:
@@ -781,27 +1022,32 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
             pilots = [Job(f"pilot {name}", s, dataclasses.replace(
                 cfgs[name], seed=s, steps=pilot_steps, eval_every=pilot_steps, ckpt_every=10**9,
                 out_dir=str(root / "pilot" / f"seed{s}")),
-                base_evals.get(_eval_key(cfgs[name])), models) for s in seeds]
+                base_evals.get(_eval_key(cfgs[name])), models, keep == "all") for s in seeds]
+            for j in pilots:                  # a pilot always starts afresh
+                _drop_checkpoint(Path(j.cfg.out_dir))
+                (Path(j.cfg.out_dir) / RESULT_FILE).unlink(missing_ok=True)
             t0 = time.perf_counter()
-            _run_all(pilots, min(processes, len(pilots)), method, progress)
+            _run_all(pilots, min(processes, len(pilots)), method, progress, in_process)
             wall = time.perf_counter() - t0
-        runs = [json.loads((Path(j.cfg.out_dir) / RESULT_FILE).read_text())["history"]
+        runs = [_read_json(Path(j.cfg.out_dir) / RESULT_FILE, "the pilot's; delete it")["history"]
                 for j in pilots]
         plan = _plan(runs, wall if pilots else 0.0, min(processes, max(1, len(pilots))),
                      [c for _, _, c in todo], len(todo), processes, seeds, sd, effect,
-                     pilot_steps)
+                     pilot_steps, sd_df)
         for line in plan["lines"]:
             print(line)
+    if plan_only:
+        return Results([], target, out_dir=out_dir, plan=plan, grid=_grid(first))
     head = (f"study: {len(strategies)} arms x {len(seeds)} seeds = {len(jobs_cfg)} runs of "
             f"{first.steps} steps (preset {base_preset!r}), {processes} process(es) x "
             f"{threads} thread(s), start method {method}")
     if progress:
         print(head)
-    _run_all([Job(n, s, c, base_evals.get(_eval_key(c)), models) for n, s, c in todo],
-             processes, method, progress)
+    _run_all([Job(n, s, c, base_evals.get(_eval_key(c)), models, keep != "none")
+              for n, s, c in todo], processes, method, progress, in_process)
     runs, notes = [], []
     for n, s, c in jobs_cfg:
-        r = json.loads((Path(c.out_dir) / RESULT_FILE).read_text())
+        r = _read_json(Path(c.out_dir) / RESULT_FILE, RESULT_BAD)
         runs.append({"strategy": n, "seed": s, "history": r["history"],
                      "findings": r["findings"], "out_dir": c.out_dir if out_dir else None})
     versions: dict = {}
@@ -812,8 +1058,86 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
         notes.append("mixed plugin versions in one study (a plugin file changed between "
                      "runs): " + "; ".join(f"{', '.join(v)}: {k}" for k, v in versions.items()))
         warnings.warn(notes[-1], RuntimeWarning, stacklevel=3)
+    looks = _looks(root)
+    grown = [x for x in looks if set(x) < set(seeds)]
+    if grown and primary is not None and not sequential:
+        notes.append(f"grown by seeds after a look at seeds {max(grown, key=len)}: the primary "
+                     f"test is a new study's, on the seeds added since")
+    if list(seeds) not in looks:
+        _write_json(root / LOOKS_FILE, looks + [list(seeds)])
     return Results(runs, target, out_dir=out_dir, notes=notes, plan=plan,
-                   grid=_grid(first))
+                   grid=_grid(first), primary=primary, sequential=sequential,
+                   looks=looks + [list(seeds)], disk=_disk(root, keep) if out_dir else None)
+
+
+def _primary(strategies: dict, primary) -> dict | None:
+    """``run_experiment``'s primary= -> {"a", "b", "metric"} (and "default": True when not
+    given); a name or metric that is not the study's is an error naming it."""
+    names = list(strategies)
+    if primary is None:
+        return (None if len(names) < 2 else
+                {"a": names[1], "b": names[0], "metric": "eval/accuracy", "default": True})
+    if isinstance(primary, dict):
+        a, b, metric = primary.get("a"), primary.get("b"), primary.get("metric", "eval/accuracy")
+    elif isinstance(primary, (list, tuple)) and len(primary) in (2, 3):
+        a, b, metric = (*primary, "eval/accuracy")[:3]
+    else:
+        raise ValueError(f"primary must be (a, b) or (a, b, metric): arm a against arm b, got "
+                         f"{primary!r}")
+    for x in (a, b):
+        lookup(names, x, "strategy", "(primary= names two of the study's arms)")
+    if a == b:
+        raise ValueError(f"primary compares {a!r} with itself: name two arms")
+    metric_info(metric)
+    return {"a": a, "b": b, "metric": metric}
+
+
+def _sequential(sequential, n_seeds: int) -> dict | None:
+    """``run_experiment``'s sequential= -> {"looks", "spending", "alpha"}; the study's seeds
+    must be one of its looks."""
+    if not sequential:
+        return None
+    seq = {"spending": "obrien_fleming", "alpha": 0.05, **sequential}
+    unknown = set(seq) - {"looks", "spending", "alpha"}
+    if unknown or "looks" not in seq:
+        raise ValueError(f"sequential takes looks (seed counts), spending and alpha, got "
+                         f"{sorted(sequential)}")
+    nominal_levels(seq["looks"], seq["alpha"], seq["spending"])     # checks every field
+    seq["looks"] = [int(n) for n in seq["looks"]]
+    if n_seeds not in seq["looks"]:
+        raise ValueError(f"{n_seeds} seeds is not one of the declared looks {seq['looks']}: "
+                         f"a sequential study runs to a look")
+    return seq
+
+
+def _looks(root: Path) -> list:
+    """The seeds of each earlier look at the study in ``root`` (looks.json; [] if none)."""
+    path = Path(root) / LOOKS_FILE
+    return _read_json(path, "the study's looks; restore it") if path.exists() else []
+
+
+def _size(folder: Path, pattern: str = "*") -> int:
+    """Bytes of the files under ``folder`` that match ``pattern`` (folders: their files)."""
+    total = 0
+    for p in Path(folder).glob(pattern):
+        files = [p] if p.is_file() else [f for f in p.rglob("*") if f.is_file()]
+        total += sum(f.stat().st_size for f in files)
+    return total
+
+
+def _disk(root: Path, keep: str) -> dict:
+    """What the study's folder holds: bytes in all, a run's folder, the checkpoints kept, and
+    one run's checkpoint (what --keep final costs a run) -> a dict with a ``line``."""
+    runs = sorted(Path(root).glob("runs/*/seed*"))
+    ckpts = sum(_size(f, "checkpoint*") for f in [*runs, *Path(root).glob("pilot/seed*")])
+    one = max((_read_json(f / RESULT_FILE, RESULT_BAD).get("checkpoint_bytes", 0)
+               for f in runs if (f / RESULT_FILE).exists()), default=0)
+    per_run = sum(_size(f) for f in runs) / max(1, len(runs))
+    mb = lambda b: f"{b / 1e6:.1f} MB"                            # noqa: E731
+    return {"bytes": _size(root), "per_run_bytes": per_run, "checkpoint_bytes": ckpts,
+            "checkpoint_would_be": one, "keep": keep,
+            "line": f"disk: {mb(_size(root))} in {root} ({mb(per_run)} a run); --keep {keep}: "
+                    f"{mb(ckpts)} of checkpoints kept; a run's checkpoint is {mb(one)}"}
 
 
 def _grid(cfg) -> list[int]:

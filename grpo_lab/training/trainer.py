@@ -75,6 +75,7 @@ from grpo_lab.tasks.rewards import accuracy_reward, format_reward
 from grpo_lab.rundir import (Interrupted, StopSignals, claim, claimed_by_parent,
                              write_lines_atomic)
 from grpo_lab.algorithm.samples import FILE as SAMPLES_FILE, append as append_samples, rows as sample_rows
+from grpo_lab.algorithm.samples import keep_through as keep_samples_through
 from grpo_lab.tasks.task_data import held_out
 from grpo_lab.tasks import sample_examples
 from grpo_lab.tokenizer import ALPHABET
@@ -397,6 +398,8 @@ def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path) -
                           f"that checkpoints do not hold: the resumed run is close to, not "
                           f"exactly, the one that never stopped", RuntimeWarning, stacklevel=2)
         start, history = c["step"] + 1, c["history"]
+        if lead:                                    # the steps after it run again
+            keep_samples_through(out, c["step"])
     else:
         if base_eval is not None:                  # a study's shared base evaluation
             base = base_eval if lead else {}
