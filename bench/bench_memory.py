@@ -61,7 +61,7 @@ VARIANTS = {                       # TrainConfig overrides of tiny_cpu (beta 0.0
     "micro_batches 2": {"micro_batches": 2},
     "micro_batches 4": {"micro_batches": 4},
     "autocast bf16": {"autocast": True},
-    "beta 0 (no reference)": {"beta": 0.0},
+    "beta 0 (no reference)": {"kl": {"beta": 0.0}},
 }
 MB = 1e6
 
@@ -230,11 +230,11 @@ def table_b(seeds, reps, n_layer=16, sizes=(32, 128), T=24):
 def table_c(seeds, reps):
     rows = {k: {"saved": [], "peak": [], "update": []} for k in (0, 1, 2, 3)}
     for seed in seeds:
-        base = preset("hf_tiny_cpu", seed=seed, threads=1, beta=0.0)
+        base = preset("hf_tiny_cpu", seed=seed, threads=1, kl={"beta": 0.0})
         batch, _ = step_batch(base)
         jobs = {}
         for k in rows:
-            c = preset("hf_tiny_cpu", seed=seed, threads=1, beta=0.0, checkpoint_every=k)
+            c = preset("hf_tiny_cpu", seed=seed, threads=1, kl={"beta": 0.0}, checkpoint_every=k)
             policy = load_for(c)
             objective = get_objective("grpo").loss
             rows[k]["saved"].append(saved_bytes(lambda: objective(policy, batch, c),

@@ -146,7 +146,7 @@ def _first_step(tmp_path, steps=1, **kw) -> dict:
     from grpo_lab.training.trainer import train
     seen = {}
     train(_ppo_cfg(tmp_path, steps=steps, eval_size=0, warmup_steps=0, lr_schedule="constant",
-                   beta=0.0, **kw), progress=False,
+                   kl={"beta": 0.0}, **kw), progress=False,
           on_step=lambda m, p: seen.update({n: t.detach().clone()
                                             for n, t in p.named_parameters()}))
     return seen

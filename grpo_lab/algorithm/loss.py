@@ -91,12 +91,12 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable, NamedTuple
 
 import torch
 
-from grpo_lab.registry import check_new, lookup
+from grpo_lab.registry import check_new, check_number, lookup, register_settings
 
 
 def seq_mean_token_mean(per_tok, mask, max_len):
@@ -235,13 +235,50 @@ def check_clip(name: str, clip: ClipRange) -> ClipRange:
     for field, reader, hint in (("dual_clip", "clip", " (two_sided's delta is the same bound)"),
                                 ("delta", "two_sided", "")):               # its one reader
         if getattr(clip, field) and name != reader:
-            raise ValueError(f"{field} is read only by policy_loss={reader!r}; {name!r} does "
-                             f"not read it{hint}")
+            raise ValueError(f"clip.{field} is read only by policy_loss={reader!r}; {name!r} "
+                             f"does not read it{hint}")
     if "delta" in POLICY_LOSSES[name].needs and not clip.delta > 1 + clip.eps_high:
-        raise ValueError(f"policy_loss={name!r} needs delta > 1 + eps_high = "
+        raise ValueError(f"policy_loss={name!r} needs clip.delta > 1 + clip.eps_high = "
                          f"{1 + clip.eps_high} (below it the cap binds on A > 0 tokens too), "
                          f"got {clip.delta}")
     return clip
+
+
+@dataclass
+class Clip:
+    """The clip range of the policy-gradient surrogate and the ratios' safety clamp (the
+    config's ``clip`` block: ``--clip.eps_high 0.28``)."""
+    eps_low: float = 0.2
+    """Lower clip range: ratios below 1 - eps_low stop pushing a negative advantage."""
+    eps_high: float = 0.28
+    """Upper clip range (DAPO's clip-higher uses 0.28 > 0.2)."""
+    dual_clip: float = 0.0
+    """Dual-clip PPO (Ye et al. 2020): c > 1 caps the loss of an A < 0 token at -c A, so an
+    exploded ratio gives a bounded loss and no gradient (verl: 3; 0 = off, the default: at
+    mu = 1 every ratio is 1 up to rounding, so it cannot act, and recorded runs stay
+    bit-identical). policy_loss="clip" only."""
+    delta: float = 0.0
+    """policy_loss="two_sided": the cap delta > 1 + eps_high on the unclipped ratio
+    (INTELLECT-2: 4); the same bound as dual_clip = delta."""
+    log_ratio_clamp: float = 0.0
+    """Clamp log(pi/pi_old) and log(pi_ref/pi) to [-c, c] before exp (verl: 20; 0 = off, the
+    default: e^20 = 4.9e8, never reached near the policy, so off changes nothing there)."""
+
+    def range(self) -> ClipRange:
+        """The numbers the surrogates read."""
+        return ClipRange(self.eps_low, self.eps_high, self.dual_clip, self.delta)
+
+    def check(self, cfg):
+        lookup(POLICY_LOSSES, cfg.policy_loss, "policy_loss")
+        _numbers(log_ratio_clamp=self.log_ratio_clamp)
+        check_clip(cfg.policy_loss, self.range())
+        if cfg.objective != "grpo" and cfg.policy_loss != "clip":
+            raise ValueError(f"policy_loss={cfg.policy_loss!r} is read by the grpo objective "
+                             f"only, not objective={cfg.objective!r}")
+        grpo_only(cfg, "clip", self, "dual_clip", "delta", "log_ratio_clamp")
+
+
+register_settings("clip", Clip)
 
 
 # ---- KL estimators (Schulman 2020): log_r = log pi_ref/pi on tokens sampled from pi
@@ -282,6 +319,57 @@ class KLPlacement:
 
 KL_PLACEMENTS = {p.name: p for p in (KLPlacement("loss", True, False),
                                      KLPlacement("reward", False, True))}
+
+
+@dataclass
+class KL:
+    """The KL penalty to the frozen reference policy (DeepSeekMath eq. 3, 4; loss.py):
+    ``--kl.beta 0.04``, ``{"kl": {"beta": 0.04}}``."""
+    beta: float = 0.02
+    """Weight of the KL penalty to the reference policy (0 skips the reference forward)."""
+    estimator: str = "k3"
+    """How the KL to the reference is estimated from sampled tokens (one of
+    loss.KL_ESTIMATORS, Schulman 2020): "k1" log pi/pi_ref (unbiased, can be negative; as a
+    loss term its expected gradient is 0, so placement="loss" with k1 is refused), "k2"
+    (log pi/pi_ref)^2 / 2 (biased, >= 0; in the loss, the reverse KL's exact gradient), "k3"
+    the paper's (unbiased, >= 0; in the loss, the forward KL's gradient)."""
+    placement: str = "loss"
+    """Where beta * KL goes (one of loss.KL_PLACEMENTS): "loss", a per-token term of the loss
+    (DeepSeekMath; logged as loss/kl and loss/kl_<estimator>), or "reward", the completion's
+    summed estimate subtracted from its reward before the advantages (logged as
+    reward/kl_<estimator>)."""
+    clamp: float = 0.0
+    """Clamp each token's KL estimate in the loss to [-c, c] (verl: 10 on k3; 0 = off)."""
+    bias_correction: bool = False
+    """Multiply each token's KL estimate by pi/pi_old (DeepSeek-V3.2; TRL's
+    use_bias_correction_kl): an estimate of KL(pi || pi_ref) from tokens sampled by pi_old,
+    whose gradient is that KL's (k3 alone gives the forward KL's)."""
+
+    def check(self, cfg):
+        check_number("kl.beta", self.beta)
+        check_number("kl.clamp", self.clamp, what="0 (off) or a finite bound > 0")
+        lookup(KL_ESTIMATORS, self.estimator, "kl.estimator")
+        lookup(KL_PLACEMENTS, self.placement, "kl.placement")
+        in_loss = self.beta != 0 and KL_PLACEMENTS[self.placement].in_loss
+        if in_loss:
+            check_kl_in_loss(self.estimator, self.beta)
+        for name in ("clamp", "bias_correction"):
+            if getattr(self, name) and not in_loss:
+                raise ValueError(f"kl.{name}={getattr(self, name)!r} acts on the KL term of the "
+                                 f"loss; with kl.beta={self.beta} and kl.placement="
+                                 f"{self.placement!r} there is none")
+        grpo_only(cfg, "kl", self, "clamp", "bias_correction")
+
+
+def grpo_only(cfg, block: str, settings, *names) -> None:
+    """The fields ``names`` of a block are read by the grpo objective only: an error naming the
+    first one set (not its default) when ``cfg.objective`` is another."""
+    if cfg.objective == "grpo":
+        return
+    for f in fields(settings):
+        if f.name in names and getattr(settings, f.name) != f.default:
+            raise ValueError(f"{block}.{f.name}={getattr(settings, f.name)!r} is read by the grpo "
+                             f"objective only, not objective={cfg.objective!r}")
 
 
 def sequence_kl(logp, ref_logp, mask, estimator: str = "k3") -> torch.Tensor:
@@ -326,24 +414,24 @@ def surrogate_loss(logp, old_logp, advantages, mask, clip: ClipRange = ClipRange
     return loss, {**stats, **added}
 
 
-def kl_term(logp, old_logp, ref_logp, real, beta, kl_estimator="k3", log_ratio_clamp=0.0,
-            kl_clamp=0.0, kl_bias_correction=False):
+def kl_term(logp, old_logp, ref_logp, real, kl: KL, log_ratio_clamp=0.0):
     """logp, old_logp (padding 0), ref_logp: (N, T) -> (beta * KL_it (N, T) with its gradient,
     eq. 4 for k3; loss/kl and loss/kl_<estimator>: KL_it's mean over the real tokens), a term
-    of ``surrogate_loss``; the clamps, the bias correction: the module docstring."""
+    of ``surrogate_loss``; ``kl``: the KL block (beta, estimator, clamp, bias_correction; the
+    clamps and the bias correction: the module docstring)."""
     d = torch.where(real, ref_logp, 0.0) - logp                            # (N, T) log(pi_ref/pi)
     if not torch.isfinite(d).all():                # logp is finite: ref_logp is not
         _first_non_finite("ref_logp", ref_logp, real)
     if log_ratio_clamp:
         d = d.clamp(-log_ratio_clamp, log_ratio_clamp)                     # verl: +-20
-    kl = KL_ESTIMATORS[kl_estimator].fn(d)                                 # (N, T) k3: eq. 4
-    if kl_clamp:
-        kl = kl.clamp(-kl_clamp, kl_clamp)                                 # verl: +-10
-    if kl_bias_correction:
-        kl = kl * torch.exp(logp - old_logp)                               # (N, T) DeepSeek-V3.2
+    k = KL_ESTIMATORS[kl.estimator].fn(d)                                  # (N, T) k3: eq. 4
+    if kl.clamp:
+        k = k.clamp(-kl.clamp, kl.clamp)                                   # verl: +-10
+    if kl.bias_correction:
+        k = k * torch.exp(logp - old_logp)                                 # (N, T) DeepSeek-V3.2
     m = real.to(logp.dtype)
-    mean = float((kl.detach() * m).sum() / m.sum().clamp(min=1))
-    return beta * kl, {"loss/kl": mean, f"loss/kl_{kl_estimator}": mean}
+    mean = float((k.detach() * m).sum() / m.sum().clamp(min=1))
+    return kl.beta * k, {"loss/kl": mean, f"loss/kl_{kl.estimator}": mean}
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=0.2,
@@ -380,8 +468,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
             raise ValueError(f"{coef}={value} needs {name} of the same (N, T) shape as logp")
     terms = []
     if beta != 0:
-        terms.append(lambda lp, old, real: kl_term(lp, old, ref_logp, real, beta, kl_estimator,
-                                                   log_ratio_clamp, kl_clamp, kl_bias_correction))
+        kl = KL(beta, kl_estimator, "loss", kl_clamp, kl_bias_correction)
+        terms.append(lambda lp, old, real: kl_term(lp, old, ref_logp, real, kl, log_ratio_clamp))
     if entropy_coef != 0:
         terms.append(lambda lp, old, real: (-entropy_coef * torch.where(real, entropy, 0.0), {}))
     return surrogate_loss(logp, old_logp, advantages, mask,
@@ -431,7 +519,7 @@ def check_kl_in_loss(kl_estimator: str, beta) -> None:
         raise ValueError(f"kl_estimator={kl_estimator!r} as a loss term does nothing: its "
                          f"gradient is {KL_ESTIMATORS[kl_estimator].loss_gradient}, so beta="
                          f"{float(beta)} pulls nothing toward the reference; use k3 or k2 in "
-                         f"the loss, or put k1 in the reward (kl_in='reward')")
+                         f"the loss, or put k1 in the reward (kl.placement='reward')")
 
 
 # what each number argument must be: name -> (test of its float, what the error says); every

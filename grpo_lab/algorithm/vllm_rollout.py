@@ -15,9 +15,9 @@ What differs from grpo_lab's sampler, on purpose:
     than grpo_lab's exponential race. That is expected, not a bug.
   * The log-probs: ``Rollout.logprobs`` holds vLLM's (``logprobs_mode="processed_logprobs"``:
     after the temperature), which differ from the trainer's forward by the rounding of another
-    kernel set. The trainer recomputes its own old log-probs (step.collect with ``tis_cap``
+    kernel set. The trainer recomputes its own old log-probs (step.collect with ``tis.cap``
     > 0, which this rollout requires) and truncated IS (Yao et al. 2025) weights each token by
-    min(pi_trainer / pi_vLLM, tis_cap); the gap is logged as ``sample/logprob_gap``.
+    min(pi_trainer / pi_vLLM, tis.cap); the gap is logged as ``sample/logprob_gap``.
   * A completion ends at the policy's <eos> (kept, as in rollout.sample) or at max_new_tokens;
     vLLM's other stop tokens (generation_config) are not added.
   * One process only, a whole model (no fsdp2), no LoRA (its adapters would have to be merged
@@ -250,10 +250,10 @@ def check_vllm(cfg) -> None:
     if cfg.exchange.kind.shards_parameters:
         raise ValueError(f"rollout='vllm' pushes the whole model into vLLM, but exchange "
                          f"{cfg.exchange.name!r} keeps 1/N of the weights per rank")
-    if not cfg.tis_cap:
-        raise ValueError("rollout='vllm' needs tis_cap > 0 (e.g. 2): vLLM's log-probs are not "
+    if not cfg.tis.cap:
+        raise ValueError("rollout='vllm' needs tis.cap > 0 (e.g. 2): vLLM's log-probs are not "
                          "the trainer's, so the trainer recomputes its own and truncated IS "
-                         "weights each token by min(pi_trainer / pi_vLLM, tis_cap)")
+                         "weights each token by min(pi_trainer / pi_vLLM, tis.cap)")
 
 
 @dataclass(frozen=True)
@@ -270,7 +270,7 @@ ROLLOUTS = {
                             lambda cfg: None,
                             "rollout.sample: the KV cache shared by a prompt's G completions"),
     "vllm": RolloutKind("vllm", vllm_scorer, check_vllm,
-                        "vLLM in this process, weights pushed after each update (tis_cap > 0)"),
+                        "vLLM in this process, weights pushed after each update (tis.cap > 0)"),
 }
 
 

@@ -14,7 +14,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from grpo_lab.training.config import SUB_CONFIGS, TrainConfig
+from grpo_lab.training.config import TrainConfig, sub_configs
 
 
 class ConfigFileError(ValueError):
@@ -62,7 +62,7 @@ def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
                               f"got {type(data).__name__}")
     flat = {}
     for key, value in data.items():
-        if key in SUB_CONFIGS and isinstance(value, dict):
+        if key in sub_configs() and isinstance(value, dict):
             flat.update({f"{key}.{k}": v for k, v in value.items()})
         else:
             flat[str(key)] = value
@@ -74,7 +74,7 @@ def nullable(key: str) -> bool:
     """True for a dotted field name whose default is None (``exchange.momentum``: a
     ``float | None`` field); a flag cannot say None, a config file can (null)."""
     sub, _, name = key.rpartition(".")
-    if sub and sub not in SUB_CONFIGS:
+    if sub and sub not in sub_configs():
         return False
     cls = type(getattr(TrainConfig(), sub)) if sub else TrainConfig
     f = next((f for f in dataclasses.fields(cls) if f.name == name), None)

@@ -92,7 +92,7 @@ def collect_ppo(policy, cfg, step: int, ctx) -> PPOBatch:
     values = values.cpu()
     adv, ret = gae(outcome_rewards(scored.rewards, mask), values, mask, cfg.ppo.gamma,
                    cfg.ppo.gae_lambda)
-    ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature).cpu() if cfg.beta else None
+    ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature).cpu() if cfg.kl.beta else None
     lengths = mask.sum(1)
     metrics = {
         "reward/mean": float(scored.rewards.mean()),
@@ -114,8 +114,8 @@ def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
     dev = logp.device
     m = r.completion_mask.to(dev)
     pg_loss, stats = grpo_loss(logp, r.logprobs.to(dev), batch.ref_logprobs,
-                               batch.advantages.to(dev), m, cfg.eps_low, cfg.eps_high,
-                               cfg.beta, cfg.aggregation, max_new_tokens(cfg))
+                               batch.advantages.to(dev), m, cfg.clip.eps_low, cfg.clip.eps_high,
+                               cfg.kl.beta, cfg.aggregation, max_new_tokens(cfg))
     returns = batch.returns.to(dev)
     vf_loss = value_loss(values, batch.old_values.to(dev), returns, m, cfg.ppo.vf_clip)
     loss = pg_loss + cfg.ppo.vf_coef * vf_loss

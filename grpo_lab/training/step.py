@@ -12,7 +12,7 @@
         advantages on the global batch; this rank keeps the rows it sampled
         [the step variants (variants.py) add what they need at fixed points: per-row
          tensors (the reference's log-probs, the trainer's), reward shaping of this rank's rows
-         before the gather (DAPO's soft overlong penalty, beta * KL when kl_in="reward"), an
+         before the gather (DAPO's soft overlong penalty, beta * KL when kl.placement="reward"), an
          advantage of their own (process supervision), the rows the loss keeps (overlong)]
     objective(policy, batch, cfg, world) -> (loss, shares)        (with grad)
         grpo: loss.surrogate_loss on this rank's rows, the active variants' token weights
@@ -50,7 +50,7 @@ from grpo_lab.distributed.group import Group
 from grpo_lab.algorithm.advantages import (advantage_diagnostics, grouped_advantages,
                                            informative_groups, reward_group_diagnostics)
 from grpo_lab.algorithm.grouping import cluster_diagnostics
-from grpo_lab.algorithm.loss import AGGREGATIONS, ClipRange, surrogate_loss
+from grpo_lab.algorithm.loss import AGGREGATIONS, surrogate_loss
 from grpo_lab.algorithm.variants import Tokens, active_variants
 from grpo_lab.algorithm.vllm_rollout import rollout_scorer
 from grpo_lab.registry import check_new, lookup
@@ -273,15 +273,15 @@ GRPO_STATS = ("loss/total", "clip/low_frac", "clip/high_frac", "clip/ratio_mean"
 def logged_stats(names: tuple, cfg) -> tuple:
     """The statistics an objective logs: ``names`` without loss/kl when beta = 0 (no KL is
     computed then; a metric that was not computed is absent, not 0). The same on every rank."""
-    return tuple(k for k in names if cfg.beta != 0 or k != "loss/kl")
+    return tuple(k for k in names if cfg.kl.beta != 0 or k != "loss/kl")
 
 
 def grpo_stat_keys(cfg) -> tuple:
     """The statistics grpo_objective shares, the same on every rank: GRPO_STATS, the active
-    variants' (``stat_keys``), clip/dual_frac when dual_clip > 0."""
+    variants' (``stat_keys``), clip/dual_frac when clip.dual_clip > 0."""
     own = tuple(k for v in active_variants(cfg) if v.stat_keys is not None
                 for k in v.stat_keys(cfg))
-    return GRPO_STATS + own + (("clip/dual_frac",) if cfg.dual_clip else ())
+    return GRPO_STATS + own + (("clip/dual_frac",) if cfg.clip.dual_clip else ())
 
 
 def _zero_loss(policy) -> torch.Tensor:
@@ -305,7 +305,7 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
         return _zero_loss(policy), dict.fromkeys(keys, 0.0)
     logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
                                         forward=cfg.update_forward,
-                                        entropy_grad=bool(cfg.entropy_coef))
+                                        entropy_grad=bool(cfg.entropy_bonus.coef))
     dev = logp.device                                    # the batch is kept on the CPU
     keep, m = keep.to(dev), r.completion_mask.to(dev)                      # (N_r,), (N_r, Tc)
     kept = m & keep[:, None]                                               # (N_r, Tc) in the loss
@@ -318,8 +318,8 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
                     else _rows_of(t, w, keep))     # overlong "filter": the kept rows only
     loss, stats = surrogate_loss(                  # checked: TrainConfig checked the settings
         mine.logp, mine.old, mine.advantages, mine.mask,
-        ClipRange(cfg.eps_low, cfg.eps_high, cfg.dual_clip, cfg.clip_delta), cfg.aggregation,
-        max_new_tokens(cfg), cfg.ratio_level, cfg.policy_loss, cfg.log_ratio_clamp,
+        cfg.clip.range(), cfg.aggregation, max_new_tokens(cfg), cfg.ratio_level, cfg.policy_loss,
+        cfg.clip.log_ratio_clamp,
         mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None], checked=True)
     n_tok = int(kept.sum())
     stats["policy/entropy"] = float(entropy.detach()[kept].sum()) / max(n_tok, 1)

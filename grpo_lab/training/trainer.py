@@ -262,7 +262,7 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
         obj.prepare(policy, cfg, lambda: load_for(cfg))
     policy = policy.to(device)
     ref = None
-    if cfg.beta and obj.uses_reference:        # a second, frozen copy (LoRA: adapters off)
+    if cfg.kl.beta and obj.uses_reference:        # a second, frozen copy (LoRA: adapters off)
         ref = policy.reference() if cfg.hf.lora_r else frozen(load_for(cfg).to(device))
     draw = rendered_source(prompt_source(cfg, held), cfg.answer_format)
     check_readable(policy, cfg, eval_sets, draw)           # the task's needs vs this policy
