@@ -119,7 +119,7 @@ def table_a(seeds, reps):
         for name, kw in VARIANTS.items():
             c = preset("defaults", seed=seed, threads=1, **kw)
             policy = load_for(c)
-            b = batch if c.beta else batch._replace(rows={})
+            b = batch if c.kl.beta else batch._replace(rows={})
             objective = get_objective(c.objective).loss
             parts = split_batch(b, c.micro_batches)
             params = list(policy.parameters())
@@ -130,7 +130,7 @@ def table_a(seeds, reps):
                 policy.zero_grad(set_to_none=True)
                 backward(objective, policy, parts, c)
             rows[name]["peak"].append(peak_bytes(update)[0])
-            rows[name]["state"].append(state_bytes(policy, ref if c.beta else None))
+            rows[name]["state"].append(state_bytes(policy, ref if c.kl.beta else None))
             jobs[name] = update
         for name, r in ratios(interleaved_times(jobs, reps), "default").items():
             rows[name]["update"].append(r)

@@ -268,7 +268,7 @@ def test_bad_combinations_are_refused_by_name(tmp_path):
         ExchangeConfig(name="fsdp2", param_dtype="fp8")
     with pytest.raises(ValueError, match=r"hf\.sample_dtype='bfloat16' .* exchange 'fsdp2'"):
         hf(tmp_path, FSDP2, hf={"sample_dtype": "bfloat16"})
-    with pytest.raises(ValueError, match=r"overlong='filter' .* exchange 'fsdp2'"):
+    with pytest.raises(ValueError, match=r"overlong\.rule='filter' .* exchange 'fsdp2'"):
         toy(tmp_path, FSDP2, overlong={"rule": "filter"})
     with pytest.raises(ValueError, match="exchange 'fsdp2' needs a process group"):
         train(toy(tmp_path / "alone", FSDP2), progress=False)

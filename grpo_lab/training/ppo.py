@@ -3,8 +3,8 @@ trainer: ``objective="ppo"`` = ``collect_ppo`` (sample as GRPO does, rewards on 
 the critic's values, GAE(lambda), whitened advantages) and ``ppo_objective`` (the clipped
 surrogate of loss.py on per-token advantages + vf_coef * the clipped value loss).
 
-The critic itself (GAE, the value loss, ``ValueHead``, ``ValueNetwork``) is critic.py. The
-critic (``cfg.ppo.critic``, ``CRITICS``) is attached by ``attach_critic`` as
+The critic itself (GAE, the value loss) is critic.py, its networks (``ValueHead``,
+``ValueNetwork``) model.py. The critic (``cfg.ppo.critic``, ``CRITICS``) is attached by ``attach_critic`` as
 ``policy.value_head``, so the one optimizer trains it (its own lr: ``cfg.ppo.vf_lr``) and
 checkpoints hold it; ``PPOConfig`` (``TrainConfig.ppo``) holds PPO's settings. One process,
 the toy policy, outcome rewards (config.py checks).
@@ -17,8 +17,9 @@ from typing import NamedTuple
 
 import torch
 
-from grpo_lab.algorithm.critic import (ValueHead, ValueNetwork, explained_variance, gae,
-                                       logprobs_and_values, outcome_rewards, value_loss, whiten)
+from grpo_lab.algorithm.critic import (explained_variance, gae, logprobs_and_values,
+                                       outcome_rewards, value_loss, whiten)
+from grpo_lab.policies.model import ValueHead, ValueNetwork
 from grpo_lab.algorithm.loss import grpo_loss
 from grpo_lab.registry import lookup
 from grpo_lab.algorithm.rollout import completion_logprobs

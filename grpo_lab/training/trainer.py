@@ -59,8 +59,7 @@ from grpo_lab.machine import add_time, free_cores, now, wchar
 from grpo_lab.policies.model import GPT
 from grpo_lab.policies.policy import frozen, get_policy_kind, load_for
 from grpo_lab.algorithm.grouping import StepGrouper
-from grpo_lab.algorithm.rollout import sample_and_score
-from grpo_lab.algorithm.vllm_rollout import rollout_scorer
+from grpo_lab.algorithm.rollout import rollout_scorer, sample_and_score
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
                                     split_batch)
 from grpo_lab import timelimit
