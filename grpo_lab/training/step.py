@@ -47,8 +47,9 @@ import torch
 import torch.nn.functional as F
 
 from grpo_lab.distributed.group import Group
-from grpo_lab.algorithm.advantages import (advantage_diagnostics, grouped_advantages,
-                                           informative_groups, reward_group_diagnostics)
+from grpo_lab.algorithm.advantages import (ADVANTAGES, COMBINE, advantage_diagnostics,
+                                           grouped_advantages, informative_groups,
+                                           reward_group_diagnostics)
 from grpo_lab.algorithm.grouping import cluster_diagnostics
 from grpo_lab.algorithm.loss import AGGREGATIONS, surrogate_loss
 from grpo_lab.algorithm.variants import Tokens, active_variants
@@ -59,7 +60,7 @@ from grpo_lab.machine import add_time, now
 from grpo_lab.policies.engine import left_pad, positions
 from grpo_lab.tasks import get_task
 from grpo_lab.tasks.rewards import step_rewards
-from grpo_lab.timelimit import user_code
+from grpo_lab.timelimit import guarded
 from grpo_lab.tokenizer import EOS, PAD, encode
 
 
@@ -182,7 +183,8 @@ def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
     """Draw ``d`` of B prompts, seeded by (seed, step, d) -> (its B examples, this rank's
     slice of them sampled and scored: ``ctx.score``, prompt i with its own generator)."""
     B, mine = cfg.prompts_per_step, ctx.group.slice(cfg.prompts_per_step)
-    with user_code(f"the task generator of {cfg.task!r}"):
+    with guarded(f"the task generator of {cfg.task!r}", ctx.draw,
+                 *(get_task(t).make for t in cfg.task_names)):
         examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
     if ctx.score is None:                    # a context built by hand, not by trainer.setup
         ctx.score = rollout_scorer(policy, cfg, ctx)
@@ -232,7 +234,8 @@ def _advantages(cfg, variants, g: Gathered, cluster_ids, prompt_index, group_ids
     own = [v for v in variants if v.advantages is not None]   # process supervision
     if own:
         return own[0].advantages(cfg, g, cluster_ids, prompt_index, group_ids)
-    with user_code(f"advantage estimator {cfg.advantage!r}"):
+    with guarded(f"advantage estimator {cfg.advantage!r}", ADVANTAGES[cfg.advantage],
+                 COMBINE[cfg.combine]):
         adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
                                  cfg.advantage, g.lengths)                # (N,) checked finite
     return adv, adv
@@ -267,7 +270,8 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
     # 4. group ids: the grouper on the global batch's prompts
     prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
-    with user_code(f"grouper {cfg.grouping!r}"):
+    with guarded(f"grouper {cfg.grouping!r}",
+                 getattr(getattr(ctx.grouper, "record", None), "fn", ctx.grouper)):
         cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index,
                                                   step, examples=examples))  # (B,)
     group_ids = cluster_ids[prompt_index]                                  # (N,)
