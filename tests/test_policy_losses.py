@@ -10,7 +10,7 @@ import torch
 
 from grpo_lab.algorithm.advantages import ADVANTAGES
 from grpo_lab.algorithm.advantages import grouped_advantages
-from grpo_lab.algorithm.loss import KL_ESTIMATORS, POLICY_LOSSES, ClipRange, grpo_loss
+from grpo_lab.algorithm.loss import KL_ESTIMATORS, POLICY_LOSSES, Clip, grpo_loss
 from grpo_lab.algorithm.token_weights import high_entropy_mask, is_weight
 from grpo_lab.training.config import preset
 
@@ -361,7 +361,8 @@ def test_every_policy_loss_is_the_plain_gradient_on_policy():
         loss, grad = one_token(1.0, 0.7, policy_loss=name, **kw)
         assert grad == pytest.approx(-0.7, abs=1e-15), name
         assert loss == pytest.approx(0.0 if name == "cispo" else -0.7, abs=1e-15), name
-    assert ClipRange()._fields == ("eps_low", "eps_high", "dual_clip", "delta")
+    assert [f for f in Clip.__dataclass_fields__] == ["eps_low", "eps_high", "dual_clip", "delta",
+                                                      "log_ratio_clamp"]
 
 
 def test_a_method_round_trips_through_the_saved_config():

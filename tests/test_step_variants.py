@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from grpo_lab.algorithm import variants
-from grpo_lab.algorithm.loss import ClipRange, grpo_loss, surrogate_loss
+from grpo_lab.algorithm.loss import Clip, grpo_loss, surrogate_loss
 from grpo_lab.cli import main
 from grpo_lab.training.config import from_dict, preset, to_dict
 from grpo_lab.training.step import grpo_stat_keys
@@ -44,11 +44,11 @@ def test_a_term_is_added_to_each_token_before_the_aggregation():
         seen.append((lp.clone(), real.clone()))
         return torch.full_like(lp, 0.5), {"x/half": 0.5}
 
-    loss, stats = surrogate_loss(logp, logp, torch.tensor([1.0]), mask, ClipRange(),
+    loss, stats = surrogate_loss(logp, logp, torch.tensor([1.0]), mask, Clip(eps_high=0.2),
                                  "token_mean", terms=[half])
     assert float(loss) == -0.5 and stats["x/half"] == 0.5
     assert seen[0][0].tolist() == [[-1.0, -2.0, -0.5, 0.0]]        # padding given as 0
-    assert float(surrogate_loss(logp, logp, torch.tensor([1.0]), mask, ClipRange(),
+    assert float(surrogate_loss(logp, logp, torch.tensor([1.0]), mask, Clip(eps_high=0.2),
                                 "token_mean")[0]) == -1.0
 
 

@@ -38,7 +38,7 @@ With kl_bias_correction, r k3 has expected gradient grad E_pi[k3] = grad KL(pi |
 
 The policy-gradient term: one surrogate per paper, one shared signature,
 
-    surrogate(ratio (N, T), logp (N, T), A (N, 1) or (N, T), clip: ClipRange) -> loss (N, T)
+    surrogate(ratio (N, T), logp (N, T), A (N, 1) or (N, T), clip: Clip) -> loss (N, T)
 
 each a record in ``POLICY_LOSSES`` (``cfg.policy_loss``), as verl's ``core_algos`` registers
 its policy losses; the KL, the entropy bonus and the aggregation are added outside it.
@@ -92,7 +92,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, fields
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 
@@ -164,91 +164,12 @@ def sequence_ratio(logp, old_logp, mask, clamp=0.0):
 RATIO_LEVELS = {"token": token_ratio, "sequence": sequence_ratio}
 
 
-# ---- the policy-gradient surrogates: (ratio, logp, A, ClipRange) -> loss (N, T)
-
-class ClipRange(NamedTuple):
-    """The numbers a surrogate may read; 0 = off for dual_clip and delta."""
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    dual_clip: float = 0.0        # c > 1: dual-clip PPO's bound on A < 0 tokens (verl: 3)
-    delta: float = 0.0            # two_sided's cap on the unclipped ratio (INTELLECT-2: 4)
-
-
-def clip_loss(ratio, logp, A, clip: ClipRange):
-    clipped = ratio.clamp(1 - clip.eps_low, 1 + clip.eps_high)             # (N, T)
-    loss = -torch.min(ratio * A, clipped * A)                              # (N, T) PPO eq. 7
-    if clip.dual_clip:
-        bound = -clip.dual_clip * A                                        # (N, 1) or (N, T)
-        loss = torch.where(A < 0, torch.min(loss, bound), loss)            # Ye et al. 2020
-    return loss
-
-
-def two_sided_loss(ratio, logp, A, clip: ClipRange):
-    capped = ratio.clamp(max=clip.delta)                                   # (N, T) min(r, delta)
-    clipped = ratio.clamp(1 - clip.eps_low, 1 + clip.eps_high)             # (N, T)
-    return -torch.min(capped * A, clipped * A)                             # (N, T) INTELLECT-2
-
-
-def cispo_loss(ratio, logp, A, clip: ClipRange):
-    w = ratio.clamp(max=1 + clip.eps_high).detach()                        # (N, T) sg(clip(r))
-    return -w * A * logp                                                   # (N, T) MiniMax-M1
-
-
-@dataclass(frozen=True)
-class PolicyLoss:
-    """One surrogate with what the config checks about it."""
-    name: str
-    fn: Callable                  # (ratio, logp, A, ClipRange) -> per-token loss (N, T)
-    paper: str
-    changes: str                  # one line: what it changes against GRPO's clip
-    needs: tuple = ()             # ClipRange fields that must be set (> 0) for it
-
-    def __call__(self, ratio, logp, A, clip: ClipRange):
-        return self.fn(ratio, logp, A, clip)
-
-
-POLICY_LOSSES: dict[str, PolicyLoss] = {}
-
-
-def register_policy_loss(name: str, fn: Callable, paper: str = "", changes: str = "",
-                         needs: tuple = ()) -> PolicyLoss:
-    """Add a surrogate ``(ratio, logp, A, ClipRange) -> (N, T)`` (``TrainConfig(policy_loss=)``)."""
-    check_new(POLICY_LOSSES, "policy loss", name, fn, lambda p: p.fn)
-    POLICY_LOSSES[name] = PolicyLoss(name, fn, paper, changes, tuple(needs))
-    return POLICY_LOSSES[name]
-
-
-register_policy_loss("clip", clip_loss, "PPO (Schulman et al. 2017); GRPO (Shao et al. 2024)",
-                     "the clipped surrogate; dual_clip > 1 adds dual-clip PPO (Ye et al. 2020)")
-register_policy_loss("two_sided", two_sided_loss, "INTELLECT-2 (Prime Intellect 2025)",
-                     "caps the unclipped ratio at delta: bounds A < 0 tokens whose ratio exploded",
-                     needs=("delta",))
-register_policy_loss("cispo", cispo_loss, "MiniMax-M1 (MiniMax 2025)",
-                     "sg(min(r, 1 + eps_high)) A log pi: a clipped IS weight, no token's "
-                     "gradient clipped away")
-
-
-def check_clip(name: str, clip) -> ClipRange:
-    """Raise ValueError on a ClipRange (or Clip) the surrogate ``name`` cannot use, saying why
-    -> the ClipRange as floats."""
-    clip = ClipRange(*_numbers(**{f: getattr(clip, f) for f in ClipRange._fields}))
-    for field, reader, hint in (("dual_clip", "clip", " (two_sided's delta is the same bound)"),
-                                ("delta", "two_sided", "")):               # its one reader
-        if getattr(clip, field) and name != reader:
-            raise ValueError(f"clip.{field} is read only by policy_loss={reader!r}; {name!r} "
-                             f"does not read it{hint}")
-    if "delta" in POLICY_LOSSES[name].needs and not clip.delta > 1 + clip.eps_high:
-        raise ValueError(f"policy_loss={name!r} needs clip.delta > 1 + clip.eps_high = "
-                         f"{1 + clip.eps_high} (below it the cap binds on A > 0 tokens too), "
-                         f"got {clip.delta}")
-    return clip
-
+# ---- the policy-gradient surrogates: (ratio, logp, A, Clip) -> loss (N, T)
 
 @dataclass
 class Clip:
     """The clip range of the policy-gradient surrogate and the ratios' safety clamp (the
-    config's ``clip`` block: ``--clip.eps_high 0.28``); the surrogates read it as a
-    ``ClipRange``."""
+    config's ``clip`` block: ``--clip.eps_high 0.28``); the surrogates read it."""
     eps_low: float = 0.2
     """Lower clip range: ratios below 1 - eps_low stop pushing a negative advantage."""
     eps_high: float = 0.28
@@ -276,6 +197,77 @@ class Clip:
 
 
 register_settings("clip", Clip)
+
+
+def clip_loss(ratio, logp, A, clip: Clip):
+    clipped = ratio.clamp(1 - clip.eps_low, 1 + clip.eps_high)             # (N, T)
+    loss = -torch.min(ratio * A, clipped * A)                              # (N, T) PPO eq. 7
+    if clip.dual_clip:
+        bound = -clip.dual_clip * A                                        # (N, 1) or (N, T)
+        loss = torch.where(A < 0, torch.min(loss, bound), loss)            # Ye et al. 2020
+    return loss
+
+
+def two_sided_loss(ratio, logp, A, clip: Clip):
+    capped = ratio.clamp(max=clip.delta)                                   # (N, T) min(r, delta)
+    clipped = ratio.clamp(1 - clip.eps_low, 1 + clip.eps_high)             # (N, T)
+    return -torch.min(capped * A, clipped * A)                             # (N, T) INTELLECT-2
+
+
+def cispo_loss(ratio, logp, A, clip: Clip):
+    w = ratio.clamp(max=1 + clip.eps_high).detach()                        # (N, T) sg(clip(r))
+    return -w * A * logp                                                   # (N, T) MiniMax-M1
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """One surrogate with what the config checks about it."""
+    name: str
+    fn: Callable                  # (ratio, logp, A, Clip) -> per-token loss (N, T)
+    paper: str
+    changes: str                  # one line: what it changes against GRPO's clip
+    needs: tuple = ()             # Clip fields that must be set (> 0) for it
+
+    def __call__(self, ratio, logp, A, clip: Clip):
+        return self.fn(ratio, logp, A, clip)
+
+
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
+
+
+def register_policy_loss(name: str, fn: Callable, paper: str = "", changes: str = "",
+                         needs: tuple = ()) -> PolicyLoss:
+    """Add a surrogate ``(ratio, logp, A, Clip) -> (N, T)`` (``TrainConfig(policy_loss=)``)."""
+    check_new(POLICY_LOSSES, "policy loss", name, fn, lambda p: p.fn)
+    POLICY_LOSSES[name] = PolicyLoss(name, fn, paper, changes, tuple(needs))
+    return POLICY_LOSSES[name]
+
+
+register_policy_loss("clip", clip_loss, "PPO (Schulman et al. 2017); GRPO (Shao et al. 2024)",
+                     "the clipped surrogate; dual_clip > 1 adds dual-clip PPO (Ye et al. 2020)")
+register_policy_loss("two_sided", two_sided_loss, "INTELLECT-2 (Prime Intellect 2025)",
+                     "caps the unclipped ratio at delta: bounds A < 0 tokens whose ratio exploded",
+                     needs=("delta",))
+register_policy_loss("cispo", cispo_loss, "MiniMax-M1 (MiniMax 2025)",
+                     "sg(min(r, 1 + eps_high)) A log pi: a clipped IS weight, no token's "
+                     "gradient clipped away")
+
+
+def check_clip(name: str, clip: Clip) -> Clip:
+    """Raise ValueError on a Clip the surrogate ``name`` cannot use, saying why -> the Clip
+    with floats."""
+    clip = Clip(*_numbers(eps_low=clip.eps_low, eps_high=clip.eps_high, dual_clip=clip.dual_clip,
+                          delta=clip.delta, log_ratio_clamp=clip.log_ratio_clamp))
+    for field, reader, hint in (("dual_clip", "clip", " (two_sided's delta is the same bound)"),
+                                ("delta", "two_sided", "")):               # its one reader
+        if getattr(clip, field) and name != reader:
+            raise ValueError(f"clip.{field} is read only by policy_loss={reader!r}; {name!r} "
+                             f"does not read it{hint}")
+    if "delta" in POLICY_LOSSES[name].needs and not clip.delta > 1 + clip.eps_high:
+        raise ValueError(f"policy_loss={name!r} needs clip.delta > 1 + clip.eps_high = "
+                         f"{1 + clip.eps_high} (below it the cap binds on A > 0 tokens too), "
+                         f"got {clip.delta}")
+    return clip
 
 
 # ---- KL estimators (Schulman 2020): log_r = log pi_ref/pi on tokens sampled from pi
@@ -375,7 +367,7 @@ def sequence_kl(logp, ref_logp, mask, estimator: str = "k3") -> torch.Tensor:
     return (KL_ESTIMATORS[estimator](d) * mask).sum(1)                     # (N,) every k(0) = 0
 
 
-def surrogate_loss(logp, old_logp, advantages, mask, clip: ClipRange = ClipRange(),
+def surrogate_loss(logp, old_logp, advantages, mask, clip: Clip = Clip(eps_high=0.2),
                    aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
                    policy_loss="clip", log_ratio_clamp=0.0, weight=None, terms=(), *,
                    checked=False):
@@ -444,7 +436,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     "loss/kl_<estimator>" (nothing was computed: absent, not 0). ``entropy`` (N, T), with its
     graph, is needed when entropy_coef != 0; ``tis_weight`` (N, T) multiplies the
     policy-gradient term; ``keep`` (N,) bool drops rows. ``policy_loss`` names a surrogate of
-    ``POLICY_LOSSES`` (dual_clip, delta: its ClipRange); the clamps and kl_bias_correction:
+    ``POLICY_LOSSES`` (dual_clip, delta: its Clip); the clamps and kl_bias_correction:
     the module docstring.
     The GRPO step calls ``surrogate_loss`` itself, its variants' terms from variants.py.
     """
@@ -470,7 +462,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     if entropy_coef != 0:
         terms.append(lambda lp, old, real: (-entropy_coef * torch.where(real, entropy, 0.0), {}))
     return surrogate_loss(logp, old_logp, advantages, mask,
-                          ClipRange(eps_low, eps_high, dual_clip, delta), aggregation, max_len,
+                          Clip(eps_low, eps_high, dual_clip, delta), aggregation, max_len,
                           ratio_level, policy_loss, log_ratio_clamp, tis_weight, terms)
 
 
