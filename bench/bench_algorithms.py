@@ -32,9 +32,9 @@ from grpo_lab.training.experiments import run_experiment  # noqa: E402
 CONTROL = {**PRESETS["tiny_cpu"], "mu": 2}
 VARIANTS = {
     "demo": {},                                    # clip-higher 0.2 / 0.28 (the control)
-    "symmetric_0.2": {"eps_high": 0.2},
+    "symmetric_0.2": {"clip": {"eps_high": 0.2}},
     "cispo": {"policy_loss": "cispo"},
-    "dual_clip_3": {"dual_clip": 3.0},
+    "dual_clip_3": {"clip": {"dual_clip": 3.0}},
 }
 KEEP = bench_variants.KEEP + ("clip/high_frac", "clip/low_frac", "clip/ratio_mean",
                               "clip/dual_frac")

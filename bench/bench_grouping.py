@@ -100,7 +100,7 @@ def main(argv=None):
                       out_dir=str(tmp / "run"), steps=args.steps + 2, time_budget_s=0.0,
                       prompts_per_step=args.prompts, group_size=args.G,
                       max_new_tokens=args.max_new_tokens, temperature=1.0,
-                      reward_weights={"partial": 1.0, "format": 0.1}, beta=0.0, lr=1e-4,
+                      reward_weights={"partial": 1.0, "format": 0.1}, kl={"beta": 0.0}, lr=1e-4,
                       warmup_steps=0, lr_schedule="constant", eval_size=0, eval_every=0,
                       ckpt_every=10 ** 9, seed=args.seed, threads=args.threads)
     marks = []                       # (wall, CPU, metrics, policy) as each step ends

@@ -22,6 +22,7 @@ half-width of its 95% t-interval:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import shlex
@@ -104,9 +105,9 @@ def main(argv=None):
     wall, load1 = time.perf_counter() - t0, os.getloadavg()[0]
     by = {n: [r["history"] for r in res.runs if r["strategy"] == n] for n in names}
     cfg = preset("defaults", **base)
-    hyper = ", ".join(f"{k} {getattr(cfg, k)}" for k in
-                      ("lr", "lr_schedule", "warmup_steps", "temperature", "beta", "mu",
-                       "eps_low", "eps_high", "advantage", "aggregation"))
+    hyper = ", ".join(f"{k} {functools.reduce(getattr, k.split('.'), cfg)}" for k in
+                      ("lr", "lr_schedule", "warmup_steps", "temperature", "kl.beta", "mu",
+                       "clip.eps_low", "clip.eps_high", "advantage", "aggregation"))
     cmd = "PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python bench/bench_grouping_train.py " + \
         " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     acc0 = by[names[0]][0][0]["eval/accuracy"]

@@ -146,7 +146,7 @@ def memory_row(name: str, overrides: dict, steps: int) -> dict:
         train(cfg, progress=False, on_step=lambda m, p: held.update(policy=p))
         optim = read_training_checkpoint(Path(tmp) / "checkpoint.safetensors")["optim"]
     params = [p for p in held["policy"].parameters()]
-    ref = [p for p in load_for(cfg).parameters()] if cfg.beta else []
+    ref = [p for p in load_for(cfg).parameters()] if cfg.kl.beta else []
     critic = held["policy"].value_head if hasattr(held["policy"], "value_head") else None
     return {"variant": name,
             "params": unique_bytes(params),

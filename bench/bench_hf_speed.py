@@ -73,16 +73,6 @@ for _k in list(LEVERS)[-6:]:
 LEVERS["+ lean decoder"] = {**LEVERS["after: all update levers"], **LEAN}   # the third round
 
 
-def merge(*parts: dict) -> dict:
-    """TrainConfig overrides, later parts winning; a sub-config's dict is merged, not replaced."""
-    from grpo_lab.training.config import SUB_CONFIGS
-    out = {}
-    for part in parts:
-        for k, v in part.items():
-            out[k] = {**out[k], **v} if k in SUB_CONFIGS and k in out else v
-    return out
-
-
 def _old_chosen_logprobs(logits, ids, temperature=1.0, with_entropy=True):
     """engine.chosen_logprobs as rollout.completion_logprobs called it before the 'chosen
     log-prob' lever: autograd's log_softmax -> gather, the entropy from exp * logp (no graph),
@@ -154,7 +144,7 @@ class HeadClock:
 def grpo_lab_run(a, beta: float, levers: dict, lora_r: int = 0, seed: int = 0) -> dict:
     from bench_hf_trl import WEIGHTS
 
-    from grpo_lab.training.config import preset
+    from grpo_lab.training.config import merge, preset
     from grpo_lab.training.trainer import train
     torch.set_num_threads(a.threads)
     import dataclasses
@@ -193,7 +183,7 @@ def grpo_lab_run(a, beta: float, levers: dict, lora_r: int = 0, seed: int = 0) -
         c = preset("hf_tiny_cpu", **{
             "base_checkpoint": a.model, "out_dir": d, "steps": a.steps, "lr": a.lr,
             "prompts_per_step": a.B, "group_size": a.G, "max_new_tokens": a.max_new,
-            "temperature": 1.0, "beta": beta, "seed": seed, "eval_size": 0, "eval_every": 0,
+            "temperature": 1.0, "kl": {"beta": beta}, "seed": seed, "eval_size": 0, "eval_every": 0,
             "reward_weights": WEIGHTS, "time_budget_s": 0.0, "ckpt_every": 10 ** 6,
             "threads": a.threads, "warmup_steps": 0,
             **merge({"hf": {"chat_template": a.chat_template, "lora_r": lora_r}}, BEFORE, levers)})

@@ -91,7 +91,7 @@ def grpo_lab_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 
         c = preset(preset_name, **{
             "base_checkpoint": a.model, "out_dir": d, "steps": steps, "lr": a.lr,
             "prompts_per_step": a.B, "group_size": a.G, "max_new_tokens": a.max_new,
-            "temperature": a.temperature, "beta": beta, "seed": seed,
+            "temperature": a.temperature, "kl": {"beta": beta}, "seed": seed,
             "eval_size": a.eval_size if eval_every else 0, "eval_every": eval_every,
             "reward_weights": WEIGHTS, "time_budget_s": 0.0, "ckpt_every": 10 ** 6,
             "threads": a.threads,

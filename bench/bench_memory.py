@@ -61,7 +61,7 @@ VARIANTS = {                       # TrainConfig overrides of tiny_cpu (beta 0.0
     "micro_batches 2": {"micro_batches": 2},
     "micro_batches 4": {"micro_batches": 4},
     "autocast bf16": {"autocast": True},
-    "beta 0 (no reference)": {"beta": 0.0},
+    "beta 0 (no reference)": {"kl": {"beta": 0.0}},
 }
 MB = 1e6
 
@@ -119,7 +119,7 @@ def table_a(seeds, reps):
         for name, kw in VARIANTS.items():
             c = preset("defaults", seed=seed, threads=1, **kw)
             policy = load_for(c)
-            b = batch if c.beta else batch._replace(rows={})
+            b = batch if c.kl.beta else batch._replace(rows={})
             objective = get_objective(c.objective).loss
             parts = split_batch(b, c.micro_batches)
             params = list(policy.parameters())
@@ -130,7 +130,7 @@ def table_a(seeds, reps):
                 policy.zero_grad(set_to_none=True)
                 backward(objective, policy, parts, c)
             rows[name]["peak"].append(peak_bytes(update)[0])
-            rows[name]["state"].append(state_bytes(policy, ref if c.beta else None))
+            rows[name]["state"].append(state_bytes(policy, ref if c.kl.beta else None))
             jobs[name] = update
         for name, r in ratios(interleaved_times(jobs, reps), "default").items():
             rows[name]["update"].append(r)
@@ -230,11 +230,11 @@ def table_b(seeds, reps, n_layer=16, sizes=(32, 128), T=24):
 def table_c(seeds, reps):
     rows = {k: {"saved": [], "peak": [], "update": []} for k in (0, 1, 2, 3)}
     for seed in seeds:
-        base = preset("hf_tiny_cpu", seed=seed, threads=1, beta=0.0)
+        base = preset("hf_tiny_cpu", seed=seed, threads=1, kl={"beta": 0.0})
         batch, _ = step_batch(base)
         jobs = {}
         for k in rows:
-            c = preset("hf_tiny_cpu", seed=seed, threads=1, beta=0.0, checkpoint_every=k)
+            c = preset("hf_tiny_cpu", seed=seed, threads=1, kl={"beta": 0.0}, checkpoint_every=k)
             policy = load_for(c)
             objective = get_objective("grpo").loss
             rows[k]["saved"].append(saved_bytes(lambda: objective(policy, batch, c),

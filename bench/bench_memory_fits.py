@@ -53,7 +53,7 @@ CASES = [  # (label, preset, TrainConfig overrides)
     ("hf_tiny, LoRA r 4", "hf_tiny_cpu", {"hf": {"lora_r": 4}}),
 ]
 EXCHANGES = {"allreduce": "replicated", "sharded": "sharder", "fsdp2": "fsdp2"}
-COMMON = dict(beta=0.0, threads=1, eval_size=0, prompts_per_step=8, group_size=4, steps=2)
+COMMON = dict(kl={"beta": 0.0}, threads=1, eval_size=0, prompts_per_step=8, group_size=4, steps=2)
 
 
 def held(tensors) -> int:

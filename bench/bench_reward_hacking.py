@@ -45,7 +45,7 @@ from grpo_lab.training.trainer import train
 LEARNED_ONLY = {"learned": 1.0, "accuracy": 0.0}
 VARIANTS = {  # name -> TrainConfig overrides
     "learned": {"reward_weights": LEARNED_ONLY},
-    "learned, beta 0.2": {"reward_weights": LEARNED_ONLY, "beta": 0.2},
+    "learned, beta 0.2": {"reward_weights": LEARNED_ONLY, "kl": {"beta": 0.2}},
     "0.5 learned + accuracy": {"reward_weights": {"learned": 0.5, "accuracy": 1.0}},
     "accuracy (control)": {"reward_weights": {"accuracy": 1.0, "learned": 0.0}},
 }

@@ -32,30 +32,30 @@ from grpo_lab.training.experiments import mean_ci, run_experiment, time_to_targe
 from grpo_lab.training.trainer import train  # noqa: E402
 
 # The variants measured (BENCHMARKS.md section 13); overrides of the field defaults.
-OLD_DEMO = dict(lr=1e-4, steps=3000, beta=0.02, warmup_steps=20, lr_schedule="cosine",
+OLD_DEMO = dict(lr=1e-4, steps=3000, kl={"beta": 0.02}, warmup_steps=20, lr_schedule="cosine",
                 prompts_per_step=16, group_size=8, temperature=0.7, mu=1)
 VARIANTS = {
     "baseline": OLD_DEMO,                                           # the demo before issue 13
-    "beta0": {**OLD_DEMO, "beta": 0.0},
+    "beta0": {**OLD_DEMO, "kl": {"beta": 0.0}},
     "lr2e-4": {**OLD_DEMO, "lr": 2e-4},
-    "lr2e-4_beta0": {**OLD_DEMO, "lr": 2e-4, "beta": 0.0},
-    "lr3e-4_beta0": {**OLD_DEMO, "lr": 3e-4, "beta": 0.0},
+    "lr2e-4_beta0": {**OLD_DEMO, "lr": 2e-4, "kl": {"beta": 0.0}},
+    "lr3e-4_beta0": {**OLD_DEMO, "lr": 3e-4, "kl": {"beta": 0.0}},
     "cos1500": {**OLD_DEMO, "steps": 1500},
-    "cos1500_lr2e-4_beta0": {**OLD_DEMO, "steps": 1500, "lr": 2e-4, "beta": 0.0},
+    "cos1500_lr2e-4_beta0": {**OLD_DEMO, "steps": 1500, "lr": 2e-4, "kl": {"beta": 0.0}},
     "mu2": {**OLD_DEMO, "mu": 2},
-    "mu2_beta0": {**OLD_DEMO, "mu": 2, "beta": 0.0},
-    "B32_lr2e-4_beta0": {**OLD_DEMO, "prompts_per_step": 32, "lr": 2e-4, "beta": 0.0},
-    "G16_B8_beta0": {**OLD_DEMO, "prompts_per_step": 8, "group_size": 16, "beta": 0.0},
-    "T1.0_beta0": {**OLD_DEMO, "temperature": 1.0, "beta": 0.0},
-    "T0.5_beta0": {**OLD_DEMO, "temperature": 0.5, "beta": 0.0},
-    "dapo_beta0": {**OLD_DEMO, "beta": 0.0, "dynamic_sampling": True},
-    "tokmean_beta0": {**OLD_DEMO, "beta": 0.0, "aggregation": "token_mean"},
-    "dr_grpo_beta0": {**OLD_DEMO, "beta": 0.0, "advantage": "dr_grpo", "aggregation": "dr_grpo"},
-    "no_partial_beta0": {**OLD_DEMO, "beta": 0.0,
+    "mu2_beta0": {**OLD_DEMO, "mu": 2, "kl": {"beta": 0.0}},
+    "B32_lr2e-4_beta0": {**OLD_DEMO, "prompts_per_step": 32, "lr": 2e-4, "kl": {"beta": 0.0}},
+    "G16_B8_beta0": {**OLD_DEMO, "prompts_per_step": 8, "group_size": 16, "kl": {"beta": 0.0}},
+    "T1.0_beta0": {**OLD_DEMO, "temperature": 1.0, "kl": {"beta": 0.0}},
+    "T0.5_beta0": {**OLD_DEMO, "temperature": 0.5, "kl": {"beta": 0.0}},
+    "dapo_beta0": {**OLD_DEMO, "kl": {"beta": 0.0}, "dynamic_sampling": True},
+    "tokmean_beta0": {**OLD_DEMO, "kl": {"beta": 0.0}, "aggregation": "token_mean"},
+    "dr_grpo_beta0": {**OLD_DEMO, "kl": {"beta": 0.0}, "advantage": "dr_grpo", "aggregation": "dr_grpo"},
+    "no_partial_beta0": {**OLD_DEMO, "kl": {"beta": 0.0},
                          "reward_weights": {"accuracy": 1.0, "format": 0.1}},
     "demo": {k: v for k, v in PRESETS["tiny_cpu"].items() if k != "target_accuracy"},  # now
 }
-NEW_DEMO = {**OLD_DEMO, "lr": 3e-4, "beta": 0.0}         # = "lr3e-4_beta0" = "demo"
+NEW_DEMO = {**OLD_DEMO, "lr": 3e-4, "kl": {"beta": 0.0}}         # = "lr3e-4_beta0" = "demo"
 VARIANTS.update({                                        # one change each against the new demo
     "demo_mu2": {**NEW_DEMO, "mu": 2},
     "demo_G16_B8": {**NEW_DEMO, "prompts_per_step": 8, "group_size": 16},

@@ -36,13 +36,13 @@ DEMO = dict(PRESETS["tiny_cpu"])
 VARIANTS = {
     "demo": {},
     "gspo": {"ratio_level": "sequence"},
-    "entropy_0.01": {"entropy_coef": 0.01},
+    "entropy_0.01": {"entropy_bonus": {"coef": 0.01}},
     "top_p_0.9": {"top_p": 0.9},
-    "kl_k3_loss": {"beta": 0.02, "kl_estimator": "k3", "kl_in": "loss"},
-    "kl_k1_reward": {"beta": 0.02, "kl_estimator": "k1", "kl_in": "reward"},
-    "overlong_filter": {"overlong": "filter"},
-    "overlong_soft": {"overlong": "soft"},
-    "tis_2": {"tis_cap": 2.0},
+    "kl_k3_loss": {"kl": {"beta": 0.02, "estimator": "k3", "placement": "loss"}},
+    "kl_k1_reward": {"kl": {"beta": 0.02, "estimator": "k1", "placement": "reward"}},
+    "overlong_filter": {"overlong": {"rule": "filter"}},
+    "overlong_soft": {"overlong": {"rule": "soft"}},
+    "tis_2": {"tis": {"cap": 2.0}},
 }
 KEEP = ("step", "eval/accuracy", "time/step_s", "completion/truncated_frac", "policy/entropy")
 

@@ -19,7 +19,7 @@ seeds; one process times both samplers (wall and CPU seconds, after a warm-up ca
 computes the log-prob gap, mean |vLLM log-prob - trainer log-prob| per token on vLLM's samples
 (the trainer's from rollout.completion_logprobs: what TIS divides by), with the same gap on
 grpo_lab's own samples as the control. --part train: the preset with rollout='vllm',
-tis_cap=2, time budget 0, held-out accuracy at the start and the end (grpo_lab's greedy
+tis.cap=2, time budget 0, held-out accuracy at the start and the end (grpo_lab's greedy
 sampler). Each part writes JSON under --dir; --part report turns them into the Markdown.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ def machine() -> dict:
 
 def config(**changes):
     from grpo_lab.training.config import preset
-    return preset("smollm_cpu", rollout="vllm", tis_cap=2.0, time_budget_s=0.0, **changes)
+    return preset("smollm_cpu", rollout="vllm", tis={"cap": 2.0}, time_budget_s=0.0, **changes)
 
 
 def timed(fn):
@@ -186,7 +186,7 @@ def report(d: Path) -> str:
         acc = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
         t = json.loads((d / "train.json").read_text()) if (d / "train.json").exists() else {}
         c = json.loads((d / "train" / "config.json").read_text())
-        lines += [f"## Training: smollm_cpu, rollout='vllm', tis_cap=2, {len(steps)} steps of "
+        lines += [f"## Training: smollm_cpu, rollout='vllm', tis.cap=2, {len(steps)} steps of "
                   f"{c['prompts_per_step']} prompts x G={c['group_size']}, <= "
                   f"{c['max_new_tokens']} new tokens, {c['eval_size']} held-out prompts, "
                   f"time budget {c['time_budget_s']:.0f} s; machine load "

@@ -37,12 +37,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpo_lab.training.config import (PRESETS, SUB_CONFIGS, PretrainConfig, TrainConfig, field_docs,
-                                      preset, to_dict)
+from grpo_lab.training.config import (PRESETS, PretrainConfig, TrainConfig, field_docs, merge,
+                                      preset, renamed_hint, sub_configs, to_dict)
 from grpo_lab.training.config_file import ConfigFileError, config_file_args, nullable
 from grpo_lab import __version__
 from grpo_lab.paths import checkout_dir, notebooks_dir
-from grpo_lab.registry import lookup
+from grpo_lab.registry import SETTINGS, load_plugins, lookup
 
 
 def parse_weights(text: str) -> dict[str, float]:
@@ -87,6 +87,10 @@ def add_config_args(parser: argparse.ArgumentParser, cls, skip=(), prefix: str =
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
+        if cls is TrainConfig and f.name == "blocks":     # each settings block: --tis.cap
+            for name, block in SETTINGS.items():
+                add_config_args(parser, block, prefix=f"{prefix}{name}.")
+            continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if dataclasses.is_dataclass(default):
             add_config_args(parser, type(default), prefix=f"{prefix}{f.name}.")
@@ -102,6 +106,11 @@ def overrides(args, cls, prefix: str = "") -> dict:
     """The flags given on the command line -> {field: value}, sub-configs as nested dicts."""
     out = {}
     for f in dataclasses.fields(cls):
+        if cls is TrainConfig and f.name == "blocks":
+            for name, block in SETTINGS.items():
+                if sub := overrides(args, block, f"{prefix}{name}."):
+                    out[name] = sub
+            continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if dataclasses.is_dataclass(default):
             sub = overrides(args, type(default), f"{prefix}{f.name}.")
@@ -131,9 +140,9 @@ def plugin_spec(args) -> str:
 # ---------------------------------------------------------------- grpo-lab study
 # One command per study (experiments.run_experiment from a shell):
 #     grpo-lab study --base smollm_cpu --seeds 3 --steps 16 --out_dir runs/clip \
-#         --arm symmetric --arm clip_higher eps_high=0.28 --plugin my_lab.py [--resume]
+#         --arm symmetric --arm clip_higher clip.eps_high=0.28 --plugin my_lab.py [--resume]
 # An arm is --arm NAME [KEY=VALUE ...], repeated: TrainConfig fields in the flags' spelling
-# (eps_high=0.28, reward_weights=accuracy=1,format=0.1, hf.lora_r=8), parsed as train's flags;
+# (clip.eps_high=0.28, reward_weights=accuracy=1,format=0.1, hf.lora_r=8), parsed as train's flags;
 # --set KEY=VALUE ... applies to every arm; seeds are 0..N-1. The table, each arm's paired
 # difference from the first arm and the forecast go to the terminal and out_dir/results.md.
 
@@ -143,7 +152,7 @@ def add_study_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--arm", nargs="+", action="append", required=True,
                    metavar="NAME|KEY=VALUE",
                    help="one arm: its name, then KEY=VALUE config fields (--arm clip_higher "
-                        "eps_high=0.28); repeat per arm")
+                        "clip.eps_high=0.28); repeat per arm")
     s.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                    help="config fields for every arm (the study's base overrides)")
     s.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per arm (default 3)")
@@ -190,7 +199,7 @@ def add_study_args(s: argparse.ArgumentParser) -> None:
 
 
 def parse_study_fields(pairs: list[str], where: str) -> dict:
-    """``grpo-lab study``'s KEY=VALUE pairs: ["eps_high=0.28", "hf.lora_r=8"] -> TrainConfig
+    """``grpo-lab study``'s KEY=VALUE pairs: ["clip.eps_high=0.28", "hf.lora_r=8"] -> TrainConfig
     overrides, typed as the train flags are; an unknown field or a bad value is an error
     naming it and ``where``."""
     p = argparse.ArgumentParser(prog=where, add_help=False, exit_on_error=False)
@@ -201,7 +210,8 @@ def parse_study_fields(pairs: list[str], where: str) -> dict:
         if not sep or not key:
             raise ValueError(f"{where}: expected KEY=VALUE, got {pair!r}")
         if f"--{key}" not in p._option_string_actions:
-            raise ValueError(f"{where}: unknown config field {key!r} (in {pair!r})")
+            raise ValueError(f"{where}: unknown config field {key!r} (in {pair!r})"
+                             f"{renamed_hint(key)}")
         argv += [f"--{key}", value]
     try:
         args, rest = p.parse_known_args(argv)
@@ -213,7 +223,7 @@ def parse_study_fields(pairs: list[str], where: str) -> dict:
 
 
 def study_arms(specs: list[list[str]]) -> dict[str, dict]:
-    """[["clip_higher", "eps_high=0.28"], ["symmetric"]] -> {name: overrides}."""
+    """[["clip_higher", "clip.eps_high=0.28"], ["symmetric"]] -> {name: overrides}."""
     out: dict[str, dict] = {}
     for spec in specs:
         name, pairs = spec[0], spec[1:]
@@ -314,6 +324,7 @@ def read_config_file(path: str | Path) -> tuple[str | None, dict]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    sub_configs()                              # the built-in settings blocks are registered
     p = argparse.ArgumentParser(prog="grpo-lab", description="GRPO workbench")
     p.add_argument("--version", action="version", version=f"grpo-lab {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -479,11 +490,7 @@ def train_config(args) -> TrainConfig:
     if getattr(args, "config", None):
         file_preset, from_file = read_config_file(args.config)
         preset_name = preset_name or file_preset
-        merged = {**from_file, **given}
-        for sub in SUB_CONFIGS:
-            if sub in from_file and sub in given:
-                merged[sub] = {**from_file[sub], **given[sub]}
-        given = merged
+        given = merge(from_file, given)
     if not args.resume:
         cfg = preset(preset_name or "tiny_cpu", **given)
         check_group_k(cfg, given)
@@ -501,11 +508,7 @@ def train_config(args) -> TrainConfig:
                          f"before its first one): nothing to resume; start it again with "
                          f"--overwrite")
     saved = read_training_checkpoint(Path(out_dir) / "checkpoint.safetensors")["config"]
-    merged = {**saved, **given}
-    for sub in SUB_CONFIGS:
-        if sub in given:
-            merged[sub] = {**saved.get(sub, {}), **given[sub]}
-    return from_dict(merged)
+    return from_dict(merge(saved, given))
 
 
 def check_group_k(cfg: TrainConfig, given: dict) -> None:
@@ -588,8 +591,27 @@ def run_model(args) -> int:
     return 0
 
 
+def parse(argv: list[str] | None):
+    """The command line -> args. The plugins it names are imported first, so their settings
+    blocks have flags; an unknown flag's error names the settings-block field it may mean
+    (--tis_cap: 'tis.cap')."""
+    pre = argparse.ArgumentParser(add_help=False)
+    add_plugin_arg(pre)
+    try:
+        load_plugins(plugin_spec(pre.parse_known_args(argv)[0]))
+    except ValueError:                         # reported where the run's config is built
+        pass
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        flag = next((e for e in extra if e.startswith("--")), "")
+        parser.error(f"unrecognized arguments: {' '.join(extra)}"
+                     f"{renamed_hint(flag[2:].split('=')[0]) if flag else ''}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         if args.command == "train":
             if args.override and not args.resume:

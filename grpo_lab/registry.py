@@ -23,9 +23,11 @@ Plugins are known by their file's resolved path and the sha256 of its bytes:
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
+import math
 import sys
 import warnings
 from collections.abc import Mapping
@@ -69,6 +71,38 @@ def check_new(registry: dict, kind: str, name, fn, current=lambda v: v) -> None:
     if name in registry and ident(current(registry[name])) != ident(fn):
         raise ValueError(f"{kind} {name!r} is already registered ({ident(current(registry[name]))}); "
                          f"pick another name for {ident(fn)}")
+
+
+SETTINGS: dict[str, type] = {}
+"""Settings blocks: name -> the dataclass a record declares for its settings (variants.py's
+``TIS``, ``KL``, loss.py's ``Clip``, a plugin variant's own). ``TrainConfig`` holds one of each
+(``cfg.tis.cap``, ``--tis.cap 2``, ``{"tis": {"cap": 2}}``); each checks itself with its
+``check(cfg)`` method, if it has one."""
+
+
+def register_settings(name: str, cls: type) -> type:
+    """Add the settings block ``name`` (a dataclass whose every field has a default) -> cls.
+    The naming rule of ``check_new``: registering the same class again (a re-run cell, a
+    reloaded plugin) replaces it."""
+    check_new(SETTINGS, "settings block", name, cls)
+    if not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
+        raise ValueError(f"settings block {name!r}: {cls!r} is not a dataclass")
+    bare = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING]
+    if bare:
+        raise ValueError(f"settings block {name!r}: every field needs a default (off), "
+                         f"{bare} have none")
+    SETTINGS[name] = cls
+    return cls
+
+
+def check_number(name: str, value, ok=lambda x: x >= 0, what: str = "finite and >= 0"):
+    """Raise ValueError naming ``name`` unless ``value`` is a finite real number (not a bool)
+    for which ``ok`` holds -> value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or not ok(value):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return value
 
 
 def _sha256(path: Path) -> str:

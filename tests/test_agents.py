@@ -149,7 +149,7 @@ def test_environment_tokens_get_exactly_zero_gradient(beta, entropy_coef):
     m = policy(2)
     m.train()
     s, own = _hand_built_batch()
-    cfg = TrainConfig(objective="agent", task="guess4", beta=beta, entropy_coef=entropy_coef,
+    cfg = TrainConfig(objective="agent", task="guess4", kl={"beta": beta}, entropy_bonus={"coef": entropy_coef},
                       update_forward="completion", eval_size=0, temperature=1.0)
     s.rollout.logprobs = completion_logprobs(m, s.rollout).detach().masked_fill(~own, 0.0)
     rows = {"ref": completion_logprobs(policy(3), s.rollout)} if beta else {}
@@ -175,7 +175,7 @@ def test_policy_mask_sets_the_normaliser_and_statistics():
     # counted, -(4 + 10) / 10 = -1.4
     A = torch.tensor([[1.0, 1.0, 10.0, 1.0, 1.0], [0.0] * 5])
     for aggregation, expected in (("token_mean", -0.5), ("seq_mean_token_mean", -0.5)):
-        cfg = TrainConfig(objective="agent", task="guess4", beta=0.0, eval_size=0,
+        cfg = TrainConfig(objective="agent", task="guess4", kl={"beta": 0.0}, eval_size=0,
                           aggregation=aggregation, temperature=1.0)
         batch = Batch(s, A, {}, 2, int(own.sum()), torch.tensor([0]), {})
         loss, shares = grpo_objective(m, batch, cfg)
@@ -299,7 +299,7 @@ def test_training_stops_cleanly_on_a_raising_environment(tmp_path):
     from grpo_lab.training.trainer import train
     _hostile("raise")
     cfg = TrainConfig(objective="agent", task="hostile_raise", steps=2, prompts_per_step=2,
-                      group_size=2, eval_size=0, out_dir=str(tmp_path / "run"), beta=0.0)
+                      group_size=2, eval_size=0, out_dir=str(tmp_path / "run"), kl={"beta": 0.0})
     with pytest.raises(EnvironmentFailed, match="hostile_raise") as info:
         train(cfg, progress=False)
     assert "at step 0" in str(info.value.__notes__)
@@ -319,7 +319,7 @@ def test_objectives_refuse_what_they_cannot_train():
         TrainConfig(objective="agent", task="guess", dynamic_sampling=True)
     with pytest.raises(ValueError, match="rollout='vllm'"):
         TrainConfig(objective="agent", task="guess", rollout="vllm", policy="hf",
-                    base_checkpoint="data/hf_tiny", tis_cap=2.0)
+                    base_checkpoint="data/hf_tiny", tis={"cap": 2.0})
 
 
 def test_held_out_ranges_are_never_drawn_for_training():
@@ -342,7 +342,7 @@ def test_train_from_the_command_line_raises_the_reward(tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["train", "--plugin", plugin, "--objective", "agent", "--task", "second_turn",
                  "--dynamic_sampling", "false", "--steps", "30", "--prompts_per_step", "8",
-                 "--group_size", "8", "--lr", "1e-3", "--beta", "0", "--warmup_steps", "0",
+                 "--group_size", "8", "--lr", "1e-3", "--kl.beta", "0", "--warmup_steps", "0",
                  "--lr_schedule", "constant", "--eval_size", "0", "--threads", "1",
                  "--out_dir", str(out)])
     assert code == 0, capsys.readouterr().err
@@ -449,7 +449,7 @@ def test_agent_step_is_the_same_on_2_processes(tmp_path):
     def cfg(out):
         return TrainConfig(objective="agent", task="add_retry_gigpo", prompts_per_step=5,
                            group_size=4, steps=3, lr=3e-4, warmup_steps=0, adam_eps=1e-6,
-                           beta=0.0, aggregation="token_mean", eval_size=0, ckpt_every=3,
+                           kl={"beta": 0.0}, aggregation="token_mean", eval_size=0, ckpt_every=3,
                            time_budget_s=0.0, threads=1, out_dir=str(out),
                            plugins=plugin)
     one = train(cfg(tmp_path / "one"), progress=False)

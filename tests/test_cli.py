@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from grpo_lab.cli import build_parser, main, parse_weights
+from grpo_lab.registry import SETTINGS
 from grpo_lab.training.config import TrainConfig, field_docs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,9 +17,26 @@ def test_every_field_documented_and_in_help():
     docs = field_docs(TrainConfig)
     assert set(docs) == set(TrainConfig.__dataclass_fields__)
     helptext = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
-    for name in docs:                     # the plugins field is the --plugin flag
+    for name in set(docs) - {"blocks"}:   # the plugins field is the --plugin flag
         assert f"--{'plugin' if name == 'plugins' else name}" in helptext
+    for block, cls in SETTINGS.items():      # each settings block's fields: --tis.cap
+        assert set(field_docs(cls)) == set(cls.__dataclass_fields__), block
+        for name in field_docs(cls):
+            assert f"--{block}.{name} " in helptext
     assert "G: completions sampled per prompt" in helptext
+
+
+@pytest.mark.parametrize("old, new", [("--tis_cap", "tis.cap"), ("--beta", "kl.beta"),
+                                      ("--eps_high", "clip.eps_high"),
+                                      ("--overlong_buffer", "overlong.buffer")])
+def test_an_old_flat_flag_is_argparses_error_naming_the_new_one(old, new, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", old, "2"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: {old} 2" in err and f"'{new}'" in err
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{old[2:]}'.*'{new}'"):
+        TrainConfig(**{old[2:]: 2})
 
 
 def test_parse_weights():

@@ -61,6 +61,19 @@ def test_every_section_of_the_old_readme_has_a_page():
         assert f"(docs/{page})" in (ROOT / "README.md").read_text(), f"README does not link {page}"
 
 
+def test_architecture_page_names_every_module():
+    page = (ROOT / "docs/reference/architecture.md").read_text()
+    missing = []
+    for path in sorted((ROOT / "grpo_lab").rglob("*.py")):
+        rel = path.relative_to(ROOT / "grpo_lab")
+        if path.name == "__init__.py":
+            continue
+        if not (str(rel.as_posix()) in page or f"`{path.name}`" in page
+                or f"`{path.stem}`" in page or f"{path.stem}.py" in page):
+            missing.append(rel.as_posix())
+    assert not missing, f"docs/reference/architecture.md does not name: {missing}"
+
+
 def test_dependencies_page_says_why_each_library_is_used():
     import tomllib
     text = (ROOT / "docs" / "reference" / "dependencies.md").read_text()

@@ -25,7 +25,7 @@ WORLD, STEPS = 2, 3
 # lr * g / (|g| + eps): rounding in a tiny g is amplified in proportion to lr, so lr=1e-3.
 TINY = dict(objective="supervised", prompts_per_step=8, steps=STEPS, lr=1e-3, adam_eps=1e-6,
             warmup_steps=0, weight_decay=0.01, grad_clip=0.0, eval_every=0, eval_size=20,
-            time_budget_s=0.0, threads=1, beta=0.0)
+            time_budget_s=0.0, threads=1, kl={"beta": 0.0})
 CASES = {
     "allreduce": dict(name="allreduce"),
     "fp32": dict(name="compressed", preset="fp32"),
@@ -65,7 +65,7 @@ def runs(tiny_base, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
     cfgs = [tiny_cfg(tiny_base, out / name, exchange=case,
                      **(dict(objective="grpo", prompts_per_step=4, group_size=4, steps=2,
-                             beta=0.02) if name == "grpo" else {}))
+                             kl={"beta": 0.02}) if name == "grpo" else {}))
             for name, case in CASES.items()]
     return dict(zip(CASES, spawn_train(cfgs, WORLD, run_timeout_s=300)))
 

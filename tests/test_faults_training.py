@@ -115,9 +115,9 @@ def test_the_summed_finite_check_names_the_same_tensor_as_an_element_wise_one():
 @pytest.mark.parametrize("flags,msg", [
     (["--lr", "inf"], "TrainConfig.lr must be a finite number, got inf"),
     (["--temperature", "inf"], "TrainConfig.temperature must be a finite number, got inf"),
-    (["--beta", "inf"], "TrainConfig.beta must be a finite number, got inf"),
-    (["--beta", "-1"], "beta must be >= 0, got -1.0"),
-    (["--eps_high", "nan"], "eps_high must be a finite number, got nan"),
+    (["--kl.beta", "inf"], "kl.beta must be finite and >= 0, got inf"),
+    (["--kl.beta", "-1"], "kl.beta must be finite and >= 0, got -1.0"),
+    (["--clip.eps_high", "nan"], "eps_high must be finite and >= 0, got nan"),
     (["--eval_size", "-5"], "eval_size must be >= 0, got -5"),
     (["--eval_size", "100000"], "eval_size=100000 but the held-out set of 'addition' has 200"),
     (["--reward_weights", "accuracy=inf"], "reward weight of 'accuracy' must be a finite number"),

@@ -40,7 +40,7 @@ FSDP2 = {"name": "fsdp2"}
 # 2 steps (rank 0 decodes alone inside the exchange's gathered weights), clipping on (the norm
 # of sharded gradients), a checkpoint after step 1 (the resume test starts from it)
 RUN = dict(prompts_per_step=5, group_size=4, steps=3, lr=3e-4, warmup_steps=0, adam_eps=1e-6,
-           beta=0.05, grad_clip=1.0, eval_size=8, eval_every=2, ckpt_every=2,
+           kl={"beta": 0.05}, grad_clip=1.0, eval_size=8, eval_every=2, ckpt_every=2,
            time_budget_s=0.0, threads=1)
 HF = dict(RUN, steps=2, grad_clip=0.0)
 LORA = dict(HF, hf={"lora_r": 4}, lr=1e-3)        # beta > 0: the adapters-off reference
@@ -86,7 +86,7 @@ def assert_same_run(one_out, many_out, c: TrainConfig, base: dict) -> float:
         for k in ("reward/mean", "completion/mean_len", "eval/accuracy"):
             assert x.get(k) == y.get(k), (s, k)
         n = round(c.prompts_per_step * c.group_size * x["completion/mean_len"])
-        terms = (1 + c.eps_high) * x["adv/abs_mean"] + c.beta * x.get("loss/kl", 0.0)
+        terms = (1 + c.clip.eps_high) * x["adv/abs_mean"] + c.kl.beta * x.get("loss/kl", 0.0)
         assert y["loss/total"] == pytest.approx(x["loss/total"], rel=0, abs=mean_tol(n, terms))
         earlier = s * c.mu + c.mu - 1           # updates before the step's last (the logged)
         tol = mean_tol(n, x["grad/norm"]) + earlier * GRAD_NORM_DRIFT * x["grad/norm"]
@@ -268,8 +268,8 @@ def test_bad_combinations_are_refused_by_name(tmp_path):
         ExchangeConfig(name="fsdp2", param_dtype="fp8")
     with pytest.raises(ValueError, match=r"hf\.sample_dtype='bfloat16' .* exchange 'fsdp2'"):
         hf(tmp_path, FSDP2, hf={"sample_dtype": "bfloat16"})
-    with pytest.raises(ValueError, match=r"overlong='filter' .* exchange 'fsdp2'"):
-        toy(tmp_path, FSDP2, overlong="filter")
+    with pytest.raises(ValueError, match=r"overlong\.rule='filter' .* exchange 'fsdp2'"):
+        toy(tmp_path, FSDP2, overlong={"rule": "filter"})
     with pytest.raises(ValueError, match="exchange 'fsdp2' needs a process group"):
         train(toy(tmp_path / "alone", FSDP2), progress=False)
     ExchangeConfig(name="fsdp2", reshard_after_forward=False, param_dtype="bfloat16")  # its own

@@ -77,7 +77,7 @@ def test_short_hf_tiny_cpu_run_raises_reward_and_resumes(tmp_path):
 
 def test_reference_is_a_frozen_copy_and_resume_is_exact(tmp_path):
     kw = dict(threads=1, steps=4, prompts_per_step=4, group_size=4, eval_every=0, eval_size=10,
-              ckpt_every=2, time_budget_s=0.0, beta=0.05)
+              ckpt_every=2, time_budget_s=0.0, kl={"beta": 0.05})
     full = train(preset("hf_tiny_cpu", out_dir=str(tmp_path / "a"), **kw), progress=False)
 
     def die(m, policy):
@@ -159,7 +159,7 @@ def test_hf_run_is_the_same_on_1_and_2_processes(tmp_path):
     from grpo_lab.training.trainer import spawn_train
 
     kw = dict(threads=1, steps=3, prompts_per_step=5, group_size=4, eval_every=0, eval_size=10,
-              time_budget_s=0.0, lr=3e-4, warmup_steps=0, adam_eps=1e-6, beta=0.05)
+              time_budget_s=0.0, lr=3e-4, warmup_steps=0, adam_eps=1e-6, kl={"beta": 0.05})
     one = train(preset("hf_tiny_cpu", out_dir=str(tmp_path / "one"), **kw), progress=False)
     spawn_train([preset("hf_tiny_cpu", out_dir=str(tmp_path / "two"), **kw)], 2,
                 run_timeout_s=300)

@@ -150,6 +150,18 @@ def test_imports_point_down():
                      + ", ".join(f"{a} -> {b}" for a, b in bad))
 
 
+def test_the_mechanisms_folders_import_down_as_drawn():
+    # the Architecture picture draws the mechanisms layer as algorithm/ over policies/ over
+    # tasks/: no import runs back up that order (policies/policy.py read critic.py's modules)
+    order = ("algorithm", "policies", "tasks")
+    edges, _ = graph()
+    folder = lambda m: m.split(".")[1] if m.count(".") >= 1 else ""     # noqa: E731
+    bad = [(a, b) for a, bs in edges.items() for b in bs if folder(a) in order
+           and folder(b) in order and order.index(folder(b)) < order.index(folder(a))]
+    assert not bad, "imports back up the drawing's order: " + ", ".join(f"{a} -> {b}"
+                                                                        for a, b in bad)
+
+
 def test_distributed_never_imports_the_trainer_step_or_cli():
     edges, _ = graph()
     for name, deps in edges.items():

@@ -117,8 +117,8 @@ def grpo_batch(c, seed_noise=0):
 
 @pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean", "dr_grpo"])
 def test_micro_batches_add_up_to_the_whole_batch(aggregation):
-    c = cfg(aggregation=aggregation, prompts_per_step=8, group_size=4, eps_low=0.05,
-            eps_high=0.05)
+    c = cfg(aggregation=aggregation, prompts_per_step=8, group_size=4,
+            clip={"eps_low": 0.05, "eps_high": 0.05})
     policy, batch = grpo_batch(c)
     want = {}
     n_tok = int(batch.scored.rollout.completion_mask.sum())
@@ -140,7 +140,7 @@ def test_micro_batches_add_up_to_the_whole_batch(aggregation):
         # loss's terms are ratio * A (|ratio| <= 1 + eps_high) that cancel, the others'
         # terms are positive (the result is their mean magnitude): tests/tolerance.py
         n_tok = int(batch.scored.rollout.completion_mask.sum())
-        mag = {"loss/total": (1 + c.eps_high) * float(batch.advantages.abs().mean())}
+        mag = {"loss/total": (1 + c.clip.eps_high) * float(batch.advantages.abs().mean())}
         for k, v in want[1].items():
             tol = mean_tol(n_tok, mag.get(k, abs(v)), torch.float32)
             assert got[1][k] == pytest.approx(v, rel=0, abs=max(tol, 1e-12)), k
@@ -233,7 +233,7 @@ def test_autocast_loss_is_finite_and_close_to_float32():
     d = (out[True][2] - out[False][2]).abs()                                # (real tokens,)
     a = batch.advantages.abs().repeat_interleave(r.completion_mask.sum(1))  # (real tokens,)
     assert float(d.mean()) < 0.05, float(d.mean())
-    tol = 2 * ((1 + c.eps_high) * float((a * d).mean()) + c.beta * float(d.mean()))
+    tol = 2 * ((1 + c.clip.eps_high) * float((a * d).mean()) + c.kl.beta * float(d.mean()))
     assert out[True][0] == pytest.approx(out[False][0], abs=tol)
     cos = torch.nn.functional.cosine_similarity(out[True][1], out[False][1], dim=0)
     assert 0.98 < cos < 1.0, cos                                  # close, and not float32

@@ -43,7 +43,7 @@ def test_toy_training_unchanged_by_the_seam(tmp_path):
         # the loss is a mean of B*G*T terms ratio * A that cancel: its rounding follows those
         # terms (tests/tolerance.py), which on another CPU can exceed the recording's 1e-6
         n_terms = round(4 * c.group_size * x["completion/mean_len"])
-        tol = mean_tol(n_terms, (1 + c.eps_high) * x["adv/abs_mean"] + c.beta * x["loss/kl"])
+        tol = mean_tol(n_terms, (1 + c.clip.eps_high) * x["adv/abs_mean"] + c.kl.beta * x["loss/kl"])
         assert x["loss/total"] == pytest.approx(loss, abs=max(2e-6, tol))
     assert h[-1]["eval/accuracy"] == 0.5
 

@@ -10,7 +10,7 @@ import torch
 
 from grpo_lab.algorithm.advantages import ADVANTAGES
 from grpo_lab.algorithm.advantages import grouped_advantages
-from grpo_lab.algorithm.loss import KL_ESTIMATORS, POLICY_LOSSES, ClipRange, grpo_loss
+from grpo_lab.algorithm.loss import KL_ESTIMATORS, POLICY_LOSSES, Clip, grpo_loss
 from grpo_lab.algorithm.token_weights import high_entropy_mask, is_weight
 from grpo_lab.training.config import preset
 
@@ -83,9 +83,9 @@ def test_two_sided_by_hand_and_equal_to_dual_clip():
             a = one_token(r, A, policy_loss="two_sided", delta=3.0)
             b = one_token(r, A, dual_clip=3.0)
             assert a[0] == pytest.approx(b[0], abs=1e-12) and a[1] == pytest.approx(b[1], abs=1e-12)
-    with pytest.raises(ValueError, match="needs delta > 1 \\+ eps_high"):
+    with pytest.raises(ValueError, match="needs clip.delta > 1 \\+ clip.eps_high"):
         one_token(1.0, 1.0, policy_loss="two_sided", delta=1.1)
-    with pytest.raises(ValueError, match="delta is read only by"):
+    with pytest.raises(ValueError, match="clip.delta is read only by"):
         one_token(1.0, 1.0, delta=4.0)
 
 
@@ -161,9 +161,9 @@ def test_k1_as_a_loss_term_is_an_error_that_says_why():
                                          "expectation"):
         grpo_loss(z, z, z, [0.0], ONE, beta=0.1, kl_estimator="k1")
     grpo_loss(z, z, None, [0.0], ONE, beta=0.0, kl_estimator="k1")   # no KL term: fine
-    with pytest.raises(ValueError, match="kl_in='reward'"):
-        preset("quick", beta=0.02, kl_estimator="k1", kl_in="loss")
-    preset("quick", beta=0.02, kl_estimator="k1", kl_in="reward")
+    with pytest.raises(ValueError, match="kl.placement='reward'"):
+        preset("quick", kl={"beta": 0.02, "estimator": "k1", "placement": "loss"})
+    preset("quick", kl={"beta": 0.02, "estimator": "k1", "placement": "reward"})
 
 
 def test_kl_bias_correction_by_hand():
@@ -322,27 +322,30 @@ def test_dr_grpo_is_one_switch_and_half_of_it_is_refused():
 
 
 def test_methods_set_their_fields_and_refuse_a_third_value():
-    assert preset("quick", method="grpo").eps_high == 0.2               # the paper's symmetric clip
+    assert preset("quick", method="grpo").clip.eps_high == 0.2               # the paper's symmetric clip
     d = preset("quick", method="dapo")
-    assert (d.aggregation, d.dynamic_sampling, d.overlong, d.beta) == ("token_mean", True, "soft", 0.0)
+    assert (d.aggregation, d.dynamic_sampling, d.overlong.rule, d.kl.beta) == (
+        "token_mean", True, "soft", 0.0)
     assert preset("quick", method="cispo").policy_loss == "cispo"
     assert preset("quick", method="gspo").ratio_level == "sequence"
-    assert preset("quick", method="dapo", eps_high=0.28).eps_high == 0.28   # the same value: fine
-    with pytest.raises(ValueError, match="method='dapo' sets eps_high=0.28 .* eps_high=0.3"):
-        preset("quick", method="dapo", eps_high=0.3)
+    assert preset("quick", method="dapo", clip={"eps_high": 0.28}).clip.eps_high == 0.28  # the same
+    with pytest.raises(ValueError, match="method='dapo' sets clip.eps_high=0.28 .* "
+                                         "clip.eps_high=0.3"):
+        preset("quick", method="dapo", clip={"eps_high": 0.3})
     with pytest.raises(ValueError, match="unknown method 'ppo2'"):
         preset("quick", method="ppo2")
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"kl_clamp": 10.0, "beta": 0.0}, "kl_clamp=10.0 acts on the KL term of the loss"),
-    ({"kl_bias_correction": True, "beta": 0.02, "kl_in": "reward"}, "kl_bias_correction=True"),
-    ({"tis_level": "sequence"}, "tis_level='sequence' says what tis_cap bounds"),
-    ({"policy_loss": "two_sided"}, "needs delta > 1 \\+ eps_high"),
-    ({"policy_loss": "cispo", "dual_clip": 3.0}, "does not read it"),
-    ({"dual_clip": 0.5}, "dual_clip must be 0 \\(off\\) or > 1"),
+    ({"kl": {"clamp": 10.0, "beta": 0.0}}, "kl.clamp=10.0 acts on the KL term of the loss"),
+    ({"kl": {"bias_correction": True, "beta": 0.02, "placement": "reward"}},
+     "kl.bias_correction=True"),
+    ({"tis": {"level": "sequence"}}, "tis.level='sequence' says what tis.cap bounds"),
+    ({"policy_loss": "two_sided"}, "needs clip.delta > 1 \\+ clip.eps_high"),
+    ({"policy_loss": "cispo", "clip": {"dual_clip": 3.0}}, "does not read it"),
+    ({"clip": {"dual_clip": 0.5}}, "dual_clip must be 0 \\(off\\) or > 1"),
     ({"policy_loss": "ppo"}, "unknown policy_loss 'ppo'"),
-    ({"top_entropy_quantile": 0.0}, "top_entropy_quantile must be in \\(0, 1\\]"),
+    ({"top_entropy": {"quantile": 0.0}}, "top_entropy.quantile must be in \\(0, 1\\]"),
     ({"objective": "ppo", "group_size": 1, "policy_loss": "cispo"}, "read by the grpo objective only"),
 ])
 def test_config_refuses_combinations_that_do_nothing(kw, match):
@@ -358,7 +361,8 @@ def test_every_policy_loss_is_the_plain_gradient_on_policy():
         loss, grad = one_token(1.0, 0.7, policy_loss=name, **kw)
         assert grad == pytest.approx(-0.7, abs=1e-15), name
         assert loss == pytest.approx(0.0 if name == "cispo" else -0.7, abs=1e-15), name
-    assert ClipRange()._fields == ("eps_low", "eps_high", "dual_clip", "delta")
+    assert [f for f in Clip.__dataclass_fields__] == ["eps_low", "eps_high", "dual_clip", "delta",
+                                                      "log_ratio_clamp"]
 
 
 def test_a_method_round_trips_through_the_saved_config():
@@ -375,7 +379,8 @@ def test_entropy_mask_and_cispo_train_end_to_end(tmp_path):
     kw = dict(steps=2, mu=2, prompts_per_step=4, group_size=4, eval_size=0, eval_every=0,
               ckpt_every=2, time_budget_s=0.0, threads=1, warmup_steps=0, lr=1e-3)
     h = train(preset("quick", out_dir=str(tmp_path / "a"), method="cispo",
-                     top_entropy_quantile=0.2, off_policy_mask=0.5, **kw), progress=False)
+                     top_entropy={"quantile": 0.2}, off_policy_mask={"delta": 0.5}, **kw),
+              progress=False)
     rows = [r for r in h if r["step"] >= 0]
     assert len(rows) == 2 and all(math.isfinite(r["loss/total"]) for r in rows)
     before = load_policy_any(preset("quick").base_checkpoint).state_dict()
@@ -396,4 +401,4 @@ def test_off_policy_sequence_mask_by_hand():
     with pytest.raises(ValueError, match="one advantage per completion"):
         off_policy_sequence_mask(logp, sampler, torch.zeros(4, 2, dtype=D), m, 0.5)
     with pytest.raises(ValueError, match="supervision='outcome'"):
-        preset("quick", off_policy_mask=0.5, supervision="process")
+        preset("quick", off_policy_mask={"delta": 0.5}, supervision="process")

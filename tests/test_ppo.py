@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from grpo_lab.policies.model import load_policy
-from grpo_lab.algorithm.critic import ValueHead, explained_variance, gae, value_loss
+from grpo_lab.algorithm.critic import explained_variance, gae, value_loss
+from grpo_lab.policies.model import ValueHead
 from grpo_lab.algorithm.rollout import sample
 from grpo_lab.policies.engine import positions
 from grpo_lab.tasks.rewards import accuracy_reward
@@ -146,7 +147,7 @@ def _first_step(tmp_path, steps=1, **kw) -> dict:
     from grpo_lab.training.trainer import train
     seen = {}
     train(_ppo_cfg(tmp_path, steps=steps, eval_size=0, warmup_steps=0, lr_schedule="constant",
-                   beta=0.0, **kw), progress=False,
+                   kl={"beta": 0.0}, **kw), progress=False,
           on_step=lambda m, p: seen.update({n: t.detach().clone()
                                             for n, t in p.named_parameters()}))
     return seen
@@ -197,7 +198,8 @@ def test_value_network_on_the_policys_body_equals_the_head():
     # equivalence: a ValueNetwork whose body is the policy itself and whose head has the
     # ValueHead's weights gives the same values (the two critics differ only in the body)
     import random
-    from grpo_lab.algorithm.critic import ValueNetwork, logprobs_and_values
+    from grpo_lab.algorithm.critic import logprobs_and_values
+    from grpo_lab.policies.model import ValueNetwork
     torch.manual_seed(0)
     policy = load_policy("data/base_policy.safetensors").eval()
     exs = sample_examples(["addition"], 4, random.Random(0))
@@ -229,7 +231,7 @@ def _with(policy, critic):
 
 def test_ppo_with_a_critic_network_trains_both_networks(tmp_path):
     from grpo_lab.policies.policy import load_policy_any
-    from grpo_lab.algorithm.critic import ValueNetwork
+    from grpo_lab.policies.model import ValueNetwork
     # two steps: the head starts at zero, so the critic's body gets its first gradient in step 1
     seen = _first_step(tmp_path, steps=2, ppo={"critic": "network", "vf_lr": 1e-3}, lr=1e-4)
     base = _base_params()

@@ -72,7 +72,7 @@ def test_the_loop_gives_the_old_loops_weights(policy, block):
 def test_the_preset_is_the_shipped_recipe():
     c = train_config(PretrainConfig(), "base.safetensors", "out")
     assert (c.objective, c.task, c.prompts_per_step, c.lr, c.weight_decay, c.grad_clip,
-            c.warmup_steps, c.steps, c.schedule_steps, c.beta, c.seed) == \
+            c.warmup_steps, c.steps, c.schedule_steps, c.kl.beta, c.seed) == \
         ("pretrain", "addition,sort,reverse", 64, 2e-3, 0.01, 0.0, 0, 1800, 2000, 0.0, 0)
     assert train_config(PretrainConfig(), "b", "o") == preset("pretrain_cpu", base_checkpoint="b",
                                                                out_dir="o", threads=c.threads)

@@ -82,7 +82,8 @@ def test_same_run_on_1_2_and_3_processes(single, multi):
             # order: the tolerance follows those terms (tests/tolerance.py), not the result
             n_terms = round(RUN["prompts_per_step"] * RUN["group_size"] * a["completion/mean_len"])
             c = cfg("x")
-            tol = mean_tol(n_terms, (1 + c.eps_high) * a["adv/abs_mean"] + c.beta * a["loss/kl"])
+            tol = mean_tol(n_terms, (1 + c.clip.eps_high) * a["adv/abs_mean"]
+                           + c.kl.beta * a["loss/kl"])
             assert a["loss/total"] == pytest.approx(b["loss/total"], rel=0, abs=tol), (name, n)
         assert got[-1]["comm/bytes"] > 0
 

@@ -262,7 +262,7 @@ def test_lora_run_trains_adapters_only_with_the_adapters_off_reference(tmp_path)
     from grpo_lab.training.config import preset
     from grpo_lab.training.trainer import train
     kw = dict(threads=1, steps=3, prompts_per_step=4, group_size=4, eval_every=0, eval_size=0,
-              time_budget_s=0.0, beta=0.05, hf={"lora_r": 4}, lr=1e-2, warmup_steps=0)
+              time_budget_s=0.0, kl={"beta": 0.05}, hf={"lora_r": 4}, lr=1e-2, warmup_steps=0)
     h = train(preset("hf_tiny_cpu", out_dir=str(tmp_path / "run"), **kw), progress=False)
     assert h[1]["loss/kl"] == 0.0 and h[-1]["loss/kl"] > 0                 # adapters moved away
     assert all(h[-1][k] > 0 for k in ("time/prefill_s", "time/ref_s", "time/loss_forward_s",

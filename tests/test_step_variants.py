@@ -1,12 +1,17 @@
 """Step variants as records (variants.py): which records a config turns on, in the order the
 step calls them; the paper's loss with a variant's term added by hand; and a variant written
-here, as one record in this file, trained end to end with its hooks' effect checked per row."""
+in a plugin file with its own settings block, trained end to end with its hooks' effect
+checked per row."""
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
 from grpo_lab.algorithm import variants
-from grpo_lab.algorithm.loss import ClipRange, grpo_loss, surrogate_loss
-from grpo_lab.training.config import preset
+from grpo_lab.algorithm.loss import Clip, grpo_loss, surrogate_loss
+from grpo_lab.cli import main
+from grpo_lab.training.config import from_dict, preset, to_dict
 from grpo_lab.training.step import grpo_stat_keys
 from grpo_lab.training.trainer import train
 
@@ -18,11 +23,11 @@ def names(cfg) -> list[str]:
 def test_a_config_turns_on_its_records_in_the_order_of_the_arithmetic():
     assert names(preset("tiny_cpu")) == []                          # beta 0: plain GRPO
     assert names(preset("defaults")) == ["kl_loss"]                 # beta 0.02 in the loss
-    cfg = preset("defaults", overlong="soft", kl_in="reward", kl_estimator="k1",
-                 tis_cap=2.0, top_entropy_quantile=0.5, entropy_coef=0.01)
+    cfg = preset("defaults", overlong={"rule": "soft"}, kl={"placement": "reward", "estimator": "k1"},
+                 tis={"cap": 2.0}, top_entropy={"quantile": 0.5}, entropy_bonus={"coef": 0.01})
     assert names(cfg) == ["overlong", "kl_reward", "tis", "top_entropy", "entropy_bonus"]
-    assert names(preset("defaults", beta=0.0, supervision="process")) == ["process"]
-    assert grpo_stat_keys(preset("defaults", tis_cap=2.0, dual_clip=3.0)) == (
+    assert names(preset("defaults", kl={"beta": 0.0}, supervision="process")) == ["process"]
+    assert grpo_stat_keys(preset("defaults", tis={"cap": 2.0}, clip={"dual_clip": 3.0})) == (
         "loss/total", "clip/low_frac", "clip/high_frac", "clip/ratio_mean", "policy/entropy",
         "loss/kl", "loss/kl_k3", "sample/logprob_gap", "sample/tis_capped_frac",
         "clip/dual_frac")
@@ -39,11 +44,11 @@ def test_a_term_is_added_to_each_token_before_the_aggregation():
         seen.append((lp.clone(), real.clone()))
         return torch.full_like(lp, 0.5), {"x/half": 0.5}
 
-    loss, stats = surrogate_loss(logp, logp, torch.tensor([1.0]), mask, ClipRange(),
+    loss, stats = surrogate_loss(logp, logp, torch.tensor([1.0]), mask, Clip(eps_high=0.2),
                                  "token_mean", terms=[half])
     assert float(loss) == -0.5 and stats["x/half"] == 0.5
     assert seen[0][0].tolist() == [[-1.0, -2.0, -0.5, 0.0]]        # padding given as 0
-    assert float(surrogate_loss(logp, logp, torch.tensor([1.0]), mask, ClipRange(),
+    assert float(surrogate_loss(logp, logp, torch.tensor([1.0]), mask, Clip(eps_high=0.2),
                                 "token_mean")[0]) == -1.0
 
 
@@ -58,24 +63,19 @@ def test_grpo_loss_is_the_surrogate_with_the_kl_as_a_term():
     assert float(loss.detach()) == pytest.approx(0.1 * float(k3), abs=1e-8)   # A = 0: KL alone
 
 
-# ---- a new variant: one record, here
+# ---- a new variant with a setting: one record and its settings block, in a plugin file
 
-WEIGHT = 0.1
-
-
-def length_bonus(cfg, s, rows, max_len):
-    """WEIGHT x the completion's length added to its reward, logged as reward/length_bonus."""
-    bonus = WEIGHT * s.rollout.completion_mask.sum(1).float()              # (N_r,)
-    return s._replace(rewards=s.rewards + bonus, parts={**s.parts, "length_bonus": bonus})
+PLUGIN = str(Path(__file__).parent / "plugins" / "length_bonus.py")
 
 
-def kept_length(cfg, t, weight):
-    """The mean completion length over the loss's rows, from the objective's side."""
-    return {"bonus/len_mean": float(t.mask.sum(1).float().mean())}
-
-
-BONUS = variants.StepVariant("length_bonus", lambda cfg: True, shape_rewards=length_bonus,
-                             stats=kept_length, stat_keys=lambda cfg: ("bonus/len_mean",))
+@pytest.fixture
+def forget_plugin():
+    """Take the plugin's registrations (its variant, its settings block) away afterwards."""
+    yield
+    from grpo_lab import registry
+    path = Path(PLUGIN).resolve()
+    if path in registry._BY_PATH:
+        registry._forget(registry._BY_PATH.pop(path)[0].__name__)
 
 
 def test_a_term_hook_of_the_older_two_argument_form_is_refused_naming_the_variant(monkeypatch):
@@ -88,19 +88,34 @@ def test_a_term_hook_of_the_older_two_argument_form_is_refused_naming_the_varian
     assert "old_bonus" not in variants.VARIANTS
 
 
-def test_a_variant_written_as_one_record_trains_end_to_end(tmp_path, monkeypatch):
-    monkeypatch.setitem(variants.VARIANTS, BONUS.name, BONUS)
-    cfg = preset("quick", steps=4, eval_size=0, threads=1, out_dir=str(tmp_path / "bonus"))
+def test_a_plugin_variant_with_a_setting_trains_end_to_end(tmp_path, forget_plugin):
+    kw = dict(steps=4, eval_size=0, threads=1, plugins=PLUGIN)
+    cfg = preset("quick", out_dir=str(tmp_path / "bonus"), length_bonus={"weight": 0.1}, **kw)
+    assert cfg.length_bonus.weight == 0.1 and to_dict(cfg)["length_bonus"] == {"weight": 0.1}
+    assert from_dict(to_dict(cfg)) == cfg                      # config.json round-trips it
     rows = [h for h in train(cfg, progress=False) if h["step"] >= 0]
     assert len(rows) == 4
     w = cfg.reward_weights
     for h in rows:                         # the reward is shaped as the hook says, every step
-        assert h["reward/length_bonus"] == pytest.approx(WEIGHT * h["completion/mean_len"],
+        assert h["reward/length_bonus"] == pytest.approx(0.1 * h["completion/mean_len"],
                                                          abs=1e-6)
         raw = sum(w[k] * h[f"reward/{k}"] for k in w)
         assert h["reward/mean"] == pytest.approx(raw + h["reward/length_bonus"], abs=1e-6)
         assert h["bonus/len_mean"] == h["completion/mean_len"]      # one process: share 1
-    monkeypatch.delitem(variants.VARIANTS, BONUS.name)
-    plain = train(preset("quick", steps=1, eval_size=0, threads=1,
-                         out_dir=str(tmp_path / "plain")), progress=False)
+    # the block checks itself, and its default (0) turns the variant off
+    with pytest.raises(ValueError, match="length_bonus.weight must be in \\[0, 1\\], got 2"):
+        preset("quick", length_bonus={"weight": 2.0}, **kw)
+    plain = train(preset("quick", out_dir=str(tmp_path / "plain"), **{**kw, "steps": 1}),
+                  progress=False)
     assert "reward/length_bonus" not in plain[-1] and "bonus/len_mean" not in plain[-1]
+    # the command line and a config file reach it the way they reach the built-in blocks
+    out = tmp_path / "cli"
+    assert main(["train", "--preset", "quick", "--plugin", PLUGIN, "--length_bonus.weight",
+                 "0.1", "--steps", "1", "--eval_size", "0", "--threads", "1",
+                 "--out_dir", str(out)]) == 0
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["length_bonus"] == {"weight": 0.1}
+    assert main(["train", "--config", str(out / "config.json"), "--out_dir",
+                 str(tmp_path / "again")]) == 0
+    assert "reward/length_bonus" in json.loads(
+        (tmp_path / "again" / "metrics.jsonl").read_text().splitlines()[-1])

@@ -168,14 +168,16 @@ def test_unpaired_arms_are_refused_and_the_pilot_forecasts(tmp_path, capsys):
 
 
 def test_arm_syntax_names_what_is_wrong():
-    assert arms([["clip_higher", "eps_high=0.28", "reward_weights=accuracy=1,format=0.1"],
-                 ["sym"]]) == {"clip_higher": {"eps_high": 0.28, "reward_weights":
+    assert arms([["clip_higher", "clip.eps_high=0.28", "reward_weights=accuracy=1,format=0.1"],
+                 ["sym"]]) == {"clip_higher": {"clip": {"eps_high": 0.28}, "reward_weights":
                                                {"accuracy": 1.0, "format": 0.1}}, "sym": {}}
     assert arms([["lora", "hf.lora_r=8"]]) == {"lora": {"hf": {"lora_r": 8}}}
-    with pytest.raises(ValueError, match="--arm a: unknown config field 'eps_hgh'"):
-        arms([["a", "eps_hgh=0.28"]])
+    with pytest.raises(ValueError, match="--arm a: unknown config field 'clip.eps_hgh'"):
+        arms([["a", "clip.eps_hgh=0.28"]])
+    with pytest.raises(ValueError, match="unknown config field 'eps_high' .*now: 'clip.eps_high'"):
+        arms([["a", "eps_high=0.28"]])               # a flat name: the block's field is named
     with pytest.raises(ValueError, match="--arm a: .*'abc'"):
-        arms([["a", "eps_high=abc"]])
+        arms([["a", "clip.eps_high=abc"]])
     with pytest.raises(ValueError, match="an arm starts with its name, got 'eps_high=0.2'"):
         arms([["eps_high=0.2"]])
     with pytest.raises(ValueError, match="--arm 'a' is given twice"):

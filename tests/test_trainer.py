@@ -105,7 +105,7 @@ def test_bad_checkpoints(tmp_path):
     ("prompts_per_step", 0, "prompts_per_step must be > 0"),
     ("task", "chess", "unknown task 'chess'"),
     ("reward_weights", {"speed": 1.0}, "unknown reward function 'speed'"),
-    ("eps_low", 1.5, "eps_low"),
+    ("clip", {"eps_low": 1.5}, "eps_low must be finite and in \\[0, 1\\)"),
 ])
 def test_invalid_config(tmp_path, field, value, msg):
     with pytest.raises(ValueError, match=msg):
@@ -297,10 +297,10 @@ def test_busy_cores_reads_the_runnable_count_without_this_process(monkeypatch):
 
 
 def test_kl_is_absent_not_zero_when_beta_is_0(tmp_path):
-    h = train(cfg(tmp_path, steps=2, beta=0.0, eval_size=0), progress=False)
+    h = train(cfg(tmp_path, steps=2, kl={"beta": 0.0}, eval_size=0), progress=False)
     assert all("loss/kl" not in m for m in h) and all("clip/ratio_mean" in m for m in h[1:])
     from grpo_lab.training.report import write_report
-    write_report(h, tmp_path / "run", {"beta": 0.0})            # the report copes with it
+    write_report(h, tmp_path / "run", {"kl": {"beta": 0.0}})            # the report copes with it
 
 
 def test_the_learning_rate_of_each_step_is_logged_and_the_run_names_its_version(tmp_path):

@@ -44,9 +44,9 @@ def cfg_of(argv):
 def test_a_trl_file_means_the_same_settings(tmp_path):
     cfg = cfg_of(["--config", write(tmp_path, TRL_YAML), "--preset", "quick"])
     assert (cfg.lr, cfg.group_size, cfg.max_new_tokens, cfg.steps) == (5e-5, 4, 6, 3)
-    assert (cfg.beta, cfg.eps_low, cfg.eps_high, cfg.temperature, cfg.seed) == (
+    assert (cfg.kl.beta, cfg.clip.eps_low, cfg.clip.eps_high, cfg.temperature, cfg.seed) == (
         0.04, 0.2, 0.28, 0.9, 7)
-    assert (cfg.aggregation, cfg.advantage, cfg.mu, cfg.overlong) == (
+    assert (cfg.aggregation, cfg.advantage, cfg.mu, cfg.overlong.rule) == (
         "token_mean", "mean_centred", 2, "mask")
     # TRL: generation batch = 8 per device x 2 accumulation steps x 1 process = 16
     # completions per optimizer step = 16 / 4 generations = 4 prompts
@@ -55,7 +55,7 @@ def test_a_trl_file_means_the_same_settings(tmp_path):
 
 def test_epsilon_alone_is_both_clips_as_in_trl(tmp_path):
     cfg = cfg_of(["--config", write(tmp_path, "epsilon: 0.1\n")])
-    assert (cfg.eps_low, cfg.eps_high) == (0.1, 0.1)
+    assert (cfg.clip.eps_low, cfg.clip.eps_high) == (0.1, 0.1)
 
 
 def test_a_trl_grpo_config_yaml_trains(tmp_path, capsys):

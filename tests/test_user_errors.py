@@ -4,6 +4,7 @@ reward or estimator named by file, function and step (also under --nproc), value
 finite but absurd (lr, weight decay, rewards) refused below a documented ceiling, a
 non-finite estimator blamed on the estimator, eval's --eval_size checked as train's, and a
 learner's infinite loop failing an exercise check instead of hanging it."""
+import contextlib
 import json
 import os
 import random
@@ -392,3 +393,23 @@ def test_a_stopped_rank_ends_with_the_run_not_30_s_later(tmp_path):
     """A SIGSTOPped rank cannot act on torchrun's SIGTERM, and torchrun waited 30 s before its
     SIGKILL (63.6 s at timeout 30); the failing rank now resumes its local peers first."""
     _rank_1_stuck_ends_the_run(tmp_path, STOPPED, "stops", ".stopped")
+
+
+def test_only_user_code_is_guarded(monkeypatch):
+    # the package's own rewards, groupers, estimators and tasks run without the watchdog; a
+    # function defined outside grpo_lab (here, in a test) is guarded
+    from grpo_lab import timelimit
+    from grpo_lab.algorithm.advantages import ADVANTAGES
+    from grpo_lab.tasks.rewards import REWARDS
+    armed = []
+    monkeypatch.setattr(timelimit, "user_code", lambda what: armed.append(what) or
+                        contextlib.nullcontext())
+    with timelimit.guarded("builtins", REWARDS["accuracy"], ADVANTAGES["grpo"]):
+        pass
+    assert armed == []
+
+    def mine(completions, examples, stopped):
+        return [0.0] * len(completions)
+    with timelimit.guarded("reward function 'mine'", REWARDS["accuracy"], mine):
+        pass
+    assert armed == ["reward function 'mine'"]

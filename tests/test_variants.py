@@ -85,7 +85,7 @@ def test_soft_overlong_penalty_by_hand():
     lengths = torch.tensor([1, 3, 4, 5, 6])
     torch.testing.assert_close(soft_penalty(lengths, 5, 2), torch.tensor([0.0, 0.0, -0.5, -1.0, -1.0]))
     torch.testing.assert_close(soft_penalty(lengths, 5, 1), torch.tensor([0.0, 0.0, 0.0, -1.0, -1.0]))
-    with pytest.raises(ValueError, match="overlong_buffer must be in \\[1, max_new_tokens=5\\], got 6"):
+    with pytest.raises(ValueError, match="overlong.buffer must be in \\[1, max_new_tokens=5\\], got 6"):
         soft_penalty(lengths, 5, 6)
     assert OVERLONG["none"].penalty is None and OVERLONG["filter"].penalty is None
 
@@ -205,13 +205,13 @@ def test_top_p_one_is_the_sampler_bit_for_bit_and_tiny_top_p_is_greedy(model):
 
 @pytest.mark.parametrize("kw, match", [
     ({"ratio_level": "seq"}, "unknown ratio_level 'seq'"),
-    ({"kl_estimator": "k4"}, "unknown kl_estimator 'k4'"),
-    ({"kl_in": "advantage"}, "unknown kl_in 'advantage'"),
-    ({"overlong": "cut"}, "unknown overlong 'cut'"),
+    ({"kl": {"estimator": "k4"}}, "unknown kl.estimator 'k4'"),
+    ({"kl": {"placement": "advantage"}}, "unknown kl.placement 'advantage'"),
+    ({"overlong": {"rule": "cut"}}, "unknown overlong.rule 'cut'"),
     ({"top_p": 0.0}, "top_p must be in \\(0, 1\\] \\(1 = off\\), got 0.0"),
-    ({"tis_cap": 0.5}, "tis_cap must be 0 \\(off\\) or >= 1 .*got 0.5"),
-    ({"entropy_coef": -0.1}, "entropy_coef must be >= 0, got -0.1"),
-    ({"overlong": "soft", "overlong_buffer": 0}, "overlong_buffer must be an int >= 1, got 0"),
+    ({"tis": {"cap": 0.5}}, "tis.cap must be 0 \\(off\\) or >= 1 .*got 0.5"),
+    ({"entropy_bonus": {"coef": -0.1}}, "entropy_bonus.coef must be finite and >= 0, got -0.1"),
+    ({"overlong": {"rule": "soft", "buffer": 0}}, "overlong.buffer must be an int >= 1, got 0"),
 ])
 def test_config_errors_name_the_value(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -235,17 +235,17 @@ SCALE = dict(prompts_per_step=5, group_size=4, steps=3, mu=2, max_new_tokens=2, 
              time_budget_s=0.0, threads=1)
 OPTIONS = {
     "filter_gspo_entropy_k1reward_topp_tis": dict(
-        overlong="filter", ratio_level="sequence", entropy_coef=0.05, beta=0.05,
-        kl_in="reward", kl_estimator="k1", top_p=0.8, tis_cap=2.0),
-    "soft_k2loss_tokenmean": dict(overlong="soft", beta=0.05, kl_estimator="k2",
+        overlong={"rule": "filter"}, ratio_level="sequence", entropy_bonus={"coef": 0.05},
+        kl={"beta": 0.05, "placement": "reward", "estimator": "k1"}, top_p=0.8, tis={"cap": 2.0}),
+    "soft_k2loss_tokenmean": dict(overlong={"rule": "soft"}, kl={"beta": 0.05, "estimator": "k2"},
                                   aggregation="token_mean"),
     # the algorithms issue's options (the entropy mask is left out: its quantile is per rank)
     "mask_cispo_rppb_seqmask_klcorr": dict(
-        overlong="mask", policy_loss="cispo", advantage="reinforce_pp_baseline", tis_cap=2.0,
-        tis_level="sequence_mask", beta=0.05, kl_bias_correction=True, kl_clamp=10.0,
-        log_ratio_clamp=20.0),
-    "dualclip_seqis_offpolicymask": dict(dual_clip=3.0, tis_cap=2.0, tis_level="sequence",
-                                         overlong="filter", off_policy_mask=0.5),
+        overlong={"rule": "mask"}, policy_loss="cispo", advantage="reinforce_pp_baseline",
+        tis={"cap": 2.0, "level": "sequence_mask"},
+        kl={"beta": 0.05, "bias_correction": True, "clamp": 10.0}, clip={"log_ratio_clamp": 20.0}),
+    "dualclip_seqis_offpolicymask": dict(clip={"dual_clip": 3.0}, tis={"cap": 2.0, "level": "sequence"},
+                                         overlong={"rule": "filter"}, off_policy_mask={"delta": 0.5}),
 }
 
 
@@ -273,7 +273,7 @@ def test_every_option_same_on_1_and_2_processes(tmp_path):
         for x, y in zip(one, two):
             for k in x:
                 if k.split("/")[0] in ("reward", "completion", "adv", "sample"):
-                    tol = kl_tol if k.startswith("reward/kl") else 1e-9 + kw.get("beta", 0) * kl_tol
+                    tol = kl_tol if k.startswith("reward/kl") else 1e-9 + kw.get("kl", {}).get("beta", 0) * kl_tol
                     assert x[k] == pytest.approx(y[k], abs=tol), (n, k)
                 if k.split("/")[0] in ("loss", "policy") or k.startswith("sample/logprob"):
                     assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-7), (n, k)

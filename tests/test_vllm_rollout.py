@@ -9,10 +9,9 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
-from grpo_lab.algorithm.rollout import sample_and_score
-from grpo_lab.algorithm.vllm_rollout import (ROLLOUTS, VLLMEngine, changed_weights,
-                                             repack_tied_head, request_seed, rollout_scorer,
-                                             to_rollout)
+from grpo_lab.algorithm.rollout import ROLLOUTS, rollout_scorer, sample_and_score
+from grpo_lab.algorithm.vllm_rollout import (VLLMEngine, changed_weights, repack_tied_head,
+                                             request_seed, to_rollout)
 from grpo_lab.training.config import preset
 from grpo_lab.training.step import prompt_generators, seed_of
 
@@ -97,18 +96,18 @@ def test_a_push_into_a_tied_model_repacks_its_lm_head():
     ({"policy": "toy", "base_checkpoint": "data/base_policy.safetensors", "hf": {},
       "system_prompt": "", "answer_format": "raw", "max_new_tokens": 0},
      "needs policy='hf', not 'toy'"),
-    ({"tis_cap": 0.0}, "needs tis_cap > 0"),
+    ({"tis": {"cap": 0.0}}, "needs tis.cap > 0"),
     ({"hf": {"chat_template": True, "lora_r": 4}}, "hf.lora_r=4"),
     ({"hf": {"chat_template": True, "sample_dtype": "bfloat16"}}, "hf.sample_dtype='bfloat16'"),
     ({"exchange": {"name": "fsdp2"}}, "exchange 'fsdp2' keeps 1/N of the weights"),
 ])
 def test_settings_the_vllm_rollout_cannot_run_are_refused(changes, message):
     with pytest.raises(ValueError, match=message):
-        preset("smollm_cpu", **{"rollout": "vllm", "tis_cap": 2.0, **changes})
+        preset("smollm_cpu", **{"rollout": "vllm", "tis": {"cap": 2.0}, **changes})
 
 
 def test_the_vllm_rollout_config_is_accepted_and_an_unknown_one_named():
-    assert preset("smollm_cpu", rollout="vllm", tis_cap=2.0).rollout == "vllm"
+    assert preset("smollm_cpu", rollout="vllm", tis={"cap": 2.0}).rollout == "vllm"
     with pytest.raises(ValueError, match=r"unknown rollout 'sglang'; known: \['grpo_lab', 'vllm'\]"):
         preset("smollm_cpu", rollout="sglang")
 
@@ -121,13 +120,13 @@ def test_the_default_rollout_is_grpo_labs_sampler():
 
 @pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here: the missing-package message cannot show")
 def test_without_vllm_the_rollout_says_how_to_get_it():
-    cfg = preset("smollm_cpu", rollout="vllm", tis_cap=2.0)
+    cfg = preset("smollm_cpu", rollout="vllm", tis={"cap": 2.0})
     with pytest.raises(ImportError, match=r"needs vLLM.*bench/bench_vllm\.py --build_env DIR"):
         rollout_scorer(None, cfg, NS(group=NS(world=1), carry={}))
 
 
 def test_the_vllm_rollout_refuses_several_processes():
-    cfg = preset("smollm_cpu", rollout="vllm", tis_cap=2.0)
+    cfg = preset("smollm_cpu", rollout="vllm", tis={"cap": 2.0})
     with pytest.raises(ValueError, match="runs in one process; this run has 2"):
         rollout_scorer(None, cfg, NS(group=NS(world=2), carry={}))
 

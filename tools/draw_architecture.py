@@ -48,6 +48,7 @@ def module_of(rel: str) -> str:
 def draw(out: Path) -> dict:
     t = trace_step("defaults", None)
     counts = report(t, show=False)
+    counts["step"] = report(t, False, t.step_order, "the step alone: collect to the update")
     files, lines = [], {}
     for code in t.order:
         rel = str(Path(code.co_filename).relative_to(ROOT))
@@ -93,9 +94,12 @@ def draw(out: Path) -> dict:
     ax.set_xlim(-0.6 - 2.2, width * 1.6 + 0.1)
     ax.set_ylim(-0.6, len(bands) - 0.4)
     ax.axis("off")
-    ax.set_title(f"One GRPO step through the layers: {counts['lines']} lines of functions in "
-                 f"{counts['files']} files\n(numbers: order of first entry; arrows: calls; dashed: a "
-                 f"call back up, to a function the caller was handed)", fontsize=10)
+    step = counts["step"]
+    ax.set_title(f"One GRPO step through the layers: {step['lines']} lines of functions in "
+                 f"{step['files']} files for the step alone, {counts['lines']} in "
+                 f"{counts['files']} from on_step to on_step\n(numbers: order of first entry; "
+                 f"arrows: calls; dashed: a call back up, to a function the caller was handed)",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     return counts

@@ -15,7 +15,7 @@
 The environment's settings live on its record (environments.AgentSettings), not on
 TrainConfig. What this first version refuses (``check``), each with the reason: policy="hf"
 (the toy first), rollout="vllm" (vLLM samples one turn), dynamic sampling, overlong rules and
-kl_in="reward" (they read whole completions), process supervision, the dr_grpo aggregation
+kl.placement="reward" (they read whole completions), process supervision, the dr_grpo aggregation
 (its constant is the single-turn completion limit), several tasks at once.
 """
 from __future__ import annotations
@@ -31,9 +31,8 @@ from grpo_lab.agents.episodes import sample_episodes
 from grpo_lab.algorithm.advantages import advantage_diagnostics, grouped_advantages
 from grpo_lab.algorithm.variants import active_variants
 from grpo_lab.timelimit import user_code
-from grpo_lab.training.ranks import Gathered, gather_rows
-from grpo_lab.training.step import (Batch, StepContext, grpo_objective, prompt_generators,
-                                    register_objective, seed_of)
+from grpo_lab.training.step import (Batch, Gathered, StepContext, gather_rows, grpo_objective,
+                                    prompt_generators, register_objective, seed_of)
 
 
 def environment_of(cfg):
@@ -142,10 +141,12 @@ REFUSED = (
     (lambda c: c.dynamic_sampling, "dynamic_sampling (the CLI's default preset tiny_cpu sets "
                                    "it; --dynamic_sampling false, or --preset agent_cpu): it "
                                    "redraws prompts by single-turn rewards"),
-    (lambda c: c.overlong != "none", "overlong={0.overlong!r} reads whole completions; an "
-                                     "episode's limits are its environment's AgentSettings"),
-    (lambda c: bool(c.beta) and c.kl_in == "reward", "kl_in='reward' sums the KL over every "
-                                                     "completion token, observations included"),
+    (lambda c: c.overlong.rule != "none", "overlong.rule={0.overlong.rule!r} reads whole "
+                                          "completions; an episode's limits are its "
+                                          "environment's AgentSettings"),
+    (lambda c: bool(c.kl.beta) and c.kl.placement == "reward", "kl.placement='reward' sums the KL "
+                                                               "over every completion token, "
+                                                               "observations included"),
     (lambda c: c.supervision != "outcome", "supervision={0.supervision!r}: rewards come from "
                                            "the environment (credit: AgentSettings.credit)"),
     (lambda c: c.aggregation == "dr_grpo", "aggregation='dr_grpo' divides by the single-turn "

@@ -14,7 +14,7 @@ and trains the critic with a clipped value loss (as PPO2 / TRL's PPOTrainer):
 
 GRPO replaces V by the group's mean reward (advantages.py): no critic to hold, train or run,
 which is its real saving (claims 10 and 21 measure what that costs or buys). This module holds
-the pure functions and the critic's modules; PPO as an objective of the one trainer
+the pure functions (the critic's modules are policies/model.py's); PPO as an objective of the one trainer
 (``objective="ppo"``: ``collect_ppo`` and ``ppo_objective``) is ppo.py.
 The critic (``cfg.ppo.critic``) is a ``ValueHead`` on the policy's own final hidden states
 ("head": a shared body, nearly free) or a ``ValueNetwork``, a second GPT started from the base
@@ -30,9 +30,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn as nn
 
 from grpo_lab.policies.engine import chosen_logprobs, full_sequence
+from grpo_lab.policies.model import ValueHead
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
@@ -68,32 +68,6 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
     per_tok = torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)    # (N, T)
     m = mask.to(values.dtype)
     return 0.5 * (per_tok * m).sum() / m.sum().clamp(min=1)
-
-
-class ValueHead(nn.Module):
-    """A scalar value per position from the policy's hidden states (B, T, C) -> (B, T)."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.proj = nn.Linear(width, 1)
-        nn.init.zeros_(self.proj.weight)
-        nn.init.zeros_(self.proj.bias)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.proj(hidden).squeeze(-1)                                      # (B, T)
-
-
-class ValueNetwork(nn.Module):
-    """A critic with a body of its own: (ids, pos, key mask) (B, T) -> values (B, T)."""
-
-    def __init__(self, body: nn.Module):
-        super().__init__()
-        self.body = body                            # a toy GPT, e.g. a copy of the base policy
-        self.head = ValueHead(body.cfg.n_embd)
-
-    def forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        _, _, h = self.body(ids, pos, mask, return_hidden=True)               # (B, T, C)
-        return self.head(h.float())                                           # (B, T)
 
 
 def logprobs_and_values(policy, r, temperature: float = 1.0):

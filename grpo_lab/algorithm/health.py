@@ -17,7 +17,7 @@ filters such groups). The loop logs the numbers that show it (``group/zero_std_f
   * ``dynamic_sampling_exhausted``: dynamic sampling ran out of draws and topped the batch up
     with prompts whose groups carry no signal.
   * ``sampler_drift``: the sampler's log-probs (``sample/logprob_gap``, logged with
-    ``tis_cap`` > 0) moved away from the trainer's after the first step: the sampler is not
+    ``tis.cap`` > 0) moved away from the trainer's after the first step: the sampler is not
     running the weights the trainer updates (a stale copy: vLLM's packed LM head did this
     before ``vllm_rollout.repack_tied_head``). A constant gap (another dtype) is not drift.
 
@@ -175,7 +175,7 @@ def sampler_drift(s: Seen) -> Finding | None:
                    f"steps, against {start:.1e} at the first step: the sampler is "
                    f"not running the weights being trained (a stale copy; with "
                    f"rollout='vllm', check that every updated weight reaches "
-                   f"vLLM); TIS corrects only up to tis_cap.")
+                   f"vLLM); TIS corrects only up to tis.cap.")
 
 
 CHECKS: tuple[Callable[[Seen], Finding | None], ...] = (

@@ -38,7 +38,7 @@ With kl_bias_correction, r k3 has expected gradient grad E_pi[k3] = grad KL(pi |
 
 The policy-gradient term: one surrogate per paper, one shared signature,
 
-    surrogate(ratio (N, T), logp (N, T), A (N, 1) or (N, T), clip: ClipRange) -> loss (N, T)
+    surrogate(ratio (N, T), logp (N, T), A (N, 1) or (N, T), clip: Clip) -> loss (N, T)
 
 each a record in ``POLICY_LOSSES`` (``cfg.policy_loss``), as verl's ``core_algos`` registers
 its policy losses; the KL, the entropy bonus and the aggregation are added outside it.
@@ -91,12 +91,12 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from dataclasses import dataclass, fields
+from typing import Callable
 
 import torch
 
-from grpo_lab.registry import check_new, lookup
+from grpo_lab.registry import check_new, check_number, lookup, register_settings
 
 
 def seq_mean_token_mean(per_tok, mask, max_len):
@@ -164,17 +164,42 @@ def sequence_ratio(logp, old_logp, mask, clamp=0.0):
 RATIO_LEVELS = {"token": token_ratio, "sequence": sequence_ratio}
 
 
-# ---- the policy-gradient surrogates: (ratio, logp, A, ClipRange) -> loss (N, T)
+# ---- the policy-gradient surrogates: (ratio, logp, A, Clip) -> loss (N, T)
 
-class ClipRange(NamedTuple):
-    """The numbers a surrogate may read; 0 = off for dual_clip and delta."""
+@dataclass
+class Clip:
+    """The clip range of the policy-gradient surrogate and the ratios' safety clamp (the
+    config's ``clip`` block: ``--clip.eps_high 0.28``); the surrogates read it."""
     eps_low: float = 0.2
-    eps_high: float = 0.2
-    dual_clip: float = 0.0        # c > 1: dual-clip PPO's bound on A < 0 tokens (verl: 3)
-    delta: float = 0.0            # two_sided's cap on the unclipped ratio (INTELLECT-2: 4)
+    """Lower clip range: ratios below 1 - eps_low stop pushing a negative advantage."""
+    eps_high: float = 0.28
+    """Upper clip range (DAPO's clip-higher uses 0.28 > 0.2)."""
+    dual_clip: float = 0.0
+    """Dual-clip PPO (Ye et al. 2020): c > 1 caps the loss of an A < 0 token at -c A, so an
+    exploded ratio gives a bounded loss and no gradient (verl: 3; 0 = off, the default: at
+    mu = 1 every ratio is 1 up to rounding, so it cannot act, and recorded runs stay
+    bit-identical). policy_loss="clip" only."""
+    delta: float = 0.0
+    """policy_loss="two_sided": the cap delta > 1 + eps_high on the unclipped ratio
+    (INTELLECT-2: 4); the same bound as dual_clip = delta."""
+    log_ratio_clamp: float = 0.0
+    """Clamp log(pi/pi_old) and log(pi_ref/pi) to [-c, c] before exp (verl: 20; 0 = off, the
+    default: e^20 = 4.9e8, never reached near the policy, so off changes nothing there)."""
+
+    def check(self, cfg):
+        lookup(POLICY_LOSSES, cfg.policy_loss, "policy_loss")
+        _numbers(log_ratio_clamp=self.log_ratio_clamp)
+        check_clip(cfg.policy_loss, self)
+        if cfg.objective != "grpo" and cfg.policy_loss != "clip":
+            raise ValueError(f"policy_loss={cfg.policy_loss!r} is read by the grpo objective "
+                             f"only, not objective={cfg.objective!r}")
+        grpo_only(cfg, "clip", self, "dual_clip", "delta", "log_ratio_clamp")
 
 
-def clip_loss(ratio, logp, A, clip: ClipRange):
+register_settings("clip", Clip)
+
+
+def clip_loss(ratio, logp, A, clip: Clip):
     clipped = ratio.clamp(1 - clip.eps_low, 1 + clip.eps_high)             # (N, T)
     loss = -torch.min(ratio * A, clipped * A)                              # (N, T) PPO eq. 7
     if clip.dual_clip:
@@ -183,13 +208,13 @@ def clip_loss(ratio, logp, A, clip: ClipRange):
     return loss
 
 
-def two_sided_loss(ratio, logp, A, clip: ClipRange):
+def two_sided_loss(ratio, logp, A, clip: Clip):
     capped = ratio.clamp(max=clip.delta)                                   # (N, T) min(r, delta)
     clipped = ratio.clamp(1 - clip.eps_low, 1 + clip.eps_high)             # (N, T)
     return -torch.min(capped * A, clipped * A)                             # (N, T) INTELLECT-2
 
 
-def cispo_loss(ratio, logp, A, clip: ClipRange):
+def cispo_loss(ratio, logp, A, clip: Clip):
     w = ratio.clamp(max=1 + clip.eps_high).detach()                        # (N, T) sg(clip(r))
     return -w * A * logp                                                   # (N, T) MiniMax-M1
 
@@ -198,12 +223,12 @@ def cispo_loss(ratio, logp, A, clip: ClipRange):
 class PolicyLoss:
     """One surrogate with what the config checks about it."""
     name: str
-    fn: Callable                  # (ratio, logp, A, ClipRange) -> per-token loss (N, T)
+    fn: Callable                  # (ratio, logp, A, Clip) -> per-token loss (N, T)
     paper: str
     changes: str                  # one line: what it changes against GRPO's clip
-    needs: tuple = ()             # ClipRange fields that must be set (> 0) for it
+    needs: tuple = ()             # Clip fields that must be set (> 0) for it
 
-    def __call__(self, ratio, logp, A, clip: ClipRange):
+    def __call__(self, ratio, logp, A, clip: Clip):
         return self.fn(ratio, logp, A, clip)
 
 
@@ -212,7 +237,7 @@ POLICY_LOSSES: dict[str, PolicyLoss] = {}
 
 def register_policy_loss(name: str, fn: Callable, paper: str = "", changes: str = "",
                          needs: tuple = ()) -> PolicyLoss:
-    """Add a surrogate ``(ratio, logp, A, ClipRange) -> (N, T)`` (``TrainConfig(policy_loss=)``)."""
+    """Add a surrogate ``(ratio, logp, A, Clip) -> (N, T)`` (``TrainConfig(policy_loss=)``)."""
     check_new(POLICY_LOSSES, "policy loss", name, fn, lambda p: p.fn)
     POLICY_LOSSES[name] = PolicyLoss(name, fn, paper, changes, tuple(needs))
     return POLICY_LOSSES[name]
@@ -228,17 +253,18 @@ register_policy_loss("cispo", cispo_loss, "MiniMax-M1 (MiniMax 2025)",
                      "gradient clipped away")
 
 
-def check_clip(name: str, clip: ClipRange) -> ClipRange:
-    """Raise ValueError on a ClipRange the surrogate ``name`` cannot use, saying why -> the
-    ClipRange as floats."""
-    clip = ClipRange(*_numbers(**clip._asdict()))
+def check_clip(name: str, clip: Clip) -> Clip:
+    """Raise ValueError on a Clip the surrogate ``name`` cannot use, saying why -> the Clip
+    with floats."""
+    clip = Clip(*_numbers(eps_low=clip.eps_low, eps_high=clip.eps_high, dual_clip=clip.dual_clip,
+                          delta=clip.delta, log_ratio_clamp=clip.log_ratio_clamp))
     for field, reader, hint in (("dual_clip", "clip", " (two_sided's delta is the same bound)"),
                                 ("delta", "two_sided", "")):               # its one reader
         if getattr(clip, field) and name != reader:
-            raise ValueError(f"{field} is read only by policy_loss={reader!r}; {name!r} does "
-                             f"not read it{hint}")
+            raise ValueError(f"clip.{field} is read only by policy_loss={reader!r}; {name!r} "
+                             f"does not read it{hint}")
     if "delta" in POLICY_LOSSES[name].needs and not clip.delta > 1 + clip.eps_high:
-        raise ValueError(f"policy_loss={name!r} needs delta > 1 + eps_high = "
+        raise ValueError(f"policy_loss={name!r} needs clip.delta > 1 + clip.eps_high = "
                          f"{1 + clip.eps_high} (below it the cap binds on A > 0 tokens too), "
                          f"got {clip.delta}")
     return clip
@@ -284,13 +310,64 @@ KL_PLACEMENTS = {p.name: p for p in (KLPlacement("loss", True, False),
                                      KLPlacement("reward", False, True))}
 
 
+@dataclass
+class KL:
+    """The KL penalty to the frozen reference policy (DeepSeekMath eq. 3, 4; loss.py):
+    ``--kl.beta 0.04``, ``{"kl": {"beta": 0.04}}``."""
+    beta: float = 0.02
+    """Weight of the KL penalty to the reference policy (0 skips the reference forward)."""
+    estimator: str = "k3"
+    """How the KL to the reference is estimated from sampled tokens (one of
+    loss.KL_ESTIMATORS, Schulman 2020): "k1" log pi/pi_ref (unbiased, can be negative; as a
+    loss term its expected gradient is 0, so placement="loss" with k1 is refused), "k2"
+    (log pi/pi_ref)^2 / 2 (biased, >= 0; in the loss, the reverse KL's exact gradient), "k3"
+    the paper's (unbiased, >= 0; in the loss, the forward KL's gradient)."""
+    placement: str = "loss"
+    """Where beta * KL goes (one of loss.KL_PLACEMENTS): "loss", a per-token term of the loss
+    (DeepSeekMath; logged as loss/kl and loss/kl_<estimator>), or "reward", the completion's
+    summed estimate subtracted from its reward before the advantages (logged as
+    reward/kl_<estimator>)."""
+    clamp: float = 0.0
+    """Clamp each token's KL estimate in the loss to [-c, c] (verl: 10 on k3; 0 = off)."""
+    bias_correction: bool = False
+    """Multiply each token's KL estimate by pi/pi_old (DeepSeek-V3.2; TRL's
+    use_bias_correction_kl): an estimate of KL(pi || pi_ref) from tokens sampled by pi_old,
+    whose gradient is that KL's (k3 alone gives the forward KL's)."""
+
+    def check(self, cfg):
+        check_number("kl.beta", self.beta)
+        check_number("kl.clamp", self.clamp, what="0 (off) or a finite bound > 0")
+        lookup(KL_ESTIMATORS, self.estimator, "kl.estimator")
+        lookup(KL_PLACEMENTS, self.placement, "kl.placement")
+        in_loss = self.beta != 0 and KL_PLACEMENTS[self.placement].in_loss
+        if in_loss:
+            check_kl_in_loss(self.estimator, self.beta)
+        for name in ("clamp", "bias_correction"):
+            if getattr(self, name) and not in_loss:
+                raise ValueError(f"kl.{name}={getattr(self, name)!r} acts on the KL term of the "
+                                 f"loss; with kl.beta={self.beta} and kl.placement="
+                                 f"{self.placement!r} there is none")
+        grpo_only(cfg, "kl", self, "clamp", "bias_correction")
+
+
+def grpo_only(cfg, block: str, settings, *names) -> None:
+    """The fields ``names`` of a block are read by the grpo objective only: an error naming the
+    first one set (not its default) when ``cfg.objective`` is another."""
+    if cfg.objective == "grpo":
+        return
+    for f in fields(settings):
+        if f.name in names and getattr(settings, f.name) != f.default:
+            raise ValueError(f"{block}.{f.name}={getattr(settings, f.name)!r} is read by the grpo "
+                             f"objective only, not objective={cfg.objective!r}")
+
+
 def sequence_kl(logp, ref_logp, mask, estimator: str = "k3") -> torch.Tensor:
     """(N, T) log-probs of the sampled tokens -> (N,) summed KL estimate per completion."""
     d = torch.where(mask.bool(), ref_logp - logp, 0.0)                     # (N, T) log_r, pad 0
     return (KL_ESTIMATORS[estimator](d) * mask).sum(1)                     # (N,) every k(0) = 0
 
 
-def surrogate_loss(logp, old_logp, advantages, mask, clip: ClipRange = ClipRange(),
+def surrogate_loss(logp, old_logp, advantages, mask, clip: Clip = Clip(eps_high=0.2),
                    aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
                    policy_loss="clip", log_ratio_clamp=0.0, weight=None, terms=(), *,
                    checked=False):
@@ -326,24 +403,24 @@ def surrogate_loss(logp, old_logp, advantages, mask, clip: ClipRange = ClipRange
     return loss, {**stats, **added}
 
 
-def kl_term(logp, old_logp, ref_logp, real, beta, kl_estimator="k3", log_ratio_clamp=0.0,
-            kl_clamp=0.0, kl_bias_correction=False):
+def kl_term(logp, old_logp, ref_logp, real, kl: KL, log_ratio_clamp=0.0):
     """logp, old_logp (padding 0), ref_logp: (N, T) -> (beta * KL_it (N, T) with its gradient,
     eq. 4 for k3; loss/kl and loss/kl_<estimator>: KL_it's mean over the real tokens), a term
-    of ``surrogate_loss``; the clamps, the bias correction: the module docstring."""
+    of ``surrogate_loss``; ``kl``: the KL block (beta, estimator, clamp, bias_correction; the
+    clamps and the bias correction: the module docstring)."""
     d = torch.where(real, ref_logp, 0.0) - logp                            # (N, T) log(pi_ref/pi)
     if not torch.isfinite(d).all():                # logp is finite: ref_logp is not
         _first_non_finite("ref_logp", ref_logp, real)
     if log_ratio_clamp:
         d = d.clamp(-log_ratio_clamp, log_ratio_clamp)                     # verl: +-20
-    kl = KL_ESTIMATORS[kl_estimator].fn(d)                                 # (N, T) k3: eq. 4
-    if kl_clamp:
-        kl = kl.clamp(-kl_clamp, kl_clamp)                                 # verl: +-10
-    if kl_bias_correction:
-        kl = kl * torch.exp(logp - old_logp)                               # (N, T) DeepSeek-V3.2
+    k = KL_ESTIMATORS[kl.estimator].fn(d)                                  # (N, T) k3: eq. 4
+    if kl.clamp:
+        k = k.clamp(-kl.clamp, kl.clamp)                                   # verl: +-10
+    if kl.bias_correction:
+        k = k * torch.exp(logp - old_logp)                                 # (N, T) DeepSeek-V3.2
     m = real.to(logp.dtype)
-    mean = float((kl.detach() * m).sum() / m.sum().clamp(min=1))
-    return beta * kl, {"loss/kl": mean, f"loss/kl_{kl_estimator}": mean}
+    mean = float((k.detach() * m).sum() / m.sum().clamp(min=1))
+    return kl.beta * k, {"loss/kl": mean, f"loss/kl_{kl.estimator}": mean}
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=0.2,
@@ -359,7 +436,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     "loss/kl_<estimator>" (nothing was computed: absent, not 0). ``entropy`` (N, T), with its
     graph, is needed when entropy_coef != 0; ``tis_weight`` (N, T) multiplies the
     policy-gradient term; ``keep`` (N,) bool drops rows. ``policy_loss`` names a surrogate of
-    ``POLICY_LOSSES`` (dual_clip, delta: its ClipRange); the clamps and kl_bias_correction:
+    ``POLICY_LOSSES`` (dual_clip, delta: its Clip); the clamps and kl_bias_correction:
     the module docstring.
     The GRPO step calls ``surrogate_loss`` itself, its variants' terms from variants.py.
     """
@@ -380,12 +457,12 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
             raise ValueError(f"{coef}={value} needs {name} of the same (N, T) shape as logp")
     terms = []
     if beta != 0:
-        terms.append(lambda lp, old, real: kl_term(lp, old, ref_logp, real, beta, kl_estimator,
-                                                   log_ratio_clamp, kl_clamp, kl_bias_correction))
+        kl = KL(beta, kl_estimator, "loss", kl_clamp, kl_bias_correction)
+        terms.append(lambda lp, old, real: kl_term(lp, old, ref_logp, real, kl, log_ratio_clamp))
     if entropy_coef != 0:
         terms.append(lambda lp, old, real: (-entropy_coef * torch.where(real, entropy, 0.0), {}))
     return surrogate_loss(logp, old_logp, advantages, mask,
-                          ClipRange(eps_low, eps_high, dual_clip, delta), aggregation, max_len,
+                          Clip(eps_low, eps_high, dual_clip, delta), aggregation, max_len,
                           ratio_level, policy_loss, log_ratio_clamp, tis_weight, terms)
 
 
@@ -431,7 +508,7 @@ def check_kl_in_loss(kl_estimator: str, beta) -> None:
         raise ValueError(f"kl_estimator={kl_estimator!r} as a loss term does nothing: its "
                          f"gradient is {KL_ESTIMATORS[kl_estimator].loss_gradient}, so beta="
                          f"{float(beta)} pulls nothing toward the reference; use k3 or k2 in "
-                         f"the loss, or put k1 in the reward (kl_in='reward')")
+                         f"the loss, or put k1 in the reward (kl.placement='reward')")
 
 
 # what each number argument must be: name -> (test of its float, what the error says); every

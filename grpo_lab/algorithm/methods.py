@@ -34,24 +34,24 @@ from grpo_lab.registry import lookup
 @dataclass(frozen=True)
 class Method:
     name: str
-    fields: dict                  # config field -> the value the paper sets
+    fields: dict                  # config field ("kl.beta": a block's) -> the paper's value
     paper: str
     changes: str                  # one line: what it changes against GRPO
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("grpo", {"advantage": "grpo", "aggregation": "seq_mean_token_mean",
-                    "eps_low": 0.2, "eps_high": 0.2, "ratio_level": "token",
-                    "policy_loss": "clip", "kl_estimator": "k3", "kl_in": "loss"},
+                    "clip.eps_low": 0.2, "clip.eps_high": 0.2, "ratio_level": "token",
+                    "policy_loss": "clip", "kl.estimator": "k3", "kl.placement": "loss"},
            "DeepSeekMath (Shao et al. 2024)",
            "the baseline: (r - mean) / std, clip 0.2, k3 in the loss"),
     Method("dr_grpo", {"advantage": "dr_grpo", "aggregation": "dr_grpo"},
            "Dr. GRPO (Liu et al. 2025)", "no std in the advantage, a constant normaliser"),
-    Method("dapo", {"eps_low": 0.2, "eps_high": 0.28, "aggregation": "token_mean",
-                    "dynamic_sampling": True, "overlong": "soft", "beta": 0.0},
+    Method("dapo", {"clip.eps_low": 0.2, "clip.eps_high": 0.28, "aggregation": "token_mean",
+                    "dynamic_sampling": True, "overlong.rule": "soft", "kl.beta": 0.0},
            "DAPO (Yu et al. 2025)",
            "clip-higher, dynamic sampling, token-mean, soft overlong, no KL"),
-    Method("gspo", {"ratio_level": "sequence", "eps_low": 3e-4, "eps_high": 4e-4},
+    Method("gspo", {"ratio_level": "sequence", "clip.eps_low": 3e-4, "clip.eps_high": 4e-4},
            "GSPO (Zheng et al. 2025)", "one length-normalised ratio per completion, clipped"),
     Method("cispo", {"policy_loss": "cispo", "aggregation": "token_mean"},
            "MiniMax-M1 (MiniMax 2025)", "sg(clipped IS weight) A log pi: no gradient clipped away"),
@@ -68,10 +68,12 @@ def apply_method(cfg) -> None:
     if not cfg.method:
         return
     method = lookup(METHODS, cfg.method, "method")
-    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name, value in method.fields.items():
-        given = getattr(cfg, name)
-        if given != value and given != defaults[name]:
+        *block, field = name.split(".")                 # "kl.beta": the kl block's beta
+        owner = getattr(cfg, block[0]) if block else cfg
+        default = {f.name: f.default for f in dataclasses.fields(owner)}[field]
+        given = getattr(owner, field)
+        if given != value and given != default:
             raise ValueError(f"method={cfg.method!r} sets {name}={value!r} ({method.paper}), "
                              f"but the config says {name}={given!r}: drop one of them")
-        setattr(cfg, name, value)
+        setattr(owner, field, value)

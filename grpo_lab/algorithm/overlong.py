@@ -2,7 +2,7 @@
 
 A completion that hits the length limit before <eos> is truncated: its reward says nothing
 about whether its reasoning was right, only that it was long. DAPO gives two remedies, here
-three sibling rules in ``OVERLONG`` (``cfg.overlong``):
+three sibling rules in ``OVERLONG`` (``cfg.overlong.rule``, variants.Overlong):
 
   * "none": truncated completions are scored and trained on like any other (GRPO).
   * "filter" (DAPO's overlong filtering): truncated completions are dropped from the loss.
@@ -19,8 +19,8 @@ three sibling rules in ``OVERLONG`` (``cfg.overlong``):
                       ((L_max - L_cache) - |y|) / L_cache   L_max - L_cache < |y| <= L_max
                       -1                                 |y| > L_max
 
-    with L_max = max_new_tokens and L_cache = ``overlong_buffer``, scaled by
-    ``overlong_penalty`` (DAPO: 1).
+    with L_max = max_new_tokens and L_cache = ``overlong.buffer``, scaled by
+    ``overlong.penalty`` (DAPO: 1).
 
 Deviations: the sampler stops at L_max, so |y| > L_max never happens; a truncated completion
 has |y| = L_max and gets ((L_max - L_cache) - L_max) / L_cache = -1, DAPO's value for it.
@@ -40,7 +40,7 @@ import torch
 def soft_penalty(lengths, max_len: int, buffer: int) -> torch.Tensor:
     """DAPO eq. 13: 0 up to max_len - buffer, then a linear ramp down to -1 at max_len."""
     if not 0 < buffer <= max_len:
-        raise ValueError(f"overlong_buffer must be in [1, max_new_tokens={max_len}], got {buffer}")
+        raise ValueError(f"overlong.buffer must be in [1, max_new_tokens={max_len}], got {buffer}")
     start = max_len - buffer                                               # L_max - L_cache
     ramp = (start - lengths.float()) / buffer                              # (N,) <= 0 past start
     return torch.where(lengths > max_len, -1.0, ramp.clamp(max=0.0))       # (N,)

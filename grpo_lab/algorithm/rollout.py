@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from grpo_lab.policies.engine import (UPDATE_FORWARDS, Decode, Recompute, chosen_logprobs,
                                      left_pad, scaled_logits)
 from grpo_lab.machine import add_time, now
-from grpo_lab.registry import lookup
+from grpo_lab.registry import check_new, lookup
 from grpo_lab.tasks.rewards import weighted_reward
 from grpo_lab.tokenizer import PAD   # batch padding under a False mask (any valid id)
 
@@ -307,3 +307,39 @@ def cat_scored(ss: list[Scored]) -> Scored:
     return Scored([e for s in ss for e in s.examples], out, torch.cat([s.rewards for s in ss]),
                   {k: torch.cat([s.parts[k] for s in ss]) for k in ss[0].parts},
                   [t for s in ss for t in s.texts])
+
+
+# ---- who samples the training rollout: TrainConfig.rollout names one (vllm_rollout.py adds
+# "vllm"; a kind's check says which settings it cannot run with, at the config's checks)
+
+@dataclass(frozen=True)
+class RolloutKind:
+    """A rollout ``TrainConfig.rollout`` can name, with what the step and config.py call."""
+    name: str
+    scorer: Callable              # (policy, cfg, ctx) -> sample_and_score's signature
+    check: Callable               # (cfg) -> None: raise on settings it cannot run
+    description: str = ""
+
+
+ROLLOUTS: dict[str, RolloutKind] = {}
+
+
+def register_rollout(name: str, scorer: Callable, check: Callable = lambda cfg: None,
+                     description: str = "") -> RolloutKind:
+    """Add a rollout kind ``scorer(policy, cfg, ctx) -> sample_and_score's signature``."""
+    check_new(ROLLOUTS, "rollout", name, scorer, lambda k: k.scorer)
+    ROLLOUTS[name] = RolloutKind(name, scorer, check, description)
+    return ROLLOUTS[name]
+
+
+def _own_sampler(policy, cfg, ctx):
+    return sample_and_score
+
+
+register_rollout("grpo_lab", _own_sampler, description="rollout.sample: the KV cache shared by "
+                                                        "a prompt's G completions")
+
+
+def rollout_scorer(policy, cfg, ctx) -> Callable:
+    """The sample-and-score function of ``cfg.rollout`` (vLLM's engine built on first call)."""
+    return lookup(ROLLOUTS, cfg.rollout, "rollout").scorer(policy, cfg, ctx)

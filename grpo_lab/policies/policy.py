@@ -152,7 +152,7 @@ def load_policy_any(path):
         return policy
     policy = GPT(model_config(meta, path, "model_config"))
     if any(k.startswith("policy.value_head.") for k in tensors):   # a PPO run's critic
-        from grpo_lab.algorithm.critic import ValueHead, ValueNetwork
+        from grpo_lab.policies.model import ValueHead, ValueNetwork
         policy.value_head = (ValueHead(policy.cfg.n_embd) if "policy.value_head.proj.weight"
                              in tensors else ValueNetwork(GPT(policy.cfg)))
     load_state_strict(policy, tensors, path, prefix="policy.")

@@ -27,7 +27,7 @@ import torch
 
 from grpo_lab.tasks.answers import extract, follows_format, is_correct, kind_of
 from grpo_lab.registry import check_new, lookup
-from grpo_lab.timelimit import user_code
+from grpo_lab.timelimit import guarded
 from grpo_lab.tasks import Example, get_task
 
 
@@ -122,7 +122,8 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
             raise ValueError(f"reward weight {name!r} must be a finite number, got {w!r}")
     parts, total = {}, torch.zeros(len(completions))
     for name, w in weights.items():
-        with user_code(f"reward function {name!r} on {len(completions)} completions"):
+        with guarded(f"reward function {name!r} on {len(completions)} completions",
+                     REWARDS[name]):
             vals = REWARDS[name](completions, examples, stopped)
         parts[name] = check_finite_rewards(name, vals, completions)         # (N,) float32
         total += w * parts[name]

@@ -49,6 +49,33 @@ def _hf_config(**fields) -> HFConfig:
     from grpo_lab.policies.hf import HFConfig
     return HFConfig(**fields)
 
+def _block(name: str, cls: type, value):
+    """A settings block from what was given: None (its defaults), a dict of its fields or the
+    dataclass itself (copied: a config owns its blocks)."""
+    if value is None:
+        return cls()
+    if isinstance(value, cls):
+        return dataclasses.replace(value)
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} is a settings block ({cls.__name__}): give it as a dict of "
+                         f"its fields or a {cls.__name__}, got {value!r}")
+    known = [f.name for f in dataclasses.fields(cls)]
+    for k in value:
+        if k not in known:
+            raise ValueError(f"unknown field {name}.{k}; {name}'s fields: {known}")
+    return cls(**value)
+
+
+def renamed_hint(name: str) -> str:
+    """The settings-block field a flat name stands for (" (now 'tis.cap')"), or ""."""
+    import difflib
+    from grpo_lab.registry import SETTINGS
+    dotted = [f"{b}.{f.name}" for b, cls in SETTINGS.items() for f in dataclasses.fields(cls)]
+    exact = [d for d in dotted if d.split(".")[1] == name or d.replace(".", "_") == name]
+    near = exact or difflib.get_close_matches(name, dotted, n=1, cutoff=0.7)
+    return f" (a settings block's field now: {near[0]!r})" if near else ""
+
+
 CONFIG_FILE = "config.json"
 """out_dir/config.json: the run's resolved config (``to_dict``), what ``--config`` reads back."""
 
@@ -108,9 +135,9 @@ class TrainConfig:
     drop_finished: bool = True
     """Take completions that emitted <eos> out of the decode batch (same tokens, less work)."""
     rollout: str = "grpo_lab"
-    """Who samples the training rollout (vllm_rollout.ROLLOUTS): "grpo_lab" (rollout.sample) or
+    """Who samples the training rollout (rollout.ROLLOUTS): "grpo_lab" (rollout.sample) or
     "vllm" (vLLM in this process, the policy's weights pushed into it after each update; its
-    log-probs are the sampler's, the trainer recomputes its own: needs tis_cap > 0, policy="hf",
+    log-probs are the sampler's, the trainer recomputes its own: needs tis.cap > 0, policy="hf",
     one process, and vLLM in its own environment, bench/bench_vllm.py --build_env DIR).
     Evaluation always runs grpo_lab's sampler."""
     update_forward: str = "prompt_once"
@@ -180,82 +207,17 @@ class TrainConfig:
     """Clip the global gradient norm to this (0 = off)."""
     mu: int = 1
     """Policy updates per rollout (DeepSeekMath's mu); old log-probs come from the rollout."""
-    eps_low: float = 0.2
-    """Lower clip range: ratios below 1 - eps_low stop pushing a negative advantage."""
-    eps_high: float = 0.28
-    """Upper clip range (DAPO's clip-higher uses 0.28 > 0.2)."""
     method: str = ""
     """A named method as its paper defines it (one of methods.METHODS: "grpo", "dr_grpo",
     "dapo", "gspo", "cispo", "reinforce_pp_baseline"): sets the fields that paper sets; a
     field given another non-default value is an error. "" = the fields as they are."""
     policy_loss: str = "clip"
     """The policy-gradient surrogate (one of loss.POLICY_LOSSES): "clip" (PPO/GRPO),
-    "two_sided" (INTELLECT-2, needs clip_delta), "cispo" (MiniMax-M1's clipped IS weight)."""
-    dual_clip: float = 0.0
-    """Dual-clip PPO (Ye et al. 2020): c > 1 caps the loss of an A < 0 token at -c A, so an
-    exploded ratio gives a bounded loss and no gradient (verl: 3; 0 = off, the default: at
-    mu = 1 every ratio is 1 up to rounding, so it cannot act, and recorded runs stay
-    bit-identical)."""
-    clip_delta: float = 0.0
-    """policy_loss="two_sided": the cap delta > 1 + eps_high on the unclipped ratio
-    (INTELLECT-2: 4); the same bound as dual_clip = delta."""
-    log_ratio_clamp: float = 0.0
-    """Clamp log(pi/pi_old) and log(pi_ref/pi) to [-c, c] before exp (verl: 20; 0 = off, the
-    default: e^20 = 4.9e8, never reached near the policy, so off changes nothing there)."""
-    kl_clamp: float = 0.0
-    """Clamp each token's KL estimate in the loss to [-c, c] (verl: 10 on k3; 0 = off)."""
-    kl_bias_correction: bool = False
-    """Multiply each token's KL estimate by pi/pi_old (DeepSeek-V3.2; TRL's
-    use_bias_correction_kl): an estimate of KL(pi || pi_ref) from tokens sampled by pi_old,
-    whose gradient is that KL's (k3 alone gives the forward KL's)."""
-    off_policy_mask: float = 0.0
-    """DeepSeek-V3.2's off-policy sequence mask: a completion with A < 0 whose mean
-    log(pi_sampler / pi) exceeds this delta leaves the policy gradient (TRL's
-    off_policy_mask_threshold, example 0.5; 0 = off). Outcome supervision only."""
-    top_entropy_quantile: float = 1.0
-    """The 80/20 mask (Wang et al. 2025): only the tokens in the top this fraction by entropy
-    keep their policy gradient (the paper: 0.2; 1.0 = off)."""
-    beta: float = 0.02
-    """Weight of the KL penalty to the reference policy (0 skips the reference forward)."""
-    kl_estimator: str = "k3"
-    """How the KL to the reference is estimated from sampled tokens (one of
-    loss.KL_ESTIMATORS, Schulman 2020): "k1" log pi/pi_ref (unbiased, can be negative; as a
-    loss term its expected gradient is 0, so kl_in="loss" with k1 is refused), "k2"
-    (log pi/pi_ref)^2 / 2 (biased, >= 0; in the loss, the reverse KL's exact gradient), "k3"
-    the paper's (unbiased, >= 0; in the loss, the forward KL's gradient)."""
-    kl_in: str = "loss"
-    """Where beta * KL goes (one of loss.KL_PLACEMENTS): "loss", a per-token term of the loss
-    (DeepSeekMath; logged as loss/kl and loss/kl_<estimator>), or "reward", the completion's
-    summed estimate subtracted from its reward before the advantages (logged as
-    reward/kl_<estimator>)."""
+    "two_sided" (INTELLECT-2, needs clip.delta), "cispo" (MiniMax-M1's clipped IS weight)."""
     ratio_level: str = "token"
     """Importance ratio of the clipped surrogate (one of loss.RATIO_LEVELS): "token" (GRPO) or
     "sequence" (GSPO, Zheng et al. 2025: the length-normalised sequence ratio, clipped per
-    completion; GSPO's paper used eps 3e-4 / 4e-4, set eps_low / eps_high yourself)."""
-    entropy_coef: float = 0.0
-    """Entropy bonus: entropy_coef * the policy's token entropy is subtracted from each token's
-    loss, aggregated like the loss (0 = off). policy/entropy is logged either way."""
-    tis_cap: float = 0.0
-    """Truncated importance sampling (Yao et al. 2025): the trainer recomputes the old
-    log-probs and weights each token's policy-gradient term by min(pi_trainer /
-    pi_sampler, tis_cap), for a sampler whose log-probs differ from the trainer's (bf16
-    sampling); the gap is logged as sample/logprob_gap (0 = off, no extra forward)."""
-    tis_level: str = "token"
-    """What tis_cap = C bounds (one of token_weights.IS_LEVELS): "token" (min(w_t, C)),
-    "sequence" (min(prod_t w_t, C) on the whole completion), "sequence_mask" (a completion
-    whose geometric-mean w is outside [1/C, C] leaves the policy gradient)."""
-    overlong: str = "none"
-    """Truncated completions (one of overlong.OVERLONG, DAPO sec. 3.4): "none"; "filter"
-    (dropped from the loss: per-row normalisers count the kept rows); "mask" (TRL's
-    mask_truncated_completions: their tokens masked, per-row normalisers count all rows);
-    "soft" (a length penalty ramping from 0 at max_new_tokens -
-    overlong_buffer to -overlong_penalty at max_new_tokens, added to the reward)."""
-    overlong_buffer: int = 1
-    """overlong="soft": L_cache, the tokens before the limit over which the penalty ramps (1:
-    only a truncated completion is penalised, the toy's longest right answer is limit - 1
-    tokens; DAPO used a fifth of the limit for long reasoning)."""
-    overlong_penalty: float = 1.0
-    """overlong="soft": the penalty at the limit (DAPO: 1)."""
+    completion; GSPO's paper used eps 3e-4 / 4e-4, set clip.eps_low / clip.eps_high yourself)."""
     advantage: str = "grpo"
     """Group-relative advantage estimator (one of advantages.ADVANTAGES)."""
     supervision: str = "outcome"
@@ -334,6 +296,30 @@ class TrainConfig:
     # ---- data parallel (distributed/exchanges.py): N processes, one global batch
     exchange: ExchangeConfig = field(default_factory=_exchange_config)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
+    blocks: dict = field(default_factory=dict)
+    """The settings blocks of the records (registry.SETTINGS: ``clip``, ``kl``, ``tis``,
+    ``overlong``, a plugin variant's), each read as ``cfg.<name>`` and given by its name:
+    ``TrainConfig(tis={"cap": 2})``, ``--tis.cap 2``, ``{"tis": {"cap": 2}}``."""
+
+    def __init__(self, **given):
+        """The fields by name; a settings block by its name, as its dataclass or a dict of its
+        fields (every block not given: its defaults)."""
+        from grpo_lab.algorithm import variants  # noqa: F401 (the built-in blocks register)
+        from grpo_lab.registry import SETTINGS
+        blocks = {**given.pop("blocks", {}),
+                  **{n: given.pop(n) for n in list(given) if n in SETTINGS}}
+        for f in dataclasses.fields(self):
+            if f.name != "blocks":
+                setattr(self, f.name, given.pop(f.name) if f.name in given else f.default
+                        if f.default is not dataclasses.MISSING else f.default_factory())
+        if given:
+            raise TypeError(f"TrainConfig got an unexpected keyword argument "
+                            f"{next(iter(given))!r}{renamed_hint(next(iter(given)))}")
+        self.blocks = {n: _block(n, cls, blocks.get(n)) for n, cls in SETTINGS.items()}
+        for n in blocks.keys() - self.blocks.keys():
+            raise TypeError(f"TrainConfig got an unknown settings block {n!r}")
+        self.__dict__.update(self.blocks)         # cfg.tis: the block itself
+        self.__post_init__()
 
     @property
     def task_names(self) -> list[str]:
@@ -355,7 +341,7 @@ class TrainConfig:
         # no side effects here: plugins are imported by preset(), from_dict(), the CLI and the
         # trainer's setup before a config naming what they register is built
         from grpo_lab.algorithm.advantages import ADVANTAGES
-        from grpo_lab.algorithm.loss import AGGREGATIONS
+        from grpo_lab.algorithm.loss import AGGREGATIONS, RATIO_LEVELS
         from grpo_lab.algorithm.methods import apply_method
         from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
         from grpo_lab.agents import step as agents  # noqa: F401 (environments, objective "agent")
@@ -376,11 +362,11 @@ class TrainConfig:
         self._check_policy()
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
-        _finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps", "grad_clip", "eps_low",
-                "eps_high", "beta", "time_budget_s", "user_code_timeout_s")
+        _finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps",
+                "grad_clip", "time_budget_s", "user_code_timeout_s")
         _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
         _nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
-                     "grad_clip", "beta", "eval_every", "eval_size", "threads",
+                     "grad_clip", "eval_every", "eval_size", "threads",
                      "user_code_timeout_s")
         if self.group_size < 2 and objective.needs_group:       # PPO's critic needs no group
             raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
@@ -401,17 +387,25 @@ class TrainConfig:
             if value > ceiling:
                 raise ValueError(f"{name}={value} is above its ceiling {ceiling} "
                                  f"(config.CEILINGS): {CEILING_WHY[name]}")
-        if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
-            raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, "
-                             f"got eps_low={self.eps_low}, eps_high={self.eps_high}")
         for t in self.task_names:
             lookup(TASKS, t, "task", f"in task={self.task!r}: several join by commas, or 'mixture'")
         if len(set(self.task_names)) != len(self.task_names):
             raise ValueError(f"task {self.task!r} names a task twice")
         lookup(ADVANTAGES, self.advantage, "advantage")
         lookup(AGGREGATIONS, self.aggregation, "aggregation")
-        self._check_variants()
+        lookup(RATIO_LEVELS, self.ratio_level, "ratio_level")
         lookup(("outcome", "process"), self.supervision, "supervision")
+        _finite(self, "top_p")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
+        if self.advantage == "dr_grpo" and self.aggregation != "dr_grpo":
+            raise ValueError(f"advantage='dr_grpo' with aggregation={self.aggregation!r} is half "
+                             f"of Dr. GRPO (its per-sequence 1/|o_i| stays): use "
+                             f"method='dr_grpo' for the method, or advantage='mean_centred' "
+                             f"for its advantage alone")
+        for block in self.blocks.values():      # each record's settings check themselves
+            if hasattr(block, "check"):
+                block.check(self)
         check_instruct(self.task_names, self.answer_format, self.policy, self.supervision)
         if self.answer_format != "raw" and not self.max_new_tokens:
             self.max_new_tokens = 64                 # a sentence, not the toy's answer + 2
@@ -435,69 +429,6 @@ class TrainConfig:
         self._check_ppo(objective)
         self._check_memory(objective)
         self._check_parameter_sharding()
-
-    def _check_variants(self):
-        from grpo_lab.algorithm.loss import KL_ESTIMATORS, KL_PLACEMENTS, RATIO_LEVELS
-        from grpo_lab.algorithm.overlong import OVERLONG
-        lookup(KL_ESTIMATORS, self.kl_estimator, "kl_estimator")
-        lookup(KL_PLACEMENTS, self.kl_in, "kl_in")
-        lookup(RATIO_LEVELS, self.ratio_level, "ratio_level")
-        lookup(OVERLONG, self.overlong, "overlong")
-        self._check_losses()
-        _finite(self, "top_p", "entropy_coef", "tis_cap", "overlong_penalty")
-        _nonnegative(self, "entropy_coef", "tis_cap", "overlong_penalty")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
-        if self.tis_cap and self.tis_cap < 1:
-            raise ValueError(f"tis_cap must be 0 (off) or >= 1 (a cap below 1 would shrink "
-                             f"on-policy tokens too), got {self.tis_cap}")
-        if OVERLONG[self.overlong].penalty is not None and not (
-                isinstance(self.overlong_buffer, int) and self.overlong_buffer >= 1):
-            raise ValueError(f"overlong_buffer must be an int >= 1, got {self.overlong_buffer!r}")
-
-    def _check_losses(self):
-        """The algorithms issue's switches: each combination that would do nothing is an error."""
-        from grpo_lab.algorithm.loss import KL_PLACEMENTS, check_kl_in_loss
-        from grpo_lab.algorithm.loss import POLICY_LOSSES, ClipRange, check_clip
-        from grpo_lab.algorithm.token_weights import IS_LEVELS
-        lookup(POLICY_LOSSES, self.policy_loss, "policy_loss")
-        lookup(IS_LEVELS, self.tis_level, "tis_level")
-        _finite(self, "dual_clip", "clip_delta", "log_ratio_clamp", "kl_clamp",
-                "top_entropy_quantile", "off_policy_mask")
-        _nonnegative(self, "dual_clip", "clip_delta", "log_ratio_clamp", "kl_clamp",
-                     "off_policy_mask")
-        if self.off_policy_mask and self.supervision != "outcome":
-            raise ValueError("off_policy_mask reads one advantage per completion: it needs "
-                             f"supervision='outcome', got {self.supervision!r}")
-        check_clip(self.policy_loss, ClipRange(self.eps_low, self.eps_high, self.dual_clip,
-                                               self.clip_delta))
-        kl_in_loss = self.beta != 0 and KL_PLACEMENTS[self.kl_in].in_loss
-        if kl_in_loss:
-            check_kl_in_loss(self.kl_estimator, self.beta)
-        for name in ("kl_clamp", "kl_bias_correction"):
-            if getattr(self, name) and not kl_in_loss:
-                raise ValueError(f"{name}={getattr(self, name)!r} acts on the KL term of the "
-                                 f"loss; with beta={self.beta} and kl_in={self.kl_in!r} there "
-                                 f"is none")
-        if self.tis_level != "token" and not self.tis_cap:
-            raise ValueError(f"tis_level={self.tis_level!r} says what tis_cap bounds; set "
-                             f"tis_cap (> 0) or leave tis_level='token'")
-        if not 0 < self.top_entropy_quantile <= 1:
-            raise ValueError(f"top_entropy_quantile must be in (0, 1] (1 = off), got "
-                             f"{self.top_entropy_quantile}")
-        if self.advantage == "dr_grpo" and self.aggregation != "dr_grpo":
-            raise ValueError(f"advantage='dr_grpo' with aggregation={self.aggregation!r} is half "
-                             f"of Dr. GRPO (its per-sequence 1/|o_i| stays): use "
-                             f"method='dr_grpo' for the method, or advantage='mean_centred' "
-                             f"for its advantage alone")
-        new = {"policy_loss": "clip", "dual_clip": 0.0, "clip_delta": 0.0,
-               "log_ratio_clamp": 0.0, "kl_clamp": 0.0, "kl_bias_correction": False,
-               "top_entropy_quantile": 1.0, "tis_level": "token", "off_policy_mask": 0.0}
-        if self.objective != "grpo":
-            for name, off in new.items():
-                if getattr(self, name) != off:
-                    raise ValueError(f"{name}={getattr(self, name)!r} is read by the grpo "
-                                     f"objective only, not objective={self.objective!r}")
 
     def _check_memory(self, objective):
         from grpo_lab.policies.policy import get_policy_kind
@@ -534,11 +465,11 @@ class TrainConfig:
                              f"the whole model, but exchange {name!r} keeps 1/N of the weights "
                              f"per rank: leave hf.sample_dtype empty (exchange.param_dtype "
                              f"gathers the weights in another dtype instead)")
-        if OVERLONG[self.overlong].filters:
-            raise ValueError(f"overlong={self.overlong!r} can leave a rank with no row in the "
-                             f"loss and so no training forward, while exchange {name!r} "
+        if OVERLONG[self.overlong.rule].filters:
+            raise ValueError(f"overlong.rule={self.overlong.rule!r} can leave a rank with no row "
+                             f"in the loss and so no training forward, while exchange {name!r} "
                              f"gathers weights in every rank's forward (the others would wait "
-                             f"for it): use overlong='none' or 'soft'")
+                             f"for it): use overlong.rule='none' or 'soft'")
 
     def _check_ppo(self, objective):
         from grpo_lab.training.step import OBJECTIVES
@@ -550,15 +481,15 @@ class TrainConfig:
             objective.check(self)
 
     def _check_policy(self):
-        from grpo_lab.algorithm.rollout import DRAWS
         from grpo_lab.policies.engine import UPDATE_FORWARDS
-        from grpo_lab.algorithm.vllm_rollout import ROLLOUTS
+        from grpo_lab.algorithm import vllm_rollout  # noqa: F401 (its kind registers)
+        from grpo_lab.algorithm.rollout import DRAWS, ROLLOUTS
         from grpo_lab.policies.hf import HFConfig
         from grpo_lab.policies.policy import get_policy_kind, hf_run_checkpoint
         kind = get_policy_kind(self.policy)
         lookup(DRAWS, self.sample_draw, "sample_draw")
         lookup(UPDATE_FORWARDS, self.update_forward, "update_forward")
-        lookup(ROLLOUTS, self.rollout, "rollout").check(self)     # vllm_rollout.py
+        lookup(ROLLOUTS, self.rollout, "rollout").check(self)
         if self.hf.lora_r and self.policy != "hf":
             raise ValueError(f"hf.lora_r={self.hf.lora_r} adds LoRA adapters to a transformers "
                              f"model: it needs policy='hf' (policy={self.policy!r})")
@@ -672,7 +603,7 @@ PRESETS: dict[str, dict] = {
     # 3 by step 3000; DAPO's dynamic sampling then cut that to ~1350 steps (1.25x the cost per
     # step: 53.8-78.4 s on an idle 2-core machine); stops at the first evaluation at 90% (or
     # after 3000 steps, or 5 minutes)
-    "tiny_cpu": {"lr": 3e-4, "beta": 0.0, "dynamic_sampling": True, "eval_every": 50,
+    "tiny_cpu": {"lr": 3e-4, "kl": {"beta": 0.0}, "dynamic_sampling": True, "eval_every": 50,
                  "target_accuracy": 0.9},
     # the supervised warm-up that made data/base_policy.safetensors (`grpo-lab pretrain`,
     # pretrain.py, writes a fresh policy and runs this from it): cross-entropy on the answers
@@ -681,13 +612,13 @@ PRESETS: dict[str, dict] = {
     "pretrain_cpu": {"objective": "pretrain", "task": "addition,sort,reverse",
                      "prompts_per_step": 64, "group_size": 1, "lr": 2e-3, "weight_decay": 0.01,
                      "grad_clip": 0.0, "warmup_steps": 0, "steps": 1800, "schedule_steps": 2000,
-                     "beta": 0.0, "time_budget_s": 0.0, "eval_every": 0, "eval_size": 0,
+                     "kl": {"beta": 0.0}, "time_budget_s": 0.0, "eval_every": 0, "eval_size": 0,
                      "ckpt_every": 1000},
     # multi-turn GRPO on an environment (agents/, objective "agent"): the guessing game from a
     # policy warmed up on it (bench/bench_agents.py writes runs/agents/guess_warm.safetensors);
     # dynamic sampling off (it redraws by single-turn rewards), no reference (beta 0)
     "agent_cpu": {"objective": "agent", "task": "guess", "dynamic_sampling": False,
-                  "beta": 0.0, "lr": 3e-4, "temperature": 1.0, "prompts_per_step": 8,
+                  "kl": {"beta": 0.0}, "lr": 3e-4, "temperature": 1.0, "prompts_per_step": 8,
                   "group_size": 8, "steps": 200, "eval_every": 50, "eval_size": 72,
                   "base_checkpoint": "runs/agents/guess_warm.safetensors"},
     "quick": {"steps": 30, "time_budget_s": 0.0, "prompts_per_step": 8, "group_size": 4,
@@ -708,7 +639,7 @@ PRESETS: dict[str, dict] = {
     "hf_gpu": {"policy": "hf", "base_checkpoint": "Qwen/Qwen2.5-0.5B-Instruct",
                "hf": {"autocast": True, "chat_template": True, "gradient_checkpointing": True},
                "temperature": 1.0,
-               "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "beta": 0.0,
+               "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "kl": {"beta": 0.0},
                "steps": 500, "time_budget_s": 0.0, "eval_every": 50, "eval_size": 200,
                "ckpt_every": 100, "adam_eps": 1e-6,
                # instruct formats (instruct.py): each task asked in words, the answer read
@@ -734,12 +665,31 @@ PRESETS: dict[str, dict] = {
                                     "result in \\boxed{}.",
                    "reward_weights": {"accuracy": 1.0, "format": 0.25}, "max_new_tokens": 24,
                    "temperature": 0.8, "prompts_per_step": 4, "group_size": 8, "lr": 1e-5,
-                   "beta": 0.0, "warmup_steps": 2, "lr_schedule": "constant", "steps": 200,
+                   "kl": {"beta": 0.0}, "warmup_steps": 2, "lr_schedule": "constant", "steps": 200,
                    "time_budget_s": 600.0, "eval_every": 0, "eval_size": 50, "ckpt_every": 1000},
 }
 
 
 SUB_CONFIGS = ("exchange", "ppo", "hf")
+"""TrainConfig's sub-config fields; ``sub_configs()`` adds the settings blocks."""
+
+
+def sub_configs() -> tuple:
+    """The names a config holds as a nested mapping: SUB_CONFIGS and every settings block."""
+    from grpo_lab.algorithm import variants  # noqa: F401 (the built-in blocks register)
+    from grpo_lab.registry import SETTINGS
+    return SUB_CONFIGS + tuple(SETTINGS)
+
+
+def merge(*parts: dict) -> dict:
+    """Config overrides, later parts winning; a sub-config's or settings block's dict is merged
+    into the one before it, not replaced ({"kl": {"beta": 0}} + {"kl": {"clamp": 10}})."""
+    subs, out = sub_configs(), {}
+    for part in parts:
+        for k, v in part.items():
+            both = k in subs and isinstance(v, dict) and isinstance(out.get(k), dict)
+            out[k] = {**out[k], **v} if both else v
+    return out
 
 
 def preset(name: str, **overrides) -> TrainConfig:
@@ -749,12 +699,8 @@ def preset(name: str, **overrides) -> TrainConfig:
     registered (grouping.get_grouper) and the config keeps its name."""
     from grpo_lab.algorithm.grouping import get_grouper
     lookup(PRESETS, name, "preset")
-    base = PRESETS[name]
-    fields = {**base, **overrides}
-    for sub in SUB_CONFIGS:
-        if isinstance(overrides.get(sub), dict):
-            fields[sub] = {**base.get(sub, {}), **overrides[sub]}
-    load_plugins(fields.get("plugins", ""))
+    load_plugins(overrides.get("plugins", PRESETS[name].get("plugins", "")))  # their blocks
+    fields = merge(PRESETS[name], overrides)
     if not isinstance(fields.get("grouping", ""), str):   # a function or record: registered
         fields["grouping"] = get_grouper(fields["grouping"]).name   # the config keeps its name
     return TrainConfig(**fields)
@@ -805,7 +751,10 @@ def field_docs(cls) -> dict[str, str]:
 
 
 def to_dict(cfg) -> dict:
-    return dataclasses.asdict(cfg)
+    """The config as plain data: fields, sub-configs and settings blocks as nested dicts."""
+    d = dataclasses.asdict(cfg)
+    blocks = d.pop("blocks")
+    return {**d, **blocks}
 
 
 def _finite(cfg, *names):

@@ -25,7 +25,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from grpo_lab.training.config import SUB_CONFIGS, TrainConfig
+from grpo_lab.training.config import TrainConfig, sub_configs
 from grpo_lab.training.trl_keys import translate
 
 MAX_BYTES = 256 * 1024
@@ -187,7 +187,7 @@ def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
             continue
         pairs = ([(f"{key}.{k}", v, f"line {lines.get((key, str(k)), '?')} ({key}: {k}:)")
                   for k, v in value.items()]
-                 if key in SUB_CONFIGS and isinstance(value, dict) else
+                 if key in sub_configs() and isinstance(value, dict) else
                  [(str(key), value, f"line {lines.get((str(key),), '?')} ({key}:)")])
         for name, v, place in pairs:
             if name in flat:
@@ -206,7 +206,7 @@ def nullable(key: str) -> bool:
     """True for a dotted field name whose default is None (``exchange.momentum``: a
     ``float | None`` field); a flag cannot say None, a config file can (null)."""
     sub, _, name = key.rpartition(".")
-    if sub and sub not in SUB_CONFIGS:
+    if sub and sub not in sub_configs():
         return False
     cls = type(getattr(TrainConfig(), sub)) if sub else TrainConfig
     f = next((f for f in dataclasses.fields(cls) if f.name == name), None)

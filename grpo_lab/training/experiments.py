@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 from grpo_lab.algorithm.samples import append as append_samples
 from grpo_lab.registry import load_plugins, lookup
 from grpo_lab.rundir import write_lines_atomic
-from grpo_lab.training.config import preset, to_dict
+from grpo_lab.training.config import merge, preset, to_dict
 from grpo_lab.training.power import detectable, seeds_needed
 from grpo_lab.training.sequential import SPENDING, nominal_levels, paired_p
 from grpo_lab.training.report import write_report
@@ -987,9 +987,9 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
     cfgs, jobs_cfg = {}, []
     for name, overrides in strategies.items():
         try:
-            cfg = preset(base_preset, **{**base, **overrides, "threads": threads,
-                                         "time_budget_s": 0.0, "target_accuracy": 0.0,
-                                         "out_dir": "unused"})
+            cfg = preset(base_preset, **merge(base, overrides, {
+                "threads": threads, "time_budget_s": 0.0, "target_accuracy": 0.0,
+                "out_dir": "unused"}))
         except (TypeError, ValueError) as e:
             raise ValueError(f"strategy {name!r} ({overrides}): {e}") from None
         cfgs[name] = cfg

@@ -3,8 +3,8 @@ trainer: ``objective="ppo"`` = ``collect_ppo`` (sample as GRPO does, rewards on 
 the critic's values, GAE(lambda), whitened advantages) and ``ppo_objective`` (the clipped
 surrogate of loss.py on per-token advantages + vf_coef * the clipped value loss).
 
-The critic itself (GAE, the value loss, ``ValueHead``, ``ValueNetwork``) is critic.py. The
-critic (``cfg.ppo.critic``, ``CRITICS``) is attached by ``attach_critic`` as
+The critic itself (GAE, the value loss) is critic.py, its networks (``ValueHead``,
+``ValueNetwork``) model.py. The critic (``cfg.ppo.critic``, ``CRITICS``) is attached by ``attach_critic`` as
 ``policy.value_head``, so the one optimizer trains it (its own lr: ``cfg.ppo.vf_lr``) and
 checkpoints hold it; ``PPOConfig`` (``TrainConfig.ppo``) holds PPO's settings. One process,
 the toy policy, outcome rewards (config.py checks).
@@ -17,8 +17,9 @@ from typing import NamedTuple
 
 import torch
 
-from grpo_lab.algorithm.critic import (ValueHead, ValueNetwork, explained_variance, gae,
-                                       logprobs_and_values, outcome_rewards, value_loss, whiten)
+from grpo_lab.algorithm.critic import (explained_variance, gae, logprobs_and_values,
+                                       outcome_rewards, value_loss, whiten)
+from grpo_lab.policies.model import ValueHead, ValueNetwork
 from grpo_lab.algorithm.loss import grpo_loss
 from grpo_lab.registry import lookup
 from grpo_lab.algorithm.rollout import completion_logprobs
@@ -92,7 +93,7 @@ def collect_ppo(policy, cfg, step: int, ctx) -> PPOBatch:
     values = values.cpu()
     adv, ret = gae(outcome_rewards(scored.rewards, mask), values, mask, cfg.ppo.gamma,
                    cfg.ppo.gae_lambda)
-    ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature).cpu() if cfg.beta else None
+    ref_logp = completion_logprobs(ctx.ref, r, cfg.temperature).cpu() if cfg.kl.beta else None
     lengths = mask.sum(1)
     metrics = {
         "reward/mean": float(scored.rewards.mean()),
@@ -114,8 +115,8 @@ def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
     dev = logp.device
     m = r.completion_mask.to(dev)
     pg_loss, stats = grpo_loss(logp, r.logprobs.to(dev), batch.ref_logprobs,
-                               batch.advantages.to(dev), m, cfg.eps_low, cfg.eps_high,
-                               cfg.beta, cfg.aggregation, max_new_tokens(cfg))
+                               batch.advantages.to(dev), m, cfg.clip.eps_low, cfg.clip.eps_high,
+                               cfg.kl.beta, cfg.aggregation, max_new_tokens(cfg))
     returns = batch.returns.to(dev)
     vf_loss = value_loss(values, batch.old_values.to(dev), returns, m, cfg.ppo.vf_clip)
     loss = pg_loss + cfg.ppo.vf_coef * vf_loss

@@ -5,14 +5,14 @@
         this rank's contiguous slice of them -> G completions each (rollout.sample), prompt i
             sampled with its own generator seeded by (seed, step, draw, i)
         score (rewards.weighted_reward; step rewards for process supervision)
-        gather every rank's rewards (ranks.gather_rows; the identity on one process)
+        gather every rank's rewards (gather_rows; the identity on one process)
         [dynamic sampling (DAPO): keep prompts whose G rewards differ, decided on the gathered
          rewards, so every rank keeps the same prompts]
         group ids: the grouper on all kept prompts (every rank computes the same ids)
         advantages on the global batch; this rank keeps the rows it sampled
         [the step variants (variants.py) add what they need at fixed points: per-row
          tensors (the reference's log-probs, the trainer's), reward shaping of this rank's rows
-         before the gather (DAPO's soft overlong penalty, beta * KL when kl_in="reward"), an
+         before the gather (DAPO's soft overlong penalty, beta * KL when kl.placement="reward"), an
          advantage of their own (process supervision), the rows the loss keeps (overlong)]
     objective(policy, batch, cfg, world) -> (loss, shares)        (with grad)
         grpo: loss.surrogate_loss on this rank's rows, the active variants' token weights
@@ -48,20 +48,20 @@ import torch.nn.functional as F
 
 from grpo_lab.agents.environments import refuse_environment_tasks
 from grpo_lab.distributed.group import Group
-from grpo_lab.algorithm.advantages import (advantage_diagnostics, grouped_advantages,
-                                           informative_groups, reward_group_diagnostics)
+from grpo_lab.algorithm.advantages import (ADVANTAGES, COMBINE, advantage_diagnostics,
+                                           grouped_advantages, informative_groups,
+                                           reward_group_diagnostics)
 from grpo_lab.algorithm.grouping import cluster_diagnostics
-from grpo_lab.algorithm.loss import AGGREGATIONS, ClipRange, surrogate_loss
+from grpo_lab.algorithm.loss import AGGREGATIONS, surrogate_loss
 from grpo_lab.algorithm.variants import Tokens, active_variants
-from grpo_lab.algorithm.vllm_rollout import rollout_scorer
 from grpo_lab.registry import check_new, lookup
-from grpo_lab.training.ranks import Gathered, gather_rows, my_rows
-from grpo_lab.algorithm.rollout import Scored, completion_logprobs, take_scored
+from grpo_lab.algorithm.rollout import (Scored, cat_scored, completion_logprobs, rollout_scorer,
+                                        take_scored)
 from grpo_lab.machine import add_time, now
 from grpo_lab.policies.engine import left_pad, positions
 from grpo_lab.tasks import get_task
 from grpo_lab.tasks.rewards import step_rewards
-from grpo_lab.timelimit import user_code
+from grpo_lab.timelimit import guarded
 from grpo_lab.tokenizer import EOS, PAD, encode
 
 
@@ -92,7 +92,7 @@ class StepContext:
     carry: dict = field(default_factory=dict)  # an objective's state across steps, rebuilt
                                                # from (seed, step) when absent (resume)
     score: Callable | None = None  # cfg.rollout's sample-and-score (trainer.setup sets it;
-                                   # None: vllm_rollout.rollout_scorer, at the first draw)
+                                   # None: rollout.rollout_scorer, at the first draw)
 
 
 class Batch(NamedTuple):
@@ -105,6 +105,61 @@ class Batch(NamedTuple):
     n_tokens: int                 # completion tokens of those rows
     cluster_ids: torch.Tensor     # (B,) group id of each prompt of the global batch
     metrics: dict                 # reward/, group/, adv/, sample/, completion/ of the global batch
+
+
+# ---- a step over several ranks or draws: the bookkeeping, the identity on one process
+#
+# Every rank draws the same B prompts and samples its contiguous slice (``Group.slice``). With
+# dynamic sampling a rank's kept rows are picked out of its draws (``my_rows``). The grouper
+# and the advantages need the *global* batch, so on N ranks the ranks share each kept prompt's
+# place, rewards (per-token rewards for process supervision), lengths and stop flags
+# (``gather_rows``); each rank keeps the advantages of the rows it sampled. With one draw and
+# one process both return their input.
+
+class Gathered(NamedTuple):
+    """What the grouper and the advantages read of a batch's N = B*G rows, G per prompt: this
+    rank's (step.collect), or every rank's put together in global prompt order (gather_rows)."""
+    rewards: torch.Tensor         # (N,)
+    parts: dict                   # reward function name -> (N,)
+    lengths: torch.Tensor         # (N,) completion tokens
+    stopped: torch.Tensor         # (N,) bool
+    step_rewards: list | None     # (N,) lists of per-token rewards (process supervision)
+
+
+def my_rows(kept, draws, mine: range) -> tuple[Scored, list[int]]:
+    """This rank's kept rows (it sampled them) and their prompts' places in the global batch.
+    One draw whose B prompts are all kept: every row the rank sampled, as sampled."""
+    if len(draws) == 1 and len(kept) == len(draws[0][0]):
+        return draws[0][1], list(mine)
+    parts = []
+    for d, (_, s) in enumerate(draws):
+        local = [i - mine.start for dd, i in kept if dd == d and i in mine]
+        if local:
+            parts.append(take_scored(s, torch.isin(s.rollout.prompt_index, torch.tensor(local))))
+    places = [p for p, (d, i) in enumerate(kept) if i in mine]            # ascending
+    empty = take_scored(draws[0][1], torch.zeros(len(draws[0][1].rewards), dtype=torch.bool))
+    return (cat_scored(parts) if parts else empty), places
+
+
+def gather_rows(group: Group, places: list[int], mine: Gathered, G: int) -> Gathered:
+    """All ranks' (places, rows) -> the global batch's rows, in prompt order (one process:
+    ``mine``, its places already in order)."""
+    if group.world == 1:
+        return mine
+    shared = group.gather((places, *mine))
+    order = [p for pl, *_ in shared for p in pl]                          # place of each block
+    by_place = sorted(range(len(order)), key=order.__getitem__)           # blocks in place order
+
+    def rows(tensors):                                                    # (N, ...) in place order
+        t = torch.cat(tensors)
+        return t.view(len(order), G, *t.shape[1:])[by_place].reshape(-1, *t.shape[1:])
+    parts = {k: rows([x[2][k] for x in shared]) for k in shared[0][2]}
+    steps_all = None
+    if mine.step_rewards is not None:
+        flat = [row for x in shared for row in x[5]]
+        steps_all = [flat[i] for b in by_place for i in range(b * G, (b + 1) * G)]
+    return Gathered(rows([x[1] for x in shared]), parts, rows([x[3] for x in shared]),
+                    rows([x[4] for x in shared]), steps_all)
 
 
 def _varies(rewards: torch.Tensor, G: int) -> torch.Tensor:
@@ -129,7 +184,8 @@ def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
     """Draw ``d`` of B prompts, seeded by (seed, step, d) -> (its B examples, this rank's
     slice of them sampled and scored: ``ctx.score``, prompt i with its own generator)."""
     B, mine = cfg.prompts_per_step, ctx.group.slice(cfg.prompts_per_step)
-    with user_code(f"the task generator of {cfg.task!r}"):
+    with guarded(f"the task generator of {cfg.task!r}", ctx.draw,
+                 *(get_task(t).make for t in cfg.task_names)):
         examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
     if ctx.score is None:                    # a context built by hand, not by trainer.setup
         ctx.score = rollout_scorer(policy, cfg, ctx)
@@ -179,7 +235,8 @@ def _advantages(cfg, variants, g: Gathered, cluster_ids, prompt_index, group_ids
     own = [v for v in variants if v.advantages is not None]   # process supervision
     if own:
         return own[0].advantages(cfg, g, cluster_ids, prompt_index, group_ids)
-    with user_code(f"advantage estimator {cfg.advantage!r}"):
+    with guarded(f"advantage estimator {cfg.advantage!r}", ADVANTAGES[cfg.advantage],
+                 COMBINE[cfg.combine]):
         adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
                                  cfg.advantage, g.lengths)                # (N,) checked finite
     return adv, adv
@@ -194,14 +251,14 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     kept, draws, flags = draw_prompts(cfg, ctx, step, policy)
     # 2. this rank's rows (one draw: all it sampled) and their prompts' places in the global
     #    batch; the per-row tensors the variants need (reference's, trainer's)
-    mine, places = my_rows(kept, draws, ctx.group.slice(B))               # ranks.py
+    mine, places = my_rows(kept, draws, ctx.group.slice(B))
     r = mine.rollout
     rows = {}
     for v in variants:
         if v.rows is not None:
             rows.update(v.rows(policy, cfg, r, ctx))                      # name -> (N_r, Tc)
     # 3. the variants' reward shaping of this rank's rows (overlong penalty, KL in the
-    #    reward), then the global batch's rewards, lengths, stop flags (N ranks: ranks.py)
+    #    reward), then the global batch's rewards, lengths, stop flags (N ranks: gather_rows)
     for v in variants:
         if v.shape_rewards is not None:
             mine = v.shape_rewards(cfg, mine, rows, max_new_tokens(cfg))
@@ -214,7 +271,8 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
     # 4. group ids: the grouper on the global batch's prompts
     prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
-    with user_code(f"grouper {cfg.grouping!r}"):
+    with guarded(f"grouper {cfg.grouping!r}",
+                 getattr(getattr(ctx.grouper, "record", None), "fn", ctx.grouper)):
         cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index,
                                                   step, examples=examples))  # (B,)
     group_ids = cluster_ids[prompt_index]                                  # (N,)
@@ -274,15 +332,15 @@ GRPO_STATS = ("loss/total", "clip/low_frac", "clip/high_frac", "clip/ratio_mean"
 def logged_stats(names: tuple, cfg) -> tuple:
     """The statistics an objective logs: ``names`` without loss/kl when beta = 0 (no KL is
     computed then; a metric that was not computed is absent, not 0). The same on every rank."""
-    return tuple(k for k in names if cfg.beta != 0 or k != "loss/kl")
+    return tuple(k for k in names if cfg.kl.beta != 0 or k != "loss/kl")
 
 
 def grpo_stat_keys(cfg) -> tuple:
     """The statistics grpo_objective shares, the same on every rank: GRPO_STATS, the active
-    variants' (``stat_keys``), clip/dual_frac when dual_clip > 0."""
+    variants' (``stat_keys``), clip/dual_frac when clip.dual_clip > 0."""
     own = tuple(k for v in active_variants(cfg) if v.stat_keys is not None
                 for k in v.stat_keys(cfg))
-    return GRPO_STATS + own + (("clip/dual_frac",) if cfg.dual_clip else ())
+    return GRPO_STATS + own + (("clip/dual_frac",) if cfg.clip.dual_clip else ())
 
 
 def _zero_loss(policy) -> torch.Tensor:
@@ -306,7 +364,7 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
         return _zero_loss(policy), dict.fromkeys(keys, 0.0)
     logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
                                         forward=cfg.update_forward,
-                                        entropy_grad=bool(cfg.entropy_coef))
+                                        entropy_grad=bool(cfg.entropy_bonus.coef))
     dev = logp.device                                    # the batch is kept on the CPU
     keep, m = keep.to(dev), r.policy_mask.to(dev)                          # (N_r,), (N_r, Tc)
     kept = m & keep[:, None]                                               # (N_r, Tc) in the loss
@@ -319,8 +377,8 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
                     else _rows_of(t, w, keep))     # overlong "filter": the kept rows only
     loss, stats = surrogate_loss(                  # checked: TrainConfig checked the settings
         mine.logp, mine.old, mine.advantages, mine.mask,
-        ClipRange(cfg.eps_low, cfg.eps_high, cfg.dual_clip, cfg.clip_delta), cfg.aggregation,
-        max_new_tokens(cfg), cfg.ratio_level, cfg.policy_loss, cfg.log_ratio_clamp,
+        cfg.clip, cfg.aggregation, max_new_tokens(cfg), cfg.ratio_level, cfg.policy_loss,
+        cfg.clip.log_ratio_clamp,
         mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None], checked=True)
     n_tok = int(kept.sum())
     stats["policy/entropy"] = float(entropy.detach()[kept].sum()) / max(n_tok, 1)

@@ -63,8 +63,7 @@ from grpo_lab.policies.policy import frozen, get_policy_kind, load_for
 from grpo_lab.algorithm.grouping import StepGrouper
 from grpo_lab.agents import step as _agents  # noqa: F401 (objective "agent", environments: a
                                              # spawned rank builds no config)
-from grpo_lab.algorithm.rollout import sample_and_score
-from grpo_lab.algorithm.vllm_rollout import rollout_scorer
+from grpo_lab.algorithm.rollout import rollout_scorer, sample_and_score
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
                                     split_batch)
 from grpo_lab import timelimit
@@ -267,7 +266,7 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
         obj.prepare(policy, cfg, lambda: load_for(cfg))
     policy = policy.to(device)
     ref = None
-    if cfg.beta and obj.uses_reference:        # a second, frozen copy (LoRA: adapters off)
+    if cfg.kl.beta and obj.uses_reference:        # a second, frozen copy (LoRA: adapters off)
         ref = policy.reference() if cfg.hf.lora_r else frozen(load_for(cfg).to(device))
     draw = rendered_source(prompt_source(cfg, held), cfg.answer_format)
     check_readable(policy, cfg, eval_sets, draw)           # the task's needs vs this policy

@@ -3,8 +3,8 @@ setting (TRL 1.16.0's ``trl/trainer/grpo_config.py`` and the ``TrainingArguments
 
 ``RENAMED`` maps a TRL key to the grpo_lab field that means the same thing; ``CONVERTED`` maps
 a TRL key whose values are spelled differently to a function (value -> {grpo_lab field:
-value}); keys spelled alike in both (``beta``, ``temperature``, ``top_p``, ``top_k``, ``seed``,
-``weight_decay``, ``warmup_steps``, ``report_to``, ``top_entropy_quantile``) need nothing.
+value}); keys spelled alike in both (``temperature``, ``top_p``, ``top_k``, ``seed``,
+``weight_decay``, ``warmup_steps``, ``report_to``) need nothing.
 The batch keys are one computation (``batch``): TRL samples a *generation batch* of
 ``per_device_train_batch_size * gradient_accumulation_steps * processes`` completions per
 optimizer step (``steps_per_generation`` defaults to the accumulation steps), that is
@@ -24,13 +24,16 @@ RENAMED = {
     "max_completion_length": "max_new_tokens",
     "max_steps": "steps",
     "num_iterations": "mu",
-    "epsilon_high": "eps_high",
+    "epsilon_high": "clip.eps_high",
+    "beta": "kl.beta",
+    "top_entropy_quantile": "top_entropy.quantile",
+    "entropy_coef": "entropy_bonus.coef",
     "max_grad_norm": "grad_clip",
     "adam_epsilon": "adam_eps",
     "output_dir": "out_dir",
     "save_steps": "ckpt_every",
-    "off_policy_mask_threshold": "off_policy_mask",
-    "use_bias_correction_kl": "kl_bias_correction",
+    "off_policy_mask_threshold": "off_policy_mask.delta",
+    "use_bias_correction_kl": "kl.bias_correction",
 }
 
 
@@ -45,7 +48,7 @@ def _choice(key: str, table: dict):
 
 CONVERTED = {
     # TRL: epsilon is the lower clip, and the upper one unless epsilon_high is given
-    "epsilon": lambda v: {"eps_low": v, "eps_high": v},
+    "epsilon": lambda v: {"clip.eps_low": v, "clip.eps_high": v},
     "loss_type": _choice("loss_type", {
         "grpo": {"aggregation": "seq_mean_token_mean"},
         "dapo": {"aggregation": "token_mean"},          # over the step's tokens, all ranks
@@ -56,7 +59,7 @@ CONVERTED = {
     "importance_sampling_level": _choice("importance_sampling_level", {
         "token": {"ratio_level": "token"}, "sequence": {"ratio_level": "sequence"}}),
     "mask_truncated_completions": _choice("mask_truncated_completions", {
-        True: {"overlong": "mask"}, False: {"overlong": "none"}}),
+        True: {"overlong.rule": "mask"}, False: {"overlong.rule": "none"}}),
     "lr_scheduler_type": _choice("lr_scheduler_type", {"constant": {"lr_schedule": "constant"}}),
 }
 
@@ -93,7 +96,7 @@ NO_EQUIVALENT = {
 }
 """TRL keys with no grpo_lab setting (or none that means the same: ``num_train_epochs``
 counts passes over a dataset, grpo_lab draws fresh prompts; ``delta`` and the vLLM IS keys
-are other formulas). ``reward_weights`` and ``entropy_coef`` share grpo_lab's names and are
+are other formulas). ``reward_weights`` shares grpo_lab's name and is
 read as grpo_lab's (the table says how they differ)."""
 
 
@@ -138,7 +141,7 @@ def translate(flat: dict) -> tuple[dict, dict]:
             put(RENAMED[key], value, key)
         elif key in CONVERTED:
             for k, v in CONVERTED[key](value).items():
-                if not (key == "epsilon" and k == "eps_high" and "epsilon_high" in flat):
+                if not (key == "epsilon" and k == "clip.eps_high" and "epsilon_high" in flat):
                     put(k, v, key)
         elif key not in BATCH:
             put(key, value, key)
