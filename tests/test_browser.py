@@ -399,10 +399,24 @@ def _values(w):
     for c in getattr(w, "children", ()):
         out += _values(c)
     return out
+def _widgets(w):
+    return [w] + [x for c in getattr(w, "children", ()) for x in _widgets(c)]
+def _snap(left, fresh):
+    # the page's slider writes back its value on its own grid (a FloatLogSlider at 0.05 with
+    # step 0.1 shows 10**-1.3 = 0.0501): give the fresh copy the same snapped value
+    import math as _m
+    for a, b in zip(_widgets(left), _widgets(fresh)):
+        if isinstance(a, _w.FloatLogSlider) and isinstance(b, _w.FloatLogSlider) and a.value != b.value:
+            if abs(_m.log(a.value, a.base) - _m.log(b.value, b.base)) <= a.step:
+                b.value = a.value
+        elif isinstance(a, _w.FloatSlider) and isinstance(b, _w.FloatSlider) and a.value != b.value:
+            if abs(a.value - b.value) <= a.step:
+                b.value = a.value
+    return fresh
 _moved = {{}}
 for _cell, _id, _make in [{rows}]:
     try:
-        _left, _fresh = _values(_live[_id]), _values(_make()[0])
+        _left, _fresh = _values(_live[_id]), _values(_snap(_live[_id], _make()[0]))
         if [v[:2] for v in _left] != [v[:2] for v in _fresh]:
             # not the same explorer's controls: the probe could not rebuild it (seen once in
             # CI for lesson 04), which says nothing of what the learner's copy shows
