@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 from collections import defaultdict
 from pathlib import Path
+
+from bench_op_overhead import cpu_line          # the CPU line every results file names
 
 from grpo_lab.tasks.answers import as_number, extract
 
@@ -44,16 +44,6 @@ def math_verify_agrees(row: dict) -> bool:
         return not pred
     gold = parse(row["label"], parsing_timeout=None)
     return bool(gold) and bool(pred) and bool(verify(gold, pred, timeout_seconds=None))
-
-
-def cpu() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next(l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name"))
-        flags = next(l.split(":", 1)[1].split() for l in out.splitlines() if l.startswith("Flags"))
-        return f"{model} ({' '.join(f for f in flags if f.startswith(('avx', 'amx')))})"
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown CPU"
 
 
 def main(argv=None) -> None:
@@ -93,7 +83,7 @@ def main(argv=None) -> None:
             print("   ", repr(m))
     if args.out:
         args.out.write_text(f"# Answer readers against hand labels\n\n`{' '.join(['python', 'bench/bench_answer_reader.py'])}`"
-                            f" on {cpu()}; corpus data/answer_labels.jsonl ({len(rows)} rows).\n\n{text}\n\n"
+                            f" on {cpu_line()}; corpus data/answer_labels.jsonl ({len(rows)} rows).\n\n{text}\n\n"
                             + "\n".join(f"{name} disagrees on: " + "; ".join(repr(m) for m in misses[name])
                                         for name in names) + "\n", encoding="utf-8")
 
