@@ -201,6 +201,7 @@ def test_a_corrupt_wheel_member_and_an_unreadable_gguf_are_named(cache, tmp_path
         AutoTokenizer=types.SimpleNamespace(from_pretrained=truncated),
         utils=types.SimpleNamespace(logging=types.SimpleNamespace(disable_progress_bar=lambda: None)))
     monkeypatch.setattr(models, "gguf_modules", lambda: fake)
+    pytest.importorskip("gguf")                             # check_gguf reads with gguf's reader
     gguf = tmp_path / "cut.gguf"
     gguf.write_bytes(b"GGUF" + bytes(12))
     with pytest.raises(ValueError, match=r"cut.gguf: not a readable GGUF file \(ValueError: "
