@@ -46,7 +46,8 @@ def test_readme_is_a_front_door():
     assert len(text.splitlines()) <= 200
     for line in ("make demo    # creates .venv if missing", "make test    # the whole test suite"):
         assert any(l.startswith(line) for l in text.splitlines()), line   # CI's contract
-    assert "A_i = (r_i - mean(r)) / std(r)" in text and "clip(rho_it, 1 - eps, 1 + eps)" in text
+    assert r"$A_i = \dfrac{r_i - \operatorname{mean}(r)}{\operatorname{std}(r) + 10^{-4}}$" in text
+    assert r"\operatorname{clip}(\rho_{i,t},\ 1-\varepsilon_{\text{low}}" in text    # math, not bold text
     assert "notebook 00" in text
     for path in ("learn", "prototype", "teach"):
         assert re.search(rf"^\| \*\*{path}\*\*.*\| `[^`]+`[^|]*\| \[", text, re.M), path
@@ -404,3 +405,27 @@ def test_lesson_12_is_what_its_generator_writes():
     spec.loader.exec_module(gen)
     assert gen.OUT.read_text() == gen.notebook(), "run: python tools/make_nb12.py"
     assert "\x08" not in gen.notebook()        # a "\b" outside a raw string: a lost backslash
+
+
+def test_a_markdown_page_with_a_formula_gets_mathjax_relative_to_itself():
+    """The home page's formulas are typeset, not bold text: a page whose HTML holds an
+    arithmatex span gets the vendored MathJax once, linked from its own folder; a page without
+    a formula, or one that loads MathJax itself (a lesson), is left as it is."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+
+    class Page:
+        def __init__(self, url):
+            self.url = url
+    html = '<p><span class="arithmatex">\\(A_i\\)</span></p></body>'
+    top = hooks.on_post_page(html, Page("index.html"), {})
+    deep = hooks.on_post_page(html, Page("guide/agents.html"), {})
+    assert top.count("<script") == 1 and f'<script src="{hooks.MATHJAX}">' in top
+    assert f'<script src="../{hooks.MATHJAX}">' in deep
+    assert hooks.on_post_page("<p>no formula</p></body>", Page("a.html"), {}) == \
+        "<p>no formula</p></body>"
+    lesson = html.replace("</body>", '<script src="../assets/mathjax/MathJax.js"></script></body>')
+    assert hooks.on_post_page(lesson, Page("lessons/01.html"), {}) == lesson
+    mk = (ROOT / "mkdocs.yml").read_text()
+    assert hooks.MATHJAX.split("?")[1] in mk and "pymdownx.arithmatex" in mk
