@@ -52,7 +52,10 @@ CONVERTED = {
     "loss_type": _choice("loss_type", {
         "grpo": {"aggregation": "seq_mean_token_mean"},
         "dapo": {"aggregation": "token_mean"},          # over the step's tokens, all ranks
-        "dr_grpo": {"aggregation": "dr_grpo"}}),        # constant: max_completion_length
+        "dr_grpo": {"aggregation": "dr_grpo"},          # constant: max_completion_length
+        # TRL 1.16 _compute_loss: -clamp(coef_1, max=epsilon_high).detach() * A * logp, over
+        # num_items_in_batch (the global tokens); epsilon_high is the cap: cispo_cap()
+        "cispo": {"policy_loss": "cispo", "aggregation": "token_mean"}}),
     "scale_rewards": _choice("scale_rewards", {
         "group": {"advantage": "grpo"}, True: {"advantage": "grpo"},
         "none": {"advantage": "mean_centred"}, False: {"advantage": "mean_centred"}}),
@@ -120,6 +123,17 @@ def batch(flat: dict) -> dict:
     return {"prompts_per_step": generation // group}
 
 
+def cispo_cap(flat: dict) -> str | None:
+    """Under ``loss_type: cispo`` TRL caps the IS weight at ``epsilon_high`` itself (not 1 +
+    epsilon_high), and ``epsilon_high`` defaults to ``epsilon``: -> the TRL key that gives the
+    cap (grpo_lab's ``clip.cispo_cap``), None where neither is given (grpo_lab's default 5.0,
+    TRL's recommended value, stays). CISPO reads no other clip value, so the other key of the
+    two is not read, as in TRL."""
+    if flat.get("loss_type") != "cispo":
+        return None
+    return next((k for k in ("epsilon_high", "epsilon") if k in flat), None)
+
+
 def translate(flat: dict) -> tuple[dict, dict]:
     """A config file's flat {key: value} -> (the same with TRL's keys as grpo_lab's, {grpo_lab
     key: the TRL key it came from}); a TRL key with no equivalent raises, naming them all."""
@@ -136,8 +150,12 @@ def translate(flat: dict) -> tuple[dict, dict]:
                              f"{source}: give it once")
         out[key], came_from[key] = value, source
 
+    cap = cispo_cap(flat)
     for key, value in flat.items():
-        if key in RENAMED:
+        if flat.get("loss_type") == "cispo" and key in ("epsilon", "epsilon_high"):
+            if key == cap:
+                put("clip.cispo_cap", value, key)
+        elif key in RENAMED:
             put(RENAMED[key], value, key)
         elif key in CONVERTED:
             for k, v in CONVERTED[key](value).items():
