@@ -200,6 +200,8 @@ def test_tis_floor_is_read_by_trls_modes_only():
         preset("quick", tis={"cap": 2.0, "level": "seq_mean_k1", "floor": 0.5})
     with pytest.raises(ValueError, match="tis.floor must be 0 \\(none\\) or a bound below"):
         preset("quick", tis={"cap": 2.0, "level": "token_mask", "floor": 3.0})
+    with pytest.raises(ValueError, match="tis.floor=0.5 bounds the weights of tis.cap's modes"):
+        preset("quick", tis={"floor": 0.5})
     with pytest.raises(ValueError, match="unknown tis.level 'geometric'"):
         preset("quick", tis={"cap": 2.0, "level": "geometric"})
     assert preset("quick", tis={"cap": 3.0, "level": "sequence_mask", "floor": 0.5}).tis.floor == 0.5

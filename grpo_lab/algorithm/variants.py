@@ -252,6 +252,9 @@ class TIS:
         if self.level != "token" and not self.cap:
             raise ValueError(f"tis.level={self.level!r} says what tis.cap bounds; set tis.cap "
                              f"(> 0) or leave tis.level='token'")
+        if self.floor and not self.cap:
+            raise ValueError(f"tis.floor={self.floor} bounds the weights of tis.cap's modes; "
+                             f"set tis.cap (> 0) or leave tis.floor at 0")
         if self.floor and not IS_LEVELS[self.level].reads_floor:
             raise ValueError(f"tis.floor={self.floor} is TRL's clip_min, read by its modes "
                              f"({', '.join(n for n, m in IS_LEVELS.items() if m.reads_floor)}); "
