@@ -288,3 +288,17 @@ def test_seq_mean_k1_micro_batches_add_up_to_the_whole_batch(monkeypatch, aggreg
     for m in (2, 4):
         shares = backward(grpo_objective, policy, split_batch(batch, m), c)
         assert shares["loss/total"] == pytest.approx(loss, abs=1e-6), m
+
+
+def test_a_saved_config_from_before_the_renames_keeps_its_meaning_or_says_why_not():
+    from grpo_lab.training.config import from_dict, to_dict
+    old = to_dict(preset("quick", policy_loss="cispo"))
+    old["clip"] = {k: v for k, v in old["clip"].items() if k not in ("cispo_cap", "cispo_floor")}
+    old["clip"]["eps_high"] = 4.0                      # then: a cap of 1 + 4 = 5
+    cfg = from_dict(old)
+    assert (cfg.clip.cispo_cap, cfg.clip.eps_high) == (5.0, 0.28)
+    old = to_dict(preset("quick", tis={"cap": 2.0, "level": "sequence_mask"}))
+    del old["tis"]["floor"]
+    with pytest.raises(ValueError, match="saved when tis.level='sequence_mask' meant the "
+                                         "geometric-mean rejection.*seq_mean_k1"):
+        from_dict(old)
