@@ -13,7 +13,8 @@
         [the step variants (variants.py) add what they need at fixed points: per-row
          tensors (the reference's log-probs, the trainer's), reward shaping of this rank's rows
          before the gather (DAPO's soft overlong penalty, beta * KL when kl.placement="reward"), an
-         advantage of their own (process supervision), the rows the loss keeps (overlong)]
+         advantage of their own (process supervision), the rows the loss keeps (overlong,
+         verl's rollout rejection: tis.level seq_mean_k1)]
     objective(policy, batch, cfg, world) -> (loss, shares)        (with grad)
         grpo: loss.surrogate_loss on this rank's rows, the active variants' token weights
         (truncated IS, masks) and per-token terms (beta * KL, the entropy bonus) passed in,
