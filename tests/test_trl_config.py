@@ -73,6 +73,10 @@ def test_a_trl_grpo_config_yaml_trains(tmp_path, capsys):
 @pytest.mark.parametrize("text, said", [
     ("num_train_epochs: 3\nuse_vllm: true\nlearning_rate: 1.0e-5\n",
      "TRL GRPOConfig keys with no grpo_lab equivalent: num_train_epochs, use_vllm"),
+    ("vllm_importance_sampling_mode: sequence_mask\n",
+     "TRL GRPOConfig key with no grpo_lab equivalent: vllm_importance_sampling_mode (the table: "
+     "docs/guide/methods.md, 'A TRL GRPOConfig file'); vllm_importance_sampling_mode is TRL's, "
+     "applied with use_vllm only: grpo_lab's tis.level (TRL's four names) with --rollout vllm"),
     ("loss_type: bnpo\n", "loss_type='bnpo' has no grpo_lab equivalent (these have: 'grpo', "
                           "'dapo', 'dr_grpo', 'cispo')"),
     ("scale_rewards: batch\n", "scale_rewards='batch' has no grpo_lab equivalent"),

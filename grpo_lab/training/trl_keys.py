@@ -98,9 +98,18 @@ NO_EQUIVALENT = {
     "deepspeed", "fsdp", "fsdp_config", "torch_compile", "use_cpu", "local_rank",
 }
 """TRL keys with no grpo_lab setting (or none that means the same: ``num_train_epochs``
-counts passes over a dataset, grpo_lab draws fresh prompts; ``delta`` and the vLLM IS keys
-are other formulas). ``reward_weights`` shares grpo_lab's name and is
-read as grpo_lab's (the table says how they differ)."""
+counts passes over a dataset, grpo_lab draws fresh prompts; ``delta`` is another formula).
+TRL applies its vLLM IS keys only with ``use_vllm``, so a file's are refused with
+``VLLM_IS``'s hint: the same modes are grpo_lab's ``tis.level`` under TRL's names, for a sampler
+that differs from the trainer (``--rollout vllm``). ``reward_weights`` shares grpo_lab's name and
+is read as grpo_lab's (the table says how they differ)."""
+
+VLLM_IS = {"vllm_importance_sampling_correction": "tis.cap > 0",
+           "vllm_importance_sampling_mode": "tis.level (TRL's four names)",
+           "vllm_importance_sampling_clip_max": "tis.cap",
+           "vllm_importance_sampling_cap": "tis.cap",
+           "vllm_importance_sampling_clip_min": "tis.floor"}
+"""TRL's vLLM IS keys -> the grpo_lab setting of the same meaning, named in their refusal."""
 
 
 def batch(flat: dict) -> dict:
@@ -139,9 +148,11 @@ def translate(flat: dict) -> tuple[dict, dict]:
     key: the TRL key it came from}); a TRL key with no equivalent raises, naming them all."""
     refused = sorted(k for k in flat if k in NO_EQUIVALENT)
     if refused:
+        hint = "".join(f"; {k} is TRL's, applied with use_vllm only: grpo_lab's {VLLM_IS[k]} "
+                       f"with --rollout vllm" for k in refused if k in VLLM_IS)
         raise ValueError(f"TRL GRPOConfig key{'s' * (len(refused) > 1)} with no grpo_lab "
                          f"equivalent: {', '.join(refused)} (the table: docs/guide/methods.md, "
-                         f"'A TRL GRPOConfig file')")
+                         f"'A TRL GRPOConfig file'){hint}")
     out, came_from = {}, {}
 
     def put(key, value, source):
