@@ -297,6 +297,9 @@ def test_a_saved_config_from_before_the_renames_keeps_its_meaning_or_says_why_no
     old["clip"]["eps_high"] = 4.0                      # then: a cap of 1 + 4 = 5
     cfg = from_dict(old)
     assert (cfg.clip.cispo_cap, cfg.clip.eps_high) == (5.0, 0.28)
+    old["clip"].update(eps_low=0.1, eps_high=0.5)      # eps_low: read by no cispo loss then
+    cfg = from_dict(old)
+    assert (cfg.clip.cispo_cap, cfg.clip.eps_low, cfg.clip.cispo_floor) == (1.5, 0.2, 0.0)
     old = to_dict(preset("quick", tis={"cap": 2.0, "level": "sequence_mask"}))
     del old["tis"]["floor"]
     with pytest.raises(ValueError, match="saved when tis.level='sequence_mask' meant the "

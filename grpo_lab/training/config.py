@@ -716,12 +716,13 @@ def from_dict(d: dict) -> TrainConfig:
 def upgrade_saved(d: dict) -> dict:
     """A saved config written before a name changed its meaning -> the same run in today's
     names, or an error where today's names cannot say it: CISPO's cap was 1 + clip.eps_high
-    (a saved clip block without cispo_cap), now clip.cispo_cap itself; tis.level
+    (a saved clip block without cispo_cap), now clip.cispo_cap itself (its eps_low, read by no
+    cispo loss then either, is dropped: cispo refuses it now); tis.level
     "sequence_mask" was the geometric-mean rejection with the rejected tokens kept in the
     normaliser (a saved tis block without floor), now TRL's sequence_mask."""
     clip, tis = d.get("clip"), d.get("tis")
     if d.get("policy_loss") == "cispo" and isinstance(clip, dict) and "cispo_cap" not in clip:
-        clip = {k: v for k, v in clip.items() if k != "eps_high"}
+        clip = {k: v for k, v in clip.items() if k not in ("eps_low", "eps_high")}
         d = {**d, "clip": {**clip, "cispo_cap": 1 + d["clip"].get("eps_high", 0.28)}}
     if isinstance(tis, dict) and tis.get("level") == "sequence_mask" and "floor" not in tis:
         raise ValueError("this run's config was saved when tis.level='sequence_mask' meant the "
