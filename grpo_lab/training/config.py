@@ -709,8 +709,19 @@ def preset(name: str, **overrides) -> TrainConfig:
 def from_dict(d: dict) -> TrainConfig:
     """A TrainConfig from ``to_dict``'s output (a checkpoint's or a report's config); its plugins
     are imported first."""
+    d = upgrade_saved(d)                               # older names in today's meaning
     load_plugins(d.get("plugins", ""))
-    return TrainConfig(**upgrade_saved(d))
+    return TrainConfig(**d)
+
+
+CKPT_FORMATS = ("single", "dcp")
+"""TrainConfig.ckpt_format's values."""
+
+# fields a resumed run may change freely: how it runs, not what it computes
+RUNTIME_FIELDS = ("out_dir", "report_to", "threads", "time_budget_s", "target_accuracy",
+                  "ckpt_format",
+                  "exchange.timeout_s", "user_code_timeout_s",
+                  "exchange.overlap")  # overlap changes when bytes move, not what is computed
 
 
 def upgrade_saved(d: dict) -> dict:
@@ -734,20 +745,12 @@ def upgrade_saved(d: dict) -> dict:
     return d
 
 
-CKPT_FORMATS = ("single", "dcp")
-"""TrainConfig.ckpt_format's values."""
-
-# fields a resumed run may change freely: how it runs, not what it computes
-RUNTIME_FIELDS = ("out_dir", "report_to", "threads", "time_budget_s", "target_accuracy",
-                  "ckpt_format",
-                  "exchange.timeout_s", "user_code_timeout_s",
-                  "exchange.overlap")  # overlap changes when bytes move, not what is computed
-
-
 def config_changes(saved: dict, cfg: TrainConfig) -> dict:
     """{field: [saved value, given value]} for every field of ``cfg`` that differs from the
-    saved config (sub-configs dotted: "exchange.name"), runtime fields left out."""
-    now, out = to_dict(cfg), {}
+    saved config (read in today's names, ``upgrade_saved``; sub-configs dotted:
+    "exchange.name"), runtime fields left out."""
+    saved, out = upgrade_saved(saved), {}
+    now = to_dict(cfg)
     for k, v in now.items():
         if isinstance(v, dict) and k != "reward_weights":
             for sk, sv in v.items():

@@ -50,8 +50,7 @@ from tqdm.auto import tqdm
 from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
                                  save_training_checkpoint)
 from grpo_lab import __version__
-from grpo_lab.training.config import (CONFIG_FILE, TrainConfig, config_changes, to_dict,
-                                      upgrade_saved)
+from grpo_lab.training.config import CONFIG_FILE, TrainConfig, config_changes, to_dict
 from grpo_lab.training.config_file import VERSION_KEY
 from grpo_lab.training.trackers import Trackers, check_installed
 from grpo_lab.distributed import dcp
@@ -155,7 +154,6 @@ def make_grouper(cfg: TrainConfig) -> StepGrouper:
 def _check_resumable(path, saved: dict, cfg: TrainConfig, allow_override: bool) -> dict:
     """-> the fields that differ from the saved run ({field: [saved, given]}); an error if
     any does without ``allow_override``, and always for what the saved state depends on."""
-    saved = upgrade_saved(saved)                       # older names in today's meaning
     keys = ("seed", "task", "grouping", "objective")
     have = {k: saved.get(k, {"grouping": "by_prompt", "objective": "grpo"}.get(k)) for k in keys}
     want = {k: getattr(cfg, k) for k in keys}
