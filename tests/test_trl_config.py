@@ -73,8 +73,12 @@ def test_a_trl_grpo_config_yaml_trains(tmp_path, capsys):
 @pytest.mark.parametrize("text, said", [
     ("num_train_epochs: 3\nuse_vllm: true\nlearning_rate: 1.0e-5\n",
      "TRL GRPOConfig keys with no grpo_lab equivalent: num_train_epochs, use_vllm"),
+    ("vllm_importance_sampling_mode: sequence_mask\n",
+     "TRL GRPOConfig key with no grpo_lab equivalent: vllm_importance_sampling_mode (the table: "
+     "docs/guide/methods.md, 'A TRL GRPOConfig file'); vllm_importance_sampling_mode is TRL's, "
+     "applied with use_vllm only: grpo_lab's tis.level (TRL's four names) with --rollout vllm"),
     ("loss_type: bnpo\n", "loss_type='bnpo' has no grpo_lab equivalent (these have: 'grpo', "
-                          "'dapo', 'dr_grpo')"),
+                          "'dapo', 'dr_grpo', 'cispo')"),
     ("scale_rewards: batch\n", "scale_rewards='batch' has no grpo_lab equivalent"),
     ("lr: 0.001\nlearning_rate: 0.002\n", "lr is given twice: by lr and by learning_rate"),
     ("per_device_train_batch_size: 6\nnum_generations: 4\n",
@@ -97,3 +101,17 @@ def test_every_key_of_the_mapping_is_in_the_documented_table():
         assert f"`{key}`" in table, key
     for key, field in trl_keys.RENAMED.items():
         assert f"| `{key}` | `{field}` |" in table, key
+
+
+@pytest.mark.parametrize("text, cap", [
+    ("loss_type: cispo\nepsilon_high: 5.0\n", 5.0),              # TRL's docs: the cap itself
+    ("loss_type: cispo\nepsilon: 0.2\nepsilon_high: 4.0\n", 4.0),  # epsilon: not read by cispo
+    ("loss_type: cispo\nepsilon: 3.0\n", 3.0),                   # epsilon_high defaults to it
+    ("loss_type: cispo\n", 5.0),                                 # neither: grpo_lab's default
+])
+def test_trl_cispo_maps_epsilon_high_to_the_cap_itself(tmp_path, text, cap):
+    # TRL 1.16 _compute_loss: clamp(coef_1, max=self.epsilon_high), normalised by the tokens
+    cfg = cfg_of(["--config", write(tmp_path, text), "--preset", "quick"])
+    assert (cfg.policy_loss, cfg.aggregation, cfg.clip.cispo_cap, cfg.clip.cispo_floor) == (
+        "cispo", "token_mean", cap, 0.0)
+    assert (cfg.clip.eps_low, cfg.clip.eps_high) == (0.2, 0.28)          # untouched, unread

@@ -236,7 +236,8 @@ SCALE = dict(prompts_per_step=5, group_size=4, steps=3, mu=2, max_new_tokens=2, 
 OPTIONS = {
     "filter_gspo_entropy_k1reward_topp_tis": dict(
         overlong={"rule": "filter"}, ratio_level="sequence", entropy_bonus={"coef": 0.05},
-        kl={"beta": 0.05, "placement": "reward", "estimator": "k1"}, top_p=0.8, tis={"cap": 2.0}),
+        kl={"beta": 0.05, "placement": "reward", "estimator": "k1"}, top_p=0.8,
+        tis={"cap": 2.0, "level": "seq_mean_k1"}),          # verl's rejection: gathered rows
     "soft_k2loss_tokenmean": dict(overlong={"rule": "soft"}, kl={"beta": 0.05, "estimator": "k2"},
                                   aggregation="token_mean"),
     # the algorithms issue's options (the entropy mask is left out: its quantile is per rank)

@@ -30,7 +30,8 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "entropy": ("defaults", {"top_entropy": {"quantile": 0.2}, "entropy_bonus": {"coef": 0.01}}),
     "off_policy_mask": ("defaults", {"off_policy_mask": {"delta": 0.5}, "mu": 2}),
     "dr_grpo": ("defaults", {"advantage": "dr_grpo", "aggregation": "dr_grpo"}),
-    "token_mean_cispo": ("defaults", {"aggregation": "token_mean", "policy_loss": "cispo"}),
+    "token_mean_cispo": ("defaults", {"aggregation": "token_mean", "policy_loss": "cispo",
+                                      "clip": {"cispo_cap": 1.28}}),   # 1 + eps_high before
     "micro_batches": ("defaults", {"micro_batches": 2}),
     "no_drop_topk_topp": ("defaults", {"drop_finished": False, "top_k": 8, "top_p": 0.9}),
     "inverse_cdf": ("defaults", {"sample_draw": "inverse_cdf"}),

@@ -62,14 +62,21 @@ with its gradient. Padding is zeroed by the caller.
     both). INTELLECT-2 used delta = 4; no default here, the record needs delta > 1 + eps_high.
   * ``cispo`` (MiniMax-M1, MiniMax 2025): the clipped ratio becomes a stop-gradient weight
     of a REINFORCE term, so no token loses its gradient to clipping:
-        -sg(min(r, 1 + eps_high)) A log pi_theta
-    Deviations: the paper's IS weight has a lower bound 1 - eps_low^IS that it sets out of
-    reach ("we did not impose a lower bound"); here there is none and eps_low is unused by
-    this record (as TRL's implementation, which clamps only above). The loss's *value* is
-    the paper's objective, -w A log pi, so loss/total is not comparable with ``clip``'s; its
-    gradient is -w A grad log pi. The paper aggregates per token (token_mean):
-    ``method="cispo"`` sets that. The GSPO ratio (ratio_level="sequence") is accepted: the
-    weight is then the clipped sequence ratio on every token.
+        -sg(clamp(r, cispo_floor, cispo_cap)) A log pi_theta
+    The bounds are the weight's bounds themselves, not clip ranges: ``clip.cispo_cap`` is
+    TRL's ``epsilon_high`` under ``loss_type="cispo"`` (TRL 1.16 grpo_trainer.py
+    ``_compute_loss``: ``torch.clamp(coef_1, max=self.epsilon_high)``; its docs recommend 5.0,
+    the default here) and verl's 1 + ``clip_ratio_high`` (verl core_algos.py
+    ``compute_policy_loss_cispo``: ``torch.clamp(ratio, 1 - clip_ratio_low, 1 +
+    clip_ratio_high)``); ``clip.cispo_floor`` is verl's 1 - ``clip_ratio_low`` (0 = none, as
+    TRL; the paper sets its lower bound out of reach, "we did not impose a lower bound").
+    eps_low and eps_high are not read by this record (a config that sets them with cispo is
+    refused, naming these two). verl also clamps log r to [-20, 20] before exp
+    (``clip.log_ratio_clamp 20``). The loss's *value* is the paper's objective, -w A log pi,
+    so loss/total is not comparable with ``clip``'s; its gradient is -w A grad log pi. The
+    paper aggregates per token (token_mean): ``method="cispo"`` sets that. The GSPO ratio
+    (ratio_level="sequence") is accepted: the weight is then the clipped sequence ratio on
+    every token.
 
 The GRPO step (training/step.py) calls ``surrogate_loss``, the paper's objective without the
 KL; what a step variant adds (variants.py) comes in as two arguments: ``weight`` multiplies
@@ -185,15 +192,33 @@ class Clip:
     log_ratio_clamp: float = 0.0
     """Clamp log(pi/pi_old) and log(pi_ref/pi) to [-c, c] before exp (verl: 20; 0 = off, the
     default: e^20 = 4.9e8, never reached near the policy, so off changes nothing there)."""
+    cispo_cap: float = 5.0
+    """policy_loss="cispo": the cap on its IS weight, the cap itself: w = min(r, cispo_cap).
+    TRL's epsilon_high under loss_type="cispo" is this number (its docs recommend 5.0);
+    verl's clip_ratio_high = h is cispo_cap = 1 + h."""
+    cispo_floor: float = 0.0
+    """policy_loss="cispo": the lower bound of its IS weight, w = max(r, cispo_floor); 0 = none
+    (TRL; the paper). verl's compute_policy_loss_cispo clamps from below at 1 - clip_ratio_low
+    (0.8 at its default 0.2): cispo_floor = 1 - l."""
 
     def check(self, cfg):
         lookup(POLICY_LOSSES, cfg.policy_loss, "policy_loss")
         _numbers(log_ratio_clamp=self.log_ratio_clamp)
         check_clip(cfg.policy_loss, self)
+        if cfg.policy_loss == "cispo":
+            for f in fields(self):
+                if f.name in ("eps_low", "eps_high") and getattr(self, f.name) != f.default:
+                    raise ValueError(
+                        f"clip.{f.name}={getattr(self, f.name)} is not read by policy_loss="
+                        f"'cispo': its IS weight is clamped to [clip.cispo_floor, "
+                        f"clip.cispo_cap], the bounds themselves (TRL's epsilon_high for "
+                        f"loss_type='cispo' is clip.cispo_cap; verl's clip_ratio_high h and "
+                        f"clip_ratio_low l are clip.cispo_cap = 1 + h, clip.cispo_floor = 1 - l)")
         if cfg.objective != "grpo" and cfg.policy_loss != "clip":
             raise ValueError(f"policy_loss={cfg.policy_loss!r} is read by the grpo objective "
                              f"only, not objective={cfg.objective!r}")
-        grpo_only(cfg, "clip", self, "dual_clip", "delta", "log_ratio_clamp")
+        grpo_only(cfg, "clip", self, "dual_clip", "delta", "log_ratio_clamp", "cispo_cap",
+                  "cispo_floor")
 
 
 register_settings("clip", Clip)
@@ -215,7 +240,7 @@ def two_sided_loss(ratio, logp, A, clip: Clip):
 
 
 def cispo_loss(ratio, logp, A, clip: Clip):
-    w = ratio.clamp(max=1 + clip.eps_high).detach()                        # (N, T) sg(clip(r))
+    w = ratio.clamp(clip.cispo_floor, clip.cispo_cap).detach()             # (N, T) sg(clip(r))
     return -w * A * logp                                                   # (N, T) MiniMax-M1
 
 
@@ -249,20 +274,28 @@ register_policy_loss("two_sided", two_sided_loss, "INTELLECT-2 (Prime Intellect 
                      "caps the unclipped ratio at delta: bounds A < 0 tokens whose ratio exploded",
                      needs=("delta",))
 register_policy_loss("cispo", cispo_loss, "MiniMax-M1 (MiniMax 2025)",
-                     "sg(min(r, 1 + eps_high)) A log pi: a clipped IS weight, no token's "
-                     "gradient clipped away")
+                     "sg(clamp(r, cispo_floor, cispo_cap)) A log pi: a clipped IS weight, no "
+                     "token's gradient clipped away")
 
 
 def check_clip(name: str, clip: Clip) -> Clip:
     """Raise ValueError on a Clip the surrogate ``name`` cannot use, saying why -> the Clip
     with floats."""
     clip = Clip(*_numbers(eps_low=clip.eps_low, eps_high=clip.eps_high, dual_clip=clip.dual_clip,
-                          delta=clip.delta, log_ratio_clamp=clip.log_ratio_clamp))
+                          delta=clip.delta, log_ratio_clamp=clip.log_ratio_clamp,
+                          cispo_cap=clip.cispo_cap, cispo_floor=clip.cispo_floor))
     for field, reader, hint in (("dual_clip", "clip", " (two_sided's delta is the same bound)"),
-                                ("delta", "two_sided", "")):               # its one reader
+                                ("delta", "two_sided", ""),
+                                ("cispo_floor", "cispo", "")):             # its one reader
         if getattr(clip, field) and name != reader:
             raise ValueError(f"clip.{field} is read only by policy_loss={reader!r}; {name!r} "
                              f"does not read it{hint}")
+    if clip.cispo_cap != Clip.cispo_cap and name != "cispo":
+        raise ValueError(f"clip.cispo_cap is read only by policy_loss='cispo'; {name!r} does "
+                         f"not read it (its clip range is clip.eps_low / clip.eps_high)")
+    if name == "cispo" and not clip.cispo_floor < clip.cispo_cap:
+        raise ValueError(f"policy_loss='cispo' needs clip.cispo_floor < clip.cispo_cap, got "
+                         f"floor {clip.cispo_floor} and cap {clip.cispo_cap}")
     if "delta" in POLICY_LOSSES[name].needs and not clip.delta > 1 + clip.eps_high:
         raise ValueError(f"policy_loss={name!r} needs clip.delta > 1 + clip.eps_high = "
                          f"{1 + clip.eps_high} (below it the cap binds on A > 0 tokens too), "
@@ -393,10 +426,12 @@ def surrogate_loss(logp, old_logp, advantages, mask, clip: Clip = Clip(eps_high=
     loss = AGGREGATIONS[aggregation].fn(per_tok, mask, max_len or logp.shape[1])
     with torch.no_grad():
         n_tok = mask.sum().clamp(min=1)
+        lo, hi = ((clip.cispo_floor, clip.cispo_cap) if policy_loss == "cispo"   # the weight's
+                  else (1 - clip.eps_low, 1 + clip.eps_high))                  # bounds, or the range
         frac = lambda hit: float((hit.to(mask.dtype) * mask).sum() / n_tok)  # noqa: E731
         stats = {"loss/total": float(loss),
-                 "clip/low_frac": frac((ratio < 1 - clip.eps_low) & (A < 0)),     # clipped below
-                 "clip/high_frac": frac((ratio > 1 + clip.eps_high) & (A > 0)),   # clipped above
+                 "clip/low_frac": frac((ratio < lo) & (A < 0)),                   # clipped below
+                 "clip/high_frac": frac((ratio > hi) & (A > 0)),                  # clipped above
                  "clip/ratio_mean": float((ratio * mask).sum() / n_tok)}
         if clip.dual_clip:                 # tokens whose loss the dual-clip bound -c A replaced
             stats["clip/dual_frac"] = frac((ratio > clip.dual_clip) & (A < 0))
@@ -427,7 +462,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
               beta=0.0, aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
               kl_estimator="k3", entropy=None, entropy_coef=0.0, tis_weight=None, keep=None, *,
               policy_loss="clip", dual_clip=0.0, delta=0.0, log_ratio_clamp=0.0, kl_clamp=0.0,
-              kl_bias_correction=False):
+              kl_bias_correction=False, cispo_cap=5.0, cispo_floor=0.0):
     """-> (loss, stats): DeepSeekMath eq. 3 in one call (notebooks, exercises, ppo.py): the
     paper's objective ``surrogate_loss`` with beta * KL_it (``kl_term``) and the entropy bonus
     as its terms. logp, old_logp, ref_logp, mask: (N, T); advantages: (N,) or (N, T).
@@ -436,7 +471,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     "loss/kl_<estimator>" (nothing was computed: absent, not 0). ``entropy`` (N, T), with its
     graph, is needed when entropy_coef != 0; ``tis_weight`` (N, T) multiplies the
     policy-gradient term; ``keep`` (N,) bool drops rows. ``policy_loss`` names a surrogate of
-    ``POLICY_LOSSES`` (dual_clip, delta: its Clip); the clamps and kl_bias_correction:
+    ``POLICY_LOSSES`` (dual_clip, delta, cispo_cap, cispo_floor: its Clip); the clamps and
+    kl_bias_correction:
     the module docstring.
     The GRPO step calls ``surrogate_loss`` itself, its variants' terms from variants.py.
     """
@@ -462,7 +498,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     if entropy_coef != 0:
         terms.append(lambda lp, old, real: (-entropy_coef * torch.where(real, entropy, 0.0), {}))
     return surrogate_loss(logp, old_logp, advantages, mask,
-                          Clip(eps_low, eps_high, dual_clip, delta), aggregation, max_len,
+                          Clip(eps_low, eps_high, dual_clip, delta, 0.0, cispo_cap, cispo_floor),
+                          aggregation, max_len,
                           ratio_level, policy_loss, log_ratio_clamp, tis_weight, terms)
 
 
@@ -522,6 +559,9 @@ NUMBERS = {
     "dual_clip": (lambda x: x == 0 or x > 1, "0 (off) or > 1 (a bound c <= 1 would cap the "
                   "loss of on-policy tokens, ratio 1, with A < 0)"),
     "delta": (_BOUND[0], "0 (off) or a finite cap > 1 + eps_high"),
+    "cispo_cap": (lambda x: 0 < x < math.inf, "a finite cap > 0 (TRL recommends 5.0)"),
+    "cispo_floor": (lambda x: 0 <= x < math.inf, "0 (none) or a finite bound > 0 (verl: "
+                    "1 - clip_ratio_low = 0.8)"),
 }
 
 

@@ -18,7 +18,10 @@ the KL, ...).
   * ``gspo``   GSPO (Zheng et al. 2025): the sequence-level ratio with the paper's clip
                range 3e-4 / 4e-4.
   * ``cispo``  CISPO (MiniMax-M1, 2025): the clipped IS-weight loss of loss.POLICY_LOSSES with
-               token-level aggregation.
+               token-level aggregation. Its weight's bounds are ``clip.cispo_cap`` (the cap
+               itself: TRL's epsilon_high for loss_type "cispo", default 5.0 as TRL's docs
+               recommend; verl's 1 + clip_ratio_high) and ``clip.cispo_floor`` (verl's 1 -
+               clip_ratio_low; 0 = none, as TRL); this record sets neither.
   * ``reinforce_pp_baseline`` REINFORCE++-baseline (Hu et al. 2025; verl's estimator of that
                name): group-mean baseline, per-token whitening over the batch, token-level
                aggregation (verl's default loss_agg_mode "token-mean").

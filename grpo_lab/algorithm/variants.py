@@ -11,6 +11,9 @@ it in its one record; adding a variant is adding a record (``register_variant``)
                                         -> (advantages (N,) or (N, T), their real values)
                                            replaces the estimator (one variant at most)
         keep(cfg, stopped (N,)) -> (keep (N,) bool, counts_dropped)   the rows in the loss
+        reject(cfg, rows, rollout) -> (N_r,) bool   this rank's rows that leave the loss and
+                                           its normaliser (verl's rollout rejection); called
+                                           again by the objective on its rows
     objective (with grad):
         weight(cfg, t: Tokens) -> (N_r, Tc)   multiplies the policy-gradient term (detached;
                                            the weights of the active variants multiply)
@@ -51,7 +54,7 @@ from grpo_lab.algorithm.overlong import OVERLONG
 from grpo_lab.algorithm.rollout import completion_logprobs
 from grpo_lab.machine import add_time, now
 from grpo_lab.algorithm.token_weights import (IS_LEVELS, high_entropy_mask, is_weight,
-                                              off_policy_sequence_mask)
+                                              off_policy_sequence_mask, rejected_rows)
 from grpo_lab.registry import check_new, check_number, lookup, register_settings
 
 
@@ -77,6 +80,7 @@ class StepVariant:
     shape_rewards: Callable | None = None
     advantages: Callable | None = None
     keep: Callable | None = None
+    reject: Callable | None = None
     weight: Callable | None = None
     term: Callable | None = None
     stats: Callable | None = None
@@ -228,18 +232,35 @@ class TIS:
     trainer's (bf16 sampling); the gap is logged as sample/logprob_gap (0 = off, no extra
     forward)."""
     level: str = "token"
-    """What cap = C bounds (one of token_weights.IS_LEVELS): "token" (min(w_t, C)), "sequence"
-    (min(prod_t w_t, C) on the whole completion), "sequence_mask" (a completion whose
-    geometric-mean w is outside [1/C, C] leaves the policy gradient)."""
+    """What cap = C bounds (one of token_weights.IS_LEVELS), each named as its reference:
+    verl's "token" (min(w_t, C)), "sequence" (min(prod_t w_t, C) on the whole completion),
+    "seq_mean_k1" (a completion whose geometric-mean w is outside [1/C, C] is rejected: it
+    leaves the loss and its normaliser); TRL's "token_truncate", "sequence_truncate"
+    (clamp to [floor, C]), "token_mask", "sequence_mask" (the token's w, or the completion's
+    product W, kept where it lies in [floor, C], else 0; the normaliser unchanged)."""
+    floor: float = 0.0
+    """TRL's vllm_importance_sampling_clip_min for its four modes (token_truncate,
+    sequence_truncate: the lower clamp; token_mask, sequence_mask: a ratio below it gets
+    weight 0); 0 = none (TRL's None). verl's modes do not read it."""
 
     def check(self, cfg):
         check_number("tis.cap", self.cap, lambda x: x == 0 or x >= 1,
                      "0 (off) or >= 1 (a cap below 1 would shrink on-policy tokens too)")
+        check_number("tis.floor", self.floor, lambda x: 0 <= x < max(self.cap, 1),
+                     f"0 (none) or a bound below tis.cap = {self.cap}")
         lookup(IS_LEVELS, self.level, "tis.level")
         if self.level != "token" and not self.cap:
             raise ValueError(f"tis.level={self.level!r} says what tis.cap bounds; set tis.cap "
                              f"(> 0) or leave tis.level='token'")
-        grpo_only(cfg, "tis", self, "level")
+        if self.floor and not self.cap:
+            raise ValueError(f"tis.floor={self.floor} bounds the weights of tis.cap's modes; "
+                             f"set tis.cap (> 0) or leave tis.floor at 0")
+        if self.floor and not IS_LEVELS[self.level].reads_floor:
+            raise ValueError(f"tis.floor={self.floor} is TRL's clip_min, read by its modes "
+                             f"({', '.join(n for n, m in IS_LEVELS.items() if m.reads_floor)}); "
+                             f"tis.level={self.level!r} ({IS_LEVELS[self.level].reference}) "
+                             f"does not read it")
+        grpo_only(cfg, "tis", self, "level", "floor")
 
 
 def _trainer_rows(policy, cfg, r, ctx) -> dict:
@@ -259,7 +280,9 @@ def _tis_stats(cfg, t: Tokens, w):
 register_variant("tis", lambda cfg: bool(cfg.tis.cap), settings=TIS, rows=_trainer_rows,
                  loss_rows=("old",),
                  weight=lambda cfg, t: is_weight(cfg.tis.level, t.old, t.sampler, t.mask,
-                                                 cfg.tis.cap),  # Yao et al. 2025: min(w, C)
+                                                 cfg.tis.cap, cfg.tis.floor),  # token: min(w, C)
+                 reject=lambda cfg, rows, r: rejected_rows(cfg.tis.level, rows["old"],
+                                                           r.logprobs, r.policy_mask, cfg.tis.cap),
                  stats=_tis_stats,
                  stat_keys=lambda cfg: ("sample/logprob_gap", "sample/tis_capped_frac"),
                  description="truncated IS of the trainer's pi_old against the sampler's")

@@ -709,6 +709,7 @@ def preset(name: str, **overrides) -> TrainConfig:
 def from_dict(d: dict) -> TrainConfig:
     """A TrainConfig from ``to_dict``'s output (a checkpoint's or a report's config); its plugins
     are imported first."""
+    d = upgrade_saved(d)                               # older names in today's meaning
     load_plugins(d.get("plugins", ""))
     return TrainConfig(**d)
 
@@ -723,10 +724,33 @@ RUNTIME_FIELDS = ("out_dir", "report_to", "threads", "time_budget_s", "target_ac
                   "exchange.overlap")  # overlap changes when bytes move, not what is computed
 
 
+def upgrade_saved(d: dict) -> dict:
+    """A saved config written before a name changed its meaning -> the same run in today's
+    names, or an error where today's names cannot say it: CISPO's cap was 1 + clip.eps_high
+    (a saved clip block without cispo_cap), now clip.cispo_cap itself (its eps_low, read by no
+    cispo loss then either, is dropped: cispo refuses it now); tis.level
+    "sequence_mask" was the geometric-mean rejection with the rejected tokens kept in the
+    normaliser (a saved tis block without floor), now TRL's sequence_mask."""
+    clip, tis = d.get("clip"), d.get("tis")
+    if d.get("policy_loss") == "cispo" and isinstance(clip, dict) and "cispo_cap" not in clip:
+        clip = {k: v for k, v in clip.items() if k not in ("eps_low", "eps_high")}
+        d = {**d, "clip": {**clip, "cispo_cap": 1 + d["clip"].get("eps_high", 0.28)}}
+    if isinstance(tis, dict) and tis.get("level") == "sequence_mask" and "floor" not in tis:
+        raise ValueError("this run's config was saved when tis.level='sequence_mask' meant the "
+                         "geometric-mean rejection with the rejected tokens kept in the "
+                         "normaliser; that name is now TRL's sequence_mask (the product of the "
+                         "ratios, kept where it lies in [tis.floor, tis.cap]) and the rejection "
+                         "is verl's seq_mean_k1 (rejected tokens out of the normaliser): set "
+                         "tis.level to one of them in the saved config (docs/guide/methods.md)")
+    return d
+
+
 def config_changes(saved: dict, cfg: TrainConfig) -> dict:
     """{field: [saved value, given value]} for every field of ``cfg`` that differs from the
-    saved config (sub-configs dotted: "exchange.name"), runtime fields left out."""
-    now, out = to_dict(cfg), {}
+    saved config (read in today's names, ``upgrade_saved``; sub-configs dotted:
+    "exchange.name"), runtime fields left out."""
+    saved, out = upgrade_saved(saved), {}
+    now = to_dict(cfg)
     for k, v in now.items():
         if isinstance(v, dict) and k != "reward_weights":
             for sk, sv in v.items():

@@ -13,7 +13,8 @@
         [the step variants (variants.py) add what they need at fixed points: per-row
          tensors (the reference's log-probs, the trainer's), reward shaping of this rank's rows
          before the gather (DAPO's soft overlong penalty, beta * KL when kl.placement="reward"), an
-         advantage of their own (process supervision), the rows the loss keeps (overlong)]
+         advantage of their own (process supervision), the rows the loss keeps (overlong,
+         verl's rollout rejection: tis.level seq_mean_k1)]
     objective(policy, batch, cfg, world) -> (loss, shares)        (with grad)
         grpo: loss.surrogate_loss on this rank's rows, the active variants' token weights
         (truncated IS, masks) and per-token terms (beta * KL, the entropy bonus) passed in,
@@ -124,6 +125,7 @@ class Gathered(NamedTuple):
     lengths: torch.Tensor         # (N,) completion tokens
     stopped: torch.Tensor         # (N,) bool
     step_rewards: list | None     # (N,) lists of per-token rewards (process supervision)
+    rejected: torch.Tensor | None = None  # (N,) bool rows a variant rejects (tis.level seq_mean_k1)
 
 
 def my_rows(kept, draws, mine: range) -> tuple[Scored, list[int]]:
@@ -158,8 +160,9 @@ def gather_rows(group: Group, places: list[int], mine: Gathered, G: int) -> Gath
     if mine.step_rewards is not None:
         flat = [row for x in shared for row in x[5]]
         steps_all = [flat[i] for b in by_place for i in range(b * G, (b + 1) * G)]
+    rejected = None if mine.rejected is None else rows([x[6] for x in shared])
     return Gathered(rows([x[1] for x in shared]), parts, rows([x[3] for x in shared]),
-                    rows([x[4] for x in shared]), steps_all)
+                    rows([x[4] for x in shared]), steps_all, rejected)
 
 
 def _varies(rewards: torch.Tensor, G: int) -> torch.Tensor:
@@ -221,13 +224,30 @@ def _vectors(ctx: StepContext):
     return None if batch is None else batch.embeddings
 
 
-def loss_rows(variants, cfg, stopped: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """-> (the rows the loss keeps (N,) bool, whether per-row normalisers still count the
-    dropped ones): a variant's ``keep`` (overlong), else every row."""
+def loss_rows(variants, cfg, stopped: torch.Tensor,
+              rejected: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (the rows whose tokens the loss keeps (N,) bool, the rows per-row normalisers count
+    (N,) bool): a variant's ``keep`` (overlong: "filter" counts the kept rows, "mask" every
+    row), else every row; ``rejected`` rows (verl's rollout rejection, ``reject_rows``) leave
+    both, as verl removes them from the response mask."""
+    keep, counts_dropped = torch.ones_like(stopped, dtype=torch.bool), False
     for v in variants:
         if v.keep is not None:
-            return v.keep(cfg, stopped)
-    return torch.ones_like(stopped, dtype=torch.bool), False
+            keep, counts_dropped = v.keep(cfg, stopped)
+            break
+    counted = torch.ones_like(keep) if counts_dropped else keep
+    if rejected is not None:
+        keep, counted = keep & ~rejected, counted & ~rejected
+    return keep, counted
+
+
+def reject_rows(variants, cfg, rows: dict, r) -> torch.Tensor | None:
+    """(N_r,) bool: this rank's rows a variant's ``reject`` hook takes out of the loss and its
+    normaliser (None: no variant rejects)."""
+    hooks = [v.reject for v in variants if v.reject is not None]
+    if not hooks or not len(r.completion_ids):
+        return None if not hooks else torch.zeros(0, dtype=torch.bool)
+    return reduce(operator.or_, (h(cfg, rows, r) for h in hooks))
 
 
 def _advantages(cfg, variants, g: Gathered, cluster_ids, prompt_index, group_ids):
@@ -265,7 +285,8 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     steps = (step_rewards(mine.texts, [mine.examples[i] for i in r.prompt_index.tolist()],
                           r.stopped.tolist()) if any(v.step_rewards for v in variants) else None)
     g = gather_rows(ctx.group, places, Gathered(mine.rewards, mine.parts,  # every rank's rows
-                    r.completion_mask.sum(1), r.stopped, steps), G)
+                    r.completion_mask.sum(1), r.stopped, steps,
+                    reject_rows(variants, cfg, rows, r)), G)
     own = torch.tensor([p * G + j for p in places for j in range(G)], dtype=torch.long)
     examples = [draws[d][0][i] for d, i in kept]                           # (B,)
     prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
@@ -281,11 +302,11 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     adv = adv_all[own]                                                     # (N_r,) or (N_r, T)
     if adv.dim() == 2:
         adv = adv[:, :r.completion_ids.shape[1]]                           # (N_r, Tc)
-    # 6. the global counts the loss normalises by: the rows it keeps (overlong), their tokens
-    keep, counts_dropped = loss_rows(variants, cfg, g.stopped)             # (N,)
-    n_rows = len(keep) if counts_dropped else int(keep.sum())              # per-row normaliser
+    # 6. the global counts the loss normalises by: the rows it keeps (overlong, verl's
+    #    rejection), their tokens
+    keep, counted = loss_rows(variants, cfg, g.stopped, g.rejected)        # (N,), (N,)
     loss_reads = {k: rows[k] for v in variants for k in v.loss_rows if k in rows}
-    return Batch(mine, adv, loss_reads, n_rows, int(g.lengths[keep].sum()), cluster_ids,
+    return Batch(mine, adv, loss_reads, int(counted.sum()), int(g.lengths[keep].sum()), cluster_ids,
                  _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index,
                           adv_all, adv_flat, kept, draws, flags))
 
@@ -357,8 +378,9 @@ def _rows_of(t: Tokens, w, keep) -> tuple[Tokens, torch.Tensor | None]:
 
 def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     variants, r = active_variants(cfg), batch.scored.rollout
-    keep, counts_dropped = loss_rows(variants, cfg, r.stopped)            # (N_r,) rows in the loss
-    n = len(keep) if counts_dropped else int(keep.sum())                   # rows normalised by
+    keep, counted = loss_rows(variants, cfg, r.stopped,                    # (N_r,) tokens kept,
+                              reject_rows(variants, cfg, batch.rows, r))   # rows counted
+    n = int(counted.sum())                                                 # rows normalised by
     keys = grpo_stat_keys(cfg)
     if n == 0 or not batch.n_tokens:               # no row, or (overlong "mask") no token kept
         return _zero_loss(policy), dict.fromkeys(keys, 0.0)
@@ -366,15 +388,15 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
                                         forward=cfg.update_forward,
                                         entropy_grad=bool(cfg.entropy_bonus.coef))
     dev = logp.device                                    # the batch is kept on the CPU
-    keep, m = keep.to(dev), r.policy_mask.to(dev)                          # (N_r,), (N_r, Tc)
+    keep, counted, m = keep.to(dev), counted.to(dev), r.policy_mask.to(dev)  # (N_r,) x2, (N_r, Tc)
     kept = m & keep[:, None]                                               # (N_r, Tc) in the loss
     rows, sampler = {k: x.to(dev) for k, x in batch.rows.items()}, r.logprobs.to(dev)
-    t = Tokens(logp, rows.get("old", sampler), sampler, entropy, kept if counts_dropped else m,
+    t = Tokens(logp, rows.get("old", sampler), sampler, entropy, m & (keep | ~counted)[:, None],
                batch.advantages.to(dev), rows)    # overlong "mask" (TRL): the rows stay
     ws = [v.weight(cfg, t) for v in variants if v.weight is not None]     # (N_r, Tc) detached
     w = reduce(operator.mul, ws) if ws else None  # their product: the pg term's weight
-    mine, mine_w = ((t, w) if counts_dropped or keep.all()
-                    else _rows_of(t, w, keep))     # overlong "filter": the kept rows only
+    mine, mine_w = ((t, w) if counted.all()       # overlong "filter", verl's rejection:
+                    else _rows_of(t, w, counted))  # the counted rows only
     loss, stats = surrogate_loss(                  # checked: TrainConfig checked the settings
         mine.logp, mine.old, mine.advantages, mine.mask,
         cfg.clip, cfg.aggregation, max_new_tokens(cfg), cfg.ratio_level, cfg.policy_loss,

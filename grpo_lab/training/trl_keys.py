@@ -52,7 +52,10 @@ CONVERTED = {
     "loss_type": _choice("loss_type", {
         "grpo": {"aggregation": "seq_mean_token_mean"},
         "dapo": {"aggregation": "token_mean"},          # over the step's tokens, all ranks
-        "dr_grpo": {"aggregation": "dr_grpo"}}),        # constant: max_completion_length
+        "dr_grpo": {"aggregation": "dr_grpo"},          # constant: max_completion_length
+        # TRL 1.16 _compute_loss: -clamp(coef_1, max=epsilon_high).detach() * A * logp, over
+        # num_items_in_batch (the global tokens); epsilon_high is the cap: cispo_cap()
+        "cispo": {"policy_loss": "cispo", "aggregation": "token_mean"}}),
     "scale_rewards": _choice("scale_rewards", {
         "group": {"advantage": "grpo"}, True: {"advantage": "grpo"},
         "none": {"advantage": "mean_centred"}, False: {"advantage": "mean_centred"}}),
@@ -95,9 +98,18 @@ NO_EQUIVALENT = {
     "deepspeed", "fsdp", "fsdp_config", "torch_compile", "use_cpu", "local_rank",
 }
 """TRL keys with no grpo_lab setting (or none that means the same: ``num_train_epochs``
-counts passes over a dataset, grpo_lab draws fresh prompts; ``delta`` and the vLLM IS keys
-are other formulas). ``reward_weights`` shares grpo_lab's name and is
-read as grpo_lab's (the table says how they differ)."""
+counts passes over a dataset, grpo_lab draws fresh prompts; ``delta`` is another formula).
+TRL applies its vLLM IS keys only with ``use_vllm``, so a file's are refused with
+``VLLM_IS``'s hint: the same modes are grpo_lab's ``tis.level`` under TRL's names, for a sampler
+that differs from the trainer (``--rollout vllm``). ``reward_weights`` shares grpo_lab's name and
+is read as grpo_lab's (the table says how they differ)."""
+
+VLLM_IS = {"vllm_importance_sampling_correction": "tis.cap > 0",
+           "vllm_importance_sampling_mode": "tis.level (TRL's four names)",
+           "vllm_importance_sampling_clip_max": "tis.cap",
+           "vllm_importance_sampling_cap": "tis.cap",
+           "vllm_importance_sampling_clip_min": "tis.floor"}
+"""TRL's vLLM IS keys -> the grpo_lab setting of the same meaning, named in their refusal."""
 
 
 def batch(flat: dict) -> dict:
@@ -120,14 +132,27 @@ def batch(flat: dict) -> dict:
     return {"prompts_per_step": generation // group}
 
 
+def cispo_cap(flat: dict) -> str | None:
+    """Under ``loss_type: cispo`` TRL caps the IS weight at ``epsilon_high`` itself (not 1 +
+    epsilon_high), and ``epsilon_high`` defaults to ``epsilon``: -> the TRL key that gives the
+    cap (grpo_lab's ``clip.cispo_cap``), None where neither is given (grpo_lab's default 5.0,
+    TRL's recommended value, stays). CISPO reads no other clip value, so the other key of the
+    two is not read, as in TRL."""
+    if flat.get("loss_type") != "cispo":
+        return None
+    return next((k for k in ("epsilon_high", "epsilon") if k in flat), None)
+
+
 def translate(flat: dict) -> tuple[dict, dict]:
     """A config file's flat {key: value} -> (the same with TRL's keys as grpo_lab's, {grpo_lab
     key: the TRL key it came from}); a TRL key with no equivalent raises, naming them all."""
     refused = sorted(k for k in flat if k in NO_EQUIVALENT)
     if refused:
+        hint = "".join(f"; {k} is TRL's, applied with use_vllm only: grpo_lab's {VLLM_IS[k]} "
+                       f"with --rollout vllm" for k in refused if k in VLLM_IS)
         raise ValueError(f"TRL GRPOConfig key{'s' * (len(refused) > 1)} with no grpo_lab "
                          f"equivalent: {', '.join(refused)} (the table: docs/guide/methods.md, "
-                         f"'A TRL GRPOConfig file')")
+                         f"'A TRL GRPOConfig file'){hint}")
     out, came_from = {}, {}
 
     def put(key, value, source):
@@ -136,8 +161,12 @@ def translate(flat: dict) -> tuple[dict, dict]:
                              f"{source}: give it once")
         out[key], came_from[key] = value, source
 
+    cap = cispo_cap(flat)
     for key, value in flat.items():
-        if key in RENAMED:
+        if flat.get("loss_type") == "cispo" and key in ("epsilon", "epsilon_high"):
+            if key == cap:
+                put("clip.cispo_cap", value, key)
+        elif key in RENAMED:
             put(RENAMED[key], value, key)
         elif key in CONVERTED:
             for k, v in CONVERTED[key](value).items():
