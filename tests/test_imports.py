@@ -277,3 +277,27 @@ if __name__ == "__main__":
     for a, b in bad:
         print(f"  {a} -> {b}")
     print(f"computed grpo_lab imports: {sorted((a, b) for a, bs in computed.items() for b in bs)}")
+
+
+_CONFIG_BUILT = r"""
+import json, sys
+from grpo_lab.training.config import TrainConfig
+TrainConfig()
+print(json.dumps(sorted(m for m in sys.modules if m == "grpo_lab" or m.startswith("grpo_lab."))))
+print("numba" in sys.modules)
+"""
+
+
+def test_building_a_config_loads_at_most_a_quarter_of_the_package(capsys):
+    """``TrainConfig()`` checks its own fields; the records it names (objective, exchange,
+    policy, grouper, ...) check it in ``check_records``: no step, no exchanges, no numba."""
+    r = subprocess.run([sys.executable, "-c", _CONFIG_BUILT], capture_output=True, text=True,
+                       cwd=ROOT, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    loaded, numba = r.stdout.splitlines()
+    loaded = json.loads(loaded)
+    with capsys.disabled():
+        print(f"\nTrainConfig(): {len(loaded)} of {len(modules(ROOT))} grpo_lab modules")
+    assert 4 * len(loaded) <= len(modules(ROOT)), loaded
+    assert "grpo_lab.training.step" not in loaded and "grpo_lab.distributed.exchanges" not in loaded
+    assert numba == "False", "numba imported by TrainConfig()"

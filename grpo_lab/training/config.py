@@ -26,27 +26,27 @@ from grpo_lab.registry import load_plugins, lookup
 from grpo_lab.tasks import MIXTURE_TASKS
 
 if TYPE_CHECKING:
-    from grpo_lab.distributed.exchanges import ExchangeConfig
-    from grpo_lab.policies.hf import HFConfig
-    from grpo_lab.training.ppo import PPOConfig
+    from grpo_lab.distributed.exchange_config import ExchangeConfig
+    from grpo_lab.policies.hf_config import HFConfig
+    from grpo_lab.training.ppo_config import PPOConfig
 
-# Importing this module loads the registry and the task list only: each check below imports
-# the registries it looks names up in, and each sub-config's class (with what it configures:
-# ExchangeConfig with the exchanges, numba included) loads when a config is built.
+# Importing this module loads the registry and the task list only; building a config loads
+# the sub-configs' and settings blocks' classes, not the records that check them
+# (check_records imports those).
 
 
 def _exchange_config(**fields) -> ExchangeConfig:
-    from grpo_lab.distributed.exchanges import ExchangeConfig
+    from grpo_lab.distributed.exchange_config import ExchangeConfig
     return ExchangeConfig(**fields)
 
 
 def _ppo_config(**fields) -> PPOConfig:
-    from grpo_lab.training.ppo import PPOConfig
+    from grpo_lab.training.ppo_config import PPOConfig
     return PPOConfig(**fields)
 
 
 def _hf_config(**fields) -> HFConfig:
-    from grpo_lab.policies.hf import HFConfig
+    from grpo_lab.policies.hf_config import HFConfig
     return HFConfig(**fields)
 
 def _block(name: str, cls: type, value):
@@ -338,28 +338,17 @@ class TrainConfig:
         return min(self.prompts_per_step, max(2, self.prompts_per_step // 4))
 
     def __post_init__(self):
-        # no side effects here: plugins are imported by preset(), from_dict(), the CLI and the
-        # trainer's setup before a config naming what they register is built
-        from grpo_lab.algorithm.advantages import ADVANTAGES
-        from grpo_lab.algorithm.loss import AGGREGATIONS, RATIO_LEVELS
+        """The config's own fields; the records it names check it in ``check_records``. No
+        side effects here: plugins are imported by preset(), from_dict(), the CLI and the
+        trainer's setup before a config naming what they register is built."""
         from grpo_lab.algorithm.methods import apply_method
-        from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
-        from grpo_lab.agents import step as agents  # noqa: F401 (environments, objective "agent")
-        from grpo_lab.tasks.instruct import check_config as check_instruct
-        from grpo_lab.tasks.rewards import REWARDS
-        from grpo_lab.training.step import get_objective
-        from grpo_lab.training.trackers import sink_names
         if isinstance(self.exchange, dict):
             self.exchange = _exchange_config(**self.exchange)
         if isinstance(self.ppo, dict):
             self.ppo = _ppo_config(**self.ppo)
         if isinstance(self.hf, dict):
             self.hf = _hf_config(**self.hf)
-        # the built-in objectives are registered by now: step.py's own, and ppo.py's ("ppo"),
-        # the module of the ppo field's class
-        objective = get_objective(self.objective)
         apply_method(self)
-        self._check_policy()
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
         _finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps",
@@ -368,9 +357,6 @@ class TrainConfig:
         _nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
                      "grad_clip", "eval_every", "eval_size", "threads",
                      "user_code_timeout_s")
-        if self.group_size < 2 and objective.needs_group:       # PPO's critic needs no group
-            raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
-                             f"got {self.group_size}")
         if self.group_size < 1:
             raise ValueError(f"group_size (G) must be >= 1, got {self.group_size}")
         if not self.temperature > 0:
@@ -387,13 +373,8 @@ class TrainConfig:
             if value > ceiling:
                 raise ValueError(f"{name}={value} is above its ceiling {ceiling} "
                                  f"(config.CEILINGS): {CEILING_WHY[name]}")
-        for t in self.task_names:
-            lookup(TASKS, t, "task", f"in task={self.task!r}: several join by commas, or 'mixture'")
         if len(set(self.task_names)) != len(self.task_names):
             raise ValueError(f"task {self.task!r} names a task twice")
-        lookup(ADVANTAGES, self.advantage, "advantage")
-        lookup(AGGREGATIONS, self.aggregation, "aggregation")
-        lookup(RATIO_LEVELS, self.ratio_level, "ratio_level")
         lookup(("outcome", "process"), self.supervision, "supervision")
         _finite(self, "top_p")
         if not 0 < self.top_p <= 1:
@@ -403,146 +384,182 @@ class TrainConfig:
                              f"of Dr. GRPO (its per-sequence 1/|o_i| stays): use "
                              f"method='dr_grpo' for the method, or advantage='mean_centred' "
                              f"for its advantage alone")
-        for block in self.blocks.values():      # each record's settings check themselves
-            if hasattr(block, "check"):
-                block.check(self)
-        check_instruct(self.task_names, self.answer_format, self.policy, self.supervision)
         if self.answer_format != "raw" and not self.max_new_tokens:
             self.max_new_tokens = 64                 # a sentence, not the toy's answer + 2
         lookup(("constant", "cosine"), self.lr_schedule, "lr_schedule")
         lookup(CKPT_FORMATS, self.ckpt_format, "ckpt_format")
-        if self.ckpt_format == "dcp":
-            from grpo_lab.distributed.exchanges import EXCHANGES
-            if not EXCHANGES[self.exchange.name].torch_adamw:
-                raise ValueError(f"ckpt_format='dcp' saves the state of torch's AdamW; exchange "
-                                 f"{self.exchange.name!r} steps its own Adam: write "
-                                 f"ckpt_format='single' or pick an exchange that steps torch's "
-                                 f"AdamW")
-        sink_names(self.report_to)               # known sinks; their packages: at train start
         if not self.reward_weights:
             raise ValueError("reward_weights is empty")
         for name, w in self.reward_weights.items():
-            lookup(REWARDS, name, "reward function")
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
                 raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
-        self._check_grouping()
-        self._check_ppo(objective)
-        self._check_memory(objective)
-        self._check_parameter_sharding()
-
-    def _check_memory(self, objective):
-        from grpo_lab.policies.policy import get_policy_kind
-        _nonnegative(self, "checkpoint_every")
+        _nonnegative(self, "checkpoint_every", "group_k", "recluster_every")
         _positive(self, "micro_batches")
         if self.micro_batches > self.prompts_per_step:
             raise ValueError(f"micro_batches={self.micro_batches} is more than the "
                              f"prompts_per_step={self.prompts_per_step} prompts to split "
                              f"(a micro-batch holds whole prompts)")
-        why = (f"objective={self.objective!r} (its loss is not normalised by global counts yet)"
-               if not objective.splits else
-               f"exchange.name={self.exchange.name!r} (DDP reduces during each backward)"
-               if self.exchange.kind.reduces_in_backward else
-               "exchange.overlap=True (it reduces during each backward)"
-               if self.exchange.overlap else None)
-        if self.micro_batches > 1 and why:
-            raise ValueError(f"micro_batches={self.micro_batches} does not work with {why}")
         if self.hf.gradient_checkpointing and self.checkpoint_every > 1:
             raise ValueError(f"hf.gradient_checkpointing=True checkpoints every layer, "
                              f"checkpoint_every={self.checkpoint_every} every "
                              f"{self.checkpoint_every}-th: set one of them")
-        if self.autocast and not get_policy_kind(self.policy).own_autocast:
-            raise ValueError("autocast=True is the toy policy's training-forward autocast; "
-                             "for policy='hf' set hf.autocast=True (every forward)")
-
-    def _check_parameter_sharding(self):
-        """What an exchange that shards the weights (fsdp2) cannot run with."""
-        from grpo_lab.algorithm.overlong import OVERLONG
-        if not self.exchange.kind.shards_parameters:
-            return
-        name = self.exchange.name
-        if self.hf.sample_dtype:
-            raise ValueError(f"hf.sample_dtype={self.hf.sample_dtype!r} samples from a copy of "
-                             f"the whole model, but exchange {name!r} keeps 1/N of the weights "
-                             f"per rank: leave hf.sample_dtype empty (exchange.param_dtype "
-                             f"gathers the weights in another dtype instead)")
-        if OVERLONG[self.overlong.rule].filters:
-            raise ValueError(f"overlong.rule={self.overlong.rule!r} can leave a rank with no row "
-                             f"in the loss and so no training forward, while exchange {name!r} "
-                             f"gathers weights in every rank's forward (the others would wait "
-                             f"for it): use overlong.rule='none' or 'soft'")
-
-    def _check_ppo(self, objective):
-        from grpo_lab.training.step import OBJECTIVES
-        if self.ppo.vf_lr and not objective.critic:
-            critics = sorted(n for n, o in OBJECTIVES.items() if o.critic)
-            raise ValueError(f"ppo.vf_lr={self.ppo.vf_lr} is the critic's learning rate: it needs "
-                             f"objective={critics[0]!r}, not {self.objective!r}")
-        if objective.check is not None:
-            objective.check(self)
-
-    def _check_policy(self):
-        from grpo_lab.policies.engine import UPDATE_FORWARDS
-        from grpo_lab.algorithm import vllm_rollout  # noqa: F401 (its kind registers)
-        from grpo_lab.algorithm.rollout import DRAWS, ROLLOUTS
-        from grpo_lab.policies.hf import HFConfig
-        from grpo_lab.policies.policy import get_policy_kind, hf_run_checkpoint
-        kind = get_policy_kind(self.policy)
-        lookup(DRAWS, self.sample_draw, "sample_draw")
-        lookup(UPDATE_FORWARDS, self.update_forward, "update_forward")
-        lookup(ROLLOUTS, self.rollout, "rollout").check(self)
-        if self.hf.lora_r and self.policy != "hf":
-            raise ValueError(f"hf.lora_r={self.hf.lora_r} adds LoRA adapters to a transformers "
-                             f"model: it needs policy='hf' (policy={self.policy!r})")
-        if self.policy != "hf":                     # every hf field is read by policy="hf" only
-            given = {f.name: getattr(self.hf, f.name) for f in dataclasses.fields(HFConfig)
-                     if getattr(self.hf, f.name) != f.default}
-            if given:
-                name, value = next(iter(given.items()))
-                raise ValueError(f"hf.{name}={value!r} configures a transformers model, but "
-                                 f"policy={self.policy!r} does not read it: set policy='hf' or "
-                                 f"drop it")
-        if self.system_prompt and not (self.policy == "hf" and self.hf.chat_template):
-            raise ValueError(f"system_prompt={self.system_prompt[:40]!r}... is a system turn of "
-                             f"a chat template: it needs policy='hf' with hf.chat_template=True "
-                             f"(policy={self.policy!r}, hf.chat_template="
-                             f"{self.hf.chat_template}); a preset's own prompt is dropped with "
-                             f"system_prompt=''")
-        if (not kind.file_based and self.base_checkpoint.endswith(".safetensors")
-                and hf_run_checkpoint(self.base_checkpoint) is None):
-            raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
-                             f"base_checkpoint={self.base_checkpoint!r} is a grpo_lab file "
-                             f"(a toy policy: policy='toy'), not an HF run's training "
-                             f"checkpoint")
-
-    def _check_grouping(self):
-        from grpo_lab.algorithm.advantages import COMBINE
-        from grpo_lab.algorithm.grouping import GROUPERS
-        if not isinstance(self.grouping, str):        # registering is preset()'s, not ours
-            raise ValueError(f"grouping={self.grouping!r}: a config holds a grouper's name; "
-                             f"pass the function or record to config.preset(...), which "
-                             f"registers it, or register it (grouping.register_grouper) first")
-        record = lookup(GROUPERS, self.grouping, "grouping",
-                        "register your own with grouping.register_grouper")
-        lookup(COMBINE, self.combine, "combine option")
-        _nonnegative(self, "group_k", "recluster_every")
-        if record.takes_k and not self.group_k:
-            why = ("one per task" if len(self.task_names) > 1 else
-                   f"max(2, prompts_per_step // 4) for one task")
-            warnings.warn(f"grouping={self.grouping!r} takes k and group_k is not set: using "
-                          f"k = {self.n_groups} ({why}); set group_k to choose", stacklevel=3)
-        if record.takes_k and self.n_groups > self.prompts_per_step:
-            raise ValueError(f"{self.n_groups} groups (group_k={self.group_k}) is more than the "
-                             f"prompts_per_step={self.prompts_per_step} prompts to group")
-        if self.recluster_every and not record.reclusterable:
-            reclusterable = sorted(n for n, g in GROUPERS.items() if g.reclusterable)
-            raise ValueError(f"recluster_every={self.recluster_every} keeps K-means clusters "
-                             f"across steps: it needs a reclusterable grouping "
-                             f"({reclusterable}), got {self.grouping!r}")
         if self.group_schedule and not self.recluster_every:
             raise ValueError("group_schedule grows k at each re-fit: set recluster_every > 0")
         if self.supervision == "process" and self.combine != "cluster":
             raise ValueError(f"supervision='process' normalises step rewards per group id: "
                              f"it needs combine='cluster', got {self.combine!r}")
+
+
+def check_records(cfg: TrainConfig) -> TrainConfig:
+    """Ask each record ``cfg`` names to check it -> cfg: the objective, the tasks, estimator,
+    aggregation, rewards and trackers, the settings blocks, the policy and rollout kinds, the
+    grouper, the exchange, PPO's critic. ``preset()``, ``from_dict()`` and the trainer's
+    ``setup`` call it, once per config object (``TrainConfig()`` checks its own fields only,
+    so building one loads none of these records)."""
+    from grpo_lab.agents import step as agents  # noqa: F401 (environments, objective "agent")
+    from grpo_lab.algorithm.advantages import ADVANTAGES
+    from grpo_lab.algorithm.loss import AGGREGATIONS, RATIO_LEVELS
+    from grpo_lab.distributed.exchanges import EXCHANGES, check_exchange
+    from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
+    from grpo_lab.tasks.instruct import check_config as check_instruct
+    from grpo_lab.tasks.rewards import REWARDS
+    from grpo_lab.training.ppo import CRITICS          # and objective "ppo"
+    from grpo_lab.training.step import get_objective
+    from grpo_lab.training.trackers import sink_names
+    if cfg.__dict__.get("_checked"):
+        return cfg
+    objective = get_objective(cfg.objective)
+    _check_policy(cfg)
+    if cfg.group_size < 2 and objective.needs_group:       # PPO's critic needs no group
+        raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
+                         f"got {cfg.group_size}")
+    for t in cfg.task_names:
+        lookup(TASKS, t, "task", f"in task={cfg.task!r}: several join by commas, or 'mixture'")
+    lookup(ADVANTAGES, cfg.advantage, "advantage")
+    lookup(AGGREGATIONS, cfg.aggregation, "aggregation")
+    lookup(RATIO_LEVELS, cfg.ratio_level, "ratio_level")
+    for block in cfg.blocks.values():      # each record's settings check themselves
+        if hasattr(block, "check"):
+            block.check(cfg)
+    check_instruct(cfg.task_names, cfg.answer_format, cfg.policy, cfg.supervision)
+    check_exchange(cfg.exchange)
+    if cfg.ckpt_format == "dcp" and not EXCHANGES[cfg.exchange.name].torch_adamw:
+        raise ValueError(f"ckpt_format='dcp' saves the state of torch's AdamW; exchange "
+                         f"{cfg.exchange.name!r} steps its own Adam: write "
+                         f"ckpt_format='single' or pick an exchange that steps torch's AdamW")
+    sink_names(cfg.report_to)               # known sinks; their packages: at train start
+    for name in cfg.reward_weights:
+        lookup(REWARDS, name, "reward function")
+    lookup(CRITICS, cfg.ppo.critic, "ppo.critic")
+    _check_grouping(cfg)
+    _check_ppo(cfg, objective)
+    _check_memory(cfg, objective)
+    _check_parameter_sharding(cfg)
+    cfg.__dict__["_checked"] = True
+    return cfg
+
+
+def _check_memory(cfg, objective):
+    from grpo_lab.policies.policy import get_policy_kind
+    why = (f"objective={cfg.objective!r} (its loss is not normalised by global counts yet)"
+           if not objective.splits else
+           f"exchange.name={cfg.exchange.name!r} (DDP reduces during each backward)"
+           if cfg.exchange.kind.reduces_in_backward else
+           "exchange.overlap=True (it reduces during each backward)"
+           if cfg.exchange.overlap else None)
+    if cfg.micro_batches > 1 and why:
+        raise ValueError(f"micro_batches={cfg.micro_batches} does not work with {why}")
+    if cfg.autocast and not get_policy_kind(cfg.policy).own_autocast:
+        raise ValueError("autocast=True is the toy policy's training-forward autocast; "
+                         "for policy='hf' set hf.autocast=True (every forward)")
+
+
+def _check_parameter_sharding(cfg):
+    """What an exchange that shards the weights (fsdp2) cannot run with."""
+    from grpo_lab.algorithm.overlong import OVERLONG
+    if not cfg.exchange.kind.shards_parameters:
+        return
+    name = cfg.exchange.name
+    if cfg.hf.sample_dtype:
+        raise ValueError(f"hf.sample_dtype={cfg.hf.sample_dtype!r} samples from a copy of "
+                         f"the whole model, but exchange {name!r} keeps 1/N of the weights "
+                         f"per rank: leave hf.sample_dtype empty (exchange.param_dtype "
+                         f"gathers the weights in another dtype instead)")
+    if OVERLONG[cfg.overlong.rule].filters:
+        raise ValueError(f"overlong.rule={cfg.overlong.rule!r} can leave a rank with no row "
+                         f"in the loss and so no training forward, while exchange {name!r} "
+                         f"gathers weights in every rank's forward (the others would wait "
+                         f"for it): use overlong.rule='none' or 'soft'")
+
+
+def _check_ppo(cfg, objective):
+    from grpo_lab.training.step import OBJECTIVES
+    if cfg.ppo.vf_lr and not objective.critic:
+        critics = sorted(n for n, o in OBJECTIVES.items() if o.critic)
+        raise ValueError(f"ppo.vf_lr={cfg.ppo.vf_lr} is the critic's learning rate: it needs "
+                         f"objective={critics[0]!r}, not {cfg.objective!r}")
+    if objective.check is not None:
+        objective.check(cfg)
+
+
+def _check_policy(cfg):
+    from grpo_lab.policies.engine import UPDATE_FORWARDS
+    from grpo_lab.algorithm import vllm_rollout  # noqa: F401 (its kind registers)
+    from grpo_lab.algorithm.rollout import DRAWS, ROLLOUTS
+    from grpo_lab.policies.hf_config import HFConfig
+    from grpo_lab.policies.policy import get_policy_kind, hf_run_checkpoint
+    kind = get_policy_kind(cfg.policy)
+    lookup(DRAWS, cfg.sample_draw, "sample_draw")
+    lookup(UPDATE_FORWARDS, cfg.update_forward, "update_forward")
+    lookup(ROLLOUTS, cfg.rollout, "rollout").check(cfg)
+    if cfg.hf.lora_r and cfg.policy != "hf":
+        raise ValueError(f"hf.lora_r={cfg.hf.lora_r} adds LoRA adapters to a transformers "
+                         f"model: it needs policy='hf' (policy={cfg.policy!r})")
+    if cfg.policy != "hf":                     # every hf field is read by policy="hf" only
+        given = {f.name: getattr(cfg.hf, f.name) for f in dataclasses.fields(HFConfig)
+                 if getattr(cfg.hf, f.name) != f.default}
+        if given:
+            name, value = next(iter(given.items()))
+            raise ValueError(f"hf.{name}={value!r} configures a transformers model, but "
+                             f"policy={cfg.policy!r} does not read it: set policy='hf' or "
+                             f"drop it")
+    if cfg.system_prompt and not (cfg.policy == "hf" and cfg.hf.chat_template):
+        raise ValueError(f"system_prompt={cfg.system_prompt[:40]!r}... is a system turn of "
+                         f"a chat template: it needs policy='hf' with hf.chat_template=True "
+                         f"(policy={cfg.policy!r}, hf.chat_template="
+                         f"{cfg.hf.chat_template}); a preset's own prompt is dropped with "
+                         f"system_prompt=''")
+    if (not kind.file_based and cfg.base_checkpoint.endswith(".safetensors")
+            and hf_run_checkpoint(cfg.base_checkpoint) is None):
+        raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
+                         f"base_checkpoint={cfg.base_checkpoint!r} is a grpo_lab file "
+                         f"(a toy policy: policy='toy'), not an HF run's training "
+                         f"checkpoint")
+
+
+def _check_grouping(cfg):
+    from grpo_lab.algorithm.advantages import COMBINE
+    from grpo_lab.algorithm.grouping import GROUPERS
+    if not isinstance(cfg.grouping, str):        # registering is preset()'s, not ours
+        raise ValueError(f"grouping={cfg.grouping!r}: a config holds a grouper's name; "
+                         f"pass the function or record to config.preset(...), which "
+                         f"registers it, or register it (grouping.register_grouper) first")
+    record = lookup(GROUPERS, cfg.grouping, "grouping",
+                    "register your own with grouping.register_grouper")
+    lookup(COMBINE, cfg.combine, "combine option")
+    if record.takes_k and not cfg.group_k:
+        why = ("one per task" if len(cfg.task_names) > 1 else
+               f"max(2, prompts_per_step // 4) for one task")
+        warnings.warn(f"grouping={cfg.grouping!r} takes k and group_k is not set: using "
+                      f"k = {cfg.n_groups} ({why}); set group_k to choose", stacklevel=4)
+    if record.takes_k and cfg.n_groups > cfg.prompts_per_step:
+        raise ValueError(f"{cfg.n_groups} groups (group_k={cfg.group_k}) is more than the "
+                         f"prompts_per_step={cfg.prompts_per_step} prompts to group")
+    if cfg.recluster_every and not record.reclusterable:
+        reclusterable = sorted(n for n, g in GROUPERS.items() if g.reclusterable)
+        raise ValueError(f"recluster_every={cfg.recluster_every} keeps K-means clusters "
+                         f"across steps: it needs a reclusterable grouping "
+                         f"({reclusterable}), got {cfg.grouping!r}")
 
 
 @dataclass
@@ -703,14 +720,14 @@ def preset(name: str, **overrides) -> TrainConfig:
     fields = merge(PRESETS[name], overrides)
     if not isinstance(fields.get("grouping", ""), str):   # a function or record: registered
         fields["grouping"] = get_grouper(fields["grouping"]).name   # the config keeps its name
-    return TrainConfig(**fields)
+    return check_records(TrainConfig(**fields))
 
 
 def from_dict(d: dict) -> TrainConfig:
     """A TrainConfig from ``to_dict``'s output (a checkpoint's or a report's config); its plugins
     are imported first."""
     load_plugins(d.get("plugins", ""))
-    return TrainConfig(**d)
+    return check_records(TrainConfig(**d))
 
 
 CKPT_FORMATS = ("single", "dcp")
