@@ -105,12 +105,6 @@ class ExchangeConfig:
             raise ValueError(f"exchange.timeout_s must be > 0, got {self.timeout_s}")
 
     @property
-    def resumes_exactly(self) -> bool:
-        """Whether a checkpoint holds all of this exchange's state: compressed exchanges also
-        keep per-rank residuals and sampling generators, and PowerSGD its error feedback."""
-        return EXCHANGES[self.name].resumes_exactly
-
-    @property
     def kind(self) -> "ExchangeKind":
         """The registry record of ``name`` (its capabilities)."""
         return EXCHANGES[self.name]

@@ -16,10 +16,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 @dataclass
 class HFConfig:
     """``TrainConfig.hf``: how a policy="hf" run loads and runs its transformers model
-    (``--hf.dtype`` on the command line). The flat names of older configs (hf_dtype,
-    hf_autocast, hf_chat_template, hf_trust_remote_code, hf_gradient_checkpointing,
-    hf_sample_dtype, lora_r, lora_alpha) are read into it for one release
-    (config.MOVED_FIELDS)."""
+    (``--hf.dtype`` on the command line)."""
     dtype: str = "float32"
     """Dtype the weights are loaded and trained in ("float32", "bfloat16", "float16").
     bfloat16 halves memory but AdamW then updates bf16 weights, which keep about 3

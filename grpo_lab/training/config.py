@@ -18,36 +18,26 @@ import dataclasses
 import inspect
 import math
 import textwrap
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from grpo_lab.distributed.exchange_config import ExchangeConfig
 from grpo_lab.registry import load_plugins, lookup
 from grpo_lab.tasks import MIXTURE_TASKS
+from grpo_lab.training.ppo_config import PPOConfig
 
 if TYPE_CHECKING:
-    from grpo_lab.distributed.exchange_config import ExchangeConfig
     from grpo_lab.policies.hf_config import HFConfig
-    from grpo_lab.training.ppo_config import PPOConfig
 
-# Importing this module loads the registry and the task list only; building a config loads
-# the sub-configs' and settings blocks' classes, not the records that check them
-# (check_records imports those).
-
-
-def _exchange_config(**fields) -> ExchangeConfig:
-    from grpo_lab.distributed.exchange_config import ExchangeConfig
-    return ExchangeConfig(**fields)
-
-
-def _ppo_config(**fields) -> PPOConfig:
-    from grpo_lab.training.ppo_config import PPOConfig
-    return PPOConfig(**fields)
+# Importing this module loads the registry, the task list and the torch-free sub-configs;
+# building a config loads HFConfig and the settings blocks' classes, not the records that
+# check them (check_records imports those).
 
 
 def _hf_config(**fields) -> HFConfig:
     from grpo_lab.policies.hf_config import HFConfig
     return HFConfig(**fields)
+
 
 def _block(name: str, cls: type, value):
     """A settings block from what was given: None (its defaults), a dict of its fields or the
@@ -276,7 +266,7 @@ class TrainConfig:
     dynamic_max_draws: int = 4
     """Most rollouts of prompts_per_step prompts drawn per step by dynamic sampling."""
     # ---- PPO with a critic (objective="ppo", ppo.py)
-    ppo: PPOConfig = field(default_factory=_ppo_config)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
     """objective="ppo": the critic and GAE (see ppo.PPOConfig; --ppo.gamma on the command line)."""
     # ---- memory levers (issue 14; memory.py measures them, bench/bench_memory.py)
     checkpoint_every: int = 0
@@ -294,7 +284,7 @@ class TrainConfig:
     sampling, the reference and evaluation stay float32; log-probs are taken in float32).
     policy="hf" has hf.autocast (every forward) instead."""
     # ---- data parallel (distributed/exchanges.py): N processes, one global batch
-    exchange: ExchangeConfig = field(default_factory=_exchange_config)
+    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
     blocks: dict = field(default_factory=dict)
     """The settings blocks of the records (registry.SETTINGS: ``clip``, ``kl``, ``tis``,
@@ -343,9 +333,9 @@ class TrainConfig:
         trainer's setup before a config naming what they register is built."""
         from grpo_lab.algorithm.methods import apply_method
         if isinstance(self.exchange, dict):
-            self.exchange = _exchange_config(**self.exchange)
+            self.exchange = ExchangeConfig(**self.exchange)
         if isinstance(self.ppo, dict):
-            self.ppo = _ppo_config(**self.ppo)
+            self.ppo = PPOConfig(**self.ppo)
         if isinstance(self.hf, dict):
             self.hf = _hf_config(**self.hf)
         apply_method(self)
@@ -413,26 +403,33 @@ class TrainConfig:
 def check_records(cfg: TrainConfig) -> TrainConfig:
     """Ask each record ``cfg`` names to check it -> cfg: the objective, the tasks, estimator,
     aggregation, rewards and trackers, the settings blocks, the policy and rollout kinds, the
-    grouper, the exchange, PPO's critic. ``preset()``, ``from_dict()`` and the trainer's
+    grouper, the exchange, PPO's critic (each kind's checks live with its records:
+    step.check_objective, policy.check_policy, grouping.check_grouping,
+    exchanges.check_exchange, a settings block's ``check``). ``preset()``, ``from_dict()`` and the trainer's
     ``setup`` call it, once per config object (``TrainConfig()`` checks its own fields only,
     so building one loads none of these records)."""
     from grpo_lab.agents import step as agents  # noqa: F401 (environments, objective "agent")
     from grpo_lab.algorithm.advantages import ADVANTAGES
     from grpo_lab.algorithm.loss import AGGREGATIONS, RATIO_LEVELS
-    from grpo_lab.distributed.exchanges import EXCHANGES, check_exchange
+    from grpo_lab.algorithm import vllm_rollout  # noqa: F401 (its kind registers)
+    from grpo_lab.algorithm.grouping import check_grouping
+    from grpo_lab.algorithm.rollout import DRAWS, ROLLOUTS
+    from grpo_lab.distributed.exchanges import check_exchange
+    from grpo_lab.policies.engine import UPDATE_FORWARDS
+    from grpo_lab.policies.policy import check_policy
     from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
     from grpo_lab.tasks.instruct import check_config as check_instruct
     from grpo_lab.tasks.rewards import REWARDS
     from grpo_lab.training.ppo import CRITICS          # and objective "ppo"
-    from grpo_lab.training.step import get_objective
+    from grpo_lab.training.step import check_objective
     from grpo_lab.training.trackers import sink_names
     if cfg.__dict__.get("_checked"):
         return cfg
-    objective = get_objective(cfg.objective)
-    _check_policy(cfg)
-    if cfg.group_size < 2 and objective.needs_group:       # PPO's critic needs no group
-        raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
-                         f"got {cfg.group_size}")
+    check_exchange(cfg.exchange)              # first: the others read its capabilities
+    check_policy(cfg)
+    lookup(DRAWS, cfg.sample_draw, "sample_draw")
+    lookup(UPDATE_FORWARDS, cfg.update_forward, "update_forward")
+    lookup(ROLLOUTS, cfg.rollout, "rollout").check(cfg)
     for t in cfg.task_names:
         lookup(TASKS, t, "task", f"in task={cfg.task!r}: several join by commas, or 'mixture'")
     lookup(ADVANTAGES, cfg.advantage, "advantage")
@@ -442,8 +439,7 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
         if hasattr(block, "check"):
             block.check(cfg)
     check_instruct(cfg.task_names, cfg.answer_format, cfg.policy, cfg.supervision)
-    check_exchange(cfg.exchange)
-    if cfg.ckpt_format == "dcp" and not EXCHANGES[cfg.exchange.name].torch_adamw:
+    if cfg.ckpt_format == "dcp" and not cfg.exchange.kind.torch_adamw:
         raise ValueError(f"ckpt_format='dcp' saves the state of torch's AdamW; exchange "
                          f"{cfg.exchange.name!r} steps its own Adam: write "
                          f"ckpt_format='single' or pick an exchange that steps torch's AdamW")
@@ -451,115 +447,10 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
     for name in cfg.reward_weights:
         lookup(REWARDS, name, "reward function")
     lookup(CRITICS, cfg.ppo.critic, "ppo.critic")
-    _check_grouping(cfg)
-    _check_ppo(cfg, objective)
-    _check_memory(cfg, objective)
-    _check_parameter_sharding(cfg)
+    check_grouping(cfg)
+    check_objective(cfg)                    # its own check last: it may read the others
     cfg.__dict__["_checked"] = True
     return cfg
-
-
-def _check_memory(cfg, objective):
-    from grpo_lab.policies.policy import get_policy_kind
-    why = (f"objective={cfg.objective!r} (its loss is not normalised by global counts yet)"
-           if not objective.splits else
-           f"exchange.name={cfg.exchange.name!r} (DDP reduces during each backward)"
-           if cfg.exchange.kind.reduces_in_backward else
-           "exchange.overlap=True (it reduces during each backward)"
-           if cfg.exchange.overlap else None)
-    if cfg.micro_batches > 1 and why:
-        raise ValueError(f"micro_batches={cfg.micro_batches} does not work with {why}")
-    if cfg.autocast and not get_policy_kind(cfg.policy).own_autocast:
-        raise ValueError("autocast=True is the toy policy's training-forward autocast; "
-                         "for policy='hf' set hf.autocast=True (every forward)")
-
-
-def _check_parameter_sharding(cfg):
-    """What an exchange that shards the weights (fsdp2) cannot run with."""
-    from grpo_lab.algorithm.overlong import OVERLONG
-    if not cfg.exchange.kind.shards_parameters:
-        return
-    name = cfg.exchange.name
-    if cfg.hf.sample_dtype:
-        raise ValueError(f"hf.sample_dtype={cfg.hf.sample_dtype!r} samples from a copy of "
-                         f"the whole model, but exchange {name!r} keeps 1/N of the weights "
-                         f"per rank: leave hf.sample_dtype empty (exchange.param_dtype "
-                         f"gathers the weights in another dtype instead)")
-    if OVERLONG[cfg.overlong.rule].filters:
-        raise ValueError(f"overlong.rule={cfg.overlong.rule!r} can leave a rank with no row "
-                         f"in the loss and so no training forward, while exchange {name!r} "
-                         f"gathers weights in every rank's forward (the others would wait "
-                         f"for it): use overlong.rule='none' or 'soft'")
-
-
-def _check_ppo(cfg, objective):
-    from grpo_lab.training.step import OBJECTIVES
-    if cfg.ppo.vf_lr and not objective.critic:
-        critics = sorted(n for n, o in OBJECTIVES.items() if o.critic)
-        raise ValueError(f"ppo.vf_lr={cfg.ppo.vf_lr} is the critic's learning rate: it needs "
-                         f"objective={critics[0]!r}, not {cfg.objective!r}")
-    if objective.check is not None:
-        objective.check(cfg)
-
-
-def _check_policy(cfg):
-    from grpo_lab.policies.engine import UPDATE_FORWARDS
-    from grpo_lab.algorithm import vllm_rollout  # noqa: F401 (its kind registers)
-    from grpo_lab.algorithm.rollout import DRAWS, ROLLOUTS
-    from grpo_lab.policies.hf_config import HFConfig
-    from grpo_lab.policies.policy import get_policy_kind, hf_run_checkpoint
-    kind = get_policy_kind(cfg.policy)
-    lookup(DRAWS, cfg.sample_draw, "sample_draw")
-    lookup(UPDATE_FORWARDS, cfg.update_forward, "update_forward")
-    lookup(ROLLOUTS, cfg.rollout, "rollout").check(cfg)
-    if cfg.hf.lora_r and cfg.policy != "hf":
-        raise ValueError(f"hf.lora_r={cfg.hf.lora_r} adds LoRA adapters to a transformers "
-                         f"model: it needs policy='hf' (policy={cfg.policy!r})")
-    if cfg.policy != "hf":                     # every hf field is read by policy="hf" only
-        given = {f.name: getattr(cfg.hf, f.name) for f in dataclasses.fields(HFConfig)
-                 if getattr(cfg.hf, f.name) != f.default}
-        if given:
-            name, value = next(iter(given.items()))
-            raise ValueError(f"hf.{name}={value!r} configures a transformers model, but "
-                             f"policy={cfg.policy!r} does not read it: set policy='hf' or "
-                             f"drop it")
-    if cfg.system_prompt and not (cfg.policy == "hf" and cfg.hf.chat_template):
-        raise ValueError(f"system_prompt={cfg.system_prompt[:40]!r}... is a system turn of "
-                         f"a chat template: it needs policy='hf' with hf.chat_template=True "
-                         f"(policy={cfg.policy!r}, hf.chat_template="
-                         f"{cfg.hf.chat_template}); a preset's own prompt is dropped with "
-                         f"system_prompt=''")
-    if (not kind.file_based and cfg.base_checkpoint.endswith(".safetensors")
-            and hf_run_checkpoint(cfg.base_checkpoint) is None):
-        raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
-                         f"base_checkpoint={cfg.base_checkpoint!r} is a grpo_lab file "
-                         f"(a toy policy: policy='toy'), not an HF run's training "
-                         f"checkpoint")
-
-
-def _check_grouping(cfg):
-    from grpo_lab.algorithm.advantages import COMBINE
-    from grpo_lab.algorithm.grouping import GROUPERS
-    if not isinstance(cfg.grouping, str):        # registering is preset()'s, not ours
-        raise ValueError(f"grouping={cfg.grouping!r}: a config holds a grouper's name; "
-                         f"pass the function or record to config.preset(...), which "
-                         f"registers it, or register it (grouping.register_grouper) first")
-    record = lookup(GROUPERS, cfg.grouping, "grouping",
-                    "register your own with grouping.register_grouper")
-    lookup(COMBINE, cfg.combine, "combine option")
-    if record.takes_k and not cfg.group_k:
-        why = ("one per task" if len(cfg.task_names) > 1 else
-               f"max(2, prompts_per_step // 4) for one task")
-        warnings.warn(f"grouping={cfg.grouping!r} takes k and group_k is not set: using "
-                      f"k = {cfg.n_groups} ({why}); set group_k to choose", stacklevel=4)
-    if record.takes_k and cfg.n_groups > cfg.prompts_per_step:
-        raise ValueError(f"{cfg.n_groups} groups (group_k={cfg.group_k}) is more than the "
-                         f"prompts_per_step={cfg.prompts_per_step} prompts to group")
-    if cfg.recluster_every and not record.reclusterable:
-        reclusterable = sorted(n for n, g in GROUPERS.items() if g.reclusterable)
-        raise ValueError(f"recluster_every={cfg.recluster_every} keeps K-means clusters "
-                         f"across steps: it needs a reclusterable grouping "
-                         f"({reclusterable}), got {cfg.grouping!r}")
 
 
 @dataclass

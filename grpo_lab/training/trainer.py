@@ -393,7 +393,7 @@ def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path) -
         if c["shards"] is None:
             ex.load_state_dict(c["optim"])
         ctx.grouper.load_state_dict(c["grouping"])
-        if not cfg.exchange.resumes_exactly:
+        if not cfg.exchange.kind.resumes_exactly:
             warnings.warn(f"exchange {cfg.exchange.name!r} keeps per-rank compression state "
                           f"that checkpoints do not hold: the resumed run is close to, not "
                           f"exactly, the one that never stopped", RuntimeWarning, stacklevel=2)
