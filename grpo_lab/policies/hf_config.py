@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grpo_lab.registry import lookup
+from grpo_lab.registry import fields_nonnegative, lookup
 
 DECODE_PATHS = {"lean": "decoder.LlamaDecoder where the model allows it",
                 "transformers": "the model's forward with transformers' DynamicCache"}
@@ -55,9 +55,7 @@ class HFConfig:
         lookup(DECODE_PATHS, self.decoder, "hf.decoder")
         if self.sample_dtype:
             lookup(DTYPES, self.sample_dtype, "hf.sample_dtype")
-        for name in ("lora_r", "lora_alpha"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"HFConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        fields_nonnegative(self, "lora_r", "lora_alpha")
         if self.lora_alpha and not self.lora_r:
             raise ValueError(f"hf.lora_alpha={self.lora_alpha} scales LoRA adapters, but "
                              f"hf.lora_r is 0 (full fine-tuning, no adapters): set hf.lora_r too")

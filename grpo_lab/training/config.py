@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from grpo_lab.distributed.exchange_config import ExchangeConfig
-from grpo_lab.registry import load_plugins, lookup
+from grpo_lab.registry import (fields_finite, fields_nonnegative, fields_positive,
+                               load_plugins, lookup)
 from grpo_lab.tasks import MIXTURE_TASKS
 from grpo_lab.training.ppo_config import PPOConfig
 
@@ -296,6 +297,7 @@ class TrainConfig:
         fields (every block not given: its defaults)."""
         from grpo_lab.algorithm import variants  # noqa: F401 (the built-in blocks register)
         from grpo_lab.registry import SETTINGS
+        given.pop("_checked", None)      # check_records' mark, carried by vars(cfg): not copied
         blocks = {**given.pop("blocks", {}),
                   **{n: given.pop(n) for n in list(given) if n in SETTINGS}}
         for f in dataclasses.fields(self):
@@ -341,10 +343,10 @@ class TrainConfig:
         apply_method(self)
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
-        _finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps",
+        fields_finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps",
                 "grad_clip", "time_budget_s", "user_code_timeout_s")
-        _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
-        _nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
+        fields_positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
+        fields_nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
                      "grad_clip", "eval_every", "eval_size", "threads",
                      "user_code_timeout_s")
         if self.group_size < 1:
@@ -366,7 +368,7 @@ class TrainConfig:
         if len(set(self.task_names)) != len(self.task_names):
             raise ValueError(f"task {self.task!r} names a task twice")
         lookup(("outcome", "process"), self.supervision, "supervision")
-        _finite(self, "top_p")
+        fields_finite(self, "top_p")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
         if self.advantage == "dr_grpo" and self.aggregation != "dr_grpo":
@@ -383,8 +385,8 @@ class TrainConfig:
         for name, w in self.reward_weights.items():
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
                 raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
-        _nonnegative(self, "checkpoint_every", "group_k", "recluster_every")
-        _positive(self, "micro_batches")
+        fields_nonnegative(self, "checkpoint_every", "group_k", "recluster_every")
+        fields_positive(self, "micro_batches")
         if self.micro_batches > self.prompts_per_step:
             raise ValueError(f"micro_batches={self.micro_batches} is more than the "
                              f"prompts_per_step={self.prompts_per_step} prompts to split "
@@ -492,7 +494,7 @@ class PretrainConfig:
         if self.policy == "hf" and self.out.endswith(".safetensors"):
             raise ValueError(f"policy='hf' writes a transformers folder; out={self.out!r} "
                              f"names a file (e.g. --out data/hf_tiny)")
-        _positive(self, "steps", "batch_size", "n_layer", "n_head", "n_embd", "block_size")
+        fields_positive(self, "steps", "batch_size", "n_layer", "n_head", "n_embd", "block_size")
         if not 0 <= self.stop_after <= self.steps:
             raise ValueError(f"stop_after must be in [0, steps={self.steps}], got {self.stop_after}")
         if not self.lr > 0:
@@ -663,22 +665,3 @@ def to_dict(cfg) -> dict:
     d = dataclasses.asdict(cfg)
     blocks = d.pop("blocks")
     return {**d, **blocks}
-
-
-def _finite(cfg, *names):
-    for n in names:
-        v = getattr(cfg, n)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"{type(cfg).__name__}.{n} must be a finite number, got {v!r}")
-
-
-def _positive(cfg, *names):
-    for n in names:
-        if not getattr(cfg, n) > 0:
-            raise ValueError(f"{type(cfg).__name__}.{n} must be > 0, got {getattr(cfg, n)!r}")
-
-
-def _nonnegative(cfg, *names):
-    for n in names:
-        if not getattr(cfg, n) >= 0:
-            raise ValueError(f"{type(cfg).__name__}.{n} must be >= 0, got {getattr(cfg, n)!r}")

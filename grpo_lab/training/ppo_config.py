@@ -4,8 +4,9 @@
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from grpo_lab.registry import fields_finite, fields_nonnegative
 
 
 @dataclass
@@ -29,13 +30,8 @@ class PPOConfig:
     schedule (0: lr). A critic starting from zero usually wants more than lr."""
 
     def __post_init__(self):
-        for name in ("gamma", "gae_lambda", "vf_coef", "vf_clip", "vf_lr"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ValueError(f"PPOConfig.{name} must be a finite number, got {v!r}")
-        for name in ("vf_coef", "vf_clip", "vf_lr"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"PPOConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        fields_finite(self, "gamma", "gae_lambda", "vf_coef", "vf_clip", "vf_lr")
+        fields_nonnegative(self, "vf_coef", "vf_clip", "vf_lr")
         if not (0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1):
             raise ValueError(f"need ppo.gamma and ppo.gae_lambda in [0, 1], "
                              f"got {self.gamma}, {self.gae_lambda}")
