@@ -24,7 +24,7 @@ LAYERS = (
       "training.overlap_timing")),
     ("the loop and its setup", ("training", "training.trainer", "training.pretrain")),
     ("one step: collect and the objectives; the config and its tracker sinks",
-     ("training.step", "training.ppo", "training.config",
+     ("training.step", "training.ppo", "training.ppo_config", "training.config",
       "training.trackers", "training.config_file", "training.trl_keys", "agents.step")),
     ("mechanisms: the algorithm, policies, tasks and rewards, environments",
      ("algorithm", "algorithm.*", "policies", "policies.*", "tasks", "tasks.*", "agents",

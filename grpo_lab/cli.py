@@ -529,7 +529,7 @@ def eval_config(checkpoint: str, task: str | None, answer_format: str | None) ->
     as the toy. The checkpoint's plugins are imported first."""
     from grpo_lab.checkpoint import CKPT_TAG, CheckpointError, meta_field, read_tensors
     from grpo_lab.paths import resolve_path
-    from grpo_lab.training.config import from_dict
+    from grpo_lab.training.config import check_records, from_dict
 
     meta = read_tensors(checkpoint)[1] if str(checkpoint).endswith(".safetensors") else {}
     saved = meta_field(meta, "config", checkpoint) if meta.get("format") == CKPT_TAG else {}
@@ -542,7 +542,7 @@ def eval_config(checkpoint: str, task: str | None, answer_format: str | None) ->
         raise CheckpointError(f"{checkpoint}: metadata 'config' is not a run's config: "
                               f"{type(e).__name__}: {e}") from None
     given = {k: v for k, v in (("task", task), ("answer_format", answer_format)) if v}
-    return dataclasses.replace(cfg, **given) if given else cfg
+    return check_records(dataclasses.replace(cfg, **given)) if given else check_records(cfg)
 
 
 def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False,

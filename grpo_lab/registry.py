@@ -105,6 +105,27 @@ def check_number(name: str, value, ok=lambda x: x >= 0, what: str = "finite and 
     return value
 
 
+def fields_finite(cfg, *names):
+    """Raise ValueError naming the first of ``cfg``'s fields ``names`` that is not a finite real
+    number (a bool is not one)."""
+    for n in names:
+        v = getattr(cfg, n)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{type(cfg).__name__}.{n} must be a finite number, got {v!r}")
+
+
+def fields_positive(cfg, *names):
+    for n in names:
+        if not getattr(cfg, n) > 0:
+            raise ValueError(f"{type(cfg).__name__}.{n} must be > 0, got {getattr(cfg, n)!r}")
+
+
+def fields_nonnegative(cfg, *names):
+    for n in names:
+        if not getattr(cfg, n) >= 0:
+            raise ValueError(f"{type(cfg).__name__}.{n} must be >= 0, got {getattr(cfg, n)!r}")
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -23,7 +23,7 @@ from grpo_lab.algorithm.rollout import Rollout, Scored, completion_logprobs
 from grpo_lab.policies.model import GPT, GPTConfig
 from grpo_lab.tasks import TASKS, Example, get_task
 from grpo_lab.tokenizer import EOS, VOCAB_SIZE, encode
-from grpo_lab.training.config import TrainConfig
+from grpo_lab.training.config import check_records, TrainConfig
 from grpo_lab.training.step import Batch, grpo_objective
 
 
@@ -309,17 +309,17 @@ def test_training_stops_cleanly_on_a_raising_environment(tmp_path):
 
 def test_objectives_refuse_what_they_cannot_train():
     with pytest.raises(ValueError, match="task 'guess' is an environment .* objective='agent'"):
-        TrainConfig(task="guess")
+        check_records(TrainConfig(task="guess"))
     with pytest.raises(ValueError, match="objective='agent' trains on an environment: "
                                          "task='addition'"):
-        TrainConfig(objective="agent", task="addition")
+        check_records(TrainConfig(objective="agent", task="addition"))
     with pytest.raises(ValueError, match="aggregation='dr_grpo'"):
-        TrainConfig(objective="agent", task="guess", aggregation="dr_grpo")
+        check_records(TrainConfig(objective="agent", task="guess", aggregation="dr_grpo"))
     with pytest.raises(ValueError, match="dynamic_sampling"):
-        TrainConfig(objective="agent", task="guess", dynamic_sampling=True)
+        check_records(TrainConfig(objective="agent", task="guess", dynamic_sampling=True))
     with pytest.raises(ValueError, match="rollout='vllm'"):
-        TrainConfig(objective="agent", task="guess", rollout="vllm", policy="hf",
-                    base_checkpoint="data/hf_tiny", tis={"cap": 2.0})
+        check_records(TrainConfig(objective="agent", task="guess", rollout="vllm", policy="hf",
+                    base_checkpoint="data/hf_tiny", tis={"cap": 2.0}))
 
 
 def test_held_out_ranges_are_never_drawn_for_training():

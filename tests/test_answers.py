@@ -9,7 +9,7 @@ import pytest
 
 from grpo_lab.tasks import answers
 from grpo_lab.tasks.answers import extract, follows_format, is_correct
-from grpo_lab.training.config import TrainConfig
+from grpo_lab.training.config import check_records, TrainConfig
 from grpo_lab.tasks.instruct import render, render_all
 from grpo_lab.tasks.rewards import REWARDS, weighted_reward
 from grpo_lab.tasks import Example
@@ -124,11 +124,11 @@ def test_word_problems_are_right_and_held_out():
 
 def test_config_errors_name_the_combination():
     with pytest.raises(ValueError, match="answer_format='tags' .* needs policy='hf'"):
-        TrainConfig(answer_format="tags")
+        check_records(TrainConfig(answer_format="tags"))
     with pytest.raises(ValueError, match="task 'countdown' is written for instruct models"):
-        TrainConfig(task="countdown")
+        check_records(TrainConfig(task="countdown"))
     with pytest.raises(ValueError, match="unknown answer format 'xml'"):
-        TrainConfig(policy="hf", base_checkpoint="data/hf_tiny", answer_format="xml")
+        check_records(TrainConfig(policy="hf", base_checkpoint="data/hf_tiny", answer_format="xml"))
     cfg = TrainConfig(policy="hf", base_checkpoint="data/hf_tiny", answer_format="boxed",
                       task="word_problems,countdown,addition")
     assert cfg.max_new_tokens == 64

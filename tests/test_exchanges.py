@@ -9,9 +9,9 @@ the collective's bandwidth-optimal algorithm; at 2 ranks a ring all_reduce of b 
 import pytest
 import torch
 
-from grpo_lab.training.config import TrainConfig, preset
+from grpo_lab.training.config import check_records, TrainConfig, preset
 from grpo_lab.distributed import wire
-from grpo_lab.distributed.exchanges import EXCHANGES, ExchangeConfig
+from grpo_lab.distributed.exchanges import check_exchange, EXCHANGES, ExchangeConfig
 from grpo_lab.distributed.shard_plan import assign, default_max_shard_numel, make_shards
 from grpo_lab.policies.model import GPT, GPTConfig, load_policy, save_policy
 from grpo_lab.training.report import comm_summary
@@ -222,24 +222,24 @@ def test_metrics_and_summary(runs):
 
 def test_bad_options_are_named(tiny_base, tmp_path):
     with pytest.raises(ValueError, match="unknown exchange 'carrier_pigeon'; known: "):
-        ExchangeConfig(name="carrier_pigeon")
+        check_exchange(ExchangeConfig(name="carrier_pigeon"))
     with pytest.raises(ValueError, match="unknown compression preset 'tiny'"):
-        ExchangeConfig(name="compressed", preset="tiny")
+        check_exchange(ExchangeConfig(name="compressed", preset="tiny"))
     with pytest.raises(ValueError, match="unknown objective 'rlhf'"):
-        TrainConfig(objective="rlhf")
+        check_records(TrainConfig(objective="rlhf"))
     with pytest.raises(ValueError, match="unknown broadcast_preset 'tiny'"):
-        ExchangeConfig(name="sharded_compressed", broadcast_preset="tiny")
+        check_exchange(ExchangeConfig(name="sharded_compressed", broadcast_preset="tiny"))
     with pytest.raises(ValueError, match="broadcast_preset='fp8_topk5' .* not 'sharded'"):
-        ExchangeConfig(name="sharded", broadcast_preset="fp8_topk5")
+        check_exchange(ExchangeConfig(name="sharded", broadcast_preset="fp8_topk5"))
     with pytest.raises(ValueError, match="max_shard_numel must be >= 0, got -1"):
-        ExchangeConfig(name="sharded", max_shard_numel=-1)
+        check_exchange(ExchangeConfig(name="sharded", max_shard_numel=-1))
     with pytest.raises(ValueError, match="overlap=True .* 'allreduce' and 'sharded' only, not "
                                          "'sharded_compressed'"):
-        ExchangeConfig(name="sharded_compressed", preset="fp32", overlap=True)
+        check_exchange(ExchangeConfig(name="sharded_compressed", preset="fp32", overlap=True))
     with pytest.raises(ValueError, match="overlap=True .* not 'ddp_fp16_hook'"):
-        ExchangeConfig(name="ddp_fp16_hook", overlap=True)
+        check_exchange(ExchangeConfig(name="ddp_fp16_hook", overlap=True))
     with pytest.raises(ValueError, match="unknown shard policy 'fair'"):
-        ExchangeConfig(name="sharded", policy="fair")
+        check_exchange(ExchangeConfig(name="sharded", policy="fair"))
     with pytest.raises(ValueError, match="exchange 'sharded' needs a process group"):
         train(tiny_cfg(tiny_base, tmp_path, exchange={"name": "sharded"}), progress=False)
     assert set(EXCHANGES) == {"allreduce", "compressed", "ddp_fp16_hook", "ddp_powersgd_hook",

@@ -28,7 +28,7 @@ import torch
 from grpo_lab.policies.policy import load_policy_any
 from grpo_lab.checkpoint import read_training_checkpoint
 from grpo_lab.distributed import launch
-from grpo_lab.distributed.exchanges import ExchangeConfig
+from grpo_lab.distributed.exchanges import check_exchange, ExchangeConfig
 from grpo_lab.training.config import TrainConfig, preset
 from grpo_lab.training.trainer import spawn_train, train
 from tolerance import mean_tol
@@ -254,18 +254,18 @@ def test_lora_under_fsdp2_trains_as_one_process(hf_runs):
 def test_bad_combinations_are_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match=r"exchange 'fsdp2' shards parameters .* "
                                          r"exchange\.preset='fp16' would be ignored"):
-        ExchangeConfig(name="fsdp2", preset="fp16")
+        check_exchange(ExchangeConfig(name="fsdp2", preset="fp16"))
     with pytest.raises(ValueError, match=r"exchange\.policy='importance_round_robin', "
                                          r"exchange\.reshard_every=2 would be ignored"):
-        ExchangeConfig(name="fsdp2", policy="importance_round_robin", reshard_every=2)
+        check_exchange(ExchangeConfig(name="fsdp2", policy="importance_round_robin", reshard_every=2))
     with pytest.raises(ValueError, match=r"exchange\.error_feedback=False would be ignored"):
-        ExchangeConfig(name="fsdp2", error_feedback=False)
+        check_exchange(ExchangeConfig(name="fsdp2", error_feedback=False))
     with pytest.raises(ValueError, match=r"exchange\.reshard_after_forward=False configure\(s\) "
                                          r"parameter sharding: it needs exchange name 'fsdp2', "
                                          r"not 'compressed'"):
-        ExchangeConfig(name="compressed", reshard_after_forward=False)
+        check_exchange(ExchangeConfig(name="compressed", reshard_after_forward=False))
     with pytest.raises(ValueError, match=r"unknown exchange\.param_dtype 'fp8'"):
-        ExchangeConfig(name="fsdp2", param_dtype="fp8")
+        check_exchange(ExchangeConfig(name="fsdp2", param_dtype="fp8"))
     with pytest.raises(ValueError, match=r"hf\.sample_dtype='bfloat16' .* exchange 'fsdp2'"):
         hf(tmp_path, FSDP2, hf={"sample_dtype": "bfloat16"})
     with pytest.raises(ValueError, match=r"overlong\.rule='filter' .* exchange 'fsdp2'"):

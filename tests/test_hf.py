@@ -9,7 +9,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from grpo_lab.policies.policy import load_policy_any  # noqa: E402
-from grpo_lab.training.config import TrainConfig, preset                        # noqa: E402
+from grpo_lab.training.config import check_records, TrainConfig, preset                        # noqa: E402
 from grpo_lab.policies.hf import HFPolicy, build_tiny_tokenizer, load_hf_policy  # noqa: E402
 from grpo_lab.algorithm.rollout import completion_logprobs, sample               # noqa: E402
 from grpo_lab.training.step import prompt_generators                           # noqa: E402
@@ -101,7 +101,7 @@ def test_missing_model_path_names_it():
     with pytest.raises(FileNotFoundError, match="has no config.json"):
         load_hf_policy("data")
     with pytest.raises(ValueError, match="is a grpo_lab file"):
-        TrainConfig(policy="hf")                              # the toy default checkpoint
+        check_records(TrainConfig(policy="hf"))                              # the toy default checkpoint
 
 
 def test_tokenizer_without_pad_pads_with_eos_and_without_eos_is_an_error(tiny, tmp_path):

@@ -211,27 +211,32 @@ def test_the_flat_module_names_of_the_first_layout_do_not_exist():
         from grpo_lab import trainer  # noqa: F401
 
 
-_CONFIG_ALONE = r"""
+_LOADED = r"""
 import json, sys
-import grpo_lab.training.config
+import grpo_lab.training.config as C
+{build}
 print(json.dumps(sorted(m for m in sys.modules if m == "grpo_lab" or m.startswith("grpo_lab."))))
 print("numba" in sys.modules, "torch" in sys.modules)
 """
 
 
-def test_the_config_loads_at_most_a_quarter_of_the_package(capsys):
-    """``import grpo_lab.training.config`` loads the registry helpers and the task list, not the
-    registries its checks read (they load when a config is built): no torch, no numba."""
-    r = subprocess.run([sys.executable, "-c", _CONFIG_ALONE], capture_output=True, text=True,
-                       cwd=ROOT, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+@pytest.mark.parametrize("build, torch_too", [("", False), ("C.TrainConfig()", True)])
+def test_the_config_loads_at_most_a_quarter_of_the_package(build, torch_too, capsys):
+    """``import grpo_lab.training.config`` loads the registry helpers and the task list (no
+    torch); ``TrainConfig()`` checks its own fields and builds its sub-configs and settings
+    blocks, while the records it names (objective, exchange, policy, grouper, ...) check it in
+    ``check_records``: no step, no exchanges, never numba."""
+    r = subprocess.run([sys.executable, "-c", _LOADED.format(build=build)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     loaded, third_party = r.stdout.splitlines()
     loaded = json.loads(loaded)
     with capsys.disabled():
-        print(f"\nimport grpo_lab.training.config: {len(loaded)} of {len(modules(ROOT))} "
-              f"grpo_lab modules: {loaded}")
+        print(f"\n{build or 'import grpo_lab.training.config'}: {len(loaded)} of "
+              f"{len(modules(ROOT))} grpo_lab modules: {loaded}")
     assert 4 * len(loaded) <= len(modules(ROOT)), loaded
-    assert third_party == "False False", "numba or torch imported by the config: " + third_party
+    assert "grpo_lab.training.step" not in loaded and "grpo_lab.distributed.exchanges" not in loaded
+    assert third_party == f"False {torch_too}", "numba or torch imported: " + third_party
 
 
 # every module imported on its own, in a fresh interpreter (forked from one that has imported

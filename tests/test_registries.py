@@ -4,7 +4,7 @@ with the one "unknown X 'name'; known: [...]" message."""
 import pytest
 import torch
 
-from grpo_lab.training.config import TrainConfig, preset
+from grpo_lab.training.config import check_records, TrainConfig, preset
 from grpo_lab.distributed import exchanges, shard_plan, wire
 from grpo_lab.distributed.codecs import CODECS
 from grpo_lab.algorithm.loss import AGGREGATIONS, grpo_loss, register_aggregation
@@ -29,8 +29,6 @@ def test_objectives_are_records_with_capabilities():
     assert (ppo.uses_reference, ppo.needs_group, ppo.splits, ppo.critic) == \
         (True, False, False, True)
     assert not OBJECTIVES["supervised"].uses_reference
-    collect, objective = OBJECTIVES["grpo"]          # the old tuple form still unpacks
-    assert (collect, objective) == (grpo.collect, grpo.loss)
 
 
 def _collect(policy, cfg, step, ctx):
@@ -54,7 +52,7 @@ def test_register_objective_follows_the_naming_rule():
     finally:
         OBJECTIVES.pop("test_obj", None)
     with pytest.raises(ValueError, match=r"unknown objective 'test_obj'; known: \[.*'grpo'"):
-        TrainConfig(objective="test_obj")
+        check_records(TrainConfig(objective="test_obj"))
 
 
 def test_exchanges_are_records_and_a_plugin_can_add_one():
@@ -67,9 +65,9 @@ def test_exchanges_are_records_and_a_plugin_can_add_one():
     try:
         exchanges.register_exchange("test_ex", exchanges.make_allreduce, resumes_exactly=False)
         cfg = exchanges.ExchangeConfig(name="test_ex")
-        assert cfg.kind.name == "test_ex" and not cfg.resumes_exactly
+        assert cfg.kind.name == "test_ex" and not cfg.kind.resumes_exactly
         with pytest.raises(ValueError, match="overlap=True .* 'allreduce' and 'sharded' only"):
-            exchanges.ExchangeConfig(name="test_ex", overlap=True)
+            exchanges.check_exchange(exchanges.ExchangeConfig(name="test_ex", overlap=True))
         with pytest.raises(ValueError, match="exchange 'test_ex' is already registered"):
             exchanges.register_exchange("test_ex", exchanges.make_compressed)
     finally:
@@ -109,7 +107,7 @@ def test_policy_kinds_and_shard_policies_are_records():
     assert {n for n, p in shard_plan.POLICIES.items() if p.uses_importance} == \
         {"importance_round_robin", "importance_balanced"}
     with pytest.raises(ValueError, match=r"unknown policy 'jax'; known: \['hf', 'toy'\]"):
-        TrainConfig(policy="jax")
+        check_records(TrainConfig(policy="jax"))
 
 
 def test_codec_wire_ids_are_the_registry_order():

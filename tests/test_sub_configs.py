@@ -5,7 +5,7 @@ of the first layout (``vf_lr``, ``hf_autocast``, ``lora_r``, ...) are not fields
 import pytest
 
 from grpo_lab.cli import build_parser, train_config
-from grpo_lab.training.config import TrainConfig, config_changes, from_dict, preset, to_dict
+from grpo_lab.training.config import check_records, TrainConfig, config_changes, from_dict, preset, to_dict
 from grpo_lab.policies.hf import HFConfig
 from grpo_lab.training.ppo import PPOConfig
 
@@ -33,7 +33,7 @@ def test_ppo_flags():
 @pytest.mark.parametrize("old", ["vf_lr", "ppo_critic", "hf_autocast", "lora_r"])
 def test_the_flat_names_are_neither_fields_nor_flags(old, capsys):
     with pytest.raises(TypeError, match=f"unexpected keyword argument '{old}'"):
-        TrainConfig(**{old: 1})
+        check_records(TrainConfig(**{old: 1}))
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "--preset", "quick", f"--{old}", "1"])
     assert f"unrecognized arguments: --{old} 1" in capsys.readouterr().err
@@ -56,7 +56,7 @@ def test_building_a_config_has_no_side_effects():
     before = set(GROUPERS)
     assert TrainConfig(plugins="no_such_plugin_module").plugins == "no_such_plugin_module"
     with pytest.raises(ValueError, match="a config holds a grouper's name"):
-        TrainConfig(grouping=halves_test)
+        check_records(TrainConfig(grouping=halves_test))
     assert set(GROUPERS) == before
     with pytest.raises(ValueError, match="plugin 'no_such_plugin_module'"):
         preset("quick", plugins="no_such_plugin_module")

@@ -15,7 +15,7 @@ import pytest
 from grpo_lab.checkpoint import read_training_checkpoint
 from grpo_lab.cli import build_parser, main, train_config
 from grpo_lab.training import trackers
-from grpo_lab.training.config import TrainConfig, preset, to_dict
+from grpo_lab.training.config import check_records, TrainConfig, preset, to_dict
 from grpo_lab.training.trackers import TrackerFailed, Trackers, markdown_table, scalars
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -291,7 +291,7 @@ def test_sink_names(text, names):
 ])
 def test_a_bad_report_to_is_refused_naming_it(text, said):
     with pytest.raises(ValueError, match=said.replace("[", r"\[").replace("]", r"\]")):
-        TrainConfig(report_to=text)
+        check_records(TrainConfig(report_to=text))
 
 
 def test_ranks_but_0_and_none_open_nothing(tmp_path):

@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from grpo_lab.algorithm.advantages import group_stats
+from grpo_lab.algorithm.advantages import COMBINE, group_stats
 from grpo_lab.algorithm.embeddings import EMBEDDERS, check_prompts, fit_tfidf, tfidf_embed
 from grpo_lab.algorithm.reclustering import Reclusterer, check_k, group_count_schedule, kmeans_fit
 from grpo_lab.registry import check_new, lookup
@@ -425,3 +425,27 @@ class StepGrouper:
                              "does not re-cluster (recluster_every=0)")
         self.reclusterer.centroids = state["centroids"].numpy().astype(np.float64)
         self.reclusterer.calls, self.reclusterer.round = int(state["calls"]), int(state["round"])
+
+
+def check_grouping(cfg) -> None:
+    """The grouper ``cfg.grouping`` names against the config: k, re-clustering, combine."""
+    if not isinstance(cfg.grouping, str):        # registering is preset()'s, not ours
+        raise ValueError(f"grouping={cfg.grouping!r}: a config holds a grouper's name; "
+                         f"pass the function or record to config.preset(...), which "
+                         f"registers it, or register it (grouping.register_grouper) first")
+    record = lookup(GROUPERS, cfg.grouping, "grouping",
+                    "register your own with grouping.register_grouper")
+    lookup(COMBINE, cfg.combine, "combine option")
+    if record.takes_k and not cfg.group_k:
+        why = ("one per task" if len(cfg.task_names) > 1 else
+               f"max(2, prompts_per_step // 4) for one task")
+        warnings.warn(f"grouping={cfg.grouping!r} takes k and group_k is not set: using "
+                      f"k = {cfg.n_groups} ({why}); set group_k to choose", stacklevel=5)
+    if record.takes_k and cfg.n_groups > cfg.prompts_per_step:
+        raise ValueError(f"{cfg.n_groups} groups (group_k={cfg.group_k}) is more than the "
+                         f"prompts_per_step={cfg.prompts_per_step} prompts to group")
+    if cfg.recluster_every and not record.reclusterable:
+        reclusterable = sorted(n for n, g in GROUPERS.items() if g.reclusterable)
+        raise ValueError(f"recluster_every={cfg.recluster_every} keeps K-means clusters "
+                         f"across steps: it needs a reclusterable grouping "
+                         f"({reclusterable}), got {cfg.grouping!r}")

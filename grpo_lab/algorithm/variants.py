@@ -159,6 +159,12 @@ class Overlong:
         if OVERLONG[self.rule].penalty is not None and not (
                 isinstance(self.buffer, int) and self.buffer >= 1):
             raise ValueError(f"overlong.buffer must be an int >= 1, got {self.buffer!r}")
+        if OVERLONG[self.rule].filters and cfg.exchange.kind.shards_parameters:
+            raise ValueError(f"overlong.rule={self.rule!r} can leave a rank with no row in the "
+                             f"loss and so no training forward, while exchange "
+                             f"{cfg.exchange.name!r} gathers weights in every rank's forward "
+                             f"(the others would wait for it): use overlong.rule='none' or "
+                             f"'soft'")
 
 
 def _overlong_penalty(cfg, s, rows, max_len):

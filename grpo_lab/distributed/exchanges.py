@@ -61,126 +61,14 @@ from grpo_lab.distributed.compression import PRESETS, CompressionConfig, Compres
 from grpo_lab.distributed.overlap import OverlappedAllReduce
 from grpo_lab.distributed.sharder import ShardedOptimizer
 from grpo_lab.distributed.shard_plan import POLICIES
-from grpo_lab.registry import check_new, lookup
-
-
-@dataclass(frozen=True)
-class ExchangeKind:
-    """An exchange ``ExchangeConfig.name`` can name, with its capabilities as fields (config
-    checks read these, never the name). Calling it builds the rank's ``Exchange``."""
-    name: str
-    make: Callable                # (model, ExchangeConfig, AdamW, world, rank) -> Exchange
-    resumes_exactly: bool = True  # a checkpoint holds all its state (no per-rank residuals)
-    overlaps: bool = False        # exchange.overlap=True: start reducing during backward
-    reduces_in_backward: bool = False   # it reduces inside backward (DDP): no micro-batches
-    compresses: bool = False      # reads exchange.preset (and error_feedback, momentum, beta1)
-    shards: bool = False          # an owner per shard: exchange.policy, importance, reshard_every
-    broadcast_compression: bool = False  # exchange.broadcast_preset applies
-    shards_parameters: bool = False   # weights sharded (FSDP2): reads exchange.reshard_after_forward
-                                      # and param_dtype, and none of the fields above
-    torch_adamw: bool = True      # steps torch's AdamW (Exchange.optimizer): ckpt_format "dcp"
-    description: str = ""
-
-    def __call__(self, model, cfg, opt, world: int = 1, rank: int = 0):
-        return self.make(model, cfg, opt, world, rank)
-
-
-def register_exchange(name: str, make: Callable, **capabilities) -> ExchangeKind:
-    """Add an exchange (``ExchangeConfig(name=...)``, ``--exchange.name``) -> its record.
-    ``make(model, cfg, opt, world, rank) -> Exchange``; the registry's naming rule
-    (registry.check_new) applies."""
-    check_new(EXCHANGES, "exchange", name, make, lambda k: k.make)
-    EXCHANGES[name] = ExchangeKind(name, make, **capabilities)
-    return EXCHANGES[name]
+from grpo_lab.distributed.exchange_config import (EXCHANGES, ExchangeConfig, ExchangeKind,
+                                                 register_exchange)
+from grpo_lab.registry import lookup
 
 
 def ring_allreduce_bytes(b: int, world: int) -> int:
     """Bytes one rank sends in a ring all_reduce of b bytes: 2 (N-1)/N * b (rounded down)."""
     return 2 * (world - 1) * b // world
-
-
-@dataclass
-class ExchangeConfig:
-    name: str = "allreduce"
-    """How ranks average gradients: allreduce | compressed | ddp_fp16_hook | ddp_powersgd_hook |
-    sharded | sharded_compressed | fsdp2 (weights, gradients and AdamW state sharded too, by
-    torch's fully_shard) (on one process without a process group only allreduce, which
-    there is plain AdamW)."""
-    preset: str = "fp8_topk5"
-    """compressed | sharded_compressed: a compression.PRESETS key (fp8_topk5: top 20% of
-    elements in fp8, top-k 5% of the rest with coded indices; fp32 | fp16 | aggressive | dgc)."""
-    error_feedback: bool = True
-    """Compressed exchanges: keep what top-k did not send (False also turns DGC momentum off)."""
-    momentum: float | None = None
-    """Compressed exchanges: override the preset's DGC momentum correction (None: the preset's)."""
-    beta1: float | None = None
-    """Compressed exchanges: override the receiver's AdamW beta1 (None: the preset's adam_beta1)."""
-    density_warmup: int | None = None
-    """Compressed exchanges: override the preset's DGC density warm-up steps (None: the preset's)."""
-    powersgd_rank: int = 2
-    """ddp_powersgd_hook: matrix_approximation_rank."""
-    powersgd_start: int = 2
-    """ddp_powersgd_hook: steps of vanilla all_reduce first (torch's minimum is 2)."""
-    policy: str = "size_balanced"
-    """Sharded exchanges: shard assignment rule, a key of shard_plan.POLICIES."""
-    importance: str | None = None
-    """Sharded exchanges: importance score tracked by the owners (None: none)."""
-    reshard_every: int = 0
-    """Sharded exchanges: re-shard every this many steps (0: never)."""
-    broadcast_preset: str | None = None
-    """sharded_compressed: also compress the owners' parameter broadcast with this preset,
-    EF21-P style (owners keep exact master weights; None: broadcast fp32)."""
-    max_shard_numel: int = 0
-    """Sharded exchanges: cut tensors into blocks of at most this many elements (0: about 8
-    blocks per rank)."""
-    overlap: bool = False
-    """allreduce | sharded: start the reduction during backward, in buckets from grad hooks
-    (distributed/overlap.py, as DDP's buckets), instead of after it; same gradients and bytes.
-    The DDP exchanges overlap anyway; the compressed ones cannot (an error)."""
-    timeout_s: float = 120.0
-    """Seconds a collective may wait for a peer before every rank stops with an error (a dead
-    or stuck rank never hangs the run)."""
-    reshard_after_forward: bool = True
-    """fsdp2: free each block's gathered weights after its training forward and gather them
-    again in backward (ZeRO-3: least memory); False keeps them from forward to backward (one
-    all-gather fewer per block, the block's whole weights held meanwhile)."""
-    param_dtype: str = ""
-    """fsdp2: the dtype weights are gathered and the forward runs in (FSDP2's
-    MixedPrecisionPolicy; "bfloat16" on GPUs), gradients reduced in float32 ("": the weights'
-    own dtype; on a CPU without bf16 units bf16 matmuls are several times slower)."""
-
-    def __post_init__(self):
-        kind = lookup(EXCHANGES, self.name, "exchange")
-        _check_parameter_sharding(self, kind)
-        lookup(PRESETS, self.preset, "compression preset")
-        if self.broadcast_preset is not None:
-            lookup(PRESETS, self.broadcast_preset, "broadcast_preset")
-        if self.broadcast_preset is not None and not kind.broadcast_compression:
-            able = [n for n, k in EXCHANGES.items() if k.broadcast_compression]
-            raise ValueError(f"broadcast_preset={self.broadcast_preset!r} compresses the sharder's "
-                             f"broadcast: it needs exchange name {' or '.join(map(repr, able))}, "
-                             f"not {self.name!r}")
-        if self.overlap and not kind.overlaps:
-            able = " and ".join(repr(n) for n, k in EXCHANGES.items() if k.overlaps)
-            raise ValueError(f"overlap=True starts the reduction during backward for exchanges "
-                             f"{able} only, not {self.name!r}")
-        lookup(POLICIES, self.policy, "shard policy")
-        for f in ("max_shard_numel", "reshard_every"):
-            if getattr(self, f) < 0:
-                raise ValueError(f"exchange.{f} must be >= 0, got {getattr(self, f)}")
-        if not self.timeout_s > 0:
-            raise ValueError(f"exchange.timeout_s must be > 0, got {self.timeout_s}")
-
-    @property
-    def resumes_exactly(self) -> bool:
-        """Whether a checkpoint holds all of this exchange's state: compressed exchanges also
-        keep per-rank residuals and sampling generators, and PowerSGD its error feedback."""
-        return EXCHANGES[self.name].resumes_exactly
-
-    @property
-    def kind(self) -> "ExchangeKind":
-        """The registry record of ``name`` (its capabilities)."""
-        return EXCHANGES[self.name]
 
 
 @dataclass
@@ -372,6 +260,28 @@ def _check_parameter_sharding(cfg: ExchangeConfig, kind: ExchangeKind) -> None:
                          f"it needs exchange name {able}, not {cfg.name!r}")
 
 
+
+def check_exchange(cfg: ExchangeConfig) -> ExchangeConfig:
+    """``cfg``, unless it names no registered exchange or sets a field its exchange does not
+    read (its own numbers ExchangeConfig checks itself); config.check_records calls it."""
+    kind = lookup(EXCHANGES, cfg.name, "exchange")
+    _check_parameter_sharding(cfg, kind)
+    lookup(PRESETS, cfg.preset, "compression preset")
+    if cfg.broadcast_preset is not None:
+        lookup(PRESETS, cfg.broadcast_preset, "broadcast_preset")
+    if cfg.broadcast_preset is not None and not kind.broadcast_compression:
+        able = [n for n, k in EXCHANGES.items() if k.broadcast_compression]
+        raise ValueError(f"broadcast_preset={cfg.broadcast_preset!r} compresses the sharder's "
+                         f"broadcast: it needs exchange name {' or '.join(map(repr, able))}, "
+                         f"not {cfg.name!r}")
+    if cfg.overlap and not kind.overlaps:
+        able = " and ".join(repr(n) for n, k in EXCHANGES.items() if k.overlaps)
+        raise ValueError(f"overlap=True starts the reduction during backward for exchanges "
+                         f"{able} only, not {cfg.name!r}")
+    lookup(POLICIES, cfg.policy, "shard policy")
+    return cfg
+
+
 def make_fsdp2(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
     """FSDP2 (fsdp.py): ``fully_shard`` per block and the root, then torch's AdamW over the
     sharded parameters; the reduce-scatter runs in backward, so ``reduce`` only counts."""
@@ -532,7 +442,6 @@ def _no_state(cfg, opt):
 make_ddp_fp16 = _make_ddp(fp16_counted_hook, _no_state)
 make_ddp_powersgd = _make_ddp(powersgd_counted_hook, _powersgd_state)
 
-EXCHANGES: dict[str, ExchangeKind] = {}
 register_exchange("allreduce", make_allreduce, overlaps=True,
                   description="one fp32 all_reduce of all gradients, / N (the reference)")
 register_exchange("compressed", make_compressed, resumes_exactly=False, compresses=True,

@@ -35,7 +35,7 @@ builds it; ``load_policy_any(path)`` reads any saved policy or training checkpoi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Callable
 
 import torch
@@ -43,6 +43,7 @@ import torch
 from grpo_lab.checkpoint import (CKPT_TAG, load_state_strict, meta_field, read_tensors,
                                  resolve_path, state_without_aliases)  # noqa: F401
 from grpo_lab.policies.engine import Engine
+from grpo_lab.policies.hf_config import HFConfig
 from grpo_lab.registry import lookup
 
 Policy = Engine                   # the interface every policy kind implements (engine.py)
@@ -162,3 +163,41 @@ def load_policy_any(path):
 def frozen(policy: torch.nn.Module) -> torch.nn.Module:
     """The reference policy: ``policy`` in eval mode with gradients off."""
     return policy.eval().requires_grad_(False)
+
+
+def check_policy(cfg) -> None:
+    """The policy kind ``cfg.policy`` names against the config: the hf fields only with
+    policy="hf", a system prompt only with a chat template, the base checkpoint's kind,
+    autocast, and what an exchange that shards the weights cannot sample from."""
+    kind = get_policy_kind(cfg.policy)
+    if cfg.hf.lora_r and cfg.policy != "hf":
+        raise ValueError(f"hf.lora_r={cfg.hf.lora_r} adds LoRA adapters to a transformers "
+                         f"model: it needs policy='hf' (policy={cfg.policy!r})")
+    if cfg.policy != "hf":                     # every hf field is read by policy="hf" only
+        given = {f.name: getattr(cfg.hf, f.name) for f in fields(HFConfig)
+                 if getattr(cfg.hf, f.name) != f.default}
+        if given:
+            name, value = next(iter(given.items()))
+            raise ValueError(f"hf.{name}={value!r} configures a transformers model, but "
+                             f"policy={cfg.policy!r} does not read it: set policy='hf' or "
+                             f"drop it")
+    if cfg.system_prompt and not (cfg.policy == "hf" and cfg.hf.chat_template):
+        raise ValueError(f"system_prompt={cfg.system_prompt[:40]!r}... is a system turn of "
+                         f"a chat template: it needs policy='hf' with hf.chat_template=True "
+                         f"(policy={cfg.policy!r}, hf.chat_template="
+                         f"{cfg.hf.chat_template}); a preset's own prompt is dropped with "
+                         f"system_prompt=''")
+    if (not kind.file_based and cfg.base_checkpoint.endswith(".safetensors")
+            and hf_run_checkpoint(cfg.base_checkpoint) is None):
+        raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
+                         f"base_checkpoint={cfg.base_checkpoint!r} is a grpo_lab file "
+                         f"(a toy policy: policy='toy'), not an HF run's training "
+                         f"checkpoint")
+    if cfg.autocast and not kind.own_autocast:
+        raise ValueError("autocast=True is the toy policy's training-forward autocast; "
+                         "for policy='hf' set hf.autocast=True (every forward)")
+    if cfg.hf.sample_dtype and cfg.exchange.kind.shards_parameters:
+        raise ValueError(f"hf.sample_dtype={cfg.hf.sample_dtype!r} samples from a copy of "
+                         f"the whole model, but exchange {cfg.exchange.name!r} keeps 1/N of "
+                         f"the weights per rank: leave hf.sample_dtype empty "
+                         f"(exchange.param_dtype gathers the weights in another dtype instead)")

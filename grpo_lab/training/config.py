@@ -18,36 +18,27 @@ import dataclasses
 import inspect
 import math
 import textwrap
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from grpo_lab.registry import load_plugins, lookup
+from grpo_lab.distributed.exchange_config import ExchangeConfig
+from grpo_lab.registry import (fields_finite, fields_nonnegative, fields_positive,
+                               load_plugins, lookup)
 from grpo_lab.tasks import MIXTURE_TASKS
+from grpo_lab.training.ppo_config import PPOConfig
 
 if TYPE_CHECKING:
-    from grpo_lab.distributed.exchanges import ExchangeConfig
-    from grpo_lab.policies.hf import HFConfig
-    from grpo_lab.training.ppo import PPOConfig
+    from grpo_lab.policies.hf_config import HFConfig
 
-# Importing this module loads the registry and the task list only: each check below imports
-# the registries it looks names up in, and each sub-config's class (with what it configures:
-# ExchangeConfig with the exchanges, numba included) loads when a config is built.
-
-
-def _exchange_config(**fields) -> ExchangeConfig:
-    from grpo_lab.distributed.exchanges import ExchangeConfig
-    return ExchangeConfig(**fields)
-
-
-def _ppo_config(**fields) -> PPOConfig:
-    from grpo_lab.training.ppo import PPOConfig
-    return PPOConfig(**fields)
+# Importing this module loads the registry, the task list and the torch-free sub-configs;
+# building a config loads HFConfig and the settings blocks' classes, not the records that
+# check them (check_records imports those).
 
 
 def _hf_config(**fields) -> HFConfig:
-    from grpo_lab.policies.hf import HFConfig
+    from grpo_lab.policies.hf_config import HFConfig
     return HFConfig(**fields)
+
 
 def _block(name: str, cls: type, value):
     """A settings block from what was given: None (its defaults), a dict of its fields or the
@@ -276,7 +267,7 @@ class TrainConfig:
     dynamic_max_draws: int = 4
     """Most rollouts of prompts_per_step prompts drawn per step by dynamic sampling."""
     # ---- PPO with a critic (objective="ppo", ppo.py)
-    ppo: PPOConfig = field(default_factory=_ppo_config)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
     """objective="ppo": the critic and GAE (see ppo.PPOConfig; --ppo.gamma on the command line)."""
     # ---- memory levers (issue 14; memory.py measures them, bench/bench_memory.py)
     checkpoint_every: int = 0
@@ -294,7 +285,7 @@ class TrainConfig:
     sampling, the reference and evaluation stay float32; log-probs are taken in float32).
     policy="hf" has hf.autocast (every forward) instead."""
     # ---- data parallel (distributed/exchanges.py): N processes, one global batch
-    exchange: ExchangeConfig = field(default_factory=_exchange_config)
+    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
     blocks: dict = field(default_factory=dict)
     """The settings blocks of the records (registry.SETTINGS: ``clip``, ``kl``, ``tis``,
@@ -306,6 +297,7 @@ class TrainConfig:
         fields (every block not given: its defaults)."""
         from grpo_lab.algorithm import variants  # noqa: F401 (the built-in blocks register)
         from grpo_lab.registry import SETTINGS
+        given.pop("_checked", None)      # check_records' mark, carried by vars(cfg): not copied
         blocks = {**given.pop("blocks", {}),
                   **{n: given.pop(n) for n in list(given) if n in SETTINGS}}
         for f in dataclasses.fields(self):
@@ -338,39 +330,25 @@ class TrainConfig:
         return min(self.prompts_per_step, max(2, self.prompts_per_step // 4))
 
     def __post_init__(self):
-        # no side effects here: plugins are imported by preset(), from_dict(), the CLI and the
-        # trainer's setup before a config naming what they register is built
-        from grpo_lab.algorithm.advantages import ADVANTAGES
-        from grpo_lab.algorithm.loss import AGGREGATIONS, RATIO_LEVELS
+        """The config's own fields; the records it names check it in ``check_records``. No
+        side effects here: plugins are imported by preset(), from_dict(), the CLI and the
+        trainer's setup before a config naming what they register is built."""
         from grpo_lab.algorithm.methods import apply_method
-        from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
-        from grpo_lab.agents import step as agents  # noqa: F401 (environments, objective "agent")
-        from grpo_lab.tasks.instruct import check_config as check_instruct
-        from grpo_lab.tasks.rewards import REWARDS
-        from grpo_lab.training.step import get_objective
-        from grpo_lab.training.trackers import sink_names
         if isinstance(self.exchange, dict):
-            self.exchange = _exchange_config(**self.exchange)
+            self.exchange = ExchangeConfig(**self.exchange)
         if isinstance(self.ppo, dict):
-            self.ppo = _ppo_config(**self.ppo)
+            self.ppo = PPOConfig(**self.ppo)
         if isinstance(self.hf, dict):
             self.hf = _hf_config(**self.hf)
-        # the built-in objectives are registered by now: step.py's own, and ppo.py's ("ppo"),
-        # the module of the ppo field's class
-        objective = get_objective(self.objective)
         apply_method(self)
-        self._check_policy()
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
-        _finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps",
+        fields_finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps",
                 "grad_clip", "time_budget_s", "user_code_timeout_s")
-        _positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
-        _nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
+        fields_positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
+        fields_nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
                      "grad_clip", "eval_every", "eval_size", "threads",
                      "user_code_timeout_s")
-        if self.group_size < 2 and objective.needs_group:       # PPO's critic needs no group
-            raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
-                             f"got {self.group_size}")
         if self.group_size < 1:
             raise ValueError(f"group_size (G) must be >= 1, got {self.group_size}")
         if not self.temperature > 0:
@@ -387,15 +365,10 @@ class TrainConfig:
             if value > ceiling:
                 raise ValueError(f"{name}={value} is above its ceiling {ceiling} "
                                  f"(config.CEILINGS): {CEILING_WHY[name]}")
-        for t in self.task_names:
-            lookup(TASKS, t, "task", f"in task={self.task!r}: several join by commas, or 'mixture'")
         if len(set(self.task_names)) != len(self.task_names):
             raise ValueError(f"task {self.task!r} names a task twice")
-        lookup(ADVANTAGES, self.advantage, "advantage")
-        lookup(AGGREGATIONS, self.aggregation, "aggregation")
-        lookup(RATIO_LEVELS, self.ratio_level, "ratio_level")
         lookup(("outcome", "process"), self.supervision, "supervision")
-        _finite(self, "top_p")
+        fields_finite(self, "top_p")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
         if self.advantage == "dr_grpo" and self.aggregation != "dr_grpo":
@@ -403,146 +376,83 @@ class TrainConfig:
                              f"of Dr. GRPO (its per-sequence 1/|o_i| stays): use "
                              f"method='dr_grpo' for the method, or advantage='mean_centred' "
                              f"for its advantage alone")
-        for block in self.blocks.values():      # each record's settings check themselves
-            if hasattr(block, "check"):
-                block.check(self)
-        check_instruct(self.task_names, self.answer_format, self.policy, self.supervision)
         if self.answer_format != "raw" and not self.max_new_tokens:
             self.max_new_tokens = 64                 # a sentence, not the toy's answer + 2
         lookup(("constant", "cosine"), self.lr_schedule, "lr_schedule")
         lookup(CKPT_FORMATS, self.ckpt_format, "ckpt_format")
-        if self.ckpt_format == "dcp":
-            from grpo_lab.distributed.exchanges import EXCHANGES
-            if not EXCHANGES[self.exchange.name].torch_adamw:
-                raise ValueError(f"ckpt_format='dcp' saves the state of torch's AdamW; exchange "
-                                 f"{self.exchange.name!r} steps its own Adam: write "
-                                 f"ckpt_format='single' or pick an exchange that steps torch's "
-                                 f"AdamW")
-        sink_names(self.report_to)               # known sinks; their packages: at train start
         if not self.reward_weights:
             raise ValueError("reward_weights is empty")
         for name, w in self.reward_weights.items():
-            lookup(REWARDS, name, "reward function")
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
                 raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
-        self._check_grouping()
-        self._check_ppo(objective)
-        self._check_memory(objective)
-        self._check_parameter_sharding()
-
-    def _check_memory(self, objective):
-        from grpo_lab.policies.policy import get_policy_kind
-        _nonnegative(self, "checkpoint_every")
-        _positive(self, "micro_batches")
+        fields_nonnegative(self, "checkpoint_every", "group_k", "recluster_every")
+        fields_positive(self, "micro_batches")
         if self.micro_batches > self.prompts_per_step:
             raise ValueError(f"micro_batches={self.micro_batches} is more than the "
                              f"prompts_per_step={self.prompts_per_step} prompts to split "
                              f"(a micro-batch holds whole prompts)")
-        why = (f"objective={self.objective!r} (its loss is not normalised by global counts yet)"
-               if not objective.splits else
-               f"exchange.name={self.exchange.name!r} (DDP reduces during each backward)"
-               if self.exchange.kind.reduces_in_backward else
-               "exchange.overlap=True (it reduces during each backward)"
-               if self.exchange.overlap else None)
-        if self.micro_batches > 1 and why:
-            raise ValueError(f"micro_batches={self.micro_batches} does not work with {why}")
         if self.hf.gradient_checkpointing and self.checkpoint_every > 1:
             raise ValueError(f"hf.gradient_checkpointing=True checkpoints every layer, "
                              f"checkpoint_every={self.checkpoint_every} every "
                              f"{self.checkpoint_every}-th: set one of them")
-        if self.autocast and not get_policy_kind(self.policy).own_autocast:
-            raise ValueError("autocast=True is the toy policy's training-forward autocast; "
-                             "for policy='hf' set hf.autocast=True (every forward)")
-
-    def _check_parameter_sharding(self):
-        """What an exchange that shards the weights (fsdp2) cannot run with."""
-        from grpo_lab.algorithm.overlong import OVERLONG
-        if not self.exchange.kind.shards_parameters:
-            return
-        name = self.exchange.name
-        if self.hf.sample_dtype:
-            raise ValueError(f"hf.sample_dtype={self.hf.sample_dtype!r} samples from a copy of "
-                             f"the whole model, but exchange {name!r} keeps 1/N of the weights "
-                             f"per rank: leave hf.sample_dtype empty (exchange.param_dtype "
-                             f"gathers the weights in another dtype instead)")
-        if OVERLONG[self.overlong.rule].filters:
-            raise ValueError(f"overlong.rule={self.overlong.rule!r} can leave a rank with no row "
-                             f"in the loss and so no training forward, while exchange {name!r} "
-                             f"gathers weights in every rank's forward (the others would wait "
-                             f"for it): use overlong.rule='none' or 'soft'")
-
-    def _check_ppo(self, objective):
-        from grpo_lab.training.step import OBJECTIVES
-        if self.ppo.vf_lr and not objective.critic:
-            critics = sorted(n for n, o in OBJECTIVES.items() if o.critic)
-            raise ValueError(f"ppo.vf_lr={self.ppo.vf_lr} is the critic's learning rate: it needs "
-                             f"objective={critics[0]!r}, not {self.objective!r}")
-        if objective.check is not None:
-            objective.check(self)
-
-    def _check_policy(self):
-        from grpo_lab.policies.engine import UPDATE_FORWARDS
-        from grpo_lab.algorithm import vllm_rollout  # noqa: F401 (its kind registers)
-        from grpo_lab.algorithm.rollout import DRAWS, ROLLOUTS
-        from grpo_lab.policies.hf import HFConfig
-        from grpo_lab.policies.policy import get_policy_kind, hf_run_checkpoint
-        kind = get_policy_kind(self.policy)
-        lookup(DRAWS, self.sample_draw, "sample_draw")
-        lookup(UPDATE_FORWARDS, self.update_forward, "update_forward")
-        lookup(ROLLOUTS, self.rollout, "rollout").check(self)
-        if self.hf.lora_r and self.policy != "hf":
-            raise ValueError(f"hf.lora_r={self.hf.lora_r} adds LoRA adapters to a transformers "
-                             f"model: it needs policy='hf' (policy={self.policy!r})")
-        if self.policy != "hf":                     # every hf field is read by policy="hf" only
-            given = {f.name: getattr(self.hf, f.name) for f in dataclasses.fields(HFConfig)
-                     if getattr(self.hf, f.name) != f.default}
-            if given:
-                name, value = next(iter(given.items()))
-                raise ValueError(f"hf.{name}={value!r} configures a transformers model, but "
-                                 f"policy={self.policy!r} does not read it: set policy='hf' or "
-                                 f"drop it")
-        if self.system_prompt and not (self.policy == "hf" and self.hf.chat_template):
-            raise ValueError(f"system_prompt={self.system_prompt[:40]!r}... is a system turn of "
-                             f"a chat template: it needs policy='hf' with hf.chat_template=True "
-                             f"(policy={self.policy!r}, hf.chat_template="
-                             f"{self.hf.chat_template}); a preset's own prompt is dropped with "
-                             f"system_prompt=''")
-        if (not kind.file_based and self.base_checkpoint.endswith(".safetensors")
-                and hf_run_checkpoint(self.base_checkpoint) is None):
-            raise ValueError(f"policy='hf' loads a transformers model folder or hub id, but "
-                             f"base_checkpoint={self.base_checkpoint!r} is a grpo_lab file "
-                             f"(a toy policy: policy='toy'), not an HF run's training "
-                             f"checkpoint")
-
-    def _check_grouping(self):
-        from grpo_lab.algorithm.advantages import COMBINE
-        from grpo_lab.algorithm.grouping import GROUPERS
-        if not isinstance(self.grouping, str):        # registering is preset()'s, not ours
-            raise ValueError(f"grouping={self.grouping!r}: a config holds a grouper's name; "
-                             f"pass the function or record to config.preset(...), which "
-                             f"registers it, or register it (grouping.register_grouper) first")
-        record = lookup(GROUPERS, self.grouping, "grouping",
-                        "register your own with grouping.register_grouper")
-        lookup(COMBINE, self.combine, "combine option")
-        _nonnegative(self, "group_k", "recluster_every")
-        if record.takes_k and not self.group_k:
-            why = ("one per task" if len(self.task_names) > 1 else
-                   f"max(2, prompts_per_step // 4) for one task")
-            warnings.warn(f"grouping={self.grouping!r} takes k and group_k is not set: using "
-                          f"k = {self.n_groups} ({why}); set group_k to choose", stacklevel=3)
-        if record.takes_k and self.n_groups > self.prompts_per_step:
-            raise ValueError(f"{self.n_groups} groups (group_k={self.group_k}) is more than the "
-                             f"prompts_per_step={self.prompts_per_step} prompts to group")
-        if self.recluster_every and not record.reclusterable:
-            reclusterable = sorted(n for n, g in GROUPERS.items() if g.reclusterable)
-            raise ValueError(f"recluster_every={self.recluster_every} keeps K-means clusters "
-                             f"across steps: it needs a reclusterable grouping "
-                             f"({reclusterable}), got {self.grouping!r}")
         if self.group_schedule and not self.recluster_every:
             raise ValueError("group_schedule grows k at each re-fit: set recluster_every > 0")
         if self.supervision == "process" and self.combine != "cluster":
             raise ValueError(f"supervision='process' normalises step rewards per group id: "
                              f"it needs combine='cluster', got {self.combine!r}")
+
+
+def check_records(cfg: TrainConfig) -> TrainConfig:
+    """Ask each record ``cfg`` names to check it -> cfg: the objective, the tasks, estimator,
+    aggregation, rewards and trackers, the settings blocks, the policy and rollout kinds, the
+    grouper, the exchange, PPO's critic (each kind's checks live with its records:
+    step.check_objective, policy.check_policy, grouping.check_grouping,
+    exchanges.check_exchange, a settings block's ``check``). ``preset()``, ``from_dict()`` and the trainer's
+    ``setup`` call it, once per config object (``TrainConfig()`` checks its own fields only,
+    so building one loads none of these records)."""
+    from grpo_lab.agents import step as agents  # noqa: F401 (environments, objective "agent")
+    from grpo_lab.algorithm.advantages import ADVANTAGES
+    from grpo_lab.algorithm.loss import AGGREGATIONS, RATIO_LEVELS
+    from grpo_lab.algorithm import vllm_rollout  # noqa: F401 (its kind registers)
+    from grpo_lab.algorithm.grouping import check_grouping
+    from grpo_lab.algorithm.rollout import DRAWS, ROLLOUTS
+    from grpo_lab.distributed.exchanges import check_exchange
+    from grpo_lab.policies.engine import UPDATE_FORWARDS
+    from grpo_lab.policies.policy import check_policy
+    from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
+    from grpo_lab.tasks.instruct import check_config as check_instruct
+    from grpo_lab.tasks.rewards import REWARDS
+    from grpo_lab.training.ppo import CRITICS          # and objective "ppo"
+    from grpo_lab.training.step import check_objective
+    from grpo_lab.training.trackers import sink_names
+    if cfg.__dict__.get("_checked"):
+        return cfg
+    check_exchange(cfg.exchange)              # first: the others read its capabilities
+    check_policy(cfg)
+    lookup(DRAWS, cfg.sample_draw, "sample_draw")
+    lookup(UPDATE_FORWARDS, cfg.update_forward, "update_forward")
+    lookup(ROLLOUTS, cfg.rollout, "rollout").check(cfg)
+    for t in cfg.task_names:
+        lookup(TASKS, t, "task", f"in task={cfg.task!r}: several join by commas, or 'mixture'")
+    lookup(ADVANTAGES, cfg.advantage, "advantage")
+    lookup(AGGREGATIONS, cfg.aggregation, "aggregation")
+    lookup(RATIO_LEVELS, cfg.ratio_level, "ratio_level")
+    for block in cfg.blocks.values():      # each record's settings check themselves
+        if hasattr(block, "check"):
+            block.check(cfg)
+    check_instruct(cfg.task_names, cfg.answer_format, cfg.policy, cfg.supervision)
+    if cfg.ckpt_format == "dcp" and not cfg.exchange.kind.torch_adamw:
+        raise ValueError(f"ckpt_format='dcp' saves the state of torch's AdamW; exchange "
+                         f"{cfg.exchange.name!r} steps its own Adam: write "
+                         f"ckpt_format='single' or pick an exchange that steps torch's AdamW")
+    sink_names(cfg.report_to)               # known sinks; their packages: at train start
+    for name in cfg.reward_weights:
+        lookup(REWARDS, name, "reward function")
+    lookup(CRITICS, cfg.ppo.critic, "ppo.critic")
+    check_grouping(cfg)
+    check_objective(cfg)                    # its own check last: it may read the others
+    cfg.__dict__["_checked"] = True
+    return cfg
 
 
 @dataclass
@@ -584,7 +494,7 @@ class PretrainConfig:
         if self.policy == "hf" and self.out.endswith(".safetensors"):
             raise ValueError(f"policy='hf' writes a transformers folder; out={self.out!r} "
                              f"names a file (e.g. --out data/hf_tiny)")
-        _positive(self, "steps", "batch_size", "n_layer", "n_head", "n_embd", "block_size")
+        fields_positive(self, "steps", "batch_size", "n_layer", "n_head", "n_embd", "block_size")
         if not 0 <= self.stop_after <= self.steps:
             raise ValueError(f"stop_after must be in [0, steps={self.steps}], got {self.stop_after}")
         if not self.lr > 0:
@@ -703,7 +613,7 @@ def preset(name: str, **overrides) -> TrainConfig:
     fields = merge(PRESETS[name], overrides)
     if not isinstance(fields.get("grouping", ""), str):   # a function or record: registered
         fields["grouping"] = get_grouper(fields["grouping"]).name   # the config keeps its name
-    return TrainConfig(**fields)
+    return check_records(TrainConfig(**fields))
 
 
 def from_dict(d: dict) -> TrainConfig:
@@ -711,7 +621,7 @@ def from_dict(d: dict) -> TrainConfig:
     are imported first."""
     d = upgrade_saved(d)                               # older names in today's meaning
     load_plugins(d.get("plugins", ""))
-    return TrainConfig(**d)
+    return check_records(TrainConfig(**d))
 
 
 CKPT_FORMATS = ("single", "dcp")
@@ -779,22 +689,3 @@ def to_dict(cfg) -> dict:
     d = dataclasses.asdict(cfg)
     blocks = d.pop("blocks")
     return {**d, **blocks}
-
-
-def _finite(cfg, *names):
-    for n in names:
-        v = getattr(cfg, n)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"{type(cfg).__name__}.{n} must be a finite number, got {v!r}")
-
-
-def _positive(cfg, *names):
-    for n in names:
-        if not getattr(cfg, n) > 0:
-            raise ValueError(f"{type(cfg).__name__}.{n} must be > 0, got {getattr(cfg, n)!r}")
-
-
-def _nonnegative(cfg, *names):
-    for n in names:
-        if not getattr(cfg, n) >= 0:
-            raise ValueError(f"{type(cfg).__name__}.{n} must be >= 0, got {getattr(cfg, n)!r}")

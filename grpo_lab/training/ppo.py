@@ -11,8 +11,6 @@ the toy policy, outcome rewards (config.py checks).
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -21,44 +19,9 @@ from grpo_lab.algorithm.critic import (explained_variance, gae, logprobs_and_val
                                        outcome_rewards, value_loss, whiten)
 from grpo_lab.policies.model import ValueHead, ValueNetwork
 from grpo_lab.algorithm.loss import grpo_loss
-from grpo_lab.registry import lookup
+from grpo_lab.training.ppo_config import PPOConfig  # noqa: F401 (TrainConfig.ppo)
 from grpo_lab.algorithm.rollout import completion_logprobs
 from grpo_lab.training.step import draw_prompts, logged_stats, max_new_tokens, register_objective
-
-
-@dataclass
-class PPOConfig:
-    """objective="ppo": the critic and GAE (``TrainConfig.ppo``; ``--ppo.FIELD`` on the command
-    line)."""
-    gamma: float = 1.0
-    """Discount of GAE (1.0: an outcome reward counts fully at every token)."""
-    gae_lambda: float = 0.95
-    """GAE's lambda (0: one-step TD advantages, 1: Monte Carlo returns - V)."""
-    vf_coef: float = 0.5
-    """Weight of the value loss added to the policy loss."""
-    vf_clip: float = 0.2
-    """The value loss's clip range around the rollout's values (PPO2)."""
-    critic: str = "head"
-    """"head", a value head on the policy's hidden states (shared body), or "network", a
-    second GPT from base_checkpoint with its own value head (the classic RLHF critic, as big
-    as the policy: twice the parameters and optimizer state)."""
-    vf_lr: float = 0.0
-    """The critic's AdamW learning rate, its own parameter group, with lr's warm-up and
-    schedule (0: lr). A critic starting from zero usually wants more than lr."""
-
-    def __post_init__(self):
-        for name in ("gamma", "gae_lambda", "vf_coef", "vf_clip", "vf_lr"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ValueError(f"PPOConfig.{name} must be a finite number, got {v!r}")
-        for name in ("vf_coef", "vf_clip", "vf_lr"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"PPOConfig.{name} must be >= 0, got {getattr(self, name)!r}")
-        if self.critic not in CRITICS:
-            lookup(CRITICS, self.critic, "ppo.critic")
-        if not (0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1):
-            raise ValueError(f"need ppo.gamma and ppo.gae_lambda in [0, 1], "
-                             f"got {self.gamma}, {self.gae_lambda}")
 
 
 PPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",

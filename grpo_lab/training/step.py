@@ -531,9 +531,6 @@ class Objective:
     evaluate: Callable | None = None  # (policy, eval_sets, weights, max_new, samples=) -> metrics
                                       # (None: trainer.evaluate_tasks, single-turn greedy)
 
-    def __iter__(self):           # one release: ``collect, objective = OBJECTIVES[name]``
-        return iter((self.collect, self.loss))
-
 
 OBJECTIVES: dict[str, Objective] = {}
 
@@ -549,6 +546,31 @@ def register_objective(name: str, collect: Callable, loss: Callable, **capabilit
 
 def get_objective(name: str) -> Objective:
     return lookup(OBJECTIVES, name, "objective", "register your own with step.register_objective")
+
+
+def check_objective(cfg) -> Objective:
+    """The objective ``cfg.objective`` names against the config -> its record: G for a group
+    baseline, the critic's lr, micro-batches (global normalisers, an exchange that reduces
+    after backward), then the objective's own ``check``."""
+    objective = get_objective(cfg.objective)
+    if cfg.group_size < 2 and objective.needs_group:       # PPO's critic needs no group
+        raise ValueError(f"group_size (G) must be >= 2 for a group-relative baseline, "
+                         f"got {cfg.group_size}")
+    if cfg.ppo.vf_lr and not objective.critic:
+        critics = sorted(n for n, o in OBJECTIVES.items() if o.critic)
+        raise ValueError(f"ppo.vf_lr={cfg.ppo.vf_lr} is the critic's learning rate: it needs "
+                         f"objective={critics[0]!r}, not {cfg.objective!r}")
+    if objective.check is not None:
+        objective.check(cfg)
+    why = (f"objective={cfg.objective!r} (its loss is not normalised by global counts yet)"
+           if not objective.splits else
+           f"exchange.name={cfg.exchange.name!r} (DDP reduces during each backward)"
+           if cfg.exchange.kind.reduces_in_backward else
+           "exchange.overlap=True (it reduces during each backward)"
+           if cfg.exchange.overlap else None)
+    if cfg.micro_batches > 1 and why:
+        raise ValueError(f"micro_batches={cfg.micro_batches} does not work with {why}")
+    return objective
 
 
 register_objective("grpo", collect, grpo_objective, check=refuse_environment_tasks,

@@ -50,7 +50,7 @@ from tqdm.auto import tqdm
 from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
                                  save_training_checkpoint)
 from grpo_lab import __version__
-from grpo_lab.training.config import CONFIG_FILE, TrainConfig, config_changes, to_dict
+from grpo_lab.training.config import CONFIG_FILE, TrainConfig, check_records, config_changes, to_dict
 from grpo_lab.training.config_file import VERSION_KEY
 from grpo_lab.training.trackers import Trackers, check_installed
 from grpo_lab.distributed import dcp
@@ -256,6 +256,7 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     frozen reference only when the objective uses one and beta > 0, the prompt source (never a
     held-out prompt) and the grouper, for ``cfg`` on ``group``'s device (default: this process,
     ``Group.current()``)."""
+    check_records(cfg)                         # each record the config names checks it
     group = Group.current() if group is None else group
     timelimit.LIMIT_S = cfg.user_code_timeout_s       # every call of user code from here on
     eval_sets, held = held_out_sets(cfg)
@@ -392,7 +393,7 @@ def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path) -
         if c["shards"] is None:
             ex.load_state_dict(c["optim"])
         ctx.grouper.load_state_dict(c["grouping"])
-        if not cfg.exchange.resumes_exactly:
+        if not cfg.exchange.kind.resumes_exactly:
             warnings.warn(f"exchange {cfg.exchange.name!r} keeps per-rank compression state "
                           f"that checkpoints do not hold: the resumed run is close to, not "
                           f"exactly, the one that never stopped", RuntimeWarning, stacklevel=2)
