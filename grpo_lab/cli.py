@@ -366,6 +366,17 @@ def build_parser() -> argparse.ArgumentParser:
     pre = sub.add_parser("pretrain", help="supervised warm-up of the base policy")
     add_plugin_arg(pre)
     add_config_args(pre, PretrainConfig)
+    w = sub.add_parser("warmup", help="supervised warm-up on an environment's scripted player "
+                                      "(agents/warmup.py), before train --objective agent")
+    w.add_argument("--task", required=True, help="an environment with a demo player, e.g. guess")
+    w.add_argument("--out", default=None,
+                   help="where to write the policy (default runs/agents/<task>_warm.safetensors, "
+                        "the preset agent_cpu's base_checkpoint for guess)")
+    w.add_argument("--base", default="data/base_policy.safetensors", help="the policy to start from")
+    for flag, kind, default in (("--steps", int, 1500), ("--batch", int, 64),
+                                ("--lr", float, 1e-3), ("--seed", int, 0), ("--threads", int, 0)):
+        w.add_argument(flag, type=kind, default=default)
+    add_plugin_arg(w)
     b = sub.add_parser("bench", help="list the bench/ scripts, or run bench/bench_NAME.py")
     b.add_argument("name", nargs="?", help="e.g. codecs, sharder, train_dist, scaling")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="passed to the script")
@@ -659,6 +670,13 @@ def main(argv: list[str] | None = None) -> int:
 
             load_plugins(plugin_spec(args))          # a plugin's task can be pretrained on
             pretrain_main(PretrainConfig(**overrides(args, PretrainConfig)))
+        elif args.command == "warmup":
+            from grpo_lab.agents.warmup import run_warm_up
+            from grpo_lab.registry import load_plugins
+
+            load_plugins(plugin_spec(args))          # a plugin's environment can be warmed up on
+            print(json.dumps(run_warm_up(args.task, args.out, args.base, args.steps, args.batch,
+                                         args.lr, args.seed, args.threads)))
         elif args.command == "model":
             return run_model(args)
         elif args.command == "bench":

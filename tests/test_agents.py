@@ -322,6 +322,26 @@ def test_objectives_refuse_what_they_cannot_train():
                     base_checkpoint="data/hf_tiny", tis={"cap": 2.0}))
 
 
+@pytest.mark.parametrize("objective", ["ppo", "supervised", "pretrain"])
+def test_single_turn_objectives_refuse_an_environment_naming_it(objective):
+    with pytest.raises(ValueError, match=f"task 'guess' is an environment .* train it with "
+                                         f"objective='agent', not objective='{objective}'"):
+        TrainConfig(objective=objective, task="guess")
+
+
+def test_vllm_rollout_with_the_agent_objective_names_both_values(capsys):
+    # the objective is named first, whatever the policy: a toy policy is not told to turn hf
+    for extra in ({}, {"policy": "hf", "base_checkpoint": "data/hf_tiny", "tis": {"cap": 2.0}}):
+        with pytest.raises(ValueError, match="rollout='vllm' .* objective='agent' does not"):
+            TrainConfig(objective="agent", task="guess", rollout="vllm", **extra)
+    from grpo_lab.cli import main
+    assert main(["train", "--objective", "agent", "--task", "guess", "--rollout", "vllm",
+                 "--dynamic_sampling", "false"]) == 2
+    assert "rollout='vllm'" in capsys.readouterr().err
+    assert main(["train", "--objective", "ppo", "--task", "guess"]) == 2
+    assert "objective='ppo'" in capsys.readouterr().err
+
+
 def test_held_out_ranges_are_never_drawn_for_training():
     held = {e.prompt for e in TASKS["guess"].eval_fn()}
     assert len(held) == 9 and "g:3-10=" in held
@@ -462,3 +482,75 @@ def test_agent_step_is_the_same_on_2_processes(tmp_path):
     for x, y in zip(one[1:], two[1:]):
         for k in ("reward/mean", "adv/var", "completion/mean_len"):
             assert x[k] == pytest.approx(y[k], abs=1e-9), k
+
+
+# ---- the warm-up from the command line; resume of an agent run
+
+def test_warmup_from_the_command_line_equals_the_library_call(tmp_path, capsys):
+    """``grpo-lab warmup`` writes exactly the policy ``warm_up`` gives with the same seed,
+    held-out prompts excluded; bad values are one-line errors naming them."""
+    import json
+
+    from grpo_lab.agents.warmup import warm_up
+    from grpo_lab.cli import main
+    from grpo_lab.policies.model import load_policy
+    from grpo_lab.tasks import sample_examples
+    out = tmp_path / "warm.safetensors"
+    assert main(["warmup", "--task", "guess4", "--steps", "3", "--batch", "8", "--seed", "5",
+                 "--out", str(out), "--threads", "1"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["steps"] == 3 and said["held_out"] == 36 and set(said["after"]) == {
+        "success", "turns"}
+    m = base()
+    held = {e.prompt for e in TASKS["guess4"].eval_fn()}
+    losses = warm_up(m, get_environment("guess4"),
+                     lambda rng, n: sample_examples(["guess4"], n, rng, held), 3, batch=8,
+                     seed=5)
+    assert said["loss_first"] == round(losses[0], 4) and said["loss_last"] == round(losses[-1], 4)
+    written, mine = load_policy(out).state_dict(), m.state_dict()
+    assert all(torch.equal(written[k], mine[k]) for k in mine)
+    assert not torch.equal(mine["wte.weight"], base().state_dict()["wte.weight"])
+    for argv, named in ((["--task", "guess", "--steps", "0"], "steps must be an int >= 1, got 0"),
+                        (["--task", "guess", "--lr", "-1"], "lr must be a positive number, got -1"),
+                        (["--task", "add_retry"], "'add_retry' has no demo player"),
+                        (["--task", "addition"], "unknown environment 'addition'")):
+        assert main(["warmup", "--out", str(tmp_path / "x.safetensors"), *argv]) == 2
+        assert named in capsys.readouterr().err
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+@pytest.mark.parametrize("credit", ["episode", "gigpo"])
+def test_agent_resume_continues_exactly(tmp_path, credit):
+    """An agent run killed during step 4 and resumed from its step-2 checkpoint logs the same
+    steps and ends with the same weights as one never stopped (as test_trainer's)."""
+    from grpo_lab.agents.environments import with_settings
+    from grpo_lab.policies.policy import load_policy_any
+    from grpo_lab.training.config import preset
+    from grpo_lab.training.trainer import train
+    task = "add_retry" if credit == "episode" else "add_retry_gigpo"
+    if task not in ENVIRONMENTS:
+        with_settings("add_retry", task, credit=credit)
+
+    def cfg(d):
+        return preset("agent_cpu", task=task, base_checkpoint="data/base_policy.safetensors",
+                      steps=6, ckpt_every=3, prompts_per_step=4, group_size=4, eval_every=3,
+                      eval_size=8, threads=1, out_dir=str(tmp_path / d))
+
+    full = train(cfg("a"), progress=False)
+
+    def die(m, policy):                  # killed during step 4: the checkpoint holds steps 0-2
+        if m["step"] == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg("b"), progress=False, on_step=die)
+    resumed = train(cfg("b"), resume=True, progress=False)
+    keys = ["loss/total", "reward/mean", "grad/norm", "episode/turns_mean", "adv/abs_mean"]
+    rows = lambda h: [[r["step"]] + [r[k] for k in keys] for r in h if "loss/total" in r]  # noqa: E731
+    assert rows(full) == rows(resumed) and len(rows(full)) == 6
+    assert any(r[3] > 0 for r in rows(full))                   # the steps moved the policy
+    evals = lambda h: [(r["step"], r["eval/accuracy"]) for r in h if "eval/accuracy" in r]  # noqa: E731
+    assert evals(full) == evals(resumed)
+    pa = load_policy_any(tmp_path / "a" / "checkpoint.safetensors").state_dict()
+    pb = load_policy_any(tmp_path / "b" / "checkpoint.safetensors").state_dict()
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)

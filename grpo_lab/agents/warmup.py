@@ -90,3 +90,54 @@ def warm_up(model, env: Environment, draw, steps: int, batch: int = 64, lr: floa
         opt.step()
         losses.append(float(loss.detach()))
     return losses
+
+
+def run_warm_up(task: str, out: str | None = None, base: str = "data/base_policy.safetensors",
+                steps: int = 1500, batch: int = 64, lr: float = 1e-3, seed: int = 0,
+                threads: int = 0, evaluate: bool = True) -> dict:
+    """``grpo-lab warmup``: the base policy warmed up on environment ``task``'s scripted
+    player (``warm_up``; its held-out prompts never drawn), written to ``out`` (default
+    runs/agents/<task>_warm.safetensors, where the preset agent_cpu looks for ``guess``'s) ->
+    a summary: the losses' first and last, the held-out greedy success and mean turns before
+    and after (``evaluate``), the seconds. ``grpo-lab train --objective agent --task TASK
+    --base_checkpoint OUT`` then starts GRPO from it."""
+    import time
+    from pathlib import Path
+
+    from grpo_lab.agents import games  # noqa: F401 (the shipped environments)
+    from grpo_lab.agents.environments import get_environment
+    from grpo_lab.policies.model import load_policy, save_policy
+    from grpo_lab.tasks import TASKS, sample_examples
+    for name, v, least in (("steps", steps, 1), ("batch", batch, 1), ("threads", threads, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise ValueError(f"warm-up {name} must be an int >= {least}, got {v!r}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
+        raise ValueError(f"warm-up lr must be a positive number, got {lr!r}")
+    env = get_environment(task)
+    if env.demo is None:
+        raise ValueError(f"environment {task!r} has no demo player (Environment.demo) to warm "
+                         f"up on")
+    out = out or f"runs/agents/{task}_warm.safetensors"
+    if threads:
+        torch.set_num_threads(threads)
+    held = TASKS[task].eval_fn() if TASKS[task].eval_fn is not None else []
+    prompts = {e.prompt for e in held}
+    policy = load_policy(base)
+
+    def measure() -> dict:
+        from grpo_lab.agents.step import evaluate_episodes
+        if not (evaluate and held):
+            return {}
+        r = evaluate_episodes(policy, {task: held})
+        return {"success": round(r["eval/accuracy"], 4), "turns": round(r["eval/turns"], 4)}
+
+    before, t0 = measure(), time.perf_counter()
+    losses = warm_up(policy, env, lambda rng, n: sample_examples([task], n, rng, prompts),
+                     steps, batch=batch, lr=lr, seed=seed)
+    seconds = time.perf_counter() - t0
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    save_policy(policy, out, {"warm_up": {"task": task, "base": base, "steps": steps,
+                                          "batch": batch, "lr": lr, "seed": seed}})
+    return {"out": out, "task": task, "steps": steps, "loss_first": round(losses[0], 4),
+            "loss_last": round(losses[-1], 4), "seconds": round(seconds, 1),
+            "held_out": len(held), "before": before, "after": measure()}

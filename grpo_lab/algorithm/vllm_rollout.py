@@ -233,13 +233,13 @@ def vllm_scorer(policy, cfg, ctx) -> Callable:
 
 def check_vllm(cfg) -> None:
     """Settings rollout='vllm' cannot run with (config.py calls this; vLLM need not be here)."""
+    if cfg.objective != "grpo":
+        raise ValueError(f"rollout='vllm' samples the grpo objective's rollout; "
+                         f"objective={cfg.objective!r} does not read it")
     if cfg.policy != "hf":
         raise ValueError(f"rollout='vllm' generates with a transformers model folder: it needs "
                          f"policy='hf', not {cfg.policy!r} (the toy char-level GPT has no vLLM "
                          f"architecture)")
-    if cfg.objective != "grpo":
-        raise ValueError(f"rollout='vllm' samples the grpo objective's rollout; "
-                         f"objective={cfg.objective!r} does not read it")
     for name, value in (("hf.lora_r", cfg.hf.lora_r), ("hf.sample_dtype", cfg.hf.sample_dtype)):
         if value:
             raise ValueError(f"rollout='vllm' does not run with {name}={value!r} (LoRA adapters "

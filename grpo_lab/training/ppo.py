@@ -17,6 +17,7 @@ import torch
 
 from grpo_lab.algorithm.critic import (explained_variance, gae, logprobs_and_values,
                                        outcome_rewards, value_loss, whiten)
+from grpo_lab.agents.environments import refuse_environment_tasks
 from grpo_lab.policies.model import ValueHead, ValueNetwork
 from grpo_lab.algorithm.loss import grpo_loss
 from grpo_lab.training.ppo_config import PPOConfig  # noqa: F401 (TrainConfig.ppo)
@@ -112,6 +113,7 @@ def attach_critic(policy, cfg, load) -> None:
 
 def check_ppo(cfg) -> None:
     """What PPO here does not support (yet): the critic, not a group, gives the baseline."""
+    refuse_environment_tasks(cfg)                  # episodes are objective='agent''s
     for name, bad in (("dynamic_sampling", cfg.dynamic_sampling),
                       ("grouping", cfg.grouping != "by_prompt"),
                       ("supervision", cfg.supervision != "outcome"),

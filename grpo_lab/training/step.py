@@ -576,8 +576,9 @@ def check_objective(cfg) -> Objective:
 register_objective("grpo", collect, grpo_objective, check=refuse_environment_tasks,
                    description="GRPO: group-relative advantages, clipped surrogate + beta * KL")
 register_objective("supervised", collect_demos, supervised_objective, uses_reference=False,
+                   check=refuse_environment_tasks,
                    description="cross-entropy on task demonstrations (answers only)")
 register_objective("pretrain", collect_demo_stream, supervised_objective, uses_reference=False,
-                   needs_group=False,
+                   needs_group=False, check=refuse_environment_tasks,
                    description="the supervised warm-up (preset pretrain_cpu, pretrain.py): "
                                "cross-entropy on demonstrations drawn from one seeded stream")
