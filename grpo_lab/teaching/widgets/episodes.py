@@ -26,7 +26,7 @@ def draw_tokens(tokens, ax, title: str = "") -> None:
                 fontsize=8, color="white" if own else "black")
         ax.text(x + 0.46, -0.35, str(int(own)), ha="center", va="center", fontsize=8)
     ax.text(-0.2, -0.35, "mask", ha="right", va="center", fontsize=8)
-    ax.set(xlim=(-1.2, max(len(tokens), 1)), ylim=(-0.7, 1.1), title=title)
+    ax.set(xlim=(-1.2, max(len(tokens), 12)), ylim=(-0.7, 1.1), title=title)   # boxes of one width
     ax.axis("off")
 
 
