@@ -83,3 +83,33 @@ def test_calculator_run_absent_or_checked(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(run))
     with pytest.raises(ValueError, match="no 'after'"):
         calculator_run(tmp_path / "bad.json")
+
+
+def test_lesson_13_calculator_cell_runs_with_and_without_the_record(capsys):
+    """The lesson's section 4 (tools/make_nb13.py) on a recorded run of the documented shape,
+    and with none: the curve and the samples, or the sentence saying where the run is kept."""
+    import importlib.util
+    from pathlib import Path
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from IPython.display import display
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("make_nb13", root / "tools" / "make_nb13.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    (src,) = [c[1] for c in gen.CELLS if "calculator_run()" in c[1]]
+    run = {"command": "cmd", "cpu": "AMD EPYC",
+           "steps": [{"step": s, "heldout_acc": s / 40, "call_rate": s / 30, "well_formed": 0.9}
+                     for s in (0, 10, 20, 30)],
+           "before": [{"prompt": "What is 964 times 59?", "completion": "5000", "reward": 0.0}],
+           "after": [{"prompt": "What is 964 times 59?", "completion": "56876", "reward": 1.0}]}
+    env = {"pd": pd, "plt": plt, "display": display, "calculator_run": lambda: run}
+    exec(src, env)
+    assert "held-out accuracy 0.00 -> 0.75, tool-call rate 0.00 -> 1.00" in capsys.readouterr().out
+    env["calculator_run"] = lambda: None
+    exec(src, env)
+    assert "data/agents/calculator_run.json" in capsys.readouterr().out
+    plt.close("all")
