@@ -397,13 +397,15 @@ def test_mkdocs_strict_with_our_validation_fails_on_a_broken_page_link(tmp_path)
     assert strict("[b](b.md#nowhere)\n") != 0
 
 
-def test_lesson_12_is_what_its_generator_writes():
-    """Lesson 12's cells live in tools/make_nb12.py: an edit to the .ipynb alone (or to the
-    generator, not rerun) would be lost or unshipped; the committed file is the generator's."""
-    spec = importlib.util.spec_from_file_location("make_nb12", ROOT / "tools" / "make_nb12.py")
+@pytest.mark.parametrize("n", ["12", "13"])
+def test_lessons_are_what_their_generators_write(n):
+    """Lessons 12 and 13 keep their cells in tools/make_nbNN.py: an edit to the .ipynb alone (or
+    to the generator, not rerun) would be lost or unshipped; the committed file is the
+    generator's."""
+    spec = importlib.util.spec_from_file_location(f"make_nb{n}", ROOT / "tools" / f"make_nb{n}.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
-    assert gen.OUT.read_text() == gen.notebook(), "run: python tools/make_nb12.py"
+    assert gen.OUT.read_text() == gen.notebook(), f"run: python tools/make_nb{n}.py"
     assert "\x08" not in gen.notebook()        # a "\b" outside a raw string: a lost backslash
 
 

@@ -306,7 +306,8 @@ def test_exercises_keeps_its_public_names_after_the_split():
     public = {"NOT_WRITTEN", "Failure", "TIME_LIMIT_S", "ADVANTAGE_MISTAKES", "LOSS_MISTAKES",
               "GSPO_MISTAKES", "KL_MISTAKES", "CHECKS", "check_advantages", "check_grpo_loss",
               "check_grouper", "check_topk_error_feedback", "check_gspo_ratio",
-              "check_kl_estimators"}
+              "check_kl_estimators", "AGENT_LOSS_MISTAKES", "check_environment",
+              "check_agent_loss"}
     assert all(hasattr(ex, n) for n in public) and set(ex.__all__) == public
     assert set(ex.CHECKS.values()) == {getattr(ex, n) for n in public if n.startswith("check_")}
 

@@ -24,7 +24,7 @@ import random
 
 import torch
 
-from grpo_lab.agents import games  # noqa: F401 (the shipped environments)
+from grpo_lab.agents import games, quick  # noqa: F401 (the shipped environments)
 from grpo_lab.agents.credit import get_credit, step_groups
 from grpo_lab.agents.environments import ENVIRONMENTS, get_environment
 from grpo_lab.agents.episodes import sample_episodes
