@@ -17,6 +17,7 @@ import ast
 import dataclasses
 import inspect
 import math
+import re
 import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -241,6 +242,18 @@ class TrainConfig:
     threads: int = 0
     """torch CPU threads (0 = the cores other processes leave free: CPU count minus the load
     average, at least 1; trainer.free_cores)."""
+    rollout_threads: int = 0
+    """torch CPU threads while the rollout samples (0: ``threads``); the update runs on
+    ``threads``. fast_path="probe" sets both from what it measured fastest here."""
+    fast_path: str = ""
+    """"" (the settings as given) or "probe": time the candidate settings of each phase on this
+    machine (speed_probe.py: hf.sample_dtype, hf.autocast, threads per phase; cached per CPU,
+    torch version and model) and train with the fastest that passes the bf16 accuracy check;
+    policy="hf" only. The choice is in config.json (fast_path_choice) and the report."""
+    device: str = ""
+    """Where a one-process run trains: "" (the process group's device: a GPU under NCCL, else
+    the CPU), "cpu", or "cuda" / "cuda:N" (a study places its runs one per GPU this way:
+    experiments.py)."""
     # ---- grouping (grouping.py): which completions share a baseline
     grouping: str = "by_prompt"
     """Grouper: a name in grouping.GROUPERS (register your own with register_grouper, or pass
@@ -347,8 +360,16 @@ class TrainConfig:
                 "grad_clip", "time_budget_s", "user_code_timeout_s")
         fields_positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
         fields_nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
-                     "grad_clip", "eval_every", "eval_size", "threads",
+                     "grad_clip", "eval_every", "eval_size", "threads", "rollout_threads",
                      "user_code_timeout_s")
+        if self.fast_path not in FAST_PATHS:
+            raise ValueError(f"fast_path must be one of {FAST_PATHS}, got {self.fast_path!r}")
+        if self.fast_path and self.policy != "hf":
+            raise ValueError(f"fast_path={self.fast_path!r} probes a transformers model's "
+                             f"settings; policy={self.policy!r} has none: use policy='hf'")
+        if self.device and not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+            raise ValueError(f"device must be '', 'cpu', 'cuda' or 'cuda:N', got "
+                             f"{self.device!r}")
         if self.group_size < 1:
             raise ValueError(f"group_size (G) must be >= 1, got {self.group_size}")
         if not self.temperature > 0:
@@ -628,7 +649,11 @@ CKPT_FORMATS = ("single", "dcp")
 """TrainConfig.ckpt_format's values."""
 
 # fields a resumed run may change freely: how it runs, not what it computes
-RUNTIME_FIELDS = ("out_dir", "report_to", "threads", "time_budget_s", "target_accuracy",
+FAST_PATHS = ("", "probe")
+"""TrainConfig.fast_path's values."""
+
+RUNTIME_FIELDS = ("out_dir", "report_to", "threads", "rollout_threads", "device",
+                  "time_budget_s", "target_accuracy",
                   "ckpt_format",
                   "exchange.timeout_s", "user_code_timeout_s",
                   "exchange.overlap")  # overlap changes when bytes move, not what is computed

@@ -50,6 +50,9 @@ def flag_text(value, key: str, path) -> str:
 VERSION_KEY = "grpo_lab_version"
 """out_dir/config.json's record of the grpo_lab that wrote it (trainer.py); not a field: read
 back, it is skipped."""
+FAST_PATH_KEY = "fast_path_choice"
+"""out_dir/config.json's record of the fast-path probe (speed_probe.py) when fast_path="probe";
+not a field: read back, it is skipped."""
 
 
 def read_text(path: Path) -> str:
@@ -183,7 +186,7 @@ def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
                               f"got {type(data).__name__}")
     flat, where = {}, {}
     for key, value in data.items():
-        if key == VERSION_KEY:
+        if key in (VERSION_KEY, FAST_PATH_KEY):
             continue
         pairs = ([(f"{key}.{k}", v, f"line {lines.get((key, str(k)), '?')} ({key}: {k}:)")
                   for k, v in value.items()]

@@ -121,6 +121,18 @@ def budget_note(history: list[dict], cfg: dict) -> list[str]:
             f"`--resume --time_budget_s 0` continues the run.{missed}", ""]
 
 
+def fast_path_note(out: Path) -> list[str]:
+    """The fast-path probe's choice (fast_path="probe"), as out/config.json records it."""
+    from grpo_lab.training.config_file import FAST_PATH_KEY
+    from grpo_lab.training.speed_probe import choice_line
+    try:
+        record = json.loads((out / "config.json").read_text()).get(FAST_PATH_KEY)
+    except (OSError, ValueError):
+        return []
+    return [f"**Fast path** (fast_path=probe, speed_probe.py): {choice_line(record)}.", ""] \
+        if record else []
+
+
 def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None = None) -> Path:
     """Write ``report.png`` and ``report.md`` into ``out_dir`` -> path of the markdown."""
     out = Path(out_dir)
@@ -147,6 +159,7 @@ def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None
                           f"{fmt[-1]:.1%} |", ""]
     lines += [f"{s['steps']} steps in {s['wall_time_s']:.0f} s of training.", ""]
     lines += budget_note(history, cfg_dict or {})
+    lines += fast_path_note(out)
     lines += health.report_lines(history, cfg_dict)           # "nothing is being learned"
     lines += samples.markdown(samples.read(out))              # before/after completions
     for h in history:

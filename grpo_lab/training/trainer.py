@@ -51,7 +51,7 @@ from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
                                  save_training_checkpoint)
 from grpo_lab import __version__
 from grpo_lab.training.config import CONFIG_FILE, TrainConfig, check_records, config_changes, to_dict
-from grpo_lab.training.config_file import VERSION_KEY
+from grpo_lab.training.config_file import FAST_PATH_KEY, VERSION_KEY
 from grpo_lab.training.trackers import Trackers, check_installed
 from grpo_lab.distributed import dcp
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
@@ -261,7 +261,7 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     timelimit.LIMIT_S = cfg.user_code_timeout_s       # every call of user code from here on
     eval_sets, held = held_out_sets(cfg)
     obj = get_objective(cfg.objective)
-    device = group.device                      # the rank's GPU under NCCL, else the CPU
+    device = torch.device(cfg.device) if cfg.device else group.device   # NCCL: the rank's GPU
     policy = load_for(cfg)                                  # policy.py: toy GPT or HF model
     if obj.prepare is not None:      # e.g. PPO's critic (ppo.py), trained by the one optimizer
         obj.prepare(policy, cfg, lambda: load_for(cfg))
@@ -300,6 +300,10 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     evaluates a study's shared base once).
     """
     check_installed(cfg.report_to)              # a missing tracker package: before any work
+    fast = None
+    if cfg.fast_path:                           # the settings measured fastest here
+        from grpo_lab.training import speed_probe
+        cfg, fast = speed_probe.for_run(cfg, resume)
     rank0 = Group.current().rank == 0
     lead = rank0 and not claimed_by_parent(cfg.out_dir)
     lock = claim(cfg.out_dir, resume, overwrite and not resume) if lead else None
@@ -309,7 +313,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     try:
         with stop:
             return _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
-                          base_eval)
+                          base_eval, fast)
     except Exception as e:                      # the CLI's one-line error names the step
         e.add_note(f"at step {stop.step}" if stop.step is not None else
                    "before the first step (setup or the first evaluation)")
@@ -334,7 +338,8 @@ class _Start(NamedTuple):
     changes: dict                   # the overrides a resumed run took
 
 
-def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path) -> _Start:
+def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path,
+           fast=None) -> _Start:
     """Builds the run (``setup``), loads ``ckpt`` when resuming, else evaluates the base;
     writes ``log_path`` (metrics.jsonl) and config.json."""
     group = Group.current()
@@ -410,19 +415,21 @@ def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path) -
                         "time/threads": threads, **({"plugins/sha256": plugins} if plugins else {})})
     if lead:                                    # replaced atomically: a kill leaves old or new
         write_lines_atomic(log_path, [json.dumps(h) + "\n" for h in history])
-        write_lines_atomic(out / CONFIG_FILE, [json.dumps({VERSION_KEY: __version__, **to_dict(cfg)},
-                                                          indent=1) + "\n"])
+        write_lines_atomic(out / CONFIG_FILE, [json.dumps(
+            {VERSION_KEY: __version__, **to_dict(cfg), **({FAST_PATH_KEY: fast} if fast else {})},
+            indent=1) + "\n"])
     return _Start(policy, ctx, ex, collect, objective, evaluate_now, samples, start, history,
                   changes)
 
 
 def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
-           base_eval=None) -> list[dict]:
+           base_eval=None, fast=None) -> list[dict]:
     group, out = Group.current(), Path(cfg.out_dir)
     lead = group.rank == 0
     ckpt, log_path = out / "checkpoint.safetensors", out / "metrics.jsonl"
     policy, ctx, ex, collect, objective, evaluate_now, samples, start, history, changes = \
-        _start(cfg, resume, allow_override, base_eval, ckpt, log_path)
+        _start(cfg, resume, allow_override, base_eval, ckpt, log_path, fast)
+    threads = torch.get_num_threads()           # the update's; the rollout's: rollout_threads
     untracked = [] if resume else history[-1:]  # the base row goes to the trackers with step 0's
     elapsed0 = history[-1].get("time/elapsed_s", 0.0) if history else 0.0
     acc = next((h["eval/accuracy"] for h in reversed(history) if "eval/accuracy" in h), None)
@@ -436,8 +443,10 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
         clock.clear()                            # "time/<phase>_s" of this step
         lr = learning_rate(cfg, step)
         ex.set_lr(lr)
+        torch.set_num_threads(cfg.rollout_threads or threads)
         with ex.gathered():           # the rollout's forwards: a different number per rank
             batch = collect(policy, cfg, step, ctx)
+        torch.set_num_threads(threads)
         t_collect = now() - t_step
         policy.train()
         w0 = wchar() if group.world > 1 else None      # bytes written, for comm/wchar_bytes
