@@ -671,12 +671,14 @@ def main(argv: list[str] | None = None) -> int:
             load_plugins(plugin_spec(args))          # a plugin's task can be pretrained on
             pretrain_main(PretrainConfig(**overrides(args, PretrainConfig)))
         elif args.command == "warmup":
+            from grpo_lab.agents.step import evaluate_episodes
             from grpo_lab.agents.warmup import run_warm_up
             from grpo_lab.registry import load_plugins
 
             load_plugins(plugin_spec(args))          # a plugin's environment can be warmed up on
             print(json.dumps(run_warm_up(args.task, args.out, args.base, args.steps, args.batch,
-                                         args.lr, args.seed, args.threads)))
+                                         args.lr, args.seed, args.threads,
+                                         evaluate=evaluate_episodes)))
         elif args.command == "model":
             return run_model(args)
         elif args.command == "bench":

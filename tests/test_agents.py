@@ -326,14 +326,14 @@ def test_objectives_refuse_what_they_cannot_train():
 def test_single_turn_objectives_refuse_an_environment_naming_it(objective):
     with pytest.raises(ValueError, match=f"task 'guess' is an environment .* train it with "
                                          f"objective='agent', not objective='{objective}'"):
-        TrainConfig(objective=objective, task="guess")
+        check_records(TrainConfig(objective=objective, task="guess"))
 
 
 def test_vllm_rollout_with_the_agent_objective_names_both_values(capsys):
     # the objective is named first, whatever the policy: a toy policy is not told to turn hf
     for extra in ({}, {"policy": "hf", "base_checkpoint": "data/hf_tiny", "tis": {"cap": 2.0}}):
         with pytest.raises(ValueError, match="rollout='vllm' .* objective='agent' does not"):
-            TrainConfig(objective="agent", task="guess", rollout="vllm", **extra)
+            check_records(TrainConfig(objective="agent", task="guess", rollout="vllm", **extra))
     from grpo_lab.cli import main
     assert main(["train", "--objective", "agent", "--task", "guess", "--rollout", "vllm",
                  "--dynamic_sampling", "false"]) == 2

@@ -94,12 +94,13 @@ def warm_up(model, env: Environment, draw, steps: int, batch: int = 64, lr: floa
 
 def run_warm_up(task: str, out: str | None = None, base: str = "data/base_policy.safetensors",
                 steps: int = 1500, batch: int = 64, lr: float = 1e-3, seed: int = 0,
-                threads: int = 0, evaluate: bool = True) -> dict:
+                threads: int = 0, evaluate=None) -> dict:
     """``grpo-lab warmup``: the base policy warmed up on environment ``task``'s scripted
     player (``warm_up``; its held-out prompts never drawn), written to ``out`` (default
     runs/agents/<task>_warm.safetensors, where the preset agent_cpu looks for ``guess``'s) ->
     a summary: the losses' first and last, the held-out greedy success and mean turns before
-    and after (``evaluate``), the seconds. ``grpo-lab train --objective agent --task TASK
+    and after (``evaluate(policy, {task: examples})`` -> metrics, e.g. agents.step's
+    ``evaluate_episodes``, passed in so this module stays below the step), the seconds. ``grpo-lab train --objective agent --task TASK
     --base_checkpoint OUT`` then starts GRPO from it."""
     import time
     from pathlib import Path
@@ -125,10 +126,9 @@ def run_warm_up(task: str, out: str | None = None, base: str = "data/base_policy
     policy = load_policy(base)
 
     def measure() -> dict:
-        from grpo_lab.agents.step import evaluate_episodes
-        if not (evaluate and held):
+        if evaluate is None or not held:
             return {}
-        r = evaluate_episodes(policy, {task: held})
+        r = evaluate(policy, {task: held})
         return {"success": round(r["eval/accuracy"], 4), "turns": round(r["eval/turns"], 4)}
 
     before, t0 = measure(), time.perf_counter()
