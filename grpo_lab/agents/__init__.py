@@ -7,6 +7,8 @@
     credit.py        credit assignment records: episode-level, GiGPO's anchor-state step groups
     games.py         the shipped environments: guess the number (guess, guess4), add_tool
     step.py          objective "agent": the step's collect for episodes, evaluation
+    adapters.py      the field's environments through one adapter: OpenEnv's Environment
+                     interface and TextArena's games (the optional extra grpo_lab[openenv])
 
 Importing ``agents.step`` registers the shipped environments and the objective (config.py
 does, as it builds a TrainConfig).
