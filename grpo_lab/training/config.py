@@ -406,7 +406,8 @@ class TrainConfig:
         for block in self.blocks.values():      # each record's settings check themselves
             if hasattr(block, "check"):
                 block.check(self)
-        check_instruct(self.task_names, self.answer_format, self.policy, self.supervision)
+        if self.objective != "agent":          # an environment writes its own prompts (agents/)
+            check_instruct(self.task_names, self.answer_format, self.policy, self.supervision)
         if self.answer_format != "raw" and not self.max_new_tokens:
             self.max_new_tokens = 64                 # a sentence, not the toy's answer + 2
         lookup(("constant", "cosine"), self.lr_schedule, "lr_schedule")
