@@ -61,6 +61,10 @@ class AgentSettings:
     then ends the episode, truncated by tokens."""
     max_observation_tokens: int = 8
     """Tokens of one observation; a longer one is cut to this many (recorded)."""
+    stop: str = ""
+    """An action also ends after a token whose text contains this ("": at <eos> only). The
+    calculator's "=": the policy writes ``964 * 59 =``, the action ends there, the environment
+    computes it and its result is forced into the sequence (nanochat's ``Engine``)."""
     credit: str = "episode"
     """How the episode's reward becomes per-token advantages (one of credit.CREDITS):
     "episode" (every policy token gets its episode's group-relative advantage) or "gigpo"
@@ -83,6 +87,8 @@ class AgentSettings:
         if not (isinstance(self.omega, (int, float)) and self.omega >= 0):
             raise ValueError(f"AgentSettings.omega must be a number >= 0, got {self.omega!r}")
         lookup(("std", "none"), self.step_norm, "step_norm")
+        if not isinstance(self.stop, str):
+            raise ValueError(f"AgentSettings.stop must be a str, got {self.stop!r}")
         from grpo_lab.agents.credit import get_credit
         get_credit(self.credit)
 
@@ -276,6 +282,21 @@ class ToolEnvironment:
 
     def state_key(self):
         return (self.example.prompt, self.calls)
+
+
+def tool_metrics(infos: list) -> dict:
+    """Tool use over episodes, from each instance's ``metrics()`` -> {"calls": n,
+    "well_formed": k} (an environment without that method gives none): ``call_rate`` (the
+    share of episodes with a call), ``well_formed`` (the share of calls that parsed),
+    ``calls_per_episode``. {} when no episode reports calls."""
+    rows = [m for m in infos if m and "calls" in m]
+    if not rows:
+        return {}
+    calls = sum(m["calls"] for m in rows)
+    return {"call_rate": sum(m["calls"] > 0 for m in rows) / len(rows),
+            "calls_per_episode": calls / len(rows),
+            "well_formed": (sum(m.get("well_formed", 0) for m in rows) / calls) if calls
+            else float("nan")}
 
 
 def refuse_environment_tasks(cfg) -> None:

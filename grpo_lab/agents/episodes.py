@@ -37,6 +37,7 @@ than part of the prompt (it may differ between a prompt's G episodes); an action
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Hashable, NamedTuple
 
@@ -66,6 +67,7 @@ class Episodes(NamedTuple):
     end: list                     # (N,) one of ENDS
     obs_cut: int                  # observations cut to max_observation_tokens
     dropped_chars: int            # observation characters the policy cannot read, dropped
+    info: tuple = ()              # (N,) each instance's ``metrics()`` ({} without the method)
 
 
 class _Context:
@@ -99,11 +101,30 @@ class _Context:
 
 
 def _observation(model, text: str, limit: int) -> tuple[list[int], bool, int]:
-    """Observation text -> (token ids, cut to ``limit``?, characters dropped as unreadable)."""
+    """Observation text -> (token ids, cut to ``limit``?, characters dropped as unreadable).
+    Encoded as plain text (``encode_plain`` where the policy has one: an HF policy's
+    ``encode`` wraps a prompt in its chat template, which an observation is not)."""
     bad = set(model.unknown_chars(text))
     kept = "".join(c for c in text if c not in bad)
-    ids = model.encode(kept) if kept else []
+    ids = getattr(model, "encode_plain", model.encode)(kept) if kept else []
     return ids[:limit], len(ids) > limit, len(text) - len(kept)
+
+
+_STOPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def stop_tokens(model, stop: str, V: int) -> torch.Tensor | None:
+    """(V,) bool: the tokens whose text contains ``stop`` (an action ends after one:
+    ``AgentSettings.stop``); None for no stop. Decoded once per policy and stop."""
+    if not stop:
+        return None
+    seen = _STOPS.setdefault(model, {})
+    if (stop, V) not in seen:
+        tok = getattr(model, "tokenizer", None)
+        texts = (tok.batch_decode([[i] for i in range(V)]) if tok is not None
+                 else [model.decode([i]) for i in range(V)])
+        seen[(stop, V)] = torch.tensor([stop in t for t in texts])
+    return seen[(stop, V)]
 
 
 @torch.no_grad()
@@ -127,6 +148,8 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
     ctx = _Context(model, prompts, G, use_cache)
     dev = ctx.last.device
     envs = [env.make() for _ in range(N)]
+    stops = stop_tokens(model, s.stop, ctx.last.shape[-1])
+    stops = None if stops is None else stops.to(dev)
     seq: list[list[tuple[int, bool, float]]] = [[] for _ in range(N)]  # (token, policy's, logp)
     turns: list[list[Turn]] = [[] for _ in range(N)]
     end: list[str | None] = [None] * N
@@ -185,6 +208,8 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
             ctx.feed(tok[:, None], acting[:, None])
             tick("time/decode_forward_s")
             acting &= tok != eos
+            if stops is not None:                  # AgentSettings.stop: the action ends too
+                acting &= ~stops[tok]
         for i in acting.nonzero().flatten().tolist():                     # no <eos> in time
             end[i] = "tokens"
         texts = {}
@@ -205,8 +230,9 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
         tick("time/decode_forward_s")
     model.train(was_training)
     end = [e or "turns" for e in end]
+    info = tuple(e.metrics() if callable(getattr(e, "metrics", None)) else {} for e in envs)
     return Episodes(_scored(model, examples, prompts, seq, turns, end, G), turns, end,
-                    counts["cut"], counts["dropped"])
+                    counts["cut"], counts["dropped"], info)
 
 
 def _scored(model, examples, prompts, seq, turns, end, G: int) -> Scored:

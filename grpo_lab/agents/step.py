@@ -13,9 +13,11 @@
         length normaliser, and ``Batch.n_tokens`` counts policy tokens only.
 
 The environment's settings live on its record (environments.AgentSettings), not on
-TrainConfig. What this first version refuses (``check``), each with the reason: policy="hf"
-(the toy first), rollout="vllm" (vLLM samples one turn), dynamic sampling, overlong rules and
-kl.placement="reward" (they read whole completions), process supervision, the dr_grpo aggregation
+TrainConfig. What this version refuses (``check``), each with the reason: a policy other than
+"toy" and "hf" (an HF policy samples its episodes through the same rollout: transformers'
+KV cache kept across turns, episodes.py), rollout="vllm" (vLLM samples one turn), dynamic sampling, overlong rules and
+kl.placement="reward" (they read whole completions), process supervision, an answer_format
+(the environment's task writes its prompts, in words or not), the dr_grpo aggregation
 (its constant is the single-turn completion limit), several tasks at once.
 """
 from __future__ import annotations
@@ -24,9 +26,9 @@ import random
 
 import torch
 
-from grpo_lab.agents import games, quick  # noqa: F401 (the shipped environments)
+from grpo_lab.agents import calculator, games, quick  # noqa: F401 (the shipped environments)
 from grpo_lab.agents.credit import get_credit, step_groups
-from grpo_lab.agents.environments import ENVIRONMENTS, get_environment
+from grpo_lab.agents.environments import ENVIRONMENTS, get_environment, tool_metrics
 from grpo_lab.agents.episodes import sample_episodes
 from grpo_lab.algorithm.advantages import advantage_diagnostics, grouped_advantages
 from grpo_lab.algorithm.variants import active_variants
@@ -67,6 +69,7 @@ def episode_metrics(ep, g: Gathered, adv_flat: torch.Tensor, prompt_index, G: in
         "episode/done_frac": float(g.stopped.float().mean()),           # the global batch's
         "adv/abs_mean": float(adv_flat.abs().mean()),
         **advantage_diagnostics(adv_flat, prompt_index),
+        **{f"tool/{k}": v for k, v in tool_metrics(ep.info).items()},   # this rank's
     }
 
 
@@ -112,7 +115,7 @@ def evaluate_episodes(policy, eval_sets: dict, weights=None, max_new=None,
     eval/turns (mean policy turns), eval/turns_success (over the successes); ``samples`` gets the first episodes' texts
     (observations in brackets). ``weights`` and ``max_new`` are the single-turn evaluation's
     arguments, unused: the environment rewards and limits."""
-    acc, rew, turns = [], [], []
+    acc, rew, turns, info = [], [], [], []
     for task, examples in eval_sets.items():
         env = get_environment(task)
         for i in range(0, len(examples), batch):
@@ -127,15 +130,17 @@ def evaluate_episodes(policy, eval_sets: dict, weights=None, max_new=None,
             acc += ok
             rew += ep.scored.rewards.tolist()
             turns += [len(t) for t in ep.turns]
+            info += ep.info
     n, won = max(len(acc), 1), [t for t, a in zip(turns, acc) if a]
     return {"eval/accuracy": sum(acc) / n, "eval/reward": sum(rew) / n,
             "eval/turns": sum(turns) / n,
-            **({"eval/turns_success": sum(won) / len(won)} if won else {})}
+            **({"eval/turns_success": sum(won) / len(won)} if won else {}),
+            **{f"eval/tool/{k}": v for k, v in tool_metrics(info).items()}}
 
 
 REFUSED = (
-    (lambda c: c.policy != "toy", "policy={0.policy!r}: the multi-turn rollout runs the toy "
-                                  "policy for now (policy='toy')"),
+    (lambda c: c.policy not in ("toy", "hf"), "policy={0.policy!r}: the multi-turn rollout "
+                                              "runs the toy and HF policies"),
     (lambda c: c.rollout != "grpo_lab", "rollout={0.rollout!r} samples one turn at a time; "
                                         "multi-turn episodes need rollout='grpo_lab'"),
     (lambda c: c.dynamic_sampling, "dynamic_sampling (the CLI's default preset tiny_cpu sets "
@@ -149,6 +154,9 @@ REFUSED = (
                                                                "observations included"),
     (lambda c: c.supervision != "outcome", "supervision={0.supervision!r}: rewards come from "
                                            "the environment (credit: AgentSettings.credit)"),
+    (lambda c: c.answer_format != "raw", "answer_format={0.answer_format!r}: an environment's "
+                                         "task writes its own prompts (answer_format renders "
+                                         "single-turn ones); answer_format='raw'"),
     (lambda c: c.aggregation == "dr_grpo", "aggregation='dr_grpo' divides by the single-turn "
                                            "completion limit"),
 )

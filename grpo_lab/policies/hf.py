@@ -144,6 +144,11 @@ class HFPolicy(Engine):
             return list(ids)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def encode_plain(self, text: str) -> list[int]:
+        """``text`` as tokens, never wrapped in the chat template (an environment's
+        observation in the middle of the model's turn: agents/episodes.py)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
     def unknown_chars(self, text: str) -> list[str]:
         """The characters of ``text`` the tokenizer does not give back (each encoded alone,
         no special tokens): a BPE without byte fallback drops them silently (data/hf_tiny

@@ -461,7 +461,8 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
     for block in cfg.blocks.values():      # each record's settings check themselves
         if hasattr(block, "check"):
             block.check(cfg)
-    check_instruct(cfg.task_names, cfg.answer_format, cfg.policy, cfg.supervision)
+    if cfg.objective != "agent":             # an environment writes its own prompts (agents/)
+        check_instruct(cfg.task_names, cfg.answer_format, cfg.policy, cfg.supervision)
     if cfg.ckpt_format == "dcp" and not cfg.exchange.kind.torch_adamw:
         raise ValueError(f"ckpt_format='dcp' saves the state of torch's AdamW; exchange "
                          f"{cfg.exchange.name!r} steps its own Adam: write "
