@@ -30,7 +30,7 @@ LAYERS = (
     ("mechanisms: the algorithm, policies, tasks and rewards, environments",
      ("algorithm", "algorithm.*", "policies", "policies.*", "tasks", "tasks.*", "agents",
       "agents.environments", "agents.episodes", "agents.credit", "agents.games",
-      "agents.warmup", "agents.quick", "agents.adapters")),
+      "agents.warmup", "agents.quick", "agents.adapters", "agents.calculator")),
     ("distributed: gradient exchange, sharding, compression, topology",
      ("distributed", "distributed.*")),
     ("the floor: file formats, paths, the registry helpers, the machine, the user-code time limit",

@@ -12,7 +12,7 @@ from grpo_lab.agents.calculator import Calculator, calculate, held_out
 from grpo_lab.agents.environments import get_environment, tool_metrics
 from grpo_lab.agents.episodes import sample_episodes
 from grpo_lab.tasks import get_task
-from grpo_lab.training.config import TrainConfig
+from grpo_lab.training.config import TrainConfig, check_records
 
 
 @pytest.mark.parametrize("action,result", [
@@ -49,12 +49,12 @@ def test_held_out_is_fixed_and_distinct():
 
 
 def test_agent_objective_takes_hf_and_refuses_an_answer_format():
-    TrainConfig(objective="agent", task="calculator", policy="hf",
-                base_checkpoint="data/hf_tiny", dynamic_sampling=False)
+    check_records(TrainConfig(objective="agent", task="calculator", policy="hf",
+                              base_checkpoint="data/hf_tiny", dynamic_sampling=False))
     with pytest.raises(ValueError, match="answer_format='number'"):
-        TrainConfig(objective="agent", task="calculator", policy="hf",
-                    base_checkpoint="data/hf_tiny", dynamic_sampling=False,
-                    answer_format="number")
+        check_records(TrainConfig(objective="agent", task="calculator", policy="hf",
+                                  base_checkpoint="data/hf_tiny", dynamic_sampling=False,
+                                  answer_format="number"))
 
 
 def test_hf_episodes_kv_reuse_equals_recompute():
