@@ -1,7 +1,6 @@
 """Writes notebooks/12_real_model_findings.ipynb (outputs stripped): run it after editing the
 cells below, `python tools/make_nb12.py`. The cells are kept here, not in the .ipynb, so
 the lesson's text and code can be read and reviewed as one Python file."""
-import json
 import sys
 from pathlib import Path
 
@@ -374,29 +373,12 @@ print(f"notebook ran in {time.time() - t_start:.0f} s")"""),
 ]
 
 
-def cell(i, kind, text, meta=None):
-    lines = text.splitlines(keepends=True)
-    c = {"cell_type": kind, "id": f"cell-{i:02d}", "metadata": meta or {}, "source": lines}
-    if kind == CODE:
-        c.update(execution_count=None, outputs=[])
-    return c
-
-
 OUT = Path(__file__).resolve().parents[1] / "notebooks" / "12_real_model_findings.ipynb"
 
 
 def notebook() -> str:
     """The .ipynb's text, outputs stripped (tests/test_docs.py checks the committed file is it)."""
-    cells = [cell(i, *c) for i, c in enumerate(CELLS)]
-    badges = sync_source.badge_line(REPOSITORY, OUT.name)
-    if badges:                                          # after the title, as in every lesson
-        title, _, rest = "".join(cells[0]["source"]).partition("\n")
-        cells[0]["source"] = (title + "\n" + badges + "\n" + rest).splitlines(keepends=True)
-    nb = {"cells": cells,
-          "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                      "name": "python3"}, "language_info": {"name": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}
-    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+    return sync_source.lesson_notebook(CELLS, OUT.name, REPOSITORY)
 
 
 def main():

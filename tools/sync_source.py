@@ -112,6 +112,28 @@ def sync_notebook(path: Path, version: str, url: str | None) -> bool:
     return new != text
 
 
+def lesson_notebook(cells: list[tuple], name: str, url: str | None) -> str:
+    """A generated lesson's .ipynb text (tools/make_nb12.py, make_nb13.py), outputs stripped:
+    ``cells`` as (kind, source[, metadata]); the badges after the title where ``url`` is set,
+    as in every lesson (tests/test_docs.py checks the committed file is this text)."""
+    out = []
+    for i, (kind, text, *meta) in enumerate(cells):
+        c = {"cell_type": kind, "id": f"cell-{i:02d}", "metadata": (meta[0] if meta else None) or {},
+             "source": text.splitlines(keepends=True)}
+        if kind == "code":
+            c.update(execution_count=None, outputs=[])
+        out.append(c)
+    badges = badge_line(url, name)
+    if badges:
+        title, _, rest = "".join(out[0]["source"]).partition("\n")
+        out[0]["source"] = (title + "\n" + badges + "\n" + rest).splitlines(keepends=True)
+    nb = {"cells": out,
+          "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                      "name": "python3"}, "language_info": {"name": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
 def setup_block(version: str, url: str | None) -> str:
     route = (f'pip install "git+{url}"' if url else
              "# the repository's URL is not set yet (pyproject.toml [project.urls] Repository)")
