@@ -79,6 +79,9 @@ def main(argv=None):
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--eval_size", type=int, default=50)
+    ap.add_argument("--eval_every", type=int, default=1,
+                    help="held-out evaluation every N updates (each costs about as much as "
+                         "4 s per question on the 2-core CPU)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--temperature", type=float, default=1.0)
@@ -111,7 +114,7 @@ def main(argv=None):
                       prompts_per_step=a.prompts, group_size=a.group, lr=a.lr,
                       temperature=a.temperature, kl={"beta": 0.0}, dynamic_sampling=False,
                       warmup_steps=0, lr_schedule="constant", steps=a.steps, seed=a.seed,
-                      eval_every=1, eval_size=a.eval_size, ckpt_every=1000, threads=a.threads,
+                      eval_every=a.eval_every, eval_size=a.eval_size, ckpt_every=1000, threads=a.threads,
                       time_budget_s=0.0, out_dir=a.out)
     after: list = []
 
@@ -123,7 +126,7 @@ def main(argv=None):
               f"well-formed {m.get('tool/well_formed', float('nan')):.3f} | "
               f"{m['time/step_s']:.0f} s step, {m['time/elapsed_s']:.0f} s", flush=True)
         if m["step"] == a.steps - 1:
-            after.extend(held_out_eval(policy, "calculator", a.eval_size, samples=4)[1])
+            after.extend(held_out_eval(policy, "calculator", 4, samples=4)[1])   # samples only
 
     base_eval = {"eval/accuracy": base_tool["accuracy"],
                  **{f"eval/tool/{k}": v for k, v in base_tool.items() if k != "accuracy"}}
@@ -140,6 +143,7 @@ def main(argv=None):
               "load": {"start": list(load0), "end": list(load1)},
               "config": {"prompts_per_step": a.prompts, "group_size": a.group, "lr": a.lr,
                          "temperature": a.temperature, "eval_size": a.eval_size,
+                         "eval_every": a.eval_every,
                          "threads": a.threads, "seed": a.seed, "system_prompt": system},
               "base": {"without_tool": base_plain, "with_tool": base_tool},
               "steps": steps, "before": before, "after": after,
