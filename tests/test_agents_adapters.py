@@ -14,8 +14,8 @@ from grpo_lab.agents.adapters import (OpenEnvAdapter, register_openenv, register
 from grpo_lab.agents.environments import EnvironmentFailed, env_key, env_reset, env_step
 from grpo_lab.tasks import TASKS, Example
 
-OPENENV = "openenv-core is not installed (pip install 'grpo_lab[openenv]')"
-TEXTARENA = "textarena is not installed (pip install 'grpo_lab[openenv]')"
+OPENENV = "openenv-core is not installed (pip install -e '.[openenv]')"
+TEXTARENA = "textarena is not installed (pip install -e '.[openenv]')"
 
 
 def needs_openenv():
@@ -41,8 +41,8 @@ def test_registering_needs_neither_package_and_making_an_episode_names_the_extra
     monkeypatch.setitem(sys.modules, "openenv.core", None)
     monkeypatch.setitem(sys.modules, "openenv.core.env_server", None)
     monkeypatch.setitem(sys.modules, "openenv.core.env_server.interfaces", None)
-    with pytest.raises(ImportError, match=r"openenv-core is not installed: pip install "
-                                          r"'grpo_lab\[openenv\]'"):
+    with pytest.raises(ImportError, match=r"openenv-core is not installed: pip install openenv-core "
+                                          r"\(in a checkout: pip install -e \"\.\[openenv\]\"\)"):
         env.make()
 
 

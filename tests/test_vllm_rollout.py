@@ -93,7 +93,7 @@ def test_a_push_into_a_tied_model_repacks_its_lm_head():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"policy": "toy", "base_checkpoint": "data/base_policy.safetensors", "hf": {},
+    ({"policy": "toy", "base_checkpoint": "data/base_policy.safetensors", "hf": {"chat_template": False},
       "system_prompt": "", "answer_format": "raw", "max_new_tokens": 0},
      "needs policy='hf', not 'toy'"),
     ({"tis": {"cap": 0.0}}, "needs tis.cap > 0"),

@@ -2,7 +2,7 @@
 interface (``openenv-core``, the interface TRL's environment mode speaks) and TextArena's text
 games (``textarena``, wrapped as an OpenEnv environment, as OpenEnv's own ``textarena_env``
 does), as grpo_lab environment records (environments.py). Both packages are optional extras
-(``pip install grpo_lab[openenv]``); nothing here imports them until an environment is made,
+(the ``openenv`` extra: ``pip install -e ".[openenv]"`` in a checkout); nothing here imports them until an environment is made,
 and nothing reaches the network: the environment runs in this process (OpenEnv's server-side
 class, called directly, not through its HTTP or WebSocket client).
 
@@ -68,8 +68,8 @@ def _require(module: str, package: str):
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"{package} is not installed: pip install 'grpo_lab[{EXTRA}]' (or pip "
-                          f"install {package}) to use it") from e
+        raise ImportError(f"{package} is not installed: pip install {package} (in a checkout: "
+                          f"pip install -e \".[{EXTRA}]\") to use it") from e
 
 
 def action_class(env) -> type:
