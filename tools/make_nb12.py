@@ -46,9 +46,7 @@ The studies ran on 2-core CPUs (`bench/bench_smollm_studies.py`, one command eac
 file names its CPU and load); their runs' curves are stored in `data/studies/`, so this lesson reads them in seconds and
 then runs a small live slice of a study itself (`BENCHMARKS.md` section 19 has every table with
 its command and the machine's load)."""),
-    (CODE, """# Parameters (papermill: -p QUICK 1). QUICK = 1: short runs, 0: full-size runs, None: the
-# GRPO_LAB_QUICK environment variable decides (make lab and the tests set it to 1).
-QUICK = None""", {"tags": ["parameters"]}),
+    sync_source.PARAMETERS_CELL,
     (CODE, INSTALL_CELL),                     # every lesson's, from tools/sync_source.py
     (CODE, """import json, tempfile, time
 import matplotlib.pyplot as plt

@@ -34,9 +34,7 @@ The game (`guess_digit`, `grpo_lab/agents/quick.py`): `g:2-8=` names a range of 
 guesses one (`5` then `<eos>`), the environment answers `<` (the secret is lower), `>` (higher) or
 `?` (a guess the feedback already ruled out); the right guess ends the episode with reward
 1 - 0.1 per wrong guess; 3 turns. Bisection always wins; a random player sometimes needs 4."""),
-    (CODE, """# Parameters (papermill: -p QUICK 1). QUICK = 1: short runs, 0: full-size runs, None: the
-# GRPO_LAB_QUICK environment variable decides (make lab and the tests set it to 1).
-QUICK = None""", {"tags": ["parameters"]}),
+    sync_source.PARAMETERS_CELL,
     (CODE, INSTALL_CELL),                     # every lesson's, from tools/sync_source.py
     (CODE, """import inspect, tempfile, time
 from pathlib import Path

@@ -112,6 +112,12 @@ def sync_notebook(path: Path, version: str, url: str | None) -> bool:
     return new != text
 
 
+PARAMETERS_CELL = ("code", """# Parameters (papermill: -p QUICK 1). QUICK = 1: short runs, 0: full-size runs, None: the
+# GRPO_LAB_QUICK environment variable decides (make lab and the tests set it to 1).
+QUICK = None""", {"tags": ["parameters"]})
+"""A generated lesson's parameters cell, as every lesson has it (tests/test_docs.py)."""
+
+
 def lesson_notebook(cells: list[tuple], name: str, url: str | None) -> str:
     """A generated lesson's .ipynb text (tools/make_nb12.py, make_nb13.py), outputs stripped:
     ``cells`` as (kind, source[, metadata]); the badges after the title where ``url`` is set,
