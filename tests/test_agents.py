@@ -294,8 +294,8 @@ def test_mtgrpo_trains_through_the_agent_objective(tmp_path):
         return c
     agent_step.get_credit = spy
     try:
-        cfg = preset("agent_cpu", task="turn_reward", base_checkpoint="data/base_policy.safetensors",
-                     steps=3, prompts_per_step=4, group_size=4, eval_every=0, eval_size=0,
+        cfg = preset("agent_cpu", task="turn_reward",
+                     base_checkpoint="data/base_policy.safetensors", steps=3, prompts_per_step=4, group_size=4, eval_every=0, eval_size=0,
                      threads=1, time_budget_s=0.0, ckpt_every=3, out_dir=str(tmp_path / "run"))
         h = train(cfg, progress=False)
     finally:

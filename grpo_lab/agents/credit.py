@@ -34,20 +34,19 @@ grouper and estimator: ``advantages.grouped_advantages``), computed on the globa
         tokens of turn t of episode i: A^O_i + lambda A^T_{i,t} if t is intermediate, else A^O_i
     lambda is ``AgentSettings.turn_coef`` (the code's default: 1). A turn-level group of one
     turn has A^T = 0 (its own mean), as GiGPO's step groups.
-    The outcome and the turn rewards from ``Turn.reward``: turn t's reward r_t^i is its turn
-    reward; the outcome is the episode's return, sum_t r_t^i (what the run's grouper and
+    Both rewards come from ``Turn.reward``: turn t's reward r_t^i is its turn reward; the
+    outcome is the episode's return, sum_t r_t^i (what the run's grouper and
     estimator read for every credit, so arms differ only in the credit). Where only the last
     turn is rewarded (guess, add_retry, second_turn) the return is the last turn's reward, the
     paper's outcome R^O, every A^T is 0 and mtgrpo equals episode (tests/test_agents.py).
-    Deviations: (1) where intermediate turns are rewarded, A^O reads them too (the paper's R^O
-    leaves them out; its baseline GRPO-MR's merged reward does not); (2) A^O is the run's
-    estimator (by default "grpo", eps 1e-4: the code's normaliser) over the run's groups;
+    Deviations: (1) where intermediate turns are rewarded, A^O reads them too (the code's
+    outcome reward leaves them out; its baseline GRPO-MR's merged reward does not); (2) A^O
+    is the run's estimator (by default "grpo", eps 1e-4: the code's normaliser) over the run's
+    groups;
     (3) an episode with no intermediate turn gets A^O on its tokens and is in no turn group
     (the code scores every episode's turn reward, 0 for one that made no tool call, and gives
     one with no tool result the merged reward's advantage); (4) groups by position t, which
-    the paper's two-turn episodes never needed; (5) the G episodes of a prompt are sampled
-    independently, as in the code of the paper's first version (its later version, "via
-    Turn-Level Reward Design", samples MT-GRPO's rollouts as a tree, turn by turn).
+    the paper's two-turn episodes never needed.
 
 Deviations from verl-agent's ``core_gigpo.py``: A^E is the lab's estimator over the lab's
 groups (the paper's eq. 3 with the std: the default estimator "grpo", whose eps is 1e-4), per
