@@ -279,8 +279,8 @@ def _turn_reward_plugin():
 
 
 def test_mtgrpo_trains_through_the_agent_objective(tmp_path):
-    """A few steps of the agent objective with MT-GRPO's credit on an environment with a turn
-    reward: a finite loss each step, every step's advantages not those of episode credit."""
+    """Three steps of the agent objective on an environment with a turn reward: the step reads
+    the environment's credit, "mtgrpo", each time; a finite loss each step; the weights moved."""
     from grpo_lab.policies.policy import load_policy_any
     from grpo_lab.training.config import preset
     from grpo_lab.training.trainer import train
