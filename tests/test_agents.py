@@ -12,8 +12,8 @@ import torch
 
 from grpo_lab import timelimit
 from grpo_lab.agents import step as agent_step  # noqa: F401 (the environments, "agent")
-from grpo_lab.agents.credit import (CREDITS, discounted_returns, gigpo_credit, step_advantages,
-                                    step_groups)
+from grpo_lab.agents.credit import (CREDITS, discounted_returns, gigpo_credit, mtgrpo_credit,
+                                    step_advantages, step_groups, turn_advantages)
 from grpo_lab.agents.environments import (ENVIRONMENTS, TOOLS, AgentSettings, EnvironmentFailed,
                                           call_tool, get_environment, parse_call,
                                           register_environment)
@@ -222,6 +222,113 @@ def test_gigpo_step_advantages_hand_worked():
     assert A[1].tolist() == pytest.approx([-1.5, -1.5] + [-1.0] * 7)
     assert A[2].tolist() == pytest.approx([0.5, 0.5, 0.5, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5])
     assert CREDITS["episode"].fn(A_E, turns, pi, 9, None) is A_E
+
+
+# ---- MT-GRPO, by hand (credit.py: A^O + lambda A^T on the intermediate turns)
+
+def test_mtgrpo_turn_advantages_hand_worked():
+    # prompt 0, three episodes of 2 turns (action columns [0, 2) and [3, 5), observation 2):
+    #   A: rewards 1, 1     B: rewards 0, 0     C: rewards .5, 0
+    #   turn group (0, position 0) {A 1, B 0, C .5}: mean .5, unbiased std
+    #   sqrt((.25 + .25 + 0) / 2) = .5 -> A^T = +.5/(.5 + 1e-4), -.5/(.5 + 1e-4), 0
+    #   the last turns (position 1) are in no group: A^T = 0
+    # prompt 1, three episodes of 3, 1 and 2 turns:
+    #   D: rewards .2, .4, 1    E: reward 1 (one turn: no intermediate turn)    F: .6, 1
+    #   group (1, 0) {D .2, F .6}: mean .4, std sqrt(.04 + .04) = sqrt(.08) = .282843
+    #     -> A^T = -.2/(.282843 + 1e-4) = -.706857 (D), +.706857 (F)
+    #   group (1, 1) {D .4}: alone -> 0
+    T = lambda r, a, b: Turn(None, r, a, b)                              # noqa: E731
+    two = lambda r0, r1: [T(r0, 0, 2), T(r1, 3, 5)]                       # noqa: E731
+    turns = [two(1.0, 1.0), two(0.0, 0.0), two(0.5, 0.0),
+             [T(0.2, 0, 2), T(0.4, 3, 5), T(1.0, 6, 8)], [T(1.0, 0, 2)], two(0.6, 1.0)]
+    pi = torch.tensor([0, 0, 0, 1, 1, 1])
+    a, d = 0.5 / (0.5 + 1e-4), 0.2 / (math.sqrt(0.08) + 1e-4)
+    assert d == pytest.approx(0.706857, abs=1e-6)
+    adv = turn_advantages(turns, pi)
+    expected = [[a, 0.0], [-a, 0.0], [0.0, 0.0], [-d, 0.0, 0.0], [0.0], [d, 0.0]]
+    for got, want in zip(adv, expected):
+        assert got == pytest.approx(want, abs=1e-12)
+    # on the tokens, lambda = 0.5: A^O on every column, + lambda A^T on intermediate actions
+    A_O = torch.tensor([1.0, -1.0, 0.0, 0.5, 0.25, -0.75])
+    A = mtgrpo_credit(A_O, turns, pi, 9, AgentSettings(credit="mtgrpo", turn_coef=0.5))
+    assert A.shape == (6, 9)
+    h = 0.5 * a                                                           # .49990
+    assert A[0].tolist() == pytest.approx([1 + h, 1 + h] + [1.0] * 7, abs=1e-6)
+    assert A[1].tolist() == pytest.approx([-1 - h, -1 - h] + [-1.0] * 7, abs=1e-6)
+    assert A[2].tolist() == pytest.approx([0.0] * 9, abs=1e-6)
+    assert A[3].tolist() == pytest.approx([0.5 - d / 2] * 2 + [0.5] * 7, abs=1e-6)
+    assert A[4].tolist() == pytest.approx([0.25] * 9, abs=1e-6)
+    assert A[5].tolist() == pytest.approx([-0.75 + d / 2] * 2 + [-0.75] * 7, abs=1e-6)
+    # lambda 0, or no reward before the last turn (guess, add_retry): the episode's credit
+    zero = mtgrpo_credit(A_O, turns, pi, 9, AgentSettings(credit="mtgrpo", turn_coef=0.0))
+    assert torch.equal(zero, A_O[:, None].expand(6, 9))
+    last_only = [[Turn(None, 0.0, t.start, t.end) for t in row[:-1]] + row[-1:] for row in turns]
+    same = mtgrpo_credit(A_O, last_only, pi, 9, AgentSettings(credit="mtgrpo", turn_coef=0.5))
+    assert torch.equal(same, A_O[:, None].expand(6, 9))
+    with pytest.raises(ValueError, match="turn_coef must be a number >= 0, got -1"):
+        AgentSettings(credit="mtgrpo", turn_coef=-1)
+
+
+def _turn_reward_plugin():
+    from pathlib import Path
+
+    from grpo_lab.registry import load_plugins
+    plugin = str(Path(__file__).resolve().parent / "plugins" / "turn_reward_env.py")
+    load_plugins(plugin)
+    return plugin
+
+
+def test_mtgrpo_trains_through_the_agent_objective(tmp_path):
+    """Three steps of the agent objective on an environment with a turn reward: the step reads
+    the environment's credit, "mtgrpo", each time; a finite loss each step; the weights moved."""
+    from grpo_lab.policies.policy import load_policy_any
+    from grpo_lab.training.config import preset
+    from grpo_lab.training.trainer import train
+    _turn_reward_plugin()
+    seen = []
+    real = agent_step.get_credit
+
+    def spy(name):
+        c = real(name)
+        seen.append(name)
+        return c
+    agent_step.get_credit = spy
+    try:
+        cfg = preset("agent_cpu", task="turn_reward",
+                     base_checkpoint="data/base_policy.safetensors", steps=3, prompts_per_step=4, group_size=4, eval_every=0, eval_size=0,
+                     threads=1, time_budget_s=0.0, ckpt_every=3, out_dir=str(tmp_path / "run"))
+        h = train(cfg, progress=False)
+    finally:
+        agent_step.get_credit = real
+    assert seen == ["mtgrpo"] * 3
+    losses = [r["loss/total"] for r in h if "loss/total" in r]
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    trained = load_policy_any(tmp_path / "run" / "checkpoint.safetensors").state_dict()
+    start = base().state_dict()
+    assert any(not torch.equal(trained[k], start[k]) for k in start)  # the steps moved it
+
+
+def test_a_study_compares_mtgrpo_with_episode_credit(tmp_path):
+    """``grpo-lab study``'s arms select the credit by environment variant (``--arm mtgrpo
+    task=turn_reward``): both arms run, paired by seed, and their updates differ."""
+    from grpo_lab.cli import study_arms
+    from grpo_lab.training.experiments import run_experiment
+    plugin = _turn_reward_plugin()
+    arms = study_arms([["episode", "task=turn_reward_episode"], ["mtgrpo", "task=turn_reward"]])
+    assert arms == {"episode": {"task": "turn_reward_episode"}, "mtgrpo": {"task": "turn_reward"}}
+    base_cfg = {"objective": "agent", "dynamic_sampling": False, "kl": {"beta": 0.0}, "lr": 3e-4,
+                "temperature": 1.0, "prompts_per_step": 4, "group_size": 4, "steps": 2,
+                "eval_every": 0, "eval_size": 0, "ckpt_every": 10, "threads": 1,
+                "plugins": plugin}
+    res = run_experiment(arms, seeds=(0,), base=base_cfg, processes=1, progress=False)
+    runs = {r["strategy"]: r["history"] for r in res.runs}
+    assert set(runs) == {"episode", "mtgrpo"}
+    rows = {k: [r for r in h if "loss/total" in r] for k, h in runs.items()}
+    assert [len(v) for v in rows.values()] == [2, 2]
+    # step 0: the same prompts and episodes (the same start, seed 0), other advantages on
+    # the first turns' tokens, so another gradient
+    e, m = rows["episode"][0], rows["mtgrpo"][0]
+    assert e["reward/mean"] == m["reward/mean"] and e["grad/norm"] != m["grad/norm"]
 
 
 # ---- hostile environments

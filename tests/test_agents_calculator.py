@@ -71,3 +71,55 @@ def test_hf_episodes_kv_reuse_equals_recompute():
     assert torch.equal(ra.completion_ids, rb.completion_ids) and a.end == b.end
     assert bool(((~ra.loss_mask) & ra.completion_mask).any())   # observations in the sequence
     assert torch.allclose(ra.logprobs, rb.logprobs, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("mask", ["loss_mask", "completion_mask"])
+def test_hf_environment_tokens_get_exactly_zero_gradient(mask):
+    """The toy's zero-gradient test (tests/test_agents.py) on the HF path: sampled episodes of
+    data/hf_tiny, the agent loss's gradient with respect to the logits. With the loss mask the
+    rows that predict the environment's tokens get exactly 0 and every policy token some; on
+    the completion mask instead (the classic bug) the environment's tokens get gradient too."""
+    from dataclasses import replace
+
+    from grpo_lab.algorithm.rollout import Scored, completion_logprobs
+    from grpo_lab.policies.hf import load_hf_policy
+    from grpo_lab.training.step import Batch, grpo_objective
+    torch.set_num_threads(1)
+    m = load_hf_policy("data/hf_tiny")
+    rng = random.Random(2)
+    exs = [get_task("add_retry").make(rng) for _ in range(3)]
+    ep = sample_episodes(m, exs, get_environment("add_retry"), 4, temperature=1.0,
+                         generator=[torch.Generator().manual_seed(i) for i in range(3)])
+    r = ep.scored.rollout
+    own, real = r.loss_mask, r.completion_mask                            # (12, Tc) x2
+    env_tokens = real & ~own
+    assert bool(env_tokens.any())                                         # observations in it
+    m.train()
+    lp = completion_logprobs(m, r).detach()                               # (12, Tc) ratio 1
+    r = replace(r, logprobs=lp.masked_fill(~real, 0.0),
+                loss_mask=own if mask == "loss_mask" else None)
+    s = Scored(ep.scored.examples, r, ep.scored.rewards, ep.scored.parts, ep.scored.texts)
+    cfg = TrainConfig(objective="agent", task="add_retry", policy="hf",
+                      base_checkpoint="data/hf_tiny", dynamic_sampling=False,
+                      kl={"beta": 0.0}, update_forward="completion", eval_size=0,
+                      temperature=1.0)
+    A = torch.tensor([1.0, -1.0] * 6)                                     # (12,) none zero
+    batch = Batch(s, A, {}, 12, int(r.policy_mask.sum()), torch.arange(3), {})
+    kept = {}
+
+    def keep(mod, inputs, out):                            # returns None: the output stays
+        kept.setdefault("logits", out[0])
+    hook = m.register_forward_hook(keep)
+    loss, _ = grpo_objective(m, batch, cfg)
+    hook.remove()
+    logits = kept["logits"]                                # (12, Tc + 1, V): one forward
+    assert logits.shape[:2] == (12, own.shape[1] + 1)      # logits_to_keep = Tc + 1
+    grad, = torch.autograd.grad(loss, logits)
+    g = grad[:, :-1]                                       # (12, Tc, V): predicts column j
+    size = g.abs().sum(-1)                                 # (12, Tc)
+    assert bool((size[own] > 0).all())                     # every policy token: some gradient
+    assert bool((size[~real] == 0).all())                  # padding: none either way
+    if mask == "loss_mask":
+        assert bool((g[env_tokens] == 0).all())            # the environment's: exactly 0
+    else:
+        assert bool((size[env_tokens] > 0).all())          # the bug: trained on them too

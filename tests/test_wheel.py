@@ -56,7 +56,9 @@ def copy_build_inputs(src: Path) -> Path:
     return src
 
 
-def build_wheel(tmp: Path) -> Path:
+def build_wheel(tmp: Path, extra: dict[str, str] | None = None) -> Path:
+    """The wheel of the tree; ``extra``: more files (path under the tree -> text) in the copy
+    it is built from."""
     try:
         found = importlib.metadata.version("setuptools")
     except importlib.metadata.PackageNotFoundError:
@@ -65,6 +67,9 @@ def build_wheel(tmp: Path) -> Path:
     need(major >= 77, f"the build needs setuptools >= 77 in this environment (the dev extra), "
                       f"found {found}: pip install 'setuptools>=77'")
     src = copy_build_inputs(tmp / "src")
+    for rel, text in (extra or {}).items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                         "--no-index", "-q", "-w", str(tmp / "dist"), str(src)],
                        capture_output=True, text=True, timeout=300)
@@ -90,6 +95,37 @@ def test_the_wheel_ships_the_data_and_the_lessons(wheel):
     assert "grpo_lab/data/base_policy.safetensors" in names and "grpo_lab/data/claims.md" not in names
     assert not any(n.endswith((".pyc", "conftest.py", "make_exercises.py")) for n in names)
     assert wheel.stat().st_size < 4_000_000, wheel.stat().st_size        # 3.4 MB when written
+
+
+CALCULATOR_RUN = {"command": "python bench/bench_calculator.py", "cpu": "test",
+                  "steps": [{"step": 0, "heldout_acc": 0.5, "call_rate": 0.75, "well_formed": 1.0}],
+                  "before": [], "after": []}
+
+
+def test_a_recorded_calculator_run_ships_and_the_installed_lesson_reads_it(tmp_path):
+    """data/agents/ (lesson 13's calculator run, written by bench/bench_calculator.py) is
+    package data: a tree with data/agents/calculator_run.json builds a wheel holding it, and
+    ``agents_lesson.calculator_run()`` of that wheel, installed, reads it from the package."""
+    wheel = build_wheel(tmp_path, {"data/agents/calculator_run.json": json.dumps(CALCULATOR_RUN)})
+    assert "grpo_lab/data/agents/calculator_run.json" in zipfile.ZipFile(wheel).namelist()
+    python, purelib = fresh_venv(tmp_path / "venv")
+    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                        "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    work = tmp_path / "empty"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    r = subprocess.run([str(python), "-c", (
+        "import json, grpo_lab.paths as p\n"
+        "from grpo_lab.teaching.agents_lesson import calculator_run\n"
+        "print(json.dumps([p.IN_CHECKOUT, str(p.DATA_DIR), calculator_run()]))")],
+        cwd=work, env={**env, "PYTHONNOUSERSITE": "1"}, capture_output=True, text=True,
+        timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    checkout, data, run = json.loads(r.stdout.splitlines()[-1])
+    assert checkout is False and Path(data) == purelib / "grpo_lab" / "data"
+    assert run == CALCULATOR_RUN
 
 
 def test_the_listed_packages_are_the_folders_of_the_tree():

@@ -4,7 +4,8 @@
                      limit, AgentSettings), their errors as observations or named failures
     episodes.py      the multi-turn rollout: G episodes per prompt, the KV cache kept across
                      turns, the observation tokens masked out of the loss
-    credit.py        credit assignment records: episode-level, GiGPO's anchor-state step groups
+    credit.py        credit assignment records: episode-level, GiGPO's anchor-state step groups,
+                     MT-GRPO's turn-level advantages
     games.py         the shipped environments: guess the number (guess, guess4), add_tool
     step.py          objective "agent": the step's collect for episodes, evaluation
     adapters.py      the field's environments through one adapter: OpenEnv's Environment

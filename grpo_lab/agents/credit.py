@@ -20,6 +20,33 @@ grouper and estimator: ``advantages.grouped_advantages``), computed on the globa
     verl-agent's "mean_std_norm") or 1 (``"none"``, verl-agent's default "mean_norm"). A step
     group of one turn has A^S = 0 (verl-agent: its mean is its own return). Every token of the
     turn's action gets A^S; the observation tokens are masked anyway.
+  * ``mtgrpo``: MT-GRPO (Zeng et al. 2025, arXiv 2505.11821), turn-level credit. The paper's
+    episodes have two turns (a tool call, then the answer): the tool turn's tokens get
+    A^O + lambda A^T, the answer's get A^O, with A^O the group-normalised outcome reward and
+    A^T the group-normalised turn reward, both over the G episodes of the prompt. That is the
+    authors' code (``mt_grpo_env_trainer.py``, ``advantage_est="aae"``: the outcome advantage
+    plus ``turn_advantage_coef`` x the turn advantage before the first tool result); the
+    normaliser there is (x - mean) / (unbiased std + 1e-4). Beyond two turns, here:
+        A^O_i = episode_adv[i]                   (the run's estimator on the episode return)
+        turn-level group of (i, t) = turn t of each of the prompt's G episodes, where turn t
+            is not that episode's last turn (the intermediate turns at position t)
+        A^T_{i,t} = (r_t^i - mean(group)) / (std(group) + 1e-4)   (unbiased std)
+        tokens of turn t of episode i: A^O_i + lambda A^T_{i,t} if t is intermediate, else A^O_i
+    lambda is ``AgentSettings.turn_coef`` (the code's default: 1). A turn-level group of one
+    turn has A^T = 0 (its own mean), as GiGPO's step groups.
+    Both rewards come from ``Turn.reward``: turn t's reward r_t^i is its turn reward; the
+    outcome is the episode's return, sum_t r_t^i (what the run's grouper and
+    estimator read for every credit, so arms differ only in the credit). Where only the last
+    turn is rewarded (guess, add_retry, second_turn) the return is the last turn's reward, the
+    paper's outcome R^O, every A^T is 0 and mtgrpo equals episode (tests/test_agents.py).
+    Deviations: (1) where intermediate turns are rewarded, A^O reads them too (the code's
+    outcome reward leaves them out; its baseline GRPO-MR's merged reward does not); (2) A^O
+    is the run's estimator (by default "grpo", eps 1e-4: the code's normaliser) over the run's
+    groups;
+    (3) an episode with no intermediate turn gets A^O on its tokens and is in no turn group
+    (the code scores every episode's turn reward, 0 for one that made no tool call, and gives
+    one with no tool result the merged reward's advantage); (4) groups by position t, which
+    the paper's two-turn episodes never needed.
 
 Deviations from verl-agent's ``core_gigpo.py``: A^E is the lab's estimator over the lab's
 groups (the paper's eq. 3 with the std: the default estimator "grpo", whose eps is 1e-4), per
@@ -39,6 +66,7 @@ import torch
 from grpo_lab.registry import check_new, lookup
 
 STEP_EPS = 1e-6                   # verl-agent's epsilon in step_norm_reward
+TURN_EPS = 1e-4                   # MT-GRPO's code: (x - mean) / (std + 1e-4)
 
 
 @dataclass(frozen=True)
@@ -110,7 +138,37 @@ def gigpo_credit(episode_adv, turns, prompt_index, Tc: int, settings) -> torch.T
     return A
 
 
+def turn_advantages(turns: list, prompt_index: torch.Tensor) -> list[list[float]]:
+    """Each turn's turn-level advantage A^T (MT-GRPO, module docstring) -> (N,) lists, one
+    value per turn; 0 on each episode's last turn and in a group of one."""
+    groups = defaultdict(list)                     # (prompt, position) -> [(row, turn)]
+    for i, row in enumerate(turns):
+        for t in range(len(row) - 1):              # the intermediate turns
+            groups[(int(prompt_index[i]), t)].append((i, t))
+    out = [[0.0] * len(row) for row in turns]
+    for members in groups.values():
+        r = torch.tensor([turns[i][t].reward for i, t in members], dtype=torch.float64)  # (n,)
+        if len(r) < 2:
+            continue                                   # its own mean: A^T = 0
+        adv = (r - r.mean()) / (r.std() + TURN_EPS)                         # unbiased std
+        for (i, t), a in zip(members, adv.tolist()):
+            out[i][t] = a
+    return out
+
+
+def mtgrpo_credit(episode_adv, turns, prompt_index, Tc: int, settings) -> torch.Tensor:
+    A = episode_adv[:, None].repeat(1, Tc).float()                         # (N, Tc) A^O
+    turn = turn_advantages(turns, prompt_index)
+    for i, row in enumerate(turns):
+        for t, tr in enumerate(row[:-1]):                                  # intermediate turns
+            A[i, tr.start:tr.end] += settings.turn_coef * turn[i][t]      # A^O + lambda A^T
+    return A
+
+
 register_credit("episode", episode_credit,
                 "every policy token gets its episode's group-relative advantage")
 register_credit("gigpo", gigpo_credit,
                 "GiGPO: the episode's advantage + omega x the anchor-state step advantage")
+register_credit("mtgrpo", mtgrpo_credit,
+                "MT-GRPO: the episode's advantage + lambda x the turn-level advantage on "
+                "intermediate turns")

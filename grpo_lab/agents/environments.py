@@ -67,8 +67,9 @@ class AgentSettings:
     computes it and its result is forced into the sequence (nanochat's ``Engine``)."""
     credit: str = "episode"
     """How the episode's reward becomes per-token advantages (one of credit.CREDITS):
-    "episode" (every policy token gets its episode's group-relative advantage) or "gigpo"
-    (that plus omega x the step advantage of GiGPO's anchor-state step groups)."""
+    "episode" (every policy token gets its episode's group-relative advantage), "gigpo"
+    (that plus omega x the step advantage of GiGPO's anchor-state step groups) or "mtgrpo"
+    (that plus turn_coef x MT-GRPO's turn-level advantage on the intermediate turns)."""
     omega: float = 1.0
     """GiGPO: weight of the step advantage (the paper's omega, eq. 8; its runs: 1)."""
     gamma: float = 0.95
@@ -76,6 +77,9 @@ class AgentSettings:
     step_norm: str = "std"
     """GiGPO: the step advantage's F_norm (eq. 7): "std" (divide by the step group's std,
     the paper's) or "none" (mean-centred only, verl-agent's default mode "mean_norm")."""
+    turn_coef: float = 1.0
+    """MT-GRPO: weight of the turn-level advantage (the paper's lambda; its code's
+    ``turn_advantage_coef``, default 1)."""
 
     def __post_init__(self):
         for name in ("max_turns", "max_action_tokens", "max_observation_tokens"):
@@ -86,6 +90,10 @@ class AgentSettings:
             raise ValueError(f"AgentSettings.gamma must be in [0, 1], got {self.gamma!r}")
         if not (isinstance(self.omega, (int, float)) and self.omega >= 0):
             raise ValueError(f"AgentSettings.omega must be a number >= 0, got {self.omega!r}")
+        if not (isinstance(self.turn_coef, (int, float)) and not isinstance(self.turn_coef, bool)
+                and self.turn_coef >= 0):
+            raise ValueError(f"AgentSettings.turn_coef must be a number >= 0, "
+                             f"got {self.turn_coef!r}")
         lookup(("std", "none"), self.step_norm, "step_norm")
         if not isinstance(self.stop, str):
             raise ValueError(f"AgentSettings.stop must be a str, got {self.stop!r}")
