@@ -37,9 +37,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpo_lab.training.config import (PRESETS, PretrainConfig, TrainConfig, field_docs, merge,
+from grpo_lab.training.config import (PRESETS, TrainConfig, field_docs, merge,
                                       preset, renamed_hint, sub_configs, to_dict)
 from grpo_lab.training.config_file import ConfigFileError, config_file_args, nullable
+from grpo_lab.training.pretrain_config import PretrainConfig
 from grpo_lab import __version__
 from grpo_lab.paths import checkout_dir, notebooks_dir
 from grpo_lab.registry import SETTINGS, load_plugins, lookup

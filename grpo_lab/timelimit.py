@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import sys
 import threading
@@ -134,9 +135,25 @@ def user_code(what: str, limit_s: float | None = None, grace_s: float | None = N
                 pass
 
 
+def _user(*fns) -> bool:
+    """One of ``fns`` is user code: defined outside grpo_lab's own modules (a plugin's, a
+    notebook's, a test's); the package's own records run unguarded."""
+    return any(not getattr(f, "__module__", "").startswith("grpo_lab.") for f in fns)
+
+
 def guarded(what: str, *fns):
-    """``user_code(what)`` when one of ``fns`` is user code: defined outside grpo_lab's own
-    modules (a plugin's, a notebook's, a test's); the package's own records run unguarded."""
-    if any(not getattr(f, "__module__", "").startswith("grpo_lab.") for f in fns):
-        return user_code(what)
-    return contextlib.nullcontext()
+    """``user_code(what)`` when one of ``fns`` is user code, else a context that does nothing."""
+    return user_code(what) if _user(*fns) else contextlib.nullcontext()
+
+
+def guard(what: str, fn, *also):
+    """``fn`` run under ``user_code(what)`` at every call when it or one of ``also`` (what it
+    calls) is user code, else ``fn`` itself: ``guarded``'s choice made once, not per call."""
+    if not _user(fn, *also):
+        return fn
+
+    @functools.wraps(fn)
+    def limited(*args, **kwargs):
+        with user_code(what):
+            return fn(*args, **kwargs)
+    return limited

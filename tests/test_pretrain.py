@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from grpo_lab.training.config import PretrainConfig, preset
+from grpo_lab.training.config import preset
+from grpo_lab.training.pretrain_config import PretrainConfig
 from grpo_lab.policies.model import GPT, GPTConfig
 from grpo_lab.policies.policy import get_policy_kind
 from grpo_lab.training.pretrain import fresh_policy, pretrain, save_any, train_config

@@ -76,7 +76,7 @@ def fake_timer(monkeypatch, tmp_path):
 
 def tiny_cfg(out, **kw):
     return preset("hf_tiny_cpu", out_dir=str(out), steps=2, eval_size=0, time_budget_s=0.0,
-                  prompts_per_step=2, group_size=2, fast_path="probe", **kw)
+                  prompts_per_step=2, group_size=2, speed={"fast_path": "probe"}, **kw)
 
 
 def test_the_choice_is_recorded_and_used(fake_timer, tmp_path):
@@ -89,8 +89,8 @@ def test_the_choice_is_recorded_and_used(fake_timer, tmp_path):
     assert seen == [("bfloat16", False, True)] * 2          # sampled from the bf16 copy
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["hf"]["sample_dtype"] == "bfloat16" and saved["hf"]["autocast"] is False
-    assert saved["threads"] == 1 and saved["rollout_threads"] == 1
-    assert saved["fast_path"] == "probe"
+    assert saved["threads"] == 1 and saved["speed"]["rollout_threads"] == 1
+    assert saved["speed"]["fast_path"] == "probe"
     record = saved["fast_path_choice"]
     assert record["choice"] == {"sample_dtype": "bfloat16", "autocast": False,
                                 "rollout_threads": 1, "threads": 1}
@@ -102,7 +102,7 @@ def test_the_choice_is_recorded_and_used(fake_timer, tmp_path):
     # the config.json runs again through --config: the record is skipped, not a field
     from grpo_lab.training.config_file import config_file_args
     flags, _ = config_file_args(tmp_path / "run" / "config.json")
-    assert not any("fast_path_choice" in f for f in flags) and "--fast_path=probe" in flags
+    assert not any("fast_path_choice" in f for f in flags) and "--speed.fast_path=probe" in flags
 
 
 def test_the_cache_is_read_on_the_same_machine_and_not_on_another(fake_timer, tmp_path,
@@ -128,13 +128,27 @@ def test_the_accuracy_check_excludes_bf16_at_a_zero_bound(fake_timer, tmp_path, 
 
 def test_bad_fast_path_and_device_are_errors_naming_the_value(tmp_path):
     with pytest.raises(ValueError, match="'fast'"):
-        preset("hf_tiny_cpu", fast_path="fast")
+        preset("hf_tiny_cpu", speed={"fast_path": "fast"})
     with pytest.raises(ValueError, match="policy='toy'"):
-        preset("tiny_cpu", fast_path="probe")
+        preset("tiny_cpu", speed={"fast_path": "probe"})
     with pytest.raises(ValueError, match="'gpu'"):
-        preset("tiny_cpu", device="gpu")
+        preset("tiny_cpu", speed={"device": "gpu"})
     with pytest.raises(ValueError, match="rollout_threads must be >= 0, got -1"):
-        preset("tiny_cpu", rollout_threads=-1)
+        preset("tiny_cpu", speed={"rollout_threads": -1})
+
+
+def test_the_flat_names_of_the_speed_block_are_errors_naming_the_new_one(capsys):
+    """fast_path, rollout_threads and device live on the speed block: no alias; the error
+    names the new field (as the settings blocks' renames did)."""
+    from grpo_lab.cli import parse
+    from grpo_lab.training.config import TrainConfig
+    for flat in ("fast_path", "rollout_threads", "device"):
+        with pytest.raises(TypeError, match=f"'speed.{flat}'"):
+            TrainConfig(**{flat: "probe" if flat == "fast_path" else 1})
+        with pytest.raises(SystemExit):
+            parse(["train", f"--{flat}", "1"])
+        assert f"'speed.{flat}'" in capsys.readouterr().err
+    assert parse(["train", "--speed.device", "cpu"]).__dict__["speed.device"] == "cpu"
 
 
 def test_probe_leaves_the_callers_threads(fake_timer, tmp_path):

@@ -79,6 +79,7 @@ import numpy as np
 import torch
 
 from grpo_lab.registry import check_new, lookup
+from grpo_lab.timelimit import guard
 
 EPS = 1e-4
 
@@ -215,11 +216,11 @@ def register_advantage(name: str, fn=None):
     (``TrainConfig(advantage=name)``); as a decorator, ``@register_advantage("mine")``.
     Its inputs arrive coerced (float tensors); its output is checked finite by the trainer's
     loss. Re-defining the same function replaces it; another function under a taken name
-    is an error."""
+    is an error. A function defined outside grpo_lab runs under the user-code time limit."""
     if fn is None:
         return lambda f: (register_advantage(name, f), f)[1]
     check_new(ADVANTAGES, "advantage estimator", name, fn)
-    ADVANTAGES[name] = fn
+    ADVANTAGES[name] = guard(f"advantage estimator {name!r}", fn)
     return fn
 
 

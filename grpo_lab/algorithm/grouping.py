@@ -37,6 +37,7 @@ from grpo_lab.algorithm.advantages import COMBINE, group_stats
 from grpo_lab.algorithm.embeddings import EMBEDDERS, check_prompts, fit_tfidf, tfidf_embed
 from grpo_lab.algorithm.reclustering import Reclusterer, check_k, group_count_schedule, kmeans_fit
 from grpo_lab.registry import check_new, lookup
+from grpo_lab.timelimit import guarded
 
 
 class PromptBatch:
@@ -388,7 +389,8 @@ class StepGrouper:
                                               examples=examples)
         if self.reclusterer is not None:
             return self.reclusterer(batch.embeddings)                       # (B,)
-        ids = self.record(batch, self.k, self.seed * 1_000_003 + step)      # (B,)
+        with guarded(f"grouper {self.grouping!r}", self.record.fn):        # a plugin's: limited
+            ids = self.record(batch, self.k, self.seed * 1_000_003 + step)  # (B,)
         if self.record.takes_k:
             self._check_not_by_prompt(ids, step)
         return ids

@@ -27,18 +27,19 @@ import torch
 
 from grpo_lab.tasks.answers import extract, follows_format, is_correct, kind_of
 from grpo_lab.registry import check_new, lookup
-from grpo_lab.timelimit import guarded
+from grpo_lab.timelimit import guard
 from grpo_lab.tasks import Example, get_task
 
 
 def register_reward(name: str, fn=None):
     """Add a reward ``(completions, examples, stopped) -> list of floats`` to ``REWARDS``
     (use it with ``reward_weights={name: w}``); as a decorator too. Values are checked
-    finite at every call (``weighted_reward``)."""
+    finite at every call (``weighted_reward``); a function defined outside grpo_lab runs under
+    the user-code time limit (timelimit.guard)."""
     if fn is None:
         return lambda f: (register_reward(name, f), f)[1]
     check_new(REWARDS, "reward", name, fn)
-    REWARDS[name] = fn
+    REWARDS[name] = guard(f"reward function {name!r} on a batch of completions", fn)
     return fn
 
 
@@ -122,9 +123,7 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
             raise ValueError(f"reward weight {name!r} must be a finite number, got {w!r}")
     parts, total = {}, torch.zeros(len(completions))
     for name, w in weights.items():
-        with guarded(f"reward function {name!r} on {len(completions)} completions",
-                     REWARDS[name]):
-            vals = REWARDS[name](completions, examples, stopped)
+        vals = REWARDS[name](completions, examples, stopped)
         parts[name] = check_finite_rewards(name, vals, completions)         # (N,) float32
         total += w * parts[name]
     if not bool((total.abs() <= REWARD_CEILING).all()):                   # nan, inf, too big

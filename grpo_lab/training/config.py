@@ -17,7 +17,6 @@ import ast
 import dataclasses
 import inspect
 import math
-import re
 import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -27,6 +26,7 @@ from grpo_lab.registry import (fields_finite, fields_nonnegative, fields_positiv
                                load_plugins, lookup)
 from grpo_lab.tasks import MIXTURE_TASKS
 from grpo_lab.training.ppo_config import PPOConfig
+from grpo_lab.training.speed_config import SpeedConfig
 
 if TYPE_CHECKING:
     from grpo_lab.policies.hf_config import HFConfig
@@ -59,11 +59,14 @@ def _block(name: str, cls: type, value):
 
 
 def renamed_hint(name: str) -> str:
-    """The settings-block field a flat name stands for (" (now 'tis.cap')"), or ""."""
+    """The settings-block field a flat name stands for (" (now 'tis.cap')"), or the sub-config
+    field it names exactly ("fast_path": 'speed.fast_path'), or ""."""
     import difflib
     from grpo_lab.registry import SETTINGS
     dotted = [f"{b}.{f.name}" for b, cls in SETTINGS.items() for f in dataclasses.fields(cls)]
-    exact = [d for d in dotted if d.split(".")[1] == name or d.replace(".", "_") == name]
+    subs = [f"{s.name}.{f.name}" for s in dataclasses.fields(TrainConfig) if s.name in SUB_CONFIGS
+            for f in dataclasses.fields(s.default_factory())]
+    exact = [d for d in dotted + subs if d.split(".")[1] == name or d.replace(".", "_") == name]
     near = exact or difflib.get_close_matches(name, dotted, n=1, cutoff=0.7)
     return f" (a settings block's field now: {near[0]!r})" if near else ""
 
@@ -242,18 +245,9 @@ class TrainConfig:
     threads: int = 0
     """torch CPU threads (0 = the cores other processes leave free: CPU count minus the load
     average, at least 1; trainer.free_cores)."""
-    rollout_threads: int = 0
-    """torch CPU threads while the rollout samples (0: ``threads``); the update runs on
-    ``threads``. fast_path="probe" sets both from what it measured fastest here."""
-    fast_path: str = ""
-    """"" (the settings as given) or "probe": time the candidate settings of each phase on this
-    machine (speed_probe.py: hf.sample_dtype, hf.autocast, threads per phase; cached per CPU,
-    torch version and model) and train with the fastest that passes the bf16 accuracy check;
-    policy="hf" only. The choice is in config.json (fast_path_choice) and the report."""
-    device: str = ""
-    """Where a one-process run trains: "" (the process group's device: a GPU under NCCL, else
-    the CPU), "cpu", or "cuda" / "cuda:N" (a study places its runs one per GPU this way:
-    experiments.py)."""
+    speed: SpeedConfig = field(default_factory=SpeedConfig)
+    """Where the run trains and how fast, not what it computes: the fast-path probe, the
+    rollout's threads, the device (see speed_config.SpeedConfig; --speed.fast_path probe)."""
     # ---- grouping (grouping.py): which completions share a baseline
     grouping: str = "by_prompt"
     """Grouper: a name in grouping.GROUPERS (register your own with register_grouper, or pass
@@ -353,6 +347,8 @@ class TrainConfig:
             self.ppo = PPOConfig(**self.ppo)
         if isinstance(self.hf, dict):
             self.hf = _hf_config(**self.hf)
+        if isinstance(self.speed, dict):
+            self.speed = SpeedConfig(**self.speed)
         apply_method(self)
         if not self.adam_eps > 0:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
@@ -360,16 +356,10 @@ class TrainConfig:
                 "grad_clip", "time_budget_s", "user_code_timeout_s")
         fields_positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
         fields_nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
-                     "grad_clip", "eval_every", "eval_size", "threads", "rollout_threads",
-                     "user_code_timeout_s")
-        if self.fast_path not in FAST_PATHS:
-            raise ValueError(f"fast_path must be one of {FAST_PATHS}, got {self.fast_path!r}")
-        if self.fast_path and self.policy != "hf":
-            raise ValueError(f"fast_path={self.fast_path!r} probes a transformers model's "
-                             f"settings; policy={self.policy!r} has none: use policy='hf'")
-        if self.device and not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
-            raise ValueError(f"device must be '', 'cpu', 'cuda' or 'cuda:N', got "
-                             f"{self.device!r}")
+                     "grad_clip", "eval_every", "eval_size", "threads", "user_code_timeout_s")
+        if self.speed.fast_path and self.policy != "hf":
+            raise ValueError(f"speed.fast_path={self.speed.fast_path!r} probes a transformers "
+                             f"model's settings; policy={self.policy!r} has none: use policy='hf'")
         if self.group_size < 1:
             raise ValueError(f"group_size (G) must be >= 1, got {self.group_size}")
         if not self.temperature > 0:
@@ -477,54 +467,6 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
     return cfg
 
 
-@dataclass
-class PretrainConfig:
-    policy: str = "toy"
-    """"toy": the char-level GPT, written as one safetensors file; "hf": a tiny Llama-style
-    transformers model with a BPE tokenizer trained here (hf.build_tiny; no download),
-    written as a transformers folder (out is then a folder, e.g. data/hf_tiny)."""
-    tasks: str = "addition,sort,reverse"
-    """Comma-separated tasks whose demonstrations the base policy is trained on."""
-    out: str = "data/base_policy.safetensors"
-    """Where to write the base policy."""
-    steps: int = 2000
-    """Length of the learning-rate schedule (cosine decay to 10% over this many steps)."""
-    stop_after: int = 1800
-    """Stop after this many steps, deliberately early, so the base is only partly
-    competent (0 = run the whole schedule)."""
-    batch_size: int = 64
-    """Demonstrations per step."""
-    lr: float = 2e-3
-    """AdamW learning rate (cosine decay to 10%)."""
-    n_layer: int = 3
-    """Transformer blocks."""
-    n_head: int = 4
-    """Attention heads."""
-    n_embd: int = 80
-    """Width of the residual stream."""
-    block_size: int = 32
-    """Longest sequence the policy handles."""
-    seed: int = 0
-    """Seed of initialisation and data order."""
-    threads: int = 0
-    """torch CPU threads (0 = torch's default)."""
-
-    def __post_init__(self):
-        from grpo_lab.policies.policy import POLICIES
-        from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
-        lookup(POLICIES, self.policy, "policy")
-        if self.policy == "hf" and self.out.endswith(".safetensors"):
-            raise ValueError(f"policy='hf' writes a transformers folder; out={self.out!r} "
-                             f"names a file (e.g. --out data/hf_tiny)")
-        fields_positive(self, "steps", "batch_size", "n_layer", "n_head", "n_embd", "block_size")
-        if not 0 <= self.stop_after <= self.steps:
-            raise ValueError(f"stop_after must be in [0, steps={self.steps}], got {self.stop_after}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        for t in self.tasks.split(","):
-            lookup(TASKS, t, "task")
-
-
 PRESETS: dict[str, dict] = {
     # the field defaults as they are (lr 1e-4, beta 0.02, evaluation every 100 steps, no target):
     # the experiments harness and the benches' control, so their recorded results keep meaning
@@ -604,7 +546,7 @@ PRESETS: dict[str, dict] = {
 }
 
 
-SUB_CONFIGS = ("exchange", "ppo", "hf")
+SUB_CONFIGS = ("exchange", "ppo", "hf", "speed")
 """TrainConfig's sub-config fields; ``sub_configs()`` adds the settings blocks."""
 
 
@@ -652,10 +594,7 @@ CKPT_FORMATS = ("single", "dcp")
 """TrainConfig.ckpt_format's values."""
 
 # fields a resumed run may change freely: how it runs, not what it computes
-FAST_PATHS = ("", "probe")
-"""TrainConfig.fast_path's values."""
-
-RUNTIME_FIELDS = ("out_dir", "report_to", "threads", "rollout_threads", "device",
+RUNTIME_FIELDS = ("out_dir", "report_to", "threads", "speed.rollout_threads", "speed.device",
                   "time_budget_s", "target_accuracy",
                   "ckpt_format",
                   "exchange.timeout_s", "user_code_timeout_s",

@@ -51,7 +51,7 @@ VERSION_KEY = "grpo_lab_version"
 """out_dir/config.json's record of the grpo_lab that wrote it (trainer.py); not a field: read
 back, it is skipped."""
 FAST_PATH_KEY = "fast_path_choice"
-"""out_dir/config.json's record of the fast-path probe (speed_probe.py) when fast_path="probe";
+"""out_dir/config.json's record of the fast-path probe (speed_probe.py) when speed.fast_path="probe";
 not a field: read back, it is skipped."""
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-from grpo_lab.training.config import PretrainConfig, TrainConfig, preset
+from grpo_lab.training.config import TrainConfig, preset
+from grpo_lab.training.pretrain_config import PretrainConfig
 from grpo_lab.policies.model import GPT, GPTConfig, save_policy
 from grpo_lab.training.trainer import train
 

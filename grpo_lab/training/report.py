@@ -122,14 +122,14 @@ def budget_note(history: list[dict], cfg: dict) -> list[str]:
 
 
 def fast_path_note(out: Path) -> list[str]:
-    """The fast-path probe's choice (fast_path="probe"), as out/config.json records it."""
+    """The fast-path probe's choice (speed.fast_path="probe"), as out/config.json records it."""
     from grpo_lab.training.config_file import FAST_PATH_KEY
     from grpo_lab.training.speed_probe import choice_line
     try:
         record = json.loads((out / "config.json").read_text()).get(FAST_PATH_KEY)
     except (OSError, ValueError):
         return []
-    return [f"**Fast path** (fast_path=probe, speed_probe.py): {choice_line(record)}.", ""] \
+    return [f"**Fast path** (speed.fast_path=probe, speed_probe.py): {choice_line(record)}.", ""] \
         if record else []
 
 

@@ -1,6 +1,6 @@
 """The fast path of this machine, chosen by measurement: a short probe times each phase of a
 step of the run's own transformers model under each candidate setting and keeps the fastest
-that passes the accuracy check (``TrainConfig.fast_path="probe"``, ``grpo-lab preflight``).
+that passes the accuracy check (``TrainConfig.speed.fast_path="probe"``, ``grpo-lab preflight``).
 
 Why measure: the fastest settings differ from one CPU to the next and cannot be read off its
 flags. On an AVX2-only EPYC a bf16 matmul is emulated (4-9x slower than fp32); on an EPYC with
@@ -36,7 +36,7 @@ difference inside the timing noise of a shared machine keeps the default.
 Opt-in, not the default: bf16 sampling and autocast change the numbers a seeded run produces
 (other tokens are sampled), so the default would make one command give different results on
 two machines, and a probe measured while other processes load the CPU can mislead (its record
-says the load). A learner or a study opts in with ``--fast_path probe``.
+says the load). A learner or a study opts in with ``--speed.fast_path probe``.
 
 Cached per machine: ``cache_dir()/fast_path/<key>.json``, the key a hash of the CPU's model
 name and flags, torch's version and CPU capability, the model (base checkpoint, LoRA rank) and
@@ -184,7 +184,7 @@ def probe(cfg, rounds: int = 2, threads: list[int] | None = None) -> dict:
     from grpo_lab.policies.policy import load_for
     from grpo_lab.training.step import prompt_generators
     if cfg.policy != "hf":
-        raise ValueError(f"fast_path='probe' times a transformers model's phases; policy="
+        raise ValueError(f"speed.fast_path='probe' times a transformers model's phases; policy="
                          f"{cfg.policy!r} has none of its candidates (use policy='hf')")
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -303,22 +303,24 @@ def cached(cfg, refresh: bool = False, say=print) -> dict:
 
 
 def apply(cfg, record: dict):
-    """``cfg`` with the record's choice: hf.sample_dtype, hf.autocast, threads, rollout_threads."""
+    """``cfg`` with the record's choice: hf.sample_dtype, hf.autocast, threads,
+    speed.rollout_threads."""
     c = record["choice"]
     return dataclasses.replace(cfg, hf=dataclasses.replace(
         cfg.hf, sample_dtype=c["sample_dtype"], autocast=c["autocast"]),
-        threads=c["threads"] or cfg.threads, rollout_threads=c["rollout_threads"] or cfg.rollout_threads)
+        threads=c["threads"] or cfg.threads, speed=dataclasses.replace(
+            cfg.speed, rollout_threads=c["rollout_threads"] or cfg.speed.rollout_threads))
 
 
 def for_run(cfg, resume: bool = False):
-    """The trainer's entry (``fast_path="probe"``) -> (``cfg`` with the choice applied, the
+    """The trainer's entry (``speed.fast_path="probe"``) -> (``cfg`` with the choice applied, the
     record for config.json). A resumed run keeps the record its config.json holds, so it goes
     on with the path it started with."""
     from grpo_lab.distributed.group import Group
     from grpo_lab.training.config import CONFIG_FILE
     from grpo_lab.training.config_file import FAST_PATH_KEY
     if Group.current().world > 1:
-        raise ValueError("fast_path='probe' times one process's phases; under a process group "
+        raise ValueError("speed.fast_path='probe' times one process's phases; under a process group "
                          "every rank would probe apart: set the probe's choice by hand "
                          "(hf.sample_dtype, hf.autocast, threads) or run one process")
     record = None

@@ -49,9 +49,8 @@ import torch.nn.functional as F
 
 from grpo_lab.agents.environments import refuse_environment_tasks
 from grpo_lab.distributed.group import Group
-from grpo_lab.algorithm.advantages import (ADVANTAGES, COMBINE, advantage_diagnostics,
-                                           grouped_advantages, informative_groups,
-                                           reward_group_diagnostics)
+from grpo_lab.algorithm.advantages import (advantage_diagnostics, grouped_advantages,
+                                           informative_groups, reward_group_diagnostics)
 from grpo_lab.algorithm.grouping import cluster_diagnostics
 from grpo_lab.algorithm.loss import AGGREGATIONS, surrogate_loss
 from grpo_lab.algorithm.variants import Tokens, active_variants
@@ -62,7 +61,7 @@ from grpo_lab.machine import add_time, now
 from grpo_lab.policies.engine import left_pad, positions
 from grpo_lab.tasks import get_task
 from grpo_lab.tasks.rewards import step_rewards
-from grpo_lab.timelimit import guarded
+from grpo_lab.timelimit import guard
 from grpo_lab.tokenizer import EOS, PAD, encode
 
 
@@ -92,8 +91,20 @@ class StepContext:
     clock: dict = field(default_factory=dict)  # seconds per phase of this step (time/*_s)
     carry: dict = field(default_factory=dict)  # an objective's state across steps, rebuilt
                                                # from (seed, step) when absent (resume)
-    score: Callable | None = None  # cfg.rollout's sample-and-score (trainer.setup sets it;
-                                   # None: rollout.rollout_scorer, at the first draw)
+    score: Callable | None = None  # cfg.rollout's sample-and-score; None: not resolved yet
+    max_new: int = 0              # the longest completion (max_new_tokens)
+    mine: range = range(0)        # this rank's slice of the B prompts (Group.slice)
+
+    def resolve(self, policy, cfg) -> None:
+        """What stays the same for the whole run, resolved once (trainer.setup; a context
+        built by hand: at its first draw): the longest completion, this rank's prompts, the
+        task generator and a grouper function under the user-code time limit (when they are
+        user code), cfg.rollout's sample-and-score (vLLM: its engine built now)."""
+        self.max_new, self.mine = max_new_tokens(cfg), self.group.slice(cfg.prompts_per_step)
+        self.draw = guard(f"the task generator of {cfg.task!r}", self.draw,
+                          *(get_task(t).make for t in cfg.task_names))
+        self.grouper = guard(f"grouper {cfg.grouping!r}", self.grouper)  # a StepGrouper: itself
+        self.score = rollout_scorer(policy, cfg, self)
 
 
 class Batch(NamedTuple):
@@ -106,6 +117,7 @@ class Batch(NamedTuple):
     n_tokens: int                 # completion tokens of those rows
     cluster_ids: torch.Tensor     # (B,) group id of each prompt of the global batch
     metrics: dict                 # reward/, group/, adv/, sample/, completion/ of the global batch
+    max_len: int = 0              # the longest completion, dr_grpo's constant (0: max_new_tokens)
 
 
 # ---- a step over several ranks or draws: the bookkeeping, the identity on one process
@@ -129,10 +141,9 @@ class Gathered(NamedTuple):
 
 
 def my_rows(kept, draws, mine: range) -> tuple[Scored, list[int]]:
-    """This rank's kept rows (it sampled them) and their prompts' places in the global batch.
-    One draw whose B prompts are all kept: every row the rank sampled, as sampled."""
-    if len(draws) == 1 and len(kept) == len(draws[0][0]):
-        return draws[0][1], list(mine)
+    """This rank's kept rows (it sampled them) and their prompts' places in the global batch,
+    when dynamic sampling drew more than once or kept fewer than the B prompts of its one draw
+    (else collect keeps every row as sampled)."""
     parts = []
     for d, (_, s) in enumerate(draws):
         local = [i - mine.start for dd, i in kept if dd == d and i in mine]
@@ -186,14 +197,12 @@ def draw_prompts(cfg, ctx: StepContext, step: int, policy):
 def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
     """Draw ``d`` of B prompts, seeded by (seed, step, d) -> (its B examples, this rank's
     slice of them sampled and scored: ``ctx.score``, prompt i with its own generator)."""
-    B, mine = cfg.prompts_per_step, ctx.group.slice(cfg.prompts_per_step)
-    with guarded(f"the task generator of {cfg.task!r}", ctx.draw,
-                 *(get_task(t).make for t in cfg.task_names)):
-        examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), B)
     if ctx.score is None:                    # a context built by hand, not by trainer.setup
-        ctx.score = rollout_scorer(policy, cfg, ctx)
+        ctx.resolve(policy, cfg)
+    examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), cfg.prompts_per_step)
+    mine = ctx.mine
     return examples, ctx.score(policy, [examples[i] for i in mine], cfg.group_size,
-                               max_new_tokens(cfg), cfg.reward_weights,
+                               ctx.max_new, cfg.reward_weights,
                                cfg.temperature, cfg.top_k or None,
                                generator=prompt_generators(cfg.seed, step, d, mine),
                                draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
@@ -255,10 +264,8 @@ def _advantages(cfg, variants, g: Gathered, cluster_ids, prompt_index, group_ids
     own = [v for v in variants if v.advantages is not None]   # process supervision
     if own:
         return own[0].advantages(cfg, g, cluster_ids, prompt_index, group_ids)
-    with guarded(f"advantage estimator {cfg.advantage!r}", ADVANTAGES[cfg.advantage],
-                 COMBINE[cfg.combine]):
-        adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
-                                 cfg.advantage, g.lengths)                # (N,) checked finite
+    adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
+                             cfg.advantage, g.lengths)                    # (N,) checked finite
     return adv, adv
 
 
@@ -271,7 +278,8 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     kept, draws, flags = draw_prompts(cfg, ctx, step, policy)
     # 2. this rank's rows (one draw: all it sampled) and their prompts' places in the global
     #    batch; the per-row tensors the variants need (reference's, trainer's)
-    mine, places = my_rows(kept, draws, ctx.group.slice(B))
+    one = len(draws) == 1 and len(kept) == B          # one draw, every prompt kept: as sampled
+    mine, places = (draws[0][1], list(ctx.mine)) if one else my_rows(kept, draws, ctx.mine)
     r = mine.rollout
     rows = {}
     for v in variants:
@@ -281,21 +289,20 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     #    reward), then the global batch's rewards, lengths, stop flags (N ranks: gather_rows)
     for v in variants:
         if v.shape_rewards is not None:
-            mine = v.shape_rewards(cfg, mine, rows, max_new_tokens(cfg))
+            mine = v.shape_rewards(cfg, mine, rows, ctx.max_new)
     steps = (step_rewards(mine.texts, [mine.examples[i] for i in r.prompt_index.tolist()],
                           r.stopped.tolist()) if any(v.step_rewards for v in variants) else None)
-    g = gather_rows(ctx.group, places, Gathered(mine.rewards, mine.parts,  # every rank's rows
-                    r.completion_mask.sum(1), r.stopped, steps,
-                    reject_rows(variants, cfg, rows, r)), G)
+    g = Gathered(mine.rewards, mine.parts, r.completion_mask.sum(1), r.stopped, steps,
+                 reject_rows(variants, cfg, rows, r))                      # this rank's rows
+    if ctx.group.world > 1:
+        g = gather_rows(ctx.group, places, g, G)                           # every rank's rows
     own = torch.tensor([p * G + j for p in places for j in range(G)], dtype=torch.long)
     examples = [draws[d][0][i] for d, i in kept]                           # (B,)
     prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
     # 4. group ids: the grouper on the global batch's prompts
     prompts, tasks = [e.prompt for e in examples], [e.task for e in examples]
-    with guarded(f"grouper {cfg.grouping!r}",
-                 getattr(getattr(ctx.grouper, "record", None), "fn", ctx.grouper)):
-        cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index,
-                                                  step, examples=examples))  # (B,)
+    cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index, step,
+                                              examples=examples))          # (B,)
     group_ids = cluster_ids[prompt_index]                                  # (N,)
     # 5. advantages on the global batch; this rank keeps its rows
     adv_all, adv_flat = _advantages(cfg, variants, g, cluster_ids, prompt_index, group_ids)
@@ -308,7 +315,7 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     loss_reads = {k: rows[k] for v in variants for k in v.loss_rows if k in rows}
     return Batch(mine, adv, loss_reads, int(counted.sum()), int(g.lengths[keep].sum()), cluster_ids,
                  _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index,
-                          adv_all, adv_flat, kept, draws, flags))
+                          adv_all, adv_flat, kept, draws, flags), ctx.max_new)
 
 
 def _lengths_by_outcome(g) -> dict:
@@ -399,7 +406,8 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
                     else _rows_of(t, w, counted))  # the counted rows only
     loss, stats = surrogate_loss(                  # checked: TrainConfig checked the settings
         mine.logp, mine.old, mine.advantages, mine.mask,
-        cfg.clip, cfg.aggregation, max_new_tokens(cfg), cfg.ratio_level, cfg.policy_loss,
+        cfg.clip, cfg.aggregation, batch.max_len or max_new_tokens(cfg), cfg.ratio_level,
+        cfg.policy_loss,
         cfg.clip.log_ratio_clamp,
         mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None], checked=True)
     n_tok = int(kept.sum())

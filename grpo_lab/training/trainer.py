@@ -63,7 +63,7 @@ from grpo_lab.policies.policy import frozen, get_policy_kind, load_for
 from grpo_lab.algorithm.grouping import StepGrouper
 from grpo_lab.agents import step as _agents  # noqa: F401 (objective "agent", environments: a
                                              # spawned rank builds no config)
-from grpo_lab.algorithm.rollout import rollout_scorer, sample_and_score
+from grpo_lab.algorithm.rollout import sample_and_score
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
                                     split_batch)
 from grpo_lab import timelimit
@@ -261,7 +261,7 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     timelimit.LIMIT_S = cfg.user_code_timeout_s       # every call of user code from here on
     eval_sets, held = held_out_sets(cfg)
     obj = get_objective(cfg.objective)
-    device = torch.device(cfg.device) if cfg.device else group.device   # NCCL: the rank's GPU
+    device = torch.device(cfg.speed.device) if cfg.speed.device else group.device   # NCCL: the rank's GPU
     policy = load_for(cfg)                                  # policy.py: toy GPT or HF model
     if obj.prepare is not None:      # e.g. PPO's critic (ppo.py), trained by the one optimizer
         obj.prepare(policy, cfg, lambda: load_for(cfg))
@@ -272,9 +272,8 @@ def setup(cfg: TrainConfig, group: Group | None = None) -> Setup:
     draw = rendered_source(prompt_source(cfg, held), cfg.answer_format)
     check_readable(policy, cfg, eval_sets, draw)           # the task's needs vs this policy
     ctx = StepContext(draw, make_grouper(cfg), ref, group)
-    ctx.score = rollout_scorer(policy, cfg, ctx)   # cfg.rollout's, once (vLLM: its engine built
-                                                   # now, or an ImportError, not after the base
-                                                   # evaluation)
+    ctx.resolve(policy, cfg)      # once (vLLM: its engine built now, or an ImportError, not
+                                  # after the base evaluation)
     return Setup(policy, ctx, eval_sets, held, obj)
 
 
@@ -301,7 +300,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     """
     check_installed(cfg.report_to)              # a missing tracker package: before any work
     fast = None
-    if cfg.fast_path:                           # the settings measured fastest here
+    if cfg.speed.fast_path:                        # the settings measured fastest here
         from grpo_lab.training import speed_probe
         cfg, fast = speed_probe.for_run(cfg, resume)
     rank0 = Group.current().rank == 0
@@ -429,7 +428,7 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
     ckpt, log_path = out / "checkpoint.safetensors", out / "metrics.jsonl"
     policy, ctx, ex, collect, objective, evaluate_now, samples, start, history, changes = \
         _start(cfg, resume, allow_override, base_eval, ckpt, log_path, fast)
-    threads = torch.get_num_threads()           # the update's; the rollout's: rollout_threads
+    threads = torch.get_num_threads()           # the update's; the rollout's: speed.rollout_threads
     untracked = [] if resume else history[-1:]  # the base row goes to the trackers with step 0's
     elapsed0 = history[-1].get("time/elapsed_s", 0.0) if history else 0.0
     acc = next((h["eval/accuracy"] for h in reversed(history) if "eval/accuracy" in h), None)
@@ -443,7 +442,7 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
         clock.clear()                            # "time/<phase>_s" of this step
         lr = learning_rate(cfg, step)
         ex.set_lr(lr)
-        torch.set_num_threads(cfg.rollout_threads or threads)
+        torch.set_num_threads(cfg.speed.rollout_threads or threads)
         with ex.gathered():           # the rollout's forwards: a different number per rank
             batch = collect(policy, cfg, step, ctx)
         torch.set_num_threads(threads)
