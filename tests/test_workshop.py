@@ -201,7 +201,7 @@ def test_without_the_lab_extra_lab_and_preflight_name_it(monkeypatch, capsys, tm
     monkeypatch.setattr(workshop, "PACKAGES", ("numpy", "pandas"))
     monkeypatch.setattr(workshop, "_timed_steps", lambda steps: ("GRPO steps", True, "fast"))
     ok, text = workshop.preflight_report(workshop.preflight(tmp_path))
-    assert not ok and "missing: pandas (ImportError); they are the lab extra: " in text
+    assert not ok and "missing: pandas (ModuleNotFoundError); they are the lab extra: " in text
     monkeypatch.setattr(workshop, "PACKAGES", ("numpy", "no_such_package_xyz"))
     ok, text = workshop.preflight_report(workshop.preflight(tmp_path))
     assert "missing: no_such_package_xyz (ModuleNotFoundError)\n" in text + "\n"   # no hint
