@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	TORCH_SOURCE="$$($(BIN)/python tools/torch_index.py "$(TORCH)" "$(TORCH_INDEX)")" && \
 		$(BIN)/pip install --quiet $$TORCH_SOURCE "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[dev,hf,lora,docs,gguf]"
+	$(BIN)/pip install --quiet -e ".[dev,fast,lab,hf,lora,docs,gguf]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -686,7 +686,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_bench(args.name, args.bench_args)
         elif args.command == "lab":
             from grpo_lab.teaching.lessons import lab_notebooks
-            from grpo_lab.teaching.workshop import lab_command, lab_env
+            from grpo_lab.teaching.workshop import lab_command, lab_env, need_jupyterlab
+            need_jupyterlab()                        # the lab extra: not a dependency of the wheel
             notebooks = lab_notebooks() if args.workshop is None else notebooks_dir()
             env = lab_env(args.full)
             print(f"grpo-lab lab: GRPO_LAB_QUICK={env['GRPO_LAB_QUICK']} "

@@ -85,6 +85,11 @@ def test_dependencies_page_says_why_each_library_is_used():
     assert "(docs/reference/dependencies.md)" in (ROOT / "README.md").read_text()
     for name in ("mkdocs-jupyter", "mkdocstrings", "jupyter-server-mathjax"):     # the docs extra
         assert name in text, name
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra in ("fast", "lab"):                   # left out of the wheel's base install: why
+        assert f"optional `{extra}`" in text, extra
+        for spec in extras[extra]:
+            assert re.match(r"[A-Za-z0-9_.-]+", spec).group(0) in text, spec
 
 
 def test_readme_figures_kept_on_their_pages():

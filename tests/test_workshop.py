@@ -183,6 +183,30 @@ def test_preflight_says_what_is_wrong(monkeypatch, tmp_path):
         "notebooks/WORKSHOP.md, 'Set-up')"
 
 
+def test_without_the_lab_extra_lab_and_preflight_name_it(monkeypatch, capsys, tmp_path):
+    """The wheel's base install has no JupyterLab and no pandas (the lab extra, pyproject.toml):
+    grpo-lab lab stops before starting anything, preflight names the extra."""
+    import subprocess
+    calls = []
+    monkeypatch.setattr(subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+    monkeypatch.setitem(sys.modules, "jupyterlab", None)         # import fails, as not installed
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    assert main(["lab"]) == 2 and main(["lab", "--workshop", str(tmp_path / "w")]) == 2
+    assert calls == [] and not (tmp_path / "w").exists()
+    err = capsys.readouterr().err
+    assert err.count("JupyterLab is not installed (grpo-lab lab runs it): they are the lab extra: "
+                     "pip install jupyterlab pandas, or pip install "
+                     '"grpo_lab-<version>-py3-none-any.whl[lab]" with the wheel, or pip install '
+                     '-e ".[lab]" in a checkout') == 2, err
+    monkeypatch.setattr(workshop, "PACKAGES", ("numpy", "pandas"))
+    monkeypatch.setattr(workshop, "_timed_steps", lambda steps: ("GRPO steps", True, "fast"))
+    ok, text = workshop.preflight_report(workshop.preflight(tmp_path))
+    assert not ok and "missing: pandas (ModuleNotFoundError); they are the lab extra: " in text
+    monkeypatch.setattr(workshop, "PACKAGES", ("numpy", "no_such_package_xyz"))
+    ok, text = workshop.preflight_report(workshop.preflight(tmp_path))
+    assert "missing: no_such_package_xyz (ModuleNotFoundError)\n" in text + "\n"   # no hint
+
+
 def test_preflight_cli_exit_code_follows_the_verdict(monkeypatch, capsys):
     monkeypatch.setattr(workshop, "preflight", lambda where, steps: [("python", True, "3.11"),
                                                                      ("disk", False, "0.1 GB")])

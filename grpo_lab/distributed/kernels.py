@@ -37,8 +37,8 @@ Rice coding as ``codecs.py``), with no deviation in what they output. Every kern
 exactly what the torch path computes (same float32 operations in the same order per element;
 the marking pass's integer max of |acc| bits is the float max, as non-negative float32 values
 order like their bits); the tests compare messages, indices, values and residuals byte for
-byte. ``AVAILABLE`` is False when numba is not importable: the fast path then runs its torch
-ops (and on a GPU it always does).
+byte. ``AVAILABLE`` is False when numba is not importable (it is the ``fast`` extra, not a dependency
+of the wheel: pyproject.toml): the fast path then runs its torch ops (and on a GPU it always does).
 """
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ is faster (its register blocking re-uses x too), so ``decoder.py`` uses this onl
 The sums run in another order than MKL's (fastmath "reassoc" lets the compiler split each
 dot product into vector lanes), so the result equals ``F.linear`` within float32 rounding of
 K products, not bit for bit; NaN and infinity propagate as in any sum (no "nnan"/"ninf").
-``AVAILABLE`` is False without numba: then nothing here is called.
+``AVAILABLE`` is False without numba (the ``fast`` extra, pyproject.toml): then nothing here is
+called.
 """
 from __future__ import annotations
 

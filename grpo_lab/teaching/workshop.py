@@ -41,7 +41,23 @@ MIN_FREE_GB = 1.0             # runs/ and the notebooks' checkpoints need well u
 LESSON_STEPS = 300            # notebook 00's quick-mode training: the session's longest cell
 SLOW_LESSON_S = 180           # above this estimate a learner should pair or watch the projector
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"   # torch's CPU wheels (Makefile, tools/)
-PACKAGES = ("numpy", "sklearn", "matplotlib", "ipywidgets", "jupyterlab", "safetensors")
+PACKAGES = ("numpy", "sklearn", "matplotlib", "ipywidgets", "jupyterlab", "pandas", "safetensors")
+LAB_EXTRA = ("jupyterlab", "pandas")   # pyproject.toml's lab extra: not dependencies of the wheel
+
+
+def lab_install_hint() -> str:
+    """How to add the lab extra (JupyterLab, pandas) to an install or a checkout."""
+    return ("they are the lab extra: pip install jupyterlab pandas, or pip install "
+            "\"grpo_lab-<version>-py3-none-any.whl[lab]\" with the wheel, or pip install -e "
+            "\".[lab]\" in a checkout")
+
+
+def need_jupyterlab() -> None:
+    """Raise an ImportError naming the lab extra when JupyterLab is not importable."""
+    import importlib.util
+    if importlib.util.find_spec("jupyterlab") is None:
+        raise ImportError("JupyterLab is not installed (grpo-lab lab runs it): "
+                          + lab_install_hint())
 
 
 def untouched(copy: Path, stub: Path) -> bool:
@@ -140,7 +156,8 @@ def preflight(where: Path | str = ".", steps: int = 20) -> list[tuple[str, bool,
             __import__(name)
         except Exception as e:
             missing.append(f"{name} ({type(e).__name__})")
-    out.append(_check("packages", not missing, "missing: " + ", ".join(missing) if missing
+    hint = ("; " + lab_install_hint()) if any(m.split()[0] in LAB_EXTRA for m in missing) else ""
+    out.append(_check("packages", not missing, "missing: " + ", ".join(missing) + hint if missing
                       else ", ".join(PACKAGES) + " import"))
     out.append(_timed_steps(steps))
     return out
