@@ -162,6 +162,10 @@ def add_study_args(s: argparse.ArgumentParser) -> None:
                    help="continue the study in out_dir: only runs without a result run")
     s.add_argument("--processes", type=int, default=None,
                    help="runs at once (default: one per core); threads = cores // processes")
+    s.add_argument("--devices", default="auto", metavar="auto|cpu|0,1,...",
+                   help="where the runs train: auto (default: one run per visible GPU, else "
+                        "the CPU), cpu, or GPU indices such as 0,2; each run's device is in its "
+                        "result.json")
     s.add_argument("--target", type=float, default=None,
                    help="held-out accuracy whose steps-to-reach each run reports")
     s.add_argument("--pilot_steps", type=int, default=2,
@@ -268,7 +272,7 @@ def run_study(args, argv: list[str] | None = None) -> int:
                              pilot_steps=args.pilot_steps, sd=args.sd, effect=args.effect,
                              start_method=args.start_method, keep=args.keep,
                              plan_only=args.plan, in_process=False, sd_df=args.sd_df,
-                             primary=primary, sequential=looks)
+                             primary=primary, sequential=looks, devices=args.devices)
     except StudyInterrupted as e:          # the workers are gone; no traceback
         import shlex
         again = list(sys.argv[1:] if argv is None else argv)
