@@ -420,6 +420,10 @@ def build_parser() -> argparse.ArgumentParser:
     pf = sub.add_parser("preflight", help="a learner's arrival check: Python, disk, torch, the "
                                           "notebook packages, timed GRPO steps; OK or what is wrong")
     pf.add_argument("--steps", type=int, default=20, help="GRPO steps to time (default 20)")
+    pf.add_argument("--probe", nargs="?", const="smollm_cpu", default=None, metavar="PRESET",
+                    help="also show the fast path a run of this transformers preset (default "
+                         "smollm_cpu) takes here with --fast_path probe: the cached probe, else "
+                         "a short probe now, cached per machine")
     for cmd in (t, e, pre, get):
         cmd.add_argument("--debug", action="store_true",
                          help="show the full traceback of an error (default: one clear line)")
@@ -713,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
             from grpo_lab.teaching.workshop import preflight, preflight_report
             if args.steps < 1:
                 raise ValueError(f"--steps must be at least 1, got {args.steps}")
-            ok, text = preflight_report(preflight(".", args.steps))
+            ok, text = preflight_report(preflight(".", args.steps, probe=args.probe))
             print(text)
             return 0 if ok else 1
     except KeyboardInterrupt as e:
