@@ -129,3 +129,16 @@ def test_a_cpu_study_trains_on_the_cpu_and_says_so(monkeypatch, tmp_path):
     drop = ("time/", "mem/")
     strip = lambda h: [{k: v for k, v in r.items() if not k.startswith(drop)} for r in h]  # noqa: E731
     assert strip(res.runs[0]["history"]) == strip(alone)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: the bench would measure")
+def test_the_gpu_study_bench_measures_nothing_without_a_gpu():
+    import os
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "bench/bench_gpu_study.py"], cwd=root,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr
+    assert "no GPU: nothing measured" in done.stdout
