@@ -17,8 +17,8 @@ The settings are the study's, not a run's: ``run_experiment(devices=...)`` or
 ``grpo-lab study --devices``: "auto" (default: every visible GPU, else the CPU), "cpu" (no GPU
 even where there is one), GPU indices ("0,2", "cuda:1", ["cuda:0", "cuda:1"]), or from Python
 an int (the first N GPUs). The
-study's ``study.json`` records the devices asked for and the ones used; a resume on another
-machine may place its runs elsewhere (where a run trains does not change what it computes
+study's ``study.json`` records the devices its runs were placed on; a resume on another
+machine may place its remaining runs elsewhere (where a run trains does not change what it computes
 beyond float rounding, so it is not part of what a resume must match).
 
 Workers under GPUs are spawned, never forked: the study evaluates the base policy on its
