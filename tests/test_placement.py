@@ -101,6 +101,9 @@ def test_a_study_on_fake_gpus_records_its_devices(three_gpus, monkeypatch, tmp_p
     assert [r["device"] for r in res.runs] == ["cuda:1"] * 4
     spec = json.loads((tmp_path / "s" / ex.STUDY_FILE).read_text())
     assert spec["devices"] == ["cuda:1", "cuda:2"]
+    res.save(tmp_path / "saved.json")
+    assert [r["device"] for r in ex.Results.load(tmp_path / "saved.json").runs] == ["cuda:1"] * 4
+    assert [r["device"] for r in ex.Results.from_folder(tmp_path / "s").runs] == ["cuda:1"] * 4
     res = ex.run_experiment({"a": {}, "b": {"lr": 2e-4}}, seeds=(0, 1), base=base,
                             base_preset="quick", out_dir=str(tmp_path / "s"), progress=False,
                             resume=True, devices="cpu")       # another placement resumes

@@ -371,7 +371,7 @@ class Results:
 
     def save(self, path, keys=None) -> None:
         """The study as a small JSON file: every run's history cut to ``keys`` (metric names;
-        default all), its findings, and the study's target, grid, notes and plan; read back
+        default all), its findings and device, and the study's target, grid, notes and plan; read back
         by ``Results.load`` (notebook 12 shows stored studies this way). ``step``,
         ``reward/mean`` (what marks a trained step for the *_end metrics) and the per-task
         ``eval/accuracy/<task>`` are always kept."""
@@ -379,7 +379,8 @@ class Results:
         keep = (lambda h: h) if keys is None else (
             lambda h: {k: h[k] for k in h if k in keys or k.startswith(PER_TASK)})
         runs = [{"strategy": r["strategy"], "seed": r["seed"],
-                 "history": [keep(h) for h in r["history"]], "findings": r.get("findings", [])}
+                 "history": [keep(h) for h in r["history"]], "findings": r.get("findings", []),
+                 "device": r.get("device")}
                 for r in self.runs]
         write_lines_atomic(Path(path), [json.dumps(
             {"runs": runs, "target": self.target, "grid": self.grid, "notes": self.notes,
