@@ -38,11 +38,16 @@ def test_the_devices_a_setting_names(three_gpus):
         study_devices("1,cuda:1")
 
 
-def test_no_gpu_means_the_cpu(monkeypatch):
+def test_no_gpu_means_the_cpu(monkeypatch, tmp_path, capsys):
+    from grpo_lab.cli import main
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     assert study_devices("auto") == []
     with pytest.raises(ValueError, match="torch sees 0"):
         study_devices("0")
+    assert main(["study", "--base", "quick", "--arm", "a", "--steps", "1", "--seeds", "1",
+                 "--devices", "0", "--out_dir", str(tmp_path / "s")]) == 2   # before any run
+    assert "cuda:0 is not here: torch sees 0 GPU(s)" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
 
 
 def test_slots_give_the_lowest_free_device():
