@@ -167,8 +167,9 @@ def probe_check(preset_name: str, say=print) -> tuple[str, bool, str]:
         record = speed_probe.cached(cfg, say=lambda line: (probed.append(line), say(line)))
     except Exception as e:              # no such preset, not policy="hf", a model not here
         return _check("fast path", False, f"{preset_name}: no probe ({type(e).__name__}: {e})")
-    return _check("fast path", True, f"{preset_name}: {speed_probe.choice_line(record)}; "
-                                     f"{'probed now, cached in' if probed else 'read from'} {path}")
+    where = "probed now, cached in" if probed else "read from"
+    return _check("fast path", True,
+                  f"{preset_name}: {speed_probe.choice_line(record)}; {where} {path}")
 
 
 def cuda_install_gb(distributions=None) -> float:
