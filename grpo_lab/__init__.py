@@ -20,7 +20,7 @@ LAYERS = (
     ("teaching and the command line", ("cli", "teaching", "teaching.*")),
     ("harnesses around the loop: reports, experiments, the learned reward, overlap timing",
      ("training.report", "training.experiments", "training.power", "training.sequential",
-      "training.workers", "training.reward_model",
+      "training.workers", "training.placement", "training.reward_model",
       "training.overlap_timing")),
     ("the loop and its setup", ("training", "training.trainer", "training.pretrain",
                                 "training.speed_probe")),

@@ -163,6 +163,10 @@ def add_study_args(s: argparse.ArgumentParser) -> None:
                    help="continue the study in out_dir: only runs without a result run")
     s.add_argument("--processes", type=int, default=None,
                    help="runs at once (default: one per core); threads = cores // processes")
+    s.add_argument("--devices", default="auto", metavar="auto|cpu|0,1,...",
+                   help="where the runs train: auto (default: one run per visible GPU, else "
+                        "the CPU), cpu, or GPU indices such as 0,2; each run's device is in its "
+                        "result.json")
     s.add_argument("--target", type=float, default=None,
                    help="held-out accuracy whose steps-to-reach each run reports")
     s.add_argument("--pilot_steps", type=int, default=2,
@@ -269,7 +273,7 @@ def run_study(args, argv: list[str] | None = None) -> int:
                              pilot_steps=args.pilot_steps, sd=args.sd, effect=args.effect,
                              start_method=args.start_method, keep=args.keep,
                              plan_only=args.plan, in_process=False, sd_df=args.sd_df,
-                             primary=primary, sequential=looks)
+                             primary=primary, sequential=looks, devices=args.devices)
     except StudyInterrupted as e:          # the workers are gone; no traceback
         import shlex
         again = list(sys.argv[1:] if argv is None else argv)
@@ -417,6 +421,10 @@ def build_parser() -> argparse.ArgumentParser:
     pf = sub.add_parser("preflight", help="a learner's arrival check: Python, disk, torch, the "
                                           "notebook packages, timed GRPO steps; OK or what is wrong")
     pf.add_argument("--steps", type=int, default=20, help="GRPO steps to time (default 20)")
+    pf.add_argument("--probe", nargs="?", const="smollm_cpu", default=None, metavar="PRESET",
+                    help="also show the fast path a run of this transformers preset (default "
+                         "smollm_cpu) takes here with --fast_path probe: the cached probe, else "
+                         "a short probe now, cached per machine")
     for cmd in (t, e, pre, get):
         cmd.add_argument("--debug", action="store_true",
                          help="show the full traceback of an error (default: one clear line)")
@@ -711,7 +719,8 @@ def main(argv: list[str] | None = None) -> int:
             from grpo_lab.teaching.workshop import preflight, preflight_report
             if args.steps < 1:
                 raise ValueError(f"--steps must be at least 1, got {args.steps}")
-            ok, text = preflight_report(preflight(".", args.steps))
+            ok, text = preflight_report(preflight(".", args.steps, probe=args.probe)
+                                        if args.probe else preflight(".", args.steps))
             print(text)
             return 0 if ok else 1
     except KeyboardInterrupt as e:

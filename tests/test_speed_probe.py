@@ -155,3 +155,29 @@ def test_probe_leaves_the_callers_threads(fake_timer, tmp_path):
     was = torch.get_num_threads()
     sp.probe(tiny_cfg(tmp_path / "a"), rounds=1, threads=[1])
     assert torch.get_num_threads() == was
+
+
+def test_preflight_probe_prints_the_choice_and_then_reads_the_cache(fake_timer, capsys,
+                                                                  monkeypatch):
+    from grpo_lab.cli import main
+    from grpo_lab.teaching import workshop
+    monkeypatch.setattr(workshop, "_timed_steps", lambda steps: ("GRPO steps", True, "not timed"))
+    main(["preflight", "--steps", "1", "--probe", "hf_tiny_cpu"])
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x[5:].startswith("fast path"))   # the check
+    assert "probing the fast path of data/hf_tiny" in out                # said while probing
+    # FAKE on 1 thread: the bf16 copy 0.25 + the fp32 update 1.0 = 1.25 s, the fastest
+    assert line.startswith("ok ") and "hf_tiny_cpu: sampling bf16 copy, update fp32, threads " \
+        "1 (rollout) / 1 (update): probe step 1.250 s" in line
+    path = sp.cache_path(preset("hf_tiny_cpu", fast_path="probe"))
+    assert f"probed now, cached in {path}" in line
+    assert json.loads(path.read_text())["choice"] == {"sample_dtype": "bfloat16",
+                                                      "autocast": False, "rollout_threads": 1,
+                                                      "threads": 1}
+    n = len(fake_timer)
+    main(["preflight", "--steps", "1", "--probe", "hf_tiny_cpu"])
+    out = capsys.readouterr().out
+    assert f"read from {path}" in out and len(fake_timer) == n          # not probed again
+    main(["preflight", "--steps", "1", "--probe", "tiny_cpu"])           # the toy policy: none
+    line = next(x for x in capsys.readouterr().out.splitlines() if x[5:].startswith("fast path"))
+    assert line.startswith("BAD") and "policy='toy'" in line

@@ -21,7 +21,10 @@ environment already sets ``GRPO_LAB_QUICK`` or ``--full`` is given.
 notebook packages import (a CUDA build of torch where no GPU is usable is a problem: gigabytes
 installed for nothing, and a sign the set-up skipped the CPU index), and a timed run of GRPO
 steps of the toy policy (the compute of the longest quick-mode lesson cell, notebook 00's
-training) -> one line per check, then OK or what is wrong.
+training) -> one line per check, then OK or what is wrong. ``preflight --probe [PRESET]``
+(opt-in, default smollm_cpu) adds the fast path a run of that transformers preset with
+``--fast_path probe`` takes on this machine: the cached probe record (speed_probe.py) if this
+machine has one, else a probe now (once; it is then cached, and the run reads it).
 """
 from __future__ import annotations
 
@@ -129,10 +132,12 @@ def _check(name: str, ok: bool, detail: str) -> tuple[str, bool, str]:
     return name, ok, detail
 
 
-def preflight(where: Path | str = ".", steps: int = 20) -> list[tuple[str, bool, str]]:
+def preflight(where: Path | str = ".", steps: int = 20,
+              probe: str | None = None) -> list[tuple[str, bool, str]]:
     """The learner's arrival check -> [(check, ok, detail)]: Python, free disk at ``where``,
     the packages, and ``steps`` timed GRPO steps of the toy policy scaled to notebook 00's
-    ``LESSON_STEPS`` (slow above ``SLOW_LESSON_S``)."""
+    ``LESSON_STEPS`` (slow above ``SLOW_LESSON_S``); with ``probe`` (a preset name) the fast
+    path of that preset here (``probe_check``)."""
     out = [_check("python", sys.version_info[:2] >= MIN_PYTHON,
                   f"{sys.version.split()[0]} (needs >= {'.'.join(map(str, MIN_PYTHON))})")]
     free = shutil.disk_usage(Path(where).resolve()).free / 2**30
@@ -160,7 +165,28 @@ def preflight(where: Path | str = ".", steps: int = 20) -> list[tuple[str, bool,
     out.append(_check("packages", not missing, "missing: " + ", ".join(missing) + hint if missing
                       else ", ".join(PACKAGES) + " import"))
     out.append(_timed_steps(steps))
+    if probe:
+        out.append(probe_check(probe))
     return out
+
+
+def probe_check(preset_name: str, say=print) -> tuple[str, bool, str]:
+    """The fast path a run of ``preset_name`` with ``fast_path="probe"`` takes here: its
+    cached probe record (the same cache key as the run's: speed_probe.cache_path), else a
+    probe now, cached -> a check naming the choice and the record's path. A preset that is not
+    a transformers model's, or a model that does not load, is a failed check saying why."""
+    from grpo_lab.training import speed_probe
+    from grpo_lab.training.config import preset
+    try:
+        cfg = preset(preset_name, fast_path="probe")
+        path = speed_probe.cache_path(cfg)
+        probed: list = []                       # cached() says a line only when it probes
+        record = speed_probe.cached(cfg, say=lambda line: (probed.append(line), say(line)))
+    except Exception as e:              # no such preset, not policy="hf", a model not here
+        return _check("fast path", False, f"{preset_name}: no probe ({type(e).__name__}: {e})")
+    where = "probed now, cached in" if probed else "read from"
+    return _check("fast path", True,
+                  f"{preset_name}: {speed_probe.choice_line(record)}; {where} {path}")
 
 
 def cuda_install_gb(distributions=None) -> float:

@@ -49,6 +49,7 @@ from grpo_lab.algorithm.samples import append as append_samples
 from grpo_lab.registry import load_plugins, lookup
 from grpo_lab.rundir import write_lines_atomic
 from grpo_lab.training.config import merge, preset, to_dict
+from grpo_lab.training.placement import Slots, study_devices
 from grpo_lab.training.power import detectable, seeds_needed
 from grpo_lab.training.sequential import SPENDING, nominal_levels, paired_p
 from grpo_lab.training.report import write_report
@@ -370,7 +371,7 @@ class Results:
 
     def save(self, path, keys=None) -> None:
         """The study as a small JSON file: every run's history cut to ``keys`` (metric names;
-        default all), its findings, and the study's target, grid, notes and plan; read back
+        default all), its findings and device, and the study's target, grid, notes and plan; read back
         by ``Results.load`` (notebook 12 shows stored studies this way). ``step``,
         ``reward/mean`` (what marks a trained step for the *_end metrics) and the per-task
         ``eval/accuracy/<task>`` are always kept."""
@@ -378,7 +379,8 @@ class Results:
         keep = (lambda h: h) if keys is None else (
             lambda h: {k: h[k] for k in h if k in keys or k.startswith(PER_TASK)})
         runs = [{"strategy": r["strategy"], "seed": r["seed"],
-                 "history": [keep(h) for h in r["history"]], "findings": r.get("findings", [])}
+                 "history": [keep(h) for h in r["history"]], "findings": r.get("findings", []),
+                 "device": r.get("device")}
                 for r in self.runs]
         write_lines_atomic(Path(path), [json.dumps(
             {"runs": runs, "target": self.target, "grid": self.grid, "notes": self.notes,
@@ -401,7 +403,8 @@ class Results:
                     continue
                 r = _read_json(folder / RESULT_FILE, RESULT_BAD)
                 runs.append({"strategy": name, "seed": s, "history": r["history"],
-                             "findings": r["findings"], "out_dir": str(folder)})
+                             "findings": r["findings"], "out_dir": str(folder),
+                             "device": r.get("device")})
         notes = [f"not finished: {', '.join(missing)}"] if missing else []
         grid = sorted({h["step"] + 1 for r in runs for h in r["history"]
                        if "eval/accuracy" in h})
@@ -653,7 +656,8 @@ def _run_job(job: Job, on_step=None) -> tuple[str, int, str | None]:
         write_report(history, job.cfg.out_dir, to_dict(job.cfg))
         _write_json(folder / RESULT_FILE,
                     {"strategy": job.name, "seed": job.seed, "history": history,
-                     "findings": findings, "checkpoint_bytes": _size(folder, "checkpoint*")})
+                     "findings": findings, "checkpoint_bytes": _size(folder, "checkpoint*"),
+                     "device": job.cfg.device or "cpu"})
         if not job.keep:
             _drop_checkpoint(folder)
         return job.name, job.seed, None
@@ -671,10 +675,10 @@ def _eval_key(cfg) -> str:
                       sort_keys=True, default=str)
 
 
-def _base_evaluations(jobs: list, root: Path) -> dict:
+def _base_evaluations(jobs: list, root: Path, device: str = "") -> dict:
     """{eval key: the base policy's evaluation} for every setting the runs use, each
-    evaluated once (here, on every core) and kept in root/base.json; its samples go to
-    root/base/samples.jsonl."""
+    evaluated once (here, on every core, or on ``device``: the study's first GPU) and kept in
+    root/base.json; its samples go to root/base/samples.jsonl."""
     path = root / BASE_FILE
     done = _read_json(path, "the base policy's evaluations; delete it to evaluate again") \
         if path.exists() else {}
@@ -685,7 +689,7 @@ def _base_evaluations(jobs: list, root: Path) -> dict:
         rows: list = []
         try:
             load_plugins(cfg.plugins)
-            run = setup(cfg)
+            run = setup(dataclasses.replace(cfg, device=device) if device else cfg)
             done[key] = evaluate_tasks(run.policy, run.eval_sets, cfg.reward_weights,
                                        max_new_tokens(cfg), samples=rows)
         except Exception as e:
@@ -695,6 +699,8 @@ def _base_evaluations(jobs: list, root: Path) -> dict:
         append_samples(root / "base", -1, rows)
         _write_json(path, done)
         del run
+        if device:
+            torch.cuda.empty_cache()           # the runs' GPU memory, not this process's cache
     return done
 
 
@@ -707,12 +713,24 @@ def _progress_line(name: str, seed: int, row: dict, steps: int) -> str | None:
 
 
 def _run_all(jobs: list[Job], processes: int, method: str, progress: bool,
-             in_process: bool) -> None:
+             in_process: bool, devices: list[str] = ()) -> None:
     """Run ``jobs``, here one after another (``in_process``) or each in a worker process of
     its own (``processes`` at once, started by ``method``: workers.py), a line per evaluation
-    and the trainer's health lines named by strategy and seed."""
+    and the trainer's health lines named by strategy and seed. With ``devices`` (GPUs) each
+    run trains on a free one of the first ``processes`` (placement.py): never two at once on
+    one."""
     if not jobs:
         return
+    slots = Slots(list(devices)[:processes]) if devices else None
+
+    def place(j: Job) -> Job:                 # a run starts: its device is a free slot
+        if slots is None:
+            return j
+        return dataclasses.replace(j, cfg=dataclasses.replace(j.cfg, device=slots.take()))
+
+    def release(j: Job) -> None:              # it ended: the slot is free again
+        if slots is not None:
+            slots.give(j.cfg.device)
     steps = {(j.name, j.seed): j.cfg.steps for j in jobs}
     bar = tqdm(total=sum(steps.values()), desc=f"{len(jobs)} runs", disable=not progress)
     out = sys.stdout                  # here, not the run's captured stdout (its health lines)
@@ -734,7 +752,10 @@ def _run_all(jobs: list[Job], processes: int, method: str, progress: bool,
                     line = _progress_line(j.name, j.seed, m, j.cfg.steps)
                     if line:
                         say(line)
-                finished(*_run_job(j, on_step))
+                j = place(j)
+                res = _run_job(j, on_step)
+                release(j)
+                finished(*res)
             return
         seen = {(j.name, j.seed): 1 for j in jobs}            # metrics.jsonl lines read (step -1)
         done: set = set()
@@ -761,11 +782,12 @@ def _run_all(jobs: list[Job], processes: int, method: str, progress: bool,
                 res = (job.name, job.seed, f"{type(res).__name__}: {res}")
             key = (job.name, job.seed)
             done.add(key)
+            release(job)
             bar.update(max(0, steps[key] - seen[key] + 1))
             finished(*res)
 
         run_in_workers(jobs, processes, method, _run_job, result, tick,
-                       describe=lambda j: f"{j.name} seed {j.seed}")
+                       describe=lambda j: f"{j.name} seed {j.seed}", on_start=place)
     finally:
         bar.close()
         torch.set_num_threads(threads)
@@ -867,7 +889,8 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
                    sd: float | None = None, effect: float | None = None,
                    sd_df: int | None = None, primary=None, sequential: dict | None = None,
                    start_method: str | None = None, keep: str = "none",
-                   plan_only: bool = False, in_process: bool | None = None) -> Results:
+                   plan_only: bool = False, in_process: bool | None = None,
+                   devices="auto") -> Results:
     """Train every strategy (TrainConfig overrides on top of ``base``, itself overrides of
     the ``base_preset`` preset: "defaults", "smollm_cpu", any) with every seed -> Results.
 
@@ -902,6 +925,11 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     its spent level; without it, a study grown by seeds after a look tests only the seeds
     added since (a new study). ``keep``: the checkpoints kept once runs finish (KEEP). ``in_process``:
     train here rather than in worker processes (default: when ``processes`` is 1).
+    ``devices``: where the runs train (placement.py): "auto" (every GPU torch sees, else the
+    CPU), "cpu", GPU indices ("0,2", ["cuda:1"]) or an int (the first N GPUs). On N GPUs at
+    most N runs train at once (``processes``, default N), each on a GPU of its own, in spawned
+    workers; the base is evaluated on the first. Each run's device is in its result.json and
+    ``Results.runs``; study.json records the devices used.
 
     Stopping: SIGINT, SIGTERM or SIGHUP kill the workers at once and raise
     ``workers.StudyInterrupted``; kill -9 of this process ends them too (workers.py). A run
@@ -910,8 +938,9 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     lookup(KEEP, keep, "keep")
     base = dict(base or {})
     for where, d in [("base", base), *((f"strategy {n!r}", s) for n, s in strategies.items())]:
-        if {"seed", "out_dir"} & set(d):
-            raise ValueError(f"{where} sets seed or out_dir: run_experiment sets both per run")
+        if {"seed", "out_dir", "device"} & set(d):
+            raise ValueError(f"{where} sets seed, out_dir or device: run_experiment sets them "
+                             f"per run (devices= places the runs on GPUs)")
         if d.get("time_budget_s"):      # a budget cuts runs at different steps: not paired
             raise ValueError(f"{where} sets time_budget_s={d['time_budget_s']!r}: "
                              "run_experiment trains every run for the same steps so that "
@@ -935,7 +964,11 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
         slugs[_slug(name)] = name
     cores = os.cpu_count() or 1
     n_jobs = len(strategies) * len(seeds)
-    processes = max(1, min(processes or cores, n_jobs))
+    gpus = study_devices(devices)
+    if gpus and processes and processes > len(gpus):
+        raise ValueError(f"processes={processes} is more runs at once than the {len(gpus)} "
+                         f"GPU(s) {gpus}: a study trains one run per GPU")
+    processes = max(1, min(processes or (len(gpus) if gpus else cores), n_jobs))
     threads = int(base.get("threads") or max(1, cores // processes))
     if processes * threads > cores:
         raise ValueError(f"{processes} processes x threads={threads} is more than the {cores} "
@@ -947,7 +980,12 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     if start_method == "fork" and threads > 1:
         raise ValueError(f"start_method='fork' with threads={threads} per worker can hang in "
                          f"OpenMP after the fork: use spawn or forkserver, or threads=1")
-    method = start_method or ("fork" if threads == 1 and "fork" in
+    # CUDA cannot run in a child forked from a process that initialised it (the study
+    # evaluates the base on its first GPU): on GPUs the workers are spawned
+    if start_method == "fork" and gpus:
+        raise ValueError(f"start_method='fork' cannot train on the GPUs {gpus}: CUDA does not "
+                         f"run in a forked child; use spawn or forkserver, or devices='cpu'")
+    method = start_method or ("fork" if threads == 1 and not gpus and "fork" in
                               multiprocessing.get_all_start_methods() else "spawn")
     tmp = None if out_dir is not None else tempfile.TemporaryDirectory(prefix="grpo_lab_exp_")
     root = Path(out_dir if out_dir is not None else tmp.name)
@@ -956,7 +994,8 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
         with stop_on_signals():
             return _study(strategies, seeds, base, processes, threads, method, target,
                           progress, base_preset, root, resume, pilot_steps, sd, effect,
-                          out_dir, keep, plan_only, in_process, sd_df, primary, sequential)
+                          out_dir, keep, plan_only, in_process, sd_df, primary, sequential,
+                          gpus)
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -964,9 +1003,10 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
 
 def _study(strategies, seeds, base, processes, threads, method, target, progress,
            base_preset, root: Path, resume, pilot_steps, sd, effect, out_dir, keep, plan_only,
-           in_process, sd_df, primary, sequential) -> Results:
+           in_process, sd_df, primary, sequential, gpus) -> Results:
     spec = _spec(strategies, seeds, base, base_preset, target)
     spec.update(primary=primary, sequential=sequential)
+    placed = {"devices": gpus or ["cpu"]}     # where this session's runs train: not matched
     spec_path = root / STUDY_FILE
     if spec_path.exists():
         saved = _read_json(spec_path, "the study's spec; restore it, or start the study in "
@@ -983,7 +1023,7 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
             raise ValueError(f"cannot resume the study in {root}: {listed}")
     root.mkdir(parents=True, exist_ok=True)
     if not plan_only:
-        _write_json(spec_path, spec)
+        _write_json(spec_path, spec | placed)
     cfgs, jobs_cfg = {}, []
     for name, overrides in strategies.items():
         try:
@@ -1010,7 +1050,7 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
     if progress and done:
         print(f"study {root}: {len(done)} of {len(jobs_cfg)} runs already finished, "
               f"{len(todo)} to run")
-    base_evals = _base_evaluations(todo, root) if todo else {}
+    base_evals = _base_evaluations(todo, root, gpus[0] if gpus else "") if todo else {}
     plan = None
     if plan_only and not (pilot_steps or sd is not None):
         raise ValueError("plan_only needs a pilot (pilot_steps > 0) or sd=: there is nothing "
@@ -1027,7 +1067,7 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
                 _drop_checkpoint(Path(j.cfg.out_dir))
                 (Path(j.cfg.out_dir) / RESULT_FILE).unlink(missing_ok=True)
             t0 = time.perf_counter()
-            _run_all(pilots, min(processes, len(pilots)), method, progress, in_process)
+            _run_all(pilots, min(processes, len(pilots)), method, progress, in_process, gpus)
             wall = time.perf_counter() - t0
         runs = [_read_json(Path(j.cfg.out_dir) / RESULT_FILE, "the pilot's; delete it")["history"]
                 for j in pilots]
@@ -1040,16 +1080,18 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
         return Results([], target, out_dir=out_dir, plan=plan, grid=_grid(first))
     head = (f"study: {len(strategies)} arms x {len(seeds)} seeds = {len(jobs_cfg)} runs of "
             f"{first.steps} steps (preset {base_preset!r}), {processes} process(es) x "
-            f"{threads} thread(s), start method {method}")
+            f"{threads} thread(s), start method {method}"
+            + (f", one run per GPU of {', '.join(gpus)}" if gpus else ""))
     if progress:
         print(head)
     _run_all([Job(n, s, c, base_evals.get(_eval_key(c)), models, keep != "none")
-              for n, s, c in todo], processes, method, progress, in_process)
+              for n, s, c in todo], processes, method, progress, in_process, gpus)
     runs, notes = [], []
     for n, s, c in jobs_cfg:
         r = _read_json(Path(c.out_dir) / RESULT_FILE, RESULT_BAD)
         runs.append({"strategy": n, "seed": s, "history": r["history"],
-                     "findings": r["findings"], "out_dir": c.out_dir if out_dir else None})
+                     "findings": r["findings"], "out_dir": c.out_dir if out_dir else None,
+                     "device": r.get("device")})
     versions: dict = {}
     for r in runs:
         key = json.dumps(r["history"][0].get("plugins/sha256", {}), sort_keys=True)

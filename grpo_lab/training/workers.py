@@ -98,11 +98,13 @@ def _worker(target, job, conn) -> None:
 
 
 def run_in_workers(jobs: list, processes: int, method: str, target, on_result,
-                   on_tick=None, describe=str) -> None:
+                   on_tick=None, describe=str, on_start=None) -> None:
     """Run ``target(job)`` for each of ``jobs`` in its own process (``processes`` at once,
     started by ``method``), calling ``on_result(job, result)`` here as each ends (a worker
     that died without a result: a RuntimeError naming ``describe(job)`` and its exit code)
-    and ``on_tick()`` about every half second. On any exception (``StudyInterrupted``, an
+    and ``on_tick()`` about every half second. ``on_start(job)``, called as a job starts,
+    returns the job to run (a study gives it a free GPU: placement.py); ``on_result`` gets
+    that job. On any exception (``StudyInterrupted``, an
     error raised by ``on_result``) every worker still running is killed before it leaves."""
     ctx = multiprocessing.get_context(method)
     queue, running = list(jobs), {}                   # reader connection -> (process, job)
@@ -110,6 +112,7 @@ def run_in_workers(jobs: list, processes: int, method: str, target, on_result,
         while queue or running:
             while queue and len(running) < processes:
                 job = queue.pop(0)
+                job = on_start(job) if on_start is not None else job
                 r, w = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_worker, args=(target, job, w),
                                 name=f"grpo_lab worker: {describe(job)}")
