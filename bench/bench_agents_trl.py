@@ -57,7 +57,7 @@ from grpo_lab.agents.environments import get_environment  # noqa: E402
 from grpo_lab.agents.episodes import sample_episodes  # noqa: E402
 from grpo_lab.agents.step import reset_seeds  # noqa: E402
 from grpo_lab.algorithm.advantages import grouped_advantages  # noqa: E402
-from grpo_lab.algorithm.logprobs import completion_logprobs  # noqa: E402
+from grpo_lab.algorithm.rollout import completion_logprobs  # noqa: E402
 from grpo_lab.distributed.exchanges import AdamW, make_exchange  # noqa: E402
 from grpo_lab.training.config import TrainConfig  # noqa: E402
 from grpo_lab.training.step import Batch, backward, grpo_objective, prompt_generators  # noqa: E402
@@ -141,7 +141,7 @@ def trl_trainer(a, cfg, policy, examples, ep, d: str, probe: dict):
         weight_decay=cfg.weight_decay, adam_epsilon=cfg.adam_eps, gradient_checkpointing=False,
         reward_weights=[1.0, a.length_weight, 0.0], shuffle_dataset=False,
         max_steps=a.rounds + 1, logging_steps=10 ** 6, save_strategy="no", report_to="none",
-        disable_tqdm=True, use_cpu=True, seed=a.seed, dataloader_num_workers=0)
+        disable_tqdm=True, use_cpu=True, bf16=False, seed=a.seed, dataloader_num_workers=0)
     data = Dataset.from_dict({"prompt": [e.prompt for e in examples],
                               "answer": [e.answer for e in examples]})
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -168,6 +168,7 @@ def compare_one_step(a, cfg, policy, ctx, examples, ep, trainer, probe) -> dict:
     inputs = [{"prompt": e.prompt, "answer": e.answer} for e in examples for _ in range(G)]
     out = trainer._generate_and_score_completions(inputs)
     assert probe["order"] == list(range(len(inputs))), probe["order"]
+    trainer.current_gradient_accumulation_steps = 1   # the train loop sets it (no accumulation)
     loss_t = trainer.compute_loss(model, out)
     loss_t.backward()
     grads_t = {n: p.grad.detach().clone() for n, p in model.named_parameters()
@@ -175,8 +176,8 @@ def compare_one_step(a, cfg, policy, ctx, examples, ep, trainer, probe) -> dict:
     ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
     att = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
     with torch.no_grad():
-        logp_t, _ = trainer._get_per_token_logps_and_entropies(
-            model, ids, att, out["completion_ids"].shape[1])                       # (N, Tc)
+        logp_t = trainer._get_per_token_logps_and_entropies(
+            model, ids, att, out["completion_ids"].shape[1])[0]                    # (N, Tc)
 
     cm_t = out["completion_mask"].bool()
     lm_t = (out["completion_mask"] * out["tool_mask"]).bool()
