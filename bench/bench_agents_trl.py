@@ -202,7 +202,7 @@ def compare_one_step(a, cfg, policy, ctx, examples, ep, trainer, probe) -> dict:
         "calls": sum(i.get("calls", 0) for i in ep.info),
         "loss_mask_agree": int((lm_g == lm_t).sum()), "cells": lm_g.numel(),
         "loss_g_only": int((lm_g & ~lm_t).sum()), "loss_t_only": int((lm_t & ~lm_g).sum()),
-        "attend_agree": int((cm_g == cm_t).sum()),
+        "attend_agree": int((cm_g == cm_t).sum()), "obs_t": int((cm_t & ~lm_t).sum()),
         "rewards_g": rewards.tolist(), "returns": ep.scored.rewards.tolist(),
         "text_reward": text.tolist(),
         "rewards_t": [x + a.length_weight * n for x, n in zip(probe["env_return"],
@@ -258,7 +258,7 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default="data/hf_tiny")
     ap.add_argument("--chat", action="store_true",
                     help="chat template and bench_calculator.SYSTEM (SmolLM2-Instruct)")
-    ap.add_argument("--B", type=int, default=8)
+    ap.add_argument("--B", type=int, default=32)
     ap.add_argument("--G", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=2.0,
                     help="sampling and loss temperature (data/hf_tiny writes '=' at 2.0 only)")
@@ -323,11 +323,14 @@ def main(argv=None) -> None:
         f"| (a) trained-on tokens (policy_mask vs completion_mask x tool_mask), cells agreeing | "
         f"{pct(c['loss_mask_agree'], c['cells'])}; grpo_lab only {c['loss_g_only']}, TRL only "
         f"{c['loss_t_only']} |",
+        f"| (a) environment tokens left out of the loss | grpo_lab {c['obs_tokens']}, TRL "
+        f"{c['obs_t']} |",
         f"| (a) attended tokens (completion_mask), cells agreeing | "
         f"{pct(c['attend_agree'], c['cells'])} |",
         f"| (b) reward per row (return + {a.length_weight} x tokens, TRL counting its own "
         f"completion tokens) | max abs diff "
-        f"{max(abs(x - y) for x, y in zip(c['rewards_g'], c['rewards_t'])) if 'rewards_t' in c else '-'} |",
+        f"{max(abs(x - y) for x, y in zip(c['rewards_g'], c['rewards_t'])):.2e} (largest "
+        f"{max(abs(x) for x in c['rewards_t']):.3f}) |",
         f"| (b) environment return vs TRL's reading of its decoded text (answer reader) | "
         f"{pct(c['text_agree'], c['rows'])} rows equal; returns sum {sum(c['returns']):g}, text "
         f"rewards sum {sum(c['text_reward']):g} |",
