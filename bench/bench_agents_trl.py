@@ -64,6 +64,47 @@ from grpo_lab.training.step import Batch, backward, grpo_objective, prompt_gener
 from grpo_lab.training.trainer import setup  # noqa: E402
 
 
+NOTES = """How the two sides meet, and where they differ (TRL 1.16.0's grpo_trainer.py):
+
+- The hand-over: ``rollout_func(prompts, trainer)`` gets each prompt G times (TRL's
+  RepeatSampler, ``shuffle_dataset=False``) and returns grpo_lab's unpadded prompt ids,
+  completion ids (actions and observations in one sequence), the sampler's log-probs and
+  ``env_mask``; TRL pops ``env_mask`` as its ``tool_mask`` (``_generate``), pads it with 1 and
+  trains on completion_mask x tool_mask (``_generate_and_score_completions``,
+  ``_compute_loss``); completion_mask (every real token) is what it attends to. TRL accepted
+  the hand-built episodes as they are.
+- The ratio's denominator: with one update per rollout TRL uses the training forward's own
+  log-probs, detached (ratio exactly 1); grpo_lab uses the sampler's (KV-cached sampling: the
+  ratio is 1 up to float rounding, the row "sampler vs its training forward"). The gradient is
+  then -A grad log p / |o_i| on both sides, equal up to that rounding; the loss value is the
+  mean of the group-centred advantages, 0 on both sides up to rounding (its sign is noise).
+- The sampler's log-probs that rollout_func returns enter TRL's loss only under vLLM
+  (importance-sampling correction); on the CPU they are carried and unused.
+- bf16: TRL's GRPOConfig turns ``bf16`` on unless told (its docs: "Defaults to True if fp16 is
+  not set"), and on the CPU its loss forward then runs under bf16 autocast. Left at that
+  default, the same hf_tiny case (B=8 x G=8) measured log-probs apart by up to 0.24 and the
+  gradient by 20% of its largest entry (per tensor up to 32%): the bench sets ``bf16=False``
+  (grpo_lab runs float32 on the CPU).
+- Positions: TRL's loss forward passes input_ids and attention_mask only, no position_ids, so
+  a left-padded prompt gets the model's default positions; grpo_lab counts real tokens only.
+  Not exercised here: the calculator's prompts all tokenize to one length (padding 0), which
+  the table reports.
+- Rewards: TRL's reward functions see its decoded completion text, the dataset's columns and
+  the rollout_func's extra fields. The environment's return is handed over as a field (the
+  environment ran once, in grpo_lab's rollout); the length term is counted by each side; the
+  answer reader on TRL's decoded text is a check with weight 0. The environment pays only on a
+  "done" step, the text reading does not know how an episode ended: rows where they differ are
+  episodes cut by turns or tokens whose text still ends in the right number, or whose
+  re-decoded text reads differently.
+- TRL's ``mask_truncated_completions`` (off here, its default) reads "truncated" as a last token
+  that is neither <eos> nor pad: an episode cut after an observation would count as truncated.
+- (d) times the update only: the same episodes on both sides (TRL's rollout_func returns the
+  cached ones), so neither side samples: grpo_lab's advantages, loss forward, backward and
+  AdamW step (its own exchange, as train() steps) against TRL's whole trainer step (its
+  rollout_func call, reward functions, advantages, loss forward, backward, clip, AdamW).
+"""
+
+
 def grpo_lab_batch(policy, cfg, ctx, examples, ep, length_weight: float):
     """The episodes -> (rewards (N,), step.Batch): collect_episodes' advantage path on one
     process, the reward plus ``length_weight`` x completion tokens."""
@@ -350,7 +391,7 @@ def main(argv=None) -> None:
     print(text)
     out = Path(a.out)
     head = ("# grpo_lab's multi-turn step vs TRL 1.16 on the same calculator episodes "
-            "(bench/bench_agents_trl.py)\n\n")
+            "(bench/bench_agents_trl.py)\n\n" + NOTES + "\n")
     old = out.read_text() if a.append and out.exists() else head
     out.write_text(old + ("\n" if a.append else "") + text)
 
