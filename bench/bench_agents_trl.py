@@ -93,9 +93,9 @@ NOTES = """How the two sides meet, and where they differ (TRL 1.16.0's grpo_trai
   the rollout_func's extra fields. The environment's return is handed over as a field (the
   environment ran once, in grpo_lab's rollout); the length term is counted by each side; the
   answer reader on TRL's decoded text is a check with weight 0. The environment pays only on a
-  "done" step, the text reading does not know how an episode ended: rows where they differ are
-  episodes cut by turns or tokens whose text still ends in the right number, or whose
-  re-decoded text reads differently.
+  "done" step, the text reading does not know how an episode ended: a row could differ where an
+  episode cut by turns or tokens still ends in the right number, or where the whole sequence
+  decoded at once reads differently from its turns decoded apart (none did in these runs).
 - TRL's ``mask_truncated_completions`` (off here, its default) reads "truncated" as a last token
   that is neither <eos> nor pad: an episode cut after an observation would count as truncated.
 - (d) times the update only: the same episodes on both sides (TRL's rollout_func returns the
