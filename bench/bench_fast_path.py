@@ -99,7 +99,8 @@ def main() -> int:
             sd, ac, rt, t = table[label]
             cfg = dataclasses.replace(base, hf=dataclasses.replace(base.hf, sample_dtype=sd,
                                                                     autocast=ac),
-                                      rollout_threads=rt, threads=t,
+                                      speed=dataclasses.replace(base.speed, rollout_threads=rt),
+                                      threads=t,
                                       out_dir=str(work / f"r{rnd}"))
             res = run_arm(cfg, args.steps)
             results[label].append(res)

@@ -423,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--steps", type=int, default=20, help="GRPO steps to time (default 20)")
     pf.add_argument("--probe", nargs="?", const="smollm_cpu", default=None, metavar="PRESET",
                     help="also show the fast path a run of this transformers preset (default "
-                         "smollm_cpu) takes here with --fast_path probe: the cached probe, else "
+                         "smollm_cpu) takes here with --speed.fast_path probe: the cached probe, else "
                          "a short probe now, cached per machine")
     for cmd in (t, e, pre, get):
         cmd.add_argument("--debug", action="store_true",

@@ -71,7 +71,7 @@ def fake_train(cfg, resume=False, progress=False, on_step=None, base_eval=None):
     time.sleep(0.15 + 0.1 * (cfg.seed % 3))
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     (Path(cfg.out_dir) / "ran.json").write_text(json.dumps(
-        {"device": cfg.device, "t0": t0, "t1": time.time()}))
+        {"device": cfg.speed.device, "t0": t0, "t1": time.time()}))
     return [{"step": 0, "reward/mean": 0.5, "time/step_s": 0.1}]
 
 
@@ -119,8 +119,8 @@ def test_a_study_on_fake_gpus_records_its_devices(three_gpus, monkeypatch, tmp_p
     with pytest.raises(ValueError, match="start_method='fork' cannot train on the GPUs"):
         ex.run_experiment({"a": {}}, seeds=(0,), base=base, base_preset="quick",
                           start_method="fork")
-    with pytest.raises(ValueError, match="sets seed, out_dir or device"):
-        ex.run_experiment({"a": {"device": "cuda:0"}}, seeds=(0,), base=base,
+    with pytest.raises(ValueError, match="sets seed, out_dir or speed.device"):
+        ex.run_experiment({"a": {"speed": {"device": "cuda:0"}}}, seeds=(0,), base=base,
                           base_preset="quick")
 
 

@@ -169,7 +169,7 @@ def test_preflight_probe_prints_the_choice_and_then_reads_the_cache(fake_timer, 
     # FAKE on 1 thread: the bf16 copy 0.25 + the fp32 update 1.0 = 1.25 s, the fastest
     assert line.startswith("ok ") and "hf_tiny_cpu: sampling bf16 copy, update fp32, threads " \
         "1 (rollout) / 1 (update): probe step 1.250 s" in line
-    path = sp.cache_path(preset("hf_tiny_cpu", fast_path="probe"))
+    path = sp.cache_path(preset("hf_tiny_cpu", speed={"fast_path": "probe"}))
     assert f"probed now, cached in {path}" in line
     assert json.loads(path.read_text())["choice"] == {"sample_dtype": "bfloat16",
                                                       "autocast": False, "rollout_threads": 1,

@@ -171,14 +171,14 @@ def preflight(where: Path | str = ".", steps: int = 20,
 
 
 def probe_check(preset_name: str, say=print) -> tuple[str, bool, str]:
-    """The fast path a run of ``preset_name`` with ``fast_path="probe"`` takes here: its
+    """The fast path a run of ``preset_name`` with ``speed.fast_path="probe"`` takes here: its
     cached probe record (the same cache key as the run's: speed_probe.cache_path), else a
     probe now, cached -> a check naming the choice and the record's path. A preset that is not
     a transformers model's, or a model that does not load, is a failed check saying why."""
     from grpo_lab.training import speed_probe
     from grpo_lab.training.config import preset
     try:
-        cfg = preset(preset_name, fast_path="probe")
+        cfg = preset(preset_name, speed={"fast_path": "probe"})
         path = speed_probe.cache_path(cfg)
         probed: list = []                       # cached() says a line only when it probes
         record = speed_probe.cached(cfg, say=lambda line: (probed.append(line), say(line)))

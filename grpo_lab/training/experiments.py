@@ -657,7 +657,7 @@ def _run_job(job: Job, on_step=None) -> tuple[str, int, str | None]:
         _write_json(folder / RESULT_FILE,
                     {"strategy": job.name, "seed": job.seed, "history": history,
                      "findings": findings, "checkpoint_bytes": _size(folder, "checkpoint*"),
-                     "device": job.cfg.device or "cpu"})
+                     "device": job.cfg.speed.device or "cpu"})
         if not job.keep:
             _drop_checkpoint(folder)
         return job.name, job.seed, None
@@ -689,7 +689,8 @@ def _base_evaluations(jobs: list, root: Path, device: str = "") -> dict:
         rows: list = []
         try:
             load_plugins(cfg.plugins)
-            run = setup(dataclasses.replace(cfg, device=device) if device else cfg)
+            run = setup(dataclasses.replace(cfg, speed=dataclasses.replace(cfg.speed, device=device))
+                         if device else cfg)
             done[key] = evaluate_tasks(run.policy, run.eval_sets, cfg.reward_weights,
                                        max_new_tokens(cfg), samples=rows)
         except Exception as e:
@@ -726,11 +727,12 @@ def _run_all(jobs: list[Job], processes: int, method: str, progress: bool,
     def place(j: Job) -> Job:                 # a run starts: its device is a free slot
         if slots is None:
             return j
-        return dataclasses.replace(j, cfg=dataclasses.replace(j.cfg, device=slots.take()))
+        speed = dataclasses.replace(j.cfg.speed, device=slots.take())
+        return dataclasses.replace(j, cfg=dataclasses.replace(j.cfg, speed=speed))
 
     def release(j: Job) -> None:              # it ended: the slot is free again
         if slots is not None:
-            slots.give(j.cfg.device)
+            slots.give(j.cfg.speed.device)
     steps = {(j.name, j.seed): j.cfg.steps for j in jobs}
     bar = tqdm(total=sum(steps.values()), desc=f"{len(jobs)} runs", disable=not progress)
     out = sys.stdout                  # here, not the run's captured stdout (its health lines)
@@ -938,9 +940,9 @@ def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | No
     lookup(KEEP, keep, "keep")
     base = dict(base or {})
     for where, d in [("base", base), *((f"strategy {n!r}", s) for n, s in strategies.items())]:
-        if {"seed", "out_dir", "device"} & set(d):
-            raise ValueError(f"{where} sets seed, out_dir or device: run_experiment sets them "
-                             f"per run (devices= places the runs on GPUs)")
+        if {"seed", "out_dir"} & set(d) or "device" in (d.get("speed") or {}):
+            raise ValueError(f"{where} sets seed, out_dir or speed.device: run_experiment sets "
+                             f"them per run (devices= places the runs on GPUs)")
         if d.get("time_budget_s"):      # a budget cuts runs at different steps: not paired
             raise ValueError(f"{where} sets time_budget_s={d['time_budget_s']!r}: "
                              "run_experiment trains every run for the same steps so that "

@@ -5,8 +5,8 @@ a machine whose torch sees N CUDA devices, it places them like this:
 
     devices = study_devices("auto")      # ["cuda:0", ..., "cuda:N-1"]; [] without a GPU
     slots = Slots(devices)               # one slot per GPU, all free
-    job.cfg.device = slots.take()        # a run starts: the lowest free GPU is its own
-    slots.give(job.cfg.device)           # it ended: the GPU is free for the next run
+    job.cfg.speed.device = slots.take()        # a run starts: the lowest free GPU is its own
+    slots.give(job.cfg.speed.device)           # it ended: the GPU is free for the next run
 
 so at most N runs train at once and never two on one GPU. Each run's device is in its
 ``result.json`` ("cpu" on a machine without one). Nothing else changes: a run is the same
