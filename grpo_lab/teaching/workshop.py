@@ -23,7 +23,7 @@ installed for nothing, and a sign the set-up skipped the CPU index), and a timed
 steps of the toy policy (the compute of the longest quick-mode lesson cell, notebook 00's
 training) -> one line per check, then OK or what is wrong. ``preflight --probe [PRESET]``
 (opt-in, default smollm_cpu) adds the fast path a run of that transformers preset with
-``--fast_path probe`` takes on this machine: the cached probe record (speed_probe.py) if this
+``--speed.fast_path probe`` takes on this machine: the cached probe record (speed_probe.py) if this
 machine has one, else a probe now (once; it is then cached, and the run reads it).
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ a machine whose torch sees N CUDA devices, it places them like this:
 
 so at most N runs train at once and never two on one GPU. Each run's device is in its
 ``result.json`` ("cpu" on a machine without one). Nothing else changes: a run is the same
-one-process ``trainer.train`` (``TrainConfig.device`` moves its policy, reference and
+one-process ``trainer.train`` (``TrainConfig.speed.device`` moves its policy, reference and
 rollouts), and a study without GPUs runs exactly as before (``device`` stays "", the CPU).
 
 The settings are the study's, not a run's: ``run_experiment(devices=...)`` or
