@@ -1,7 +1,7 @@
 """What the machine says about itself, read from the OS: bytes this process has written
 (``wchar``, the measured side of the byte accounting) and the cores other processes keep busy
-(``busy_cores``, ``free_cores``: how many torch threads a run should take on a shared machine),
-and the clock a phase is timed by (``now``: after the GPU's queued work). Linux's /proc;
+(``busy_cores``, ``free_cores``: how many torch threads a run should take on a shared machine)
+and whether a process lives (``pid_alive``). Linux's /proc;
 elsewhere the fallbacks named in each function.
 """
 from __future__ import annotations
@@ -74,15 +74,3 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:                               # alive, someone else's
         return True
     return True
-
-
-def now() -> float:
-    """``time.perf_counter()`` after the GPU (if one is in use) has finished its queued work,
-    so a phase's time is its own and not the launch time of its kernels."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-    return time.perf_counter()
-
-
-def add_time(clock: dict, key: str, seconds: float) -> None:
-    clock[key] = clock.get(key, 0.0) + seconds

@@ -41,7 +41,6 @@ import torch.nn.functional as F
 
 from grpo_lab.policies.engine import (UPDATE_FORWARDS, Decode, Recompute, chosen_logprobs,
                                      left_pad, scaled_logits)
-from grpo_lab.machine import add_time, now
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.tasks.rewards import weighted_reward
 from grpo_lab.tokenizer import PAD   # batch padding under a False mask (any valid id)
@@ -133,6 +132,18 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     return out
 
 
+def now() -> float:
+    """``time.perf_counter()`` after the GPU (if one is in use) has finished its queued work,
+    so a phase's time is its own and not the launch time of its kernels."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def add_time(clock: dict, key: str, seconds: float) -> None:
+    clock[key] = clock.get(key, 0.0) + seconds
+
+
 class Ticker:
     """``tick(key)`` adds the seconds since the previous tick to ``clock[key]``."""
 
@@ -141,7 +152,7 @@ class Ticker:
 
     def __call__(self, key: str) -> None:
         t0, self.t = self.t, time.perf_counter()
-        self.clock[key] = self.clock.get(key, 0.0) + self.t - t0
+        add_time(self.clock, key, self.t - t0)
 
 
 CLOCK_KEYS = ("time/prefill_s", "time/decode_forward_s", "time/decode_sample_s",

@@ -51,8 +51,7 @@ import torch
 from grpo_lab.algorithm.advantages import process_advantages
 from grpo_lab.algorithm.loss import KL, KL_PLACEMENTS, grpo_only, kl_term, sequence_kl
 from grpo_lab.algorithm.overlong import OVERLONG
-from grpo_lab.algorithm.rollout import completion_logprobs
-from grpo_lab.machine import add_time, now
+from grpo_lab.algorithm.rollout import add_time, completion_logprobs, now
 from grpo_lab.algorithm.token_weights import (IS_LEVELS, high_entropy_mask, is_weight,
                                               off_policy_sequence_mask, rejected_rows)
 from grpo_lab.registry import check_new, check_number, lookup, register_settings

@@ -55,9 +55,8 @@ from grpo_lab.algorithm.grouping import cluster_diagnostics
 from grpo_lab.algorithm.loss import AGGREGATIONS, surrogate_loss
 from grpo_lab.algorithm.variants import Tokens, active_variants
 from grpo_lab.registry import check_new, lookup
-from grpo_lab.algorithm.rollout import (Scored, cat_scored, completion_logprobs, rollout_scorer,
-                                        take_scored)
-from grpo_lab.machine import add_time, now
+from grpo_lab.algorithm.rollout import (Scored, add_time, cat_scored, completion_logprobs, now,
+                                        rollout_scorer, take_scored)
 from grpo_lab.policies.engine import left_pad, positions
 from grpo_lab.tasks import get_task
 from grpo_lab.tasks.rewards import step_rewards

@@ -57,13 +57,13 @@ from grpo_lab.distributed import dcp
 from grpo_lab.distributed.exchanges import AdamW, make_exchange
 from grpo_lab.distributed.fsdp import full_parameters
 from grpo_lab.distributed.group import Group
-from grpo_lab.machine import add_time, free_cores, now, wchar
+from grpo_lab.machine import free_cores, wchar
 from grpo_lab.policies.model import GPT
 from grpo_lab.policies.policy import frozen, get_policy_kind, load_for
 from grpo_lab.algorithm.grouping import StepGrouper
 from grpo_lab.agents import step as _agents  # noqa: F401 (objective "agent", environments: a
                                              # spawned rank builds no config)
-from grpo_lab.algorithm.rollout import sample_and_score
+from grpo_lab.algorithm.rollout import add_time, now, sample_and_score
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
                                     split_batch)
 from grpo_lab import timelimit
