@@ -26,7 +26,7 @@ LAYERS = (
                                 "training.speed_probe")),
     ("one step: collect and the objectives; the config and its tracker sinks",
      ("training.step", "training.ppo", "training.ppo_config", "training.speed_config",
-      "training.pretrain_config", "training.config",
+      "training.pretrain_config", "training.config", "training.saved_config",
       "training.trackers", "training.config_file", "training.trl_keys", "agents.step")),
     ("mechanisms: the algorithm, policies, tasks and rewards, environments",
      ("algorithm", "algorithm.*", "policies", "policies.*", "tasks", "tasks.*", "agents",

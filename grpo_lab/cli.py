@@ -29,15 +29,18 @@ over the file, and the preset (``--preset`` first, else the file's) lies under b
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import inspect
 import json
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
-from grpo_lab.training.config import (PRESETS, TrainConfig, field_docs, merge,
+from grpo_lab.training.config import (PRESETS, TrainConfig, merge,
                                       preset, renamed_hint, sub_configs, to_dict)
 from grpo_lab.training.config_file import ConfigFileError, config_file_args, nullable
 from grpo_lab.training.pretrain_config import PretrainConfig
@@ -79,6 +82,18 @@ def field_type(f: dataclasses.Field, default):
     if name not in types:
         raise TypeError(f"field {f.name!r} of type {f.type!r} has no command-line form")
     return types[name]
+
+
+def field_docs(cls) -> dict[str, str]:
+    """Field name -> the docstring written under it in the class body."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
 
 
 def add_config_args(parser: argparse.ArgumentParser, cls, skip=(), prefix: str = "") -> None:

@@ -8,7 +8,8 @@ import pytest
 
 from grpo_lab.cli import build_parser, main, parse_weights
 from grpo_lab.registry import SETTINGS
-from grpo_lab.training.config import check_records, TrainConfig, field_docs
+from grpo_lab.cli import field_docs
+from grpo_lab.training.config import check_records, TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

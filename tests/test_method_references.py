@@ -291,14 +291,16 @@ def test_seq_mean_k1_micro_batches_add_up_to_the_whole_batch(monkeypatch, aggreg
 
 
 def test_a_saved_config_from_before_the_renames_keeps_its_meaning_or_says_why_not():
-    from grpo_lab.training.config import config_changes, from_dict, to_dict
+    from grpo_lab.training.config import from_dict, to_dict
+    from grpo_lab.training.saved_config import config_changes
     old = to_dict(preset("quick", policy_loss="cispo"))
     old["clip"] = {k: v for k, v in old["clip"].items() if k not in ("cispo_cap", "cispo_floor")}
     old["clip"]["eps_high"] = 4.0                      # then: a cap of 1 + 4 = 5
     cfg = from_dict(old)
     assert (cfg.clip.cispo_cap, cfg.clip.eps_high) == (5.0, 0.28)
-    assert config_changes(old, cfg) == {}              # --resume: the saved run, unchanged
-    assert config_changes(old, preset("quick", policy_loss="cispo", clip={"cispo_cap": 2.0})) == {
+    assert config_changes(old, to_dict(cfg)) == {}     # --resume: the saved run, unchanged
+    assert config_changes(old, to_dict(preset("quick", policy_loss="cispo",
+                                               clip={"cispo_cap": 2.0}))) == {
         "clip.cispo_cap": [5.0, 2.0]}                  # a change named in today's names
     old["clip"].update(eps_low=0.1, eps_high=0.5)      # eps_low: read by no cispo loss then
     cfg = from_dict(old)

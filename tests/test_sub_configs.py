@@ -5,7 +5,8 @@ of the first layout (``vf_lr``, ``hf_autocast``, ``lora_r``, ...) are not fields
 import pytest
 
 from grpo_lab.cli import build_parser, train_config
-from grpo_lab.training.config import check_records, TrainConfig, config_changes, from_dict, preset, to_dict
+from grpo_lab.training.config import check_records, TrainConfig, from_dict, preset, to_dict
+from grpo_lab.training.saved_config import config_changes
 from grpo_lab.policies.hf import HFConfig
 from grpo_lab.training.ppo import PPOConfig
 
@@ -17,9 +18,9 @@ def test_the_ppo_sub_config_round_trips():
     c = preset("quick", objective="ppo", ppo=PPO)
     assert c.ppo == PPOConfig(**PPO) and to_dict(c)["ppo"]["gae_lambda"] == 0.8
     assert from_dict(to_dict(c)) == c
-    assert config_changes(to_dict(c), c) == {}
-    assert config_changes(to_dict(c), preset("quick", objective="ppo", ppo={**PPO, "vf_lr": 2e-3})) \
-        == {"ppo.vf_lr": [1e-3, 2e-3]}
+    assert config_changes(to_dict(c), to_dict(c)) == {}
+    given = to_dict(preset("quick", objective="ppo", ppo={**PPO, "vf_lr": 2e-3}))
+    assert config_changes(to_dict(c), given) == {"ppo.vf_lr": [1e-3, 2e-3]}
     assert TrainConfig(objective="ppo", ppo=PPO).ppo == PPOConfig(**PPO)
 
 
@@ -77,7 +78,7 @@ def test_the_hf_sub_config_round_trips():
     c = preset("hf_tiny_cpu", hf=HF)
     assert c.hf == HFConfig(**HF) and to_dict(c)["hf"]["sample_dtype"] == "bfloat16"
     assert from_dict(to_dict(c)) == c
-    assert config_changes(to_dict(c), c) == {}
+    assert config_changes(to_dict(c), to_dict(c)) == {}
     assert TrainConfig(policy="hf", base_checkpoint="data/hf_tiny", hf=HF).hf == HFConfig(**HF)
     assert preset("hf_gpu").hf == HFConfig(autocast=True, chat_template=True,
                                            gradient_checkpointing=True)

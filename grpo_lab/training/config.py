@@ -13,11 +13,8 @@ model on GPUs).
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
 import math
-import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -26,6 +23,7 @@ from grpo_lab.registry import (fields_finite, fields_nonnegative, fields_positiv
                                load_plugins, lookup)
 from grpo_lab.tasks import MIXTURE_TASKS
 from grpo_lab.training.ppo_config import PPOConfig
+from grpo_lab.training.saved_config import upgrade_saved
 from grpo_lab.training.speed_config import SpeedConfig
 
 if TYPE_CHECKING:
@@ -592,64 +590,6 @@ def from_dict(d: dict) -> TrainConfig:
 
 CKPT_FORMATS = ("single", "dcp")
 """TrainConfig.ckpt_format's values."""
-
-# fields a resumed run may change freely: how it runs, not what it computes
-RUNTIME_FIELDS = ("out_dir", "report_to", "threads", "speed.rollout_threads", "speed.device",
-                  "time_budget_s", "target_accuracy",
-                  "ckpt_format",
-                  "exchange.timeout_s", "user_code_timeout_s",
-                  "exchange.overlap")  # overlap changes when bytes move, not what is computed
-
-
-def upgrade_saved(d: dict) -> dict:
-    """A saved config written before a name changed its meaning -> the same run in today's
-    names, or an error where today's names cannot say it: CISPO's cap was 1 + clip.eps_high
-    (a saved clip block without cispo_cap), now clip.cispo_cap itself (its eps_low, read by no
-    cispo loss then either, is dropped: cispo refuses it now); tis.level
-    "sequence_mask" was the geometric-mean rejection with the rejected tokens kept in the
-    normaliser (a saved tis block without floor), now TRL's sequence_mask."""
-    clip, tis = d.get("clip"), d.get("tis")
-    if d.get("policy_loss") == "cispo" and isinstance(clip, dict) and "cispo_cap" not in clip:
-        clip = {k: v for k, v in clip.items() if k not in ("eps_low", "eps_high")}
-        d = {**d, "clip": {**clip, "cispo_cap": 1 + d["clip"].get("eps_high", 0.28)}}
-    if isinstance(tis, dict) and tis.get("level") == "sequence_mask" and "floor" not in tis:
-        raise ValueError("this run's config was saved when tis.level='sequence_mask' meant the "
-                         "geometric-mean rejection with the rejected tokens kept in the "
-                         "normaliser; that name is now TRL's sequence_mask (the product of the "
-                         "ratios, kept where it lies in [tis.floor, tis.cap]) and the rejection "
-                         "is verl's seq_mean_k1 (rejected tokens out of the normaliser): set "
-                         "tis.level to one of them in the saved config (docs/guide/methods.md)")
-    return d
-
-
-def config_changes(saved: dict, cfg: TrainConfig) -> dict:
-    """{field: [saved value, given value]} for every field of ``cfg`` that differs from the
-    saved config (read in today's names, ``upgrade_saved``; sub-configs dotted:
-    "exchange.name"), runtime fields left out."""
-    saved, out = upgrade_saved(saved), {}
-    now = to_dict(cfg)
-    for k, v in now.items():
-        if isinstance(v, dict) and k != "reward_weights":
-            for sk, sv in v.items():
-                old = (saved.get(k) or {}).get(sk, sv)
-                if old != sv and f"{k}.{sk}" not in RUNTIME_FIELDS:
-                    out[f"{k}.{sk}"] = [old, sv]
-        elif k in saved and saved[k] != v and k not in RUNTIME_FIELDS:
-            out[k] = [saved[k], v]
-    return out
-
-
-def field_docs(cls) -> dict[str, str]:
-    """Field name -> the docstring written under it in the class body."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
-    docs = {}
-    for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
-
 
 def to_dict(cfg) -> dict:
     """The config as plain data: fields, sub-configs and settings blocks as nested dicts."""

@@ -50,7 +50,8 @@ from tqdm.auto import tqdm
 from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
                                  save_training_checkpoint)
 from grpo_lab import __version__
-from grpo_lab.training.config import CONFIG_FILE, TrainConfig, check_records, config_changes, to_dict
+from grpo_lab.training.config import CONFIG_FILE, TrainConfig, check_records, to_dict
+from grpo_lab.training.saved_config import config_changes
 from grpo_lab.training.config_file import FAST_PATH_KEY, VERSION_KEY
 from grpo_lab.training.trackers import Trackers, check_installed
 from grpo_lab.distributed import dcp
@@ -159,7 +160,7 @@ def _check_resumable(path, saved: dict, cfg: TrainConfig, allow_override: bool) 
     want = {k: getattr(cfg, k) for k in keys}
     if have != want:
         raise ValueError(f"cannot resume {path}: it was run with {have}, not {want}")
-    changes = config_changes(saved, cfg)
+    changes = config_changes(saved, to_dict(cfg))
     if changes and not allow_override:
         listed = "; ".join(f"{k}: saved {a!r}, given {b!r}" for k, (a, b) in changes.items())
         raise ValueError(f"cannot resume {path} with a different config ({listed}); resume "
@@ -287,7 +288,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True,
     one hook point (live plots; it sees the averaged gradients of the step's last update).
     Under a process group (torchrun, ``launch.spawn``) every rank calls this with the same
     ``cfg``; the gradient exchange is ``cfg.exchange``. A resumed run must have the saved
-    config (but its runtime fields: config.RUNTIME_FIELDS) and plugin code unless
+    config (but its runtime fields: saved_config.RUNTIME_FIELDS) and plugin code unless
     ``allow_override``. The folder is locked while the run lasts (rundir.py); a new run into
     a folder holding one replaces it if ``overwrite`` (the default here, so a re-run notebook
     cell replaces its run; the CLI refuses unless --overwrite). SIGINT/SIGTERM finish the
