@@ -373,12 +373,6 @@ class StepGrouper:
             self._embed = fit_tfidf(list(corpus))
         return self._embed(list(prompts))
 
-    @property
-    def last_embeddings(self) -> np.ndarray | None:
-        """The last batch's embeddings if the grouper computed them (diagnostics reuse them)."""
-        b = self.last_batch
-        return None if b is None else b._embeddings
-
     def __call__(self, prompts: Sequence[str], tasks: Sequence[str], rewards: torch.Tensor,
                  prompt_index: torch.Tensor, step: int, examples=None) -> np.ndarray:
         if self.record.one_per_prompt:                    # by_prompt: reads nothing

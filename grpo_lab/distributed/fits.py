@@ -31,8 +31,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-GIB = 2 ** 30
-
 
 class Shape(NamedTuple):
     """A decoder's size: parameters, layers, hidden width, vocabulary, kv width (heads x dim)."""
