@@ -273,7 +273,7 @@ def _turn_reward_plugin():
     from pathlib import Path
 
     from grpo_lab.registry import load_plugins
-    plugin = str(Path(__file__).resolve().parent / "plugins" / "turn_reward_env.py")
+    plugin = str(Path(__file__).resolve().parent / "plugins" / "second_turn_env.py")
     load_plugins(plugin)
     return plugin
 
