@@ -734,8 +734,7 @@ def main(argv: list[str] | None = None) -> int:
             from grpo_lab.teaching.workshop import preflight, preflight_report
             if args.steps < 1:
                 raise ValueError(f"--steps must be at least 1, got {args.steps}")
-            ok, text = preflight_report(preflight(".", args.steps, probe=args.probe)
-                                        if args.probe else preflight(".", args.steps))
+            ok, text = preflight_report(preflight(".", args.steps, probe=args.probe))
             print(text)
             return 0 if ok else 1
     except KeyboardInterrupt as e:

@@ -208,11 +208,12 @@ def test_without_the_lab_extra_lab_and_preflight_name_it(monkeypatch, capsys, tm
 
 
 def test_preflight_cli_exit_code_follows_the_verdict(monkeypatch, capsys):
-    monkeypatch.setattr(workshop, "preflight", lambda where, steps: [("python", True, "3.11"),
-                                                                     ("disk", False, "0.1 GB")])
+    monkeypatch.setattr(workshop, "preflight", lambda where, steps, probe: [
+        ("python", True, "3.11"), ("disk", False, "0.1 GB")])
     assert main(["preflight"]) == 1
     assert "NOT READY: disk" in capsys.readouterr().out
-    monkeypatch.setattr(workshop, "preflight", lambda where, steps: [("python", True, "3.11")])
+    monkeypatch.setattr(workshop, "preflight",
+                        lambda where, steps, probe: [("python", True, "3.11")])
     assert main(["preflight"]) == 0
     assert main(["preflight", "--steps", "0"]) == 2
 
