@@ -49,7 +49,7 @@ from grpo_lab.algorithm.samples import append as append_samples
 from grpo_lab.registry import load_plugins, lookup
 from grpo_lab.rundir import write_lines_atomic
 from grpo_lab.training.config import merge, preset, to_dict
-from grpo_lab.training.placement import Slots, study_devices
+from grpo_lab.training.placement import Slots, on_device, study_devices
 from grpo_lab.training.power import detectable, seeds_needed
 from grpo_lab.training.sequential import SPENDING, nominal_levels, paired_p
 from grpo_lab.training.report import write_report
@@ -401,10 +401,7 @@ class Results:
                 if not (folder / RESULT_FILE).exists():
                     missing.append(f"{name} seed {s}")
                     continue
-                r = _read_json(folder / RESULT_FILE, RESULT_BAD)
-                runs.append({"strategy": name, "seed": s, "history": r["history"],
-                             "findings": r["findings"], "out_dir": str(folder),
-                             "device": r.get("device")})
+                runs.append(_run_row(name, s, folder, str(folder)))
         notes = [f"not finished: {', '.join(missing)}"] if missing else []
         grid = sorted({h["step"] + 1 for r in runs for h in r["history"]
                        if "eval/accuracy" in h})
@@ -675,6 +672,13 @@ def _eval_key(cfg) -> str:
                       sort_keys=True, default=str)
 
 
+def _run_row(name: str, seed: int, folder: Path, out_dir: str | None) -> dict:
+    """A finished run as ``Results.runs`` holds it, read from its folder's result.json."""
+    r = _read_json(folder / RESULT_FILE, RESULT_BAD)
+    return {"strategy": name, "seed": seed, "history": r["history"], "findings": r["findings"],
+            "out_dir": out_dir, "device": r.get("device")}
+
+
 def _base_evaluations(jobs: list, root: Path, device: str = "") -> dict:
     """{eval key: the base policy's evaluation} for every setting the runs use, each
     evaluated once (here, on every core, or on ``device``: the study's first GPU) and kept in
@@ -689,8 +693,7 @@ def _base_evaluations(jobs: list, root: Path, device: str = "") -> dict:
         rows: list = []
         try:
             load_plugins(cfg.plugins)
-            run = setup(dataclasses.replace(cfg, speed=dataclasses.replace(cfg.speed, device=device))
-                         if device else cfg)
+            run = setup(on_device(cfg, device) if device else cfg)
             done[key] = evaluate_tasks(run.policy, run.eval_sets, cfg.reward_weights,
                                        max_new_tokens(cfg), samples=rows)
         except Exception as e:
@@ -727,8 +730,7 @@ def _run_all(jobs: list[Job], processes: int, method: str, progress: bool,
     def place(j: Job) -> Job:                 # a run starts: its device is a free slot
         if slots is None:
             return j
-        speed = dataclasses.replace(j.cfg.speed, device=slots.take())
-        return dataclasses.replace(j, cfg=dataclasses.replace(j.cfg, speed=speed))
+        return dataclasses.replace(j, cfg=on_device(j.cfg, slots.take()))
 
     def release(j: Job) -> None:              # it ended: the slot is free again
         if slots is not None:
@@ -1090,10 +1092,7 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
               for n, s, c in todo], processes, method, progress, in_process, gpus)
     runs, notes = [], []
     for n, s, c in jobs_cfg:
-        r = _read_json(Path(c.out_dir) / RESULT_FILE, RESULT_BAD)
-        runs.append({"strategy": n, "seed": s, "history": r["history"],
-                     "findings": r["findings"], "out_dir": c.out_dir if out_dir else None,
-                     "device": r.get("device")})
+        runs.append(_run_row(n, s, Path(c.out_dir), c.out_dir if out_dir else None))
     versions: dict = {}
     for r in runs:
         key = json.dumps(r["history"][0].get("plugins/sha256", {}), sort_keys=True)

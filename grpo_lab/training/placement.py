@@ -26,11 +26,12 @@ first GPU, and CUDA cannot run in a child forked from a process that has initial
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import torch
 
-__all__ = ["study_devices", "Slots", "DEVICE_CHOICES"]
+__all__ = ["study_devices", "Slots", "on_device", "DEVICE_CHOICES"]
 
 DEVICE_CHOICES = ("'auto', 'cpu', GPU indices such as '0,2', 'cuda:1' or ['cuda:0', 'cuda:1'], "
                   "or (from Python) an int: the first N GPUs")
@@ -67,6 +68,11 @@ def study_devices(devices="auto") -> list[str]:
             raise ValueError(f"devices: cuda:{k} is given twice")
         out.append(f"cuda:{k}")
     return out
+
+
+def on_device(cfg, device: str):
+    """``cfg`` (a TrainConfig) training on ``device``: its ``speed.device`` set."""
+    return dataclasses.replace(cfg, speed=dataclasses.replace(cfg.speed, device=device))
 
 
 class Slots:
