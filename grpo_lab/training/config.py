@@ -355,9 +355,6 @@ class TrainConfig:
         fields_positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
         fields_nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
                      "grad_clip", "eval_every", "eval_size", "threads", "user_code_timeout_s")
-        if self.speed.fast_path and self.policy != "hf":
-            raise ValueError(f"speed.fast_path={self.speed.fast_path!r} probes a transformers "
-                             f"model's settings; policy={self.policy!r} has none: use policy='hf'")
         if self.group_size < 1:
             raise ValueError(f"group_size (G) must be >= 1, got {self.group_size}")
         if not self.temperature > 0:
@@ -446,6 +443,7 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
     lookup(ADVANTAGES, cfg.advantage, "advantage")
     lookup(AGGREGATIONS, cfg.aggregation, "aggregation")
     lookup(RATIO_LEVELS, cfg.ratio_level, "ratio_level")
+    cfg.speed.check(cfg)
     for block in cfg.blocks.values():      # each record's settings check themselves
         if hasattr(block, "check"):
             block.check(cfg)

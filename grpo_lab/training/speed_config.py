@@ -36,3 +36,9 @@ class SpeedConfig:
         if self.device and not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             raise ValueError(f"speed.device must be '', 'cpu', 'cuda' or 'cuda:N', got "
                              f"{self.device!r}")
+
+    def check(self, cfg) -> None:
+        """What these settings need of the run (config.check_records asks)."""
+        if self.fast_path and cfg.policy != "hf":
+            raise ValueError(f"speed.fast_path={self.fast_path!r} probes a transformers "
+                             f"model's settings; policy={cfg.policy!r} has none: use policy='hf'")
