@@ -34,7 +34,7 @@ import torch
 
 from grpo_lab.policies import engine
 from grpo_lab.policies.hf import DTYPES, HFPolicy, HFPolicyConfig, load_hf_policy
-from grpo_lab.algorithm.rollout import sample
+from grpo_lab.algorithm.rollout import DRAWS, sample
 from grpo_lab.training.step import prompt_generators
 from grpo_lab.tasks.task_data import load_eval
 
@@ -137,7 +137,7 @@ def main() -> None:
     def ours(rep, decoder="lean", share=True):
         policy.cfg.decoder = decoder
         r = sample(policy, ids, a.G, a.max_new, a.temperature,
-                   generator=prompt_generators(0, rep, 0, range(len(ids))), draw=a.draw,
+                   generator=prompt_generators(0, rep, 0, range(len(ids))), draw=DRAWS[a.draw],
                    drop_finished=a.drop_finished, share_prefix=share)
         return int(r.completion_mask.sum())
 

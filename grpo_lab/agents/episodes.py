@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from grpo_lab.agents.environments import Environment, env_key, env_reset, env_step
-from grpo_lab.algorithm.rollout import DRAWS, Rollout, Scored, Ticker
+from grpo_lab.algorithm.rollout import Rollout, Scored, Ticker, race_draw
 from grpo_lab.policies.engine import left_pad, positions, scaled_logits
 
 ENDS = ("done", "turns", "tokens")
@@ -130,7 +130,7 @@ def stop_tokens(model, stop: str, V: int) -> torch.Tensor | None:
 @torch.no_grad()
 def sample_episodes(model, examples, env: Environment, G: int, temperature: float = 1.0,
                     top_k: int | None = None, greedy: bool = False, generator=None,
-                    seeds: list[int] | None = None, use_cache: bool = True, draw: str = "race",
+                    seeds: list[int] | None = None, use_cache: bool = True, draw=race_draw,
                     top_p: float = 1.0, clock: dict | None = None) -> Episodes:
     """G episodes of ``env`` for each of the B ``examples`` (module docstring). ``generator``:
     one per prompt (or one); ``seeds``: the reset seed of each prompt (its G episodes start
@@ -196,10 +196,10 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
             logp = F.log_softmax(scaled_logits(ctx.last, temperature), -1)  # (N, V)
             if not bool(acting.any()):
                 for _ in range(s.max_action_tokens - k if not greedy else 0):
-                    DRAWS[draw](logp, top_k, G, generator, every, N, top_p)   # noise not used
+                    draw(logp, top_k, G, generator, every, N, top_p)   # noise not used
                 break
             tok = (logp.argmax(-1) if greedy else
-                   DRAWS[draw](logp, top_k, G, generator, every, N, top_p))
+                   draw(logp, top_k, G, generator, every, N, top_p))
             tok = torch.where(acting, tok, pad)                            # (N,)
             lp = logp.gather(1, tok[:, None])[:, 0]                        # (N,)
             for i in acting.nonzero().flatten().tolist():

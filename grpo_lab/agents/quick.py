@@ -74,7 +74,7 @@ def warm_start(env_name: str, steps: int, out: str | Path, seed: int = 0, batch:
     env = get_environment(env_name)
     held = {e.prompt for e in TASKS[env_name].eval_fn()}
     policy = load_policy(resolve_path(base))
-    losses = warm_up(policy, env, lambda rng, n: sample_examples([env_name], n, rng, held),
+    losses = warm_up(policy, env, lambda rng, n: sample_examples([TASKS[env_name]], n, rng, held),
                      steps, batch=batch, seed=seed)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     save_policy(policy, out)

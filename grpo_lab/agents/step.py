@@ -31,6 +31,7 @@ from grpo_lab.agents.credit import get_credit, step_groups
 from grpo_lab.agents.environments import ENVIRONMENTS, get_environment, tool_metrics
 from grpo_lab.agents.episodes import sample_episodes
 from grpo_lab.algorithm.advantages import advantage_diagnostics, grouped_advantages
+from grpo_lab.algorithm.rollout import DRAWS
 from grpo_lab.algorithm.variants import active_variants
 from grpo_lab.timelimit import user_code
 from grpo_lab.training.step import (Batch, Gathered, StepContext, gather_rows, grpo_objective,
@@ -82,7 +83,7 @@ def collect_episodes(policy, cfg, step: int, ctx: StepContext) -> Batch:
         examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-0"), B)   # (B,)
     ep = sample_episodes(policy, [examples[i] for i in mine], env, G, cfg.temperature,
                          cfg.top_k or None, generator=prompt_generators(cfg.seed, step, 0, mine),
-                         seeds=reset_seeds(cfg.seed, step, mine), draw=cfg.sample_draw,
+                         seeds=reset_seeds(cfg.seed, step, mine), draw=DRAWS[cfg.sample_draw],
                          top_p=cfg.top_p, clock=ctx.clock)
     s, r = ep.scored, ep.scored.rollout
     rows = {}

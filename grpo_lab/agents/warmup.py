@@ -23,7 +23,7 @@ import torch
 
 from grpo_lab.agents.environments import Environment, env_reset, env_step
 from grpo_lab.algorithm.rollout import Rollout, completion_logprobs
-from grpo_lab.policies.engine import left_pad
+from grpo_lab.policies.engine import completion_logits, left_pad
 
 
 @lru_cache(maxsize=None)
@@ -83,7 +83,7 @@ def warm_up(model, env: Environment, draw, steps: int, batch: int = 64, lr: floa
     losses = []
     for _ in range(steps):
         r = demo_batch(model, env, draw(rng, batch), rng)
-        logp = completion_logprobs(model, r, 1.0, forward="completion")    # (B, Tc)
+        logp = completion_logprobs(model, r, 1.0, forward=completion_logits)  # (B, Tc)
         loss = -(logp * r.loss_mask).sum() / r.loss_mask.sum()
         opt.zero_grad()
         loss.backward()
@@ -132,7 +132,7 @@ def run_warm_up(task: str, out: str | None = None, base: str = "data/base_policy
         return {"success": round(r["eval/accuracy"], 4), "turns": round(r["eval/turns"], 4)}
 
     before, t0 = measure(), time.perf_counter()
-    losses = warm_up(policy, env, lambda rng, n: sample_examples([task], n, rng, prompts),
+    losses = warm_up(policy, env, lambda rng, n: sample_examples([TASKS[task]], n, rng, prompts),
                      steps, batch=batch, lr=lr, seed=seed)
     seconds = time.perf_counter() - t0
     Path(out).parent.mkdir(parents=True, exist_ok=True)

@@ -39,8 +39,8 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from grpo_lab.policies.engine import (UPDATE_FORWARDS, Decode, Recompute, chosen_logprobs,
-                                     left_pad, scaled_logits)
+from grpo_lab.policies.engine import (Decode, Recompute, chosen_logprobs, left_pad,
+                                     prompt_once_logits, scaled_logits)
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.tasks.rewards import weighted_reward
 from grpo_lab.tokenizer import PAD   # batch padding under a False mask (any valid id)
@@ -74,11 +74,11 @@ class Rollout:
 def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
            generator: torch.Generator | list[torch.Generator] | None = None,
-           use_cache: bool = True, draw: str = "race", drop_finished: bool = False,
+           use_cache: bool = True, draw: Callable | None = None, drop_finished: bool = False,
            clock: dict | None = None, top_p: float = 1.0, share_prefix: bool = True) -> Rollout:
     """Sample G completions for each of B prompts (token lists) from the engine ``model`` ->
-    Rollout with N = B*G rows, at most ``max_new_tokens`` each (module docstring). ``draw``: a
-    name in ``DRAWS``; ``generator``: one, or a list of B (one per prompt); ``use_cache=False``
+    Rollout with N = B*G rows, at most ``max_new_tokens`` each (module docstring). ``draw``: one
+    of ``DRAWS`` (None: ``race_draw``); ``generator``: one, or a list of B (one per prompt); ``use_cache=False``
     recomputes every step; ``drop_finished``, ``share_prefix``: ``engine.Decode``'s levers (the
     same tokens); ``clock``: a dict that gets the seconds per phase added (``CLOCK_KEYS``)."""
     for bad, why in ((G < 1, f"group size G must be >= 1, got {G}"),
@@ -89,8 +89,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
                      (not 0 < top_p <= 1, f"top_p must be in (0, 1] (1 = off), got {top_p}")):
         if bad:
             raise ValueError(why)
-    lookup(DRAWS, draw, "draw")
-    tick = Ticker({} if clock is None else clock)
+    tick, draw = Ticker({} if clock is None else clock), draw or race_draw
     dev = next(model.parameters()).device       # computed where the model is, returned on the CPU
     p_ids, p_mask = (t.to(dev) for t in left_pad(prompts, model.pad_id))   # (B, Tp)
     B, Tp = p_ids.shape
@@ -111,7 +110,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     for _ in range(max_new_tokens):
         logp = F.log_softmax(scaled_logits(dec.last, temperature), dim=-1)  # (n, V)
         tok_n = (logp.argmax(-1) if greedy else                            # (n,) ~ softmax
-                 DRAWS[draw](logp, top_k, G, generator, dec.rows, N, top_p))
+                 draw(logp, top_k, G, generator, dec.rows, N, top_p))
         live = ~done                                                       # (N,)
         tok = torch.full((N,), pad, device=dev).index_put((dec.rows,), tok_n).where(live, pad)
         lp = torch.zeros(N, device=dev).index_put((dec.rows,), logp.gather(1, tok_n[:, None])[:, 0])
@@ -232,14 +231,14 @@ DRAWS = {"race": race_draw, "inverse_cdf": inverse_cdf_draw}
 
 
 def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
-                        return_entropy: bool = False, forward: str = "prompt_once",
+                        return_entropy: bool = False, forward: Callable = prompt_once_logits,
                         entropy_grad: bool = False):
     """Per-token log-probs (N, Tc) of the completion under ``model``, 0 on padding, by the
-    update forward ``forward`` (``UPDATE_FORWARDS``: equal up to float rounding); with
+    update forward ``forward`` (one of ``UPDATE_FORWARDS``: equal up to float rounding); with
     ``return_entropy`` and the policy's entropy at each token (N, Tc), without an autograd graph
     (``chosen_logprobs``) unless ``entropy_grad`` (an entropy bonus in the loss: autograd's
     log_softmax -> gather and -(p * log p).sum)."""
-    logits = lookup(UPDATE_FORWARDS, forward, "update forward")(model, r)  # (N, Tc, V)
+    logits = forward(model, r)                                             # (N, Tc, V)
     ids, mask = r.completion_ids.to(logits.device), r.completion_mask.to(logits.device)
     if entropy_grad and torch.is_grad_enabled():
         logp = F.log_softmax(scaled_logits(logits, temperature), -1)       # (N, Tc, V)
@@ -265,10 +264,11 @@ class Scored(NamedTuple):
 
 
 @torch.no_grad()
-def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
+def sample_and_score(policy, examples, G: int, max_new: int, rewards: dict,
                      temperature: float = 1.0, top_k: int | None = None, greedy: bool = False,
                      generator=None, clock: dict | None = None, by=sample, **sampler) -> Scored:
-    """sample -> decode -> score (module docstring). ``by``: the sampler, with ``sample``'s
+    """sample -> decode -> score (module docstring). ``rewards``: rewards.resolve_rewards'
+    ``{name: (function, weight)}``. ``by``: the sampler, with ``sample``'s
     signature (vllm_rollout passes vLLM's); ``sampler``: its other options (draw, ...).
     ``clock``: add the seconds to "time/sample_s" (all of the sampler, which adds its own parts
     too) and "time/score_s" (decoding the tokens and the reward functions)."""
@@ -278,11 +278,11 @@ def sample_and_score(policy, examples, G: int, max_new: int, weights: dict,
     t1 = now()
     texts = [policy.decode(c) for c in r.completion_ids.tolist()]
     rows = [examples[i] for i in r.prompt_index.tolist()]                  # (N,)
-    rewards, parts = weighted_reward(texts, rows, weights, r.stopped.tolist())
+    total, parts = weighted_reward(texts, rows, rewards, r.stopped.tolist())
     if clock is not None:
         add_time(clock, "time/sample_s", t1 - t0)
         add_time(clock, "time/score_s", now() - t1)
-    return Scored(list(examples), r, rewards, parts, texts)
+    return Scored(list(examples), r, total, parts, texts)
 
 
 def take_scored(s: Scored, rows: torch.Tensor) -> Scored:

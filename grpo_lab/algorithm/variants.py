@@ -52,6 +52,7 @@ from grpo_lab.algorithm.advantages import process_advantages
 from grpo_lab.algorithm.loss import KL, KL_PLACEMENTS, grpo_only, kl_term, sequence_kl
 from grpo_lab.algorithm.overlong import OVERLONG
 from grpo_lab.algorithm.rollout import add_time, completion_logprobs, now
+from grpo_lab.policies.engine import UPDATE_FORWARDS
 from grpo_lab.algorithm.token_weights import (IS_LEVELS, high_entropy_mask, is_weight,
                                               off_policy_sequence_mask, rejected_rows)
 from grpo_lab.registry import check_new, check_number, lookup, register_settings
@@ -194,7 +195,8 @@ def _ref_rows(policy, cfg, r, ctx) -> dict:
     if not len(r.completion_ids):
         return {}
     t = now()
-    ref = completion_logprobs(ctx.ref, r, cfg.temperature, forward=cfg.update_forward)
+    ref = completion_logprobs(ctx.ref, r, cfg.temperature,
+                              forward=UPDATE_FORWARDS[cfg.update_forward])
     add_time(ctx.clock, "time/ref_s", now() - t)
     return {"ref": ref}                                                    # (N_r, Tc)
 
@@ -273,7 +275,7 @@ def _trainer_rows(policy, cfg, r, ctx) -> dict:
     if not len(r.completion_ids):
         return {}
     return {"old": completion_logprobs(policy, r, cfg.temperature,
-                                       forward=cfg.update_forward)}        # (N_r, Tc)
+                                       forward=UPDATE_FORWARDS[cfg.update_forward])}  # (N_r, Tc)
 
 
 def _tis_stats(cfg, t: Tokens, w):

@@ -380,7 +380,7 @@ def build_tiny_tokenizer(tasks: Sequence[str], vocab_size: int = 96, seed: int =
 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from grpo_lab.tasks import ALPHABET, sample_examples
+    from grpo_lab.tasks import ALPHABET, get_task, sample_examples
 
     tf = transformers_module()
     tok = Tokenizer(models.BPE())
@@ -389,7 +389,7 @@ def build_tiny_tokenizer(tasks: Sequence[str], vocab_size: int = 96, seed: int =
     tok.decoder = decoders.Fuse()                        # tokens are substrings: concatenate
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(TINY_SPECIALS),
                                   initial_alphabet=list(ALPHABET), show_progress=False)
-    exs = sample_examples(list(tasks), 4000, random.Random(seed))
+    exs = sample_examples([get_task(t) for t in tasks], 4000, random.Random(seed))
     tok.train_from_iterator([t for e in exs for t in (e.prompt, e.answer)], trainer)
     return tf.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
 

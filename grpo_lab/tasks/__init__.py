@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
 from typing import Callable, Sequence
@@ -38,6 +38,10 @@ class Example:
     fields: dict = field(default_factory=dict, compare=False, hash=False)
     """The task's own values behind the prompt (``{"a": 12, "b": 34}``): what ``make`` put
     there, for a grouper (grouping.PromptBatch.fields); {} when the task gives none."""
+    answer_chars: str = field(default="", compare=False)
+    """The task's ``Task.answer_chars``, which the format reward checks a toy completion
+    against: set where examples are drawn (``Task.draw``) and held-out rows are checked
+    (``check_held_out``), so no reward looks the task up by name; "" allows none."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,10 @@ class Task:
     char policy reads and instruct.QUESTIONS can ask in words. None: written in words for a
     subword tokenizer (an instruct task, trained on policy="hf" with an answer_format).
     Either way the run's policy is checked at setup to read every character (trainer.py)."""
+
+    def draw(self, rng: random.Random) -> Example:
+        """``make(rng)``'s example carrying this task's ``answer_chars`` (the format reward's)."""
+        return replace(self.make(rng), answer_chars=self.answer_chars)
 
 
 def in_words(name: str) -> bool:
@@ -144,6 +152,8 @@ TASKS: dict[str, Task] = {
 
 
 def get_task(name: str) -> Task:
+    """The task record ``name`` (an error naming the known ones): looked up once per run
+    (trainer.prompt_source), never per step."""
     return lookup(TASKS, name, "task", "register your own with tasks.register_task")
 
 
@@ -227,15 +237,15 @@ def register_task(name: str, make: Callable[[random.Random], Example], answer_ch
     return record
 
 
-def sample_examples(task_names: Sequence[str], n: int, rng: random.Random,
+def sample_examples(tasks: Sequence[Task], n: int, rng: random.Random,
                     exclude: set[str] | None = None) -> list[Example]:
-    """``n`` examples drawn uniformly over ``task_names``, skipping prompts in ``exclude``."""
+    """``n`` examples drawn uniformly over the task records ``tasks`` (``get_task``), skipping
+    prompts in ``exclude``."""
     if n <= 0:
         raise ValueError(f"number of examples must be positive, got {n}")
-    if not task_names:
-        raise ValueError("task_names is empty")
-    tasks = [get_task(t) for t in task_names]
-    draws = (rng.choice(tasks).make(rng) for _ in range(100 * n + 1000))  # bounded: ``exclude``
+    if not tasks:
+        raise ValueError("tasks is empty")
+    draws = (rng.choice(tasks).draw(rng) for _ in range(100 * n + 1000))  # bounded: ``exclude``
     out = list(islice((ex for ex in draws if ex.prompt not in (exclude or ())), n))  # may hold all
     if len(out) < n:
         raise RuntimeError(f"could not draw {n} examples outside the excluded set")
@@ -272,8 +282,8 @@ def read_rows(path: str | Path) -> list[tuple[str, Example]]:
 
 
 def check_held_out(task: Task, rows: list[tuple[str, Example]]) -> list[Example]:
-    """The examples of ``rows`` [(where, Example)] if each fits ``task`` -> else an error
-    naming the row: it names the task, its answer fits max_answer_len (a longer answer can
+    """The examples of ``rows`` [(where, Example)], carrying the task's ``answer_chars``, if
+    each fits ``task`` -> else an error naming the row: it names the task, its answer fits max_answer_len (a longer answer can
     never be produced: the sampler stops at max_answer_len + 2 tokens, so it scores 0,
     silently) and, for a task with an alphabet (``Task.alphabet``: the toy's format), its
     prompt ends with "=" and its prompt and answer use that alphabet."""
@@ -294,7 +304,7 @@ def check_held_out(task: Task, rows: list[tuple[str, Example]]) -> list[Example]
             if bad:
                 raise ValueError(f"{where}: {what} {text!r} has characters {bad} outside the "
                                  f"task's alphabet {alphabet!r}")
-    return [ex for _, ex in rows]
+    return [replace(ex, answer_chars=task.answer_chars) for _, ex in rows]
 
 
 # the grouping lab's families (task_data.write_mixture, config's task="mixture")

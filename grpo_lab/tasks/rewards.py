@@ -10,8 +10,9 @@ Rewards (each returns floats in [0, 1], one per completion):
   * ``format_if_correct``: ``format`` where ``accuracy`` is 1, else 0: a format reward that a
                    wrong answer cannot collect (the additive ``format`` pays for a well-wrapped
                    guess; on SmolLM2 at weight 1 that taught a boxed guess in 4 steps).
-They are combined by ``weighted_reward`` with weights from the config; add your own by
-putting a function of the same signature into ``REWARDS``. An example rendered for an
+They are combined by ``weighted_reward`` with weights from the config, the functions looked
+up once by ``resolve_rewards`` (a run: at setup, StepContext.resolve); add your own with
+``register_reward``. An example rendered for an
 instruct model (``Example.fmt`` set, instruct.py) is scored the instruct way instead
 (answers.py): accuracy reads the answer whatever wraps it, partial compares that answer,
 format checks the requested answer format.
@@ -21,14 +22,14 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from grpo_lab.tasks.answers import extract, follows_format, is_correct, kind_of
 from grpo_lab.registry import check_new, lookup
 from grpo_lab.timelimit import guard
-from grpo_lab.tasks import Example, get_task
+from grpo_lab.tasks import Example
 
 
 def register_reward(name: str, fn=None):
@@ -75,8 +76,14 @@ def format_reward(completions: Sequence[str], examples: Sequence[Example],
                   stopped: Sequence[bool]) -> list[float]:
     check_batch(completions, examples, stopped)
     return [float(follows_format(c, s, ex.fmt)) if ex.fmt else   # instruct: the requested format
-            float(bool(s) and len(c) > 0 and set(c) <= set(get_task(ex.task).answer_chars))
+            float(bool(s) and len(c) > 0 and set(c) <= set(ex.answer_chars or _no_chars(ex)))
             for c, ex, s in zip(completions, examples, stopped)]
+
+
+def _no_chars(ex: Example) -> str:
+    raise ValueError(f"example {ex.prompt!r} of task {ex.task!r} carries no answer_chars, "
+                     f"which the format reward checks: draw it with Task.draw or "
+                     f"sample_examples, or give Example(..., answer_chars=...)")
 
 
 def format_if_correct_reward(completions: Sequence[str], examples: Sequence[Example],
@@ -107,32 +114,40 @@ REWARDS = {"accuracy": accuracy_reward, "partial": partial_reward, "format": for
            "format_if_correct": format_if_correct_reward}
 
 
-def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
-                    weights: dict[str, float], stopped: Sequence[bool] | None = None
-                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Weighted sum of the named rewards -> (total (N,), {name: (N,)}); a ValueError names any
-    weight or value (and its sample) not a finite number within ``REWARD_CEILING``."""
-    if len(completions) != len(examples):
-        raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
-    stopped = [True] * len(completions) if stopped is None else list(stopped)
-    check_batch(completions, examples, stopped)
+def resolve_rewards(weights: dict[str, float]) -> dict[str, tuple[Callable, float]]:
+    """``{name: weight}`` (``TrainConfig.reward_weights``) -> ``{name: (function, weight)}``,
+    what ``weighted_reward`` sums, looked up in ``REWARDS`` once (a run: at setup); a
+    ValueError names an unknown reward or a weight that is not a finite number."""
     for name in sorted(weights, key=str):
         lookup(REWARDS, name, "reward function")
     for name, w in weights.items():
         if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
             raise ValueError(f"reward weight {name!r} must be a finite number, got {w!r}")
+    return {name: (REWARDS[name], w) for name, w in weights.items()}
+
+
+def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
+                    rewards: dict[str, tuple[Callable, float]],
+                    stopped: Sequence[bool] | None = None
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Weighted sum of the rewards ``{name: (function, weight)}`` (``resolve_rewards``) ->
+    (total (N,), {name: (N,)}); a ValueError names any value (and its sample) not a finite
+    number within ``REWARD_CEILING``."""
+    stopped = [True] * len(completions) if stopped is None else list(stopped)
+    check_batch(completions, examples, stopped)
     parts, total = {}, torch.zeros(len(completions))
-    for name, w in weights.items():
-        vals = REWARDS[name](completions, examples, stopped)
-        parts[name] = check_finite_rewards(name, vals, completions)         # (N,) float32
+    for name, (fn, w) in rewards.items():
+        parts[name] = check_finite_rewards(name, fn(completions, examples, stopped),
+                                           completions)                    # (N,) float32
         total += w * parts[name]
     if not bool((total.abs() <= REWARD_CEILING).all()):                   # nan, inf, too big
-        _refuse_total(total, weights)
+        _refuse_total(total, rewards)
     return total, parts
 
 
-def _refuse_total(total: torch.Tensor, weights: dict) -> None:
-    i = int((~(total.abs() <= REWARD_CEILING)).nonzero()[0])
+def _refuse_total(total: torch.Tensor, rewards: dict) -> None:
+    i, weights = int((~(total.abs() <= REWARD_CEILING)).nonzero()[0]), {
+        name: w for name, (_, w) in rewards.items()}
     raise ValueError(f"weighted reward of sample {i} is {float(total[i]):.4g}: weights "
                      f"{weights} take it beyond |reward| <= {REWARD_CEILING:g} "
                      f"(rewards.REWARD_CEILING)")

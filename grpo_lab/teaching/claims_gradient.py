@@ -116,6 +116,7 @@ def baseline_variance(seed: int = 0, prompts: int = 8, G: int = 8, draws: int = 
     from grpo_lab.algorithm.rollout import completion_logprobs, sample_and_score
     from grpo_lab.training.step import max_new_tokens
     from grpo_lab.tasks import get_task
+    from grpo_lab.tasks.rewards import resolve_rewards
     if draws < 2:
         raise ValueError(f"draws must be >= 2 to estimate a variance, got {draws}")
     cfg = preset("defaults", task=task)
@@ -123,12 +124,13 @@ def baseline_variance(seed: int = 0, prompts: int = 8, G: int = 8, draws: int = 
     policy = load_for(cfg)
     params = [p for p in policy.parameters() if p.requires_grad]
     rng = random.Random(seed)
-    examples = [get_task(task).make(rng) for _ in range(prompts)]
+    examples = [get_task(task).draw(rng) for _ in range(prompts)]
     gen = torch.Generator().manual_seed(seed)
     sums = {b: torch.zeros(sum(p.numel() for p in params), dtype=torch.float64) for b in BASELINES}
     sq = {b: 0.0 for b in BASELINES}
     for _ in range(draws):
-        s = sample_and_score(policy, examples, G, max_new_tokens(cfg), cfg.reward_weights,
+        s = sample_and_score(policy, examples, G, max_new_tokens(cfg),
+                             resolve_rewards(cfg.reward_weights),
                              temperature=cfg.temperature, generator=gen)
         logp = completion_logprobs(policy, s.rollout, cfg.temperature)    # (N, Tc)
         mask = s.rollout.completion_mask                                   # (N, Tc)

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 
 from grpo_lab.policies.model import GPT, GPTConfig
 from grpo_lab.policies.engine import left_pad, positions
-from grpo_lab.tasks.rewards import check_batch, register_reward
+from grpo_lab.tasks.rewards import check_batch, register_reward, resolve_rewards
 from grpo_lab.tasks import get_task, sample_examples
 from grpo_lab.tokenizer import EOS, encode
 
@@ -78,9 +78,10 @@ def collect_scored(policy, n_prompts: int = 256, G: int = 4, task: str = "additi
 
     ``exclude``: prompts never to draw (the held-out evaluation set)."""
     from grpo_lab.algorithm.rollout import sample_and_score
-    examples = sample_examples([task], n_prompts, random.Random(f"rm-data-{seed}"), exclude)
+    examples = sample_examples([get_task(task)], n_prompts, random.Random(f"rm-data-{seed}"),
+                               exclude)
     s = sample_and_score(policy, examples, G, get_task(task).max_answer_len + 2,
-                         {"accuracy": 1.0}, temperature,
+                         resolve_rewards({"accuracy": 1.0}), temperature,
                          generator=torch.Generator().manual_seed(seed))
     rows = [examples[i] for i in s.rollout.prompt_index.tolist()]
     return RMData(rows, s.texts, s.rollout.stopped.tolist(), s.parts["accuracy"].clone(),

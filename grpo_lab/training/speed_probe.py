@@ -151,9 +151,11 @@ def _set_mode(policy, **fields) -> None:
 
 def _update(policy, r, cfg) -> None:
     from grpo_lab.algorithm.rollout import completion_logprobs
+    from grpo_lab.policies.engine import UPDATE_FORWARDS
     policy.train()
     policy.zero_grad(set_to_none=True)
-    logp = completion_logprobs(policy, r, cfg.temperature, forward=cfg.update_forward)  # (N, Tc)
+    logp = completion_logprobs(policy, r, cfg.temperature,
+                               forward=UPDATE_FORWARDS[cfg.update_forward])             # (N, Tc)
     adv = torch.linspace(-1, 1, logp.shape[0])                                          # (N,)
     (logp * adv[:, None] * r.completion_mask).sum().backward()
     policy.zero_grad(set_to_none=True)
@@ -180,7 +182,7 @@ def probe(cfg, rounds: int = 2, threads: list[int] | None = None) -> dict:
     """Time every candidate on ``cfg``'s model (module docstring) -> the record: the
     machine, the load, the medians {phase: {mode: {threads: s}}}, the accuracy check, each
     setting's estimate and the choice."""
-    from grpo_lab.algorithm.rollout import sample
+    from grpo_lab.algorithm.rollout import DRAWS, sample
     from grpo_lab.policies.policy import load_for
     from grpo_lab.training.step import prompt_generators
     if cfg.policy != "hf":
@@ -198,7 +200,7 @@ def probe(cfg, rounds: int = 2, threads: list[int] | None = None) -> dict:
     ps = _prompts(policy, cfg, shape["B"])
     gens = lambda: prompt_generators(cfg.seed, 0, 0, range(len(ps)))    # noqa: E731
     r = sample(policy, ps, shape["G"], shape["max_new"], cfg.temperature,
-               generator=gens(), draw=cfg.sample_draw, drop_finished=cfg.drop_finished)
+               generator=gens(), draw=DRAWS[cfg.sample_draw], drop_finished=cfg.drop_finished)
     errors = _accuracy(policy, r, cfg)
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
 
@@ -206,7 +208,7 @@ def probe(cfg, rounds: int = 2, threads: list[int] | None = None) -> dict:
         def go():
             _set_mode(policy, **ROLLOUT_MODES[mode])
             sample(policy, ps, shape["G"], shape["max_new"], cfg.temperature,
-                   generator=gens(), draw=cfg.sample_draw, drop_finished=cfg.drop_finished)
+                   generator=gens(), draw=DRAWS[cfg.sample_draw], drop_finished=cfg.drop_finished)
         return go
 
     def update(mode):

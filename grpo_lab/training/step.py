@@ -55,11 +55,11 @@ from grpo_lab.algorithm.grouping import cluster_diagnostics
 from grpo_lab.algorithm.loss import AGGREGATIONS, surrogate_loss
 from grpo_lab.algorithm.variants import Tokens, active_variants
 from grpo_lab.registry import check_new, lookup
-from grpo_lab.algorithm.rollout import (Scored, add_time, cat_scored, completion_logprobs, now,
-                                        rollout_scorer, take_scored)
-from grpo_lab.policies.engine import left_pad, positions
+from grpo_lab.algorithm.rollout import (DRAWS, Scored, add_time, cat_scored,
+                                        completion_logprobs, now, rollout_scorer, take_scored)
+from grpo_lab.policies.engine import UPDATE_FORWARDS, left_pad, positions
 from grpo_lab.tasks import get_task
-from grpo_lab.tasks.rewards import step_rewards
+from grpo_lab.tasks.rewards import resolve_rewards, step_rewards
 from grpo_lab.timelimit import guard
 from grpo_lab.tokenizer import EOS, PAD, encode
 
@@ -91,15 +91,18 @@ class StepContext:
     carry: dict = field(default_factory=dict)  # an objective's state across steps, rebuilt
                                                # from (seed, step) when absent (resume)
     score: Callable | None = None  # cfg.rollout's sample-and-score; None: not resolved yet
+    rewards: dict = field(default_factory=dict)  # {name: (function, weight)}: resolve_rewards
     max_new: int = 0              # the longest completion (max_new_tokens)
     mine: range = range(0)        # this rank's slice of the B prompts (Group.slice)
 
     def resolve(self, policy, cfg) -> None:
         """What stays the same for the whole run, resolved once (trainer.setup; a context
         built by hand: at its first draw): the longest completion, this rank's prompts, the
-        task generator and a grouper function under the user-code time limit (when they are
-        user code), cfg.rollout's sample-and-score (vLLM: its engine built now)."""
+        reward functions, the task generator and a grouper function under the user-code time
+        limit (when they are user code), cfg.rollout's sample-and-score (vLLM: its engine built
+        now)."""
         self.max_new, self.mine = max_new_tokens(cfg), self.group.slice(cfg.prompts_per_step)
+        self.rewards = resolve_rewards(cfg.reward_weights)
         self.draw = guard(f"the task generator of {cfg.task!r}", self.draw,
                           *(get_task(t).make for t in cfg.task_names))
         self.grouper = guard(f"grouper {cfg.grouping!r}", self.grouper)  # a StepGrouper: itself
@@ -201,10 +204,10 @@ def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
     examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), cfg.prompts_per_step)
     mine = ctx.mine
     return examples, ctx.score(policy, [examples[i] for i in mine], cfg.group_size,
-                               ctx.max_new, cfg.reward_weights,
+                               ctx.max_new, ctx.rewards,
                                cfg.temperature, cfg.top_k or None,
                                generator=prompt_generators(cfg.seed, step, d, mine),
-                               draw=cfg.sample_draw, drop_finished=cfg.drop_finished,
+                               draw=DRAWS[cfg.sample_draw], drop_finished=cfg.drop_finished,
                                clock=ctx.clock, top_p=cfg.top_p)
 
 
@@ -391,7 +394,7 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     if n == 0 or not batch.n_tokens:               # no row, or (overlong "mask") no token kept
         return _zero_loss(policy), dict.fromkeys(keys, 0.0)
     logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
-                                        forward=cfg.update_forward,
+                                        forward=UPDATE_FORWARDS[cfg.update_forward],
                                         entropy_grad=bool(cfg.entropy_bonus.coef))
     dev = logp.device                                    # the batch is kept on the CPU
     keep, counted, m = keep.to(dev), counted.to(dev), r.policy_mask.to(dev)  # (N_r,) x2, (N_r, Tc)

@@ -71,13 +71,13 @@ from grpo_lab import timelimit
 from grpo_lab.registry import load_plugins, plugin_changes, plugin_digests
 from grpo_lab.algorithm.health import diagnose
 from grpo_lab.tasks.instruct import render_all, rendered_source
-from grpo_lab.tasks.rewards import accuracy_reward, format_reward
+from grpo_lab.tasks.rewards import accuracy_reward, format_reward, resolve_rewards
 from grpo_lab.rundir import (Interrupted, StopSignals, claim, claimed_by_parent,
                              write_lines_atomic)
 from grpo_lab.algorithm.samples import FILE as SAMPLES_FILE, append as append_samples, rows as sample_rows
 from grpo_lab.algorithm.samples import keep_through as keep_samples_through
 from grpo_lab.tasks.task_data import held_out
-from grpo_lab.tasks import sample_examples
+from grpo_lab.tasks import get_task, sample_examples
 from grpo_lab.tokenizer import ALPHABET
 
 # the per-phase timings every step logs (seconds; "time/rollout_s" is the whole collect)
@@ -94,10 +94,10 @@ def evaluate(model: GPT, examples, weights: dict, max_new: int, batch: int = 256
     """Greedy decoding on ``examples`` -> {"eval/accuracy", "eval/reward"}, and
     "eval/format" (the requested format's rate) for instruct prompts. ``samples``: a list
     the first prompts' completions are appended to (samples.py)."""
-    acc, rew, fmt = [], [], []
+    acc, rew, fmt, rewards = [], [], [], resolve_rewards(weights)
     instruct = bool(examples and examples[0].fmt)
     for i in range(0, len(examples), batch):
-        s = sample_and_score(model, examples[i:i + batch], 1, max_new, weights, greedy=True)
+        s = sample_and_score(model, examples[i:i + batch], 1, max_new, rewards, greedy=True)
         stopped = s.rollout.stopped.tolist()
         a = accuracy_reward(s.texts, s.examples, stopped)
         f = format_reward(s.texts, s.examples, stopped) if instruct else None
@@ -134,11 +134,12 @@ def learning_rate(cfg: TrainConfig, step: int) -> float:
 
 
 def prompt_source(cfg: TrainConfig, held_out: set[str]):
-    """-> draw(rng, n): n training examples, never from the held-out set."""
-    names = cfg.task_names
+    """-> draw(rng, n): n training examples, never from the held-out set (the task records
+    looked up once, here)."""
+    tasks = [get_task(t) for t in cfg.task_names]
     if not cfg.train_pool:
-        return lambda rng, n: sample_examples(names, n, rng, held_out)
-    pool = sample_examples(names, cfg.train_pool, random.Random(f"{cfg.seed}-pool"), held_out)
+        return lambda rng, n: sample_examples(tasks, n, rng, held_out)
+    pool = sample_examples(tasks, cfg.train_pool, random.Random(f"{cfg.seed}-pool"), held_out)
     return lambda rng, n: [rng.choice(pool) for _ in range(n)]
 
 
@@ -146,8 +147,8 @@ def make_grouper(cfg: TrainConfig) -> StepGrouper:
     """The run's grouper; its embedder is TF-IDF fitted once on 512 seeded prompts, when a
     grouper (or the cluster diagnostics) first reads embeddings."""
     def corpus():
-        return [e.prompt for e in sample_examples(cfg.task_names, 512,
-                                                  random.Random(f"{cfg.seed}-embed"))]
+        tasks = [get_task(t) for t in cfg.task_names]
+        return [e.prompt for e in sample_examples(tasks, 512, random.Random(f"{cfg.seed}-embed"))]
     return StepGrouper(cfg.grouping, cfg.n_groups, cfg.seed, corpus, cfg.recluster_every,
                        cfg.group_schedule)
 

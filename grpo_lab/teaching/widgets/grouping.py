@@ -28,7 +28,8 @@ from grpo_lab.training.config import TrainConfig
 from grpo_lab.algorithm.embeddings import EMBEDDERS, get_embedder
 from grpo_lab.algorithm.grouping import GROUPERS, PromptBatch, cluster_diagnostics, get_grouper
 from grpo_lab.tasks.task_data import DATA_DIR, load_mixture
-from grpo_lab.tasks import Example, sample_examples
+from grpo_lab.tasks import Example, get_task, sample_examples
+from grpo_lab.tasks.rewards import resolve_rewards
 from grpo_lab.teaching.widgets import show_figure
 
 BASE = str(DATA_DIR / "base_policy.safetensors")    # absolute: kernels may run in notebooks/
@@ -45,8 +46,9 @@ def _base_policy(path: str = BASE):
 def _cached_rollout_rewards(prompts: tuple, answers: tuple, tasks: tuple, G: int, seed: int,
                             temperature: float) -> tuple:
     from grpo_lab.algorithm.rollout import sample_and_score
-    examples = [Example(p, a, t) for p, a, t in zip(prompts, answers, tasks)]
-    s = sample_and_score(_base_policy(), examples, G, 8, WEIGHTS, temperature,
+    examples = [Example(p, a, t, answer_chars=get_task(t).answer_chars)
+                for p, a, t in zip(prompts, answers, tasks)]
+    s = sample_and_score(_base_policy(), examples, G, 8, resolve_rewards(WEIGHTS), temperature,
                          generator=torch.Generator().manual_seed(seed))
     return tuple(s.rewards.tolist())
 
@@ -249,7 +251,7 @@ def grpo_step_explorer(policy=None, task: str = "mixture", B: int = 4, G: int = 
     following stage of the same step; "new_batch" draws new prompts and starts over."""
     from grpo_lab.tasks import MIXTURE_TASKS
     policy = policy if policy is not None else _base_policy()
-    names = list(MIXTURE_TASKS) if task == "mixture" else task.split(",")
+    tasks = [get_task(t) for t in (MIXTURE_TASKS if task == "mixture" else task.split(","))]
     parts: dict = {
         "next": W.Button(description="next stage"), "new_batch": W.Button(description="new batch"),
         "grouping": W.Dropdown(options=list(GROUPERS), value=grouping, description="grouping"),
@@ -259,7 +261,7 @@ def grpo_step_explorer(policy=None, task: str = "mixture", B: int = 4, G: int = 
 
     def compute(_=None):
         import random
-        exs = sample_examples(names, B, random.Random(f"explorer-{parts['batch'][0]}"))
+        exs = sample_examples(tasks, B, random.Random(f"explorer-{parts['batch'][0]}"))
         parts["data"].clear()
         parts["data"].update(grpo_step_stages(policy, exs, G, parts["grouping"].value, k,
                                               seed=parts["batch"][0], task=task))
