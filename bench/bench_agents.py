@@ -27,7 +27,7 @@ from grpo_lab.agents.step import evaluate_episodes  # noqa: E402
 from grpo_lab.agents.warmup import random_guesses, warm_up  # noqa: E402
 from grpo_lab.policies.model import load_policy, save_policy  # noqa: E402
 from grpo_lab.policies.policy import load_policy_any  # noqa: E402
-from grpo_lab.tasks import TASKS, sample_examples  # noqa: E402
+from grpo_lab.tasks import TASKS, get_task, sample_examples  # noqa: E402
 from grpo_lab.training.config import preset  # noqa: E402
 from grpo_lab.training.trainer import train  # noqa: E402
 
@@ -63,7 +63,7 @@ def main(argv=None):
     policy = load_policy("data/base_policy.safetensors")
     base = evaluate_episodes(policy, {a.env: held})
     prompts = {e.prompt for e in held}
-    losses = warm_up(policy, env, lambda rng, n: sample_examples([a.env], n, rng, prompts),
+    losses = warm_up(policy, env, lambda rng, n: sample_examples([get_task(a.env)], n, rng, prompts),
                      a.warm_steps, seed=a.seed)
     save_policy(policy, warm)
     warmed = evaluate_episodes(policy, {a.env: held})

@@ -30,7 +30,7 @@ from grpo_lab.agents.episodes import sample_episodes  # noqa: E402
 from grpo_lab.agents.warmup import warm_up  # noqa: E402
 from grpo_lab.policies.model import load_policy, save_policy  # noqa: E402
 from grpo_lab.policies.policy import load_policy_any  # noqa: E402
-from grpo_lab.tasks import TASKS, sample_examples  # noqa: E402
+from grpo_lab.tasks import TASKS, get_task, sample_examples  # noqa: E402
 from grpo_lab.training.config import preset  # noqa: E402
 from grpo_lab.training.trainer import train  # noqa: E402
 
@@ -73,7 +73,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     policy = load_policy("data/base_policy.safetensors")
     base = held_out(policy, env, held)
-    losses = warm_up(policy, guess, lambda rng, n: sample_examples(["guess"], n, rng, guess_held),
+    losses = warm_up(policy, guess, lambda rng, n: sample_examples([get_task("guess")], n, rng, guess_held),
                      a.warm_steps, seed=a.seed)
     warm = out / "guess_warm.safetensors"
     save_policy(policy, warm)

@@ -36,7 +36,7 @@ from grpo_lab.agents.step import evaluate_episodes  # noqa: E402
 from grpo_lab.agents.warmup import warm_up  # noqa: E402
 from grpo_lab.policies.model import load_policy, save_policy  # noqa: E402
 from grpo_lab.policies.policy import load_policy_any  # noqa: E402
-from grpo_lab.tasks import TASKS, sample_examples  # noqa: E402
+from grpo_lab.tasks import TASKS, get_task, sample_examples  # noqa: E402
 from grpo_lab.training.config import preset  # noqa: E402
 from grpo_lab.training.power import detectable  # noqa: E402
 from grpo_lab.training.trainer import train  # noqa: E402
@@ -76,7 +76,7 @@ def run(a) -> None:
     t0 = time.perf_counter()
     policy = load_policy("data/base_policy.safetensors")
     prompts = {e.prompt for e in held}
-    losses = warm_up(policy, env, lambda rng, n: sample_examples([ENV], n, rng, prompts),
+    losses = warm_up(policy, env, lambda rng, n: sample_examples([get_task(ENV)], n, rng, prompts),
                      a.warm_steps, seed=a.seed)
     save_policy(policy, warm)
     rec["warm"] = {"seconds": time.perf_counter() - t0, "loss_first": losses[0],

@@ -46,9 +46,9 @@ import torch
 from grpo_lab.training.config import preset
 from grpo_lab.training.experiments import mean_ci
 from grpo_lab.policies.hf import HFPolicy, load_hf_policy
-from grpo_lab.tasks.rewards import weighted_reward
+from grpo_lab.tasks.rewards import resolve_rewards, weighted_reward
 from grpo_lab.tasks.task_data import load_eval
-from grpo_lab.tasks import Example, sample_examples
+from grpo_lab.tasks import Example, get_task, sample_examples
 from grpo_lab.training.trainer import evaluate, learning_rate, train
 
 WEIGHTS = {"accuracy": 1.0, "partial": 0.5}
@@ -138,7 +138,7 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
 
     policy = load_hf_policy(a.model, chat_template=a.chat_template)
     held_out = {e.prompt for e in load_eval("addition")}              # as grpo_lab: never these
-    exs = sample_examples(["addition"], a.B * steps, random.Random(seed), held_out)
+    exs = sample_examples([get_task("addition")], a.B * steps, random.Random(seed), held_out)
     prompts = [[{"role": "user", "content": e.prompt}] if a.chat_template else e.prompt
                for e in exs]
     data = Dataset.from_dict({"prompt": prompts, "answer": [e.answer for e in exs],
@@ -148,7 +148,7 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         r, _parts = weighted_reward([t.strip() for t in texts],
                                     [Example("", ans, t) for ans, t in zip(answer, task)],
-                                    WEIGHTS, [True] * len(texts))
+                                    resolve_rewards(WEIGHTS), [True] * len(texts))
         return r.tolist()
 
     rows, t0, rollout, cpu, rollout_cpu = [], [0.0], [0.0], [0.0], [0.0]   # cpu: process time

@@ -39,6 +39,7 @@ from grpo_lab.training.experiments import difference_sentence, mean_ci, run_expe
 from grpo_lab.training.reward_model import (default_data, default_reward_model, plot_reward_hacking,
                                             use_reward_model)
 from grpo_lab.algorithm.rollout import sample_and_score
+from grpo_lab.tasks.rewards import resolve_rewards
 from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.training.trainer import train
 
@@ -79,7 +80,7 @@ def greedy_completions(policy, n: int = 200) -> dict:
     the most common answers and the share of the most common last digit (about 0.1 for
     correct sums)."""
     exs = load_eval("addition")[:n]
-    s = sample_and_score(policy, exs, 1, 5, LEARNED_ONLY, greedy=True)
+    s = sample_and_score(policy, exs, 1, 5, resolve_rewards(LEARNED_ONLY), greedy=True)
     last = Counter(t[-1:] for t in s.texts).most_common(1)[0]
     return {"accuracy": float(s.parts["accuracy"].mean()),
             "learned": round(float(s.parts["learned"].mean()), 4),

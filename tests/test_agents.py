@@ -20,6 +20,7 @@ from grpo_lab.agents.environments import (ENVIRONMENTS, TOOLS, AgentSettings, En
 from grpo_lab.agents.episodes import Turn, sample_episodes
 from grpo_lab.agents.games import GuessNumber, optimal_guesses
 from grpo_lab.algorithm.rollout import Rollout, Scored, completion_logprobs
+from grpo_lab.policies.engine import UPDATE_FORWARDS
 from grpo_lab.policies.model import GPT, GPTConfig
 from grpo_lab.tasks import TASKS, Example, get_task
 from grpo_lab.tokenizer import EOS, VOCAB_SIZE, encode
@@ -125,7 +126,7 @@ def test_kv_reuse_across_turns_equals_recompute():
     # log-probs of a few units: float32 rounding of two summation orders
     assert torch.allclose(ra.logprobs, rb.logprobs, atol=1e-5, rtol=0)
     for forward in ("prompt_once", "completion", "packed", "all_positions"):  # the update's
-        lp = completion_logprobs(m, ra, 1.0, forward=forward)
+        lp = completion_logprobs(m, ra, 1.0, forward=UPDATE_FORWARDS[forward])
         assert torch.allclose(lp[ra.loss_mask], ra.logprobs[ra.loss_mask], atol=1e-5, rtol=0)
 
 
@@ -611,7 +612,7 @@ def test_warmup_from_the_command_line_equals_the_library_call(tmp_path, capsys):
     m = base()
     held = {e.prompt for e in TASKS["guess4"].eval_fn()}
     losses = warm_up(m, get_environment("guess4"),
-                     lambda rng, n: sample_examples(["guess4"], n, rng, held), 3, batch=8,
+                     lambda rng, n: sample_examples([get_task("guess4")], n, rng, held), 3, batch=8,
                      seed=5)
     assert said["loss_first"] == round(losses[0], 4) and said["loss_last"] == round(losses[-1], 4)
     written, mine = load_policy(out).state_dict(), m.state_dict()

@@ -11,7 +11,7 @@ from grpo_lab.tasks import answers
 from grpo_lab.tasks.answers import extract, follows_format, is_correct
 from grpo_lab.training.config import check_records, TrainConfig
 from grpo_lab.tasks.instruct import render, render_all
-from grpo_lab.tasks.rewards import REWARDS, weighted_reward
+from grpo_lab.tasks.rewards import REWARDS, resolve_rewards, weighted_reward
 from grpo_lab.tasks import Example
 from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.tasks.word_problems import eval_examples, make, operations
@@ -81,9 +81,9 @@ def test_instruct_rewards_by_hand_and_the_toy_unchanged():
     assert REWARDS["partial"](comps, rows, stopped) == [1.0, 1.0, 0.5, 1.0]
     # the gated format: only the right answer in tags (the wrapped wrong one gets nothing)
     assert REWARDS["format_if_correct"](comps, rows, stopped) == [0.0, 1.0, 0.0, 0.0]
-    total, _ = weighted_reward(comps, rows, {"accuracy": 1.0, "format": 0.5}, stopped)
+    total, _ = weighted_reward(comps, rows, resolve_rewards({"accuracy": 1.0, "format": 0.5}), stopped)
     assert total.tolist() == [1.0, 1.5, 0.5, 1.0]
-    total, _ = weighted_reward(comps, rows, {"accuracy": 1.0, "format_if_correct": 0.5}, stopped)
+    total, _ = weighted_reward(comps, rows, resolve_rewards({"accuracy": 1.0, "format_if_correct": 0.5}), stopped)
     assert total.tolist() == [1.0, 1.5, 0.0, 1.0]
     toy = Example("12+34=", "46", "addition")
     assert render(toy, "raw") is toy                      # the toy's format, untouched

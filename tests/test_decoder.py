@@ -6,8 +6,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from grpo_lab.algorithm.rollout import sample# noqa: E402
-from grpo_lab.policies.engine import left_pad, positions
+from grpo_lab.algorithm.rollout import DRAWS, inverse_cdf_draw, sample  # noqa: E402
+from grpo_lab.policies.engine import all_positions_logits, left_pad, positions
 from grpo_lab.policies.decoder import LlamaDecoder, StaticCache, decoder_for   # noqa: E402
 from grpo_lab.policies.hf import HFConfig, HFPolicy, HFPolicyConfig, load_hf_policy   # noqa: E402
 from grpo_lab.tasks.task_data import load_eval  # noqa: E402
@@ -76,7 +76,7 @@ def test_sampling_with_the_lean_decoder_draws_transformers_tokens(draw, tiny):
     for decoder in ("lean", "transformers"):
         tiny.cfg.decoder = decoder
         for drop in (False, True):
-            got[decoder, drop] = sample(tiny, ps, 3, 8, temperature=1.0, draw=draw,
+            got[decoder, drop] = sample(tiny, ps, 3, 8, temperature=1.0, draw=DRAWS[draw],
                                         drop_finished=drop,
                                         generator=prompt_generators(0, 1, 0, range(len(ps))))
     tiny.cfg.decoder = "lean"
@@ -100,7 +100,7 @@ def test_a_shared_prompt_prefix_prefilled_once_samples_the_same_tokens(tiny):
     for decoder in ("lean", "transformers"):
         tiny.cfg.decoder = decoder
         for share in (True, False):
-            got[decoder, share] = sample(tiny, ps, 3, 8, temperature=1.0, draw="inverse_cdf",
+            got[decoder, share] = sample(tiny, ps, 3, 8, temperature=1.0, draw=inverse_cdf_draw,
                                          drop_finished=True, share_prefix=share,
                                          generator=prompt_generators(0, 2, 0, range(len(ps))))
     tiny.cfg.decoder = "lean"
@@ -110,7 +110,7 @@ def test_a_shared_prompt_prefix_prefilled_once_samples_the_same_tokens(tiny):
         assert torch.equal(r.completion_ids, ref.completion_ids), key
         torch.testing.assert_close(r.logprobs, ref.logprobs, rtol=0, atol=1e-4)
     with torch.no_grad():
-        full = completion_logprobs(tiny, got["lean", True], forward="all_positions")
+        full = completion_logprobs(tiny, got["lean", True], forward=all_positions_logits)
     torch.testing.assert_close(got["lean", True].logprobs, full, rtol=0, atol=1e-4)
 
 
@@ -171,7 +171,7 @@ def test_a_lora_model_decodes_with_its_adapters(tiny):
         got = {}
         for decoder in ("lean", "transformers"):
             policy.cfg.decoder = decoder
-            got[decoder] = sample(policy, ps, 2, 6, draw="inverse_cdf",
+            got[decoder] = sample(policy, ps, 2, 6, draw=inverse_cdf_draw,
                                   generator=prompt_generators(0, 2, 0, range(len(ps))))
         assert torch.equal(got["lean"].completion_ids, got["transformers"].completion_ids)
         torch.testing.assert_close(got["lean"].logprobs, got["transformers"].logprobs,

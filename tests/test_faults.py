@@ -23,7 +23,7 @@ from grpo_lab.distributed import codecs, compression as C, wire
 from grpo_lab.distributed.wire import TensorRecord, WireError
 from grpo_lab.algorithm.loss import grpo_loss
 from grpo_lab.policies.model import FORMAT_TAG, GPT, GPTConfig, load_policy, save_policy
-from grpo_lab.tasks.rewards import REWARDS, accuracy_reward, weighted_reward
+from grpo_lab.tasks.rewards import REWARDS, accuracy_reward, resolve_rewards, weighted_reward
 from grpo_lab.tasks import Example
 
 T = torch.tensor
@@ -228,21 +228,21 @@ def test_rewards_reject_bad_inputs(monkeypatch):
     with pytest.raises(ValueError, match="2 completions, 2 examples and 1 stopped flags"):
         accuracy_reward(["46", "47"], EX, [True])
     with pytest.raises(ValueError, match="2 completions, 2 examples and 3 stopped flags"):
-        weighted_reward(["46", "47"], EX, {"accuracy": 1.0}, [True] * 3)
+        weighted_reward(["46", "47"], EX, resolve_rewards({"accuracy": 1.0}), [True] * 3)
     with pytest.raises(ValueError, match=r"reward weight 'accuracy' must be a finite number, "
                                          r"got inf"):
-        weighted_reward(["46", "47"], EX, {"accuracy": INF})
+        weighted_reward(["46", "47"], EX, resolve_rewards({"accuracy": INF}))
     with pytest.raises(ValueError, match=r"reward weight 'partial' must be a finite number, "
                                          r"got nan"):
-        weighted_reward(["46", "47"], EX, {"accuracy": 1.0, "partial": NAN})
+        weighted_reward(["46", "47"], EX, resolve_rewards({"accuracy": 1.0, "partial": NAN}))
     with pytest.raises(ValueError, match=r"weighted reward of sample 0 is inf"):
-        weighted_reward(["46", "47"], EX, {"accuracy": 3e38, "partial": 3e38})
+        weighted_reward(["46", "47"], EX, resolve_rewards({"accuracy": 3e38, "partial": 3e38}))
     monkeypatch.setitem(REWARDS, "broken", lambda c, e, s: [None, 1.0])
     with pytest.raises(ValueError, match=r"reward function 'broken' returned None for sample 0 "
                                          r"\(completion '46'\), not a number"):
-        weighted_reward(["46", "47"], EX, {"broken": 1.0})
+        weighted_reward(["46", "47"], EX, resolve_rewards({"broken": 1.0}))
     monkeypatch.setitem(REWARDS, "ints", lambda c, e, s: [1, 0])      # ints -> float32
-    total, parts = weighted_reward(["46", "47"], EX, {"ints": 2})
+    total, parts = weighted_reward(["46", "47"], EX, resolve_rewards({"ints": 2}))
     assert total.tolist() == [2.0, 0.0] and parts["ints"].dtype == torch.float32
 
 

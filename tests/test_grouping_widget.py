@@ -12,9 +12,9 @@ from grpo_lab.algorithm.advantages import grouped_advantages
 from grpo_lab.algorithm.loss import grpo_loss
 from grpo_lab.policies.model import load_policy
 from grpo_lab.algorithm.rollout import completion_logprobs, sample
-from grpo_lab.tasks import decode, encode, sample_examples
+from grpo_lab.tasks import decode, encode, get_task, sample_examples
 from grpo_lab.tasks.task_data import load_mixture
-from grpo_lab.tasks.rewards import weighted_reward
+from grpo_lab.tasks.rewards import resolve_rewards, weighted_reward
 from grpo_lab.teaching.widgets.grouping import (STAGES, WEIGHTS, base_rollout_rewards, grouping_explorer,
                                                 grpo_step_explorer, grpo_step_stages)
 
@@ -90,7 +90,7 @@ def test_step_explorer_walks_the_stages():
 
 def test_step_stages_agree_with_the_library():
     policy = load_policy("data/base_policy.safetensors")
-    exs = sample_examples(["addition", "max", "sort"], 3, random.Random(5))
+    exs = sample_examples([get_task("addition"), get_task("max"), get_task("sort")], 3, random.Random(5))
     d = grpo_step_stages(policy, exs, G=4, grouping="by_task", seed=3)
     from grpo_lab.training.step import prompt_generators                           # the trainer's seeding
     r = sample(policy, [encode(e.prompt) for e in exs], 4, 8, 0.7,
@@ -98,7 +98,7 @@ def test_step_stages_agree_with_the_library():
     texts = [decode(c) for c in r.completion_ids.tolist()]
     assert d["rollout"]["texts"] == texts
     rows = [exs[i] for i in r.prompt_index.tolist()]
-    rewards, _ = weighted_reward(texts, rows, WEIGHTS, r.stopped.tolist())
+    rewards, _ = weighted_reward(texts, rows, resolve_rewards(WEIGHTS), r.stopped.tolist())
     assert d["rewards"]["rewards"] == rewards.tolist()
     ids = sorted(set(e.task for e in exs))
     assert d["groups"]["cluster_ids"] == [ids.index(e.task) for e in exs]

@@ -262,6 +262,7 @@ def test_bad_memory_settings_name_the_value(kw, match):
 def test_hf_checkpoint_every_k_layers_same_gradients_less_memory():
     pytest.importorskip("transformers")
     from grpo_lab.algorithm.rollout import completion_logprobs
+    from grpo_lab.policies.engine import completion_logits
     c = preset("hf_tiny_cpu", threads=1)
     base = load_for(c)
     r = sample(base, [base.encode("12+34=")] * 4, 2, 4, generator=torch.Generator().manual_seed(0))
@@ -271,7 +272,7 @@ def test_hf_checkpoint_every_k_layers_same_gradients_less_memory():
         layers = [m for m in p.modules() if type(m).__name__ == "LlamaDecoderLayer"]
         assert [bool(getattr(m, "gradient_checkpointing", False)) for m in layers] == \
             [k > 0 and i % k == 0 for i in range(3)]
-        fwd = lambda: completion_logprobs(p, r, forward="completion")     # noqa: E731 one path
+        fwd = lambda: completion_logprobs(p, r, forward=completion_logits)     # noqa: E731 one path
         saved = saved_bytes(fwd, list(p.parameters()))
         peak, _ = peak_bytes(lambda: fwd().sum().backward())
         out[k] = (grads(p), saved, peak)

@@ -215,13 +215,15 @@ def _step_with_off_policy_rows(monkeypatch, level, aggregation, shift_rows=(0, 3
     -> (the objective's loss, the policy's log-probs, old, sampler, mask, advantages)."""
     from grpo_lab.algorithm import variants
     from grpo_lab.algorithm.rollout import completion_logprobs
+    from grpo_lab.policies.engine import UPDATE_FORWARDS
     from grpo_lab.policies.model import load_policy
     from grpo_lab.tasks.task_data import load_eval
     from grpo_lab.training.step import StepContext, collect, grpo_objective
     from grpo_lab.training.trainer import make_grouper, prompt_source
 
     def shifted(policy, cfg, r, ctx):
-        old = completion_logprobs(policy, r, cfg.temperature, forward=cfg.update_forward)
+        old = completion_logprobs(policy, r, cfg.temperature,
+                                  forward=UPDATE_FORWARDS[cfg.update_forward])
         bump = torch.zeros(old.shape[0], 1)
         bump[list(shift_rows)] = 1.0
         return {"old": old + bump * r.policy_mask}

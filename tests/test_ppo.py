@@ -11,7 +11,7 @@ from grpo_lab.policies.model import ValueHead
 from grpo_lab.algorithm.rollout import sample
 from grpo_lab.policies.engine import positions
 from grpo_lab.tasks.rewards import accuracy_reward
-from grpo_lab.tasks import decode, encode, sample_examples
+from grpo_lab.tasks import decode, encode, get_task, sample_examples
 
 
 def test_gae_by_hand():
@@ -51,7 +51,7 @@ def test_critic_loss_falls_on_a_fixed_batch():
     import random
     torch.manual_seed(0)
     policy = load_policy("data/base_policy.safetensors").eval()
-    exs = sample_examples(["addition"], 16, random.Random(0))
+    exs = sample_examples([get_task("addition")], 16, random.Random(0))
     r = sample(policy, [encode(e.prompt) for e in exs], 2, 5, 0.7,
                generator=torch.Generator().manual_seed(0))                 # N = 32 rows
     ids = torch.cat([r.prompt_ids, r.completion_ids], 1)
@@ -203,7 +203,7 @@ def test_value_network_on_the_policys_body_equals_the_head():
     from grpo_lab.policies.model import ValueNetwork
     torch.manual_seed(0)
     policy = load_policy("data/base_policy.safetensors").eval()
-    exs = sample_examples(["addition"], 4, random.Random(0))
+    exs = sample_examples([get_task("addition")], 4, random.Random(0))
     r = sample(policy, [encode(e.prompt) for e in exs], 2, 5, 0.7,
                generator=torch.Generator().manual_seed(0))
     head = ValueHead(policy.cfg.n_embd)

@@ -16,7 +16,7 @@ from grpo_lab.training.pretrain import fresh_policy, pretrain, save_any, train_c
 from grpo_lab.policies.engine import positions
 from grpo_lab.training.step import demo_batch
 from grpo_lab.tasks.task_data import load_eval
-from grpo_lab.tasks import sample_examples
+from grpo_lab.tasks import get_task, sample_examples
 from grpo_lab.training.trainer import evaluate, train
 
 TINY = dict(n_layer=1, n_head=2, n_embd=32, batch_size=8, threads=1)
@@ -44,7 +44,7 @@ def old_pretrain(cfg: PretrainConfig):
         lr = cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / cfg.steps)))
         for g in opt.param_groups:
             g["lr"] = lr
-        ids, mask, tmask = demo_batch(sample_examples(tasks, cfg.batch_size, rng, held_out),
+        ids, mask, tmask = demo_batch(sample_examples([get_task(t) for t in tasks], cfg.batch_size, rng, held_out),
                                       model)
         logits, _ = model(ids, positions(mask), mask)                      # (B, T, V)
         loss = F.cross_entropy(logits[:, :-1][tmask[:, 1:]], ids[:, 1:][tmask[:, 1:]])

@@ -127,6 +127,7 @@ def _unknown_name_sites():
     """(call with a bad name, kind, bad name, every known name): one per hand-written message
     the package had before lookup answered them all."""
     from grpo_lab.tasks import answers, instruct, rewards
+    from grpo_lab.tasks.rewards import resolve_rewards
     from grpo_lab.training import experiments
     from grpo_lab.algorithm import grouping, rollout
     from grpo_lab.policies import engine
@@ -136,9 +137,9 @@ def _unknown_name_sites():
     res = experiments.Results([{"strategy": "a", "seed": 0, "history": []}])
     batch = grouping.PromptBatch(["1+2=", "3+4="], ["add", "add"])
     return [
-        (lambda: rollout.sample(None, [[1]], 1, 1, draw="gumbel"), "draw", "gumbel",
+        (lambda: check_records(TrainConfig(sample_draw="gumbel")), "sample_draw", "gumbel",
          rollout.DRAWS),
-        (lambda: rollout.completion_logprobs(None, None, forward="jit"), "update forward", "jit",
+        (lambda: check_records(TrainConfig(update_forward="jit")), "update_forward", "jit",
          engine.UPDATE_FORWARDS),
         (lambda: answers.kind_of("chess"), "instruct task", "chess", answers.TASK_KINDS),
         (lambda: instruct.question(Example("1", "1", "chess")), "instruct task", "chess",
@@ -155,7 +156,7 @@ def _unknown_name_sites():
         (lambda: scaling.study(2, clusters=("moon",)), "cluster", "moon", topology.CLUSTERS),
         (lambda: res.compare("a", "b"), "strategy", "b", ["a"]),
         (lambda: res.compare("a", "a", "speed"), "metric", "speed", experiments.METRICS),
-        (lambda: rewards.weighted_reward(["1"], [Example("1", "1", "add")], {"speed": 1.0}),
+        (lambda: resolve_rewards({"speed": 1.0}),
          "reward function", "speed", rewards.REWARDS),
         (lambda: grouping.kmeans_semantic(batch, 2, embedder="bert"), "embedder", "bert",
          grouping.EMBEDDERS),

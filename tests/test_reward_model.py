@@ -9,7 +9,7 @@ import torch
 
 from grpo_lab.training import reward_model as rm
 from grpo_lab.training.config import preset
-from grpo_lab.tasks.rewards import REWARDS, weighted_reward
+from grpo_lab.tasks.rewards import REWARDS, resolve_rewards, weighted_reward
 from grpo_lab.tasks import Example
 from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.training.trainer import train
@@ -61,7 +61,7 @@ def test_registered_reward_scores_each_row_as_alone(trained, monkeypatch):
     assert len(vals) == 3 and all(isinstance(v, float) and 0 <= v <= 1 for v in vals)
     alone = [REWARDS["learned"]([c], [e], [s])[0] for c, e, s in zip(comps, exs, stopped)]
     assert vals == pytest.approx(alone, abs=1e-6)           # left padding does not leak
-    total, parts = weighted_reward(comps, exs, {"learned": 2.0, "accuracy": 0.0}, stopped)
+    total, parts = weighted_reward(comps, exs, resolve_rewards({"learned": 2.0, "accuracy": 0.0}), stopped)
     torch.testing.assert_close(total, 2 * torch.tensor(vals))
     assert parts["accuracy"].tolist() == [1.0, 0.0, 0.0]
 

@@ -47,7 +47,7 @@ def hf_prompts(policy, n=5):
 def loss_and_grads(model, r, forward, adv):
     """sum over real tokens of logp * advantage -> (loss, flat gradient, sum of |terms|)."""
     model.zero_grad()
-    logp = completion_logprobs(model, r, 0.8, forward=forward)             # (N, Tc)
+    logp = completion_logprobs(model, r, 0.8, forward=UPDATE_FORWARDS[forward])  # (N, Tc)
     terms = logp * adv[:, None] * r.completion_mask                        # (N, Tc)
     loss = terms.sum()
     loss.backward()
@@ -162,7 +162,7 @@ def test_prompt_once_keeps_the_head_off_prompt_positions(tiny):
     try:
         with torch.no_grad():
             for fw in UPDATE_FORWARDS:
-                completion_logprobs(tiny, r, forward=fw)
+                completion_logprobs(tiny, r, forward=UPDATE_FORWARDS[fw])
     finally:
         h.remove()
     N, Tp, Tc = r.completion_ids.shape[0], r.prompt_ids.shape[1], r.completion_ids.shape[1]
@@ -182,7 +182,7 @@ def test_tokens_do_not_depend_on_batch_split_or_dropped_rows(which, draw, tiny):
     ps = ([encode("12+34="), encode("sort:3142="), encode("7+5="), encode("3+4=")]
           if which == "toy" else hf_prompts(tiny, 4))
     gens = lambda idx: prompt_generators(7, 1, 0, idx)                     # noqa: E731
-    kw = dict(G=3, max_new_tokens=6, temperature=1.0, draw=draw)
+    kw = dict(G=3, max_new_tokens=6, temperature=1.0, draw=DRAWS[draw])
     whole = sample(model, ps, generator=gens(range(4)), **kw)
     lengths = whole.completion_mask.sum(1)                                 # (N,)
     assert whole.stopped.any() and len(set(lengths.tolist())) > 1          # rows stop apart

@@ -13,7 +13,7 @@ from grpo_lab.policies.model import load_policy
 from grpo_lab.algorithm.rollout import completion_logprobs
 from grpo_lab.tasks import decode
 from grpo_lab.tasks.task_data import load_eval, load_mixture
-from grpo_lab.tasks.rewards import weighted_reward
+from grpo_lab.tasks.rewards import resolve_rewards, weighted_reward
 from grpo_lab.training.step import StepContext, collect, max_new_tokens
 from grpo_lab.training.trainer import make_grouper, prompt_source, train
 
@@ -180,7 +180,7 @@ def test_dynamic_sampling_keeps_b_prompts_with_reward_variance(tmp_path):
     # the rewards belong to the rows they sit on
     rows = [examples[i] for i in r.prompt_index.tolist()]
     again, _ = weighted_reward([decode(x) for x in r.completion_ids.tolist()], rows,
-                               c.reward_weights, r.stopped.tolist())
+                               resolve_rewards(c.reward_weights), r.stopped.tolist())
     assert torch.equal(again, rewards)
 
 

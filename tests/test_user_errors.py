@@ -21,7 +21,7 @@ from grpo_lab.teaching import exercises
 from grpo_lab.algorithm.advantages import ADVANTAGES, grpo_advantages, register_advantage
 from grpo_lab.cli import main
 from grpo_lab.training.config import CEILINGS, preset
-from grpo_lab.tasks.rewards import REWARD_CEILING, REWARDS, weighted_reward
+from grpo_lab.tasks.rewards import REWARD_CEILING, REWARDS, resolve_rewards, weighted_reward
 from grpo_lab.tasks import TASKS, Example, register_task
 from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.training.trainer import train
@@ -158,11 +158,11 @@ def test_huge_rewards_are_refused_naming_the_function(monkeypatch):
     ex = [Example("1+1=", "2", "addition")] * 2
     with pytest.raises(ValueError, match=r"reward function 'huge' returned 3e\+38 for sample 0 "
                                          r".*beyond the ceiling \|reward\| <= 1e\+06"):
-        weighted_reward(["2", "3"], ex, {"huge": 1.0})
-    ok, _ = weighted_reward(["2", "3"], ex, {"accuracy": REWARD_CEILING})
+        weighted_reward(["2", "3"], ex, resolve_rewards({"huge": 1.0}))
+    ok, _ = weighted_reward(["2", "3"], ex, resolve_rewards({"accuracy": REWARD_CEILING}))
     assert ok.tolist() == [REWARD_CEILING, 0.0]
     with pytest.raises(ValueError, match=r"weighted reward of sample 0 is 2e\+06"):
-        weighted_reward(["2", "3"], ex, {"accuracy": 2 * REWARD_CEILING})
+        weighted_reward(["2", "3"], ex, resolve_rewards({"accuracy": 2 * REWARD_CEILING}))
 
 
 def test_a_non_finite_estimator_is_named(tmp_path, monkeypatch):
@@ -365,7 +365,7 @@ def test_a_reward_returning_none_and_a_short_estimator_are_named(monkeypatch):
     ex = [Example("1+1=", "2", "addition")] * 2
     with pytest.raises(ValueError, match=r"reward function 'nothing' returned None, not a list "
                                          r"of 2 numbers"):
-        weighted_reward(["2", "3"], ex, {"nothing": 1.0})
+        weighted_reward(["2", "3"], ex, resolve_rewards({"nothing": 1.0}))
     from grpo_lab.algorithm.advantages import grouped_advantages
     monkeypatch.setitem(ADVANTAGES, "first_only", lambda r, g: r[:1])
     with pytest.raises(ValueError, match=r"advantage estimator 'first_only' \(combine 'cluster'\) "
