@@ -70,7 +70,7 @@ var(per-prompt mean, per row) / var, 0 without variance: by-prompt GRPO centres 
 prompt, so 0; a cluster baseline pushes all completions of an easy prompt up, of a hard one
 down, whichever was better); and the filter of dynamic sampling
 (DAPO, Yu et al. 2025, sec. 3.2): ``informative_groups`` keeps groups whose rewards differ
-(step.draw_prompts applies it to per-prompt groups). Deviation: it accepts any group ids,
+(step.dynamic_draws applies it to per-prompt groups). Deviation: it accepts any group ids,
 not only prompts.
 """
 from __future__ import annotations
@@ -287,18 +287,25 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
                        lengths=None) -> torch.Tensor:
     """Cluster id per prompt (B,), prompt of each row (N,), rewards (N,) -> advantages (N,),
     checked finite, one per reward; ``estimator`` serves ``combine="cluster"`` alone."""
-    fn = lookup(COMBINE, combine, "combine option")
-    lookup(ADVANTAGES, estimator, "estimator")
+    if combine not in COMBINE or estimator not in ADVANTAGES:
+        _refuse_names(combine, estimator)
     cluster_ids = torch.as_tensor(np.asarray(cluster_ids), dtype=torch.long)  # (B,)
     inside = (prompt_index >= 0) & (prompt_index < len(cluster_ids))       # (N,)
     if not bool(inside.all()):
         raise ValueError(f"prompt_index holds {int(prompt_index[~inside][0])} but only "
                          f"{len(cluster_ids)} prompts have a cluster id")
-    adv = fn(rewards, prompt_index, cluster_ids[prompt_index], estimator, lengths)   # (N,)
+    adv = COMBINE[combine](rewards, prompt_index, cluster_ids[prompt_index], estimator,
+                           lengths)                                        # (N,)
     if not (torch.is_tensor(adv) and adv.shape == rewards.shape
             and bool(torch.isfinite(adv).all())):
         _refuse_advantages(adv, rewards, combine, estimator)
     return adv
+
+
+def _refuse_names(combine: str, estimator: str):
+    """The error ``grouped_advantages`` raises for an unknown name (registry.lookup's)."""
+    lookup(COMBINE, combine, "combine option")
+    lookup(ADVANTAGES, estimator, "estimator")
 
 
 def _refuse_advantages(adv, rewards: torch.Tensor, combine: str, estimator: str):

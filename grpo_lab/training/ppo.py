@@ -22,7 +22,7 @@ from grpo_lab.policies.model import ValueHead, ValueNetwork
 from grpo_lab.algorithm.loss import grpo_loss
 from grpo_lab.training.ppo_config import PPOConfig  # noqa: F401 (TrainConfig.ppo)
 from grpo_lab.algorithm.rollout import completion_logprobs
-from grpo_lab.training.step import draw_prompts, logged_stats, max_new_tokens, register_objective
+from grpo_lab.training.step import logged_stats, max_new_tokens, register_objective, score_draw
 
 
 PPO_STATS = ("loss/total", "loss/kl", "clip/low_frac", "clip/high_frac", "clip/ratio_mean",
@@ -49,8 +49,7 @@ def collect_ppo(policy, cfg, step: int, ctx) -> PPOBatch:
         raise ValueError(f"objective='ppo' runs on one process for now, not {ctx.group.world}")
     if not hasattr(policy, "value_head"):
         raise ValueError("objective='ppo' needs policy.value_head (the trainer attaches one)")
-    _, draws, _ = draw_prompts(cfg, ctx, step, policy)   # no dynamic sampling (config.py)
-    scored = draws[0][1]
+    scored = score_draw(cfg, ctx, step, policy, 0)[1]   # no dynamic sampling (config.py)
     r = scored.rollout
     mask = r.completion_mask                                               # (N, Tc)
     _, _, values = logprobs_and_values(policy, r, cfg.temperature)

@@ -186,16 +186,6 @@ def _varies(rewards: torch.Tensor, G: int) -> torch.Tensor:
     return informative_groups(rewards, torch.arange(len(rewards)) // G)[1]
 
 
-def draw_prompts(cfg, ctx: StepContext, step: int, policy):
-    """B prompts, this rank's slice sampled and scored -> (kept [(draw, index)] sorted, per
-    draw (examples, this rank's Scored), informative flags per draw or None); with
-    ``cfg.dynamic_sampling`` several draws (``dynamic_draws``)."""
-    if cfg.dynamic_sampling:
-        return dynamic_draws(cfg, ctx, step, policy)
-    draw = score_draw(cfg, ctx, step, policy, 0)
-    return [(0, i) for i in range(cfg.prompts_per_step)], [draw], None
-
-
 def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
     """Draw ``d`` of B prompts, seeded by (seed, step, d) -> (its B examples, this rank's
     slice of them sampled and scored: ``ctx.score``, prompt i with its own generator)."""
@@ -214,7 +204,8 @@ def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
 def dynamic_draws(cfg, ctx: StepContext, step: int, policy):
     """DAPO's dynamic sampling: draws until B prompts whose G rewards differ (at most
     ``dynamic_max_draws``), decided on the gathered rewards, so every rank keeps the same
-    prompts; short of B, topped up with the first draw's dull prompts. -> draw_prompts'."""
+    prompts; short of B, topped up with the first draw's dull prompts. -> (kept [(draw,
+    index)] sorted, per draw (examples, this rank's Scored), informative flags per draw)."""
     G, B = cfg.group_size, cfg.prompts_per_step
     draws, flags, kept = [], [], []
     for d in range(cfg.dynamic_max_draws):
@@ -277,7 +268,11 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     G, B = cfg.group_size, cfg.prompts_per_step
     variants = active_variants(cfg)                                       # variants.py
     # 1. B prompts, G completions each, scored (this rank samples its slice; DAPO redraws)
-    kept, draws, flags = draw_prompts(cfg, ctx, step, policy)
+    if cfg.dynamic_sampling:
+        kept, draws, flags = dynamic_draws(cfg, ctx, step, policy)
+    else:
+        draws, flags = [score_draw(cfg, ctx, step, policy, 0)], None
+        kept = [(0, i) for i in range(B)]                                  # every prompt
     # 2. this rank's rows (one draw: all it sampled) and their prompts' places in the global
     #    batch; the per-row tensors the variants need (reference's, trainer's)
     one = len(draws) == 1 and len(kept) == B          # one draw, every prompt kept: as sampled
