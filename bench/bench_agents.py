@@ -63,7 +63,8 @@ def main(argv=None):
     policy = load_policy("data/base_policy.safetensors")
     base = evaluate_episodes(policy, {a.env: held})
     prompts = {e.prompt for e in held}
-    losses = warm_up(policy, env, lambda rng, n: sample_examples([get_task(a.env)], n, rng, prompts),
+    task = get_task(a.env)
+    losses = warm_up(policy, env, lambda rng, n: sample_examples([task], n, rng, prompts),
                      a.warm_steps, seed=a.seed)
     save_policy(policy, warm)
     warmed = evaluate_episodes(policy, {a.env: held})

@@ -73,7 +73,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     policy = load_policy("data/base_policy.safetensors")
     base = held_out(policy, env, held)
-    losses = warm_up(policy, guess, lambda rng, n: sample_examples([get_task("guess")], n, rng, guess_held),
+    task = get_task("guess")
+    losses = warm_up(policy, guess, lambda rng, n: sample_examples([task], n, rng, guess_held),
                      a.warm_steps, seed=a.seed)
     warm = out / "guess_warm.safetensors"
     save_policy(policy, warm)

@@ -81,9 +81,11 @@ def test_instruct_rewards_by_hand_and_the_toy_unchanged():
     assert REWARDS["partial"](comps, rows, stopped) == [1.0, 1.0, 0.5, 1.0]
     # the gated format: only the right answer in tags (the wrapped wrong one gets nothing)
     assert REWARDS["format_if_correct"](comps, rows, stopped) == [0.0, 1.0, 0.0, 0.0]
-    total, _ = weighted_reward(comps, rows, resolve_rewards({"accuracy": 1.0, "format": 0.5}), stopped)
+    total, _ = weighted_reward(comps, rows, resolve_rewards({"accuracy": 1.0, "format": 0.5}),
+                               stopped)
     assert total.tolist() == [1.0, 1.5, 0.5, 1.0]
-    total, _ = weighted_reward(comps, rows, resolve_rewards({"accuracy": 1.0, "format_if_correct": 0.5}), stopped)
+    weights = {"accuracy": 1.0, "format_if_correct": 0.5}
+    total, _ = weighted_reward(comps, rows, resolve_rewards(weights), stopped)
     assert total.tolist() == [1.0, 1.5, 0.0, 1.0]
     toy = Example("12+34=", "46", "addition")
     assert render(toy, "raw") is toy                      # the toy's format, untouched

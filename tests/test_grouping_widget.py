@@ -90,7 +90,7 @@ def test_step_explorer_walks_the_stages():
 
 def test_step_stages_agree_with_the_library():
     policy = load_policy("data/base_policy.safetensors")
-    exs = sample_examples([get_task("addition"), get_task("max"), get_task("sort")], 3, random.Random(5))
+    exs = sample_examples([get_task(t) for t in ("addition", "max", "sort")], 3, random.Random(5))
     d = grpo_step_stages(policy, exs, G=4, grouping="by_task", seed=3)
     from grpo_lab.training.step import prompt_generators                           # the trainer's seeding
     r = sample(policy, [encode(e.prompt) for e in exs], 4, 8, 0.7,

@@ -39,12 +39,12 @@ def old_pretrain(cfg: PretrainConfig):
     # .fused_adamw, issue 22; fused vs the per-tensor loop: tests/test_fused_adamw.py)
     fused = get_policy_kind(cfg.policy).fused_adamw or None
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, fused=fused)
-    losses = []
+    losses, records = [], [get_task(t) for t in tasks]
     for step in range(cfg.stop_after or cfg.steps):
         lr = cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / cfg.steps)))
         for g in opt.param_groups:
             g["lr"] = lr
-        ids, mask, tmask = demo_batch(sample_examples([get_task(t) for t in tasks], cfg.batch_size, rng, held_out),
+        ids, mask, tmask = demo_batch(sample_examples(records, cfg.batch_size, rng, held_out),
                                       model)
         logits, _ = model(ids, positions(mask), mask)                      # (B, T, V)
         loss = F.cross_entropy(logits[:, :-1][tmask[:, 1:]], ids[:, 1:][tmask[:, 1:]])

@@ -61,7 +61,8 @@ def test_registered_reward_scores_each_row_as_alone(trained, monkeypatch):
     assert len(vals) == 3 and all(isinstance(v, float) and 0 <= v <= 1 for v in vals)
     alone = [REWARDS["learned"]([c], [e], [s])[0] for c, e, s in zip(comps, exs, stopped)]
     assert vals == pytest.approx(alone, abs=1e-6)           # left padding does not leak
-    total, parts = weighted_reward(comps, exs, resolve_rewards({"learned": 2.0, "accuracy": 0.0}), stopped)
+    total, parts = weighted_reward(comps, exs, resolve_rewards({"learned": 2.0, "accuracy": 0.0}),
+                                   stopped)
     torch.testing.assert_close(total, 2 * torch.tensor(vals))
     assert parts["accuracy"].tolist() == [1.0, 0.0, 0.0]
 

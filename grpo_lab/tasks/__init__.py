@@ -283,10 +283,11 @@ def read_rows(path: str | Path) -> list[tuple[str, Example]]:
 
 def check_held_out(task: Task, rows: list[tuple[str, Example]]) -> list[Example]:
     """The examples of ``rows`` [(where, Example)], carrying the task's ``answer_chars``, if
-    each fits ``task`` -> else an error naming the row: it names the task, its answer fits max_answer_len (a longer answer can
-    never be produced: the sampler stops at max_answer_len + 2 tokens, so it scores 0,
-    silently) and, for a task with an alphabet (``Task.alphabet``: the toy's format), its
-    prompt ends with "=" and its prompt and answer use that alphabet."""
+    each fits ``task`` -> else an error naming the row: it names the task, its answer fits
+    max_answer_len (a longer answer can never be produced: the sampler stops at
+    max_answer_len + 2 tokens, so it scores 0, silently) and, for a task with an alphabet
+    (``Task.alphabet``: the toy's format), its prompt ends with "=" and its prompt and answer
+    use that alphabet."""
     alphabet = task.alphabet
     for where, ex in rows:
         if ex.task != task.name:
