@@ -77,11 +77,11 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            use_cache: bool = True, draw: Callable | None = None, drop_finished: bool = False,
            clock: dict | None = None, top_p: float = 1.0, share_prefix: bool = True) -> Rollout:
     """Sample G completions for each of B prompts (token lists) from the engine ``model`` ->
-    Rollout with N = B*G rows, at most ``max_new_tokens`` each (module docstring). ``draw``: one
-    of ``DRAWS`` (None: ``race_draw``); ``generator``: one, or a list of B (one per prompt);
-    ``use_cache=False`` recomputes every step; ``drop_finished``, ``share_prefix``:
-    ``engine.Decode``'s levers (the same tokens); ``clock``: a dict that gets the seconds per
-    phase added (``CLOCK_KEYS``)."""
+    Rollout with N = B*G rows, at most ``max_new_tokens`` each (module docstring). ``draw``: a
+    ``DRAWS`` function (None: the race); ``generator``: one, or a list of B (one per prompt);
+    ``use_cache=False``: recompute every step; ``drop_finished``, ``share_prefix``:
+    ``engine.Decode``'s levers (the same tokens); ``clock``: gets the seconds per phase added
+    (``CLOCK_KEYS``)."""
     for bad, why in ((G < 1, f"group size G must be >= 1, got {G}"),
                      (max_new_tokens < 1, f"max_new_tokens must be >= 1, got {max_new_tokens}"),
                      (temperature <= 0, f"temperature must be > 0 (use greedy=True for argmax), "
