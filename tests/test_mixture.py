@@ -45,7 +45,8 @@ def test_compare_draws_all_three_answers():
 
 
 def test_rewards_know_the_new_tasks():
-    ex = [Example("cmp:37,52=", "<", "compare"), Example("count:a,banana=", "3", "count")]
+    ex = [Example("cmp:37,52=", "<", "compare", answer_chars=TASKS["compare"].answer_chars),
+          Example("count:a,banana=", "3", "count", answer_chars=TASKS["count"].answer_chars)]
     assert accuracy_reward(["<", "2"], ex, [True, True]) == [1.0, 0.0]
     assert format_reward(["<", "<"], ex, [True, True]) == [1.0, 0.0]   # "<" is not a digit
     assert solve("count:a,banana=") == "3" and solve("min:40,7,93=") == "7"

@@ -4,6 +4,7 @@ import torch
 
 from grpo_lab.policies.model import GPT, GPTConfig
 from grpo_lab.algorithm.rollout import completion_logprobs, sample
+from grpo_lab.policies.engine import shared_prompt_rows
 from grpo_lab.tasks import EOS, PAD, encode
 
 
@@ -36,7 +37,7 @@ def test_groups_masks_and_stop(model):
         model.wte.weight[EOS] += 0.5 * model.wte.weight[2:].mean(0)
     r = sample(model, PROMPTS, G=5, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
     N, Tc = r.completion_ids.shape
-    assert N == 15 and r.group_size == 5
+    assert N == 15 and shared_prompt_rows(r) == 5
     assert r.prompt_index.tolist() == [i for i in range(3) for _ in range(5)]
     assert torch.equal(r.prompt_ids[0], r.prompt_ids[4])                  # shared prompt
     for row, mask, stopped in zip(r.completion_ids, r.completion_mask, r.stopped):

@@ -117,7 +117,8 @@ def test_chosen_logprobs_give_the_update_autograds_gradients(tiny):
     out = []
     for autograd_path in (True, False):
         tiny.zero_grad()
-        logp, ent = completion_logprobs(tiny, r, 0.8, True, "prompt_once", autograd_path)
+        logp, ent = completion_logprobs(tiny, r, 0.8, True, UPDATE_FORWARDS["prompt_once"],
+                                        autograd_path)
         (logp * adv[:, None] * r.completion_mask).sum().backward()
         g = torch.cat([p.grad.flatten() for p in tiny.parameters() if p.grad is not None])
         out.append((logp.detach(), ent.detach(), g))

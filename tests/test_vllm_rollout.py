@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from grpo_lab.algorithm.rollout import ROLLOUTS, rollout_scorer, sample_and_score
+from grpo_lab.policies.engine import shared_prompt_rows
 from grpo_lab.algorithm.vllm_rollout import (VLLMEngine, changed_weights, repack_tied_head,
                                              request_seed, to_rollout)
 from grpo_lab.training.config import preset
@@ -40,7 +41,7 @@ def test_vllm_outputs_become_the_samplers_rollout_by_hand():
                                    [-1.0, 0.0, 0.0], [-2.0, 0.0, 0.0]]       # token's, not 99's
     assert r.logprobs.dtype == torch.float32
     assert r.stopped.tolist() == [True, False, True, False]                  # ends with <eos>
-    assert r.prompt_index.tolist() == [0, 0, 1, 1] and r.group_size == 2
+    assert r.prompt_index.tolist() == [0, 0, 1, 1] and shared_prompt_rows(r) == 2
 
 
 def test_vllm_outputs_that_do_not_fit_are_refused():

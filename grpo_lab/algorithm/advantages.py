@@ -287,8 +287,9 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
                        lengths=None) -> torch.Tensor:
     """Cluster id per prompt (B,), prompt of each row (N,), rewards (N,) -> advantages (N,),
     checked finite, one per reward; ``estimator`` serves ``combine="cluster"`` alone."""
-    if combine not in COMBINE or estimator not in ADVANTAGES:
-        _refuse_names(combine, estimator)
+    if combine not in COMBINE or estimator not in ADVANTAGES:              # lookup's message
+        lookup(COMBINE, combine, "combine option")
+        lookup(ADVANTAGES, estimator, "estimator")
     cluster_ids = torch.as_tensor(np.asarray(cluster_ids), dtype=torch.long)  # (B,)
     inside = (prompt_index >= 0) & (prompt_index < len(cluster_ids))       # (N,)
     if not bool(inside.all()):
@@ -300,12 +301,6 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
             and bool(torch.isfinite(adv).all())):
         _refuse_advantages(adv, rewards, combine, estimator)
     return adv
-
-
-def _refuse_names(combine: str, estimator: str):
-    """The error ``grouped_advantages`` raises for an unknown name (registry.lookup's)."""
-    lookup(COMBINE, combine, "combine option")
-    lookup(ADVANTAGES, estimator, "estimator")
 
 
 def _refuse_advantages(adv, rewards: torch.Tensor, combine: str, estimator: str):

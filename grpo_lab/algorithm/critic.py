@@ -27,8 +27,6 @@ tokens first and padding after them.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from grpo_lab.policies.engine import chosen_logprobs, full_sequence

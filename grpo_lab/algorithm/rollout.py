@@ -65,10 +65,6 @@ class Rollout:
         (agents/episodes.py: the observations are real tokens the policy did not write)."""
         return self.completion_mask if self.loss_mask is None else self.loss_mask
 
-    @property
-    def group_size(self) -> int:
-        return int((self.prompt_index == 0).sum())
-
 
 @torch.no_grad()
 def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,

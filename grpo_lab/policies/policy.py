@@ -34,7 +34,6 @@ builds it; ``load_policy_any(path)`` reads any saved policy or training checkpoi
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields, replace
 from typing import Callable
 

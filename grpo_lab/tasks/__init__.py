@@ -38,10 +38,7 @@ class Example:
     fields: dict = field(default_factory=dict, compare=False, hash=False)
     """The task's own values behind the prompt (``{"a": 12, "b": 34}``): what ``make`` put
     there, for a grouper (grouping.PromptBatch.fields); {} when the task gives none."""
-    answer_chars: str = field(default="", compare=False)
-    """The task's ``Task.answer_chars``, which the format reward checks a toy completion
-    against: set where examples are drawn (``Task.draw``) and held-out rows are checked
-    (``check_held_out``), so no reward looks the task up by name; "" allows none."""
+    answer_chars: str = field(default="", compare=False)  # Task.answer_chars: Task.draw sets it
 
 
 @dataclass(frozen=True)
@@ -152,8 +149,6 @@ TASKS: dict[str, Task] = {
 
 
 def get_task(name: str) -> Task:
-    """The task record ``name`` (an error naming the known ones): looked up once per run
-    (trainer.prompt_source), never per step."""
     return lookup(TASKS, name, "task", "register your own with tasks.register_task")
 
 
@@ -239,8 +234,7 @@ def register_task(name: str, make: Callable[[random.Random], Example], answer_ch
 
 def sample_examples(tasks: Sequence[Task], n: int, rng: random.Random,
                     exclude: set[str] | None = None) -> list[Example]:
-    """``n`` examples drawn uniformly over the task records ``tasks`` (``get_task``), skipping
-    prompts in ``exclude``."""
+    """``n`` examples drawn uniformly over the task records ``tasks``, skipping ``exclude``."""
     if n <= 0:
         raise ValueError(f"number of examples must be positive, got {n}")
     if not tasks:
@@ -282,12 +276,11 @@ def read_rows(path: str | Path) -> list[tuple[str, Example]]:
 
 
 def check_held_out(task: Task, rows: list[tuple[str, Example]]) -> list[Example]:
-    """The examples of ``rows`` [(where, Example)], carrying the task's ``answer_chars``, if
-    each fits ``task`` -> else an error naming the row: it names the task, its answer fits
-    max_answer_len (a longer answer can never be produced: the sampler stops at
-    max_answer_len + 2 tokens, so it scores 0, silently) and, for a task with an alphabet
-    (``Task.alphabet``: the toy's format), its prompt ends with "=" and its prompt and answer
-    use that alphabet."""
+    """The examples of ``rows`` [(where, Example)] with the task's ``answer_chars``, if each
+    fits ``task`` -> else an error naming the row: it names the task, its answer fits
+    max_answer_len (a longer one is never produced: the sampler stops at max_answer_len + 2
+    tokens, so it scores 0, silently) and, for a task with an alphabet (``Task.alphabet``: the
+    toy's format), its prompt ends with "=" and its prompt and answer use that alphabet."""
     alphabet = task.alphabet
     for where, ex in rows:
         if ex.task != task.name:

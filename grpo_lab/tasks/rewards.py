@@ -10,12 +10,11 @@ Rewards (each returns floats in [0, 1], one per completion):
   * ``format_if_correct``: ``format`` where ``accuracy`` is 1, else 0: a format reward that a
                    wrong answer cannot collect (the additive ``format`` pays for a well-wrapped
                    guess; on SmolLM2 at weight 1 that taught a boxed guess in 4 steps).
-They are combined by ``weighted_reward`` with weights from the config, the functions looked
-up once by ``resolve_rewards`` (a run: at setup, StepContext.resolve); add your own with
-``register_reward``. An example rendered for an
-instruct model (``Example.fmt`` set, instruct.py) is scored the instruct way instead
-(answers.py): accuracy reads the answer whatever wraps it, partial compares that answer,
-format checks the requested answer format.
+They are combined by ``weighted_reward`` with weights from the config (``resolve_rewards``:
+once per run); add your own with ``register_reward``. An example rendered for an instruct
+model (``Example.fmt`` set, instruct.py) is scored the instruct way instead (answers.py):
+accuracy reads the answer whatever wraps it, partial compares that answer, format checks the
+requested answer format.
 """
 from __future__ import annotations
 
@@ -81,9 +80,8 @@ def format_reward(completions: Sequence[str], examples: Sequence[Example],
 
 
 def _no_chars(ex: Example) -> str:
-    raise ValueError(f"example {ex.prompt!r} of task {ex.task!r} carries no answer_chars, "
-                     f"which the format reward checks: draw it with Task.draw or "
-                     f"sample_examples, or give Example(..., answer_chars=...)")
+    raise ValueError(f"example {ex.prompt!r} of task {ex.task!r} carries no answer_chars (the "
+                     f"format reward's): draw it with Task.draw, or give them to Example")
 
 
 def format_if_correct_reward(completions: Sequence[str], examples: Sequence[Example],
@@ -115,12 +113,10 @@ REWARDS = {"accuracy": accuracy_reward, "partial": partial_reward, "format": for
 
 
 def resolve_rewards(weights: dict[str, float]) -> dict[str, tuple[Callable, float]]:
-    """``{name: weight}`` (``TrainConfig.reward_weights``) -> ``{name: (function, weight)}``,
-    what ``weighted_reward`` sums, looked up in ``REWARDS`` once (a run: at setup); a
-    ValueError names an unknown reward or a weight that is not a finite number."""
-    for name in sorted(weights, key=str):
+    """``{name: weight}`` (``TrainConfig.reward_weights``) -> ``{name: (function, weight)}``
+    for ``weighted_reward``, once per run; an error names an unknown reward or a bad weight."""
+    for name, w in sorted(weights.items(), key=lambda nw: str(nw[0])):
         lookup(REWARDS, name, "reward function")
-    for name, w in weights.items():
         if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
             raise ValueError(f"reward weight {name!r} must be a finite number, got {w!r}")
     return {name: (REWARDS[name], w) for name, w in weights.items()}
@@ -141,13 +137,12 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
                                            completions)                    # (N,) float32
         total += w * parts[name]
     if not bool((total.abs() <= REWARD_CEILING).all()):                   # nan, inf, too big
-        _refuse_total(total, rewards)
+        _refuse_total(total, {name: w for name, (_, w) in rewards.items()})
     return total, parts
 
 
-def _refuse_total(total: torch.Tensor, rewards: dict) -> None:
-    i, weights = int((~(total.abs() <= REWARD_CEILING)).nonzero()[0]), {
-        name: w for name, (_, w) in rewards.items()}
+def _refuse_total(total: torch.Tensor, weights: dict) -> None:
+    i = int((~(total.abs() <= REWARD_CEILING)).nonzero()[0])
     raise ValueError(f"weighted reward of sample {i} is {float(total[i]):.4g}: weights "
                      f"{weights} take it beyond |reward| <= {REWARD_CEILING:g} "
                      f"(rewards.REWARD_CEILING)")

@@ -127,10 +127,9 @@ def baseline_variance(seed: int = 0, prompts: int = 8, G: int = 8, draws: int = 
     examples = [get_task(task).draw(rng) for _ in range(prompts)]
     gen = torch.Generator().manual_seed(seed)
     sums = {b: torch.zeros(sum(p.numel() for p in params), dtype=torch.float64) for b in BASELINES}
-    sq = {b: 0.0 for b in BASELINES}
+    sq, rewards = {b: 0.0 for b in BASELINES}, resolve_rewards(cfg.reward_weights)
     for _ in range(draws):
-        s = sample_and_score(policy, examples, G, max_new_tokens(cfg),
-                             resolve_rewards(cfg.reward_weights),
+        s = sample_and_score(policy, examples, G, max_new_tokens(cfg), rewards,
                              temperature=cfg.temperature, generator=gen)
         logp = completion_logprobs(policy, s.rollout, cfg.temperature)    # (N, Tc)
         mask = s.rollout.completion_mask                                   # (N, Tc)

@@ -427,7 +427,7 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
     from grpo_lab.policies.policy import check_policy
     from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
     from grpo_lab.tasks.instruct import check_config as check_instruct
-    from grpo_lab.tasks.rewards import REWARDS
+    from grpo_lab.tasks.rewards import resolve_rewards
     from grpo_lab.training.ppo import CRITICS          # and objective "ppo"
     from grpo_lab.training.step import check_objective
     from grpo_lab.training.trackers import sink_names
@@ -454,8 +454,7 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
                          f"{cfg.exchange.name!r} steps its own Adam: write "
                          f"ckpt_format='single' or pick an exchange that steps torch's AdamW")
     sink_names(cfg.report_to)               # known sinks; their packages: at train start
-    for name in cfg.reward_weights:
-        lookup(REWARDS, name, "reward function")
+    resolve_rewards(cfg.reward_weights)
     lookup(CRITICS, cfg.ppo.critic, "ppo.critic")
     check_grouping(cfg)
     check_objective(cfg)                    # its own check last: it may read the others

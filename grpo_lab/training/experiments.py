@@ -51,7 +51,7 @@ from grpo_lab.rundir import write_lines_atomic
 from grpo_lab.training.config import merge, preset, to_dict
 from grpo_lab.training.placement import Slots, on_device, study_devices
 from grpo_lab.training.power import detectable, seeds_needed
-from grpo_lab.training.sequential import SPENDING, nominal_levels, paired_p
+from grpo_lab.training.sequential import nominal_levels, paired_p
 from grpo_lab.training.report import write_report
 from grpo_lab.training.step import max_new_tokens
 from grpo_lab.training.trainer import evaluate_tasks, setup, train

@@ -98,9 +98,8 @@ class StepContext:
     def resolve(self, policy, cfg) -> None:
         """What stays the same for the whole run, resolved once (trainer.setup; a context
         built by hand: at its first draw): the longest completion, this rank's prompts, the
-        reward functions, the task generator and a grouper function under the user-code time
-        limit (when they are user code), cfg.rollout's sample-and-score (vLLM: its engine built
-        now)."""
+        rewards, the task generator and a grouper function under the user-code time limit (when
+        they are user code), cfg.rollout's sample-and-score (vLLM: its engine built now)."""
         self.max_new, self.mine = max_new_tokens(cfg), self.group.slice(cfg.prompts_per_step)
         self.rewards = resolve_rewards(cfg.reward_weights)
         self.draw = guard(f"the task generator of {cfg.task!r}", self.draw,
@@ -448,8 +447,9 @@ def demo_batch(examples, policy=None) -> tuple[torch.Tensor, torch.Tensor, torch
     return ids, mask, target_mask
 
 
-def collect_demos(policy, cfg, step: int, ctx: StepContext) -> DemoBatch:
-    examples = ctx.draw(random.Random(f"{cfg.seed}-batch-{step}"), cfg.prompts_per_step)
+def collect_demos(policy, cfg, step: int, ctx: StepContext, rng=None) -> DemoBatch:
+    """B demonstrations seeded by (seed, step), or drawn from ``rng`` -> this rank's slice."""
+    examples = ctx.draw(rng or random.Random(f"{cfg.seed}-batch-{step}"), cfg.prompts_per_step)
     ids, mask, tmask = demo_batch([examples[i] for i in ctx.group.slice(len(examples))], policy)
     n_tokens = sum(len(policy.encode(e.answer)) + 1 for e in examples)      # global targets
     return DemoBatch(ids, mask, tmask, n_tokens, {})
@@ -466,11 +466,8 @@ def collect_demo_stream(policy, cfg, step: int, ctx: StepContext) -> DemoBatch:
         rng = random.Random(cfg.seed)
         for _ in range(step):
             ctx.draw(rng, cfg.prompts_per_step)
-    examples = ctx.draw(rng, cfg.prompts_per_step)                          # (B,)
-    ctx.carry["demo_stream"] = (step + 1, rng)
-    ids, mask, tmask = demo_batch([examples[i] for i in ctx.group.slice(len(examples))], policy)
-    n_tokens = sum(len(policy.encode(e.answer)) + 1 for e in examples)      # global targets
-    return DemoBatch(ids, mask, tmask, n_tokens, {})
+    ctx.carry["demo_stream"] = (step + 1, rng)              # after this step's draw, below
+    return collect_demos(policy, cfg, step, ctx, rng)
 
 
 def supervised_objective(policy, batch: DemoBatch, cfg, world: int = 1):

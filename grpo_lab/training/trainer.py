@@ -134,8 +134,7 @@ def learning_rate(cfg: TrainConfig, step: int) -> float:
 
 
 def prompt_source(cfg: TrainConfig, held_out: set[str]):
-    """-> draw(rng, n): n training examples, never from the held-out set (the task records
-    looked up once, here)."""
+    """-> draw(rng, n): n training examples, never held out (the task records looked up once)."""
     tasks = [get_task(t) for t in cfg.task_names]
     if not cfg.train_pool:
         return lambda rng, n: sample_examples(tasks, n, rng, held_out)

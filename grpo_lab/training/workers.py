@@ -23,7 +23,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from contextlib import contextmanager
 from multiprocessing.connection import wait
 
