@@ -40,8 +40,8 @@ def test_examples_carry_their_tasks_answer_chars():
     assert {e.answer_chars for e in drawn} == {"abcdefghijklmnopqrstuvwxyz", "0123456789"}
     assert {e.answer_chars for e in load_eval("addition")} == {"0123456789"}
     assert REWARDS["format"](["<"], [get_task("compare").draw(rng)], [True]) == [1.0]
-    with pytest.raises(ValueError, match=r"example '12\+34=' of task 'addition' carries no "
-                                         r"answer_chars \(the format reward's\)"):
+    with pytest.raises(ValueError, match=r"'addition' example '12\+34=' has no answer_chars "
+                                         r"\(Task.draw sets them\)"):
         REWARDS["format"](["46"], [Example("12+34=", "46", "addition")], [True])
 
 

@@ -73,11 +73,10 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
            use_cache: bool = True, draw: Callable | None = None, drop_finished: bool = False,
            clock: dict | None = None, top_p: float = 1.0, share_prefix: bool = True) -> Rollout:
     """Sample G completions for each of B prompts (token lists) from the engine ``model`` ->
-    Rollout with N = B*G rows, at most ``max_new_tokens`` each (module docstring). ``draw``: a
-    ``DRAWS`` function (None: the race); ``generator``: one, or a list of B (one per prompt);
-    ``use_cache=False``: recompute every step; ``drop_finished``, ``share_prefix``:
-    ``engine.Decode``'s levers (the same tokens); ``clock``: gets the seconds per phase added
-    (``CLOCK_KEYS``)."""
+    Rollout with N = B*G rows, at most ``max_new_tokens`` each (module docstring). ``draw``: one of
+    ``DRAWS`` (None: the race); ``generator``: one, or one per prompt; ``use_cache=False``:
+    recompute every step; ``drop_finished``, ``share_prefix``: ``engine.Decode``'s levers (the
+    same tokens); ``clock``: a dict that gets the seconds per phase added (``CLOCK_KEYS``)."""
     for bad, why in ((G < 1, f"group size G must be >= 1, got {G}"),
                      (max_new_tokens < 1, f"max_new_tokens must be >= 1, got {max_new_tokens}"),
                      (temperature <= 0, f"temperature must be > 0 (use greedy=True for argmax), "
@@ -155,20 +154,12 @@ CLOCK_KEYS = ("time/prefill_s", "time/decode_forward_s", "time/decode_sample_s",
               "time/decode_cache_s")
 
 
-def exponential_noise(shape, G: int, generator) -> torch.Tensor:
-    """Exp(1) noise (N, V) for the exponential race: from one generator, or row block
+def prompt_noise(noise, N: int, G: int, generator) -> torch.Tensor:
+    """``noise(rows, generator)`` for the N rows: from one generator, or row block
     [i*G, (i+1)*G) from the i-th generator of a list (one per prompt)."""
     if not isinstance(generator, (list, tuple)):
-        return torch.empty(shape).exponential_(generator=generator)       # (N, V)
-    return torch.cat([torch.empty(G, shape[1]).exponential_(generator=g) for g in generator])
-
-
-def uniform_noise(N: int, G: int, generator) -> torch.Tensor:
-    """U[0, 1) noise (N,) float64, one per row: from one generator, or rows [i*G, (i+1)*G)
-    from the i-th generator of a list."""
-    if not isinstance(generator, (list, tuple)):
-        return torch.rand(N, dtype=torch.float64, generator=generator)    # (N,)
-    return torch.cat([torch.rand(G, dtype=torch.float64, generator=g) for g in generator])
+        return noise(N, generator)                                         # (N, ...)
+    return torch.cat([noise(G, g) for g in generator])                     # (N, ...)
 
 
 def top_k_filter(logp: torch.Tensor, top_k: int | None) -> torch.Tensor:
@@ -202,9 +193,9 @@ def race_draw(logp, top_k, G, generator, rows, N, top_p: float = 1.0) -> torch.T
     ``rows`` (n,): the decode batch's rows among the N, whose noise they take."""
     if top_k is not None or top_p < 1:
         logp = nucleus(logp, top_k, top_p)
-    E = exponential_noise((N, logp.shape[1]), G, generator).to(logp.device)  # (N, V)
-    E = E[rows].clamp_min(1e-30)                                           # (n, V) > 0
-    return (logp - E.log()).argmax(-1)                                     # (n,)
+    exp1 = lambda n, g: torch.empty(n, logp.shape[1]).exponential_(generator=g)  # noqa: E731
+    E = prompt_noise(exp1, N, G, generator).to(logp.device)[rows]          # (n, V) Exp(1)
+    return (logp - E.clamp_min(1e-30).log()).argmax(-1)                    # (n,)
 
 
 def inverse_cdf_draw(logp, top_k, G, generator, rows, N, top_p: float = 1.0) -> torch.Tensor:
@@ -212,7 +203,8 @@ def inverse_cdf_draw(logp, top_k, G, generator, rows, N, top_p: float = 1.0) -> 
 
     The first v with cdf_v > u * cdf_V: a token of probability 0 is never picked (its cdf
     equals the one before). With top_k only the k largest are sorted and summed."""
-    u = uniform_noise(N, G, generator).to(logp.device)[rows]              # (n,) float64
+    unif = lambda n, g: torch.rand(n, dtype=torch.float64, generator=g)    # noqa: E731
+    u = prompt_noise(unif, N, G, generator).to(logp.device)[rows]          # (n,) U[0, 1)
     if top_p < 1:
         logp = nucleus(logp, top_k, top_p)
     idx = None

@@ -80,8 +80,7 @@ def format_reward(completions: Sequence[str], examples: Sequence[Example],
 
 
 def _no_chars(ex: Example) -> str:
-    raise ValueError(f"example {ex.prompt!r} of task {ex.task!r} carries no answer_chars (the "
-                     f"format reward's): draw it with Task.draw, or give them to Example")
+    raise ValueError(f"{ex.task!r} example {ex.prompt!r} has no answer_chars (Task.draw sets them)")
 
 
 def format_if_correct_reward(completions: Sequence[str], examples: Sequence[Example],
@@ -123,12 +122,10 @@ def resolve_rewards(weights: dict[str, float]) -> dict[str, tuple[Callable, floa
 
 
 def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
-                    rewards: dict[str, tuple[Callable, float]],
-                    stopped: Sequence[bool] | None = None
+                    rewards: dict, stopped: Sequence[bool] | None = None
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Weighted sum of the rewards ``{name: (function, weight)}`` (``resolve_rewards``) ->
-    (total (N,), {name: (N,)}); a ValueError names any value (and its sample) not a finite
-    number within ``REWARD_CEILING``."""
+    """Weighted sum of ``rewards`` (resolve_rewards) -> (total (N,), {name: (N,)}); a ValueError
+    names any value (and its sample) not a finite number within ``REWARD_CEILING``."""
     stopped = [True] * len(completions) if stopped is None else list(stopped)
     check_batch(completions, examples, stopped)
     parts, total = {}, torch.zeros(len(completions))

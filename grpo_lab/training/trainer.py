@@ -146,8 +146,8 @@ def make_grouper(cfg: TrainConfig) -> StepGrouper:
     """The run's grouper; its embedder is TF-IDF fitted once on 512 seeded prompts, when a
     grouper (or the cluster diagnostics) first reads embeddings."""
     def corpus():
-        tasks = [get_task(t) for t in cfg.task_names]
-        return [e.prompt for e in sample_examples(tasks, 512, random.Random(f"{cfg.seed}-embed"))]
+        return [e.prompt for e in sample_examples(list(map(get_task, cfg.task_names)), 512,
+                                                  random.Random(f"{cfg.seed}-embed"))]
     return StepGrouper(cfg.grouping, cfg.n_groups, cfg.seed, corpus, cfg.recluster_every,
                        cfg.group_schedule)
 
