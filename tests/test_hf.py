@@ -12,6 +12,7 @@ from grpo_lab.policies.policy import load_policy_any  # noqa: E402
 from grpo_lab.training.config import check_records, TrainConfig, preset                        # noqa: E402
 from grpo_lab.policies.hf import HFPolicy, build_tiny_tokenizer, load_hf_policy  # noqa: E402
 from grpo_lab.algorithm.rollout import completion_logprobs, sample               # noqa: E402
+from grpo_lab.policies.engine import completion_logits                          # noqa: E402
 from grpo_lab.training.step import prompt_generators                           # noqa: E402
 from grpo_lab.tasks.task_data import load_eval  # noqa: E402
 from grpo_lab.training.trainer import train                                     # noqa: E402
@@ -138,7 +139,7 @@ def test_chat_template_dtype_autocast_and_gradient_checkpointing():
     grads = []
     for gc in (False, True):
         q = load_hf_policy(TINY, gradient_checkpointing=gc)      # one forward path for both
-        completion_logprobs(q, want, forward="completion").sum().backward()
+        completion_logprobs(q, want, forward=completion_logits).sum().backward()
         grads.append(torch.cat([x.grad.flatten() for x in q.parameters()]))
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)
 
