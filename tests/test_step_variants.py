@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from grpo_lab.algorithm import variants
-from grpo_lab.algorithm.loss import Clip, grpo_loss, surrogate_loss
+from grpo_lab.algorithm.loss import KL, Clip, grpo_loss, surrogate_loss
 from grpo_lab.cli import main
 from grpo_lab.training.config import from_dict, preset, to_dict
 from grpo_lab.training.step import grpo_stat_keys
@@ -56,8 +56,8 @@ def test_grpo_loss_is_the_surrogate_with_the_kl_as_a_term():
     # beta * k3 at log(pi_ref/pi) = d on one token: e^d - d - 1 (eq. 4); d = 0.5
     lp = torch.zeros(1, 1, requires_grad=True)
     ref = torch.tensor([[0.5]])
-    loss, stats = grpo_loss(lp, lp.detach(), ref, [0.0], torch.ones(1, 1, dtype=torch.bool),
-                            beta=0.1)
+    loss, stats = grpo_loss(lp, lp.detach(), [0.0], torch.ones(1, 1, dtype=torch.bool),
+                            kl=KL(beta=0.1), ref_logp=ref)
     k3 = torch.exp(torch.tensor(0.5)) - 0.5 - 1
     assert stats["loss/kl"] == pytest.approx(float(k3), abs=1e-7)
     assert float(loss.detach()) == pytest.approx(0.1 * float(k3), abs=1e-8)   # A = 0: KL alone
