@@ -558,11 +558,10 @@ def check_kl_in_loss(kl_estimator: str, beta) -> None:
 
 # what each number argument must be: name -> (test of its float, what the error says); every
 # test is False for NaN, and 0 <= x < inf for inf too
-_NONNEGATIVE = (lambda x: 0 <= x < math.inf, "finite and >= 0")
 _BOUND = (lambda x: 0 <= x < math.inf, "0 (off) or a finite bound > 0")
 NUMBERS = {
     "eps_low": (lambda x: 0 <= x < 1, "finite and in [0, 1)"),
-    "eps_high": _NONNEGATIVE, "log_ratio_clamp": _BOUND,
+    "eps_high": (lambda x: 0 <= x < math.inf, "finite and >= 0"), "log_ratio_clamp": _BOUND,
     "dual_clip": (lambda x: x == 0 or x > 1, "0 (off) or > 1 (a bound c <= 1 would cap the "
                   "loss of on-policy tokens, ratio 1, with A < 0)"),
     "delta": (_BOUND[0], "0 (off) or a finite cap > 1 + eps_high"),

@@ -208,19 +208,15 @@ def _kl_reward(cfg, s, rows, max_len):
                       parts={**s.parts, f"kl_{kl_.estimator}": kl})
 
 
-def _kl_term(cfg, t: Tokens, logp, old, real):
-    """beta * KL_it in each token's loss and loss/kl, loss/kl_<estimator> (loss.kl_term)."""
-    return kl_term(logp, old, t.rows["ref"], real, cfg.kl, cfg.clip.log_ratio_clamp)
-
-
 register_variant("kl_reward",
                  lambda cfg: bool(cfg.kl.beta) and KL_PLACEMENTS[cfg.kl.placement].in_reward,
                  settings=KL, block="kl", rows=_ref_rows, shape_rewards=_kl_reward,
                  description="InstructGPT-style: beta * the completion's KL estimate off its "
                              "reward (kl.placement='reward')")
-register_variant("kl_loss",
-                 lambda cfg: cfg.kl.in_loss(),
-                 settings=KL, block="kl", rows=_ref_rows, term=_kl_term, loss_rows=("ref",),
+register_variant("kl_loss", lambda cfg: cfg.kl.in_loss(), settings=KL, block="kl", rows=_ref_rows,
+                 term=lambda cfg, t, logp, old, real: kl_term(logp, old, t.rows["ref"], real, cfg.kl,
+                                                              cfg.clip.log_ratio_clamp),
+                 loss_rows=("ref",),
                  stat_keys=lambda cfg: ("loss/kl", f"loss/kl_{cfg.kl.estimator}"),
                  description="DeepSeekMath: beta * KL_t in each token's loss "
                              "(kl.placement='loss')")

@@ -124,8 +124,7 @@ def check_ppo(cfg) -> None:
                              f"the baseline; PPO runs the toy policy, outcome rewards, "
                              f"grouping='by_prompt', no dynamic sampling")
     if cfg.kl.beta and not cfg.kl.in_loss():        # collect_ppo shapes no reward
-        raise ValueError(f"objective='ppo' puts beta * KL in the loss, not kl.placement="
-                         f"{cfg.kl.placement!r} (yet)")
+        raise ValueError(f"objective='ppo' puts beta * KL in the loss, not kl.placement={cfg.kl.placement!r}")
 
 
 register_objective("ppo", collect_ppo, ppo_objective, needs_group=False, splits=False,
