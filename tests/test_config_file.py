@@ -12,7 +12,7 @@ from grpo_lab.training.config import PRESETS, TrainConfig, preset, to_dict
 
 def config_of(argv: list[str]) -> TrainConfig:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")         # group_k defaults of the mixture preset
+        warnings.simplefilter("ignore")         # group.k defaults of the mixture preset
         return train_config(build_parser().parse_args(["train", *argv]))
 
 

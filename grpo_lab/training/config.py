@@ -281,8 +281,8 @@ class TrainConfig:
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
     blocks: dict = field(default_factory=dict)
     """The settings blocks of the records (registry.SETTINGS: ``group``, ``clip``, ``kl``,
-    ``tis``, ``overlong``, a plugin variant's or grouper's), each read as ``cfg.<name>`` and given by its name:
-    ``TrainConfig(tis={"cap": 2})``, ``--tis.cap 2``, ``{"tis": {"cap": 2}}``."""
+    ``tis``, ``overlong``, a plugin variant's or grouper's), each read as ``cfg.<name>`` and
+    given by its name: ``TrainConfig(tis={"cap": 2})``, ``--tis.cap 2``, ``{"tis": {"cap": 2}}``."""
 
     def __init__(self, **given):
         """The fields by name; a settings block by its name, as its dataclass or a dict of its
@@ -384,9 +384,9 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
     aggregation, rewards and trackers, the settings blocks, the policy and rollout kinds, the
     grouper, the exchange, PPO's critic (each kind's checks live with its records:
     step.check_objective, policy.check_policy, exchanges.check_exchange, a settings block's
-    ``check``: the grouper's is group_config.Group.check). ``preset()``, ``from_dict()`` and the trainer's
-    ``setup`` call it, once per config object (``TrainConfig()`` checks its own fields only,
-    so building one loads none of these records)."""
+    ``check``: the grouper's is group_config.Group.check). ``preset()``, ``from_dict()`` and
+    the trainer's ``setup`` call it, once per config object (``TrainConfig()`` checks its own
+    fields only, so building one loads none of these records)."""
     from grpo_lab.agents import step as agents  # noqa: F401 (environments, objective "agent")
     from grpo_lab.algorithm.advantages import ADVANTAGES
     from grpo_lab.algorithm.loss import AGGREGATIONS, RATIO_LEVELS
