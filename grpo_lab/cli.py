@@ -315,10 +315,12 @@ def run_study(args, argv: list[str] | None = None) -> int:
 
 
 class _FileParser(argparse.ArgumentParser):
-    """The train flags, parsed from a config file: an error raises, naming the file."""
+    """The train flags, parsed from a config file: an error raises, naming the file (and, for
+    an unknown key, the settings-block field it may mean, as the flag's error does)."""
 
     def error(self, message):
-        raise ConfigFileError(f"--config {self.prog}: {message}")
+        key = message.partition("unrecognized arguments: --")[2].split("=")[0]
+        raise ConfigFileError(f"--config {self.prog}: {message}{renamed_hint(key)}")
 
 
 def read_config_file(path: str | Path) -> tuple[str | None, dict]:
