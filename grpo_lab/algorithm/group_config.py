@@ -1,12 +1,7 @@
-"""``Group``: the grouping settings block (``cfg.group``; ``--group.k 3`` on the command line,
-``{"group": {"k": 3}}`` in a dict), read by every grouper ``TrainConfig.grouping`` names.
-
-One block for all groupers, not one per grouper: ``combine`` serves every grouper, ``k``
-every grouper that takes k (random, kmeans_semantic, mixed, a plugin's), the re-clustering
-fields every reclusterable one. A grouper with settings of its own declares its own block
-(``register_grouper(..., settings=MyBlock)``: ``cfg.<grouper name>``, given to it as
-``settings=``). Its own module, torch-free, so building a config loads no grouper; its
-``check`` reads the grouper records (grouping.py) when ``config.check_records`` asks.
+"""``Group``: the settings block every grouper reads (``cfg.group``, ``--group.k 3``,
+``{"group": {"k": 3}}``): one block, not one per grouper, since ``combine`` serves every grouper
+and ``k`` every one that takes k. A grouper with settings of its own declares its own block
+(``register_grouper(..., settings=)``). Torch-free, so building a config loads no grouper.
 """
 from __future__ import annotations
 
@@ -46,8 +41,7 @@ class Group:
         return min(cfg.prompts_per_step, max(2, cfg.prompts_per_step // 4))
 
     def check(self, cfg) -> None:
-        """These settings against the grouper ``cfg.grouping`` names and the run (config.
-        check_records asks): k, re-clustering, combine."""
+        """Against the grouper ``cfg.grouping`` names and the run (config.check_records asks)."""
         from grpo_lab.algorithm.advantages import COMBINE
         from grpo_lab.algorithm.grouping import GROUPERS
 

@@ -281,37 +281,29 @@ GROUPERS: dict[str, Grouper] = {}
 
 
 def register_grouper(name: str | Callable | None = None, fn: Callable | None = None, *,
-                     takes_k: bool = False, needs_embeddings: bool = False,
-                     needs_reward_stats: bool = False, reclusterable: bool = False,
-                     one_per_prompt: bool = False, description: str = "",
-                     settings: type | None = None):
+                     description: str = "", settings: type | None = None, **capabilities):
     """Add a grouper to ``GROUPERS`` -> its record; as a decorator, returns the function.
 
         register_grouper("by_difficulty", my_fn, takes_k=True, needs_reward_stats=True)
         @register_grouper("by_difficulty", takes_k=True)
         def my_fn(batch, k, seed): ...
 
-    Re-running a notebook cell that defines the same function again replaces it; another
-    function under a taken name is an error naming both. ``settings``: a dataclass of the
-    grouper's own settings (every field with a default, optionally a ``check(self, cfg)``
-    method), held by the config as the block named after the grouper (``--by_difficulty.bins
-    3``) and given to ``fn`` as the keyword ``settings`` by the trainer's grouper.
+    ``capabilities``: the record's flags (``takes_k``, ``needs_embeddings``,
+    ``needs_reward_stats``, ``reclusterable``, ``one_per_prompt``; each False unless given).
+    ``settings``: the grouper's own settings block (a dataclass, as register_variant's),
+    ``cfg.<name>``, passed as ``settings=``. Re-running a notebook cell that defines the same
+    function again replaces it; another function under a taken name is an error naming both.
     """
     if callable(name) and fn is None:                        # register_grouper(my_fn)
         name, fn = name.__name__, name
     if fn is None:                                           # decorator form
-        return lambda f: (register_grouper(name or f.__name__, f, takes_k=takes_k,
-                                           needs_embeddings=needs_embeddings,
-                                           needs_reward_stats=needs_reward_stats,
-                                           reclusterable=reclusterable,
-                                           one_per_prompt=one_per_prompt,
-                                           description=description, settings=settings), f)[1]
+        return lambda f: (register_grouper(name or f.__name__, f, description=description,
+                                           settings=settings, **capabilities), f)[1]
     check_new(GROUPERS, "grouping", name, fn, lambda rec: rec.fn)
+    rec = Grouper(name, fn, description=description or (fn.__doc__ or "").strip().split("\n")[0],
+                  settings=settings, **capabilities)          # an unknown flag: TypeError here
     if settings is not None:
         register_settings(name, settings)
-    rec = Grouper(name, fn, takes_k, needs_embeddings, needs_reward_stats, reclusterable,
-                  description or (fn.__doc__ or "").strip().split("\n")[0], one_per_prompt,
-                  settings)
     GROUPERS[name] = rec
     return rec
 
@@ -351,8 +343,8 @@ class StepGrouper:
     vectors of different steps share a space, fitted on first use) and per-prompt reward
     statistics are computed only if it reads them. With ``recluster_every`` > 0 (groupers
     marked ``reclusterable``) a ``Reclusterer`` keeps K-means clusters across steps, its k
-    following ``group_count_schedule`` from max(1, k // 4) up to k when ``schedule`` (the
-    config's ``group`` block holds these). ``settings``: the grouper's own block, if it has one.
+    following ``group_count_schedule`` from max(1, k // 4) up to k when ``schedule``;
+    ``settings``: the grouper's own block, if it has one.
     Every other draw depends only on (seed, step), so a resumed run regroups the same way
     once ``load_state_dict`` has restored the Reclusterer.
     """
