@@ -263,7 +263,7 @@ def _advantages(cfg, variants, g: Gathered, cluster_ids, prompt_index, group_ids
     own = [v for v in variants if v.advantages is not None]   # process supervision
     if own:
         return own[0].advantages(cfg, g, cluster_ids, prompt_index, group_ids)
-    adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
+    adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.group.combine,
                              cfg.advantage, g.lengths)                    # (N,) checked finite
     return adv, adv
 
