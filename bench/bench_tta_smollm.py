@@ -60,7 +60,7 @@ SETTINGS = {    # preset -> the bench's defaults; the task and reward come from 
                    lrs_trl="1e-5,2e-5,4e-5", target=0.5, cap=120, eval_every=5, eval_size=50,
                    threads=2),
     "dry": dict(preset="hf_tiny_cpu", model="data/hf_tiny", lrs_grpo_lab="1e-4,3e-4",
-                lrs_trl="1e-4,3e-4", target=0.7, cap=6, eval_every=2, eval_size=50, threads=1,
+                lrs_trl="1e-4,3e-4", target=0.6, cap=6, eval_every=2, eval_size=50, threads=1,
                 B=4, G=4, max_new=6, temperature=0.7)}
 
 
@@ -168,13 +168,17 @@ def sweep_table(a, sweep: dict) -> list[str]:
         for r in recs:
             mark = " (best)" if r is best else ""
             out.append(f"| {side} | {r['lr']:g}{mark} | {r['steps_to_target'] or '-'} | "
-                       f"{r['train_s_to_target'] or 0:.1f} | {best_acc(r):.0%} | {r['steps']} | "
+                       f"{fmt_s(r['train_s_to_target'])} | {best_acc(r):.0%} | {r['steps']} | "
                        f"{per_step(r)} | {r['eval_s']:.1f} | {r['wall_s']:.0f} |")
         lrs = sorted(r["lr"] for r in recs)
         if len(lrs) > 1 and best["lr"] in (lrs[0], lrs[-1]):
             out.append(f"| {side} | best lr at the grid's edge: widen --lrs_"
                        f"{'grpo_lab' if side == 'grpo_lab' else 'trl'} |||||||| ")
     return out
+
+
+def fmt_s(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
 
 
 def per_step(r: dict) -> str:
@@ -197,9 +201,9 @@ def seed_table(a, final: dict, lrs: dict) -> list[str]:
         upd = [r["update_s"] / r["steps"] for r in recs]
         out.append(f"| {side} | {len(hit)}/{len(recs)} | "
                    f"{ci([r['steps_to_target'] for r in hit], '.1f')} | "
-                   f"{ci([r['train_s_to_target'] for r in hit], '.0f')} | "
+                   f"{ci([r['train_s_to_target'] for r in hit], '.1f')} | "
                    f"{ci(per, '.2f')} ({mean_ci(roll)[0]:.2f} + {mean_ci(upd)[0]:.2f}) | "
-                   f"{share:.0%} | {ci([r['eval_s'] for r in recs], '.0f')} | "
+                   f"{share:.0%} | {ci([r['eval_s'] for r in recs], '.1f')} | "
                    f"{ci([r['wall_s'] for r in recs], '.0f')} | "
                    f"{ci([best_acc(r) for r in recs], '.2f')} |")
     out += ["", "Per seed:", ""]
