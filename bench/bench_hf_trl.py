@@ -188,7 +188,8 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
                 acc = evaluate(HFPolicy(model, policy.tokenizer, policy.cfg), evals,
                                {"accuracy": 1.0}, a.max_new)["eval/accuracy"]
                 model.train(was)
-                control.should_training_stop = bool(target) and acc >= target
+                if target and acc >= target:                            # else TRL's own say
+                    control.should_training_stop = True
             rows.append({"step_s": dt, "rollout_s": rollout[0], "elapsed_s": spent, "acc": acc,
                          "cpu_s": cpu_s, "rollout_cpu_s": rollout_cpu[0],
                          "eval_s": time.perf_counter() - t_eval})
