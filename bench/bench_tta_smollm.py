@@ -28,8 +28,9 @@ its train() writes where it stops); both are reported. Each finished run is one 
 ``--results`` (JSON lines, appended): a rerun with the same settings skips the runs it holds,
 so a session cut mid-way keeps what finished.
 
-    # the full run (hours on a 2-core CPU; needs `grpo-lab model get smollm2-135m` once and
-    # TRL's venv: trl 1.16.0, transformers 5.24.0):
+    # the full run (hours on a 2-core CPU: run it alone there, the seconds are wall-clock;
+    # needs `grpo-lab model get smollm2-135m` once and a venv with grpo_lab's dependencies
+    # and trl 1.16.0, transformers 5.24.0; a cut run is resumed by the same command):
     PYTHONPATH=$PWD python bench/bench_tta_smollm.py --threads 2 \\
         --results bench/RESULTS_tta_smollm.jsonl --out bench/RESULTS_tta_smollm.md
     # end to end on data/hf_tiny in about a minute (plumbing only, no meaning):
