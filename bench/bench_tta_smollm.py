@@ -24,7 +24,8 @@ reached: the highest held-out accuracy). Phase 2: every seed of ``--seeds`` at e
 best lr, interleaved (seed s: grpo_lab then TRL for even s, TRL first for odd s); a run the
 sweep already did (same side, lr and seed) is not run again, and the table says its lr was
 chosen on it. Training seconds leave evaluation out (and, on grpo_lab's side, the checkpoint
-its train() writes where it stops); both are reported. Each finished run is one line of
+its train() writes where it stops); both are reported. Wall seconds include loading the
+model and, on grpo_lab's side only, train()'s evaluation of the base model. Each finished run is one line of
 ``--results`` (JSON lines, appended): a rerun with the same settings skips the runs it holds,
 so a session cut mid-way keeps what finished.
 
