@@ -25,9 +25,9 @@ best lr, interleaved (seed s: grpo_lab then TRL for even s, TRL first for odd s)
 sweep already did (same side, lr and seed) is not run again, and the table says its lr was
 chosen on it. Training seconds leave evaluation out (and, on grpo_lab's side, the checkpoint
 its train() writes where it stops); both are reported. Wall seconds include loading the
-model and, on grpo_lab's side only, train()'s evaluation of the base model. Each finished run is one line of
-``--results`` (JSON lines, appended): a rerun with the same settings skips the runs it holds,
-so a session cut mid-way keeps what finished.
+model and, on grpo_lab's side only, train()'s evaluation of the base model. Each finished run
+is one line of ``--results`` (JSON lines, appended): a rerun with the same settings skips the
+runs it holds, so a session cut mid-way keeps what finished.
 
     # the full run (hours on a 2-core CPU: run it alone there, the seconds are wall-clock;
     # needs `grpo-lab model get smollm2-135m` once and a venv with grpo_lab's dependencies
@@ -291,9 +291,9 @@ def main(argv: list[str] | None = None) -> None:
              f"{a.model} (preset {a.preset}: answer_format {s['fmt']!r}, reward {s['weights']}), "
              f"B={s['B']} G={s['G']} max_new={s['max_new']} T={s['temperature']}, target "
              f"{a.target:.0%} on the first {a.eval_size} held-out prompts (greedy) every "
-             f"{a.eval_every} steps, cap {a.cap} steps, threads {a.threads}; TRL "
-             f"{'with grpo_lab loss and schedule' if a.trl_matched else 'its own loss and schedule'};"
-             f" torch {torch.__version__}, transformers {transformers.__version__}, trl "
+             f"{a.eval_every} steps, cap {a.cap} steps, threads {a.threads}; TRL with "
+             f"{'grpo_lab loss and schedule' if a.trl_matched else 'its own loss and schedule'}; "
+             f"torch {torch.__version__}, transformers {transformers.__version__}, trl "
              f"{trl.__version__}; results {a.results}.", ""] + machine_lines("start")
     print("\n".join(lines), flush=True)
     sweep = {side: [] for side in SIDES}

@@ -41,7 +41,8 @@ def test_best_lr_is_the_least_time_to_target_else_the_best_accuracy():
     slow_early = rec("TRL", 2e-5, 0, 20, 120.0)
     missed = rec("TRL", 4e-5, 0, None, None, accs=(0.9,))
     assert bench.best_lr([slow_early, fast_late, missed]) is fast_late
-    low, high = rec("TRL", 1e-5, 0, None, None, (0.2, 0.4)), rec("TRL", 2e-5, 0, None, None, (0.45,))
+    low = rec("TRL", 1e-5, 0, None, None, (0.2, 0.4))
+    high = rec("TRL", 2e-5, 0, None, None, (0.45,))
     assert bench.best_lr([low, high]) is high          # none reached: highest held-out accuracy
 
 
