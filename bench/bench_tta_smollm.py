@@ -165,6 +165,7 @@ def sweep_table(a, sweep: dict) -> list[str]:
            "| side | lr | steps to target | training s to target | best held-out acc | "
            "steps run | s/step (rollout + update) | evaluation s | wall s |",
            "|---|---|---|---|---|---|---|---|---|"]
+    edges = []
     for side, recs in sweep.items():
         best = best_lr(recs)
         for r in recs:
@@ -174,9 +175,9 @@ def sweep_table(a, sweep: dict) -> list[str]:
                        f"{per_step(r)} | {r['eval_s']:.1f} | {r['wall_s']:.0f} |")
         lrs = sorted(r["lr"] for r in recs)
         if len(lrs) > 1 and best["lr"] in (lrs[0], lrs[-1]):
-            out.append(f"| {side} | best lr at the grid's edge: widen --lrs_"
-                       f"{'grpo_lab' if side == 'grpo_lab' else 'trl'} |||||||| ")
-    return out
+            edges.append(f"- {side}'s best lr is at the sweep's edge: a wider --lrs_"
+                         f"{'grpo_lab' if side == 'grpo_lab' else 'trl'} may do better.")
+    return out + ([""] + edges if edges else [])
 
 
 def fmt_s(x) -> str:
