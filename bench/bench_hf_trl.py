@@ -4,8 +4,10 @@ and time to 85% / 90% held-out accuracy over seeds, side by side in one run.
 Needs the optional bench packages (never a grpo_lab dependency): pip install -e ".[hf,bench]"
 in a separate venv (measured with trl 1.16.0, accelerate 1.15.0, datasets 5.2.0, transformers
 5.24.0). Both sides: B=16 prompts x G=8 completions of at most 6 tokens, temperature 0.7, top-k
-off, one update per rollout (mu = 1), rewards accuracy + 0.5 * partial (TRL's reward functions
-do not see whether a completion stopped, so the format reward is left out of both).
+off, one update per rollout (mu = 1), rewards accuracy + 0.5 * partial (the format reward is
+left out of both, and TRL's side counts every completion as stopped; ``trl_steps(read_stop=
+True)`` reads the stop from the completion ids TRL hands its reward functions, which
+bench_tta_smollm.py uses).
 
 Runs (``runs``), each from the same checkpoint:
   * grpo_lab: the hf_tiny_cpu preset's optimisation (lr 1e-4, 20 warm-up steps, cosine to 10%
