@@ -318,6 +318,8 @@ class _FileParser(argparse.ArgumentParser):
     """The train flags, parsed from a config file: an error raises, naming the file."""
 
     def error(self, message):
+        if message.startswith("unrecognized arguments: --"):       # a moved field: its name now
+            message += renamed_hint(message.split("--", 1)[1].split("=")[0].split()[0])
         raise ConfigFileError(f"--config {self.prog}: {message}")
 
 
