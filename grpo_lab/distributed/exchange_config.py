@@ -1,22 +1,14 @@
 """The exchanges' records and their settings: what a config names, without the machinery.
 
-``EXCHANGES`` holds one ``ExchangeKind`` per way the ranks average gradients, its capabilities
-as fields and the settings blocks it reads; ``ExchangeConfig`` is ``TrainConfig.exchange``:
-only what every kind reads (its name, overlap, the collectives' timeout). Each kind's own
-fields are a settings block (registry.SETTINGS, as a step variant's ``tis``), declared here
-and named by the kinds that read them:
-
-    compression  compressed, sharded_compressed   --compression.preset dgc
-    sharding     sharded, sharded_compressed      --sharding.policy importance_round_robin
-    powersgd     ddp_powersgd_hook                --powersgd.rank 4
-    fsdp2        fsdp2                            --fsdp2.param_dtype bfloat16
-
-A block is a top-level block (``cfg.compression``, ``{"compression": {"preset": "dgc"}}``), not
-a sub-config of ``exchange``, so it goes through the one path every settings block takes (the
-flags, config files, study arms, merge, to_dict); a block set to anything but its defaults
-while the exchange does not read it is an error (``exchanges.check_exchange``). Building a
-config loads this module only: exchanges.py (torch.distributed, the compressors, the sharder)
-registers the built-in kinds and checks a config against them when a run is set up.
+``EXCHANGES`` holds one ``ExchangeKind`` per way the ranks average gradients: its capabilities
+and the settings blocks it reads. ``ExchangeConfig`` (``TrainConfig.exchange``) holds what
+every kind reads; each kind's own fields are settings blocks (registry.SETTINGS, as a step
+variant's ``tis``), top-level so they take the one path every block takes (flags, config
+files, study arms): ``compression`` (compressed, sharded_compressed: ``--compression.preset
+dgc``), ``sharding`` (sharded, sharded_compressed), ``powersgd`` (ddp_powersgd_hook), ``fsdp2``.
+A block set while the exchange does not read it is an error (``exchanges.check_exchange``).
+Building a config loads this module only: exchanges.py (torch.distributed, the compressors,
+the sharder) registers the built-in kinds.
 """
 from __future__ import annotations
 
@@ -29,9 +21,9 @@ from grpo_lab.registry import SETTINGS, check_new, check_number, lookup, registe
 @dataclass(frozen=True)
 class ExchangeKind:
     """An exchange ``ExchangeConfig.name`` can name, with its capabilities as fields (config
-    checks read these, never the name). Calling it builds the rank's ``Exchange``."""
+    checks read these, never the name)."""
     name: str
-    make: Callable                # (model, ExchangeConfig, AdamW, world, rank, **settings) -> Exchange
+    make: Callable                # (model, ExchangeConfig, AdamW, world, rank, **blocks)
     settings: tuple = ()          # the settings blocks it reads, each passed to make by name
     resumes_exactly: bool = True  # a checkpoint holds all its state (no per-rank residuals)
     overlaps: bool = False        # exchange.overlap=True: start reducing during backward
@@ -39,9 +31,6 @@ class ExchangeKind:
     shards_parameters: bool = False     # weights sharded (FSDP2): no whole weights to sample from
     torch_adamw: bool = True      # steps torch's AdamW (Exchange.optimizer): ckpt_format "dcp"
     description: str = ""
-
-    def __call__(self, model, cfg, opt, world: int = 1, rank: int = 0, **settings):
-        return self.make(model, cfg, opt, world, rank, **settings)
 
 
 def register_exchange(name: str, make: Callable, settings: tuple = (),
@@ -67,7 +56,7 @@ class ExchangeConfig:
     """How ranks average gradients: allreduce | compressed | ddp_fp16_hook | ddp_powersgd_hook |
     sharded | sharded_compressed | fsdp2 (weights, gradients and AdamW state sharded too, by
     torch's fully_shard) (on one process without a process group only allreduce, which
-    there is plain AdamW). A kind's own fields are its settings blocks (module docstring)."""
+    there is plain AdamW)."""
     overlap: bool = False
     """allreduce | sharded: start the reduction during backward, in buckets from grad hooks
     (distributed/overlap.py, as DDP's buckets), instead of after it; same gradients and bytes.
@@ -88,8 +77,7 @@ class ExchangeConfig:
 
 @dataclass
 class Compression:
-    """compressed | sharded_compressed: how each rank's gradients are encoded
-    (``--compression.preset dgc``)."""
+    """compressed | sharded_compressed: how each rank's gradients are encoded."""
     preset: str = "fp8_topk5"
     """A compression.PRESETS key (fp8_topk5: top 20% of elements in fp8, top-k 5% of the rest
     with coded indices; fp32 | fp16 | aggressive | dgc)."""
@@ -109,8 +97,7 @@ class Compression:
 
 @dataclass
 class Sharding:
-    """sharded | sharded_compressed: how the sharder (sharder.py) assigns each shard an owner
-    (``--sharding.policy importance_round_robin``)."""
+    """sharded | sharded_compressed: how the sharder (sharder.py) assigns shards to owners."""
     policy: str = "size_balanced"
     """Shard assignment rule, a key of shard_plan.POLICIES."""
     importance: str | None = None
@@ -129,19 +116,17 @@ class Sharding:
         for f in ("max_shard_numel", "reshard_every"):
             check_number(f"sharding.{f}", getattr(self, f))
         lookup(POLICIES, self.policy, "sharding.policy")
-        if self.broadcast_preset is None:
-            return
-        lookup(PRESETS, self.broadcast_preset, "sharding.broadcast_preset")
-        if "compression" not in cfg.exchange.kind.settings:
-            able = [n for n, k in EXCHANGES.items() if {"compression", "sharding"} <= set(k.settings)]
-            raise ValueError(f"sharding.broadcast_preset={self.broadcast_preset!r} compresses the "
-                             f"sharder's broadcast: it needs exchange name "
-                             f"{' or '.join(map(repr, able))}, not {cfg.exchange.name!r}")
+        if self.broadcast_preset is not None:
+            lookup(PRESETS, self.broadcast_preset, "sharding.broadcast_preset")
+            if "compression" not in cfg.exchange.kind.settings:       # it compresses the reduce
+                raise ValueError(f"sharding.broadcast_preset={self.broadcast_preset!r} compresses "
+                                 f"the broadcast of a sharded exchange that compresses "
+                                 f"(sharded_compressed), not {cfg.exchange.name!r}'s")
 
 
 @dataclass
 class PowerSGD:
-    """ddp_powersgd_hook: torch's PowerSGDState (``--powersgd.rank 4``)."""
+    """ddp_powersgd_hook: torch's PowerSGDState."""
     rank: int = 2
     """matrix_approximation_rank."""
     start: int = 2
@@ -150,7 +135,7 @@ class PowerSGD:
 
 @dataclass
 class FSDP2:
-    """fsdp2: how torch's fully_shard gathers the weights (``--fsdp2.param_dtype bfloat16``)."""
+    """fsdp2: how torch's fully_shard gathers the weights."""
     reshard_after_forward: bool = True
     """Free each block's gathered weights after its training forward and gather them again in
     backward (ZeRO-3: least memory); False keeps them from forward to backward (one all-gather
@@ -165,6 +150,5 @@ class FSDP2:
         lookup(DTYPES, self.param_dtype, "fsdp2.param_dtype")
 
 
-for _name, _cls in (("compression", Compression), ("sharding", Sharding),
-                    ("powersgd", PowerSGD), ("fsdp2", FSDP2)):
-    register_settings(_name, _cls)
+for _block in (Compression, Sharding, PowerSGD, FSDP2):
+    register_settings(_block.__name__.lower(), _block)

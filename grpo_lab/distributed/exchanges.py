@@ -9,8 +9,9 @@ ranks then agree on the *average* gradient before the optimizer steps. How they 
                           (``compression.preset``: ``fp8_topk5`` | ``fp16`` | ``aggressive`` |
                           ``dgc`` | ``fp32``); ``compression.error_feedback=False`` drops the
                           residual (and DGC momentum, which needs it); ``compression.momentum``
-                          overrides the preset's DGC momentum correction. Note: DGC's momentum correction assumes the receiver runs
-                          plain SGD; here every exchange feeds AdamW, with the preset's
+                          overrides the preset's DGC momentum correction. Note: DGC's momentum
+                          correction assumes the receiver runs plain SGD; here every exchange
+                          feeds AdamW, with the preset's
                           ``adam_beta1`` (0 for ``aggressive``: its error-feedback residual
                           already averages like momentum).
   * ``ddp_fp16_hook``:    torch DDP with torch's ``default_hooks.fp16_compress_hook``.
@@ -24,9 +25,7 @@ ranks then agree on the *average* gradient before the optimizer steps. How they 
   * ``fsdp2``:            torch's FSDP2 (``fully_shard``, fsdp.py): weights, gradients and AdamW
                           state 1/N per rank; gradients averaged by reduce-scatter in backward;
                           the ``fsdp2`` block: reshard_after_forward, param_dtype.
-
-Each kind reads the settings blocks its record names (exchange_config.py), passed to its
-``make`` by name; a block it does not read, set to anything but its defaults, is an error.
+Each kind's ``make`` gets the settings blocks its record names (exchange_config.py) by name.
 
 Byte accounting. ``comm/bytes`` is what this rank sends per step, counted from the tensors it
 hands to each collective under the bandwidth-optimal algorithm of that collective:
@@ -440,5 +439,5 @@ def make_exchange(model, cfg: ExchangeConfig, opt: AdamW, world: int = 1, rank: 
         raise ValueError(f"exchange {cfg.name!r} needs a process group: run with "
                          f"`grpo-lab train --nproc N` or under torchrun")
     kind = lookup(EXCHANGES, cfg.name, "exchange")
-    return kind(model, cfg, opt, world, rank,
-                **{b: (blocks or {}).get(b) or SETTINGS[b]() for b in kind.settings})
+    return kind.make(model, cfg, opt, world, rank,
+                     **{b: (blocks or {}).get(b) or SETTINGS[b]() for b in kind.settings})
