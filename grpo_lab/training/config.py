@@ -4,8 +4,9 @@ The docstrings are the documentation: ``grpo-lab train --help`` prints them (the
 generated from these classes by ``cli.py``) and notebooks build the same objects.
 ``TrainConfig`` holds its gradient exchange as a typed sub-config
 (``exchanges.ExchangeConfig``: ``cfg.exchange.name``, ``--exchange.name`` on the command
-line; each exchange kind's own fields are settings blocks, ``--compression.preset``); a plain dict is turned into one when the config is built, so presets and saved
-configs (JSON) round-trip. Presets give sizes for scale: ``tiny_cpu`` (the default demo, tuned for time to accuracy),
+line; each exchange kind's own fields are settings blocks, ``--compression.preset``); a
+plain dict is turned into one when the config is built, so presets and saved configs (JSON)
+round-trip. Presets give sizes for scale: ``tiny_cpu`` (the default demo, tuned for time to accuracy),
 ``defaults`` (the field defaults as they are),
 ``quick`` (tests and notebooks in CI), ``mixture_cpu``, ``hf_tiny_cpu`` (a transformers
 model on the CPU), ``smollm_cpu`` (SmolLM2-135M-Instruct on a laptop CPU), ``hf_gpu`` (a real
