@@ -29,7 +29,10 @@ def test_every_field_documented_and_in_help():
 
 @pytest.mark.parametrize("old, new", [("--tis_cap", "tis.cap"), ("--beta", "kl.beta"),
                                       ("--eps_high", "clip.eps_high"),
-                                      ("--overlong_buffer", "overlong.buffer")])
+                                      ("--overlong_buffer", "overlong.buffer"),
+                                      ("--group_k", "group.k"), ("--combine", "group.combine"),
+                                      ("--recluster_every", "group.recluster_every"),
+                                      ("--group_schedule", "group.schedule")])
 def test_an_old_flat_flag_is_argparses_error_naming_the_new_one(old, new, capsys):
     with pytest.raises(SystemExit) as e:
         main(["train", old, "2"])

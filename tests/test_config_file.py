@@ -12,7 +12,7 @@ from grpo_lab.training.config import PRESETS, TrainConfig, preset, to_dict
 
 def config_of(argv: list[str]) -> TrainConfig:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")         # group_k defaults of the mixture preset
+        warnings.simplefilter("ignore")         # group.k defaults of the mixture preset
         return train_config(build_parser().parse_args(["train", *argv]))
 
 
@@ -78,6 +78,7 @@ def error_of(argv, capsys) -> str:
     ({"steps": True}, "--steps=true"),
     ({"reward_weights": {"accuracy": "x"}}, "--reward_weights=accuracy=x"),
     ({"preset": "nope"}, "--preset=nope"),                             # bad choice
+    ({"group_k": 3}, "--group_k=3"),              # a flat name: both name group.k
 ])
 def test_a_bad_key_or_type_gets_the_flags_error(tmp_path, capsys, data, flag):
     out = ["--out_dir", str(tmp_path / "run")]

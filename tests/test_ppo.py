@@ -139,6 +139,9 @@ def test_ppo_bad_config_is_a_clear_error(tmp_path):
         _ppo_cfg(tmp_path, objective="grpo", ppo={"vf_lr": 1e-3})
     with pytest.raises(ValueError, match="unknown ppo.critic 'mlp'"):
         _ppo_cfg(tmp_path, ppo={"critic": "mlp"})
+    with pytest.raises(ValueError, match="objective='ppo' puts beta \\* KL in the loss, not "
+                                         "kl.placement='reward'"):
+        _ppo_cfg(tmp_path, kl={"beta": 0.02, "placement": "reward"})
     _ppo_cfg(tmp_path, group_size=1)                              # the critic needs no group
 
 

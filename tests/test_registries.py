@@ -103,8 +103,7 @@ def test_aggregations_say_what_their_normaliser_counts():
     try:
         register_aggregation("sum_test", lambda p, m, L: (p * m).sum(), per="tokens")
         logp = torch.zeros(2, 2)
-        loss, _ = grpo_loss(logp, logp, None, torch.tensor([1.0, -1.0]), mask,
-                            aggregation="sum_test")
+        loss, _ = grpo_loss(logp, logp, torch.tensor([1.0, -1.0]), mask, aggregation="sum_test")
         # ratio 1, so per_tok = -A on real tokens: -1 - 1 (row 0, 2 tokens) + 1 (row 1, 1) = -1
         assert float(loss) == -1.0
     finally:

@@ -35,10 +35,11 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "micro_batches": ("defaults", {"micro_batches": 2}),
     "no_drop_topk_topp": ("defaults", {"drop_finished": False, "top_k": 8, "top_p": 0.9}),
     "inverse_cdf": ("defaults", {"sample_draw": "inverse_cdf"}),
-    "kmeans": ("mixture_cpu", {"grouping": "kmeans_semantic", "group_k": 3,
+    "kmeans": ("mixture_cpu", {"grouping": "kmeans_semantic", "group": {"k": 3},
                                "prompts_per_step": 8, "eval_size": 20}),
-    "kmeans_recluster": ("mixture_cpu", {"grouping": "kmeans_semantic", "group_k": 2, "recluster_every": 2,
-                                         "group_schedule": False, "combine": "cluster",
+    "kmeans_recluster": ("mixture_cpu", {"grouping": "kmeans_semantic",
+                                         "group": {"k": 2, "recluster_every": 2,
+                                                   "schedule": False, "combine": "cluster"},
                                          "prompts_per_step": 8, "eval_size": 20}),
     "ppo": ("defaults", {"objective": "ppo"}),
     "hf_tiny": ("hf_tiny_cpu", {"prompts_per_step": 4, "eval_size": 20}),
@@ -49,7 +50,7 @@ CONFIGS: dict[str, tuple[str, dict]] = {
 NPROC: dict[str, tuple[str, dict, int]] = {
     "demo_2proc": ("tiny_cpu", {}, 2),
     "demo_3proc": ("tiny_cpu", {"prompts_per_step": 10}, 3),
-    "kmeans_2proc": ("mixture_cpu", {"grouping": "kmeans_semantic", "group_k": 3,
+    "kmeans_2proc": ("mixture_cpu", {"grouping": "kmeans_semantic", "group": {"k": 3},
                                      "prompts_per_step": 8}, 2),
     "process_2proc": ("defaults", {"supervision": "process"}, 2),
     # each exchange kind with its settings block set off its defaults

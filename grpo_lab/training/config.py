@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from grpo_lab.algorithm import group_config  # noqa: F401 (the grouping block, cfg.group)
 from grpo_lab.distributed.exchange_config import ExchangeConfig
 from grpo_lab.registry import (fields_finite, fields_nonnegative, fields_positive,
                                load_plugins, lookup)
@@ -253,22 +254,8 @@ class TrainConfig:
     # ---- grouping (grouping.py): which completions share a baseline
     grouping: str = "by_prompt"
     """Grouper: a name in grouping.GROUPERS (register your own with register_grouper, or pass
-    the function or record itself from Python); "by_prompt" is canonical GRPO."""
-    group_k: int = 0
-    """Groups per step for the groupers that take k (random, kmeans_semantic, mixed; a plugin's
-    with takes_k=True); at most prompts_per_step. 0 = a default, with a warning: the number of
-    tasks trained (7 for "mixture"), or max(2, prompts_per_step // 4) for one task. The CLI
-    refuses --group_k for a grouper without k."""
-    combine: str = "cluster"
-    """How a prompt cluster meets its prompts' completions (one of advantages.COMBINE):
-    "cluster" runs the advantage estimator on the cluster, "within_prompt_pooled_std"
-    centres on the prompt's mean and scales by the cluster's pooled within-prompt std."""
-    recluster_every: int = 0
-    """kmeans_semantic only: 0 = fit K-means afresh on every step's prompts; N > 0 = keep
-    clusters across steps (reclustering.Reclusterer), re-fitted warm every N steps."""
-    group_schedule: bool = False
-    """With recluster_every: grow k coarse to fine, group_count_schedule from
-    max(1, group_k // 4), 1.2x per re-fit, up to group_k."""
+    the function or record itself from Python); "by_prompt" is canonical GRPO. Its settings:
+    the ``group`` block (group_config.Group: ``--group.k 3``) and the grouper's own, if any."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop prompts whose G rewards are all equal and draw more
     until prompts_per_step informative prompts are found (at most dynamic_max_draws
@@ -297,9 +284,9 @@ class TrainConfig:
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
     blocks: dict = field(default_factory=dict)
-    """The settings blocks of the records (registry.SETTINGS: ``clip``, ``kl``, ``tis``,
-    ``overlong``, a plugin variant's), each read as ``cfg.<name>`` and given by its name:
-    ``TrainConfig(tis={"cap": 2})``, ``--tis.cap 2``, ``{"tis": {"cap": 2}}``."""
+    """The settings blocks of the records (registry.SETTINGS: ``group``, ``clip``, ``kl``,
+    ``tis``, ``overlong``, a plugin variant's or grouper's), each read as ``cfg.<name>`` and
+    given by its name: ``TrainConfig(tis={"cap": 2})``, ``--tis.cap 2``, ``{"tis": {"cap": 2}}``."""
 
     def __init__(self, **given):
         """The fields by name; a settings block by its name, as its dataclass or a dict of its
@@ -326,17 +313,6 @@ class TrainConfig:
     def task_names(self) -> list[str]:
         """The task names ``task`` stands for ("mixture" -> MIXTURE_TASKS)."""
         return list(MIXTURE_TASKS) if self.task == "mixture" else self.task.split(",")
-
-    @property
-    def n_groups(self) -> int:
-        """k for the groupers that take one: group_k, or the number of tasks trained, or for
-        one task max(2, prompts_per_step // 4) (never 1: one group of the whole batch)."""
-        if self.group_k:
-            return self.group_k
-        tasks = len(self.task_names)
-        if tasks > 1:
-            return tasks
-        return min(self.prompts_per_step, max(2, self.prompts_per_step // 4))
 
     def __post_init__(self):
         """The config's own fields; the records it names check it in ``check_records``. No
@@ -395,7 +371,7 @@ class TrainConfig:
         for name, w in self.reward_weights.items():
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
                 raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
-        fields_nonnegative(self, "checkpoint_every", "group_k", "recluster_every")
+        fields_nonnegative(self, "checkpoint_every")
         fields_positive(self, "micro_batches")
         if self.micro_batches > self.prompts_per_step:
             raise ValueError(f"micro_batches={self.micro_batches} is more than the "
@@ -405,26 +381,20 @@ class TrainConfig:
             raise ValueError(f"hf.gradient_checkpointing=True checkpoints every layer, "
                              f"checkpoint_every={self.checkpoint_every} every "
                              f"{self.checkpoint_every}-th: set one of them")
-        if self.group_schedule and not self.recluster_every:
-            raise ValueError("group_schedule grows k at each re-fit: set recluster_every > 0")
-        if self.supervision == "process" and self.combine != "cluster":
-            raise ValueError(f"supervision='process' normalises step rewards per group id: "
-                             f"it needs combine='cluster', got {self.combine!r}")
 
 
 def check_records(cfg: TrainConfig) -> TrainConfig:
     """Ask each record ``cfg`` names to check it -> cfg: the objective, the tasks, estimator,
     aggregation, rewards and trackers, the settings blocks, the policy and rollout kinds, the
     grouper, the exchange, PPO's critic (each kind's checks live with its records:
-    step.check_objective, policy.check_policy, grouping.check_grouping,
-    exchanges.check_exchange, a settings block's ``check``). ``preset()``, ``from_dict()`` and the trainer's
-    ``setup`` call it, once per config object (``TrainConfig()`` checks its own fields only,
-    so building one loads none of these records)."""
+    step.check_objective, policy.check_policy, exchanges.check_exchange, a settings block's
+    ``check``: the grouper's is group_config.Group.check). ``preset()``, ``from_dict()`` and
+    the trainer's ``setup`` call it, once per config object (``TrainConfig()`` checks its own
+    fields only, so building one loads none of these records)."""
     from grpo_lab.agents import step as agents  # noqa: F401 (environments, objective "agent")
     from grpo_lab.algorithm.advantages import ADVANTAGES
     from grpo_lab.algorithm.loss import AGGREGATIONS, RATIO_LEVELS
     from grpo_lab.algorithm import vllm_rollout  # noqa: F401 (its kind registers)
-    from grpo_lab.algorithm.grouping import check_grouping
     from grpo_lab.algorithm.rollout import DRAWS, ROLLOUTS
     from grpo_lab.distributed.exchanges import check_exchange
     from grpo_lab.policies.engine import UPDATE_FORWARDS
@@ -461,7 +431,6 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
     for name in cfg.reward_weights:
         lookup(REWARDS, name, "reward function")
     lookup(CRITICS, cfg.ppo.critic, "ppo.critic")
-    check_grouping(cfg)
     check_objective(cfg)                    # its own check last: it may read the others
     cfg.__dict__["_checked"] = True
     return cfg

@@ -61,7 +61,7 @@ from grpo_lab.distributed.group import Group
 from grpo_lab.machine import free_cores, wchar
 from grpo_lab.policies.model import GPT
 from grpo_lab.policies.policy import frozen, get_policy_kind, load_for
-from grpo_lab.algorithm.grouping import StepGrouper
+from grpo_lab.algorithm.grouping import StepGrouper, get_grouper
 from grpo_lab.agents import step as _agents  # noqa: F401 (objective "agent", environments: a
                                              # spawned rank builds no config)
 from grpo_lab.algorithm.rollout import add_time, now, sample_and_score
@@ -148,8 +148,9 @@ def make_grouper(cfg: TrainConfig) -> StepGrouper:
     def corpus():
         return [e.prompt for e in sample_examples(cfg.task_names, 512,
                                                   random.Random(f"{cfg.seed}-embed"))]
-    return StepGrouper(cfg.grouping, cfg.n_groups, cfg.seed, corpus, cfg.recluster_every,
-                       cfg.group_schedule)
+    g, record = cfg.group, get_grouper(cfg.grouping)
+    return StepGrouper(record, g.n_groups(cfg), cfg.seed, corpus, g.recluster_every, g.schedule,
+                       getattr(cfg, record.name) if record.settings else None)
 
 
 def _check_resumable(path, saved: dict, cfg: TrainConfig, allow_override: bool) -> dict:
