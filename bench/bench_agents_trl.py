@@ -265,7 +265,8 @@ def time_updates(a, cfg, policy, ctx, examples, ep, trainer) -> tuple[list, list
     from transformers import TrainerCallback
 
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
-                                                   cfg.grad_clip, cfg.seed, {}, True), 1, 0)
+                                                   cfg.grad_clip, cfg.seed, {}, True), 1, 0,
+                       cfg.blocks)
     ours, theirs, t0 = [], [], [0.0]
 
     def grpo_lab_update():

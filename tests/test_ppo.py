@@ -4,7 +4,6 @@ trains the critic, resumes exactly and refuses what it does not support."""
 import pytest
 import torch
 
-from grpo_lab.distributed.exchanges import check_exchange
 from grpo_lab.policies.model import load_policy
 from grpo_lab.algorithm.critic import explained_variance, gae, value_loss
 from grpo_lab.policies.model import ValueHead
@@ -187,7 +186,7 @@ def test_lr_scales_bad_input():
     with pytest.raises(ValueError, match="lr_scales prefix 'value_head.' names no parameter"):
         param_groups(head, {"value_head.": 2.0})
     with pytest.raises(ValueError, match="exchange 'sharded' steps one learning rate"):
-        make_sharded(head, check_exchange(ExchangeConfig(name="sharded")), AdamW(lr_scales={"1.": 5.0}), 1, 0)
+        make_sharded(head, ExchangeConfig(name="sharded"), AdamW(lr_scales={"1.": 5.0}), 1, 0)
 
 
 def test_explained_variance_by_hand():

@@ -53,6 +53,19 @@ NPROC: dict[str, tuple[str, dict, int]] = {
     "kmeans_2proc": ("mixture_cpu", {"grouping": "kmeans_semantic", "group": {"k": 3},
                                      "prompts_per_step": 8}, 2),
     "process_2proc": ("defaults", {"supervision": "process"}, 2),
+    # each exchange kind with its settings block set off its defaults
+    "compressed_2proc": ("defaults", {"exchange": {"name": "compressed"},
+                                      "compression": {"preset": "aggressive", "momentum": 0.5,
+                                                      "beta1": 0.5, "density_warmup": 3}}, 2),
+    "sharded_compressed_2proc": ("defaults", {
+        "exchange": {"name": "sharded_compressed"},
+        "compression": {"preset": "fp8_topk5", "error_feedback": False},
+        "sharding": {"policy": "importance_round_robin", "importance": "seed", "reshard_every": 2,
+                     "max_shard_numel": 500, "broadcast_preset": "fp16"}}, 2),
+    "powersgd_2proc": ("defaults", {"exchange": {"name": "ddp_powersgd_hook"},
+                                    "powersgd": {"rank": 1, "start": 3}}, 2),
+    "fsdp2_2proc": ("defaults", {"exchange": {"name": "fsdp2"},
+                                 "fsdp2": {"reshard_after_forward": False}}, 2),
 }
 
 DROP = ("time/", "comm/wchar_bytes")           # wall clock; bytes the OS counted being written

@@ -4,8 +4,9 @@ The docstrings are the documentation: ``grpo-lab train --help`` prints them (the
 generated from these classes by ``cli.py``) and notebooks build the same objects.
 ``TrainConfig`` holds its gradient exchange as a typed sub-config
 (``exchanges.ExchangeConfig``: ``cfg.exchange.name``, ``--exchange.name`` on the command
-line); a plain dict is turned into one when the config is built, so presets and saved
-configs (JSON) round-trip. Presets give sizes for scale: ``tiny_cpu`` (the default demo, tuned for time to accuracy),
+line; each exchange kind's own fields are settings blocks, ``--compression.preset``); a
+plain dict is turned into one when the config is built, so presets and saved configs (JSON)
+round-trip. Presets give sizes for scale: ``tiny_cpu`` (the default demo, tuned for time to accuracy),
 ``defaults`` (the field defaults as they are),
 ``quick`` (tests and notebooks in CI), ``mixture_cpu``, ``hf_tiny_cpu`` (a transformers
 model on the CPU), ``smollm_cpu`` (SmolLM2-135M-Instruct on a laptop CPU), ``hf_gpu`` (a real
@@ -53,15 +54,18 @@ def _block(name: str, cls: type, value):
     known = [f.name for f in dataclasses.fields(cls)]
     for k in value:
         if k not in known:
-            raise ValueError(f"unknown field {name}.{k}; {name}'s fields: {known}")
+            raise ValueError(f"unknown field {name}.{k}{renamed_hint(f'{name}.{k}')}; "
+                             f"{name}'s fields: {known}")
     return cls(**value)
 
 
 def renamed_hint(name: str) -> str:
     """The settings-block field a flat name stands for (" (now 'tis.cap')"), or the sub-config
-    field it names exactly ("fast_path": 'speed.fast_path'), or ""."""
+    field it names exactly ("fast_path": 'speed.fast_path'; "exchange.powersgd_rank":
+    'powersgd.rank'), or ""."""
     import difflib
     from grpo_lab.registry import SETTINGS
+    name = name.removeprefix("exchange.")        # its kinds' fields moved to their blocks
     dotted = [f"{b}.{f.name}" for b, cls in SETTINGS.items() for f in dataclasses.fields(cls)]
     subs = [f"{s.name}.{f.name}" for s in dataclasses.fields(TrainConfig) if s.name in SUB_CONFIGS
             for f in dataclasses.fields(s.default_factory())]
@@ -316,7 +320,7 @@ class TrainConfig:
         trainer's setup before a config naming what they register is built."""
         from grpo_lab.algorithm.methods import apply_method
         if isinstance(self.exchange, dict):
-            self.exchange = ExchangeConfig(**self.exchange)
+            self.exchange = _block("exchange", ExchangeConfig, self.exchange)
         if isinstance(self.ppo, dict):
             self.ppo = PPOConfig(**self.ppo)
         if isinstance(self.hf, dict):
@@ -403,7 +407,7 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
     from grpo_lab.training.trackers import sink_names
     if cfg.__dict__.get("_checked"):
         return cfg
-    check_exchange(cfg.exchange)              # first: the others read its capabilities
+    check_exchange(cfg)                       # first: the others read its capabilities
     check_policy(cfg)
     lookup(DRAWS, cfg.sample_draw, "sample_draw")
     lookup(UPDATE_FORWARDS, cfg.update_forward, "update_forward")

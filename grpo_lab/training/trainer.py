@@ -385,7 +385,7 @@ def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path,
     fused = get_policy_kind(cfg.policy).fused_adamw      # HF models: fused AdamW
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
                                                    cfg.grad_clip, cfg.seed, scales, fused),
-                       group.world, group.rank)
+                       group.world, group.rank, cfg.blocks)
     if resume and c["shards"] is not None:        # each rank its share, from any world size
         if ex.optimizer is None:
             raise ValueError(f"{ckpt} is a sharded checkpoint of torch's AdamW state; exchange "
