@@ -115,7 +115,7 @@ def grpo_lab_batch(policy, cfg, ctx, examples, ep, length_weight: float):
                                               [e.task for e in examples], rewards,
                                               prompt_index, 0, examples=examples))  # (B,)
     lengths = r.policy_mask.sum(1)
-    adv = grouped_advantages(cluster_ids, prompt_index, rewards, cfg.combine, cfg.advantage,
+    adv = grouped_advantages(cluster_ids, prompt_index, rewards, cfg.group.combine, cfg.advantage,
                              lengths)                                               # (N,)
     env = get_environment(cfg.task)
     adv = get_credit(env.settings.credit).fn(adv, ep.turns, r.prompt_index,
@@ -265,7 +265,8 @@ def time_updates(a, cfg, policy, ctx, examples, ep, trainer) -> tuple[list, list
     from transformers import TrainerCallback
 
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
-                                                   cfg.grad_clip, cfg.seed, {}, True), 1, 0)
+                                                   cfg.grad_clip, cfg.seed, {}, True), 1, 0,
+                       cfg.blocks)
     ours, theirs, t0 = [], [], [0.0]
 
     def grpo_lab_update():

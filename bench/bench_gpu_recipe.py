@@ -8,7 +8,7 @@ On a machine without a CUDA GPU it prints ``no GPU: nothing measured`` and exits
 writing nothing (so a CPU-only CI can run it; the results file only ever holds GPU numbers).
 With one it launches ``torchrun --standalone --nproc_per_node=<nproc> bench/bench_gpu_recipe.py
 --rank-worker ...``: every rank trains the recipe's config through ``trainer.train`` (NCCL,
-``--exchange.name fsdp2 --exchange.param_dtype bfloat16``, no evaluation) and records after each
+``--exchange.name fsdp2 --fsdp2.param_dtype bfloat16``, no evaluation) and records after each
 step ``torch.cuda.max_memory_allocated`` (what torch's allocator handed out at most: tensors
 only, not its cache, not the CUDA context); rank 0 then writes the table:
 
@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-RECIPE = ["--preset", "hf_gpu", "--exchange.name", "fsdp2", "--exchange.param_dtype", "bfloat16",
+RECIPE = ["--preset", "hf_gpu", "--exchange.name", "fsdp2", "--fsdp2.param_dtype", "bfloat16",
           "--eval_size", "0", "--time_budget_s", "0"]
 
 

@@ -2,7 +2,7 @@
 
 Every strategy trains the same base policy with the same prompts per step (seed s draws the
 same prompts at step s in every run), the same number of steps and hyper-parameters; only
-``TrainConfig.grouping`` / ``combine`` (and, in the last row, dynamic sampling, which draws
+``TrainConfig.grouping`` / ``group.combine`` (and, in the last row, dynamic sampling, which draws
 extra rollouts) differ. Each strategy runs once per seed through ``experiments.run_experiment``
 (parallel processes, one thread each), and the table reports the mean over seeds with the
 half-width of its 95% t-interval:
@@ -41,18 +41,18 @@ STRATEGIES = {  # name -> TrainConfig overrides (the notebook uses the same dict
     "by_task": {"grouping": "by_task"},
     "kmeans_semantic": {"grouping": "kmeans_semantic"},
     "kmeans_semantic, pooled std": {"grouping": "kmeans_semantic",
-                                    "combine": "within_prompt_pooled_std"},
+                                    "group": {"combine": "within_prompt_pooled_std"}},
     "mixed": {"grouping": "mixed"},
-    "kmeans, reclustered every 10, k 3->14": {"grouping": "kmeans_semantic", "group_k": 14,
-                                              "recluster_every": 10, "group_schedule": True},
+    "kmeans, reclustered every 10, k 3->14": {"grouping": "kmeans_semantic", "group": {
+        "k": 14, "recluster_every": 10, "schedule": True}},
     "by_prompt + dynamic sampling": {"dynamic_sampling": True},
 }
 OPT_IN = {  # run only when named in --only: claim 12's literal schedule (5 -> 20 groups, +20% per
     # re-fit) against its fixed count (BENCHMARKS.md section 14)
-    "kmeans, reclustered every 10, k 5->20": {"grouping": "kmeans_semantic", "group_k": 20,
-                                              "recluster_every": 10, "group_schedule": True},
-    "kmeans, reclustered every 10, k 20 fixed": {"grouping": "kmeans_semantic", "group_k": 20,
-                                                 "recluster_every": 10},
+    "kmeans, reclustered every 10, k 5->20": {"grouping": "kmeans_semantic", "group": {
+        "k": 20, "recluster_every": 10, "schedule": True}},
+    "kmeans, reclustered every 10, k 20 fixed": {"grouping": "kmeans_semantic", "group": {
+        "k": 20, "recluster_every": 10}},
 }
 REFERENCE = "by_prompt (GRPO)"
 EXTRA = ["group/purity", "adv/between_prompt_frac"]          # step means, beyond METRICS

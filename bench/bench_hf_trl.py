@@ -4,8 +4,10 @@ and time to 85% / 90% held-out accuracy over seeds, side by side in one run.
 Needs the optional bench packages (never a grpo_lab dependency): pip install -e ".[hf,bench]"
 in a separate venv (measured with trl 1.16.0, accelerate 1.15.0, datasets 5.2.0, transformers
 5.24.0). Both sides: B=16 prompts x G=8 completions of at most 6 tokens, temperature 0.7, top-k
-off, one update per rollout (mu = 1), rewards accuracy + 0.5 * partial (TRL's reward functions
-do not see whether a completion stopped, so the format reward is left out of both).
+off, one update per rollout (mu = 1), rewards accuracy + 0.5 * partial (the format reward is
+left out of both, and TRL's side counts every completion as stopped; ``trl_steps(read_stop=
+True)`` reads the stop from the completion ids TRL hands its reward functions, which
+bench_tta_smollm.py uses).
 
 Runs (``runs``), each from the same checkpoint:
   * grpo_lab: the hf_tiny_cpu preset's optimisation (lr 1e-4, 20 warm-up steps, cosine to 10%
@@ -49,6 +51,7 @@ from grpo_lab.policies.hf import HFPolicy, load_hf_policy
 from grpo_lab.tasks.rewards import resolve_rewards, weighted_reward
 from grpo_lab.tasks.task_data import load_eval
 from grpo_lab.tasks import Example, get_task, sample_examples
+from grpo_lab.tasks.instruct import render_all
 from grpo_lab.training.trainer import evaluate, learning_rate, train
 
 WEIGHTS = {"accuracy": 1.0, "partial": 0.5}
@@ -97,13 +100,16 @@ def grpo_lab_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 
             "threads": a.threads,
             "hf": {"autocast": a.device == "cuda", "chat_template": a.chat_template}, **overrides})
         h = train(c, progress=False)
-    rows, spent = [], 0.0
+    rows, spent, clock = [], 0.0, 0.0
     for x in h[1:]:
         spent += x["time/step_s"]                       # evaluation time left out, as for TRL
         rows.append({"step_s": x["time/step_s"], "rollout_s": x["time/rollout_s"],
                      "gen_s": x["time/sample_s"], "loss_s": x["time/loss_forward_s"],
                      "elapsed_s": spent, "acc": x.get("eval/accuracy"),
-                     "mean_len": x["completion/mean_len"]})
+                     "mean_len": x["completion/mean_len"],
+                     # outside the step: evaluation, and a checkpoint where the run ends
+                     "eval_s": x["time/elapsed_s"] - clock - x["time/step_s"]})
+        clock = x["time/elapsed_s"]
     return rows
 
 
@@ -126,33 +132,46 @@ def trl_config(a, d: str, beta: float, steps: int, seed: int, shipped: bool, **o
 
 def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
               shipped: bool = False, probe=None, trainer_kw: dict | None = None,
-              **overrides) -> list[dict]:
+              fmt: str = "raw", system_prompt: str = "", weights: dict | None = None,
+              read_stop: bool = False, target: float = 0.0, **overrides) -> list[dict]:
     """TRL's GRPOTrainer on the same model, prompts never from the held-out set -> rows as
-    grpo_lab_steps (rollout_s: its _generate_and_score_completions; no "mean_len").
-    ``overrides``: GRPOConfig fields (trl_config); ``trainer_kw``: more GRPOTrainer
-    arguments (peft_config); ``probe(trainer)`` is called before training (to wrap its
-    methods with timers)."""
+    grpo_lab_steps (rollout_s: its _generate_and_score_completions; no "mean_len"; eval_s:
+    the evaluation's seconds). ``overrides``: GRPOConfig fields (trl_config); ``trainer_kw``:
+    more GRPOTrainer arguments (peft_config); ``probe(trainer)`` is called before training
+    (to wrap its methods with timers). A preset's prompts: ``fmt`` (its answer_format, the
+    prompts and held-out set rendered as instruct.render does), ``system_prompt`` (a system
+    turn, chat template only) and its reward ``weights`` (default WEIGHTS). ``read_stop``: a
+    completion counts as stopped where its last token is an end-of-sequence id (TRL hands its
+    completion ids, cut after the first of them, to reward functions); off, every completion
+    counts as stopped (the recorded runs of this bench). ``target`` > 0: training stops at
+    the first evaluation with held-out accuracy >= target, as grpo_lab's target_accuracy."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
-    policy = load_hf_policy(a.model, chat_template=a.chat_template)
+    rewards = resolve_rewards(WEIGHTS if weights is None else weights)
+    policy = load_hf_policy(a.model, chat_template=a.chat_template, system_prompt=system_prompt)
     held_out = {e.prompt for e in load_eval("addition")}              # as grpo_lab: never these
-    exs = sample_examples([get_task("addition")], a.B * steps, random.Random(seed), held_out)
-    prompts = [[{"role": "user", "content": e.prompt}] if a.chat_template else e.prompt
+    exs = render_all(sample_examples([get_task("addition")], a.B * steps, random.Random(seed),
+                                     held_out), fmt)
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    prompts = [system + [{"role": "user", "content": e.prompt}] if a.chat_template else e.prompt
                for e in exs]
     data = Dataset.from_dict({"prompt": prompts, "answer": [e.answer for e in exs],
-                              "task": [e.task for e in exs]})
+                              "task": [e.task for e in exs], "fmt": [e.fmt for e in exs]})
+    eos = set()                                        # TRL's end-of-sequence ids, once built
 
-    def reward(completions, answer, task, **_):
+    def reward(completions, answer, task, fmt, completion_ids, **_):
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        stopped = ([bool(ids) and ids[-1] in eos for ids in completion_ids] if read_stop
+                   else [True] * len(texts))
         r, _parts = weighted_reward([t.strip() for t in texts],
-                                    [Example("", ans, t) for ans, t in zip(answer, task)],
-                                    resolve_rewards(WEIGHTS), [True] * len(texts))
+                                    [Example("", ans, t, f, answer_chars=get_task(t).answer_chars)
+                                     for ans, t, f in zip(answer, task, fmt)], rewards, stopped)
         return r.tolist()
 
     rows, t0, rollout, cpu, rollout_cpu = [], [0.0], [0.0], [0.0], [0.0]   # cpu: process time
-    evals = load_eval("addition")[:a.eval_size]
+    evals = render_all(load_eval("addition")[:a.eval_size], fmt)
 
     class Clock(TrainerCallback):
         def on_step_begin(self, *args, **kw):
@@ -164,14 +183,18 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
             sync(a)
             dt = time.perf_counter() - t0[0]
             spent = (rows[-1]["elapsed_s"] if rows else 0.0) + dt
-            acc = None
-            if eval_every and state.global_step % eval_every == 0:     # grpo_lab's evaluation
-                was = model.training
+            acc, cpu_s, t_eval = None, time.process_time() - cpu[0], time.perf_counter()
+            last = state.global_step >= steps                           # as grpo_lab: evaluated
+            if eval_every and (state.global_step % eval_every == 0 or (target and last)):
+                was = model.training                                    # grpo_lab's evaluation
                 acc = evaluate(HFPolicy(model, policy.tokenizer, policy.cfg), evals,
                                {"accuracy": 1.0}, a.max_new)["eval/accuracy"]
                 model.train(was)
+                if target and acc >= target:                            # else TRL's own say
+                    control.should_training_stop = True
             rows.append({"step_s": dt, "rollout_s": rollout[0], "elapsed_s": spent, "acc": acc,
-                         "cpu_s": time.process_time() - cpu[0], "rollout_cpu_s": rollout_cpu[0]})
+                         "cpu_s": cpu_s, "rollout_cpu_s": rollout_cpu[0],
+                         "eval_s": time.perf_counter() - t_eval})
 
     if getattr(policy.model, "is_quantized", False):   # a GGUF-converted folder's config keeps
         policy.model.is_quantized = False              # its quantization note; the weights are
@@ -181,6 +204,7 @@ def trl_steps(a, beta: float, steps: int, seed: int = 0, eval_every: int = 0,
                               args=trl_config(a, d, beta, steps, seed, shipped, **overrides),
                               train_dataset=data, processing_class=policy.tokenizer,
                               callbacks=[Clock()], **(trainer_kw or {}))
+        eos.update(trainer.eos_token_ids)
         generate = trainer._generate_and_score_completions
 
         def timed(*args, **kw):                     # sampling, rewards, advantages (+ ref)

@@ -106,7 +106,7 @@ def measure_case(preset_name: str, kw: dict, exchange: str, out_dir: str) -> dic
     shape = shape_of(policy)
     T = sum(p.numel() for _, p in trainable(policy))
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps), group.world,
-                       group.rank)
+                       group.rank, cfg.blocks)
 
     def rollout(step):
         with ex.gathered():

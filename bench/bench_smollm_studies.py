@@ -76,14 +76,14 @@ STUDIES = {
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "20", "--target", "0.5",
         "--set", "eval_every=10", "eval_size=20", "task=addition,word_problems,max,min,compare",
         "prompts_per_step=8", "group_size=4",
-        "--arm", "by_prompt", "--arm", "kmeans", "grouping=kmeans_semantic", "group_k=4",
-        "--arm", "mixed", "grouping=mixed", "group_k=4", "--primary", "kmeans", "by_prompt"],
+        "--arm", "by_prompt", "--arm", "kmeans", "grouping=kmeans_semantic", "group.k=4",
+        "--arm", "mixed", "grouping=mixed", "group.k=4", "--primary", "kmeans", "by_prompt"],
     "grouping_families": [
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "16", "--target", "0.25",
         "--set", "eval_every=8", "eval_size=20", "task=addition,word_problems,max,min,compare",
         "prompts_per_step=8", "group_size=4", "max_new_tokens=48",
-        "--arm", "by_prompt", "--arm", "kmeans", "grouping=kmeans_semantic", "group_k=4",
-        "--arm", "mixed", "grouping=mixed", "group_k=4", "--primary", "kmeans", "by_prompt"],
+        "--arm", "by_prompt", "--arm", "kmeans", "grouping=kmeans_semantic", "group.k=4",
+        "--arm", "mixed", "grouping=mixed", "group.k=4", "--primary", "kmeans", "by_prompt"],
 }
 COMPARED = ("eval/accuracy", "eval/gain", "eval/format", "policy/entropy_end",
             "completion/len_right_end", "completion/len_wrong_end")

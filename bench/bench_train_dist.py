@@ -34,45 +34,55 @@ from grpo_lab.training.trainer import spawn_train
 
 CLAIM_TB, CLAIM_GB = 1.2e12, 280e9            # "1.2 TB -> 280 GB"
 
+def exchange(name: str, **blocks) -> dict:
+    """A variant's config overrides: the exchange and the settings blocks its kind reads."""
+    return {"exchange": {"name": name}, **blocks}
+
+
+def compressed(preset: str, **compression) -> dict:
+    return exchange("compressed", compression={"preset": preset, **compression})
+
+
+def sharded_compressed(preset: str, beta1=None, **sharding) -> dict:
+    return exchange("sharded_compressed", compression={"preset": preset, "beta1": beta1},
+                    sharding=sharding)
+
+
 VARIANTS = {
-    "allreduce fp32 (reference)": dict(name="allreduce"),
-    "compressed fp8_topk5": dict(name="compressed", preset="fp8_topk5"),
-    "compressed fp8_topk5, no error feedback": dict(name="compressed", preset="fp8_topk5",
-                                               error_feedback=False),
-    "compressed fp16": dict(name="compressed", preset="fp16"),
-    "compressed aggressive": dict(name="compressed", preset="aggressive"),
-    "compressed aggressive, no error feedback":
-        dict(name="compressed", preset="aggressive", error_feedback=False),
+    "allreduce fp32 (reference)": exchange("allreduce"),
+    "compressed fp8_topk5": compressed("fp8_topk5"),
+    "compressed fp8_topk5, no error feedback": compressed("fp8_topk5", error_feedback=False),
+    "compressed fp16": compressed("fp16"),
+    "compressed aggressive": compressed("aggressive"),
+    "compressed aggressive, no error feedback": compressed("aggressive", error_feedback=False),
     "compressed aggressive, with DGC momentum correction 0.9":
-        dict(name="compressed", preset="aggressive", momentum=0.9),
+        compressed("aggressive", momentum=0.9),
     "compressed aggressive, AdamW beta1 0.9 (as the other variants)":
-        dict(name="compressed", preset="aggressive", beta1=0.9),
+        compressed("aggressive", beta1=0.9),
     "compressed aggressive, with DGC density warm-up (25% -> 0.3% over 100 steps)":
-        dict(name="compressed", preset="aggressive", density_warmup=100),
+        compressed("aggressive", density_warmup=100),
     "compressed dgc (DGC as published: 0.1%, momentum correction 0.9, warm-up; AdamW receiver)":
-        dict(name="compressed", preset="dgc"),
-    "compressed fp8_topk5, fast path (Rice)": dict(name="compressed", preset="fp8_topk5_fast"),
+        compressed("dgc"),
+    "compressed fp8_topk5, fast path (Rice)": compressed("fp8_topk5_fast"),
     "compressed fast_topk5 (fast path: sampled threshold, fp8 values, Rice)":
-        dict(name="compressed", preset="fast_topk5"),
-    "DDP fp16_compress_hook": dict(name="ddp_fp16_hook"),
-    "DDP powerSGD_hook rank 2": dict(name="ddp_powersgd_hook", powersgd_rank=2),
-    "sharded size_balanced": dict(name="sharded", policy="size_balanced"),
+        compressed("fast_topk5"),
+    "DDP fp16_compress_hook": exchange("ddp_fp16_hook"),
+    "DDP powerSGD_hook rank 2": exchange("ddp_powersgd_hook", powersgd={"rank": 2}),
+    "sharded size_balanced": exchange("sharded", sharding={"policy": "size_balanced"}),
     "sharded importance_round_robin, re-shard every 50":
-        dict(name="sharded", policy="importance_round_robin", importance="seed",
-             reshard_every=50),
-    "sharded + fp8_topk5 (reduce compressed, broadcast fp32)":
-        dict(name="sharded_compressed", preset="fp8_topk5"),
+        exchange("sharded", sharding={"policy": "importance_round_robin", "importance": "seed",
+                                      "reshard_every": 50}),
+    "sharded + fp8_topk5 (reduce compressed, broadcast fp32)": sharded_compressed("fp8_topk5"),
     "sharded + fp8_topk5, broadcast fp8_topk5 (EF21-P)":
-        dict(name="sharded_compressed", preset="fp8_topk5", broadcast_preset="fp8_topk5"),
+        sharded_compressed("fp8_topk5", broadcast_preset="fp8_topk5"),
     "sharded + fp8_topk5, broadcast fp8_topk5 (EF21-P), AdamW beta1 0":
-        dict(name="sharded_compressed", preset="fp8_topk5", broadcast_preset="fp8_topk5", beta1=0.0),
-    "sharded + aggressive (reduce compressed, broadcast fp32)":
-        dict(name="sharded_compressed", preset="aggressive"),
+        sharded_compressed("fp8_topk5", broadcast_preset="fp8_topk5", beta1=0.0),
+    "sharded + aggressive (reduce compressed, broadcast fp32)": sharded_compressed("aggressive"),
     "sharded + aggressive, broadcast aggressive (EF21-P)":
-        dict(name="sharded_compressed", preset="aggressive", broadcast_preset="aggressive"),
+        sharded_compressed("aggressive", broadcast_preset="aggressive"),
     "sharded importance_balanced + aggressive, broadcast aggressive, re-shard every 50":
-        dict(name="sharded_compressed", preset="aggressive", broadcast_preset="aggressive",
-             policy="importance_balanced", importance="seed", reshard_every=50),
+        sharded_compressed("aggressive", broadcast_preset="aggressive",
+                           policy="importance_balanced", importance="seed", reshard_every=50),
 }
 
 
@@ -191,7 +201,7 @@ def main():
     print(text)
 
 
-def make_cfg(args, exchange: dict, i: int, seed: int):
+def make_cfg(args, variant: dict, i: int, seed: int):
     """The bench's settings: supervised (global batch 64, lr 1e-3, 20 warm-up steps, cosine,
     weight decay 0.01, no clipping) or GRPO (the demo's settings, 16 prompts x 8)."""
     out = f"{tempfile.gettempdir()}/bench_train_dist/{args.objective}{i}-{seed}"
@@ -199,9 +209,9 @@ def make_cfg(args, exchange: dict, i: int, seed: int):
         return preset("defaults", objective="supervised", steps=args.steps, prompts_per_step=64,
                       lr=1e-3, warmup_steps=20, weight_decay=0.01, grad_clip=0.0,
                       eval_every=args.eval_every, eval_size=200, time_budget_s=0.0, threads=1,
-                      seed=seed, out_dir=out, exchange=exchange)
+                      seed=seed, out_dir=out, **variant)
     return preset("defaults", steps=args.steps, eval_every=args.eval_every, time_budget_s=0.0,
-                  threads=1, seed=seed, out_dir=out, exchange=exchange)
+                  threads=1, seed=seed, out_dir=out, **variant)
 
 
 def run_variants(names: list[str], args) -> tuple[list[dict], list]:

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from grpo_lab.algorithm.loss import grpo_loss  # noqa: E402
+from grpo_lab.algorithm.loss import Clip, grpo_loss  # noqa: E402
 from grpo_lab.algorithm.token_weights import is_weight  # noqa: E402
 
 D = torch.float64
@@ -56,8 +56,8 @@ def agree(a, b, scale) -> bool:
 
 def grpo_lab_cispo(log_r, A, mask, **kw):
     logp = log_r.clone().requires_grad_(True)
-    loss, _ = grpo_loss(logp, torch.zeros_like(log_r), None, A, mask, aggregation="token_mean",
-                        policy_loss="cispo", **kw)
+    loss, _ = grpo_loss(logp, torch.zeros_like(log_r), A, mask, Clip(**kw), aggregation="token_mean",
+                        policy_loss="cispo")
     loss.backward()
     return loss.detach(), logp.grad
 

@@ -315,10 +315,12 @@ def run_study(args, argv: list[str] | None = None) -> int:
 
 
 class _FileParser(argparse.ArgumentParser):
-    """The train flags, parsed from a config file: an error raises, naming the file."""
+    """The train flags, parsed from a config file: an error raises, naming the file (and, for
+    an unknown key, the settings-block field it may mean, as the flag's error does)."""
 
     def error(self, message):
-        raise ConfigFileError(f"--config {self.prog}: {message}")
+        key = message.partition("unrecognized arguments: --")[2].split("=")[0]
+        raise ConfigFileError(f"--config {self.prog}: {message}{renamed_hint(key)}")
 
 
 def read_config_file(path: str | Path) -> tuple[str | None, dict]:
@@ -528,7 +530,7 @@ def train_config(args) -> TrainConfig:
         given = merge(from_file, given)
     if not args.resume:
         cfg = preset(preset_name or "tiny_cpu", **given)
-        check_group_k(cfg, given)
+        check_group_k(cfg, given.get("group", {}).get("k"))
         return cfg
     from grpo_lab.checkpoint import read_training_checkpoint
     from grpo_lab.training.config import from_dict
@@ -546,13 +548,13 @@ def train_config(args) -> TrainConfig:
     return from_dict(merge(saved, given))
 
 
-def check_group_k(cfg: TrainConfig, given: dict) -> None:
-    """--group_k for a grouper that takes no k would be ignored: an error instead."""
+def check_group_k(cfg: TrainConfig, k) -> None:
+    """--group.k for a grouper that takes no k would be ignored: an error instead."""
     from grpo_lab.algorithm.grouping import GROUPERS
 
-    if given.get("group_k") and not GROUPERS[cfg.grouping].takes_k:
+    if k and not GROUPERS[cfg.grouping].takes_k:
         with_k = sorted(n for n, g in GROUPERS.items() if g.takes_k)
-        raise ValueError(f"--group_k {given['group_k']} but grouping {cfg.grouping!r} takes no k "
+        raise ValueError(f"--group.k {k} but grouping {cfg.grouping!r} takes no k "
                          f"(it would be ignored); the groupers that take k: {with_k}")
 
 

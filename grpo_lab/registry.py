@@ -75,7 +75,7 @@ def check_new(registry: dict, kind: str, name, fn, current=lambda v: v) -> None:
 
 SETTINGS: dict[str, type] = {}
 """Settings blocks: name -> the dataclass a record declares for its settings (variants.py's
-``TIS``, ``KL``, loss.py's ``Clip``, a plugin variant's own). ``TrainConfig`` holds one of each
+``TIS``, ``KL``, loss.py's ``Clip``, an exchange kind's ``Compression``, a plugin's own). ``TrainConfig`` holds one of each
 (``cfg.tis.cap``, ``--tis.cap 2``, ``{"tis": {"cap": 2}}``); each checks itself with its
 ``check(cfg)`` method, if it has one."""
 

@@ -29,7 +29,10 @@ def test_every_field_documented_and_in_help():
 
 @pytest.mark.parametrize("old, new", [("--tis_cap", "tis.cap"), ("--beta", "kl.beta"),
                                       ("--eps_high", "clip.eps_high"),
-                                      ("--overlong_buffer", "overlong.buffer")])
+                                      ("--overlong_buffer", "overlong.buffer"),
+                                      ("--group_k", "group.k"), ("--combine", "group.combine"),
+                                      ("--recluster_every", "group.recluster_every"),
+                                      ("--group_schedule", "group.schedule")])
 def test_an_old_flat_flag_is_argparses_error_naming_the_new_one(old, new, capsys):
     with pytest.raises(SystemExit) as e:
         main(["train", old, "2"])
@@ -38,6 +41,25 @@ def test_an_old_flat_flag_is_argparses_error_naming_the_new_one(old, new, capsys
     assert f"unrecognized arguments: {old} 2" in err and f"'{new}'" in err
     with pytest.raises(TypeError, match=f"unexpected keyword argument '{old[2:]}'.*'{new}'"):
         check_records(TrainConfig(**{old[2:]: 2}))
+
+
+@pytest.mark.parametrize("old, new", [("exchange.preset", "compression.preset"),
+                                      ("exchange.powersgd_rank", "powersgd.rank"),
+                                      ("exchange.broadcast_preset", "sharding.broadcast_preset"),
+                                      ("exchange.param_dtype", "fsdp2.param_dtype")])
+def test_an_exchange_kinds_old_field_names_its_settings_block(old, new, capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main(["train", f"--{old}", "2"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: --{old} 2" in err and f"'{new}'" in err
+    with pytest.raises(ValueError, match=f"unknown field {old}.*'{new}'"):
+        TrainConfig(exchange={old.split(".")[1]: 2})
+    path = tmp_path / "old.json"                         # a config file: the flag's error
+    path.write_text(json.dumps({"exchange": {old.split(".")[1]: 2}}))
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: --{old}=2" in err and f"'{new}'" in err
 
 
 def test_parse_weights():

@@ -12,7 +12,7 @@ from grpo_lab.training.config import PRESETS, TrainConfig, preset, to_dict
 
 def config_of(argv: list[str]) -> TrainConfig:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")         # group_k defaults of the mixture preset
+        warnings.simplefilter("ignore")         # group.k defaults of the mixture preset
         return train_config(build_parser().parse_args(["train", *argv]))
 
 
@@ -33,11 +33,11 @@ def test_a_resolved_config_round_trips_through_json(tmp_path, name):
 
 def test_a_changed_field_round_trips_too_and_differs_from_the_preset(tmp_path):
     cfg = preset("quick", lr=3.3e-4, reward_weights={"accuracy": 1.0}, answer_format="raw",
-                 exchange={"name": "compressed", "momentum": 0.9, "timeout_s": 77.0},
-                 report_to="tensorboard")
+                 exchange={"name": "compressed", "timeout_s": 77.0},
+                 compression={"momentum": 0.9}, report_to="tensorboard")
     got = config_of(["--config", write(tmp_path, to_dict(cfg))])
     assert got == cfg != preset("quick")
-    assert (got.lr, got.exchange.momentum, got.report_to) == (3.3e-4, 0.9, "tensorboard")
+    assert (got.lr, got.compression.momentum, got.report_to) == (3.3e-4, 0.9, "tensorboard")
 
 
 def test_yaml_nested_or_dotted_keys_and_the_preset_under_flags(tmp_path):
@@ -56,8 +56,8 @@ def test_yaml_nested_or_dotted_keys_and_the_preset_under_flags(tmp_path):
 
 
 def test_null_is_none_only_where_the_field_may_be_none(tmp_path):
-    cfg = config_of(["--config", write(tmp_path, {"exchange": {"momentum": None}})])
-    assert cfg.exchange.momentum is None
+    cfg = config_of(["--config", write(tmp_path, {"compression": {"momentum": None}})])
+    assert cfg.compression.momentum is None
 
 
 def error_of(argv, capsys) -> str:
@@ -78,6 +78,7 @@ def error_of(argv, capsys) -> str:
     ({"steps": True}, "--steps=true"),
     ({"reward_weights": {"accuracy": "x"}}, "--reward_weights=accuracy=x"),
     ({"preset": "nope"}, "--preset=nope"),                             # bad choice
+    ({"group_k": 3}, "--group_k=3"),              # a flat name: both name group.k
 ])
 def test_a_bad_key_or_type_gets_the_flags_error(tmp_path, capsys, data, flag):
     out = ["--out_dir", str(tmp_path / "run")]

@@ -11,7 +11,7 @@ import torch
 
 from grpo_lab.training.config import check_records, TrainConfig, preset
 from grpo_lab.distributed import wire
-from grpo_lab.distributed.exchanges import check_exchange, EXCHANGES, ExchangeConfig
+from grpo_lab.distributed.exchanges import EXCHANGES
 from grpo_lab.distributed.shard_plan import assign, default_max_shard_numel, make_shards
 from grpo_lab.policies.model import GPT, GPTConfig, load_policy, save_policy
 from grpo_lab.training.report import comm_summary
@@ -26,25 +26,33 @@ WORLD, STEPS = 2, 3
 TINY = dict(objective="supervised", prompts_per_step=8, steps=STEPS, lr=1e-3, adam_eps=1e-6,
             warmup_steps=0, weight_decay=0.01, grad_clip=0.0, eval_every=0, eval_size=20,
             time_budget_s=0.0, threads=1, kl={"beta": 0.0})
+
+
+def ex(name, overlap=False, **blocks) -> dict:
+    """A case's config overrides: the exchange and the settings blocks its kind reads."""
+    return {"exchange": {"name": name, "overlap": overlap}, **blocks}
+
+
 CASES = {
-    "allreduce": dict(name="allreduce"),
-    "fp32": dict(name="compressed", preset="fp32"),
-    "fp8_topk5": dict(name="compressed", preset="fp8_topk5"),
-    "ddp_fp16": dict(name="ddp_fp16_hook"),
-    "powersgd": dict(name="ddp_powersgd_hook", powersgd_rank=1, powersgd_start=2),
-    "sharded": dict(name="sharded", policy="size_balanced"),
-    "sharded_rr": dict(name="sharded", policy="importance_round_robin", importance="seed",
-                       reshard_every=2),
-    "grpo": dict(name="allreduce"),
-    "sharded_fp32": dict(name="sharded_compressed", preset="fp32"),
-    "sharded_topk_whole": dict(name="sharded_compressed", preset="fp8_topk5", max_shard_numel=10**9),
-    "sharded_aggressive_rr": dict(name="sharded_compressed", preset="aggressive",
-                                  policy="importance_round_robin", importance="seed",
-                                  reshard_every=2),
-    "sharded_topk_both": dict(name="sharded_compressed", preset="fp8_topk5",
-                              broadcast_preset="fp8_topk5"),
-    "allreduce_overlap": dict(name="allreduce", overlap=True),
-    "sharded_overlap": dict(name="sharded", policy="size_balanced", overlap=True),
+    "allreduce": ex("allreduce"),
+    "fp32": ex("compressed", compression={"preset": "fp32"}),
+    "fp8_topk5": ex("compressed", compression={"preset": "fp8_topk5"}),
+    "ddp_fp16": ex("ddp_fp16_hook"),
+    "powersgd": ex("ddp_powersgd_hook", powersgd={"rank": 1, "start": 2}),
+    "sharded": ex("sharded", sharding={"policy": "size_balanced"}),
+    "sharded_rr": ex("sharded", sharding={"policy": "importance_round_robin",
+                                          "importance": "seed", "reshard_every": 2}),
+    "grpo": ex("allreduce"),
+    "sharded_fp32": ex("sharded_compressed", compression={"preset": "fp32"}),
+    "sharded_topk_whole": ex("sharded_compressed", compression={"preset": "fp8_topk5"},
+                             sharding={"max_shard_numel": 10**9}),
+    "sharded_aggressive_rr": ex("sharded_compressed", compression={"preset": "aggressive"},
+                                sharding={"policy": "importance_round_robin",
+                                          "importance": "seed", "reshard_every": 2}),
+    "sharded_topk_both": ex("sharded_compressed", compression={"preset": "fp8_topk5"},
+                            sharding={"broadcast_preset": "fp8_topk5"}),
+    "allreduce_overlap": ex("allreduce", overlap=True),
+    "sharded_overlap": ex("sharded", overlap=True, sharding={"policy": "size_balanced"}),
 }
 
 
@@ -63,7 +71,7 @@ def tiny_cfg(base, out, **kw) -> TrainConfig:
 @pytest.fixture(scope="module")
 def runs(tiny_base, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
-    cfgs = [tiny_cfg(tiny_base, out / name, exchange=case,
+    cfgs = [tiny_cfg(tiny_base, out / name, **case,
                      **(dict(objective="grpo", prompts_per_step=4, group_size=4, steps=2,
                              kl={"beta": 0.02}) if name == "grpo" else {}))
             for name, case in CASES.items()]
@@ -221,25 +229,34 @@ def test_metrics_and_summary(runs):
 
 
 def test_bad_options_are_named(tiny_base, tmp_path):
+    def checked(name, overlap=False, **blocks):
+        return check_records(TrainConfig(**ex(name, overlap, **blocks)))
     with pytest.raises(ValueError, match="unknown exchange 'carrier_pigeon'; known: "):
-        check_exchange(ExchangeConfig(name="carrier_pigeon"))
-    with pytest.raises(ValueError, match="unknown compression preset 'tiny'"):
-        check_exchange(ExchangeConfig(name="compressed", preset="tiny"))
+        checked("carrier_pigeon")
+    with pytest.raises(ValueError, match="unknown compression.preset 'tiny'"):
+        checked("compressed", compression={"preset": "tiny"})
     with pytest.raises(ValueError, match="unknown objective 'rlhf'"):
         check_records(TrainConfig(objective="rlhf"))
-    with pytest.raises(ValueError, match="unknown broadcast_preset 'tiny'"):
-        check_exchange(ExchangeConfig(name="sharded_compressed", broadcast_preset="tiny"))
+    with pytest.raises(ValueError, match="unknown sharding.broadcast_preset 'tiny'"):
+        checked("sharded_compressed", sharding={"broadcast_preset": "tiny"})
     with pytest.raises(ValueError, match="broadcast_preset='fp8_topk5' .* not 'sharded'"):
-        check_exchange(ExchangeConfig(name="sharded", broadcast_preset="fp8_topk5"))
-    with pytest.raises(ValueError, match="max_shard_numel must be >= 0, got -1"):
-        check_exchange(ExchangeConfig(name="sharded", max_shard_numel=-1))
+        checked("sharded", sharding={"broadcast_preset": "fp8_topk5"})
+    with pytest.raises(ValueError, match="sharding.max_shard_numel must be finite and >= 0, got -1"):
+        checked("sharded", sharding={"max_shard_numel": -1})
     with pytest.raises(ValueError, match="overlap=True .* 'allreduce' and 'sharded' only, not "
                                          "'sharded_compressed'"):
-        check_exchange(ExchangeConfig(name="sharded_compressed", preset="fp32", overlap=True))
+        checked("sharded_compressed", overlap=True, compression={"preset": "fp32"})
     with pytest.raises(ValueError, match="overlap=True .* not 'ddp_fp16_hook'"):
-        check_exchange(ExchangeConfig(name="ddp_fp16_hook", overlap=True))
-    with pytest.raises(ValueError, match="unknown shard policy 'fair'"):
-        check_exchange(ExchangeConfig(name="sharded", policy="fair"))
+        checked("ddp_fp16_hook", overlap=True)
+    with pytest.raises(ValueError, match="unknown sharding.policy 'fair'"):
+        checked("sharded", sharding={"policy": "fair"})
+    with pytest.raises(ValueError, match=r"compression\.preset='dgc': the compression block is "
+                                         r"read by exchange 'compressed' or 'sharded_compressed', "
+                                         r"not by 'allreduce'"):      # the run would ignore it
+        checked("allreduce", compression={"preset": "dgc"})
+    with pytest.raises(ValueError, match=r"powersgd\.rank=4: .* 'ddp_powersgd_hook', not by "
+                                         r"'ddp_fp16_hook'"):
+        checked("ddp_fp16_hook", powersgd={"rank": 4})
     with pytest.raises(ValueError, match="exchange 'sharded' needs a process group"):
         train(tiny_cfg(tiny_base, tmp_path, exchange={"name": "sharded"}), progress=False)
     assert set(EXCHANGES) == {"allreduce", "compressed", "ddp_fp16_hook", "ddp_powersgd_hook",
@@ -250,14 +267,14 @@ def test_command_line_sets_every_kind_of_field():
     # ints, floats, bools, strings, the "X | None" overrides and the dotted sub-config flags
     from grpo_lab.cli import build_parser, overrides
     args = build_parser().parse_args([
-        "train", "--exchange.name", "sharded_compressed", "--exchange.preset", "aggressive",
-        "--exchange.broadcast_preset", "fp8_topk5", "--exchange.density_warmup", "0",
-        "--exchange.beta1", "0", "--exchange.momentum", "0.5", "--exchange.error_feedback",
-        "false", "--steps", "5", "--lr", "3e-4"])
+        "train", "--exchange.name", "sharded_compressed", "--compression.preset", "aggressive",
+        "--sharding.broadcast_preset", "fp8_topk5", "--compression.density_warmup", "0",
+        "--compression.beta1", "0", "--compression.momentum", "0.5",
+        "--compression.error_feedback", "false", "--steps", "5", "--lr", "3e-4"])
     cfg = preset("tiny_cpu", **overrides(args, TrainConfig))
-    x = cfg.exchange
-    assert (x.name, x.preset, x.broadcast_preset) == ("sharded_compressed", "aggressive",
-                                                      "fp8_topk5")
+    x = cfg.compression
+    assert (cfg.exchange.name, x.preset, cfg.sharding.broadcast_preset) == \
+        ("sharded_compressed", "aggressive", "fp8_topk5")
     assert (x.density_warmup, x.beta1, x.momentum) == (0, 0.0, 0.5)
     assert (x.error_feedback, cfg.steps, cfg.lr) == (False, 5, 3e-4)
     assert preset("tiny_cpu", **overrides(build_parser().parse_args(["train"]), TrainConfig)) \

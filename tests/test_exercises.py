@@ -11,7 +11,7 @@ from grpo_lab.distributed.compression import sparsify
 from grpo_lab.algorithm.embeddings import tfidf_embed
 from grpo_lab.teaching.exercise_loss import _loss_variant
 from grpo_lab.algorithm.grouping import GROUPERS
-from grpo_lab.algorithm.loss import grpo_loss
+from grpo_lab.algorithm.loss import KL, Clip, grpo_loss
 
 
 def verdict(check, fn, capsys, *args):
@@ -125,7 +125,7 @@ LOSS_CASES = [
 
 def test_check_grpo_loss_passes_the_library(capsys):
     def lib(logp, old_logp, ref_logp, A, mask, eps=0.2, beta=0.04):
-        return grpo_loss(logp, old_logp, ref_logp, A, mask, eps, eps, beta)[0]
+        return grpo_loss(logp, old_logp, A, mask, Clip(eps, eps), KL(beta), ref_logp=ref_logp)[0]
     ok, out = verdict(ex.check_grpo_loss, lib, capsys)
     assert ok, out
     ok, out = verdict(ex.check_grpo_loss, make_loss(), capsys)      # written out by hand

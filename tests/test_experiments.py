@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 
 TINY = {"steps": 3, "prompts_per_step": 4, "group_size": 4, "eval_every": 2, "eval_size": 10,
         "ckpt_every": 10}
-STRATEGIES = {"by_prompt": {}, "random": {"grouping": "random", "group_k": 2}}
+STRATEGIES = {"by_prompt": {}, "random": {"grouping": "random", "group": {"k": 2}}}
 
 
 def history(accs, seconds, draws=None):

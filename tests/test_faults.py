@@ -21,7 +21,7 @@ from grpo_lab.checkpoint import (CHECKSUM_KEY, CheckpointError, add_checksum, at
                                  content_checksum, load_state_strict, read_tensors)
 from grpo_lab.distributed import codecs, compression as C, wire
 from grpo_lab.distributed.wire import TensorRecord, WireError
-from grpo_lab.algorithm.loss import grpo_loss
+from grpo_lab.algorithm.loss import KL, Clip, grpo_loss
 from grpo_lab.policies.model import FORMAT_TAG, GPT, GPTConfig, load_policy, save_policy
 from grpo_lab.tasks.rewards import REWARDS, accuracy_reward, resolve_rewards, weighted_reward
 from grpo_lab.tasks import Example
@@ -121,10 +121,9 @@ MASK = T([[True, True], [True, False]])
 SEQ_MEAN = ((-1.28 - 1.1) / 2 + 0.8) / 2                                 # -0.195
 
 
-def loss_of(logp, adv=T([1.0, -1.0]), old=None, **kw):
-    kw = {"eps_low": 0.2, "eps_high": 0.28, **kw}
-    return grpo_loss(logp, torch.zeros(2, 2) if old is None else old, kw.pop("ref", None), adv,
-                     MASK, **kw)
+def loss_of(logp, adv=T([1.0, -1.0]), old=None, ref=None, beta=0.0):
+    return grpo_loss(logp, torch.zeros(2, 2) if old is None else old, adv, MASK, Clip(0.2, 0.28),
+                     KL(beta), ref_logp=ref)
 
 
 @pytest.mark.parametrize("adv", [[1, -1], np.array([1, -1]), T([1, -1]), (1.0, -1.0)],
@@ -157,38 +156,38 @@ def test_nan_and_inf_on_padding_never_reach_the_loss(pad):
 def test_loss_rejects_bad_values_naming_them():
     z = torch.zeros(2, 2)
     with pytest.raises(ValueError, match=r"no completions to score: logp has shape \(0, 2\)"):
-        grpo_loss(torch.zeros(0, 2), torch.zeros(0, 2), None, torch.zeros(0),
+        grpo_loss(torch.zeros(0, 2), torch.zeros(0, 2), torch.zeros(0),
                   torch.zeros(0, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"advantage of sample 1 is nan"):
-        grpo_loss(z, z, None, T([1.0, NAN]), MASK)
+        grpo_loss(z, z, T([1.0, NAN]), MASK)
     with pytest.raises(ValueError, match=r"advantage of sample 0 is -inf"):
-        grpo_loss(z, z, None, [-INF, 1.0], MASK)
+        grpo_loss(z, z, [-INF, 1.0], MASK)
     with pytest.raises(ValueError, match=r"advantage of sample 1, token 0 is nan"):
-        grpo_loss(z, z, None, T([[1.0, 1.0], [NAN, 0.0]]), MASK)
+        grpo_loss(z, z, T([[1.0, 1.0], [NAN, 0.0]]), MASK)
     with pytest.raises(ValueError, match=r"old_logp of sample 0, token 1 is nan"):
-        grpo_loss(z, T([[0.0, NAN], [0.0, 0.0]]), None, T([1.0, -1.0]), MASK)
+        grpo_loss(z, T([[0.0, NAN], [0.0, 0.0]]), T([1.0, -1.0]), MASK)
     with pytest.raises(ValueError, match=r"logp of sample 1, token 0 is -inf"):
-        grpo_loss(T([[0.0, 0.0], [-INF, 0.0]]), z, None, T([1.0, -1.0]), MASK)
+        grpo_loss(T([[0.0, 0.0], [-INF, 0.0]]), z, T([1.0, -1.0]), MASK)
     with pytest.raises(ValueError, match=r"ref_logp of sample 0, token 0 is nan"):
-        grpo_loss(z, z, T([[NAN, 0.0], [0.0, 0.0]]), T([1.0, -1.0]), MASK, beta=0.1)
+        grpo_loss(z, z, T([1.0, -1.0]), MASK, kl=KL(0.1), ref_logp=T([[NAN, 0.0], [0.0, 0.0]]))
 
 
 @pytest.mark.parametrize("kw,message", [
-    ({"beta": NAN}, r"beta must be finite and >= 0, got nan"),
-    ({"beta": INF}, r"beta must be finite and >= 0, got inf"),
-    ({"beta": -0.1}, r"beta must be finite and >= 0, got -0.1"),
-    ({"eps_low": 1.0}, r"eps_low must be finite and in \[0, 1\), got 1.0"),
-    ({"eps_low": 1.5}, r"eps_low must be finite and in \[0, 1\), got 1.5"),
-    ({"eps_low": -0.2}, r"eps_low must be finite and in \[0, 1\), got -0.2"),
-    ({"eps_high": -0.1}, r"eps_high must be finite and >= 0, got -0.1"),
-    ({"eps_high": INF}, r"eps_high must be finite and >= 0, got inf"),
-    ({"eps_high": "0.2"}, r"eps_high must be a number, got '0.2'"),
+    ({"kl": KL(NAN)}, r"kl\.beta must be finite and >= 0, got nan"),
+    ({"kl": KL(INF)}, r"kl\.beta must be finite and >= 0, got inf"),
+    ({"kl": KL(-0.1)}, r"kl\.beta must be finite and >= 0, got -0.1"),
+    ({"clip": Clip(eps_low=1.0)}, r"eps_low must be finite and in \[0, 1\), got 1.0"),
+    ({"clip": Clip(eps_low=1.5)}, r"eps_low must be finite and in \[0, 1\), got 1.5"),
+    ({"clip": Clip(eps_low=-0.2)}, r"eps_low must be finite and in \[0, 1\), got -0.2"),
+    ({"clip": Clip(eps_high=-0.1)}, r"eps_high must be finite and >= 0, got -0.1"),
+    ({"clip": Clip(eps_high=INF)}, r"eps_high must be finite and >= 0, got inf"),
+    ({"clip": Clip(eps_high="0.2")}, r"eps_high must be a number, got '0.2'"),
     ({"max_len": 0}, r"max_len must be a positive int \(the dr_grpo normaliser\), got 0"),
 ])
 def test_loss_ranges(kw, message):
     z = torch.zeros(2, 2)
     with pytest.raises(ValueError, match=message):
-        grpo_loss(z, z, z, T([1.0, -1.0]), MASK, **kw)
+        grpo_loss(z, z, T([1.0, -1.0]), MASK, ref_logp=z, **kw)
 
 
 def reference_loss(logp, old_logp, ref_logp, adv, mask, eps_low, eps_high, beta, agg, max_len):
@@ -214,9 +213,10 @@ def test_loss_on_valid_inputs_is_bit_identical_to_the_unchecked_one(seed):
     for adv in [torch.randn(8, generator=g), torch.randn(8, 7, generator=g)]:
         for agg in AGGREGATIONS:
             for beta in (0.0, 0.04):
-                args = (logp, old, ref, adv, mask, 0.2, 0.28, beta, agg, 9)
-                loss, _ = grpo_loss(*args)
-                assert loss.item() == reference_loss(*args).item(), (agg, beta, adv.dim())
+                loss, _ = grpo_loss(logp, old, adv, mask, Clip(0.2, 0.28), KL(beta), aggregation=agg,
+                                    max_len=9, ref_logp=ref)
+                want = reference_loss(logp, old, ref, adv, mask, 0.2, 0.28, beta, agg, 9)
+                assert loss.item() == want.item(), (agg, beta, adv.dim())
 
 
 # =========================================================================== rewards

@@ -28,8 +28,8 @@ import torch
 from grpo_lab.policies.policy import load_policy_any
 from grpo_lab.checkpoint import read_training_checkpoint
 from grpo_lab.distributed import launch
-from grpo_lab.distributed.exchanges import check_exchange, ExchangeConfig
-from grpo_lab.training.config import TrainConfig, preset
+from grpo_lab.distributed.exchanges import ExchangeConfig
+from grpo_lab.training.config import TrainConfig, check_records, preset
 from grpo_lab.training.trainer import spawn_train, train
 from tolerance import mean_tol
 
@@ -104,7 +104,7 @@ def toy_runs(tmp_path_factory):
     train(toy(root / "one"), progress=False)                               # allreduce, AdamW
     train(toy(root / "one_micro", **MICRO), progress=False)
     spawn_train([toy(root / "fsdp2_2", FSDP2),
-                 toy(root / "fsdp2_2_kept", {"name": "fsdp2", "reshard_after_forward": False}),
+                 toy(root / "fsdp2_2_kept", FSDP2, fsdp2={"reshard_after_forward": False}),
                  toy(root / "fsdp2_2_micro", FSDP2, **MICRO)],
                 2, run_timeout_s=300, progress=False)
     spawn_train([toy(root / "fsdp2_3", FSDP2)], 3, run_timeout_s=300, progress=False)
@@ -252,27 +252,29 @@ def test_lora_under_fsdp2_trains_as_one_process(hf_runs):
 
 
 def test_bad_combinations_are_refused_by_name(tmp_path):
-    with pytest.raises(ValueError, match=r"exchange 'fsdp2' shards parameters .* "
-                                         r"exchange\.preset='fp16' would be ignored"):
-        check_exchange(ExchangeConfig(name="fsdp2", preset="fp16"))
-    with pytest.raises(ValueError, match=r"exchange\.policy='importance_round_robin', "
-                                         r"exchange\.reshard_every=2 would be ignored"):
-        check_exchange(ExchangeConfig(name="fsdp2", policy="importance_round_robin", reshard_every=2))
-    with pytest.raises(ValueError, match=r"exchange\.error_feedback=False would be ignored"):
-        check_exchange(ExchangeConfig(name="fsdp2", error_feedback=False))
-    with pytest.raises(ValueError, match=r"exchange\.reshard_after_forward=False configure\(s\) "
-                                         r"parameter sharding: it needs exchange name 'fsdp2', "
-                                         r"not 'compressed'"):
-        check_exchange(ExchangeConfig(name="compressed", reshard_after_forward=False))
-    with pytest.raises(ValueError, match=r"unknown exchange\.param_dtype 'fp8'"):
-        check_exchange(ExchangeConfig(name="fsdp2", param_dtype="fp8"))
+    def checked(name, **blocks):
+        return check_records(TrainConfig(exchange={"name": name}, **blocks))
+    with pytest.raises(ValueError, match=r"compression\.preset='fp16': the compression block is "
+                                         r"read by exchange 'compressed' or 'sharded_compressed', "
+                                         r"not by 'fsdp2'"):
+        checked("fsdp2", compression={"preset": "fp16"})
+    with pytest.raises(ValueError, match=r"sharding\.policy='importance_round_robin', "
+                                         r"sharding\.reshard_every=2: .* not by 'fsdp2'"):
+        checked("fsdp2", sharding={"policy": "importance_round_robin", "reshard_every": 2})
+    with pytest.raises(ValueError, match=r"compression\.error_feedback=False: .* not by 'fsdp2'"):
+        checked("fsdp2", compression={"error_feedback": False})
+    with pytest.raises(ValueError, match=r"fsdp2\.reshard_after_forward=False: the fsdp2 block is "
+                                         r"read by exchange 'fsdp2', not by 'compressed'"):
+        checked("compressed", fsdp2={"reshard_after_forward": False})
+    with pytest.raises(ValueError, match=r"unknown fsdp2\.param_dtype 'fp8'"):
+        checked("fsdp2", fsdp2={"param_dtype": "fp8"})
     with pytest.raises(ValueError, match=r"hf\.sample_dtype='bfloat16' .* exchange 'fsdp2'"):
         hf(tmp_path, FSDP2, hf={"sample_dtype": "bfloat16"})
     with pytest.raises(ValueError, match=r"overlong\.rule='filter' .* exchange 'fsdp2'"):
         toy(tmp_path, FSDP2, overlong={"rule": "filter"})
     with pytest.raises(ValueError, match="exchange 'fsdp2' needs a process group"):
         train(toy(tmp_path / "alone", FSDP2), progress=False)
-    ExchangeConfig(name="fsdp2", reshard_after_forward=False, param_dtype="bfloat16")  # its own
+    checked("fsdp2", fsdp2={"reshard_after_forward": False, "param_dtype": "bfloat16"})  # its own
 
 
 def _held_by_rank(rank, world):

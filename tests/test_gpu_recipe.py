@@ -48,7 +48,7 @@ def test_the_recipe_flags_make_the_documented_config(tmp_path):
     args = cli.build_parser().parse_args(["train", *recipe.RECIPE, "--ckpt_format", "dcp",
                                           "--out_dir", str(tmp_path)])
     c = cli.train_config(args)
-    assert (c.exchange.name, c.exchange.param_dtype, c.ckpt_format, c.eval_size) == \
+    assert (c.exchange.name, c.fsdp2.param_dtype, c.ckpt_format, c.eval_size) == \
         ("fsdp2", "bfloat16", "dcp", 0)
     assert c.policy == "hf" and c.hf.autocast and c.hf.gradient_checkpointing
     doc = (ROOT / "docs" / "guide" / "gpu.md").read_text()

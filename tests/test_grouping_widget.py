@@ -106,7 +106,7 @@ def test_step_stages_agree_with_the_library():
     assert d["advantages"]["advantages"] == adv.tolist()
     with torch.no_grad():
         logp = completion_logprobs(policy, r, 0.7)
-    loss, stats = grpo_loss(logp, r.logprobs, None, adv, r.completion_mask, max_len=8)
+    loss, stats = grpo_loss(logp, r.logprobs, adv, r.completion_mask, max_len=8)
     assert d["loss"]["loss"] == pytest.approx(loss.item(), abs=1e-6)
     assert d["loss"]["clip/ratio_mean"] == pytest.approx(1.0, abs=1e-4)   # on-policy
     assert d["loss"]["grad_norm"] > 0

@@ -146,7 +146,7 @@ def test_instruct_plugin_trains_on_the_tiny_hf_model_through_the_cli(tmp_path, c
     pytest.importorskip("transformers")
     out = tmp_path / "run"
     code = main(["train", "--preset", "hf_tiny_cpu", "--plugin", PLUGIN, "--task", "times",
-                 "--answer_format", "plain", "--grouping", "by_size", "--group_k", "2",
+                 "--answer_format", "plain", "--grouping", "by_size", "--group.k", "2",
                  "--reward_weights", "accuracy=1,format=0.2,shows_work=0.1",
                  "--max_new_tokens", "8", "--steps", "2", "--prompts_per_step", "4",
                  "--group_size", "4", "--eval_size", "10", "--eval_every", "0",

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from grpo_lab.algorithm.loss import AGGREGATIONS, grpo_loss
+from grpo_lab.algorithm.loss import AGGREGATIONS, KL, Clip, grpo_loss
 
 # old_logp = 0, so ratio = exp(logp). Row 0 (A = +1): ratios 1.5 (clipped high at 1.28), 1.1.
 # Row 1 (A = -1): ratio 0.5 (clipped low at 0.8), second token masked out.
@@ -21,8 +21,8 @@ EXPECTED = {
 
 def run(aggregation, **kw):
     logp = RATIO.log().requires_grad_(True)
-    loss, stats = grpo_loss(logp, torch.zeros(2, 2), None, ADV, MASK, eps_low=0.2,
-                            eps_high=0.28, aggregation=aggregation, max_len=4, **kw)
+    loss, stats = grpo_loss(logp, torch.zeros(2, 2), ADV, MASK, Clip(eps_low=0.2, eps_high=0.28),
+                            aggregation=aggregation, max_len=4, **kw)
     return logp, loss, stats
 
 
@@ -46,23 +46,23 @@ def test_k3_kl_by_hand():
     # d = log(pi_ref / pi): log 2 -> 2 - log 2 - 1 = 0.306853; -log 2 -> 0.5 + log 2 - 1 = 0.193147
     logp = torch.zeros(2, 2)
     ref = torch.tensor([[math.log(2), 0.0], [-math.log(2), 5.0]])  # 5.0 sits under the mask
-    loss, stats = grpo_loss(logp, logp, ref, torch.zeros(2), MASK, beta=0.1,
-                            aggregation="token_mean")
+    loss, stats = grpo_loss(logp, logp, torch.zeros(2), MASK, kl=KL(beta=0.1),
+                            aggregation="token_mean", ref_logp=ref)
     assert stats["loss/kl"] == pytest.approx(0.5 / 3, abs=1e-6)
     assert loss.item() == pytest.approx(0.1 * 0.5 / 3, abs=1e-7)
     # beta = 0: no reference, no KL computed, so none reported (absent, not a 0 that reads as
     # "the policy has not moved")
-    _, stats = grpo_loss(logp, logp, None, torch.zeros(2), MASK, beta=0.0)
+    _, stats = grpo_loss(logp, logp, torch.zeros(2), MASK, kl=KL(beta=0.0))
     assert "loss/kl" not in stats and "clip/ratio_mean" in stats
 
 
 def test_bad_input():
     z = torch.zeros(2, 2)
     with pytest.raises(ValueError, match="unknown aggregation 'mean'"):
-        grpo_loss(z, z, None, ADV, MASK, aggregation="mean")
+        grpo_loss(z, z, ADV, MASK, aggregation="mean")
     with pytest.raises(ValueError, match="advantages"):
-        grpo_loss(z, z, None, torch.zeros(3), MASK)
+        grpo_loss(z, z, torch.zeros(3), MASK)
     with pytest.raises(ValueError, match="one \\(N, T\\) shape"):
-        grpo_loss(z, torch.zeros(2, 3), None, ADV, MASK)
+        grpo_loss(z, torch.zeros(2, 3), ADV, MASK)
     with pytest.raises(ValueError, match="ref_logp"):
-        grpo_loss(z, z, None, ADV, MASK, beta=0.1)
+        grpo_loss(z, z, ADV, MASK, kl=KL(beta=0.1))

@@ -20,7 +20,7 @@ import math
 import pytest
 import torch
 
-from grpo_lab.algorithm.loss import grpo_loss
+from grpo_lab.algorithm.loss import Clip, grpo_loss
 from grpo_lab.algorithm.token_weights import IS_LEVELS, is_weight
 from grpo_lab.training.config import preset
 
@@ -50,8 +50,8 @@ def _agree(a, b, scale):
 
 def _grpo_lab_cispo(log_r, A, mask, **kw):
     logp = log_r.clone().requires_grad_(True)                             # pi_old = 1
-    loss, _ = grpo_loss(logp, torch.zeros_like(log_r), None, A, mask, aggregation="token_mean",
-                        policy_loss="cispo", **kw)
+    loss, _ = grpo_loss(logp, torch.zeros_like(log_r), A, mask, Clip(**kw), aggregation="token_mean",
+                        policy_loss="cispo")
     loss.backward()
     return loss.detach(), logp.grad
 

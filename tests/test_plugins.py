@@ -22,7 +22,7 @@ RUN = dict(steps=3, eval_size=10, eval_every=0, threads=1, time_budget_s=0.0)
 
 def test_plugin_grouper_task_and_reward_train_through_train(tmp_path):
     c = preset("quick", plugins=PLUGIN, task="double,addition", grouping="by_difficulty",
-               group_k=2, reward_weights={"accuracy": 1.0, "short": 0.2},
+               group={"k": 2}, reward_weights={"accuracy": 1.0, "short": 0.2},
                out_dir=str(tmp_path), **RUN)
     assert GROUPERS["by_difficulty"].needs_reward_stats and "double" in TASKS
     history = train(c, progress=False)
@@ -35,7 +35,7 @@ def test_plugin_grouper_task_and_reward_train_through_train(tmp_path):
 def test_plugin_from_the_command_line(tmp_path, capsys):
     out = tmp_path / "cli"
     code = main(["train", "--preset", "quick", "--plugin", PLUGIN, "--task", "double",
-                 "--grouping", "by_difficulty", "--group_k", "2", "--steps", "2",
+                 "--grouping", "by_difficulty", "--group.k", "2", "--steps", "2",
                  "--eval_size", "10", "--threads", "1", "--out_dir", str(out)])
     assert code == 0, capsys.readouterr().err
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -88,8 +88,8 @@ def test_bad_groupers_tasks_and_plugins_are_named():
         get_grouper("float_ids")(b)
     with pytest.raises(ValueError, match="grouping 'by_prompt' is already registered"):
         register_grouper("by_prompt", two_ids)
-    with pytest.raises(ValueError, match=r"99 groups \(group_k=99\) is more than"):
-        preset("quick", plugins=PLUGIN, grouping="by_difficulty", group_k=99)
+    with pytest.raises(ValueError, match=r"99 groups \(group.k=99\) is more than"):
+        preset("quick", plugins=PLUGIN, grouping="by_difficulty", group={"k": 99})
 
     def shout(rng):
         return Example("HI=", "1", "shout")
@@ -127,24 +127,27 @@ def test_k_is_passed_only_to_a_grouper_that_takes_it(tmp_path):
 
 def test_group_k_for_a_k_less_grouper_is_an_error_and_a_missing_k_a_warned_default(tmp_path,
                                                                                     capsys):
-    code = main(["train", "--preset", "quick", "--grouping", "by_prompt", "--group_k", "4",
+    code = main(["train", "--preset", "quick", "--grouping", "by_prompt", "--group.k", "4",
                  "--out_dir", str(tmp_path / "a")])
     err = capsys.readouterr().err
-    assert code == 2 and "--group_k 4 but grouping 'by_prompt' takes no k" in err
+    assert code == 2 and "--group.k 4 but grouping 'by_prompt' takes no k" in err
     assert "'kmeans_semantic'" in err and not (tmp_path / "a").exists()
-    # one task, no group_k: not k = 1 (one group of the whole batch) but prompts_per_step // 4
-    with pytest.warns(UserWarning, match=r"group_k is not set: using k = 4 \(max\(2, "):
+    # one task, no group.k: not k = 1 (one group of the whole batch) but prompts_per_step // 4
+    with pytest.warns(UserWarning, match=r"group.k is not set: using k = 4 \(max\(2, "):
         c = preset("quick", plugins=PLUGIN, task="double", grouping="by_difficulty",
                    prompts_per_step=16)
-    assert c.n_groups == 4
+    assert c.group.n_groups(c) == 4
     with pytest.warns(UserWarning, match=r"k = 7 \(one per task\)"):
-        assert preset("quick", task="mixture", grouping="random").n_groups == 7
+        c = preset("quick", task="mixture", grouping="random")
+        assert c.group.n_groups(c) == 7
     with pytest.warns(UserWarning, match="k = 2"):                    # never more than 2 of 2
-        assert preset("quick", grouping="random", prompts_per_step=2).n_groups == 2
+        c = preset("quick", grouping="random", prompts_per_step=2)
+        assert c.group.n_groups(c) == 2
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error")                      # an explicit k, or no k: silent
-        assert preset("quick", grouping="random", group_k=3).n_groups == 3
+        c = preset("quick", grouping="random", group={"k": 3})
+        assert c.group.n_groups(c) == 3
         preset("quick", grouping="by_prompt")
 
 
@@ -207,3 +210,23 @@ def test_eval_path_of_a_plugin_task_and_the_held_out_rule_in_the_docstring():
     draw = prompt_source(preset("quick", plugins=PLUGIN, task="double"), held)
     import random
     assert not held & {e.prompt for e in draw(random.Random(0), 2000)}
+
+
+def test_a_plugin_grouper_declares_its_settings_block_and_trains_with_it(tmp_path, capsys):
+    plugin = str(Path(__file__).resolve().parent / "plugins" / "length_buckets.py")
+    load_plugins(plugin)
+    rec = GROUPERS["by_length"]
+    b = PromptBatch(["1+2=", "10+2=", "3+4=", "10+20="])                  # lengths 4, 5, 4, 6
+    assert rec(b, settings=rec.settings(width=1)).tolist() == [0, 1, 0, 2]
+    assert rec(b, settings=rec.settings(width=2)).tolist() == [0, 0, 0, 1]  # 2, 2, 2, 3
+    with pytest.raises(ValueError, match="by_length.width must be >= 1, got 0"):
+        preset("quick", plugins=plugin, grouping="by_length", by_length={"width": 0})
+    # the command line reaches it as it reaches the built-in blocks; the trainer's grouper
+    # gives it the block: 100 characters a bucket puts all 8 prompts in one group of 8 x 4 rows
+    out = tmp_path / "cli"
+    assert main(["train", "--preset", "quick", "--plugin", plugin, "--grouping", "by_length",
+                 "--by_length.width", "100", "--steps", "2", "--eval_size", "0",
+                 "--threads", "1", "--out_dir", str(out)]) == 0, capsys.readouterr().err
+    assert json.loads((out / "config.json").read_text())["by_length"] == {"width": 100}
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["group/size_mean"] for r in rows if r["step"] >= 0] == [32, 32]

@@ -10,7 +10,7 @@ import torch
 
 from grpo_lab.algorithm.advantages import ADVANTAGES
 from grpo_lab.algorithm.advantages import grouped_advantages
-from grpo_lab.algorithm.loss import KL_ESTIMATORS, POLICY_LOSSES, Clip, grpo_loss
+from grpo_lab.algorithm.loss import KL, KL_ESTIMATORS, POLICY_LOSSES, Clip, grpo_loss
 from grpo_lab.algorithm.token_weights import high_entropy_mask, is_weight
 from grpo_lab.training.config import preset
 
@@ -18,13 +18,13 @@ D = torch.float64
 ONE = torch.ones(1, 1, dtype=torch.bool)
 
 
-def one_token(ratio, A, log_r=None, **kw):
-    """-> (loss, d loss / d logp) of grpo_loss on one token with pi_old = 1, float64."""
+def one_token(ratio, A, log_r=None, policy_loss="clip", **clip):
+    """-> (loss, d loss / d logp) of grpo_loss on one token with pi_old = 1, float64; ``clip``:
+    fields of its Clip (eps 0.2 both sides unless set)."""
     logp = torch.tensor([[math.log(ratio) if log_r is None else log_r]], dtype=D,
                         requires_grad=True)
-    kw = {"eps_low": 0.2, "eps_high": 0.2, **kw}
-    loss, _ = grpo_loss(logp, torch.zeros(1, 1, dtype=D), kw.pop("ref", None),
-                        torch.tensor([A], dtype=D), ONE, **kw)
+    loss, _ = grpo_loss(logp, torch.zeros(1, 1, dtype=D), torch.tensor([A], dtype=D), ONE,
+                        Clip(**{"eps_low": 0.2, "eps_high": 0.2, **clip}), policy_loss=policy_loss)
     loss.backward()
     return loss.item(), logp.grad.item()
 
@@ -50,9 +50,8 @@ def test_dual_clip_at_its_boundary_and_off():
     c = torch.exp(torch.tensor(1.0, dtype=D)).item()
     logp = torch.tensor([[1.0, 1.0 + 1e-9, 1.0 - 1e-9, 1.0]], dtype=D, requires_grad=True)
     A = torch.tensor([[-1.0, -1.0, -1.0, 1.0]], dtype=D)
-    loss, stats = grpo_loss(logp, torch.zeros(1, 4, dtype=D), None, A,
-                            torch.ones(1, 4, dtype=torch.bool), 0.2, 0.2, aggregation="token_mean",
-                            dual_clip=c)
+    loss, stats = grpo_loss(logp, torch.zeros(1, 4, dtype=D), A, torch.ones(1, 4, dtype=torch.bool),
+                            Clip(0.2, 0.2, dual_clip=c), aggregation="token_mean")
     loss.backward()
     # per token: c (on the bound), c (capped), e^(1 - 1e-9) (under it), -1.2 (A > 0, clipped)
     want = (c + c + math.exp(1 - 1e-9) - 1.2) / 4
@@ -61,7 +60,7 @@ def test_dual_clip_at_its_boundary_and_off():
     g = logp.grad[0].tolist()
     assert g[1] == 0.0 and g[2] == pytest.approx(math.exp(1 - 1e-9) / 4, abs=1e-14) and g[3] == 0.0
     assert g[0] == pytest.approx(c / 8, abs=1e-15)      # on the tie torch.min splits it: half
-    assert "clip/dual_frac" not in grpo_loss(logp.detach(), logp.detach(), None, [1.0],
+    assert "clip/dual_frac" not in grpo_loss(logp.detach(), logp.detach(), [1.0],
                                              torch.ones(1, 4, dtype=torch.bool))[1]
     # off (the default): the exploded ratio's loss is unbounded, -r A = 4, gradient 4
     assert one_token(4.0, -1.0) == pytest.approx((4.0, 4.0), abs=1e-12)
@@ -96,8 +95,8 @@ def test_cispo_by_hand():
     logp = torch.tensor([[math.log(1.5), math.log(0.5), math.log(0.5)]], dtype=D,
                         requires_grad=True)
     A = torch.tensor([[1.0, 1.0, -1.0]], dtype=D)
-    loss, _ = grpo_loss(logp, torch.zeros(1, 3, dtype=D), None, A, torch.ones(1, 3, dtype=torch.bool),
-                        aggregation="token_mean", policy_loss="cispo", cispo_cap=1.28)
+    loss, _ = grpo_loss(logp, torch.zeros(1, 3, dtype=D), A, torch.ones(1, 3, dtype=torch.bool),
+                        Clip(cispo_cap=1.28), aggregation="token_mean", policy_loss="cispo")
     # weights 1.28 (capped), 0.5 and 0.5 (no lower bound, where clip would stop at 0.8)
     want = (-1.28 * math.log(1.5) - 0.5 * math.log(0.5) + 0.5 * math.log(0.5)) / 3
     assert loss.item() == pytest.approx(want, abs=1e-12)              # -0.172998
@@ -119,9 +118,9 @@ def test_log_ratio_clamp_keeps_an_exploded_ratio_finite():
     # float32, log r = 100, A = -1: exp(100) = inf, the loss is inf; clamped at 20: e^20
     logp = torch.tensor([[100.0]])
     A = torch.tensor([-1.0])
-    inf, _ = grpo_loss(logp, torch.zeros(1, 1), None, A, ONE)
+    inf, _ = grpo_loss(logp, torch.zeros(1, 1), A, ONE)
     assert math.isinf(inf.item())
-    clamped, _ = grpo_loss(logp, torch.zeros(1, 1), None, A, ONE, log_ratio_clamp=20.0)
+    clamped, _ = grpo_loss(logp, torch.zeros(1, 1), A, ONE, Clip(eps_high=0.2, log_ratio_clamp=20.0))
     assert clamped.item() == pytest.approx(math.exp(20), rel=1e-6)     # 4.85e8
 
 
@@ -138,8 +137,8 @@ def test_kl_clamp_at_its_boundary(d, want, want_grad):
     # k2 = d^2 / 2 with d = log pi_ref - log pi, clamped at 2: d = 2 sits on the boundary
     # (value 2, gradient -d passes); d = 3 gives 4.5 -> 2, gradient 0
     logp = torch.zeros(1, 1, dtype=D, requires_grad=True)
-    loss, stats = grpo_loss(logp, logp.detach(), torch.tensor([[d]], dtype=D), [0.0], ONE,
-                            beta=1.0, kl_estimator="k2", kl_clamp=2.0)
+    loss, stats = grpo_loss(logp, logp.detach(), [0.0], ONE, kl=KL(1.0, "k2", clamp=2.0),
+                            ref_logp=torch.tensor([[d]], dtype=D))
     loss.backward()
     assert stats["loss/kl"] == pytest.approx(want, abs=1e-12)
     assert logp.grad.item() == pytest.approx(want_grad, abs=1e-12)
@@ -148,8 +147,8 @@ def test_kl_clamp_at_its_boundary(d, want, want_grad):
 def test_k3_clamp_at_ten():
     # d = 3: k3 = e^3 - 4 = 16.0855 -> 10; d = 2: e^2 - 3 = 4.389056 unchanged
     for d, want in ((3.0, 10.0), (2.0, math.exp(2) - 3)):
-        _, stats = grpo_loss(torch.zeros(1, 1, dtype=D), torch.zeros(1, 1, dtype=D),
-                             torch.tensor([[d]], dtype=D), [0.0], ONE, beta=0.1, kl_clamp=10.0)
+        _, stats = grpo_loss(torch.zeros(1, 1, dtype=D), torch.zeros(1, 1, dtype=D), [0.0], ONE,
+                             kl=KL(0.1, clamp=10.0), ref_logp=torch.tensor([[d]], dtype=D))
         assert stats["loss/kl"] == pytest.approx(want, abs=1e-12)
 
 
@@ -159,8 +158,8 @@ def test_k1_as_a_loss_term_is_an_error_that_says_why():
     z = torch.zeros(1, 1)
     with pytest.raises(ValueError, match="as a loss term does nothing: its gradient is 0 in "
                                          "expectation"):
-        grpo_loss(z, z, z, [0.0], ONE, beta=0.1, kl_estimator="k1")
-    grpo_loss(z, z, None, [0.0], ONE, beta=0.0, kl_estimator="k1")   # no KL term: fine
+        grpo_loss(z, z, [0.0], ONE, kl=KL(0.1, "k1"), ref_logp=z)
+    grpo_loss(z, z, [0.0], ONE, kl=KL(0.0, "k1"))                     # no KL term: fine
     with pytest.raises(ValueError, match="kl.placement='reward'"):
         preset("quick", kl={"beta": 0.02, "estimator": "k1", "placement": "loss"})
     preset("quick", kl={"beta": 0.02, "estimator": "k1", "placement": "reward"})
@@ -170,8 +169,8 @@ def test_kl_bias_correction_by_hand():
     # log pi = -0.5, log pi_old = -1, log pi_ref = -1.5: ratio e^0.5, d = -1,
     # k3 = e^-1 + 1 - 1 = e^-1; r k3 = e^-0.5 = 0.606531; d(r k3)/dlogp = r (k3 + 1 - e^d) = -d r
     logp = torch.tensor([[-0.5]], dtype=D, requires_grad=True)
-    loss, stats = grpo_loss(logp, torch.tensor([[-1.0]], dtype=D), torch.tensor([[-1.5]], dtype=D),
-                            [0.0], ONE, beta=1.0, kl_bias_correction=True)
+    loss, stats = grpo_loss(logp, torch.tensor([[-1.0]], dtype=D), [0.0], ONE,
+                            kl=KL(1.0, bias_correction=True), ref_logp=torch.tensor([[-1.5]], dtype=D))
     assert stats["loss/kl"] == pytest.approx(math.exp(-0.5), abs=1e-12)
     loss.backward()
     assert logp.grad.item() == pytest.approx(math.exp(0.5), abs=1e-12)
@@ -260,7 +259,7 @@ def test_entropy_mask_zeroes_the_policy_gradient_of_low_entropy_tokens():
     # 2 tokens, A = +1, on-policy: token_mean gradient -1/2 per token; masked token: 0
     logp = torch.zeros(1, 2, dtype=D, requires_grad=True)
     w = high_entropy_mask(torch.tensor([[0.2, 1.0]]), torch.ones(1, 2, dtype=torch.bool), 0.5)
-    loss, _ = grpo_loss(logp, logp.detach(), None, [1.0], torch.ones(1, 2, dtype=torch.bool),
+    loss, _ = grpo_loss(logp, logp.detach(), [1.0], torch.ones(1, 2, dtype=torch.bool),
                         aggregation="token_mean", tis_weight=w.to(D))
     loss.backward()
     assert loss.item() == pytest.approx(-0.5, abs=1e-15)                 # normaliser still 2
@@ -307,8 +306,8 @@ def test_overlong_mask_divides_by_all_rows():
     logp = torch.zeros(2, 2, dtype=D)
     m = torch.ones(2, 2, dtype=torch.bool)
     keep = torch.tensor([True, False])
-    filt, _ = grpo_loss(logp, logp, None, [1.0, 1.0], m, keep=keep)
-    mask, _ = grpo_loss(logp, logp, None, [1.0, 1.0], m & keep[:, None])
+    filt, _ = grpo_loss(logp, logp, [1.0, 1.0], m, keep=keep)
+    mask, _ = grpo_loss(logp, logp, [1.0, 1.0], m & keep[:, None])
     assert (filt.item(), mask.item()) == (-1.0, -0.5)
     from grpo_lab.algorithm.overlong import OVERLONG
     assert OVERLONG["mask"].counts_dropped and not OVERLONG["filter"].counts_dropped

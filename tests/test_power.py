@@ -143,7 +143,7 @@ def test_a_study_declares_its_question_in_study_json_before_it_runs(tmp_path):
     import json
     tiny = {"steps": 2, "prompts_per_step": 4, "group_size": 4, "eval_every": 2,
             "eval_size": 10, "threads": 1}
-    arms = {"a": {}, "b": {"grouping": "random", "group_k": 2}}
+    arms = {"a": {}, "b": {"grouping": "random", "group": {"k": 2}}}
     with pytest.raises(ValueError, match="unknown strategy 'z'"):
         run_experiment(arms, base=tiny, primary=("z", "a"), progress=False)
     with pytest.raises(ValueError, match="compares 'a' with itself"):

@@ -4,7 +4,6 @@ trains the critic, resumes exactly and refuses what it does not support."""
 import pytest
 import torch
 
-from grpo_lab.distributed.exchanges import check_exchange
 from grpo_lab.policies.model import load_policy
 from grpo_lab.algorithm.critic import explained_variance, gae, value_loss
 from grpo_lab.policies.model import ValueHead
@@ -140,6 +139,9 @@ def test_ppo_bad_config_is_a_clear_error(tmp_path):
         _ppo_cfg(tmp_path, objective="grpo", ppo={"vf_lr": 1e-3})
     with pytest.raises(ValueError, match="unknown ppo.critic 'mlp'"):
         _ppo_cfg(tmp_path, ppo={"critic": "mlp"})
+    with pytest.raises(ValueError, match="objective='ppo' puts beta \\* KL in the loss, not "
+                                         "kl.placement='reward'"):
+        _ppo_cfg(tmp_path, kl={"beta": 0.02, "placement": "reward"})
     _ppo_cfg(tmp_path, group_size=1)                              # the critic needs no group
 
 
@@ -184,7 +186,7 @@ def test_lr_scales_bad_input():
     with pytest.raises(ValueError, match="lr_scales prefix 'value_head.' names no parameter"):
         param_groups(head, {"value_head.": 2.0})
     with pytest.raises(ValueError, match="exchange 'sharded' steps one learning rate"):
-        make_sharded(head, check_exchange(ExchangeConfig(name="sharded")), AdamW(lr_scales={"1.": 5.0}), 1, 0)
+        make_sharded(head, ExchangeConfig(name="sharded"), AdamW(lr_scales={"1.": 5.0}), 1, 0)
 
 
 def test_explained_variance_by_hand():

@@ -62,14 +62,26 @@ def test_exchanges_are_records_and_a_plugin_can_add_one():
     assert [n for n, k in kinds.items() if k.overlaps] == ["allreduce", "sharded"]
     assert [n for n, k in kinds.items() if k.reduces_in_backward] == \
         ["ddp_fp16_hook", "ddp_powersgd_hook"]
+    assert {n: k.settings for n, k in kinds.items()} == {
+        "allreduce": (), "compressed": ("compression",), "ddp_fp16_hook": (),
+        "ddp_powersgd_hook": ("powersgd",), "sharded": ("sharding",),
+        "sharded_compressed": ("compression", "sharding"), "fsdp2": ("fsdp2",)}
     try:
-        exchanges.register_exchange("test_ex", exchanges.make_allreduce, resumes_exactly=False)
-        cfg = exchanges.ExchangeConfig(name="test_ex")
-        assert cfg.kind.name == "test_ex" and not cfg.kind.resumes_exactly
+        exchanges.register_exchange("test_ex", exchanges.make_compressed, ("compression",),
+                                    resumes_exactly=False)
+        cfg = TrainConfig(exchange={"name": "test_ex"}, compression={"preset": "dgc"})
+        exchanges.check_exchange(cfg)                     # it reads the block it declared
+        assert cfg.exchange.kind.name == "test_ex" and not cfg.exchange.kind.resumes_exactly
+        with pytest.raises(ValueError, match="read by exchange 'compressed' or "
+                                             "'sharded_compressed' or 'test_ex', not by 'sharded'"):
+            exchanges.check_exchange(TrainConfig(exchange={"name": "sharded"},
+                                                 compression={"preset": "dgc"}))
         with pytest.raises(ValueError, match="overlap=True .* 'allreduce' and 'sharded' only"):
-            exchanges.check_exchange(exchanges.ExchangeConfig(name="test_ex", overlap=True))
+            exchanges.check_exchange(TrainConfig(exchange={"name": "test_ex", "overlap": True}))
         with pytest.raises(ValueError, match="exchange 'test_ex' is already registered"):
-            exchanges.register_exchange("test_ex", exchanges.make_compressed)
+            exchanges.register_exchange("test_ex", exchanges.make_allreduce)
+        with pytest.raises(ValueError, match="unknown settings block 'pigeon'"):
+            exchanges.register_exchange("test_ex2", exchanges.make_allreduce, ("pigeon",))
     finally:
         exchanges.EXCHANGES.pop("test_ex", None)
 
@@ -91,8 +103,7 @@ def test_aggregations_say_what_their_normaliser_counts():
     try:
         register_aggregation("sum_test", lambda p, m, L: (p * m).sum(), per="tokens")
         logp = torch.zeros(2, 2)
-        loss, _ = grpo_loss(logp, logp, None, torch.tensor([1.0, -1.0]), mask,
-                            aggregation="sum_test")
+        loss, _ = grpo_loss(logp, logp, torch.tensor([1.0, -1.0]), mask, aggregation="sum_test")
         # ratio 1, so per_tok = -A on real tokens: -1 - 1 (row 0, 2 tokens) + 1 (row 1, 1) = -1
         assert float(loss) == -1.0
     finally:

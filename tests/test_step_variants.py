@@ -3,13 +3,14 @@ step calls them; the paper's loss with a variant's term added by hand; and a var
 in a plugin file with its own settings block, trained end to end with its hooks' effect
 checked per row."""
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
 
 from grpo_lab.algorithm import variants
-from grpo_lab.algorithm.loss import Clip, grpo_loss, surrogate_loss
+from grpo_lab.algorithm.loss import KL, Clip, grpo_loss, surrogate_loss
 from grpo_lab.cli import main
 from grpo_lab.training.config import from_dict, preset, to_dict
 from grpo_lab.training.step import grpo_stat_keys
@@ -56,11 +57,31 @@ def test_grpo_loss_is_the_surrogate_with_the_kl_as_a_term():
     # beta * k3 at log(pi_ref/pi) = d on one token: e^d - d - 1 (eq. 4); d = 0.5
     lp = torch.zeros(1, 1, requires_grad=True)
     ref = torch.tensor([[0.5]])
-    loss, stats = grpo_loss(lp, lp.detach(), ref, [0.0], torch.ones(1, 1, dtype=torch.bool),
-                            beta=0.1)
+    loss, stats = grpo_loss(lp, lp.detach(), [0.0], torch.ones(1, 1, dtype=torch.bool),
+                            kl=KL(beta=0.1), ref_logp=ref)
     k3 = torch.exp(torch.tensor(0.5)) - 0.5 - 1
     assert stats["loss/kl"] == pytest.approx(float(k3), abs=1e-7)
     assert float(loss.detach()) == pytest.approx(0.1 * float(k3), abs=1e-8)   # A = 0: KL alone
+
+
+def test_grpo_loss_composes_the_loss_as_the_step_does():
+    # the step: surrogate_loss with the active variants' terms (kl_loss, entropy_bonus);
+    # grpo_loss: the config's blocks themselves. One path: equal bit for bit, stats too
+    cfg = preset("defaults", kl={"beta": 0.1, "estimator": "k2", "clamp": 3.0},
+                 entropy_bonus={"coef": 0.01}, clip={"dual_clip": 3.0, "log_ratio_clamp": 20.0},
+                 aggregation="token_mean")
+    g = torch.Generator().manual_seed(0)
+    logp, old, ref, H = (-torch.rand(3, 4, generator=g) * 3 for _ in range(4))   # (N, T) each
+    A, mask = torch.randn(3, generator=g), torch.rand(3, 4, generator=g) > 0.3
+    t = variants.Tokens(logp, old, old, H, mask, A, {"ref": ref})
+    terms = [partial(v.term, cfg, t) for v in variants.active_variants(cfg) if v.term is not None]
+    assert len(terms) == 2
+    step = surrogate_loss(logp, old, A, mask, cfg.clip, cfg.aggregation, 4, cfg.ratio_level,
+                          cfg.policy_loss, None, terms, checked=True)
+    alone = grpo_loss(logp, old, A, mask, cfg.clip, cfg.kl, cfg.entropy_bonus, cfg.aggregation, 4,
+                      cfg.ratio_level, cfg.policy_loss, ref_logp=ref, entropy=H)
+    assert torch.equal(step[0], alone[0]) and step[1] == alone[1]
+    assert "loss/kl_k2" in alone[1] and float(alone[0]) != float(grpo_loss(logp, old, A, mask, cfg.clip)[0])
 
 
 # ---- a new variant with a setting: one record and its settings block, in a plugin file

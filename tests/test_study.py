@@ -19,7 +19,7 @@ from grpo_lab.cli import study_arms as arms
 
 TINY = {"steps": 3, "prompts_per_step": 4, "group_size": 4, "eval_every": 2, "eval_size": 10,
         "ckpt_every": 10}
-STRATEGIES = {"by_prompt": {}, "random": {"grouping": "random", "group_k": 2}}
+STRATEGIES = {"by_prompt": {}, "random": {"grouping": "random", "group": {"k": 2}}}
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -80,7 +80,7 @@ def test_spawn_runs_equal_in_process_runs_and_each_run_keeps_its_folder(tmp_path
 def test_a_killed_study_resumes_to_the_results_of_one_never_killed(tmp_path):
     out = tmp_path / "study"
     argv = ["study", "--base", "quick", "--arm", "by_prompt", "--arm", "random",
-            "grouping=random", "group_k=2", "--set", "prompts_per_step=4", "group_size=4",
+            "grouping=random", "group.k=2", "--set", "prompts_per_step=4", "group_size=4",
             "eval_every=2", "eval_size=10", "--steps", "3", "--seeds", "2",
             "--processes", "1", "--pilot_steps", "0", "--out_dir", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -95,12 +95,12 @@ def test_a_killed_study_resumes_to_the_results_of_one_never_killed(tmp_path):
     assert 1 <= len(results()) < 4, results()
     assert main(argv) == 2                           # a study is there: --resume, or elsewhere
     assert main(argv + ["--resume"]) == 0
-    resumed = run_experiment({"by_prompt": {}, "random": {"grouping": "random", "group_k": 2}},
+    resumed = run_experiment({"by_prompt": {}, "random": {"grouping": "random", "group": {"k": 2}}},
                              seeds=(0, 1), base_preset="quick", out_dir=str(out), resume=True,
                              progress=False,
                              base={"prompts_per_step": 4, "group_size": 4, "eval_every": 2,
                                    "eval_size": 10, "steps": 3})    # all finished: read back
-    never = run_experiment({"by_prompt": {}, "random": {"grouping": "random", "group_k": 2}},
+    never = run_experiment({"by_prompt": {}, "random": {"grouping": "random", "group": {"k": 2}}},
                            seeds=(0, 1), base_preset="quick", processes=1, progress=False,
                            base={"prompts_per_step": 4, "group_size": 4, "eval_every": 2,
                                  "eval_size": 10, "steps": 3})
@@ -110,13 +110,13 @@ def test_a_killed_study_resumes_to_the_results_of_one_never_killed(tmp_path):
     assert "random - by_prompt on eval/accuracy" in (out / "results.md").read_text()
     with pytest.raises(ValueError, match="cannot resume the study .*seeds: saved \\[0, 1\\], "
                                          "given \\[1\\]"):
-        run_experiment({"by_prompt": {}, "random": {"grouping": "random", "group_k": 2}},
+        run_experiment({"by_prompt": {}, "random": {"grouping": "random", "group": {"k": 2}}},
                        seeds=(1,), base_preset="quick", out_dir=str(out), resume=True,
                        progress=False, base={"prompts_per_step": 4, "group_size": 4,
                                              "eval_every": 2, "eval_size": 10, "steps": 3})
     # a study grows by seeds: the finished runs are read back as they are, the new seed runs
     first = {f: f.stat().st_mtime_ns for f in results()}
-    grown = run_experiment({"by_prompt": {}, "random": {"grouping": "random", "group_k": 2}},
+    grown = run_experiment({"by_prompt": {}, "random": {"grouping": "random", "group": {"k": 2}}},
                            seeds=(0, 1, 2), base_preset="quick", out_dir=str(out), resume=True,
                            progress=False, processes=1,
                            base={"prompts_per_step": 4, "group_size": 4, "eval_every": 2,
@@ -153,7 +153,7 @@ def test_unpaired_arms_are_refused_and_the_pilot_forecasts(tmp_path, capsys):
         run_experiment({"a": {"target_accuracy": 0.5}}, base=TINY, progress=False)
     with pytest.raises(ValueError, match="resume=True continues the study in out_dir"):
         run_experiment({"a": {}}, base=TINY, resume=True, progress=False)
-    res = run_experiment({"a": {}, "b": {"grouping": "random", "group_k": 2}}, seeds=(0, 1),
+    res = run_experiment({"a": {}, "b": {"grouping": "random", "group": {"k": 2}}}, seeds=(0, 1),
                          base=TINY, processes=1, pilot_steps=1, sd=0.04, effect=0.05)
     plan = res.plan
     assert plan["seconds_per_step"] > 0 and plan["total_s"] > 0
@@ -201,7 +201,7 @@ def test_a_grouper_that_ran_as_by_prompt_is_named_in_the_study(capsys):
     @register_grouper("each_alone", takes_k=True)
     def each_alone(batch, k, seed=0):
         return np.arange(len(batch.prompts))
-    res = run_experiment({"alone": {"grouping": "each_alone", "group_k": 2}}, seeds=(0,),
+    res = run_experiment({"alone": {"grouping": "each_alone", "group": {"k": 2}}}, seeds=(0,),
                          processes=1, base={**TINY, "steps": 2})
     assert any(f.startswith("warning: GroupingFallback: grouper 'each_alone' put each of the 4")
                for f in res.runs[0]["findings"]), res.runs[0]["findings"]

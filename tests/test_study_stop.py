@@ -18,12 +18,12 @@ from grpo_lab.cli import main
 from grpo_lab.training.experiments import run_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
-ARMS = {"by_prompt": {}, "random": {"grouping": "random", "group_k": 2}}
+ARMS = {"by_prompt": {}, "random": {"grouping": "random", "group": {"k": 2}}}
 # one thread everywhere: a run resumed with another thread count sums in another order
 BASE = {"prompts_per_step": 4, "group_size": 4, "eval_every": 4, "eval_size": 10,
         "ckpt_every": 3, "steps": 10, "threads": 1}
 ARGV = ["study", "--base", "quick", "--arm", "by_prompt", "--arm", "random", "grouping=random",
-        "group_k=2", "--set", "prompts_per_step=4", "group_size=4", "eval_every=4",
+        "group.k=2", "--set", "prompts_per_step=4", "group_size=4", "eval_every=4",
         "eval_size=10", "ckpt_every=3", "threads=1", "--steps", "10", "--seeds", "2",
         "--processes", "2", "--pilot_steps", "0", "--keep", "final"]
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),

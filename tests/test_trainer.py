@@ -119,7 +119,7 @@ MIX = dict(task="mixture", prompts_per_step=14, group_size=4, eval_every=0, eval
 def test_random_groups_of_one_prompt_train_exactly_as_by_prompt(tmp_path):
     # k = B balanced random groups hold one prompt each: the same groups as by_prompt
     a = train(cfg(tmp_path / "a", steps=3), progress=False)
-    b = train(cfg(tmp_path / "b", steps=3, grouping="random", group_k=8), progress=False)
+    b = train(cfg(tmp_path / "b", steps=3, grouping="random", group={"k": 8}), progress=False)
     keys = ["loss/total", "reward/mean", "grad/norm", "adv/var", "group/zero_std_frac"]
     assert [[h[k] for k in keys] for h in a[1:]] == [[h[k] for k in keys] for h in b[1:]]
 
@@ -142,8 +142,9 @@ def test_mixture_run_logs_per_task_accuracy_and_group_diagnostics(tmp_path):
 
 
 def test_resume_is_exact_with_reclustering_and_dynamic_sampling(tmp_path):
-    kw = dict(MIX, grouping="kmeans_semantic", recluster_every=2, group_schedule=True,
-              group_k=8, dynamic_sampling=True, dynamic_max_draws=2, ckpt_every=3)
+    kw = dict(MIX, grouping="kmeans_semantic", group={"k": 8, "recluster_every": 2,
+                                                      "schedule": True},
+              dynamic_sampling=True, dynamic_max_draws=2, ckpt_every=3)
     full = train(cfg(tmp_path / "a", steps=5, **kw), progress=False)
 
     def die(m, policy):
@@ -157,7 +158,7 @@ def test_resume_is_exact_with_reclustering_and_dynamic_sampling(tmp_path):
     assert [[h[k] for k in keys] for h in full[1:]] == [[h[k] for k in keys] for h in resumed[1:]]
     with pytest.raises(ValueError, match="grouping"):
         train(cfg(tmp_path / "b", steps=6, **{**kw, "grouping": "by_task",
-                                               "recluster_every": 0, "group_schedule": False}),
+                                               "group": {"k": 8}}),
               resume=True, progress=False)
 
 
@@ -186,16 +187,18 @@ def test_dynamic_sampling_keeps_b_prompts_with_reward_variance(tmp_path):
 
 @pytest.mark.parametrize("kw,msg", [
     (dict(grouping="nope"), "unknown grouping 'nope'"),
-    (dict(combine="median"), "unknown combine option 'median'"),
-    (dict(grouping="kmeans_semantic", group_k=9), "9 groups \\(group_k=9\\) is more than"),
+    (dict(group={"combine": "median"}), "unknown group.combine option 'median'"),
+    (dict(grouping="kmeans_semantic", group={"k": 9}), "9 groups \\(group.k=9\\) is more than"),
     (dict(grouping="kmeans_semantic", task="mixture", prompts_per_step=4), "7 groups"),
-    (dict(recluster_every=5), "needs a reclusterable grouping \\(\\['kmeans_semantic'\\]\\), got 'by_prompt'"),
-    (dict(grouping="kmeans_semantic", group_schedule=True), "set recluster_every > 0"),
-    (dict(supervision="process", combine="within_prompt_pooled_std"), "combine='cluster'"),
+    (dict(group={"recluster_every": 5}),
+     "needs a reclusterable grouping \\(\\['kmeans_semantic'\\]\\), got 'by_prompt'"),
+    (dict(grouping="kmeans_semantic", group={"schedule": True}), "set group.recluster_every > 0"),
+    (dict(supervision="process", group={"combine": "within_prompt_pooled_std"}),
+     "group.combine='cluster'"),
     (dict(task="mixture,count"), "unknown task 'mixture'; known: \\[.*\\] \\(in task='mixture,count'"),
     (dict(task="count,count"), "names a task twice"),
     (dict(dynamic_max_draws=0), "dynamic_max_draws must be > 0"),
-    (dict(group_k=-1), "group_k must be >= 0"),
+    (dict(group={"k": -1}), "Group.k must be >= 0"),
 ])
 def test_invalid_grouping_config(tmp_path, kw, msg):
     with pytest.raises(ValueError, match=msg):

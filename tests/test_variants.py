@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grpo_lab.training.config import preset
-from grpo_lab.algorithm.loss import KL_ESTIMATORS, grpo_loss, sequence_kl
+from grpo_lab.algorithm.loss import KL, KL_ESTIMATORS, Clip, EntropyBonus, grpo_loss, sequence_kl
 from grpo_lab.policies.model import GPT, GPTConfig
 from grpo_lab.algorithm.overlong import OVERLONG, soft_penalty
 from grpo_lab.algorithm.rollout import sample, top_p_filter
@@ -21,7 +21,7 @@ def test_gspo_ratio_of_a_3_token_sequence_by_hand():
     # log r_t = 0.1, 0.2, 0.3 -> s = exp(mean) = exp(0.2) = 1.221403 (inside [0.8, 1.28])
     logp = torch.tensor([[0.1, 0.2, 0.3]], requires_grad=True)
     mask = torch.ones(1, 3, dtype=torch.bool)
-    loss, stats = grpo_loss(logp, torch.zeros(1, 3), None, [1.0], mask, 0.2, 0.28,
+    loss, stats = grpo_loss(logp, torch.zeros(1, 3), [1.0], mask, Clip(0.2, 0.28),
                             ratio_level="sequence")
     s = math.exp(0.2)
     assert loss.item() == pytest.approx(-s, rel=1e-6)                  # -(1/3) * 3 * s * A
@@ -30,15 +30,15 @@ def test_gspo_ratio_of_a_3_token_sequence_by_hand():
     # d(-s A)/d logp_t = -s * (1/3): each token carries a third of the sequence's log-ratio
     torch.testing.assert_close(logp.grad, torch.full((1, 3), -s / 3))
     # the token ratios would differ per token: exp(0.1), exp(0.2), exp(0.3)
-    tok, _ = grpo_loss(logp.detach(), torch.zeros(1, 3), None, [1.0], mask, 0.2, 0.28)
+    tok, _ = grpo_loss(logp.detach(), torch.zeros(1, 3), [1.0], mask, Clip(0.2, 0.28))
     assert tok.item() == pytest.approx(-(math.exp(0.1) + math.exp(0.2) + 1.28) / 3, rel=1e-6)
 
 
 def test_gspo_clips_the_whole_sequence():
     # log r = 0.3 on each token: s = exp(0.3) = 1.3499 > 1.28, A > 0 -> clipped, no gradient
     logp = torch.full((1, 3), 0.3, requires_grad=True)
-    loss, stats = grpo_loss(logp, torch.zeros(1, 3), None, [1.0], torch.ones(1, 3, dtype=torch.bool),
-                            0.2, 0.28, ratio_level="sequence")
+    loss, stats = grpo_loss(logp, torch.zeros(1, 3), [1.0], torch.ones(1, 3, dtype=torch.bool),
+                            Clip(0.2, 0.28), ratio_level="sequence")
     assert loss.item() == pytest.approx(-1.28, rel=1e-6)
     assert stats["clip/high_frac"] == 1.0
     loss.backward()
@@ -53,7 +53,7 @@ def test_gspo_with_one_token_sequences_is_the_token_ratio():
     out = {}
     for level in ("token", "sequence"):
         logp = base.clone().requires_grad_(True)
-        loss, stats = grpo_loss(logp, old, None, adv, mask, 0.2, 0.28, ratio_level=level)
+        loss, stats = grpo_loss(logp, old, adv, mask, Clip(0.2, 0.28), ratio_level=level)
         loss.backward()
         out[level] = (loss.item(), logp.grad, stats)
     assert out["token"][0] == out["sequence"][0]
@@ -69,7 +69,7 @@ def test_overlong_filter_gives_zero_gradient_from_truncated_rows():
     adv = torch.tensor([1.0, -1.0, 0.5])
     stopped = torch.tensor([True, False, True])                            # row 1 truncated
     keep = OVERLONG["filter"].keep(stopped)
-    loss, _ = grpo_loss(logp, old, None, adv, mask, 0.3, 0.3, aggregation="token_mean", keep=keep)
+    loss, _ = grpo_loss(logp, old, adv, mask, Clip(0.3, 0.3), aggregation="token_mean", keep=keep)
     loss.backward()
     assert torch.equal(logp.grad[1], torch.zeros(2)) and logp.grad[0].abs().min() > 0
     # = the loss of the kept rows alone (no ratio clipped at eps 0.3):
@@ -96,20 +96,20 @@ def test_entropy_bonus_by_hand():
     logp = torch.zeros(1, 2, requires_grad=True)
     H = torch.tensor([[0.5, 1.5]], requires_grad=True)
     mask = torch.ones(1, 2, dtype=torch.bool)
-    loss, stats = grpo_loss(logp, torch.zeros(1, 2), None, [0.0], mask, entropy=H,
-                            entropy_coef=0.1)
+    loss, stats = grpo_loss(logp, torch.zeros(1, 2), [0.0], mask, entropy_bonus=EntropyBonus(0.1),
+                            entropy=H)
     assert loss.item() == pytest.approx(-0.1 * (0.5 + 1.5) / 2, rel=1e-6)   # A = 0: bonus only
     loss.backward()
     torch.testing.assert_close(H.grad, torch.tensor([[-0.05, -0.05]]))
-    with pytest.raises(ValueError, match="entropy_coef=0.1 needs entropy"):
-        grpo_loss(logp, torch.zeros(1, 2), None, [0.0], mask, entropy_coef=0.1)
+    with pytest.raises(ValueError, match="entropy_bonus.coef=0.1 needs entropy"):
+        grpo_loss(logp, torch.zeros(1, 2), [0.0], mask, entropy_bonus=EntropyBonus(0.1))
 
 
 def test_tis_weight_scales_the_policy_gradient_term_by_hand():
     # ratio 1 (logp = old), A = 1: per-token surrogate 1, weighted 2 and 0.5 -> -(2 + .5) / 2
     logp = torch.zeros(1, 2, requires_grad=True)
     w = torch.tensor([[2.0, 0.5]])
-    loss, _ = grpo_loss(logp, torch.zeros(1, 2), None, [1.0], torch.ones(1, 2, dtype=torch.bool),
+    loss, _ = grpo_loss(logp, torch.zeros(1, 2), [1.0], torch.ones(1, 2, dtype=torch.bool),
                         tis_weight=w)
     assert loss.item() == pytest.approx(-1.25, rel=1e-6)
     loss.backward()
@@ -154,12 +154,12 @@ def test_kl_in_the_loss_uses_the_estimator_and_sequence_kl_by_hand():
     logp, mask = torch.zeros(1, 2), torch.tensor([[True, False]])
     ref = torch.tensor([[math.log(2.0), 7.0]])                             # 7.0 under the mask
     for name, want in (("k2", 0.240227), ("k3", 0.306853)):
-        loss, stats = grpo_loss(logp, logp, ref, [0.0], mask, beta=0.1, kl_estimator=name)
+        loss, stats = grpo_loss(logp, logp, [0.0], mask, kl=KL(0.1, name), ref_logp=ref)
         assert stats["loss/kl"] == pytest.approx(want, rel=1e-5)
         assert loss.item() == pytest.approx(0.1 * want, rel=1e-5)
     # k1 (value -0.693147 here) has zero expected gradient as a loss term: refused
     with pytest.raises(ValueError, match="does nothing"):
-        grpo_loss(logp, logp, ref, [0.0], mask, beta=0.1, kl_estimator="k1")
+        grpo_loss(logp, logp, [0.0], mask, kl=KL(0.1, "k1"), ref_logp=ref)
     # summed per completion: two tokens with log r = ln 2 and -ln 2 -> k3: 0.306853 + 0.193147
     two = torch.tensor([[math.log(2.0), -math.log(2.0)]])
     torch.testing.assert_close(sequence_kl(torch.zeros(1, 2), two, torch.ones(1, 2), "k3"),
@@ -221,8 +221,8 @@ def test_config_errors_name_the_value(kw, match):
 def test_mean_tol_is_used_where_terms_cancel():
     # a loss of cancelling terms: the tolerance follows the terms (tests/tolerance.py)
     logp = torch.tensor([[0.2, -0.2]])
-    loss, _ = grpo_loss(logp, torch.zeros(1, 2), None, [1.0], torch.ones(1, 2, dtype=torch.bool),
-                        0.5, 0.5, ratio_level="sequence")                  # s = exp(0) = 1
+    loss, _ = grpo_loss(logp, torch.zeros(1, 2), [1.0], torch.ones(1, 2, dtype=torch.bool),
+                        Clip(0.5, 0.5), ratio_level="sequence")                  # s = exp(0) = 1
     assert loss.item() == pytest.approx(-1.0, abs=mean_tol(2, 1.2))
 
 

@@ -100,7 +100,7 @@ adv = grpo_advantages(ep.scored.rewards, torch.zeros(G, dtype=torch.long))  # (G
 env_tokens = r.completion_mask & ~r.loss_mask                              # (G, Tc) observations
 grads = {}
 for name, mask in (("loss_mask (right)", r.loss_mask), ("completion_mask (the bug)", r.completion_mask)):
-    loss, _ = grpo_loss(logp, logp.detach(), None, adv, mask.float())
+    loss, _ = grpo_loss(logp, logp.detach(), adv, mask.float())
     (grads[name],) = torch.autograd.grad(loss, logp)
     print(f"{name:27s}: |grad| on the environment's {int(env_tokens.sum())} tokens = "
           f"{float(grads[name][env_tokens].abs().sum()):.4f}, on the policy's "

@@ -35,10 +35,11 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "micro_batches": ("defaults", {"micro_batches": 2}),
     "no_drop_topk_topp": ("defaults", {"drop_finished": False, "top_k": 8, "top_p": 0.9}),
     "inverse_cdf": ("defaults", {"sample_draw": "inverse_cdf"}),
-    "kmeans": ("mixture_cpu", {"grouping": "kmeans_semantic", "group_k": 3,
+    "kmeans": ("mixture_cpu", {"grouping": "kmeans_semantic", "group": {"k": 3},
                                "prompts_per_step": 8, "eval_size": 20}),
-    "kmeans_recluster": ("mixture_cpu", {"grouping": "kmeans_semantic", "group_k": 2, "recluster_every": 2,
-                                         "group_schedule": False, "combine": "cluster",
+    "kmeans_recluster": ("mixture_cpu", {"grouping": "kmeans_semantic",
+                                         "group": {"k": 2, "recluster_every": 2,
+                                                   "schedule": False, "combine": "cluster"},
                                          "prompts_per_step": 8, "eval_size": 20}),
     "ppo": ("defaults", {"objective": "ppo"}),
     "hf_tiny": ("hf_tiny_cpu", {"prompts_per_step": 4, "eval_size": 20}),
@@ -49,9 +50,22 @@ CONFIGS: dict[str, tuple[str, dict]] = {
 NPROC: dict[str, tuple[str, dict, int]] = {
     "demo_2proc": ("tiny_cpu", {}, 2),
     "demo_3proc": ("tiny_cpu", {"prompts_per_step": 10}, 3),
-    "kmeans_2proc": ("mixture_cpu", {"grouping": "kmeans_semantic", "group_k": 3,
+    "kmeans_2proc": ("mixture_cpu", {"grouping": "kmeans_semantic", "group": {"k": 3},
                                      "prompts_per_step": 8}, 2),
     "process_2proc": ("defaults", {"supervision": "process"}, 2),
+    # each exchange kind with its settings block set off its defaults
+    "compressed_2proc": ("defaults", {"exchange": {"name": "compressed"},
+                                      "compression": {"preset": "aggressive", "momentum": 0.5,
+                                                      "beta1": 0.5, "density_warmup": 3}}, 2),
+    "sharded_compressed_2proc": ("defaults", {
+        "exchange": {"name": "sharded_compressed"},
+        "compression": {"preset": "fp8_topk5", "error_feedback": False},
+        "sharding": {"policy": "importance_round_robin", "importance": "seed", "reshard_every": 2,
+                     "max_shard_numel": 500, "broadcast_preset": "fp16"}}, 2),
+    "powersgd_2proc": ("defaults", {"exchange": {"name": "ddp_powersgd_hook"},
+                                    "powersgd": {"rank": 1, "start": 3}}, 2),
+    "fsdp2_2proc": ("defaults", {"exchange": {"name": "fsdp2"},
+                                 "fsdp2": {"reshard_after_forward": False}}, 2),
 }
 
 DROP = ("time/", "comm/wchar_bytes")           # wall clock; bytes the OS counted being written

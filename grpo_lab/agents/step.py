@@ -98,7 +98,7 @@ def collect_episodes(policy, cfg, step: int, ctx: StepContext) -> Batch:
         cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index,
                                                   step, examples=examples))   # (B,)
     with user_code(f"advantage estimator {cfg.advantage!r}"):
-        adv_all = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
+        adv_all = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.group.combine,
                                      cfg.advantage, g.lengths)            # (N,) per episode
     own = torch.tensor([p * G + j for p in mine for j in range(G)], dtype=torch.long)
     adv = get_credit(env.settings.credit).fn(adv_all[own], ep.turns, r.prompt_index,

@@ -13,14 +13,16 @@ prompts to a cluster id per prompt; one signature
   * ``mixed``:           K-means on embeddings joined with per-prompt reward statistics.
 
 Each is a ``Grouper`` record in ``GROUPERS`` (what it takes and needs); add your own with
-``register_grouper`` (a function or a decorator), from a notebook or a plugin module.
+``register_grouper`` (a function or a decorator), from a notebook or a plugin module. The
+settings every grouper reads are the ``group`` block (group_config.Group: ``cfg.group.k``);
+a grouper with settings of its own declares its block (``settings=``).
 
 ``cluster_diagnostics`` measures the clusters of a step (TF-IDF cosine, silhouette, purity).
 How a prompt cluster meets its prompts' completions (``COMBINE``, ``grouped_advantages``),
 the diagnostics of a step's groups and DAPO's filter (``informative_groups``) are
 advantages.py.
 ``StepGrouper`` is the trainer's grouper: a ``GROUPERS`` record, a fixed embedder (fitted
-when first needed) and, with ``recluster_every``, a ``reclustering.Reclusterer`` (K-means
+when first needed) and, with ``group.recluster_every``, a ``reclustering.Reclusterer`` (K-means
 clusters kept across steps), called once per step.
 """
 from __future__ import annotations
@@ -33,10 +35,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from grpo_lab.algorithm.advantages import COMBINE, group_stats
+from grpo_lab.algorithm.advantages import group_stats
 from grpo_lab.algorithm.embeddings import EMBEDDERS, check_prompts, fit_tfidf, tfidf_embed
 from grpo_lab.algorithm.reclustering import Reclusterer, check_k, group_count_schedule, kmeans_fit
-from grpo_lab.registry import check_new, lookup
+from grpo_lab.registry import check_new, lookup, register_settings
 from grpo_lab.timelimit import guarded
 
 
@@ -242,18 +244,20 @@ class Grouper:
     """(batch: PromptBatch, k: int, seed: int) -> (B,) integer group ids when takes_k, else
     (batch: PromptBatch, seed: int) -> ids: a grouper without k is never given one."""
     takes_k: bool = False
-    """It uses k, the number of groups (config group_k); the others are called without k."""
+    """It uses k, the number of groups (config group.k); the others are called without k."""
     needs_embeddings: bool = False
     """It reads batch.embeddings (computed lazily, so this is documentation)."""
     needs_reward_stats: bool = False
     """It reads batch.reward_mean / reward_std (computed lazily too)."""
     reclusterable: bool = False
-    """reclustering.Reclusterer can keep its clusters across steps (recluster_every)."""
+    """reclustering.Reclusterer can keep its clusters across steps (group.recluster_every)."""
     description: str = ""
     one_per_prompt: bool = False
     """Each prompt is its own group, ids 0..B-1 whatever the batch holds (by_prompt): the
     trainer's grouper (StepGrouper) then gives those ids without a batch or a call. Last, so a
     record built positionally in the older field order keeps its description a description."""
+    settings: type | None = None
+    """Its own settings block's dataclass (``cfg.<name>``), given to ``fn`` as ``settings=``."""
 
     def __call__(self, batch: PromptBatch, k: int | None = None, seed: int = 0,
                  **options) -> np.ndarray:
@@ -277,30 +281,29 @@ GROUPERS: dict[str, Grouper] = {}
 
 
 def register_grouper(name: str | Callable | None = None, fn: Callable | None = None, *,
-                     takes_k: bool = False, needs_embeddings: bool = False,
-                     needs_reward_stats: bool = False, reclusterable: bool = False,
-                     one_per_prompt: bool = False, description: str = ""):
+                     description: str = "", settings: type | None = None, **capabilities):
     """Add a grouper to ``GROUPERS`` -> its record; as a decorator, returns the function.
 
         register_grouper("by_difficulty", my_fn, takes_k=True, needs_reward_stats=True)
         @register_grouper("by_difficulty", takes_k=True)
         def my_fn(batch, k, seed): ...
 
-    Re-running a notebook cell that defines the same function again replaces it; another
-    function under a taken name is an error naming both.
+    ``capabilities``: the record's flags (``takes_k``, ``needs_embeddings``,
+    ``needs_reward_stats``, ``reclusterable``, ``one_per_prompt``; each False unless given).
+    ``settings``: the grouper's own settings block (a dataclass, as register_variant's),
+    ``cfg.<name>``, passed as ``settings=``. Re-running a notebook cell that defines the same
+    function again replaces it; another function under a taken name is an error naming both.
     """
     if callable(name) and fn is None:                        # register_grouper(my_fn)
         name, fn = name.__name__, name
     if fn is None:                                           # decorator form
-        return lambda f: (register_grouper(name or f.__name__, f, takes_k=takes_k,
-                                           needs_embeddings=needs_embeddings,
-                                           needs_reward_stats=needs_reward_stats,
-                                           reclusterable=reclusterable,
-                                           one_per_prompt=one_per_prompt,
-                                           description=description), f)[1]
+        return lambda f: (register_grouper(name or f.__name__, f, description=description,
+                                           settings=settings, **capabilities), f)[1]
     check_new(GROUPERS, "grouping", name, fn, lambda rec: rec.fn)
-    rec = Grouper(name, fn, takes_k, needs_embeddings, needs_reward_stats, reclusterable,
-                  description or (fn.__doc__ or "").strip().split("\n")[0], one_per_prompt)
+    rec = Grouper(name, fn, description=description or (fn.__doc__ or "").strip().split("\n")[0],
+                  settings=settings, **capabilities)          # an unknown flag: TypeError here
+    if settings is not None:
+        register_settings(name, settings)
     GROUPERS[name] = rec
     return rec
 
@@ -340,16 +343,18 @@ class StepGrouper:
     vectors of different steps share a space, fitted on first use) and per-prompt reward
     statistics are computed only if it reads them. With ``recluster_every`` > 0 (groupers
     marked ``reclusterable``) a ``Reclusterer`` keeps K-means clusters across steps, its k
-    following ``group_count_schedule`` from max(1, k // 4) up to k when ``schedule``.
+    following ``group_count_schedule`` from max(1, k // 4) up to k when ``schedule``;
+    ``settings``: the grouper's own block, if it has one.
     Every other draw depends only on (seed, step), so a resumed run regroups the same way
     once ``load_state_dict`` has restored the Reclusterer.
     """
 
     def __init__(self, grouping="by_prompt", k: int | None = None, seed: int = 0,
                  corpus: Sequence[str] | Callable[[], Sequence[str]] | None = None,
-                 recluster_every: int = 0, schedule: bool = False):
+                 recluster_every: int = 0, schedule: bool = False, settings=None):
         self.record = get_grouper(grouping)
         self.grouping, self.k, self.seed = self.record.name, k, seed
+        self.options = {} if settings is None else {"settings": settings}   # its own block
         self._corpus, self._embed = corpus, None
         if self.record.needs_embeddings and corpus is None:
             raise ValueError(f"grouping {self.grouping!r} needs a corpus to fit its embedder on")
@@ -358,7 +363,7 @@ class StepGrouper:
         self.reclusterer = None
         if recluster_every:
             if not self.record.reclusterable:
-                raise ValueError(f"recluster_every={recluster_every} keeps K-means clusters "
+                raise ValueError(f"group.recluster_every={recluster_every} keeps K-means clusters "
                                  f"across steps; grouping {self.grouping!r} is not reclusterable")
             k_of = (lambda r: group_count_schedule(r, max(1, k // 4), k)) if schedule else k
             self.reclusterer = Reclusterer(k_of, recluster_every, seed)
@@ -384,7 +389,8 @@ class StepGrouper:
         if self.reclusterer is not None:
             return self.reclusterer(batch.embeddings)                       # (B,)
         with guarded(f"grouper {self.grouping!r}", self.record.fn):        # a plugin's: limited
-            ids = self.record(batch, self.k, self.seed * 1_000_003 + step)  # (B,)
+            ids = self.record(batch, self.k, self.seed * 1_000_003 + step,  # (B,)
+                              **self.options)
         if self.record.takes_k:
             self._check_not_by_prompt(ids, step)
         return ids
@@ -418,30 +424,6 @@ class StepGrouper:
             return
         if self.reclusterer is None:
             raise ValueError("the checkpoint holds re-clustering state but this config "
-                             "does not re-cluster (recluster_every=0)")
+                             "does not re-cluster (group.recluster_every=0)")
         self.reclusterer.centroids = state["centroids"].numpy().astype(np.float64)
         self.reclusterer.calls, self.reclusterer.round = int(state["calls"]), int(state["round"])
-
-
-def check_grouping(cfg) -> None:
-    """The grouper ``cfg.grouping`` names against the config: k, re-clustering, combine."""
-    if not isinstance(cfg.grouping, str):        # registering is preset()'s, not ours
-        raise ValueError(f"grouping={cfg.grouping!r}: a config holds a grouper's name; "
-                         f"pass the function or record to config.preset(...), which "
-                         f"registers it, or register it (grouping.register_grouper) first")
-    record = lookup(GROUPERS, cfg.grouping, "grouping",
-                    "register your own with grouping.register_grouper")
-    lookup(COMBINE, cfg.combine, "combine option")
-    if record.takes_k and not cfg.group_k:
-        why = ("one per task" if len(cfg.task_names) > 1 else
-               f"max(2, prompts_per_step // 4) for one task")
-        warnings.warn(f"grouping={cfg.grouping!r} takes k and group_k is not set: using "
-                      f"k = {cfg.n_groups} ({why}); set group_k to choose", stacklevel=5)
-    if record.takes_k and cfg.n_groups > cfg.prompts_per_step:
-        raise ValueError(f"{cfg.n_groups} groups (group_k={cfg.group_k}) is more than the "
-                         f"prompts_per_step={cfg.prompts_per_step} prompts to group")
-    if cfg.recluster_every and not record.reclusterable:
-        reclusterable = sorted(n for n, g in GROUPERS.items() if g.reclusterable)
-        raise ValueError(f"recluster_every={cfg.recluster_every} keeps K-means clusters "
-                         f"across steps: it needs a reclusterable grouping "
-                         f"({reclusterable}), got {cfg.grouping!r}")

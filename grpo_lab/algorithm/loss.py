@@ -14,12 +14,12 @@ We minimise -J. Deviations, each a documented option:
   * The policy-gradient term is one of the sibling surrogates of ``POLICY_LOSSES``
     (``clip``, the paper's, with optional dual-clip; ``two_sided``; ``cispo``; below).
   * Safety clamps (verl's), each off by default (0) so recorded runs stay bit-identical:
-    ``log_ratio_clamp`` clamps log(pi/pi_old) and log(pi_ref/pi) to [-c, c] before exp
+    ``clip.log_ratio_clamp`` clamps log(pi/pi_old) and log(pi_ref/pi) to [-c, c] before exp
     (verl: 20; e^20 = 4.9e8, so on-policy and near-policy tokens never reach it);
-    ``kl_clamp`` clamps each token's KL estimate to [-c, c] (verl: 10 on k3).
+    ``kl.clamp`` clamps each token's KL estimate to [-c, c] (verl: 10 on k3).
     At a clamp's boundary the value is the unclamped one and torch.clamp passes the
     gradient (the boundary counts as inside); past it, value c and gradient 0.
-  * ``kl_bias_correction`` (DeepSeek-V3.2, TRL's ``use_bias_correction_kl``): each token's KL
+  * ``kl.bias_correction`` (DeepSeek-V3.2, TRL's ``use_bias_correction_kl``): each token's KL
     estimate is multiplied by the token ratio pi/pi_old (with its gradient), so that on
     tokens sampled from pi_old it estimates KL(pi || pi_ref) and its gradient is that KL's.
 
@@ -34,7 +34,7 @@ pi, the gradient not flowing through the sampling): with log_r = log pi_ref/pi,
     k3 = e^log_r - log_r - 1: grad = (1 - pi_ref/pi) grad log pi, in expectation the gradient
                             of the *forward* KL(pi_ref || pi): close to the reverse KL's near
                             the reference, not far from it (notebook 11 measures both).
-With kl_bias_correction, r k3 has expected gradient grad E_pi[k3] = grad KL(pi || pi_ref).
+With kl.bias_correction, r k3 has expected gradient grad E_pi[k3] = grad KL(pi || pi_ref).
 
 The policy-gradient term: one surrogate per paper, one shared signature,
 
@@ -82,13 +82,15 @@ The GRPO step (training/step.py) calls ``surrogate_loss``, the paper's objective
 KL; what a step variant adds (variants.py) comes in as two arguments: ``weight`` multiplies
 each token's surrogate (truncated IS, the masks of ``token_weights.py``), and each of
 ``terms`` is added to each token's loss before the aggregation (beta * KL_it from
-``kl_term``, the entropy bonus). ``grpo_loss`` is eq. 3 in one call, the same pieces.
+``kl_term``, the entropy bonus from ``entropy_term``). ``grpo_loss`` is eq. 3 in one call, the
+same pieces from the same settings blocks (``Clip``, ``KL``, ``EntropyBonus``: ``cfg.clip``,
+``cfg.kl``, ``cfg.entropy_bonus``).
 
 Inputs are checked before any arithmetic, each error naming the value. The tensors on every
 call: the shapes, N = 0 or T = 0, a NaN/inf advantage, a non-finite log-prob (logp,
 old_logp, ref_logp) on a real token (the search for the first one runs only once a cheap
-all-finite test failed). The settings (``NUMBERS``: beta, eps_low in [0, 1), eps_high, the
-clamps, the clip range; the names; max_len) once: by ``surrogate_loss`` unless
+all-finite test failed). The settings (``NUMBERS``: eps_low in [0, 1), eps_high, the clip's
+other bounds; the names; max_len; the blocks' own ``check``) once: by ``surrogate_loss`` unless
 ``checked=True`` says a TrainConfig checked them at construction, as the step does. Padding
 (mask False) may hold anything, NaN and -inf included: it is replaced by 0 with
 ``torch.where`` before the arithmetic, never multiplied by the mask (0 x NaN = NaN).
@@ -203,7 +205,6 @@ class Clip:
 
     def check(self, cfg):
         lookup(POLICY_LOSSES, cfg.policy_loss, "policy_loss")
-        _numbers(log_ratio_clamp=self.log_ratio_clamp)
         check_clip(cfg.policy_loss, self)
         if cfg.policy_loss == "cispo":
             for f in fields(self):
@@ -367,26 +368,41 @@ class KL:
     use_bias_correction_kl): an estimate of KL(pi || pi_ref) from tokens sampled by pi_old,
     whose gradient is that KL's (k3 alone gives the forward KL's)."""
 
-    def check(self, cfg):
+    def in_loss(self) -> bool:
+        """beta * KL_it is a term of the loss (the step's kl_loss variant is on)."""
+        return bool(self.beta) and KL_PLACEMENTS[self.placement].in_loss
+
+    def check(self, cfg=None):
+        """cfg None: the block alone (grpo_loss), without the checks against the objective."""
         check_number("kl.beta", self.beta)
         check_number("kl.clamp", self.clamp, what="0 (off) or a finite bound > 0")
         lookup(KL_ESTIMATORS, self.estimator, "kl.estimator")
         lookup(KL_PLACEMENTS, self.placement, "kl.placement")
-        in_loss = self.beta != 0 and KL_PLACEMENTS[self.placement].in_loss
-        if in_loss:
+        if self.in_loss():
             check_kl_in_loss(self.estimator, self.beta)
         for name in ("clamp", "bias_correction"):
-            if getattr(self, name) and not in_loss:
+            if getattr(self, name) and not self.in_loss():
                 raise ValueError(f"kl.{name}={getattr(self, name)!r} acts on the KL term of the "
                                  f"loss; with kl.beta={self.beta} and kl.placement="
                                  f"{self.placement!r} there is none")
         grpo_only(cfg, "kl", self, "clamp", "bias_correction")
 
 
+@dataclass
+class EntropyBonus:
+    """An entropy bonus in each token's loss: ``--entropy_bonus.coef 0.01``."""
+    coef: float = 0.0
+    """coef * the policy's token entropy is subtracted from each token's loss, aggregated like
+    the loss (0 = off). policy/entropy is logged either way."""
+
+    def check(self, cfg=None):
+        check_number("entropy_bonus.coef", self.coef)
+
+
 def grpo_only(cfg, block: str, settings, *names) -> None:
     """The fields ``names`` of a block are read by the grpo objective only: an error naming the
-    first one set (not its default) when ``cfg.objective`` is another."""
-    if cfg.objective == "grpo":
+    first one set (not its default) when ``cfg.objective`` is another (cfg None: none)."""
+    if cfg is None or cfg.objective == "grpo":
         return
     for f in fields(settings):
         if f.name in names and getattr(settings, f.name) != f.default:
@@ -402,20 +418,18 @@ def sequence_kl(logp, ref_logp, mask, estimator: str = "k3") -> torch.Tensor:
 
 def surrogate_loss(logp, old_logp, advantages, mask, clip: Clip = Clip(eps_high=0.2),
                    aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
-                   policy_loss="clip", log_ratio_clamp=0.0, weight=None, terms=(), *,
-                   checked=False):
+                   policy_loss="clip", weight=None, terms=(), *, checked=False):
     """-> (loss, stats): -J without the KL, the ``policy_loss`` surrogate of the ``ratio_level``
     ratio, aggregated. logp, old_logp, mask, ``weight`` (detached): (N, T); advantages: (N,) or
     (N, T); ``max_len``: dr_grpo's constant (default T); ``terms``: ``(logp, old_logp, real) ->
     ((N, T), stats)``, given padding 0; ``checked``: the settings were checked already."""
     if not checked:
-        clip = _check_settings(clip, aggregation, max_len, ratio_level, policy_loss,
-                               log_ratio_clamp)
+        clip = _check_settings(clip, aggregation, max_len, ratio_level, policy_loss)
     A, real = _check_tensors(logp, old_logp, advantages, mask, weight)  # real (N, T): tokens
     logp, old_logp = (torch.where(real, x, 0.0) for x in (logp, old_logp))  # (N, T) padding 0
     mask = mask.to(logp.dtype)
     A = A[:, None] if A.dim() == 1 else torch.where(real, A, 0.0)          # (N, 1) or (N, T)
-    ratio = RATIO_LEVELS[ratio_level](logp, old_logp, mask, log_ratio_clamp)  # (N, T)
+    ratio = RATIO_LEVELS[ratio_level](logp, old_logp, mask, clip.log_ratio_clamp)  # (N, T)
     per_tok = POLICY_LOSSES[policy_loss].fn(ratio, logp, A, clip)          # (N, T)
     if weight is not None:
         per_tok = per_tok * torch.where(real, weight, 0.0).detach()        # (N, T) TIS, masks
@@ -458,24 +472,24 @@ def kl_term(logp, old_logp, ref_logp, real, kl: KL, log_ratio_clamp=0.0):
     return kl.beta * k, {"loss/kl": mean, f"loss/kl_{kl.estimator}": mean}
 
 
-def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=0.2,
-              beta=0.0, aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
-              kl_estimator="k3", entropy=None, entropy_coef=0.0, tis_weight=None, keep=None, *,
-              policy_loss="clip", dual_clip=0.0, delta=0.0, log_ratio_clamp=0.0, kl_clamp=0.0,
-              kl_bias_correction=False, cispo_cap=5.0, cispo_floor=0.0):
-    """-> (loss, stats): DeepSeekMath eq. 3 in one call (notebooks, exercises, ppo.py): the
-    paper's objective ``surrogate_loss`` with beta * KL_it (``kl_term``) and the entropy bonus
-    as its terms. logp, old_logp, ref_logp, mask: (N, T); advantages: (N,) or (N, T).
+def entropy_term(entropy, real, bonus: EntropyBonus):
+    """entropy (N, T) with its graph -> (-coef * H_it (N, T), padding 0; no stats), a term of
+    ``surrogate_loss``: the entropy bonus."""
+    return -bonus.coef * torch.where(real, entropy, 0.0), {}
 
-    ``ref_logp`` may be None when beta == 0; stats then has no "loss/kl" nor
-    "loss/kl_<estimator>" (nothing was computed: absent, not 0). ``entropy`` (N, T), with its
-    graph, is needed when entropy_coef != 0; ``tis_weight`` (N, T) multiplies the
-    policy-gradient term; ``keep`` (N,) bool drops rows. ``policy_loss`` names a surrogate of
-    ``POLICY_LOSSES`` (dual_clip, delta, cispo_cap, cispo_floor: its Clip); the clamps and
-    kl_bias_correction:
-    the module docstring.
-    The GRPO step calls ``surrogate_loss`` itself, its variants' terms from variants.py.
-    """
+
+def grpo_loss(logp, old_logp, advantages, mask, clip: Clip = Clip(eps_high=0.2),
+              kl: KL = KL(beta=0.0), entropy_bonus: EntropyBonus = EntropyBonus(),
+              aggregation="seq_mean_token_mean", max_len=None, ratio_level="token",
+              policy_loss="clip", *, ref_logp=None, entropy=None, tis_weight=None, keep=None):
+    """-> (loss, stats): DeepSeekMath eq. 3 in one call (notebooks, exercises, ppo.py), composed
+    as the step does: ``surrogate_loss`` with the config's blocks and the kl_loss and
+    entropy_bonus variants' terms. logp, old_logp, mask: (N, T); advantages: (N,) or (N, T);
+    the default clip: the paper's, eps 0.2 both sides. ``ref_logp`` (N, T) is read when
+    ``kl.in_loss()``, else stats has no "loss/kl" nor "loss/kl_<estimator>" (absent, not 0);
+    ``entropy`` (N, T), with its graph, when entropy_bonus.coef != 0; ``tis_weight`` (N, T)
+    multiplies the policy-gradient term; ``keep`` (N,) bool drops rows."""
+    kl.check(), entropy_bonus.check()
     if keep is not None:
         keep = torch.as_tensor(keep, dtype=torch.bool, device=logp.device)
         if keep.shape != logp.shape[:1]:
@@ -484,32 +498,26 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
         logp, old_logp, ref_logp, mask, entropy, tis_weight = (
             rows(x) for x in (logp, old_logp, ref_logp, mask, entropy, tis_weight))
         advantages = rows(torch.as_tensor(advantages))
-    beta, entropy_coef, _ = _numbers(beta=beta, entropy_coef=entropy_coef, kl_clamp=kl_clamp)
-    lookup(KL_ESTIMATORS, kl_estimator, "kl_estimator")
-    check_kl_in_loss(kl_estimator, beta)
-    for coef, value, name, x in (("beta", beta, "ref_logp", ref_logp),
-                                 ("entropy_coef", entropy_coef, "entropy", entropy)):
-        if value and (x is None or x.shape != logp.shape):
-            raise ValueError(f"{coef}={value} needs {name} of the same (N, T) shape as logp")
+    for on, setting, name, x in ((kl.in_loss(), f"kl.beta={kl.beta}", "ref_logp", ref_logp),
+                                 (entropy_bonus.coef != 0, f"entropy_bonus.coef="
+                                  f"{entropy_bonus.coef}", "entropy", entropy)):
+        if on and (x is None or x.shape != logp.shape):
+            raise ValueError(f"{setting} needs {name} of the same (N, T) shape as logp")
     terms = []
-    if beta != 0:
-        kl = KL(beta, kl_estimator, "loss", kl_clamp, kl_bias_correction)
-        terms.append(lambda lp, old, real: kl_term(lp, old, ref_logp, real, kl, log_ratio_clamp))
-    if entropy_coef != 0:
-        terms.append(lambda lp, old, real: (-entropy_coef * torch.where(real, entropy, 0.0), {}))
-    return surrogate_loss(logp, old_logp, advantages, mask,
-                          Clip(eps_low, eps_high, dual_clip, delta, 0.0, cispo_cap, cispo_floor),
-                          aggregation, max_len,
-                          ratio_level, policy_loss, log_ratio_clamp, tis_weight, terms)
+    if kl.in_loss():
+        terms.append(lambda lp, old, real: kl_term(lp, old, ref_logp, real, kl, clip.log_ratio_clamp))
+    if entropy_bonus.coef != 0:
+        terms.append(lambda lp, old, real: entropy_term(entropy, real, entropy_bonus))
+    return surrogate_loss(logp, old_logp, advantages, mask, clip, aggregation, max_len,
+                          ratio_level, policy_loss, tis_weight, terms)
 
 
-def _check_settings(clip, aggregation, max_len, ratio_level, policy_loss, log_ratio_clamp):
+def _check_settings(clip, aggregation, max_len, ratio_level, policy_loss):
     """Raise ValueError naming the first bad setting of surrogate_loss -> clip as floats."""
     for table, name, value in ((AGGREGATIONS, "aggregation", aggregation),
                                (RATIO_LEVELS, "ratio_level", ratio_level),
                                (POLICY_LOSSES, "policy_loss", policy_loss)):
         lookup(table, value, name)
-    _numbers(log_ratio_clamp=log_ratio_clamp)
     if max_len is not None and not (isinstance(max_len, numbers.Integral) and max_len > 0):
         raise ValueError(f"max_len must be a positive int (the dr_grpo normaliser), "
                          f"got {max_len!r}")
@@ -550,12 +558,10 @@ def check_kl_in_loss(kl_estimator: str, beta) -> None:
 
 # what each number argument must be: name -> (test of its float, what the error says); every
 # test is False for NaN, and 0 <= x < inf for inf too
-_NONNEGATIVE = (lambda x: 0 <= x < math.inf, "finite and >= 0")
 _BOUND = (lambda x: 0 <= x < math.inf, "0 (off) or a finite bound > 0")
 NUMBERS = {
     "eps_low": (lambda x: 0 <= x < 1, "finite and in [0, 1)"),
-    "eps_high": _NONNEGATIVE, "beta": _NONNEGATIVE, "log_ratio_clamp": _BOUND, "kl_clamp": _BOUND,
-    "entropy_coef": (math.isfinite, "finite"),
+    "eps_high": (lambda x: 0 <= x < math.inf, "finite and >= 0"), "log_ratio_clamp": _BOUND,
     "dual_clip": (lambda x: x == 0 or x > 1, "0 (off) or > 1 (a bound c <= 1 would cap the "
                   "loss of on-policy tokens, ratio 1, with A < 0)"),
     "delta": (_BOUND[0], "0 (off) or a finite cap > 1 + eps_high"),

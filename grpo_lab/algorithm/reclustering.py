@@ -5,7 +5,7 @@ Reclusterer run); ``check_k`` the one check of a number of groups k (every group
 takes k). ``Reclusterer`` re-fits K-means every N steps, warm-started from the previous
 centroids, and keeps cluster ids stable by Hungarian matching of centroids (Kuhn 1955), so
 an id keeps meaning the same region of prompt space; ``group_count_schedule`` grows k coarse
-to fine. The trainer's grouper (``grouping.StepGrouper``) holds one when ``recluster_every``.
+to fine. The trainer's grouper (``grouping.StepGrouper``) holds one when ``group.recluster_every``.
 """
 from __future__ import annotations
 

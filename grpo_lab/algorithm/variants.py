@@ -49,7 +49,8 @@ from typing import Callable, NamedTuple
 import torch
 
 from grpo_lab.algorithm.advantages import process_advantages
-from grpo_lab.algorithm.loss import KL, KL_PLACEMENTS, grpo_only, kl_term, sequence_kl
+from grpo_lab.algorithm.loss import (KL, KL_PLACEMENTS, EntropyBonus, entropy_term, grpo_only,
+                                     kl_term, sequence_kl)
 from grpo_lab.algorithm.overlong import OVERLONG
 from grpo_lab.algorithm.rollout import add_time, completion_logprobs, now
 from grpo_lab.policies.engine import UPDATE_FORWARDS
@@ -209,19 +210,15 @@ def _kl_reward(cfg, s, rows, max_len):
                       parts={**s.parts, f"kl_{kl_.estimator}": kl})
 
 
-def _kl_term(cfg, t: Tokens, logp, old, real):
-    """beta * KL_it in each token's loss and loss/kl, loss/kl_<estimator> (loss.kl_term)."""
-    return kl_term(logp, old, t.rows["ref"], real, cfg.kl, cfg.clip.log_ratio_clamp)
-
-
 register_variant("kl_reward",
                  lambda cfg: bool(cfg.kl.beta) and KL_PLACEMENTS[cfg.kl.placement].in_reward,
                  settings=KL, block="kl", rows=_ref_rows, shape_rewards=_kl_reward,
                  description="InstructGPT-style: beta * the completion's KL estimate off its "
                              "reward (kl.placement='reward')")
-register_variant("kl_loss",
-                 lambda cfg: bool(cfg.kl.beta) and KL_PLACEMENTS[cfg.kl.placement].in_loss,
-                 settings=KL, block="kl", rows=_ref_rows, term=_kl_term, loss_rows=("ref",),
+register_variant("kl_loss", lambda cfg: cfg.kl.in_loss(), settings=KL, block="kl", rows=_ref_rows,
+                 term=lambda cfg, t, logp, old, real: kl_term(logp, old, t.rows["ref"], real, cfg.kl,
+                                                              cfg.clip.log_ratio_clamp),
+                 loss_rows=("ref",),
                  stat_keys=lambda cfg: ("loss/kl", f"loss/kl_{cfg.kl.estimator}"),
                  description="DeepSeekMath: beta * KL_t in each token's loss "
                              "(kl.placement='loss')")
@@ -336,22 +333,11 @@ register_variant("top_entropy", lambda cfg: cfg.top_entropy.quantile < 1, settin
                  description="Wang et al. 2025: only the high-entropy tokens keep their gradient")
 
 
-# ---- the entropy bonus
-
-@dataclass
-class EntropyBonus:
-    """An entropy bonus in each token's loss: ``--entropy_bonus.coef 0.01``."""
-    coef: float = 0.0
-    """coef * the policy's token entropy is subtracted from each token's loss, aggregated like
-    the loss (0 = off). policy/entropy is logged either way."""
-
-    def check(self, cfg):
-        check_number("entropy_bonus.coef", self.coef)
-
+# ---- the entropy bonus (loss.EntropyBonus)
 
 register_variant("entropy_bonus", lambda cfg: cfg.entropy_bonus.coef != 0, settings=EntropyBonus,
-                 term=lambda cfg, t, logp, old, real: (
-                     -cfg.entropy_bonus.coef * torch.where(real, t.entropy, 0.0), {}),
+                 term=lambda cfg, t, logp, old, real: entropy_term(t.entropy, real,
+                                                                   cfg.entropy_bonus),
                  description="entropy_bonus.coef * H_t subtracted from each token's loss")
 
 

@@ -6,24 +6,26 @@ ranks then agree on the *average* gradient before the optimizer steps. How they 
 
   * ``allreduce``:        one fp32 ``all_reduce`` of all gradients (flat), / N. The reference.
   * ``compressed``:       ``comm.compressed_all_reduce`` with a ``compression.PRESETS`` preset
-                          (``fp8_topk5`` | ``fp16`` | ``aggressive`` | ``dgc`` | ``fp32``);
-                          ``error_feedback=False`` drops the residual (and DGC momentum, which
-                          needs it); ``momentum`` overrides the preset's DGC momentum
-                          correction. Note: DGC's momentum correction assumes the receiver runs
-                          plain SGD; here every exchange feeds AdamW, with the preset's
+                          (``compression.preset``: ``fp8_topk5`` | ``fp16`` | ``aggressive`` |
+                          ``dgc`` | ``fp32``); ``compression.error_feedback=False`` drops the
+                          residual (and DGC momentum, which needs it); ``compression.momentum``
+                          overrides the preset's DGC momentum correction. Note: DGC's momentum
+                          correction assumes the receiver runs plain SGD; here every exchange
+                          feeds AdamW, with the preset's
                           ``adam_beta1`` (0 for ``aggressive``: its error-feedback residual
                           already averages like momentum).
   * ``ddp_fp16_hook``:    torch DDP with torch's ``default_hooks.fp16_compress_hook``.
-  * ``ddp_powersgd_hook``: torch DDP with torch's ``powerSGD_hook`` (rank ``powersgd_rank``).
-  * ``sharded``:          ``sharder.ShardedOptimizer``: reduce to owners, owner AdamW, broadcast.
-  * ``sharded_compressed``: the same, each rank's gradients encoded with ``preset`` (and
-                          ``error_feedback``, ``momentum``, ``beta1`` as for ``compressed``), one
-                          message per owner; the parameter broadcast fp32, or compressed with
-                          ``broadcast_preset`` (EF21-P, see sharder.py).
+  * ``ddp_powersgd_hook``: torch DDP with torch's ``powerSGD_hook`` (``powersgd.rank``).
+  * ``sharded``:          ``sharder.ShardedOptimizer``: reduce to owners, owner AdamW, broadcast
+                          (the ``sharding`` block: policy, importance, re-sharding).
+  * ``sharded_compressed``: the same, each rank's gradients encoded as ``compressed``'s are
+                          (the ``compression`` block), one message per owner; the parameter
+                          broadcast fp32, or compressed with ``sharding.broadcast_preset``
+                          (EF21-P, see sharder.py).
   * ``fsdp2``:            torch's FSDP2 (``fully_shard``, fsdp.py): weights, gradients and AdamW
                           state 1/N per rank; gradients averaged by reduce-scatter in backward;
-                          ``reshard_after_forward``, ``param_dtype``. It reads none of the
-                          compression or sharder fields (setting one is an error).
+                          the ``fsdp2`` block: reshard_after_forward, param_dtype.
+Each kind's ``make`` gets the settings blocks its record names (exchange_config.py) by name.
 
 Byte accounting. ``comm/bytes`` is what this rank sends per step, counted from the tensors it
 hands to each collective under the bandwidth-optimal algorithm of that collective:
@@ -60,10 +62,9 @@ from grpo_lab.distributed import comm, fsdp
 from grpo_lab.distributed.compression import PRESETS, CompressionConfig, Compressor
 from grpo_lab.distributed.overlap import OverlappedAllReduce
 from grpo_lab.distributed.sharder import ShardedOptimizer
-from grpo_lab.distributed.shard_plan import POLICIES
-from grpo_lab.distributed.exchange_config import (EXCHANGES, ExchangeConfig, ExchangeKind,
-                                                 register_exchange)
-from grpo_lab.registry import lookup
+from grpo_lab.distributed.exchange_config import (EXCHANGES, FSDP2, Compression, ExchangeConfig,
+                                                 PowerSGD, Sharding, register_exchange)
+from grpo_lab.registry import SETTINGS, lookup
 
 
 def ring_allreduce_bytes(b: int, world: int) -> int:
@@ -231,61 +232,30 @@ def make_allreduce(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Excha
     return _local(model, adam, set_lr, step, reduce, lambda b: ring_allreduce_bytes(b, world))
 
 
-NOT_READ_BY_FSDP2 = ("preset", "error_feedback", "momentum", "beta1", "density_warmup",
-                     "powersgd_rank", "powersgd_start", "policy", "importance", "reshard_every",
-                     "broadcast_preset", "max_shard_numel", "overlap")
-"""The exchange fields an exchange that shards parameters ignores: set to anything but their
-defaults, they are an error (the run would not do what they say)."""
-
-
-def _check_parameter_sharding(cfg: ExchangeConfig, kind: ExchangeKind) -> None:
-    """fsdp2's own fields only with it; the compression and sharder fields not with it."""
-    defaults = {f.name: f.default for f in dataclasses.fields(ExchangeConfig)}
-    if kind.shards_parameters:
-        lookup(fsdp.DTYPES, cfg.param_dtype, "exchange.param_dtype")
-        given = [f"{k}={getattr(cfg, k)!r}" for k in NOT_READ_BY_FSDP2
-                 if getattr(cfg, k) != defaults[k]]
+def check_exchange(cfg) -> None:
+    """Raise unless ``cfg`` (a TrainConfig) names a registered exchange and sets no settings
+    block another exchange reads and its own does not (the run would not do what the block
+    says); each block checks its own values (its ``check``), config.check_records calls it."""
+    kind = lookup(EXCHANGES, cfg.exchange.name, "exchange")
+    for block in sorted({b for k in EXCHANGES.values() for b in k.settings} - set(kind.settings)):
+        given = [f"{block}.{k}={v!r}" for k, v in vars(cfg.blocks[block]).items()
+                 if v != getattr(SETTINGS[block](), k)]
         if given:
-            raise ValueError(f"exchange {cfg.name!r} shards parameters with torch's fully_shard "
-                             f"and compresses or re-shards nothing: exchange."
-                             f"{', exchange.'.join(given)} would be ignored; drop "
-                             f"{'it' if len(given) == 1 else 'them'} or pick an exchange that "
-                             f"reads {'it' if len(given) == 1 else 'them'}")
-        return
-    own = [f"{k}={getattr(cfg, k)!r}" for k in ("reshard_after_forward", "param_dtype")
-           if getattr(cfg, k) != defaults[k]]
-    if own:
-        able = " or ".join(repr(n) for n, k in EXCHANGES.items() if k.shards_parameters)
-        raise ValueError(f"exchange.{', exchange.'.join(own)} configure(s) parameter sharding: "
-                         f"it needs exchange name {able}, not {cfg.name!r}")
-
-
-
-def check_exchange(cfg: ExchangeConfig) -> ExchangeConfig:
-    """``cfg``, unless it names no registered exchange or sets a field its exchange does not
-    read (its own numbers ExchangeConfig checks itself); config.check_records calls it."""
-    kind = lookup(EXCHANGES, cfg.name, "exchange")
-    _check_parameter_sharding(cfg, kind)
-    lookup(PRESETS, cfg.preset, "compression preset")
-    if cfg.broadcast_preset is not None:
-        lookup(PRESETS, cfg.broadcast_preset, "broadcast_preset")
-    if cfg.broadcast_preset is not None and not kind.broadcast_compression:
-        able = [n for n, k in EXCHANGES.items() if k.broadcast_compression]
-        raise ValueError(f"broadcast_preset={cfg.broadcast_preset!r} compresses the sharder's "
-                         f"broadcast: it needs exchange name {' or '.join(map(repr, able))}, "
-                         f"not {cfg.name!r}")
-    if cfg.overlap and not kind.overlaps:
+            able = " or ".join(repr(n) for n, k in EXCHANGES.items() if block in k.settings)
+            raise ValueError(f"{', '.join(given)}: the {block} block is read by exchange "
+                             f"{able}, not by {kind.name!r} (the run would ignore it): drop "
+                             f"{'it' if len(given) == 1 else 'them'} or pick that exchange")
+    if cfg.exchange.overlap and not kind.overlaps:
         able = " and ".join(repr(n) for n, k in EXCHANGES.items() if k.overlaps)
         raise ValueError(f"overlap=True starts the reduction during backward for exchanges "
-                         f"{able} only, not {cfg.name!r}")
-    lookup(POLICIES, cfg.policy, "shard policy")
-    return cfg
+                         f"{able} only, not {kind.name!r}")
 
 
-def make_fsdp2(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
+def make_fsdp2(model, cfg: ExchangeConfig, opt: AdamW, world, rank,
+               fsdp2: FSDP2 = FSDP2()) -> Exchange:
     """FSDP2 (fsdp.py): ``fully_shard`` per block and the root, then torch's AdamW over the
     sharded parameters; the reduce-scatter runs in backward, so ``reduce`` only counts."""
-    mods = fsdp.shard(model, cfg.reshard_after_forward, cfg.param_dtype)
+    mods = fsdp.shard(model, fsdp2.reshard_after_forward, fsdp2.param_dtype)
     adam, set_lr, step = _adamw(model, opt)
     numel = sum(p.numel() for _, p in trainable(model))                   # whole, not the shard
     counter = fsdp.count_all_gathers(mods)
@@ -293,7 +263,7 @@ def make_fsdp2(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
     sent = {"gathered": 0}
 
     def gathered():
-        return fsdp.gathered(mods, cfg.reshard_after_forward)
+        return fsdp.gathered(mods, fsdp2.reshard_after_forward)
 
     def reduce():                                     # FSDP2 reduce-scattered during backward
         return 4 * numel                              # fp32 gradients of what trains
@@ -313,7 +283,7 @@ def make_fsdp2(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
                     gathered, lambda: fsdp.full_state(model), adam)
 
 
-def compression_config(cfg: ExchangeConfig) -> CompressionConfig:
+def compression_config(cfg: Compression) -> CompressionConfig:
     """The preset of ``cfg`` with its momentum, density_warmup, beta1 and error_feedback
     overrides."""
     ccfg = PRESETS[cfg.preset]
@@ -328,8 +298,9 @@ def compression_config(cfg: ExchangeConfig) -> CompressionConfig:
     return ccfg
 
 
-def make_compressed(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
-    ccfg = compression_config(cfg)
+def make_compressed(model, cfg: ExchangeConfig, opt: AdamW, world, rank,
+                    compression: Compression = Compression()) -> Exchange:
+    ccfg = compression_config(compression)
     compressor = Compressor(ccfg, seed=1000 * opt.seed + rank)
     named = trainable(model)
     adam, set_lr, step = _adamw(model, opt, ccfg.adam_beta1)
@@ -377,9 +348,9 @@ def powersgd_counted_hook(state: HookCounter, bucket):
 
 
 def _make_ddp(hook, make_state):
-    def make(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
+    def make(model, cfg: ExchangeConfig, opt: AdamW, world, rank, **settings) -> Exchange:
         ddp = torch.nn.parallel.DistributedDataParallel(model)  # the GPT has no buffers
-        counter = HookCounter(make_state(cfg, opt))
+        counter = HookCounter(make_state(opt, **settings))
         ddp.register_comm_hook(counter, hook)
         adam, set_lr, step = _adamw(model, opt)
         seen = {"bytes": 0}
@@ -393,22 +364,26 @@ def _make_ddp(hook, make_state):
     return make
 
 
-def _powersgd_state(cfg: ExchangeConfig, opt: AdamW):
+def _powersgd_state(opt: AdamW, powersgd: PowerSGD = PowerSGD()):
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
-    return PowerSGDState(process_group=None, matrix_approximation_rank=cfg.powersgd_rank,
-                         start_powerSGD_iter=cfg.powersgd_start, random_seed=opt.seed)
+    return PowerSGDState(process_group=None, matrix_approximation_rank=powersgd.rank,
+                         start_powerSGD_iter=powersgd.start, random_seed=opt.seed)
 
 
-def make_sharded(model, cfg: ExchangeConfig, opt: AdamW, world, rank, compression=None) -> Exchange:
+def make_sharded(model, cfg: ExchangeConfig, opt: AdamW, world, rank,
+                 sharding: Sharding = Sharding(), compression: Compression | None = None) -> Exchange:
+    """sharded; with a ``compression`` block, sharded_compressed."""
     if opt.lr_scales:
         raise ValueError(f"exchange {cfg.name!r} steps one learning rate for all parameters: "
                          f"lr_scales={opt.lr_scales} needs an exchange that steps torch's AdamW")
-    beta1 = 0.9 if compression is None else compression.adam_beta1
+    ccfg = None if compression is None else compression_config(compression)
+    beta1 = 0.9 if ccfg is None else ccfg.adam_beta1
     sharded = ShardedOptimizer(trainable(model), lr=opt.lr, betas=(beta1, 0.999),
-                               eps=opt.eps, weight_decay=opt.weight_decay, policy=cfg.policy,
-                               importance=cfg.importance, reshard_every=cfg.reshard_every,
-                               max_shard_numel=cfg.max_shard_numel or None,
-                               compression=compression, broadcast_compression=cfg.broadcast_preset,
+                               eps=opt.eps, weight_decay=opt.weight_decay, policy=sharding.policy,
+                               importance=sharding.importance,
+                               reshard_every=sharding.reshard_every,
+                               max_shard_numel=sharding.max_shard_numel or None,
+                               compression=ccfg, broadcast_compression=sharding.broadcast_preset,
                                compression_seed=1000 * opt.seed + rank, grad_clip=opt.grad_clip,
                                overlap=cfg.overlap)
     last = {"bytes": 0}
@@ -431,11 +406,7 @@ def make_sharded(model, cfg: ExchangeConfig, opt: AdamW, world, rank, compressio
                     bad_state)
 
 
-def make_sharded_compressed(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
-    return make_sharded(model, cfg, opt, world, rank, compression_config(cfg))
-
-
-def _no_state(cfg, opt):
+def _no_state(opt):
     return None
 
 
@@ -444,24 +415,29 @@ make_ddp_powersgd = _make_ddp(powersgd_counted_hook, _powersgd_state)
 
 register_exchange("allreduce", make_allreduce, overlaps=True,
                   description="one fp32 all_reduce of all gradients, / N (the reference)")
-register_exchange("compressed", make_compressed, resumes_exactly=False, compresses=True,
+register_exchange("compressed", make_compressed, ("compression",), resumes_exactly=False,
                   description="comm.compressed_all_reduce with a compression preset")
 register_exchange("ddp_fp16_hook", make_ddp_fp16, resumes_exactly=False,
                   reduces_in_backward=True, description="torch DDP, fp16_compress_hook")
-register_exchange("ddp_powersgd_hook", make_ddp_powersgd, resumes_exactly=False,
+register_exchange("ddp_powersgd_hook", make_ddp_powersgd, ("powersgd",), resumes_exactly=False,
                   reduces_in_backward=True, description="torch DDP, powerSGD_hook")
-register_exchange("sharded", make_sharded, overlaps=True, shards=True, torch_adamw=False,
+register_exchange("sharded", make_sharded, ("sharding",), overlaps=True, torch_adamw=False,
                   description="reduce to owners, owner AdamW, broadcast (sharder.py)")
-register_exchange("sharded_compressed", make_sharded_compressed, resumes_exactly=False,
-                  compresses=True, shards=True, broadcast_compression=True, torch_adamw=False,
+register_exchange("sharded_compressed", make_sharded, ("compression", "sharding"),
+                  resumes_exactly=False, torch_adamw=False,
                   description="sharded, each rank's gradients compressed")
-register_exchange("fsdp2", make_fsdp2, shards_parameters=True,
+register_exchange("fsdp2", make_fsdp2, ("fsdp2",), shards_parameters=True,
                   description="torch's FSDP2: weights, gradients and AdamW state sharded")
 
 
-def make_exchange(model, cfg: ExchangeConfig, opt: AdamW, world: int = 1, rank: int = 0) -> Exchange:
-    """``EXCHANGES[cfg.name]`` for this rank; every name but allreduce needs a process group."""
+def make_exchange(model, cfg: ExchangeConfig, opt: AdamW, world: int = 1, rank: int = 0,
+                  blocks: dict | None = None) -> Exchange:
+    """``EXCHANGES[cfg.name]`` for this rank, given the settings blocks it reads from
+    ``blocks`` (a TrainConfig's ``blocks``; None or one left out: its defaults); every name but
+    allreduce needs a process group."""
     if cfg.name != "allreduce" and not (dist.is_available() and dist.is_initialized()):
         raise ValueError(f"exchange {cfg.name!r} needs a process group: run with "
                          f"`grpo-lab train --nproc N` or under torchrun")
-    return lookup(EXCHANGES, cfg.name, "exchange").make(model, cfg, opt, world, rank)
+    kind = lookup(EXCHANGES, cfg.name, "exchange")
+    return kind.make(model, cfg, opt, world, rank,
+                     **{b: (blocks or {}).get(b) or SETTINGS[b]() for b in kind.settings})

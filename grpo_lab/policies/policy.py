@@ -199,4 +199,4 @@ def check_policy(cfg) -> None:
         raise ValueError(f"hf.sample_dtype={cfg.hf.sample_dtype!r} samples from a copy of "
                          f"the whole model, but exchange {cfg.exchange.name!r} keeps 1/N of "
                          f"the weights per rank: leave hf.sample_dtype empty "
-                         f"(exchange.param_dtype gathers the weights in another dtype instead)")
+                         f"(fsdp2.param_dtype gathers the weights in another dtype instead)")

@@ -463,7 +463,7 @@ CLAIMS = [
           "their gradients only, so it cannot compute advantages. Any optimizer can minimise the GRPO objective; here "
           "the objective is step.grpo_objective and the optimizer is torch's AdamW.",
           "GRPO says what to minimise; the optimizer says how to step. Keep them apart.",
-          measured="Optimizer.step(closure) vs grpo_loss(logp, old_logp, ref_logp, advantages, mask): the rewards' "
+          measured="Optimizer.step(closure) vs grpo_loss(logp, old_logp, advantages, mask): the rewards' "
                    "advantages and old log-probs never reach an optimizer",
           source="computed: claims_gradient.optimizer_inputs()", live="optimizer_inputs"),
     Claim(31, '"1.2 PFLOPS per card sustained" in "Meta\'s latest experiment" with photonic interconnects, "3.7x" the '

@@ -53,7 +53,7 @@ def length_weight(lengths=(4, 16, 64), advantage: float = 1.0) -> dict:
     out = {}
     for agg in ("seq_mean_token_mean", "dr_grpo"):
         logp = torch.zeros(N, T, dtype=torch.float64, requires_grad=True)    # (N, T)
-        grpo_loss(logp, logp.detach(), None, adv, mask, aggregation=agg, max_len=T)[0].backward()
+        grpo_loss(logp, logp.detach(), adv, mask, aggregation=agg, max_len=T)[0].backward()
         g = -logp.grad                                                         # (N, T) ascent weight
         out[agg] = {n: (float(g[i, 0]), float(g[i].sum())) for i, n in enumerate(lengths)}
     return out

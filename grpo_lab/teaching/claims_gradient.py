@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from grpo_lab.algorithm.advantages import ADVANTAGES, group_stats
-from grpo_lab.algorithm.loss import grpo_loss
+from grpo_lab.algorithm.loss import Clip, grpo_loss
 from grpo_lab.policies.model import GPT, GPTConfig
 
 
@@ -36,7 +36,7 @@ def relative_reward_gradient(rewards=(1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.0, 1.0),
     grads = {}
     for key, a in (("grad", adv["grpo"]), ("grad_grpo", ADVANTAGES["grpo"](r, g))):
         logp = old.clone().requires_grad_(True)                            # (N, T) at pi = pi_old
-        grpo_loss(logp, old, None, a, mask)[0].backward()
+        grpo_loss(logp, old, a, mask)[0].backward()
         grads[key] = logp.grad                                             # (N, T)
     return {"R": R, "advantages": adv, **grads}
 
@@ -50,7 +50,7 @@ def backward_rows(N: int = 32, group_sizes=(2, 4, 8, 16), T: int = 4, seed: int 
     for G in group_sizes:
         adv = ADVANTAGES["grpo"](r, torch.arange(N) // G)                  # (N,)
         logp = torch.zeros(N, T, dtype=torch.float64, requires_grad=True)  # (N, T)
-        grpo_loss(logp, logp.detach(), None, adv, torch.ones(N, T, dtype=torch.bool))[0].backward()
+        grpo_loss(logp, logp.detach(), adv, torch.ones(N, T, dtype=torch.bool))[0].backward()
         out[G] = int((logp.grad.abs().sum(1) > 0).sum())
     return out
 
@@ -73,7 +73,7 @@ def backward_time(sizes=((64, 2), (64, 8), (64, 32), (16, 8), (32, 8)), T: int =
             t0 = time.perf_counter()
             logits, _ = model(ids[:N])                                     # (N, T, V)
             logp = torch.log_softmax(logits, -1).gather(2, ids[:N, :, None]).squeeze(2)  # (N, T)
-            grpo_loss(logp, logp.detach(), None, adv, torch.ones(N, T, dtype=torch.bool))[0].backward()
+            grpo_loss(logp, logp.detach(), adv, torch.ones(N, T, dtype=torch.bool))[0].backward()
             times[(N, G)].append(time.perf_counter() - t0)
             model.zero_grad(set_to_none=True)
     return {s: sorted(ts)[len(ts) // 2] for s, ts in times.items()}
@@ -135,7 +135,7 @@ def baseline_variance(seed: int = 0, prompts: int = 8, G: int = 8, draws: int = 
         mask = s.rollout.completion_mask                                   # (N, Tc)
         for b, fn in BASELINES.items():
             adv = fn(s.rewards, s.rollout.prompt_index).float()            # (N,)
-            loss = grpo_loss(logp, logp.detach(), None, adv, mask, aggregation=aggregation,
+            loss = grpo_loss(logp, logp.detach(), adv, mask, aggregation=aggregation,
                              max_len=max_new_tokens(cfg))[0]
             flat = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params, retain_graph=True)])
             sums[b] += flat.double()                                       # (P,)
@@ -169,7 +169,7 @@ def group_mean_gradient(rewards=(1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0), T: int
     o = torch.multinomial(torch.softmax(theta.detach(), -1), G, replacement=True, generator=gen).T  # (G, T)
     logp = torch.log_softmax(theta, -1).gather(1, o.T).T                   # (G, T) log pi(o_it)
     A = ADVANTAGES["dr_grpo"](r, torch.zeros(G, dtype=torch.long))         # (G,) r_i - mean r
-    loss = grpo_loss(logp, logp.detach(), None, A, torch.ones(G, T, dtype=torch.bool),
+    loss = grpo_loss(logp, logp.detach(), A, torch.ones(G, T, dtype=torch.bool),
                      aggregation="dr_grpo", max_len=T)[0]
     (g_loss,) = torch.autograd.grad(loss, theta, retain_graph=True)       # (T, V)
     formula = sum(A[i] * torch.autograd.grad(logp[i].sum(), theta, retain_graph=True)[0]
@@ -188,8 +188,8 @@ def clipped_surrogate(ratios=tuple(0.55 + 0.1 * i for i in range(11)), eps: floa
         for a in (1.0, -1.0):
             logp = torch.tensor([[math.log(rho)]], dtype=torch.float64, requires_grad=True)  # (1, 1)
             old = torch.zeros(1, 1, dtype=torch.float64)                   # (1, 1): ratio = rho
-            loss = grpo_loss(logp, old, None, torch.tensor([a]), torch.ones(1, 1, dtype=torch.bool),
-                             eps_low=eps, eps_high=eps)[0]
+            loss = grpo_loss(logp, old, torch.tensor([a]), torch.ones(1, 1, dtype=torch.bool),
+                             Clip(eps, eps))[0]
             (g,) = torch.autograd.grad(loss, logp)                         # ratios stay off 1 +- eps
             diffs.append(abs(float(loss.detach()) + min(rho * a, min(max(rho, 1 - eps), 1 + eps) * a)))
             clipped = (rho > 1 + eps and a > 0) or (rho < 1 - eps and a < 0)

@@ -208,12 +208,12 @@ def _loss_cases():
 def check_agent_loss(fn: Callable) -> bool:
     """Your ``fn(logp, old_logp, advantages, completion_mask, loss_mask) -> loss ()``: the
     clipped surrogate (eps 0.2) over the policy's tokens, seq-mean-token-mean, against
-    ``loss.grpo_loss(logp, old_logp, None, advantages, loss_mask)``; then its gradient on the
+    ``loss.grpo_loss(logp, old_logp, advantages, loss_mask)``; then its gradient on the
     environment's tokens must be exactly 0."""
     require_function("check_agent_loss", fn)
     cases = _loss_cases()
     ok = check_against("check_agent_loss", fn, cases,
-                       lambda a: grpo_loss(a[0], a[1], None, a[2], a[4])[0].detach(),
+                       lambda a: grpo_loss(a[0], a[1], a[2], a[4])[0].detach(),
                        AGENT_LOSS_MISTAKES, _agent_variant, "grpo_lab.algorithm.loss.grpo_loss",
                        "loss = mean over episodes of sum_t(-min(r A, clip(r, 0.8, 1.2) A) * "
                        "loss_mask) / loss_mask.sum(1)")

@@ -13,12 +13,12 @@ import torch
 
 from grpo_lab.teaching.exercise_harness import (Failure, as_tensor, best_mistake, call, check_against,
                                                 close, fmt, report, require_function)
-from grpo_lab.algorithm.loss import KL_ESTIMATORS, grpo_loss, sequence_ratio
+from grpo_lab.algorithm.loss import KL, KL_ESTIMATORS, Clip, grpo_loss, sequence_ratio
 
 
 # ---------------------------------------------------------------- the GRPO loss
 def _reference_loss(logp, old_logp, ref_logp, A, mask, eps=0.2, beta=0.04):
-    return grpo_loss(logp, old_logp, ref_logp, A, mask, eps_low=eps, eps_high=eps, beta=beta)[0]
+    return grpo_loss(logp, old_logp, A, mask, Clip(eps, eps), KL(beta), ref_logp=ref_logp)[0]
 
 
 def _loss_variant(kind: str, logp, old_logp, ref_logp, A, mask, eps=0.2, beta=0.04):

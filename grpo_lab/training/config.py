@@ -4,8 +4,9 @@ The docstrings are the documentation: ``grpo-lab train --help`` prints them (the
 generated from these classes by ``cli.py``) and notebooks build the same objects.
 ``TrainConfig`` holds its gradient exchange as a typed sub-config
 (``exchanges.ExchangeConfig``: ``cfg.exchange.name``, ``--exchange.name`` on the command
-line); a plain dict is turned into one when the config is built, so presets and saved
-configs (JSON) round-trip. Presets give sizes for scale: ``tiny_cpu`` (the default demo, tuned for time to accuracy),
+line; each exchange kind's own fields are settings blocks, ``--compression.preset``); a
+plain dict is turned into one when the config is built, so presets and saved configs (JSON)
+round-trip. Presets give sizes for scale: ``tiny_cpu`` (the default demo, tuned for time to accuracy),
 ``defaults`` (the field defaults as they are),
 ``quick`` (tests and notebooks in CI), ``mixture_cpu``, ``hf_tiny_cpu`` (a transformers
 model on the CPU), ``smollm_cpu`` (SmolLM2-135M-Instruct on a laptop CPU), ``hf_gpu`` (a real
@@ -18,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from grpo_lab.algorithm import group_config  # noqa: F401 (the grouping block, cfg.group)
 from grpo_lab.distributed.exchange_config import ExchangeConfig
 from grpo_lab.registry import (fields_finite, fields_nonnegative, fields_positive,
                                load_plugins, lookup)
@@ -52,15 +54,18 @@ def _block(name: str, cls: type, value):
     known = [f.name for f in dataclasses.fields(cls)]
     for k in value:
         if k not in known:
-            raise ValueError(f"unknown field {name}.{k}; {name}'s fields: {known}")
+            raise ValueError(f"unknown field {name}.{k}{renamed_hint(f'{name}.{k}')}; "
+                             f"{name}'s fields: {known}")
     return cls(**value)
 
 
 def renamed_hint(name: str) -> str:
     """The settings-block field a flat name stands for (" (now 'tis.cap')"), or the sub-config
-    field it names exactly ("fast_path": 'speed.fast_path'), or ""."""
+    field it names exactly ("fast_path": 'speed.fast_path'; "exchange.powersgd_rank":
+    'powersgd.rank'), or ""."""
     import difflib
     from grpo_lab.registry import SETTINGS
+    name = name.removeprefix("exchange.")        # its kinds' fields moved to their blocks
     dotted = [f"{b}.{f.name}" for b, cls in SETTINGS.items() for f in dataclasses.fields(cls)]
     subs = [f"{s.name}.{f.name}" for s in dataclasses.fields(TrainConfig) if s.name in SUB_CONFIGS
             for f in dataclasses.fields(s.default_factory())]
@@ -249,22 +254,8 @@ class TrainConfig:
     # ---- grouping (grouping.py): which completions share a baseline
     grouping: str = "by_prompt"
     """Grouper: a name in grouping.GROUPERS (register your own with register_grouper, or pass
-    the function or record itself from Python); "by_prompt" is canonical GRPO."""
-    group_k: int = 0
-    """Groups per step for the groupers that take k (random, kmeans_semantic, mixed; a plugin's
-    with takes_k=True); at most prompts_per_step. 0 = a default, with a warning: the number of
-    tasks trained (7 for "mixture"), or max(2, prompts_per_step // 4) for one task. The CLI
-    refuses --group_k for a grouper without k."""
-    combine: str = "cluster"
-    """How a prompt cluster meets its prompts' completions (one of advantages.COMBINE):
-    "cluster" runs the advantage estimator on the cluster, "within_prompt_pooled_std"
-    centres on the prompt's mean and scales by the cluster's pooled within-prompt std."""
-    recluster_every: int = 0
-    """kmeans_semantic only: 0 = fit K-means afresh on every step's prompts; N > 0 = keep
-    clusters across steps (reclustering.Reclusterer), re-fitted warm every N steps."""
-    group_schedule: bool = False
-    """With recluster_every: grow k coarse to fine, group_count_schedule from
-    max(1, group_k // 4), 1.2x per re-fit, up to group_k."""
+    the function or record itself from Python); "by_prompt" is canonical GRPO. Its settings:
+    the ``group`` block (group_config.Group: ``--group.k 3``) and the grouper's own, if any."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop prompts whose G rewards are all equal and draw more
     until prompts_per_step informative prompts are found (at most dynamic_max_draws
@@ -293,9 +284,9 @@ class TrainConfig:
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
     blocks: dict = field(default_factory=dict)
-    """The settings blocks of the records (registry.SETTINGS: ``clip``, ``kl``, ``tis``,
-    ``overlong``, a plugin variant's), each read as ``cfg.<name>`` and given by its name:
-    ``TrainConfig(tis={"cap": 2})``, ``--tis.cap 2``, ``{"tis": {"cap": 2}}``."""
+    """The settings blocks of the records (registry.SETTINGS: ``group``, ``clip``, ``kl``,
+    ``tis``, ``overlong``, a plugin variant's or grouper's), each read as ``cfg.<name>`` and
+    given by its name: ``TrainConfig(tis={"cap": 2})``, ``--tis.cap 2``, ``{"tis": {"cap": 2}}``."""
 
     def __init__(self, **given):
         """The fields by name; a settings block by its name, as its dataclass or a dict of its
@@ -323,24 +314,13 @@ class TrainConfig:
         """The task names ``task`` stands for ("mixture" -> MIXTURE_TASKS)."""
         return list(MIXTURE_TASKS) if self.task == "mixture" else self.task.split(",")
 
-    @property
-    def n_groups(self) -> int:
-        """k for the groupers that take one: group_k, or the number of tasks trained, or for
-        one task max(2, prompts_per_step // 4) (never 1: one group of the whole batch)."""
-        if self.group_k:
-            return self.group_k
-        tasks = len(self.task_names)
-        if tasks > 1:
-            return tasks
-        return min(self.prompts_per_step, max(2, self.prompts_per_step // 4))
-
     def __post_init__(self):
         """The config's own fields; the records it names check it in ``check_records``. No
         side effects here: plugins are imported by preset(), from_dict(), the CLI and the
         trainer's setup before a config naming what they register is built."""
         from grpo_lab.algorithm.methods import apply_method
         if isinstance(self.exchange, dict):
-            self.exchange = ExchangeConfig(**self.exchange)
+            self.exchange = _block("exchange", ExchangeConfig, self.exchange)
         if isinstance(self.ppo, dict):
             self.ppo = PPOConfig(**self.ppo)
         if isinstance(self.hf, dict):
@@ -391,7 +371,7 @@ class TrainConfig:
         for name, w in self.reward_weights.items():
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
                 raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
-        fields_nonnegative(self, "checkpoint_every", "group_k", "recluster_every")
+        fields_nonnegative(self, "checkpoint_every")
         fields_positive(self, "micro_batches")
         if self.micro_batches > self.prompts_per_step:
             raise ValueError(f"micro_batches={self.micro_batches} is more than the "
@@ -401,26 +381,20 @@ class TrainConfig:
             raise ValueError(f"hf.gradient_checkpointing=True checkpoints every layer, "
                              f"checkpoint_every={self.checkpoint_every} every "
                              f"{self.checkpoint_every}-th: set one of them")
-        if self.group_schedule and not self.recluster_every:
-            raise ValueError("group_schedule grows k at each re-fit: set recluster_every > 0")
-        if self.supervision == "process" and self.combine != "cluster":
-            raise ValueError(f"supervision='process' normalises step rewards per group id: "
-                             f"it needs combine='cluster', got {self.combine!r}")
 
 
 def check_records(cfg: TrainConfig) -> TrainConfig:
     """Ask each record ``cfg`` names to check it -> cfg: the objective, the tasks, estimator,
     aggregation, rewards and trackers, the settings blocks, the policy and rollout kinds, the
     grouper, the exchange, PPO's critic (each kind's checks live with its records:
-    step.check_objective, policy.check_policy, grouping.check_grouping,
-    exchanges.check_exchange, a settings block's ``check``). ``preset()``, ``from_dict()`` and the trainer's
-    ``setup`` call it, once per config object (``TrainConfig()`` checks its own fields only,
-    so building one loads none of these records)."""
+    step.check_objective, policy.check_policy, exchanges.check_exchange, a settings block's
+    ``check``: the grouper's is group_config.Group.check). ``preset()``, ``from_dict()`` and
+    the trainer's ``setup`` call it, once per config object (``TrainConfig()`` checks its own
+    fields only, so building one loads none of these records)."""
     from grpo_lab.agents import step as agents  # noqa: F401 (environments, objective "agent")
     from grpo_lab.algorithm.advantages import ADVANTAGES
     from grpo_lab.algorithm.loss import AGGREGATIONS, RATIO_LEVELS
     from grpo_lab.algorithm import vllm_rollout  # noqa: F401 (its kind registers)
-    from grpo_lab.algorithm.grouping import check_grouping
     from grpo_lab.algorithm.rollout import DRAWS, ROLLOUTS
     from grpo_lab.distributed.exchanges import check_exchange
     from grpo_lab.policies.engine import UPDATE_FORWARDS
@@ -433,7 +407,7 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
     from grpo_lab.training.trackers import sink_names
     if cfg.__dict__.get("_checked"):
         return cfg
-    check_exchange(cfg.exchange)              # first: the others read its capabilities
+    check_exchange(cfg)                       # first: the others read its capabilities
     check_policy(cfg)
     lookup(DRAWS, cfg.sample_draw, "sample_draw")
     lookup(UPDATE_FORWARDS, cfg.update_forward, "update_forward")
@@ -456,7 +430,6 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
     sink_names(cfg.report_to)               # known sinks; their packages: at train start
     resolve_rewards(cfg.reward_weights)
     lookup(CRITICS, cfg.ppo.critic, "ppo.critic")
-    check_grouping(cfg)
     check_objective(cfg)                    # its own check last: it may read the others
     cfg.__dict__["_checked"] = True
     return cfg

@@ -6,7 +6,7 @@ its flag's dotted name (``"exchange.name": "sharded"``), and optionally a ``pres
 ``--key=value`` (``config_file_args``) and goes through the train command's own parser
 (cli.read_config_file), so an unknown key, a wrong type or a bad value gets the error the
 flag gets, with the file named in front. JSON's null is None, for the fields whose default
-is None (``exchange.momentum``); a flag cannot say None. A TRL GRPOConfig's key names are
+is None (``compression.momentum``); a flag cannot say None. A TRL GRPOConfig's key names are
 read as the grpo_lab settings that mean the same (trl_keys.py).
 
 A config file may come from anywhere (a download, a colleague), so it is read defensively,
@@ -206,7 +206,7 @@ def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
 
 
 def nullable(key: str) -> bool:
-    """True for a dotted field name whose default is None (``exchange.momentum``: a
+    """True for a dotted field name whose default is None (``compression.momentum``: a
     ``float | None`` field); a flag cannot say None, a config file can (null)."""
     sub, _, name = key.rpartition(".")
     if sub and sub not in sub_configs():

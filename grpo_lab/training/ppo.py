@@ -77,9 +77,9 @@ def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
     logp, entropy, values = logprobs_and_values(policy, r, cfg.temperature)
     dev = logp.device
     m = r.completion_mask.to(dev)
-    pg_loss, stats = grpo_loss(logp, r.logprobs.to(dev), batch.ref_logprobs,
-                               batch.advantages.to(dev), m, cfg.clip.eps_low, cfg.clip.eps_high,
-                               cfg.kl.beta, cfg.aggregation, max_new_tokens(cfg))
+    pg_loss, stats = grpo_loss(logp, r.logprobs.to(dev), batch.advantages.to(dev), m, cfg.clip,
+                               cfg.kl, aggregation=cfg.aggregation, max_len=max_new_tokens(cfg),
+                               ref_logp=batch.ref_logprobs)
     returns = batch.returns.to(dev)
     vf_loss = value_loss(values, batch.old_values.to(dev), returns, m, cfg.ppo.vf_clip)
     loss = pg_loss + cfg.ppo.vf_coef * vf_loss
@@ -122,6 +122,8 @@ def check_ppo(cfg) -> None:
                              f"{getattr(cfg, name)!r} (yet): the critic, not a group, gives "
                              f"the baseline; PPO runs the toy policy, outcome rewards, "
                              f"grouping='by_prompt', no dynamic sampling")
+    if cfg.kl.beta and not cfg.kl.in_loss():        # collect_ppo shapes no reward
+        raise ValueError(f"objective='ppo' puts beta * KL in the loss, not kl.placement={cfg.kl.placement!r}")
 
 
 register_objective("ppo", collect_ppo, ppo_objective, needs_group=False, splits=False,

@@ -256,7 +256,7 @@ def _advantages(cfg, variants, g: Gathered, cluster_ids, prompt_index, group_ids
     own = [v for v in variants if v.advantages is not None]   # process supervision
     if own:
         return own[0].advantages(cfg, g, cluster_ids, prompt_index, group_ids)
-    adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.combine,
+    adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.group.combine,
                              cfg.advantage, g.lengths)                    # (N,) checked finite
     return adv, adv
 
@@ -403,9 +403,8 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     loss, stats = surrogate_loss(                  # checked: TrainConfig checked the settings
         mine.logp, mine.old, mine.advantages, mine.mask,
         cfg.clip, cfg.aggregation, batch.max_len or max_new_tokens(cfg), cfg.ratio_level,
-        cfg.policy_loss,
-        cfg.clip.log_ratio_clamp,
-        mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None], checked=True)
+        cfg.policy_loss, mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None],
+        checked=True)
     n_tok = int(kept.sum())
     stats["policy/entropy"] = float(entropy.detach()[kept].sum()) / max(n_tok, 1)
     for v in variants:

@@ -61,7 +61,7 @@ from grpo_lab.distributed.group import Group
 from grpo_lab.machine import free_cores, wchar
 from grpo_lab.policies.model import GPT
 from grpo_lab.policies.policy import frozen, get_policy_kind, load_for
-from grpo_lab.algorithm.grouping import StepGrouper
+from grpo_lab.algorithm.grouping import StepGrouper, get_grouper
 from grpo_lab.agents import step as _agents  # noqa: F401 (objective "agent", environments: a
                                              # spawned rank builds no config)
 from grpo_lab.algorithm.rollout import add_time, now, sample_and_score
@@ -148,8 +148,9 @@ def make_grouper(cfg: TrainConfig) -> StepGrouper:
     def corpus():
         return [e.prompt for e in sample_examples(list(map(get_task, cfg.task_names)), 512,
                                                   random.Random(f"{cfg.seed}-embed"))]
-    return StepGrouper(cfg.grouping, cfg.n_groups, cfg.seed, corpus, cfg.recluster_every,
-                       cfg.group_schedule)
+    g, record = cfg.group, get_grouper(cfg.grouping)
+    return StepGrouper(record, g.n_groups(cfg), cfg.seed, corpus, g.recluster_every, g.schedule,
+                       getattr(cfg, record.name) if record.settings else None)
 
 
 def _check_resumable(path, saved: dict, cfg: TrainConfig, allow_override: bool) -> dict:
@@ -384,7 +385,7 @@ def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path,
     fused = get_policy_kind(cfg.policy).fused_adamw      # HF models: fused AdamW
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
                                                    cfg.grad_clip, cfg.seed, scales, fused),
-                       group.world, group.rank)
+                       group.world, group.rank, cfg.blocks)
     if resume and c["shards"] is not None:        # each rank its share, from any world size
         if ex.optimizer is None:
             raise ValueError(f"{ckpt} is a sharded checkpoint of torch's AdamW state; exchange "

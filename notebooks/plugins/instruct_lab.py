@@ -2,7 +2,7 @@
 format, a reward and a grouper, registered when the module is imported.
 
     grpo-lab train --preset smollm_cpu --plugin notebooks/plugins/instruct_lab.py \
-        --task times --grouping by_size --group_k 2 \
+        --task times --grouping by_size --group.k 2 \
         --reward_weights accuracy=1,format=0.25,shows_work=0.1
 
   * task ``times``: "what is 7 times 8?" -> "56", written in words (``alphabet=None``: no toy

@@ -35,7 +35,7 @@ def explain_group(rewards, lengths, estimator="grpo", aggregation="seq_mean_toke
     advs = {name: fn(r, ids) for name, fn in ADVANTAGES.items()}           # each (G,)
     mask = torch.arange(L)[None, :] < torch.tensor(lengths)[:, None]       # (G, L)
     logp = torch.zeros(G, L, requires_grad=True)
-    loss, _ = grpo_loss(logp, logp.detach(), None, advs[estimator], mask,
+    loss, _ = grpo_loss(logp, logp.detach(), advs[estimator], mask,
                         aggregation=aggregation, max_len=max_len or L)
     (grad,) = torch.autograd.grad(loss, logp)                              # (G, L)
     push = (-grad).masked_fill(~mask, float("nan"))

@@ -214,7 +214,7 @@ def grpo_step_stages(policy, examples, G: int = 4, grouping: str = "kmeans_seman
     from grpo_lab.training.trainer import setup
 
     cfg = preset("quick", task=task, prompts_per_step=len(examples), group_size=G,
-                 grouping=grouping, group_k=min(k, len(examples)), combine=combine,
+                 grouping=grouping, group={"k": min(k, len(examples)), "combine": combine},
                  advantage=estimator, temperature=temperature, max_new_tokens=max_new_tokens,
                  kl={"beta": beta}, seed=seed, reward_weights=dict(WEIGHTS))
     run = setup(cfg)                          # the trainer's grouper and objective

@@ -1,0 +1,96 @@
+"""bench/bench_tta_smollm.py's bookkeeping, worked out by hand: which sweep run is best, a rerun
+skipping the runs its results file holds, and the paired ratio of the seed table (TRL itself is a
+bench dependency, not needed here)."""
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("bench_tta_smollm",
+                                               ROOT / "bench" / "bench_tta_smollm.py")
+bench = importlib.util.module_from_spec(_spec)
+_path = list(sys.path)
+_spec.loader.exec_module(bench)
+sys.path[:] = _path                                   # the script adds bench/ to it
+
+
+def rec(side, lr, seed, steps_to, s_to, accs=(0.3,), steps=10, train_s=50.0, rollout_s=20.0):
+    return {"side": side, "lr": lr, "seed": seed, "steps_to_target": steps_to,
+            "train_s_to_target": s_to, "evals": [[2 * (i + 1), a] for i, a in enumerate(accs)],
+            "steps": steps, "train_s": train_s, "rollout_s": rollout_s,
+            "update_s": train_s - rollout_s, "eval_s": 4.0, "wall_s": 60.0,
+            "load_start": 1.0, "load_end": 1.5}
+
+
+def args(tmp_path, **kw):
+    a = argparse.Namespace(preset="hf_tiny_cpu", model="data/hf_tiny", target=0.5, cap=6,
+                           eval_every=2, eval_size=50, threads=1, trl_matched=False, B=4, G=4,
+                           max_new=6, temperature=0.7, seeds=[0, 1, 2], sweep_seed=0,
+                           results=tmp_path / "runs.jsonl")
+    for k, v in kw.items():
+        setattr(a, k, v)
+    return a
+
+
+def test_best_lr_is_the_least_time_to_target_else_the_best_accuracy():
+    fast_late = rec("TRL", 1e-5, 0, 30, 90.0)         # more steps, fewer seconds: chosen
+    slow_early = rec("TRL", 2e-5, 0, 20, 120.0)
+    missed = rec("TRL", 4e-5, 0, None, None, accs=(0.9,))
+    assert bench.best_lr([slow_early, fast_late, missed]) is fast_late
+    low = rec("TRL", 1e-5, 0, None, None, (0.2, 0.4))
+    high = rec("TRL", 2e-5, 0, None, None, (0.45,))
+    assert bench.best_lr([low, high]) is high          # none reached: highest held-out accuracy
+
+
+def test_a_rerun_takes_a_finished_run_from_the_results_file(tmp_path, monkeypatch):
+    a = args(tmp_path)
+    stored = {**bench.run_key(a, "grpo_lab", 1e-4, 1), "steps_to_target": 4,
+              "train_s_to_target": 1.5}
+    a.results.write_text(json.dumps(stored) + "\n")
+    ran = []
+    monkeypatch.setattr(bench, "one_run", lambda a, side, lr, seed: ran.append((side, lr, seed))
+                        or {**bench.run_key(a, side, lr, seed), "steps_to_target": None,
+                            "train_s_to_target": None, "steps": 6, "evals": [[6, 0.4]],
+                            "wall_s": 9.0})
+    assert bench.get_run(a, "grpo_lab", 1e-4, 1) == stored and ran == []
+    bench.get_run(a, "grpo_lab", 1e-4, 2)              # another seed: run and appended
+    bench.get_run(a, "TRL", 1e-4, 1)                   # the other side: run and appended
+    assert ran == [("grpo_lab", 1e-4, 2), ("TRL", 1e-4, 1)]
+    lines = [json.loads(x) for x in a.results.read_text().splitlines()]
+    assert [(x["side"], x["seed"]) for x in lines] == [("grpo_lab", 1), ("grpo_lab", 2), ("TRL", 1)]
+    b = args(tmp_path, cap=8)                          # another cap is another run
+    bench.get_run(b, "grpo_lab", 1e-4, 1)
+    assert ran[-1] == ("grpo_lab", 1e-4, 1)
+
+
+def test_seed_table_pairs_the_seeds_where_both_reached(tmp_path):
+    a = args(tmp_path)
+    final = {"grpo_lab": [rec("grpo_lab", 1e-5, 0, 10, 10.0), rec("grpo_lab", 1e-5, 1, 20, 20.0),
+                          rec("grpo_lab", 1e-5, 2, 5, 7.0)],
+             "TRL": [rec("TRL", 2e-5, 0, 20, 40.0), rec("TRL", 2e-5, 1, 40, 80.0),
+                     rec("TRL", 2e-5, 2, None, None)]}
+    text = "\n".join(bench.seed_table(a, final, {"grpo_lab": 1e-5, "TRL": 2e-5}))
+    # seeds 0 and 1 pair: time ratios 40/10 = 80/20 = 4 (no spread), step ratios 2 and 2
+    assert "training s to 50%, paired by seed over 2 seed(s): geometric mean 4.00 [95% 4.00, " \
+           "4.00], per seed 4.00, 4.00" in text
+    assert "steps to 50%, paired by seed over 2 seed(s): geometric mean 2.00" in text
+    assert "TRL / grpo_lab >= 3): met (the interval's low end 4.00)" in text
+    final["TRL"][1]["train_s_to_target"] = 40.0        # ratios 4 and 2: low end under 3
+    text = "\n".join(bench.seed_table(a, final, {"grpo_lab": 1e-5, "TRL": 2e-5}))
+    assert "per seed 4.00, 2.00" in text and "TRL / grpo_lab >= 3): not met" in text
+    # grpo_lab: 3/3 reached, steps (10 + 20 + 5) / 3 = 11.7; TRL 2/3, steps 30.0
+    assert "| grpo_lab | 3/3 | 11.7 [" in text and "| TRL | 2/3 | 30.0 [" in text
+    # s/step 50 / 10 = 5.00 on every run, rollout 2.00 + update 3.00; rollout share 40%
+    assert "5.00 [5.00, 5.00] (2.00 + 3.00) | 40% |" in text
+
+
+@pytest.mark.parametrize("missing", ["grpo_lab", "TRL"])
+def test_seed_table_without_a_pair_says_so(tmp_path, missing):
+    final = {s: [rec(s, 1e-5, 0, None if s == missing else 3, None if s == missing else 2.0)]
+             for s in ("grpo_lab", "TRL")}
+    text = "\n".join(bench.seed_table(args(tmp_path), final, {"grpo_lab": 1e-5, "TRL": 1e-5}))
+    assert text.endswith("No seed where both sides reached the target: no paired ratio.")
