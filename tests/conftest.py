@@ -13,6 +13,18 @@ def _repo_cwd(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
+@pytest.fixture
+def forget_plugin():
+    """Take away afterwards what the plugin files the test loaded registered (their records,
+    their settings blocks): a block left registered would be in every later config, and a
+    worker process that never loaded the plugin could not read it."""
+    from grpo_lab import registry
+    before = set(registry._BY_PATH)
+    yield
+    for path in set(registry._BY_PATH) - before:
+        registry._forget(registry._BY_PATH.pop(path)[0].__name__)
+
+
 def _browser_runs_notebooks(items) -> bool:
     """True when this session's browser test will run every notebooks/*.ipynb in JupyterLab
     (it is selected, and chromium and playwright are here so it will not skip)."""

@@ -212,7 +212,8 @@ def test_eval_path_of_a_plugin_task_and_the_held_out_rule_in_the_docstring():
     assert not held & {e.prompt for e in draw(random.Random(0), 2000)}
 
 
-def test_a_plugin_grouper_declares_its_settings_block_and_trains_with_it(tmp_path, capsys):
+def test_a_plugin_grouper_declares_its_settings_block_and_trains_with_it(tmp_path, capsys,
+                                                                       forget_plugin):
     plugin = str(Path(__file__).resolve().parent / "plugins" / "length_buckets.py")
     load_plugins(plugin)
     rec = GROUPERS["by_length"]

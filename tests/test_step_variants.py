@@ -89,16 +89,6 @@ def test_grpo_loss_composes_the_loss_as_the_step_does():
 PLUGIN = str(Path(__file__).parent / "plugins" / "length_bonus.py")
 
 
-@pytest.fixture
-def forget_plugin():
-    """Take the plugin's registrations (its variant, its settings block) away afterwards."""
-    yield
-    from grpo_lab import registry
-    path = Path(PLUGIN).resolve()
-    if path in registry._BY_PATH:
-        registry._forget(registry._BY_PATH.pop(path)[0].__name__)
-
-
 def test_a_term_hook_of_the_older_two_argument_form_is_refused_naming_the_variant(monkeypatch):
     monkeypatch.setattr(variants, "VARIANTS", dict(variants.VARIANTS))
     with pytest.raises(TypeError, match=r"step variant 'old_bonus': its term hook must take "
