@@ -129,9 +129,9 @@ class AsyncRollout:
         check(cfg)
         self.cfg, self.ctx, self.k = cfg, ctx, cfg.speed.async_steps
         self.threads = cfg.speed.rollout_threads or 1
-        self.slots = [copy.deepcopy(policy) for _ in range(self.k)]   # k snapshots
-        for s in self.slots:
-            s.requires_grad_(False)
+        self.slots = [copy.deepcopy(policy) for _ in range(self.k)]   # k snapshots (their
+        # requires_grad kept: sampling runs under no_grad, and a frozen copy can take other
+        # kernels, so it would not sample the policy's bits)
         self.jobs: dict[int, _Job] = {}                  # step -> its job
         self.last: _Job | None = None                    # the job started last
         self.rank = ctx.group.rank
