@@ -6,14 +6,16 @@ accuracy, paired by seed, the two modes interleaved (issue 51, item 3).
         --out bench/RESULTS_async_smollm.md
 
 Every run is a child process (spawned), one at a time; for each seed the two modes run back to
-back, in alternating order (sync first for even seeds), so load drifts hit both. The modes:
+back, in a rotating order, so load drifts hit every mode. The modes:
 
-    sync   threads = --cores for both phases (the update and the rollout take turns)
-    async  the update on --cores - 1 threads, the sampler thread on 1 (they run together)
+    sync     threads = --cores for both phases (the update and the rollout take turns)
+    sync_1t  one thread for both phases (on a loaded machine --cores OpenMP threads can be
+             slower than one: the fair baseline is the faster sync)
+    async    the update on --cores - 1 threads, the sampler thread on 1 (they run together)
 
 s/step is the median time/step_s over the steps after the first (step 0 of an async run
 samples synchronously); the ratio sync / async per seed is the speed-up, summarised as its
-mean with a t interval over the seeds (95%, n - 1 degrees of freedom). Held-out accuracy is
+mean with a t interval over the seeds (95%, n - 1 degrees of freedom), against each sync mode. Held-out accuracy is
 the greedy eval/accuracy after the last step (eval_size prompts); per wall-second it is
 (final - base) / the seconds the steps took (the sum of time/step_s). The machine is shared:
 the report names the CPU (lscpu model name and flags) and the load before and after.
@@ -29,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+MODES = ("sync", "sync_1t", "async")
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365}  # t_{0.975, df}
 
 
@@ -37,7 +40,7 @@ def run_one(preset: str, seed: int, mode: str, steps: int, cores: int, eval_size
     from grpo_lab.training.config import preset as make
     from grpo_lab.training.trainer import train
     speed = ({"async_steps": 1, "rollout_threads": 1} if mode == "async" else {})
-    threads = max(1, cores - 1) if mode == "async" else cores
+    threads = {"sync": cores, "sync_1t": 1, "async": max(1, cores - 1)}[mode]
     cfg = make(preset, **{"seed": seed, "steps": steps, "eval_every": 0, "eval_size": eval_size,
                           "ckpt_every": 10_000, "time_budget_s": 0.0, "target_accuracy": 0.0,
                           "dynamic_sampling": False, "threads": threads, "speed": speed,
@@ -104,11 +107,12 @@ def main(argv=None) -> int:
     load_before, t0 = load(), time.time()
     res: dict[tuple, dict] = {}
     for i, seed in enumerate(seeds):
-        for mode in (("sync", "async") if i % 2 == 0 else ("async", "sync")):
+        for mode in MODES[i % 3:] + MODES[:i % 3]:
             res[seed, mode] = summary(child(a.preset, seed, mode, a.steps, a.cores,
                                             a.eval_size, extra))
             print(seed, mode, {k: round(v, 4) for k, v in res[seed, mode].items()}, flush=True)
-    ratios = [res[s, "sync"]["s_step"] / res[s, "async"]["s_step"] for s in seeds]
+    ratios = {m: [res[s, m]["s_step"] / res[s, "async"]["s_step"] for s in seeds]
+              for m in MODES[:2]}
     lines = [f"# Async rollout (k = 1) vs sync: {a.preset}, {a.steps} steps, seeds {a.seeds}",
              "", f"`python bench/bench_async.py --preset {a.preset} --steps {a.steps} "
              f"--seeds {a.seeds} --cores {a.cores} --eval_size {a.eval_size} --tis {a.tis}`", "",
@@ -117,18 +121,21 @@ def main(argv=None) -> int:
              "| seed | mode | s/step (median) | async wait s | mean reward | held-out base -> final | "
              "(final - base) / wall s | logprob gap |", "|---|---|---|---|---|---|---|---|"]
     for s in seeds:
-        for mode in ("sync", "async"):
+        for mode in MODES:
             r = res[s, mode]
             lines.append(f"| {s} | {mode} | {r['s_step']:.3f} | {r['wait']:.3f} | "
                          f"{r['reward']:.3f} | {r['base']:.3f} -> {r['final']:.3f} | "
                          f"{r['per_s']:.5f} | {r['gap']:.4f} |")
-    finals = {m: [res[s, m]["final"] for s in seeds] for m in ("sync", "async")}
-    lines += ["", f"- speed-up (sync s/step / async s/step), mean [95% t interval]: "
-                  f"{interval(ratios)}; per seed {[round(r, 3) for r in ratios]}",
-              f"- held-out accuracy after {a.steps} steps, sync: {interval(finals['sync'])}; "
-              f"async: {interval(finals['async'])}",
-              f"- seed-to-seed spread of sync's final accuracy (max - min): "
-              f"{max(finals['sync']) - min(finals['sync']):.3f}; async - sync per seed: "
+    finals = {m: [res[s, m]["final"] for s in seeds] for m in MODES}
+    lines.append("")
+    for m in MODES[:2]:
+        lines += [f"- speed-up ({m} s/step / async s/step), mean [95% t interval]: "
+                  f"{interval(ratios[m])}; per seed {[round(r, 3) for r in ratios[m]]}"]
+    lines += [f"- held-out accuracy after {a.steps} steps, mean [95% t interval]: "
+              + "; ".join(f"{m} {interval(finals[m])}" for m in MODES),
+              f"- seed-to-seed spread of the sync modes' final accuracy (max - min): "
+              + "; ".join(f"{m} {max(finals[m]) - min(finals[m]):.3f}" for m in MODES[:2])
+              + f"; async - sync per seed: "
               f"{[round(x - y, 3) for x, y in zip(finals['async'], finals['sync'])]}"]
     text = "\n".join(lines) + "\n"
     print(text)
