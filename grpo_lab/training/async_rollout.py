@@ -147,11 +147,12 @@ class AsyncRollout:
         a snapshot), then the jobs up to step + k started from a snapshot of ``policy`` now ->
         the batch, with async/staleness and time/async_wait_s in its metrics."""
         job = self.jobs.pop(step, None)
-        real, waited = ctx.score, [0.0]
+        real, waited, used = ctx.score, [0.0], [False]
 
         def prefetched(policy_, examples, *args, **kwargs):
             if job is None:                              # not started: on theta_step
                 return real(policy_, examples, *args, **kwargs)
+            used[0] = True
             t0 = time.perf_counter()
             _, scored = job.join()                       # (B examples, this rank's Scored)
             waited[0] = time.perf_counter() - t0
@@ -166,7 +167,7 @@ class AsyncRollout:
             batch = collect(policy, cfg, step, ctx)
         finally:
             ctx.score = real
-        if job is not None and job.result is None:
+        if job is not None and not used[0]:
             raise RuntimeError(f"step {step}: objective {cfg.objective!r} did not sample through "
                                f"step.score_draw, so the async job went unused")
         self._launch(policy, step)
