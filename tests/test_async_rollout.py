@@ -139,3 +139,15 @@ def test_bad_async_steps_is_an_error(tmp_path, value):
 def test_async_refuses_what_it_cannot_run(tmp_path, kw, says):
     with pytest.raises(ValueError, match=f"speed.async_steps=1 does not work with {says}"):
         cfg(tmp_path, 1, **kw)
+
+
+def test_an_error_in_the_sampler_thread_is_raised_by_the_step(tmp_path, monkeypatch):
+    def fail(cfg, ctx, step, policy, d):
+        if step == 2:
+            raise ZeroDivisionError("a reward divided by zero")
+        return score_draw(cfg, ctx, step, policy, d)
+    monkeypatch.setattr(async_rollout, "score_draw", fail)
+    seen = []
+    with pytest.raises(ZeroDivisionError, match="a reward divided by zero") as e:
+        train(cfg(tmp_path / "run"), progress=False, on_step=lambda m, p: seen.append(m["step"]))
+    assert seen == [0, 1] and "at step 2" in str(e.value.__notes__)
