@@ -345,7 +345,8 @@ def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path,
     """Builds the run (``setup``), loads ``ckpt`` when resuming, else evaluates the base;
     writes ``log_path`` (metrics.jsonl) and config.json."""
     group = Group.current()
-    threads = cfg.threads or free_cores()
+    sampling = (cfg.speed.rollout_threads or 1) if cfg.speed.async_steps else 0  # async's thread
+    threads = cfg.threads or max(1, free_cores() - sampling)
     torch.set_num_threads(threads)
     if cfg.prompts_per_step < group.world:
         raise ValueError(f"prompts_per_step={cfg.prompts_per_step} is fewer than the "
