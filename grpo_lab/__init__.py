@@ -25,7 +25,7 @@ LAYERS = (
     ("the loop and its setup", ("training", "training.trainer", "training.pretrain",
                                 "training.speed_probe")),
     ("one step: collect and the objectives; the config and its tracker sinks",
-     ("training.step", "training.ppo", "training.ppo_config", "training.speed_config",
+     ("training.step", "training.async_rollout", "training.ppo", "training.ppo_config", "training.speed_config",
       "training.pretrain_config", "training.config", "training.saved_config",
       "training.trackers", "training.config_file", "training.trl_keys", "agents.step")),
     ("mechanisms: the algorithm, policies, tasks and rewards, environments",

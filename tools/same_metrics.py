@@ -43,6 +43,9 @@ CONFIGS: dict[str, tuple[str, dict]] = {
                                          "prompts_per_step": 8, "eval_size": 20}),
     "ppo": ("defaults", {"objective": "ppo"}),
     "hf_tiny": ("hf_tiny_cpu", {"prompts_per_step": 4, "eval_size": 20}),
+    # the sampler thread's rollout is deterministic (seeded by (seed, step)), whatever its timing
+    "async": ("defaults", {"speed": {"async_steps": 1, "rollout_threads": 1}, "tis": {"cap": 2.0},
+                           "kl": {"beta": 0.0}, "dynamic_sampling": False}),
 }
 
 # the same on 2 and 3 processes (spawn_train, gloo): the ranks' bookkeeping, the gather,

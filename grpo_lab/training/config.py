@@ -247,7 +247,8 @@ class TrainConfig:
     """Seed of prompt draws and sampling; step s uses seeds derived from (seed, s)."""
     threads: int = 0
     """torch CPU threads (0 = the cores other processes leave free: CPU count minus the load
-    average, at least 1; trainer.free_cores)."""
+    average, at least 1; trainer.free_cores; with speed.async_steps, minus the sampler
+    thread's)."""
     speed: SpeedConfig = field(default_factory=SpeedConfig)
     """Where the run trains and how fast, not what it computes: the fast-path probe, the
     rollout's threads, the device (see speed_config.SpeedConfig; --speed.fast_path probe)."""

@@ -1,4 +1,5 @@
-"""``SpeedConfig`` (``TrainConfig.speed``): where a run trains and how fast, never what it computes.
+"""``SpeedConfig`` (``TrainConfig.speed``): where a run trains and how fast; of its settings only
+``async_steps`` changes what it computes (the rollout's weights are k updates old).
 
 Its own module, as ``ppo_config`` and ``hf_config``, so a config loads no trainer. On the
 command line ``--speed.fast_path probe``; in a dict ``{"speed": {"fast_path": "probe"}}``.
@@ -21,11 +22,18 @@ class SpeedConfig:
     policy="hf" only. The choice is in config.json (fast_path_choice) and the report."""
     rollout_threads: int = 0
     """torch CPU threads while the rollout samples (0: ``threads``); the update runs on
-    ``threads``. fast_path="probe" sets both from what it measured fastest here."""
+    ``threads``. fast_path="probe" sets both from what it measured fastest here. With
+    async_steps > 0: the sampler thread's threads (0: 1), beside the update's ``threads``."""
     device: str = ""
     """Where a one-process run trains: "" (the process group's device: a GPU under NCCL, else
     the CPU), "cpu", or "cuda" / "cuda:N" (a study places its runs one per GPU this way:
     experiments.py)."""
+    async_steps: int = 0
+    """k: sample step t+k in a second thread, from a snapshot of the weights, while step t
+    updates (async_rollout.py); 0 = sync (the rollout of step t on the weights after update
+    t-1). Step t's completions then come from the weights k updates old (async/staleness);
+    tis.cap recomputes pi_old on the current weights and weights the drift by truncated IS.
+    GRPO and PPO, without dynamic sampling; a resumed run keeps it (it changes the numbers)."""
 
     def __post_init__(self):
         if self.fast_path not in FAST_PATHS:
@@ -33,6 +41,10 @@ class SpeedConfig:
                              f"{self.fast_path!r}")
         if self.rollout_threads < 0:
             raise ValueError(f"speed.rollout_threads must be >= 0, got {self.rollout_threads}")
+        if not isinstance(self.async_steps, int) or isinstance(self.async_steps, bool) or \
+                self.async_steps < 0:
+            raise ValueError(f"speed.async_steps must be an int >= 0 (0: sync, k: the rollout "
+                             f"k steps ahead), got {self.async_steps!r}")
         if self.device and not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             raise ValueError(f"speed.device must be '', 'cpu', 'cuda' or 'cuda:N', got "
                              f"{self.device!r}")
@@ -42,3 +54,6 @@ class SpeedConfig:
         if self.fast_path and cfg.policy != "hf":
             raise ValueError(f"speed.fast_path={self.fast_path!r} probes a transformers "
                              f"model's settings; policy={cfg.policy!r} has none: use policy='hf'")
+        if self.async_steps:
+            from grpo_lab.training import async_rollout
+            async_rollout.check(cfg)

@@ -65,6 +65,7 @@ from grpo_lab.algorithm.grouping import StepGrouper, get_grouper
 from grpo_lab.agents import step as _agents  # noqa: F401 (objective "agent", environments: a
                                              # spawned rank builds no config)
 from grpo_lab.algorithm.rollout import add_time, now, sample_and_score
+from grpo_lab.training.async_rollout import AsyncRollout
 from grpo_lab.training.step import (Objective, StepContext, backward, get_objective, max_new_tokens,
                                     split_batch)
 from grpo_lab import timelimit
@@ -344,7 +345,8 @@ def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path,
     """Builds the run (``setup``), loads ``ckpt`` when resuming, else evaluates the base;
     writes ``log_path`` (metrics.jsonl) and config.json."""
     group = Group.current()
-    threads = cfg.threads or free_cores()
+    sampling = (cfg.speed.rollout_threads or 1) if cfg.speed.async_steps else 0  # async's thread
+    threads = cfg.threads or max(1, free_cores() - sampling)
     torch.set_num_threads(threads)
     if cfg.prompts_per_step < group.world:
         raise ValueError(f"prompts_per_step={cfg.prompts_per_step} is fewer than the "
@@ -431,6 +433,8 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
     policy, ctx, ex, collect, objective, evaluate_now, samples, start, history, changes = \
         _start(cfg, resume, allow_override, base_eval, ckpt, log_path, fast)
     threads = torch.get_num_threads()           # the update's; the rollout's: speed.rollout_threads
+    sampler = (AsyncRollout(cfg, policy, ctx, out, start if resume else None)  # async_rollout.py
+               if cfg.speed.async_steps else None)
     untracked = [] if resume else history[-1:]  # the base row goes to the trackers with step 0's
     elapsed0 = history[-1].get("time/elapsed_s", 0.0) if history else 0.0
     acc = next((h["eval/accuracy"] for h in reversed(history) if "eval/accuracy" in h), None)
@@ -446,7 +450,8 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
         ex.set_lr(lr)
         torch.set_num_threads(cfg.speed.rollout_threads or threads)
         with ex.gathered():           # the rollout's forwards: a different number per rank
-            batch = collect(policy, cfg, step, ctx)
+            batch = (collect(policy, cfg, step, ctx) if sampler is None else
+                     sampler.collect(collect, policy, cfg, step, ctx))   # step+k starts now
         torch.set_num_threads(threads)
         t_collect = now() - t_step
         policy.train()
@@ -502,6 +507,8 @@ def _train(cfg, resume, progress, on_step, allow_override, stop, tracked,
             tracked.log(row, samples.pop(row["step"], None))
         untracked = []
         if (step + 1) % cfg.ckpt_every == 0 or last_step or out_of_time or reached or stopping:
+            if sampler is not None:
+                sampler.save(step)                       # its pending rollouts, first
             _checkpoint(ckpt, policy, ex, cfg, step, history, ctx.grouper, lead)
         if stopping:
             bar.close()
