@@ -105,7 +105,7 @@ def shared_prefix(prompts: list[list[int]], minimum: int = SHARED_PREFIX_MIN) ->
     return c if c >= minimum else 0
 
 
-def prefill_shared(model, prompts: list[list[int]], c: int, pad: int, dev):
+def prefill_shared(model, prompts: list[list[int]], c: int, dev):
     """The prompts' first logits and cache with their common first ``c`` tokens run once:
     the prefix as one row, its cache repeated to the B rows, then the rest of each prompt,
     left-padded, against it. -> (logits (B, 1, V), cache, key mask (B, c + Ts)): the decode's
@@ -117,7 +117,7 @@ def prefill_shared(model, prompts: list[list[int]], c: int, pad: int, dev):
     seen = torch.ones(1, c, dtype=torch.bool, device=dev)                  # (1, c)
     _, cache = model(prefix, positions(seen), seen, logits_to_keep=1)
     cache = model.repeat_cache(cache, B)                                   # (B, ...) c columns
-    s_ids, s_mask = (t.to(dev) for t in left_pad([p[c:] for p in prompts], pad))  # (B, Ts)
+    s_ids, s_mask = (t.to(dev) for t in left_pad([p[c:] for p in prompts], model.pad_id))  # (B, Ts)
     key_mask = torch.cat([seen.expand(B, c), s_mask], 1)                   # (B, c + Ts)
     logits, cache = model(s_ids, c + positions(s_mask), key_mask, cache, logits_to_keep=1)
     return logits, cache, key_mask
@@ -137,8 +137,7 @@ class Decode:
         self.model, self.drop = model, drop_finished
         c = shared_prefix(prompts) if share_prefix else 0
         if c:                                          # the common prefix once, then the rest
-            logits, cache, key_mask = prefill_shared(model, prompts, c, model.pad_id,
-                                                     p_ids.device)
+            logits, cache, key_mask = prefill_shared(model, prompts, c, p_ids.device)
         else:                                          # each prompt whole
             logits, cache = model(p_ids, positions(p_mask), p_mask, logits_to_keep=1)
             key_mask = p_mask

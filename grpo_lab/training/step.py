@@ -191,11 +191,9 @@ def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
     if ctx.score is None:                    # a context built by hand, not by trainer.setup
         ctx.resolve(policy, cfg)
     examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-{d}"), cfg.prompts_per_step)
-    mine = ctx.mine
-    return examples, ctx.score(policy, [examples[i] for i in mine], cfg.group_size,
-                               ctx.max_new, ctx.rewards,
-                               cfg.temperature, cfg.top_k or None,
-                               generator=prompt_generators(cfg.seed, step, d, mine),
+    return examples, ctx.score(policy, [examples[i] for i in ctx.mine], cfg.group_size,
+                               ctx.max_new, ctx.rewards, cfg.temperature, cfg.top_k or None,
+                               generator=prompt_generators(cfg.seed, step, d, ctx.mine),
                                draw=DRAWS[cfg.sample_draw], drop_finished=cfg.drop_finished,
                                clock=ctx.clock, top_p=cfg.top_p)
 
@@ -231,11 +229,9 @@ def loss_rows(variants, cfg, stopped: torch.Tensor,
     (N,) bool): a variant's ``keep`` (overlong: "filter" counts the kept rows, "mask" every
     row), else every row; ``rejected`` rows (verl's rollout rejection, ``reject_rows``) leave
     both, as verl removes them from the response mask."""
-    keep, counts_dropped = torch.ones_like(stopped, dtype=torch.bool), False
-    for v in variants:
-        if v.keep is not None:
-            keep, counts_dropped = v.keep(cfg, stopped)
-            break
+    hooks = [v.keep for v in variants if v.keep is not None]              # the first decides
+    keep, counts_dropped = (hooks[0](cfg, stopped) if hooks else
+                            (torch.ones_like(stopped, dtype=torch.bool), False))
     counted = torch.ones_like(keep) if counts_dropped else keep
     if rejected is not None:
         keep, counted = keep & ~rejected, counted & ~rejected
@@ -277,10 +273,8 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     one = len(draws) == 1 and len(kept) == B          # one draw, every prompt kept: as sampled
     mine, places = (draws[0][1], list(ctx.mine)) if one else my_rows(kept, draws, ctx.mine)
     r = mine.rollout
-    rows = {}
-    for v in variants:
-        if v.rows is not None:
-            rows.update(v.rows(policy, cfg, r, ctx))                      # name -> (N_r, Tc)
+    rows = {k: x for v in variants if v.rows is not None                 # name -> (N_r, Tc)
+            for k, x in v.rows(policy, cfg, r, ctx).items()}
     # 3. the variants' reward shaping of this rank's rows (overlong penalty, KL in the
     #    reward), then the global batch's rewards, lengths, stop flags (N ranks: gather_rows)
     for v in variants:
@@ -314,20 +308,13 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
                           adv_all, adv_flat, kept, draws, flags), ctx.max_new)
 
 
-def _lengths_by_outcome(g) -> dict:
-    """completion/len_right, /len_wrong: mean length of the completions accuracy scored 1, of
-    the rest (Dr. GRPO's length bias: wrong ones grow); absent where a side or accuracy is."""
-    acc = g.parts.get("accuracy")
-    sides = () if acc is None else (("right", acc == 1), ("wrong", acc != 1))   # finite values
-    return {f"completion/len_{name}": float(g.lengths[side].float().mean())
-            for name, side in sides if side.any()}
-
-
 def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_all, adv_flat,
              kept, draws, flags) -> dict:
     """reward/, group/, adv/, completion/, sample/ metrics of the global batch."""
     quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == len(prompts)
                else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks, tfidf=_vectors(ctx)))
+    acc = g.parts.get("accuracy")        # completion/len_right, /len_wrong: Dr. GRPO's length
+    sides = () if acc is None else (("right", acc == 1), ("wrong", acc != 1))   # bias
     metrics = {
         "reward/mean": float(g.rewards.mean()), "reward/std": float(g.rewards.std()),
         **{f"reward/{k}": float(v.mean()) for k, v in g.parts.items()},
@@ -338,7 +325,8 @@ def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_a
         "completion/mean_len": float(g.lengths.float().mean()),
         "completion/stopped_frac": float(g.stopped.float().mean()),
         "completion/truncated_frac": float((~g.stopped).float().mean()),
-        **_lengths_by_outcome(g),
+        **{f"completion/len_{name}": float(g.lengths[side].float().mean())   # absent where
+           for name, side in sides if side.any()},                            # a side is
     }
     if flags is not None:
         metrics.update({"sample/draws": len(draws), "sample/informative_frac":
