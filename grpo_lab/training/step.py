@@ -247,16 +247,6 @@ def reject_rows(variants, cfg, rows: dict, r) -> torch.Tensor | None:
     return reduce(operator.or_, (h(cfg, rows, r) for h in hooks))
 
 
-def _advantages(cfg, variants, g: Gathered, cluster_ids, prompt_index, group_ids):
-    """-> (advantages of the global batch: (N,) or (N, T), their values over real tokens)."""
-    own = [v for v in variants if v.advantages is not None]   # process supervision
-    if own:
-        return own[0].advantages(cfg, g, cluster_ids, prompt_index, group_ids)
-    adv = grouped_advantages(cluster_ids, prompt_index, g.rewards, cfg.group.combine,
-                             cfg.advantage, g.lengths)                    # (N,) checked finite
-    return adv, adv
-
-
 @torch.no_grad()
 def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     """Prompts -> rollouts -> rewards -> group ids -> advantages: one ``Batch``."""
@@ -294,8 +284,14 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     cluster_ids = torch.as_tensor(ctx.grouper(prompts, tasks, g.rewards, prompt_index, step,
                                               examples=examples))          # (B,)
     group_ids = cluster_ids[prompt_index]                                  # (N,)
-    # 5. advantages on the global batch; this rank keeps its rows
-    adv_all, adv_flat = _advantages(cfg, variants, g, cluster_ids, prompt_index, group_ids)
+    # 5. advantages on the global batch, (N,) or a variant's own (process supervision: (N, T),
+    #    adv_flat their values over real tokens); this rank keeps its rows
+    own_adv = [v.advantages for v in variants if v.advantages is not None]
+    if own_adv:
+        adv_all, adv_flat = own_adv[0](cfg, g, cluster_ids, prompt_index, group_ids)
+    else:                                                                  # (N,) checked finite
+        adv_all = adv_flat = grouped_advantages(cluster_ids, prompt_index, g.rewards,
+                                                cfg.group.combine, cfg.advantage, g.lengths)
     adv = adv_all[own]                                                     # (N_r,) or (N_r, T)
     if adv.dim() == 2:
         adv = adv[:, :r.completion_ids.shape[1]]                           # (N_r, Tc)
@@ -313,8 +309,8 @@ def _metrics(ctx, g, prompts, tasks, cluster_ids, group_ids, prompt_index, adv_a
     """reward/, group/, adv/, completion/, sample/ metrics of the global batch."""
     quality = ({"group/purity": 1.0} if len(set(cluster_ids.tolist())) == len(prompts)
                else cluster_diagnostics(prompts, cluster_ids.numpy(), tasks, tfidf=_vectors(ctx)))
-    acc = g.parts.get("accuracy")        # completion/len_right, /len_wrong: Dr. GRPO's length
-    sides = () if acc is None else (("right", acc == 1), ("wrong", acc != 1))   # bias
+    acc = g.parts.get("accuracy")     # completion/len_right (accuracy 1), /len_wrong (the rest):
+    sides = () if acc is None else (("right", acc == 1), ("wrong", acc != 1))  # Dr. GRPO's bias
     metrics = {
         "reward/mean": float(g.rewards.mean()), "reward/std": float(g.rewards.std()),
         **{f"reward/{k}": float(v.mean()) for k, v in g.parts.items()},
