@@ -86,8 +86,8 @@ def collect_episodes(policy, cfg, step: int, ctx: StepContext) -> Batch:
                          seeds=reset_seeds(cfg.seed, step, mine), draw=DRAWS[cfg.sample_draw],
                          top_p=cfg.top_p, clock=ctx.clock)
     s, r = ep.scored, ep.scored.rollout
-    rows = {k: x for v in active_variants(cfg) if v.rows is not None   # the reference's
-            for k, x in v.rows(policy, cfg, r, ctx).items()}   # log-probs (beta > 0), ...: (N_r, Tc)
+    rows = {k: x for v in active_variants(cfg) if v.rows is not None   # name -> (N_r, Tc):
+            for k, x in v.rows(policy, cfg, r, ctx).items()}          # the reference's, ...
     g = gather_rows(ctx.group, list(mine), Gathered(s.rewards, s.parts, r.policy_mask.sum(1),
                                                     r.stopped, None), G)
     prompt_index = torch.arange(B).repeat_interleave(G)                    # (N,)
