@@ -17,8 +17,9 @@ Three sides: ``grpo_lab`` (the demo: preset tiny_cpu, data/base_policy.safetenso
 GPT-2 through its HF path: the like-for-like control, which separates the framework from the
 model's size). All: 16 prompts x G=8 completions of at most 5 tokens (addition's longest
 answer + 2, grpo_lab's default), temperature 0.7, lr 1e-4 with cosine decay, mu = 1, rewards
-accuracy + 0.5 * partial (bench_hf_trl's reward; TRL's reward functions do not see whether a
-completion stopped, so the format reward is left out of all), beta 0.02 (issue 13's demo
+accuracy + 0.5 * partial (bench_hf_trl's reward; the format reward is left out of all: when
+this was measured bench_hf_trl did not yet read the stop from the completion ids TRL hands its
+reward functions), beta 0.02 (issue 13's demo
 settings; a reference model on every side) and beta 0. grpo_lab gets these explicitly
 (warm-up 20 steps, the old demo's), so retuned preset defaults do not move the comparison.
 TRL runs bench_hf_trl's "as shipped" config (its defaults: loss_type "dapo", activation

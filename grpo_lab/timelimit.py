@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import math
 import os
 import sys
 import threading
@@ -85,8 +86,8 @@ class _Watchdog:
                     self.cv.wait()
                     continue
                 left = a["deadline"] - time.monotonic()
-                if left > 0:
-                    self.cv.wait(left)
+                if left > 0:                       # inf (a notebook's grace): until notified
+                    self.cv.wait(left if left < math.inf else None)
                 elif not a["stopped"]:
                     a["stopped"] = True
                     a["deadline"] = time.monotonic() + a["grace"]

@@ -6,6 +6,7 @@ non-finite estimator blamed on the estimator, eval's --eval_size checked as trai
 learner's infinite loop failing an exercise check instead of hanging it."""
 import contextlib
 import json
+import math
 import os
 import random
 import subprocess
@@ -200,6 +201,23 @@ def test_an_infinite_loop_fails_the_check_instead_of_hanging(monkeypatch, capsys
     out = capsys.readouterr().out
     assert "did not return within 0.3 s" in out and "infinite loop" in out
     assert exercises.check_advantages(grpo_advantages) is True         # the limit is per call
+
+
+
+def test_a_stop_with_an_endless_grace_keeps_the_watchdog_alive():
+    """A notebook's grace is inf: after a stop the watchdog waits for the next arming with no
+    timeout (a timeout of inf overflowed the lock's wait and killed its thread)."""
+    from grpo_lab import timelimit
+    with pytest.raises(timelimit.UserCodeTimeout, match="'spin' did not return within 0.2 s"):
+        with timelimit.user_code("'spin'", limit_s=0.2, grace_s=math.inf):
+            while True:
+                pass
+    time.sleep(0.2)                                  # the watchdog's next wait has begun
+    assert timelimit._WATCHDOG.thread.is_alive()
+    with pytest.raises(timelimit.UserCodeTimeout):   # and it still stops the next call
+        with timelimit.user_code("'spin again'", limit_s=0.2, grace_s=math.inf):
+            while True:
+                pass
 
 
 FREEZE = """
