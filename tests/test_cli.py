@@ -32,7 +32,10 @@ def test_every_field_documented_and_in_help():
                                       ("--overlong_buffer", "overlong.buffer"),
                                       ("--group_k", "group.k"), ("--combine", "group.combine"),
                                       ("--recluster_every", "group.recluster_every"),
-                                      ("--group_schedule", "group.schedule")])
+                                      ("--group_schedule", "group.schedule"),
+                                      ("--policy_loss", "loss.policy"),
+                                      ("--ratio_level", "loss.ratio_level"),
+                                      ("--aggregation", "loss.aggregation")])
 def test_an_old_flat_flag_is_argparses_error_naming_the_new_one(old, new, capsys):
     with pytest.raises(SystemExit) as e:
         main(["train", old, "2"])

@@ -29,8 +29,8 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "process": ("defaults", {"supervision": "process"}),
     "entropy": ("defaults", {"top_entropy": {"quantile": 0.2}, "entropy_bonus": {"coef": 0.01}}),
     "off_policy_mask": ("defaults", {"off_policy_mask": {"delta": 0.5}, "mu": 2}),
-    "dr_grpo": ("defaults", {"advantage": "dr_grpo", "aggregation": "dr_grpo"}),
-    "token_mean_cispo": ("defaults", {"aggregation": "token_mean", "policy_loss": "cispo",
+    "dr_grpo": ("defaults", {"advantage": "dr_grpo", "loss": {"aggregation": "dr_grpo"}}),
+    "token_mean_cispo": ("defaults", {"loss": {"aggregation": "token_mean", "policy": "cispo"},
                                       "clip": {"cispo_cap": 1.28}}),   # 1 + eps_high before
     "micro_batches": ("defaults", {"micro_batches": 2}),
     "no_drop_topk_topp": ("defaults", {"drop_finished": False, "top_k": 8, "top_p": 0.9}),

@@ -158,8 +158,8 @@ REFUSED = (
     (lambda c: c.answer_format != "raw", "answer_format={0.answer_format!r}: an environment's "
                                          "task writes its own prompts (answer_format renders "
                                          "single-turn ones); answer_format='raw'"),
-    (lambda c: c.aggregation == "dr_grpo", "aggregation='dr_grpo' divides by the single-turn "
-                                           "completion limit"),
+    (lambda c: c.loss.aggregation == "dr_grpo", "loss.aggregation='dr_grpo' divides by the "
+                                                "single-turn completion limit"),
 )
 
 

@@ -402,15 +402,15 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
                     else _rows_of(t, w, counted))  # the counted rows only
     loss, stats = surrogate_loss(                  # checked: TrainConfig checked the settings
         mine.logp, mine.old, mine.advantages, mine.mask,
-        cfg.clip, cfg.aggregation, batch.max_len or max_new_tokens(cfg), cfg.ratio_level,
-        cfg.policy_loss, mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None],
+        cfg.clip, cfg.loss.aggregation, batch.max_len or max_new_tokens(cfg), cfg.loss.ratio_level,
+        cfg.loss.policy, mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None],
         checked=True)
     n_tok = int(kept.sum())
     stats["policy/entropy"] = float(entropy.detach()[kept].sum()) / max(n_tok, 1)
     for v in variants:
         if v.stats is not None:
             stats.update(v.stats(cfg, t._replace(mask=kept), w))
-    per_rows = AGGREGATIONS[cfg.aggregation].per == "rows"     # what its normaliser counts
+    per_rows = AGGREGATIONS[cfg.loss.aggregation].per == "rows"     # what its normaliser counts
     share = n / batch.n_rows if per_rows else n_tok / batch.n_tokens       # 1.0 on one process
     shares = {k: stats[k] * (share if k == "loss/total" else n_tok / batch.n_tokens) for k in keys}
     return loss * (world * share), shares
