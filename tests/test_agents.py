@@ -151,7 +151,7 @@ def test_environment_tokens_get_exactly_zero_gradient(beta, entropy_coef):
     m.train()
     s, own = _hand_built_batch()
     cfg = TrainConfig(objective="agent", task="guess4", kl={"beta": beta}, entropy_bonus={"coef": entropy_coef},
-                      update_forward="completion", eval_size=0, temperature=1.0)
+                      speed={"update_forward": "completion"}, eval_size=0, temperature=1.0)
     s.rollout.logprobs = completion_logprobs(m, s.rollout).detach().masked_fill(~own, 0.0)
     rows = {"ref": completion_logprobs(policy(3), s.rollout)} if beta else {}
     batch = Batch(s, torch.tensor([1.0, -1.0]), rows, 2, int(own.sum()), torch.tensor([0]), {})

@@ -223,7 +223,7 @@ def _step_with_off_policy_rows(monkeypatch, level, aggregation, shift_rows=(0, 3
 
     def shifted(policy, cfg, r, ctx):
         old = completion_logprobs(policy, r, cfg.temperature,
-                                  forward=UPDATE_FORWARDS[cfg.update_forward])
+                                  forward=UPDATE_FORWARDS[cfg.speed.update_forward])
         bump = torch.zeros(old.shape[0], 1)
         bump[list(shift_rows)] = 1.0
         return {"old": old + bump * r.policy_mask}

@@ -33,8 +33,9 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "token_mean_cispo": ("defaults", {"loss": {"aggregation": "token_mean", "policy": "cispo"},
                                       "clip": {"cispo_cap": 1.28}}),   # 1 + eps_high before
     "micro_batches": ("defaults", {"micro_batches": 2}),
-    "no_drop_topk_topp": ("defaults", {"drop_finished": False, "top_k": 8, "top_p": 0.9}),
-    "inverse_cdf": ("defaults", {"sample_draw": "inverse_cdf"}),
+    "no_drop_topk_topp": ("defaults", {"sampler": {"drop_finished": False}, "top_k": 8,
+                                       "top_p": 0.9}),
+    "inverse_cdf": ("defaults", {"sampler": {"draw": "inverse_cdf"}}),
     "kmeans": ("mixture_cpu", {"grouping": "kmeans_semantic", "group": {"k": 3},
                                "prompts_per_step": 8, "eval_size": 20}),
     "kmeans_recluster": ("mixture_cpu", {"grouping": "kmeans_semantic",

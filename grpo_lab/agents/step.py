@@ -83,7 +83,7 @@ def collect_episodes(policy, cfg, step: int, ctx: StepContext) -> Batch:
         examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-0"), B)   # (B,)
     ep = sample_episodes(policy, [examples[i] for i in mine], env, G, cfg.temperature,
                          cfg.top_k or None, generator=prompt_generators(cfg.seed, step, 0, mine),
-                         seeds=reset_seeds(cfg.seed, step, mine), draw=DRAWS[cfg.sample_draw],
+                         seeds=reset_seeds(cfg.seed, step, mine), draw=DRAWS[cfg.sampler.draw],
                          top_p=cfg.top_p, clock=ctx.clock)
     s, r = ep.scored, ep.scored.rollout
     rows = {}

@@ -177,8 +177,7 @@ RATIO_LEVELS = {"token": token_ratio, "sequence": sequence_ratio}
 
 @dataclass
 class Loss:
-    """Which siblings make up the loss (the config's ``loss`` block: ``--loss.policy cispo``);
-    the numbers they read are the ``clip`` block's."""
+    """Which siblings the loss is made of (``--loss.policy cispo``); their numbers: ``clip``."""
     policy: str = "clip"
     """The policy-gradient surrogate (one of POLICY_LOSSES): "clip" (PPO/GRPO), "two_sided"
     (INTELLECT-2, needs clip.delta), "cispo" (MiniMax-M1's clipped IS weight)."""
@@ -193,14 +192,11 @@ class Loss:
         lookup(POLICY_LOSSES, self.policy, "loss.policy")
         lookup(RATIO_LEVELS, self.ratio_level, "loss.ratio_level")
         lookup(AGGREGATIONS, self.aggregation, "loss.aggregation")
-        if cfg.objective != "grpo" and self.policy != "clip":
-            raise ValueError(f"loss.policy={self.policy!r} is read by the grpo objective "
-                             f"only, not objective={cfg.objective!r}")
+        grpo_only(cfg, "loss", self, "policy")
         if cfg.advantage == "dr_grpo" and self.aggregation != "dr_grpo":
             raise ValueError(f"advantage='dr_grpo' with loss.aggregation={self.aggregation!r} "
-                             f"is half of Dr. GRPO (its per-sequence 1/|o_i| stays): use "
-                             f"method='dr_grpo' for the method, or advantage='mean_centred' "
-                             f"for its advantage alone")
+                             f"is half of Dr. GRPO (its 1/|o_i| stays): use method='dr_grpo', "
+                             f"or advantage='mean_centred' for its advantage alone")
 
 
 register_settings("loss", Loss)          # before clip: its check reads a known loss.policy

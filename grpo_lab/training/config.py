@@ -126,28 +126,13 @@ class TrainConfig:
     """policy="hf": dtype, autocast, chat template, remote code, gradient checkpointing,
     sampling dtype and LoRA of the transformers model (see hf.HFConfig; --hf.dtype on the
     command line)."""
-    # ---- speed levers of the rollout and the update (issue 22; bench/bench_hf_speed.py)
-    sample_draw: str = "race"
-    """How the sampler draws a token (rollout.DRAWS): "race" (exponential race, V noise
-    draws per token and row) or "inverse_cdf" (one uniform per row; same distribution,
-    other tokens for the same seed). Both keep one generator per prompt."""
-    drop_finished: bool = True
-    """Take completions that emitted <eos> out of the decode batch (same tokens, less work)."""
     rollout: str = "grpo_lab"
     """Who samples the training rollout (rollout.ROLLOUTS): "grpo_lab" (rollout.sample) or
     "vllm" (vLLM in this process, the policy's weights pushed into it after each update; its
     log-probs are the sampler's, the trainer recomputes its own: needs tis.cap > 0, policy="hf",
     one process, and vLLM in its own environment, bench/bench_vllm.py --build_env DIR).
-    Evaluation always runs grpo_lab's sampler."""
-    update_forward: str = "prompt_once"
-    """The training forward (rollout.UPDATE_FORWARDS): "prompt_once" (each prompt once, its
-    KV cache shared by its G completions, logits only where a completion token is
-    predicted), "packed" (each prompt once with its G completions in one row under an
-    attention mask: one forward, so every weight gets one gradient GEMM instead of two added;
-    its attention spans prompt + G completions, so it pays for short completions, e.g. on
-    SmolLM2 with <= 16 tokens, BENCHMARKS.md section 15), "completion" (prompt + completion
-    per row, logits on the completion only, TRL's logits_to_keep) or "all_positions" (logits
-    everywhere). Same log-probs."""
+    Evaluation always runs grpo_lab's sampler. Its settings: the ``sampler`` block
+    (rollout.Sampler: ``--sampler.draw``); the training forward is ``speed.update_forward``."""
     out_dir: str = "runs/demo"
     """Folder for metrics.jsonl, checkpoint.safetensors, config.json (the run's resolved
     config: --config out_dir/config.json runs it again), report.png and report.md."""
@@ -382,9 +367,8 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
     from grpo_lab.agents import step as agents  # noqa: F401 (environments, objective "agent")
     from grpo_lab.algorithm.advantages import ADVANTAGES
     from grpo_lab.algorithm import vllm_rollout  # noqa: F401 (its kind registers)
-    from grpo_lab.algorithm.rollout import DRAWS, ROLLOUTS
+    from grpo_lab.algorithm.rollout import ROLLOUTS
     from grpo_lab.distributed.exchanges import check_exchange
-    from grpo_lab.policies.engine import UPDATE_FORWARDS
     from grpo_lab.policies.policy import check_policy
     from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
     from grpo_lab.tasks.instruct import check_config as check_instruct
@@ -396,8 +380,6 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
         return cfg
     check_exchange(cfg)                       # first: the others read its capabilities
     check_policy(cfg)
-    lookup(DRAWS, cfg.sample_draw, "sample_draw")
-    lookup(UPDATE_FORWARDS, cfg.update_forward, "update_forward")
     lookup(ROLLOUTS, cfg.rollout, "rollout").check(cfg)
     for t in cfg.task_names:
         lookup(TASKS, t, "task", f"in task={cfg.task!r}: several join by commas, or 'mixture'")

@@ -196,7 +196,8 @@ def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
                                ctx.max_new, ctx.rewards,
                                cfg.temperature, cfg.top_k or None,
                                generator=prompt_generators(cfg.seed, step, d, mine),
-                               draw=DRAWS[cfg.sample_draw], drop_finished=cfg.drop_finished,
+                               draw=DRAWS[cfg.sampler.draw],
+                               drop_finished=cfg.sampler.drop_finished,
                                clock=ctx.clock, top_p=cfg.top_p)
 
 
@@ -388,7 +389,7 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     if n == 0 or not batch.n_tokens:               # no row, or (overlong "mask") no token kept
         return _zero_loss(policy), dict.fromkeys(keys, 0.0)
     logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
-                                        forward=UPDATE_FORWARDS[cfg.update_forward],
+                                        forward=UPDATE_FORWARDS[cfg.speed.update_forward],
                                         entropy_grad=bool(cfg.entropy_bonus.coef))
     dev = logp.device                                    # the batch is kept on the CPU
     keep, counted, m = keep.to(dev), counted.to(dev), r.policy_mask.to(dev)  # (N_r,) x2, (N_r, Tc)
@@ -402,8 +403,8 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
                     else _rows_of(t, w, counted))  # the counted rows only
     loss, stats = surrogate_loss(                  # checked: TrainConfig checked the settings
         mine.logp, mine.old, mine.advantages, mine.mask,
-        cfg.clip, cfg.loss.aggregation, batch.max_len or max_new_tokens(cfg), cfg.loss.ratio_level,
-        cfg.loss.policy, mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None],
+        cfg.clip, cfg.loss.aggregation, batch.max_len or max_new_tokens(cfg),
+        cfg.loss.ratio_level, cfg.loss.policy, mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None],
         checked=True)
     n_tok = int(kept.sum())
     stats["policy/entropy"] = float(entropy.detach()[kept].sum()) / max(n_tok, 1)
