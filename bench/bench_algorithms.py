@@ -6,7 +6,7 @@ Every variant is the demo preset (tiny_cpu: lr 3e-4, beta 0, DAPO dynamic sampli
 and the ratio leaves 1 (at the demo's mu = 1 every ratio is 1, where CISPO's gradient is
 clip's and dual-clip cannot act). One change per variant from that control ("clip_higher",
 eps 0.2 / 0.28, the field defaults: DAPO's clip-higher): symmetric eps_high 0.2, CISPO
-(policy_loss="cispo", its weight capped at clip.cispo_cap = 1.28, the cap the recorded runs
+(loss.policy="cispo", its weight capped at clip.cispo_cap = 1.28, the cap the recorded runs
 had: it was 1 + eps_high then; the default cap is now TRL's recommended 5.0), dual-clip c = 3. The table
 is bench_variants.py's (steps to 85% / 90%, last and best accuracy, the paired difference
 from the control, 95% t-intervals), plus the fractions of tokens clipped, step means.
@@ -34,7 +34,7 @@ CONTROL = {**PRESETS["tiny_cpu"], "mu": 2}
 VARIANTS = {
     "demo": {},                                    # clip-higher 0.2 / 0.28 (the control)
     "symmetric_0.2": {"clip": {"eps_high": 0.2}},
-    "cispo": {"policy_loss": "cispo", "clip": {"cispo_cap": 1.28}},
+    "cispo": {"loss": {"policy": "cispo"}, "clip": {"cispo_cap": 1.28}},
     "dual_clip_3": {"clip": {"dual_clip": 3.0}},
 }
 KEEP = bench_variants.KEEP + ("clip/high_frac", "clip/low_frac", "clip/ratio_mean",

@@ -107,7 +107,7 @@ def main(argv=None):
     cfg = preset("defaults", **base)
     hyper = ", ".join(f"{k} {functools.reduce(getattr, k.split('.'), cfg)}" for k in
                       ("lr", "lr_schedule", "warmup_steps", "temperature", "kl.beta", "mu",
-                       "clip.eps_low", "clip.eps_high", "advantage", "aggregation"))
+                       "clip.eps_low", "clip.eps_high", "advantage", "loss.aggregation"))
     cmd = "PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python bench/bench_grouping_train.py " + \
         " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     acc0 = by[names[0]][0][0]["eval/accuracy"]

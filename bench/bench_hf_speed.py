@@ -38,22 +38,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 PHASES = ("time/prefill_s", "time/decode_forward_s", "time/decode_sample_s",
           "time/decode_cache_s", "time/ref_s", "time/loss_forward_s", "time/backward_s",
           "time/optimizer_s", "time/check_s")
-BEFORE = {"sample_draw": "race", "drop_finished": False, "update_forward": "all_positions",
+BEFORE = {"sampler": {"draw": "race", "drop_finished": False},
+          "speed": {"update_forward": "all_positions"},
           "hf": {"sample_dtype": "", "autocast": False, "decoder": "transformers"}}
 LEAN = {"hf": {"decoder": "lean"}}              # the third round's lever: policies/decoder.py
 LEVERS = {                                      # name -> overrides on top of BEFORE
     "before": {},
-    "inverse-CDF draw": {"sample_draw": "inverse_cdf"},
-    "drop finished rows": {"drop_finished": True},
-    "logits on the completion only": {"update_forward": "completion"},
-    "prompt once in the update": {"update_forward": "prompt_once"},
+    "inverse-CDF draw": {"sampler": {"draw": "inverse_cdf"}},
+    "drop finished rows": {"sampler": {"drop_finished": True}},
+    "logits on the completion only": {"speed": {"update_forward": "completion"}},
+    "prompt once in the update": {"speed": {"update_forward": "prompt_once"}},
     "bf16 sampling copy": {"hf": {"sample_dtype": "bfloat16"}},
     "bf16 autocast (every forward)": {"hf": {"autocast": True}},
-    "after (fp32 levers)": {"sample_draw": "inverse_cdf", "drop_finished": True,
-                            "update_forward": "prompt_once"},
-    "packed update forward": {"update_forward": "packed"},
-    "after (all)": {"sample_draw": "inverse_cdf", "drop_finished": True,
-                    "update_forward": "packed",
+    "after (fp32 levers)": {"sampler": {"draw": "inverse_cdf", "drop_finished": True},
+                            "speed": {"update_forward": "prompt_once"}},
+    "packed update forward": {"speed": {"update_forward": "packed"}},
+    "after (all)": {"sampler": {"draw": "inverse_cdf", "drop_finished": True},
+                    "speed": {"update_forward": "packed"},
                     "hf": {"sample_dtype": "bfloat16", "autocast": True, **LEAN["hf"]}},
 }
 AFTER = LEVERS["after (all)"]
@@ -65,8 +66,8 @@ LEVERS.update({                 # on top of "after (fp32 levers)" (the update fo
     "+ fused AdamW": {"undo": ("chosen log-prob", "summed finite check")},
     "+ chosen log-prob": {"undo": ("fused AdamW", "summed finite check")},
     "+ summed finite check": {"undo": ("fused AdamW", "chosen log-prob")},
-    "+ packed update forward": {"undo": UNDO, "update_forward": "packed"},
-    "after: all update levers": {"update_forward": "packed"},
+    "+ packed update forward": {"undo": UNDO, "speed": {"update_forward": "packed"}},
+    "after: all update levers": {"speed": {"update_forward": "packed"}},
 })
 for _k in list(LEVERS)[-6:]:
     LEVERS[_k] = {**LEVERS["after (fp32 levers)"], **LEVERS[_k]}

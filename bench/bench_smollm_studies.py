@@ -70,7 +70,7 @@ STUDIES = {
     "length_bias": [
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "16", "--set", "eval_every=8",
         "system_prompt=", "max_new_tokens=48", "reward_weights=accuracy=1",
-        "--arm", "grpo", "--arm", "dr_grpo", "advantage=dr_grpo", "aggregation=dr_grpo",
+        "--arm", "grpo", "--arm", "dr_grpo", "advantage=dr_grpo", "loss.aggregation=dr_grpo",
         "--primary", "dr_grpo", "grpo", "--metric", "completion/len_wrong_end"],
     "grouping_mixture": [
         "--base", "smollm_cpu", "--seeds", "3", "--steps", "20", "--target", "0.5",

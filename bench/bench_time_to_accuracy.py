@@ -49,8 +49,9 @@ VARIANTS = {
     "T1.0_beta0": {**OLD_DEMO, "temperature": 1.0, "kl": {"beta": 0.0}},
     "T0.5_beta0": {**OLD_DEMO, "temperature": 0.5, "kl": {"beta": 0.0}},
     "dapo_beta0": {**OLD_DEMO, "kl": {"beta": 0.0}, "dynamic_sampling": True},
-    "tokmean_beta0": {**OLD_DEMO, "kl": {"beta": 0.0}, "aggregation": "token_mean"},
-    "dr_grpo_beta0": {**OLD_DEMO, "kl": {"beta": 0.0}, "advantage": "dr_grpo", "aggregation": "dr_grpo"},
+    "tokmean_beta0": {**OLD_DEMO, "kl": {"beta": 0.0}, "loss": {"aggregation": "token_mean"}},
+    "dr_grpo_beta0": {**OLD_DEMO, "kl": {"beta": 0.0}, "advantage": "dr_grpo",
+                      "loss": {"aggregation": "dr_grpo"}},
     "no_partial_beta0": {**OLD_DEMO, "kl": {"beta": 0.0},
                          "reward_weights": {"accuracy": 1.0, "format": 0.1}},
     "demo": {k: v for k, v in PRESETS["tiny_cpu"].items() if k != "target_accuracy"},  # now
@@ -62,8 +63,8 @@ VARIANTS.update({                                        # one change each again
     "demo_B32": {**NEW_DEMO, "prompts_per_step": 32},
     "demo_T1.0": {**NEW_DEMO, "temperature": 1.0},
     "demo_dapo": {**NEW_DEMO, "dynamic_sampling": True},
-    "demo_dr_grpo": {**NEW_DEMO, "advantage": "dr_grpo", "aggregation": "dr_grpo"},
-    "demo_token_mean": {**NEW_DEMO, "aggregation": "token_mean"},
+    "demo_dr_grpo": {**NEW_DEMO, "advantage": "dr_grpo", "loss": {"aggregation": "dr_grpo"}},
+    "demo_token_mean": {**NEW_DEMO, "loss": {"aggregation": "token_mean"}},
     "demo_accuracy_only": {**NEW_DEMO, "reward_weights": {"accuracy": 1.0, "format": 0.1}},
 })
 

@@ -35,7 +35,7 @@ from grpo_lab.training.experiments import Results, mean_ci, run_experiment  # no
 DEMO = dict(PRESETS["tiny_cpu"])
 VARIANTS = {
     "demo": {},
-    "gspo": {"ratio_level": "sequence"},
+    "gspo": {"loss": {"ratio_level": "sequence"}},
     "entropy_0.01": {"entropy_bonus": {"coef": 0.01}},
     "top_p_0.9": {"top_p": 0.9},
     "kl_k3_loss": {"kl": {"beta": 0.02, "estimator": "k3", "placement": "loss"}},

@@ -151,7 +151,7 @@ def test_environment_tokens_get_exactly_zero_gradient(beta, entropy_coef):
     m.train()
     s, own = _hand_built_batch()
     cfg = TrainConfig(objective="agent", task="guess4", kl={"beta": beta}, entropy_bonus={"coef": entropy_coef},
-                      update_forward="completion", eval_size=0, temperature=1.0)
+                      speed={"update_forward": "completion"}, eval_size=0, temperature=1.0)
     s.rollout.logprobs = completion_logprobs(m, s.rollout).detach().masked_fill(~own, 0.0)
     rows = {"ref": completion_logprobs(policy(3), s.rollout)} if beta else {}
     batch = Batch(s, torch.tensor([1.0, -1.0]), rows, 2, int(own.sum()), torch.tensor([0]), {})
@@ -177,7 +177,7 @@ def test_policy_mask_sets_the_normaliser_and_statistics():
     A = torch.tensor([[1.0, 1.0, 10.0, 1.0, 1.0], [0.0] * 5])
     for aggregation, expected in (("token_mean", -0.5), ("seq_mean_token_mean", -0.5)):
         cfg = TrainConfig(objective="agent", task="guess4", kl={"beta": 0.0}, eval_size=0,
-                          aggregation=aggregation, temperature=1.0)
+                          loss={"aggregation": aggregation}, temperature=1.0)
         batch = Batch(s, A, {}, 2, int(own.sum()), torch.tensor([0]), {})
         loss, shares = grpo_objective(m, batch, cfg)
         assert float(loss.detach()) == pytest.approx(expected, abs=1e-6)   # terms of size 1
@@ -421,8 +421,8 @@ def test_objectives_refuse_what_they_cannot_train():
     with pytest.raises(ValueError, match="objective='agent' trains on an environment: "
                                          "task='addition'"):
         check_records(TrainConfig(objective="agent", task="addition"))
-    with pytest.raises(ValueError, match="aggregation='dr_grpo'"):
-        check_records(TrainConfig(objective="agent", task="guess", aggregation="dr_grpo"))
+    with pytest.raises(ValueError, match="loss.aggregation='dr_grpo'"):
+        check_records(TrainConfig(objective="agent", task="guess", loss={"aggregation": "dr_grpo"}))
     with pytest.raises(ValueError, match="dynamic_sampling"):
         check_records(TrainConfig(objective="agent", task="guess", dynamic_sampling=True))
     with pytest.raises(ValueError, match="rollout='vllm'"):
@@ -577,7 +577,7 @@ def test_agent_step_is_the_same_on_2_processes(tmp_path):
     def cfg(out):
         return TrainConfig(objective="agent", task="add_retry_gigpo", prompts_per_step=5,
                            group_size=4, steps=3, lr=3e-4, warmup_steps=0, adam_eps=1e-6,
-                           kl={"beta": 0.0}, aggregation="token_mean", eval_size=0, ckpt_every=3,
+                           kl={"beta": 0.0}, loss={"aggregation": "token_mean"}, eval_size=0, ckpt_every=3,
                            time_budget_s=0.0, threads=1, out_dir=str(out),
                            plugins=plugin)
     one = train(cfg(tmp_path / "one"), progress=False)

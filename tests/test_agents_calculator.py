@@ -101,7 +101,7 @@ def test_hf_environment_tokens_get_exactly_zero_gradient(mask):
     s = Scored(ep.scored.examples, r, ep.scored.rewards, ep.scored.parts, ep.scored.texts)
     cfg = TrainConfig(objective="agent", task="add_retry", policy="hf",
                       base_checkpoint="data/hf_tiny", dynamic_sampling=False,
-                      kl={"beta": 0.0}, update_forward="completion", eval_size=0,
+                      kl={"beta": 0.0}, speed={"update_forward": "completion"}, eval_size=0,
                       temperature=1.0)
     A = torch.tensor([1.0, -1.0] * 6)                                     # (12,) none zero
     batch = Batch(s, A, {}, 12, int(r.policy_mask.sum()), torch.arange(3), {})

@@ -32,7 +32,13 @@ def test_every_field_documented_and_in_help():
                                       ("--overlong_buffer", "overlong.buffer"),
                                       ("--group_k", "group.k"), ("--combine", "group.combine"),
                                       ("--recluster_every", "group.recluster_every"),
-                                      ("--group_schedule", "group.schedule")])
+                                      ("--group_schedule", "group.schedule"),
+                                      ("--policy_loss", "loss.policy"),
+                                      ("--ratio_level", "loss.ratio_level"),
+                                      ("--aggregation", "loss.aggregation"),
+                                      ("--sample_draw", "sampler.draw"),
+                                      ("--drop_finished", "sampler.drop_finished"),
+                                      ("--update_forward", "speed.update_forward")])
 def test_an_old_flat_flag_is_argparses_error_naming_the_new_one(old, new, capsys):
     with pytest.raises(SystemExit) as e:
         main(["train", old, "2"])

@@ -74,7 +74,7 @@ def error_of(argv, capsys) -> str:
     ({"stepz": 3}, "--stepz=3"),                                         # unknown key
     ({"exchange": {"nme": "x"}}, "--exchange.nme=x"),                   # unknown nested key
     ({"steps": 2.5}, "--steps=2.5"),                                    # wrong type
-    ({"drop_finished": "maybe"}, "--drop_finished=maybe"),
+    ({"sampler": {"drop_finished": "maybe"}}, "--sampler.drop_finished=maybe"),
     ({"steps": True}, "--steps=true"),
     ({"reward_weights": {"accuracy": "x"}}, "--reward_weights=accuracy=x"),
     ({"preset": "nope"}, "--preset=nope"),                             # bad choice

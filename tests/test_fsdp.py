@@ -46,7 +46,7 @@ HF = dict(RUN, steps=2, grad_clip=0.0)
 LORA = dict(HF, hf={"lora_r": 4}, lr=1e-3)        # beta > 0: the adapters-off reference
 # two updates a step, each of two micro-batches (two reduce-scatters accumulate in the shards),
 # through the packed update forward (one forward a micro-batch; prompt_once, the default, two)
-MICRO = dict(mu=2, micro_batches=2, update_forward="packed")
+MICRO = dict(mu=2, micro_batches=2, speed={"update_forward": "packed"})
 WEIGHTS_ATOL = 1e-5
 GRAD_NORM_DRIFT = 1e-5          # relative, per earlier update (module docstring)
 

@@ -117,7 +117,7 @@ def grpo_batch(c, seed_noise=0):
 
 @pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean", "dr_grpo"])
 def test_micro_batches_add_up_to_the_whole_batch(aggregation):
-    c = cfg(aggregation=aggregation, prompts_per_step=8, group_size=4,
+    c = cfg(loss={"aggregation": aggregation}, prompts_per_step=8, group_size=4,
             clip={"eps_low": 0.05, "eps_high": 0.05})
     policy, batch = grpo_batch(c)
     want = {}

@@ -113,17 +113,17 @@ def test_cispo_floor_and_cap_are_verls_clip_ratios():
 
 
 def test_cispo_refuses_the_clip_range_and_names_its_bounds():
-    with pytest.raises(ValueError, match="clip.eps_high=5.0 is not read by policy_loss='cispo'"
+    with pytest.raises(ValueError, match="clip.eps_high=5.0 is not read by loss.policy='cispo'"
                                          ".*clip.cispo_cap"):
-        preset("quick", policy_loss="cispo", clip={"eps_high": 5.0})
-    with pytest.raises(ValueError, match="clip.cispo_floor is read only by policy_loss='cispo'"):
+        preset("quick", loss={"policy": "cispo"}, clip={"eps_high": 5.0})
+    with pytest.raises(ValueError, match="clip.cispo_floor is read only by loss.policy='cispo'"):
         preset("quick", clip={"cispo_floor": 0.8})
-    with pytest.raises(ValueError, match="clip.cispo_cap is read only by policy_loss='cispo'"):
+    with pytest.raises(ValueError, match="clip.cispo_cap is read only by loss.policy='cispo'"):
         preset("quick", clip={"cispo_cap": 2.0})
     with pytest.raises(ValueError, match="cispo_floor < clip.cispo_cap"):
-        preset("quick", policy_loss="cispo", clip={"cispo_cap": 2.0, "cispo_floor": 2.0})
+        preset("quick", loss={"policy": "cispo"}, clip={"cispo_cap": 2.0, "cispo_floor": 2.0})
     c = preset("quick", method="cispo", clip={"cispo_cap": 2.0, "cispo_floor": 0.8})
-    assert (c.policy_loss, c.clip.cispo_cap, c.clip.cispo_floor) == ("cispo", 2.0, 0.8)
+    assert (c.loss.policy, c.clip.cispo_cap, c.clip.cispo_floor) == ("cispo", 2.0, 0.8)
 
 
 # ---- the IS modes
@@ -223,13 +223,13 @@ def _step_with_off_policy_rows(monkeypatch, level, aggregation, shift_rows=(0, 3
 
     def shifted(policy, cfg, r, ctx):
         old = completion_logprobs(policy, r, cfg.temperature,
-                                  forward=UPDATE_FORWARDS[cfg.update_forward])
+                                  forward=UPDATE_FORWARDS[cfg.speed.update_forward])
         bump = torch.zeros(old.shape[0], 1)
         bump[list(shift_rows)] = 1.0
         return {"old": old + bump * r.policy_mask}
     monkeypatch.setitem(variants.VARIANTS, "tis",
                         dataclasses.replace(variants.VARIANTS["tis"], rows=shifted))
-    c = preset("quick", prompts_per_step=2, group_size=4, kl={"beta": 0.0}, aggregation=aggregation,
+    c = preset("quick", prompts_per_step=2, group_size=4, kl={"beta": 0.0}, loss={"aggregation": aggregation},
                tis={"cap": 2.0, "level": level})
     policy = load_policy(c.base_checkpoint)
     held_out = {e.prompt for t in c.task_names for e in load_eval(t)}
@@ -295,13 +295,13 @@ def test_seq_mean_k1_micro_batches_add_up_to_the_whole_batch(monkeypatch, aggreg
 def test_a_saved_config_from_before_the_renames_keeps_its_meaning_or_says_why_not():
     from grpo_lab.training.config import from_dict, to_dict
     from grpo_lab.training.saved_config import config_changes
-    old = to_dict(preset("quick", policy_loss="cispo"))
+    old = to_dict(preset("quick", loss={"policy": "cispo"}))
     old["clip"] = {k: v for k, v in old["clip"].items() if k not in ("cispo_cap", "cispo_floor")}
     old["clip"]["eps_high"] = 4.0                      # then: a cap of 1 + 4 = 5
     cfg = from_dict(old)
     assert (cfg.clip.cispo_cap, cfg.clip.eps_high) == (5.0, 0.28)
     assert config_changes(old, to_dict(cfg)) == {}     # --resume: the saved run, unchanged
-    assert config_changes(old, to_dict(preset("quick", policy_loss="cispo",
+    assert config_changes(old, to_dict(preset("quick", loss={"policy": "cispo"},
                                                clip={"cispo_cap": 2.0}))) == {
         "clip.cispo_cap": [5.0, 2.0]}                  # a change named in today's names
     old["clip"].update(eps_low=0.1, eps_high=0.5)      # eps_low: read by no cispo loss then

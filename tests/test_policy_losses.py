@@ -318,19 +318,19 @@ def test_overlong_mask_divides_by_all_rows():
 
 def test_dr_grpo_is_one_switch_and_half_of_it_is_refused():
     cfg = preset("quick", method="dr_grpo")
-    assert (cfg.advantage, cfg.aggregation) == ("dr_grpo", "dr_grpo")
+    assert (cfg.advantage, cfg.loss.aggregation) == ("dr_grpo", "dr_grpo")
     with pytest.raises(ValueError, match="half of Dr. GRPO.*method='dr_grpo'.*'mean_centred'"):
         preset("quick", advantage="dr_grpo")
-    assert preset("quick", advantage="mean_centred").aggregation == "seq_mean_token_mean"
+    assert preset("quick", advantage="mean_centred").loss.aggregation == "seq_mean_token_mean"
 
 
 def test_methods_set_their_fields_and_refuse_a_third_value():
     assert preset("quick", method="grpo").clip.eps_high == 0.2               # the paper's symmetric clip
     d = preset("quick", method="dapo")
-    assert (d.aggregation, d.dynamic_sampling, d.overlong.rule, d.kl.beta) == (
+    assert (d.loss.aggregation, d.dynamic_sampling, d.overlong.rule, d.kl.beta) == (
         "token_mean", True, "soft", 0.0)
-    assert preset("quick", method="cispo").policy_loss == "cispo"
-    assert preset("quick", method="gspo").ratio_level == "sequence"
+    assert preset("quick", method="cispo").loss.policy == "cispo"
+    assert preset("quick", method="gspo").loss.ratio_level == "sequence"
     assert preset("quick", method="dapo", clip={"eps_high": 0.28}).clip.eps_high == 0.28  # the same
     with pytest.raises(ValueError, match="method='dapo' sets clip.eps_high=0.28 .* "
                                          "clip.eps_high=0.3"):
@@ -344,12 +344,12 @@ def test_methods_set_their_fields_and_refuse_a_third_value():
     ({"kl": {"bias_correction": True, "beta": 0.02, "placement": "reward"}},
      "kl.bias_correction=True"),
     ({"tis": {"level": "sequence"}}, "tis.level='sequence' says what tis.cap bounds"),
-    ({"policy_loss": "two_sided"}, "needs clip.delta > 1 \\+ clip.eps_high"),
-    ({"policy_loss": "cispo", "clip": {"dual_clip": 3.0}}, "does not read it"),
+    ({"loss": {"policy": "two_sided"}}, "needs clip.delta > 1 \\+ clip.eps_high"),
+    ({"loss": {"policy": "cispo"}, "clip": {"dual_clip": 3.0}}, "does not read it"),
     ({"clip": {"dual_clip": 0.5}}, "dual_clip must be 0 \\(off\\) or > 1"),
-    ({"policy_loss": "ppo"}, "unknown policy_loss 'ppo'"),
+    ({"loss": {"policy": "ppo"}}, "unknown loss.policy 'ppo'"),
     ({"top_entropy": {"quantile": 0.0}}, "top_entropy.quantile must be in \\(0, 1\\]"),
-    ({"objective": "ppo", "group_size": 1, "policy_loss": "cispo"}, "read by the grpo objective only"),
+    ({"objective": "ppo", "group_size": 1, "loss": {"policy": "cispo"}}, "read by the grpo objective only"),
 ])
 def test_config_refuses_combinations_that_do_nothing(kw, match):
     with pytest.raises(ValueError, match=match):

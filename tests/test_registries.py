@@ -148,10 +148,10 @@ def _unknown_name_sites():
     res = experiments.Results([{"strategy": "a", "seed": 0, "history": []}])
     batch = grouping.PromptBatch(["1+2=", "3+4="], ["add", "add"])
     return [
-        (lambda: check_records(TrainConfig(sample_draw="gumbel")), "sample_draw", "gumbel",
-         rollout.DRAWS),
-        (lambda: check_records(TrainConfig(update_forward="jit")), "update_forward", "jit",
-         engine.UPDATE_FORWARDS),
+        (lambda: check_records(TrainConfig(sampler={"draw": "gumbel"})), "sampler.draw",
+         "gumbel", rollout.DRAWS),
+        (lambda: check_records(TrainConfig(speed={"update_forward": "jit"})),
+         "speed.update_forward", "jit", engine.UPDATE_FORWARDS),
         (lambda: answers.kind_of("chess"), "instruct task", "chess", answers.TASK_KINDS),
         (lambda: instruct.question(Example("1", "1", "chess")), "instruct task", "chess",
          instruct.QUESTIONS),

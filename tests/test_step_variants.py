@@ -69,17 +69,17 @@ def test_grpo_loss_composes_the_loss_as_the_step_does():
     # grpo_loss: the config's blocks themselves. One path: equal bit for bit, stats too
     cfg = preset("defaults", kl={"beta": 0.1, "estimator": "k2", "clamp": 3.0},
                  entropy_bonus={"coef": 0.01}, clip={"dual_clip": 3.0, "log_ratio_clamp": 20.0},
-                 aggregation="token_mean")
+                 loss={"aggregation": "token_mean"})
     g = torch.Generator().manual_seed(0)
     logp, old, ref, H = (-torch.rand(3, 4, generator=g) * 3 for _ in range(4))   # (N, T) each
     A, mask = torch.randn(3, generator=g), torch.rand(3, 4, generator=g) > 0.3
     t = variants.Tokens(logp, old, old, H, mask, A, {"ref": ref})
     terms = [partial(v.term, cfg, t) for v in variants.active_variants(cfg) if v.term is not None]
     assert len(terms) == 2
-    step = surrogate_loss(logp, old, A, mask, cfg.clip, cfg.aggregation, 4, cfg.ratio_level,
-                          cfg.policy_loss, None, terms, checked=True)
-    alone = grpo_loss(logp, old, A, mask, cfg.clip, cfg.kl, cfg.entropy_bonus, cfg.aggregation, 4,
-                      cfg.ratio_level, cfg.policy_loss, ref_logp=ref, entropy=H)
+    step = surrogate_loss(logp, old, A, mask, cfg.clip, cfg.loss.aggregation, 4,
+                          cfg.loss.ratio_level, cfg.loss.policy, None, terms, checked=True)
+    alone = grpo_loss(logp, old, A, mask, cfg.clip, cfg.kl, cfg.entropy_bonus, cfg.loss.aggregation, 4,
+                      cfg.loss.ratio_level, cfg.loss.policy, ref_logp=ref, entropy=H)
     assert torch.equal(step[0], alone[0]) and step[1] == alone[1]
     assert "loss/kl_k2" in alone[1] and float(alone[0]) != float(grpo_loss(logp, old, A, mask, cfg.clip)[0])
 

@@ -100,7 +100,7 @@ def test_bad_checkpoints(tmp_path):
 @pytest.mark.parametrize("field,value,msg", [
     ("group_size", 1, "group_size \\(G\\) must be >= 2"),
     ("advantage", "ppo", "unknown advantage 'ppo'"),
-    ("aggregation", "sum", "unknown aggregation 'sum'"),
+    ("loss", {"aggregation": "sum"}, "unknown loss.aggregation 'sum'"),
     ("lr", -1.0, "lr must be > 0"),
     ("prompts_per_step", 0, "prompts_per_step must be > 0"),
     ("task", "chess", "unknown task 'chess'"),

@@ -46,7 +46,7 @@ def test_a_trl_file_means_the_same_settings(tmp_path):
     assert (cfg.lr, cfg.group_size, cfg.max_new_tokens, cfg.steps) == (5e-5, 4, 6, 3)
     assert (cfg.kl.beta, cfg.clip.eps_low, cfg.clip.eps_high, cfg.temperature, cfg.seed) == (
         0.04, 0.2, 0.28, 0.9, 7)
-    assert (cfg.aggregation, cfg.advantage, cfg.mu, cfg.overlong.rule) == (
+    assert (cfg.loss.aggregation, cfg.advantage, cfg.mu, cfg.overlong.rule) == (
         "token_mean", "mean_centred", 2, "mask")
     # TRL: generation batch = 8 per device x 2 accumulation steps x 1 process = 16
     # completions per optimizer step = 16 / 4 generations = 4 prompts
@@ -112,6 +112,6 @@ def test_every_key_of_the_mapping_is_in_the_documented_table():
 def test_trl_cispo_maps_epsilon_high_to_the_cap_itself(tmp_path, text, cap):
     # TRL 1.16 _compute_loss: clamp(coef_1, max=self.epsilon_high), normalised by the tokens
     cfg = cfg_of(["--config", write(tmp_path, text), "--preset", "quick"])
-    assert (cfg.policy_loss, cfg.aggregation, cfg.clip.cispo_cap, cfg.clip.cispo_floor) == (
+    assert (cfg.loss.policy, cfg.loss.aggregation, cfg.clip.cispo_cap, cfg.clip.cispo_floor) == (
         "cispo", "token_mean", cap, 0.0)
     assert (cfg.clip.eps_low, cfg.clip.eps_high) == (0.2, 0.28)          # untouched, unread

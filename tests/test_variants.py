@@ -204,7 +204,7 @@ def test_top_p_one_is_the_sampler_bit_for_bit_and_tiny_top_p_is_greedy(model):
 # ---- the config names each bad value
 
 @pytest.mark.parametrize("kw, match", [
-    ({"ratio_level": "seq"}, "unknown ratio_level 'seq'"),
+    ({"loss": {"ratio_level": "seq"}}, "unknown loss.ratio_level 'seq'"),
     ({"kl": {"estimator": "k4"}}, "unknown kl.estimator 'k4'"),
     ({"kl": {"placement": "advantage"}}, "unknown kl.placement 'advantage'"),
     ({"overlong": {"rule": "cut"}}, "unknown overlong.rule 'cut'"),
@@ -235,14 +235,14 @@ SCALE = dict(prompts_per_step=5, group_size=4, steps=3, mu=2, max_new_tokens=2, 
              time_budget_s=0.0, threads=1)
 OPTIONS = {
     "filter_gspo_entropy_k1reward_topp_tis": dict(
-        overlong={"rule": "filter"}, ratio_level="sequence", entropy_bonus={"coef": 0.05},
+        overlong={"rule": "filter"}, loss={"ratio_level": "sequence"}, entropy_bonus={"coef": 0.05},
         kl={"beta": 0.05, "placement": "reward", "estimator": "k1"}, top_p=0.8,
         tis={"cap": 2.0, "level": "seq_mean_k1"}),          # verl's rejection: gathered rows
     "soft_k2loss_tokenmean": dict(overlong={"rule": "soft"}, kl={"beta": 0.05, "estimator": "k2"},
-                                  aggregation="token_mean"),
+                                  loss={"aggregation": "token_mean"}),
     # the algorithms issue's options (the entropy mask is left out: its quantile is per rank)
     "mask_cispo_rppb_seqmask_klcorr": dict(
-        overlong={"rule": "mask"}, policy_loss="cispo", advantage="reinforce_pp_baseline",
+        overlong={"rule": "mask"}, loss={"policy": "cispo"}, advantage="reinforce_pp_baseline",
         tis={"cap": 2.0, "level": "sequence_mask"},
         kl={"beta": 0.05, "bias_correction": True, "clamp": 10.0}, clip={"log_ratio_clamp": 20.0}),
     "dualclip_seqis_offpolicymask": dict(clip={"dual_clip": 3.0}, tis={"cap": 2.0, "level": "sequence"},

@@ -101,6 +101,8 @@ def test_a_push_into_a_tied_model_repacks_its_lm_head():
     ({"hf": {"chat_template": True, "lora_r": 4}}, "hf.lora_r=4"),
     ({"hf": {"chat_template": True, "sample_dtype": "bfloat16"}}, "hf.sample_dtype='bfloat16'"),
     ({"exchange": {"name": "fsdp2"}}, "exchange 'fsdp2' keeps 1/N of the weights"),
+    ({"sampler": {"draw": "inverse_cdf"}}, "sampler block is grpo_lab's sampler's; "
+                                           "rollout='vllm' does not read it"),
 ])
 def test_settings_the_vllm_rollout_cannot_run_are_refused(changes, message):
     with pytest.raises(ValueError, match=message):

@@ -206,7 +206,7 @@ answers grow; it drops both (a constant normaliser, advantages not divided by th
 The study asks where wrong answers can ramble: no system prompt (the model answers in sentences),
 48 new tokens, the accuracy reward alone (no format term to confound the lengths), 16 steps.
 The arms are `grpo` (the preset's normalisation) and `dr_grpo` (`advantage=dr_grpo`,
-`aggregation=dr_grpo`). A completion is *wrong* when its accuracy reward is 0; the curves are the
+`loss.aggregation=dr_grpo`). A completion is *wrong* when its accuracy reward is 0; the curves are the
 mean length of the wrong and of the right completions sampled at each step."""),
     (CODE, """lb = Results.load(STUDIES / "length_bias.json")
 lb_shown = json.loads((STUDIES / "length_bias_samples.json").read_text())

@@ -83,7 +83,7 @@ def collect_episodes(policy, cfg, step: int, ctx: StepContext) -> Batch:
         examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-0"), B)   # (B,)
     ep = sample_episodes(policy, [examples[i] for i in mine], env, G, cfg.temperature,
                          cfg.top_k or None, generator=prompt_generators(cfg.seed, step, 0, mine),
-                         seeds=reset_seeds(cfg.seed, step, mine), draw=DRAWS[cfg.sample_draw],
+                         seeds=reset_seeds(cfg.seed, step, mine), draw=DRAWS[cfg.sampler.draw],
                          top_p=cfg.top_p, clock=ctx.clock)
     s, r = ep.scored, ep.scored.rollout
     rows = {k: x for v in active_variants(cfg) if v.rows is not None   # name -> (N_r, Tc):
@@ -156,8 +156,8 @@ REFUSED = (
     (lambda c: c.answer_format != "raw", "answer_format={0.answer_format!r}: an environment's "
                                          "task writes its own prompts (answer_format renders "
                                          "single-turn ones); answer_format='raw'"),
-    (lambda c: c.aggregation == "dr_grpo", "aggregation='dr_grpo' divides by the single-turn "
-                                           "completion limit"),
+    (lambda c: c.loss.aggregation == "dr_grpo", "loss.aggregation='dr_grpo' divides by the "
+                                                "single-turn completion limit"),
 )
 
 

@@ -40,7 +40,7 @@ The policy-gradient term: one surrogate per paper, one shared signature,
 
     surrogate(ratio (N, T), logp (N, T), A (N, 1) or (N, T), clip: Clip) -> loss (N, T)
 
-each a record in ``POLICY_LOSSES`` (``cfg.policy_loss``), as verl's ``core_algos`` registers
+each a record in ``POLICY_LOSSES`` (``cfg.loss.policy``), as verl's ``core_algos`` registers
 its policy losses; the KL, the entropy bonus and the aggregation are added outside it.
 ``ratio`` is pi_theta / pi_old from ``RATIO_LEVELS`` (per token, or GSPO's per sequence)
 with its gradient. Padding is zeroed by the caller.
@@ -176,6 +176,33 @@ RATIO_LEVELS = {"token": token_ratio, "sequence": sequence_ratio}
 # ---- the policy-gradient surrogates: (ratio, logp, A, Clip) -> loss (N, T)
 
 @dataclass
+class Loss:
+    """Which siblings the loss is made of (``--loss.policy cispo``); their numbers: ``clip``."""
+    policy: str = "clip"
+    """The policy-gradient surrogate (one of POLICY_LOSSES): "clip" (PPO/GRPO), "two_sided"
+    (INTELLECT-2, needs clip.delta), "cispo" (MiniMax-M1's clipped IS weight)."""
+    ratio_level: str = "token"
+    """Importance ratio of the surrogate (one of RATIO_LEVELS): "token" (GRPO) or "sequence"
+    (GSPO, Zheng et al. 2025: the length-normalised sequence ratio, clipped per completion;
+    GSPO's paper used eps 3e-4 / 4e-4, set clip.eps_low / clip.eps_high yourself)."""
+    aggregation: str = "seq_mean_token_mean"
+    """How the per-token losses become one number (one of AGGREGATIONS)."""
+
+    def check(self, cfg):
+        lookup(POLICY_LOSSES, self.policy, "loss.policy")
+        lookup(RATIO_LEVELS, self.ratio_level, "loss.ratio_level")
+        lookup(AGGREGATIONS, self.aggregation, "loss.aggregation")
+        grpo_only(cfg, "loss", self, "policy")
+        if cfg.advantage == "dr_grpo" and self.aggregation != "dr_grpo":
+            raise ValueError(f"advantage='dr_grpo' with loss.aggregation={self.aggregation!r} "
+                             f"is half of Dr. GRPO (its 1/|o_i| stays): use method='dr_grpo', "
+                             f"or advantage='mean_centred' for its advantage alone")
+
+
+register_settings("loss", Loss)          # before clip: its check reads a known loss.policy
+
+
+@dataclass
 class Clip:
     """The clip range of the policy-gradient surrogate and the ratios' safety clamp (the
     config's ``clip`` block: ``--clip.eps_high 0.28``); the surrogates read it."""
@@ -187,37 +214,33 @@ class Clip:
     """Dual-clip PPO (Ye et al. 2020): c > 1 caps the loss of an A < 0 token at -c A, so an
     exploded ratio gives a bounded loss and no gradient (verl: 3; 0 = off, the default: at
     mu = 1 every ratio is 1 up to rounding, so it cannot act, and recorded runs stay
-    bit-identical). policy_loss="clip" only."""
+    bit-identical). loss.policy="clip" only."""
     delta: float = 0.0
-    """policy_loss="two_sided": the cap delta > 1 + eps_high on the unclipped ratio
+    """loss.policy="two_sided": the cap delta > 1 + eps_high on the unclipped ratio
     (INTELLECT-2: 4); the same bound as dual_clip = delta."""
     log_ratio_clamp: float = 0.0
     """Clamp log(pi/pi_old) and log(pi_ref/pi) to [-c, c] before exp (verl: 20; 0 = off, the
     default: e^20 = 4.9e8, never reached near the policy, so off changes nothing there)."""
     cispo_cap: float = 5.0
-    """policy_loss="cispo": the cap on its IS weight, the cap itself: w = min(r, cispo_cap).
+    """loss.policy="cispo": the cap on its IS weight, the cap itself: w = min(r, cispo_cap).
     TRL's epsilon_high under loss_type="cispo" is this number (its docs recommend 5.0);
     verl's clip_ratio_high = h is cispo_cap = 1 + h."""
     cispo_floor: float = 0.0
-    """policy_loss="cispo": the lower bound of its IS weight, w = max(r, cispo_floor); 0 = none
+    """loss.policy="cispo": the lower bound of its IS weight, w = max(r, cispo_floor); 0 = none
     (TRL; the paper). verl's compute_policy_loss_cispo clamps from below at 1 - clip_ratio_low
     (0.8 at its default 0.2): cispo_floor = 1 - l."""
 
     def check(self, cfg):
-        lookup(POLICY_LOSSES, cfg.policy_loss, "policy_loss")
-        check_clip(cfg.policy_loss, self)
-        if cfg.policy_loss == "cispo":
+        check_clip(cfg.loss.policy, self)
+        if cfg.loss.policy == "cispo":
             for f in fields(self):
                 if f.name in ("eps_low", "eps_high") and getattr(self, f.name) != f.default:
                     raise ValueError(
-                        f"clip.{f.name}={getattr(self, f.name)} is not read by policy_loss="
+                        f"clip.{f.name}={getattr(self, f.name)} is not read by loss.policy="
                         f"'cispo': its IS weight is clamped to [clip.cispo_floor, "
                         f"clip.cispo_cap], the bounds themselves (TRL's epsilon_high for "
                         f"loss_type='cispo' is clip.cispo_cap; verl's clip_ratio_high h and "
                         f"clip_ratio_low l are clip.cispo_cap = 1 + h, clip.cispo_floor = 1 - l)")
-        if cfg.objective != "grpo" and cfg.policy_loss != "clip":
-            raise ValueError(f"policy_loss={cfg.policy_loss!r} is read by the grpo objective "
-                             f"only, not objective={cfg.objective!r}")
         grpo_only(cfg, "clip", self, "dual_clip", "delta", "log_ratio_clamp", "cispo_cap",
                   "cispo_floor")
 
@@ -263,7 +286,7 @@ POLICY_LOSSES: dict[str, PolicyLoss] = {}
 
 def register_policy_loss(name: str, fn: Callable, paper: str = "", changes: str = "",
                          needs: tuple = ()) -> PolicyLoss:
-    """Add a surrogate ``(ratio, logp, A, Clip) -> (N, T)`` (``TrainConfig(policy_loss=)``)."""
+    """Add a surrogate ``(ratio, logp, A, Clip) -> (N, T)`` (``--loss.policy NAME``)."""
     check_new(POLICY_LOSSES, "policy loss", name, fn, lambda p: p.fn)
     POLICY_LOSSES[name] = PolicyLoss(name, fn, paper, changes, tuple(needs))
     return POLICY_LOSSES[name]
@@ -289,16 +312,16 @@ def check_clip(name: str, clip: Clip) -> Clip:
                                 ("delta", "two_sided", ""),
                                 ("cispo_floor", "cispo", "")):             # its one reader
         if getattr(clip, field) and name != reader:
-            raise ValueError(f"clip.{field} is read only by policy_loss={reader!r}; {name!r} "
+            raise ValueError(f"clip.{field} is read only by loss.policy={reader!r}; {name!r} "
                              f"does not read it{hint}")
     if clip.cispo_cap != Clip.cispo_cap and name != "cispo":
-        raise ValueError(f"clip.cispo_cap is read only by policy_loss='cispo'; {name!r} does "
+        raise ValueError(f"clip.cispo_cap is read only by loss.policy='cispo'; {name!r} does "
                          f"not read it (its clip range is clip.eps_low / clip.eps_high)")
     if name == "cispo" and not clip.cispo_floor < clip.cispo_cap:
-        raise ValueError(f"policy_loss='cispo' needs clip.cispo_floor < clip.cispo_cap, got "
+        raise ValueError(f"loss.policy='cispo' needs clip.cispo_floor < clip.cispo_cap, got "
                          f"floor {clip.cispo_floor} and cap {clip.cispo_cap}")
     if "delta" in POLICY_LOSSES[name].needs and not clip.delta > 1 + clip.eps_high:
-        raise ValueError(f"policy_loss={name!r} needs clip.delta > 1 + clip.eps_high = "
+        raise ValueError(f"loss.policy={name!r} needs clip.delta > 1 + clip.eps_high = "
                          f"{1 + clip.eps_high} (below it the cap binds on A > 0 tokens too), "
                          f"got {clip.delta}")
     return clip

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 from grpo_lab.policies.engine import (Decode, Recompute, chosen_logprobs, left_pad,
                                      prompt_once_logits, scaled_logits)
-from grpo_lab.registry import check_new, lookup
+from grpo_lab.registry import check_new, lookup, register_settings
 from grpo_lab.tasks.rewards import weighted_reward
 from grpo_lab.tokenizer import PAD   # batch padding under a False mask (any valid id)
 
@@ -312,6 +312,26 @@ def cat_scored(ss: list[Scored]) -> Scored:
 # ---- who samples the training rollout: TrainConfig.rollout names one (vllm_rollout.py adds
 # "vllm"; a kind's check says which settings it cannot run with, at the config's checks)
 
+@dataclass
+class Sampler:
+    """The ``sampler`` block (``--sampler.draw``): read by rollout kinds that name it (grpo_lab)."""
+    draw: str = "race"
+    """How a token is drawn (DRAWS): "race" (exponential race, V noise draws per token and
+    row) or "inverse_cdf" (one uniform per row; same distribution, other tokens for the same
+    seed). Both keep one generator per prompt."""
+    drop_finished: bool = True
+    """Take completions that emitted <eos> out of the decode batch (same tokens, less work)."""
+
+    def check(self, cfg):
+        lookup(DRAWS, self.draw, "sampler.draw")
+        if self != Sampler() and "sampler" not in lookup(ROLLOUTS, cfg.rollout, "rollout").settings:
+            raise ValueError(f"the sampler block is grpo_lab's sampler's; rollout={cfg.rollout!r} "
+                             f"does not read it: leave it at its defaults")
+
+
+register_settings("sampler", Sampler)
+
+
 @dataclass(frozen=True)
 class RolloutKind:
     """A rollout ``TrainConfig.rollout`` can name, with what the step and config.py call."""
@@ -319,16 +339,18 @@ class RolloutKind:
     scorer: Callable              # (policy, cfg, ctx) -> sample_and_score's signature
     check: Callable               # (cfg) -> None: raise on settings it cannot run
     description: str = ""
+    settings: tuple = ()          # the settings blocks it reads ("sampler")
 
 
 ROLLOUTS: dict[str, RolloutKind] = {}
 
 
 def register_rollout(name: str, scorer: Callable, check: Callable = lambda cfg: None,
-                     description: str = "") -> RolloutKind:
-    """Add a rollout kind ``scorer(policy, cfg, ctx) -> sample_and_score's signature``."""
+                     description: str = "", settings: tuple = ()) -> RolloutKind:
+    """Add a rollout kind ``scorer(policy, cfg, ctx) -> sample_and_score's signature``;
+    ``settings``: the names of the blocks it reads (``cfg.sampler``)."""
     check_new(ROLLOUTS, "rollout", name, scorer, lambda k: k.scorer)
-    ROLLOUTS[name] = RolloutKind(name, scorer, check, description)
+    ROLLOUTS[name] = RolloutKind(name, scorer, check, description, tuple(settings))
     return ROLLOUTS[name]
 
 
@@ -337,7 +359,8 @@ def _own_sampler(policy, cfg, ctx):
 
 
 register_rollout("grpo_lab", _own_sampler, description="rollout.sample: the KV cache shared by "
-                                                        "a prompt's G completions")
+                                                        "a prompt's G completions",
+                 settings=("sampler",))
 
 
 def rollout_scorer(policy, cfg, ctx) -> Callable:

@@ -197,7 +197,7 @@ def _ref_rows(policy, cfg, r, ctx) -> dict:
         return {}
     t = now()
     ref = completion_logprobs(ctx.ref, r, cfg.temperature,
-                              forward=UPDATE_FORWARDS[cfg.update_forward])
+                              forward=UPDATE_FORWARDS[cfg.speed.update_forward])
     add_time(ctx.clock, "time/ref_s", now() - t)
     return {"ref": ref}                                                    # (N_r, Tc)
 
@@ -271,8 +271,8 @@ def _trainer_rows(policy, cfg, r, ctx) -> dict:
     """The trainer's own log-probs of the sampled tokens: pi_old for truncated IS."""
     if not len(r.completion_ids):
         return {}
-    return {"old": completion_logprobs(policy, r, cfg.temperature,
-                                       forward=UPDATE_FORWARDS[cfg.update_forward])}  # (N_r, Tc)
+    forward = UPDATE_FORWARDS[cfg.speed.update_forward]
+    return {"old": completion_logprobs(policy, r, cfg.temperature, forward=forward)}  # (N_r, Tc)
 
 
 def _tis_stats(cfg, t: Tokens, w):

@@ -60,16 +60,17 @@ def _block(name: str, cls: type, value):
 
 
 def renamed_hint(name: str) -> str:
-    """The settings-block field a flat name stands for (" (now 'tis.cap')"), or the sub-config
-    field it names exactly ("fast_path": 'speed.fast_path'; "exchange.powersgd_rank":
-    'powersgd.rank'), or ""."""
+    """The settings-block field a flat name stands for (" (now 'tis.cap')", "policy_loss":
+    'loss.policy'), or the sub-config field it names exactly ("fast_path": 'speed.fast_path';
+    "exchange.powersgd_rank": 'powersgd.rank'), or ""."""
     import difflib
     from grpo_lab.registry import SETTINGS
     name = name.removeprefix("exchange.")        # its kinds' fields moved to their blocks
     dotted = [f"{b}.{f.name}" for b, cls in SETTINGS.items() for f in dataclasses.fields(cls)]
     subs = [f"{s.name}.{f.name}" for s in dataclasses.fields(TrainConfig) if s.name in SUB_CONFIGS
             for f in dataclasses.fields(s.default_factory())]
-    exact = [d for d in dotted + subs if d.split(".")[1] == name or d.replace(".", "_") == name]
+    exact = [d for d in dotted + subs if name in (d.split(".")[1], d.replace(".", "_"),
+                                                  "_".join(d.split(".")[::-1]))]
     near = exact or difflib.get_close_matches(name, dotted, n=1, cutoff=0.7)
     return f" (a settings block's field now: {near[0]!r})" if near else ""
 
@@ -125,28 +126,13 @@ class TrainConfig:
     """policy="hf": dtype, autocast, chat template, remote code, gradient checkpointing,
     sampling dtype and LoRA of the transformers model (see hf.HFConfig; --hf.dtype on the
     command line)."""
-    # ---- speed levers of the rollout and the update (issue 22; bench/bench_hf_speed.py)
-    sample_draw: str = "race"
-    """How the sampler draws a token (rollout.DRAWS): "race" (exponential race, V noise
-    draws per token and row) or "inverse_cdf" (one uniform per row; same distribution,
-    other tokens for the same seed). Both keep one generator per prompt."""
-    drop_finished: bool = True
-    """Take completions that emitted <eos> out of the decode batch (same tokens, less work)."""
     rollout: str = "grpo_lab"
     """Who samples the training rollout (rollout.ROLLOUTS): "grpo_lab" (rollout.sample) or
     "vllm" (vLLM in this process, the policy's weights pushed into it after each update; its
     log-probs are the sampler's, the trainer recomputes its own: needs tis.cap > 0, policy="hf",
     one process, and vLLM in its own environment, bench/bench_vllm.py --build_env DIR).
-    Evaluation always runs grpo_lab's sampler."""
-    update_forward: str = "prompt_once"
-    """The training forward (rollout.UPDATE_FORWARDS): "prompt_once" (each prompt once, its
-    KV cache shared by its G completions, logits only where a completion token is
-    predicted), "packed" (each prompt once with its G completions in one row under an
-    attention mask: one forward, so every weight gets one gradient GEMM instead of two added;
-    its attention spans prompt + G completions, so it pays for short completions, e.g. on
-    SmolLM2 with <= 16 tokens, BENCHMARKS.md section 15), "completion" (prompt + completion
-    per row, logits on the completion only, TRL's logits_to_keep) or "all_positions" (logits
-    everywhere). Same log-probs."""
+    Evaluation always runs grpo_lab's sampler. Its settings: the ``sampler`` block
+    (rollout.Sampler: ``--sampler.draw``); the training forward is ``speed.update_forward``."""
     out_dir: str = "runs/demo"
     """Folder for metrics.jsonl, checkpoint.safetensors, config.json (the run's resolved
     config: --config out_dir/config.json runs it again), report.png and report.md."""
@@ -209,21 +195,12 @@ class TrainConfig:
     """A named method as its paper defines it (one of methods.METHODS: "grpo", "dr_grpo",
     "dapo", "gspo", "cispo", "reinforce_pp_baseline"): sets the fields that paper sets; a
     field given another non-default value is an error. "" = the fields as they are."""
-    policy_loss: str = "clip"
-    """The policy-gradient surrogate (one of loss.POLICY_LOSSES): "clip" (PPO/GRPO),
-    "two_sided" (INTELLECT-2, needs clip.delta), "cispo" (MiniMax-M1's clipped IS weight)."""
-    ratio_level: str = "token"
-    """Importance ratio of the clipped surrogate (one of loss.RATIO_LEVELS): "token" (GRPO) or
-    "sequence" (GSPO, Zheng et al. 2025: the length-normalised sequence ratio, clipped per
-    completion; GSPO's paper used eps 3e-4 / 4e-4, set clip.eps_low / clip.eps_high yourself)."""
     advantage: str = "grpo"
     """Group-relative advantage estimator (one of advantages.ADVANTAGES)."""
     supervision: str = "outcome"
     """"outcome": one reward per completion, its advantage on every token (DeepSeekMath
     4.1.2); "process": a reward per answer character (rewards.step_rewards), advantages
     from advantages.process_advantages (4.1.3)."""
-    aggregation: str = "seq_mean_token_mean"
-    """Loss aggregation (one of loss.AGGREGATIONS)."""
     reward_weights: dict = field(default_factory=lambda: {"accuracy": 1.0, "partial": 0.5,
                                                           "format": 0.1})
     """Weights of the reward functions, as name=weight pairs (names from rewards.REWARDS)."""
@@ -285,8 +262,8 @@ class TrainConfig:
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
     blocks: dict = field(default_factory=dict)
-    """The settings blocks of the records (registry.SETTINGS: ``group``, ``clip``, ``kl``,
-    ``tis``, ``overlong``, a plugin variant's or grouper's), each read as ``cfg.<name>`` and
+    """The settings blocks of the records (registry.SETTINGS: ``group``, ``loss``, ``clip``,
+    ``kl``, ``tis``, ``overlong``, a plugin variant's or grouper's), each read as ``cfg.<name>`` and
     given by its name: ``TrainConfig(tis={"cap": 2})``, ``--tis.cap 2``, ``{"tis": {"cap": 2}}``."""
 
     def __init__(self, **given):
@@ -358,11 +335,6 @@ class TrainConfig:
         fields_finite(self, "top_p")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
-        if self.advantage == "dr_grpo" and self.aggregation != "dr_grpo":
-            raise ValueError(f"advantage='dr_grpo' with aggregation={self.aggregation!r} is half "
-                             f"of Dr. GRPO (its per-sequence 1/|o_i| stays): use "
-                             f"method='dr_grpo' for the method, or advantage='mean_centred' "
-                             f"for its advantage alone")
         if self.answer_format != "raw" and not self.max_new_tokens:
             self.max_new_tokens = 64                 # a sentence, not the toy's answer + 2
         lookup(("constant", "cosine"), self.lr_schedule, "lr_schedule")
@@ -394,11 +366,9 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
     fields only, so building one loads none of these records)."""
     from grpo_lab.agents import step as agents  # noqa: F401 (environments, objective "agent")
     from grpo_lab.algorithm.advantages import ADVANTAGES
-    from grpo_lab.algorithm.loss import AGGREGATIONS, RATIO_LEVELS
     from grpo_lab.algorithm import vllm_rollout  # noqa: F401 (its kind registers)
-    from grpo_lab.algorithm.rollout import DRAWS, ROLLOUTS
+    from grpo_lab.algorithm.rollout import ROLLOUTS
     from grpo_lab.distributed.exchanges import check_exchange
-    from grpo_lab.policies.engine import UPDATE_FORWARDS
     from grpo_lab.policies.policy import check_policy
     from grpo_lab.tasks import TASKS, countdown, word_problems  # noqa: F401 (they register their families)
     from grpo_lab.tasks.instruct import check_config as check_instruct
@@ -410,14 +380,10 @@ def check_records(cfg: TrainConfig) -> TrainConfig:
         return cfg
     check_exchange(cfg)                       # first: the others read its capabilities
     check_policy(cfg)
-    lookup(DRAWS, cfg.sample_draw, "sample_draw")
-    lookup(UPDATE_FORWARDS, cfg.update_forward, "update_forward")
     lookup(ROLLOUTS, cfg.rollout, "rollout").check(cfg)
     for t in cfg.task_names:
         lookup(TASKS, t, "task", f"in task={cfg.task!r}: several join by commas, or 'mixture'")
     lookup(ADVANTAGES, cfg.advantage, "advantage")
-    lookup(AGGREGATIONS, cfg.aggregation, "aggregation")
-    lookup(RATIO_LEVELS, cfg.ratio_level, "ratio_level")
     cfg.speed.check(cfg)
     for block in cfg.blocks.values():      # each record's settings check themselves
         if hasattr(block, "check"):

@@ -78,7 +78,7 @@ def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
     dev = logp.device
     m = r.completion_mask.to(dev)
     pg_loss, stats = grpo_loss(logp, r.logprobs.to(dev), batch.advantages.to(dev), m, cfg.clip,
-                               cfg.kl, aggregation=cfg.aggregation, max_len=max_new_tokens(cfg),
+                               cfg.kl, aggregation=cfg.loss.aggregation, max_len=max_new_tokens(cfg),
                                ref_logp=batch.ref_logprobs)
     returns = batch.returns.to(dev)
     vf_loss = value_loss(values, batch.old_values.to(dev), returns, m, cfg.ppo.vf_clip)

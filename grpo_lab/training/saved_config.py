@@ -21,7 +21,8 @@ def upgrade_saved(d: dict) -> dict:
     "sequence_mask" was the geometric-mean rejection with the rejected tokens kept in the
     normaliser (a saved tis block without floor), now TRL's sequence_mask."""
     clip, tis = d.get("clip"), d.get("tis")
-    if d.get("policy_loss") == "cispo" and isinstance(clip, dict) and "cispo_cap" not in clip:
+    cispo = (d.get("loss") or {}).get("policy") == "cispo"
+    if cispo and isinstance(clip, dict) and "cispo_cap" not in clip:
         clip = {k: v for k, v in clip.items() if k not in ("eps_low", "eps_high")}
         d = {**d, "clip": {**clip, "cispo_cap": 1 + d["clip"].get("eps_high", 0.28)}}
     if isinstance(tis, dict) and tis.get("level") == "sequence_mask" and "floor" not in tis:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from grpo_lab.registry import lookup
+
 FAST_PATHS = ("", "probe")
 """SpeedConfig.fast_path's values."""
 
@@ -34,6 +36,15 @@ class SpeedConfig:
     t-1). Step t's completions then come from the weights k updates old (async/staleness);
     tis.cap recomputes pi_old on the current weights and weights the drift by truncated IS.
     GRPO and PPO, without dynamic sampling; a resumed run keeps it (it changes the numbers)."""
+    update_forward: str = "prompt_once"
+    """The training forward (engine.UPDATE_FORWARDS), whoever sampled: "prompt_once" (each
+    prompt once, its KV cache shared by its G completions, logits only where a completion
+    token is predicted), "packed" (each prompt once with its G completions in one row under an
+    attention mask: one forward, so every weight gets one gradient GEMM instead of two added;
+    its attention spans prompt + G completions, so it pays for short completions, e.g. on
+    SmolLM2 with <= 16 tokens, BENCHMARKS.md section 15), "completion" (prompt + completion
+    per row, logits on the completion only, TRL's logits_to_keep) or "all_positions" (logits
+    everywhere). Same log-probs."""
 
     def __post_init__(self):
         if self.fast_path not in FAST_PATHS:
@@ -51,6 +62,8 @@ class SpeedConfig:
 
     def check(self, cfg) -> None:
         """What these settings need of the run (config.check_records asks)."""
+        from grpo_lab.policies.engine import UPDATE_FORWARDS
+        lookup(UPDATE_FORWARDS, self.update_forward, "speed.update_forward")
         if self.fast_path and cfg.policy != "hf":
             raise ValueError(f"speed.fast_path={self.fast_path!r} probes a transformers "
                              f"model's settings; policy={cfg.policy!r} has none: use policy='hf'")

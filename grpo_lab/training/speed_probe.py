@@ -123,7 +123,7 @@ def cache_path(cfg) -> Path:
     """The record of ``cfg``'s probe on this machine (its key: module docstring)."""
     key = {"machine": machine_id(), "model": str(cfg.base_checkpoint), "lora_r": cfg.hf.lora_r,
            "chat_template": cfg.hf.chat_template, "task": cfg.task,
-           "answer_format": cfg.answer_format, "update_forward": cfg.update_forward,
+           "answer_format": cfg.answer_format, "update_forward": cfg.speed.update_forward,
            "shape": _shape(cfg), "version": VERSION}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     name = Path(str(cfg.base_checkpoint).rstrip("/\\")).name or "model"
@@ -155,7 +155,7 @@ def _update(policy, r, cfg) -> None:
     policy.train()
     policy.zero_grad(set_to_none=True)
     logp = completion_logprobs(policy, r, cfg.temperature,
-                               forward=UPDATE_FORWARDS[cfg.update_forward])             # (N, Tc)
+                               forward=UPDATE_FORWARDS[cfg.speed.update_forward])       # (N, Tc)
     adv = torch.linspace(-1, 1, logp.shape[0])                                          # (N,)
     (logp * adv[:, None] * r.completion_mask).sum().backward()
     policy.zero_grad(set_to_none=True)
@@ -199,8 +199,9 @@ def probe(cfg, rounds: int = 2, threads: list[int] | None = None) -> dict:
     policy = load_for(base)
     ps = _prompts(policy, cfg, shape["B"])
     gens = lambda: prompt_generators(cfg.seed, 0, 0, range(len(ps)))    # noqa: E731
+    draw, drop = DRAWS[cfg.sampler.draw], cfg.sampler.drop_finished
     r = sample(policy, ps, shape["G"], shape["max_new"], cfg.temperature,
-               generator=gens(), draw=DRAWS[cfg.sample_draw], drop_finished=cfg.drop_finished)
+               generator=gens(), draw=draw, drop_finished=drop)
     errors = _accuracy(policy, r, cfg)
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
 
@@ -208,7 +209,7 @@ def probe(cfg, rounds: int = 2, threads: list[int] | None = None) -> dict:
         def go():
             _set_mode(policy, **ROLLOUT_MODES[mode])
             sample(policy, ps, shape["G"], shape["max_new"], cfg.temperature,
-                   generator=gens(), draw=DRAWS[cfg.sample_draw], drop_finished=cfg.drop_finished)
+                   generator=gens(), draw=draw, drop_finished=drop)
         return go
 
     def update(mode):

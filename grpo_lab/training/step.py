@@ -194,7 +194,8 @@ def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
     return examples, ctx.score(policy, [examples[i] for i in ctx.mine], cfg.group_size,
                                ctx.max_new, ctx.rewards, cfg.temperature, cfg.top_k or None,
                                generator=prompt_generators(cfg.seed, step, d, ctx.mine),
-                               draw=DRAWS[cfg.sample_draw], drop_finished=cfg.drop_finished,
+                               draw=DRAWS[cfg.sampler.draw],
+                               drop_finished=cfg.sampler.drop_finished,
                                clock=ctx.clock, top_p=cfg.top_p)
 
 
@@ -372,7 +373,7 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     if n == 0 or not batch.n_tokens:               # no row, or (overlong "mask") no token kept
         return _zero_loss(policy), dict.fromkeys(keys, 0.0)
     logp, entropy = completion_logprobs(policy, r, cfg.temperature, return_entropy=True,
-                                        forward=UPDATE_FORWARDS[cfg.update_forward],
+                                        forward=UPDATE_FORWARDS[cfg.speed.update_forward],
                                         entropy_grad=bool(cfg.entropy_bonus.coef))
     dev = logp.device                                    # the batch is kept on the CPU
     keep, counted, m = keep.to(dev), counted.to(dev), r.policy_mask.to(dev)  # (N_r,) x2, (N_r, Tc)
@@ -386,15 +387,15 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
                     else _rows_of(t, w, counted))  # the counted rows only
     loss, stats = surrogate_loss(                  # checked: TrainConfig checked the settings
         mine.logp, mine.old, mine.advantages, mine.mask,
-        cfg.clip, cfg.aggregation, batch.max_len or max_new_tokens(cfg), cfg.ratio_level,
-        cfg.policy_loss, mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None],
+        cfg.clip, cfg.loss.aggregation, batch.max_len or max_new_tokens(cfg),
+        cfg.loss.ratio_level, cfg.loss.policy, mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None],
         checked=True)
     n_tok = int(kept.sum())
     stats["policy/entropy"] = float(entropy.detach()[kept].sum()) / max(n_tok, 1)
     for v in variants:
         if v.stats is not None:
             stats.update(v.stats(cfg, t._replace(mask=kept), w))
-    per_rows = AGGREGATIONS[cfg.aggregation].per == "rows"     # what its normaliser counts
+    per_rows = AGGREGATIONS[cfg.loss.aggregation].per == "rows"     # what its normaliser counts
     share = n / batch.n_rows if per_rows else n_tok / batch.n_tokens       # 1.0 on one process
     shares = {k: stats[k] * (share if k == "loss/total" else n_tok / batch.n_tokens) for k in keys}
     return loss * (world * share), shares

@@ -50,17 +50,18 @@ CONVERTED = {
     # TRL: epsilon is the lower clip, and the upper one unless epsilon_high is given
     "epsilon": lambda v: {"clip.eps_low": v, "clip.eps_high": v},
     "loss_type": _choice("loss_type", {
-        "grpo": {"aggregation": "seq_mean_token_mean"},
-        "dapo": {"aggregation": "token_mean"},          # over the step's tokens, all ranks
-        "dr_grpo": {"aggregation": "dr_grpo"},          # constant: max_completion_length
+        "grpo": {"loss.aggregation": "seq_mean_token_mean"},
+        "dapo": {"loss.aggregation": "token_mean"},          # over the step's tokens, all ranks
+        "dr_grpo": {"loss.aggregation": "dr_grpo"},          # constant: max_completion_length
         # TRL 1.16 _compute_loss: -clamp(coef_1, max=epsilon_high).detach() * A * logp, over
         # num_items_in_batch (the global tokens); epsilon_high is the cap: cispo_cap()
-        "cispo": {"policy_loss": "cispo", "aggregation": "token_mean"}}),
+        "cispo": {"loss.policy": "cispo", "loss.aggregation": "token_mean"}}),
     "scale_rewards": _choice("scale_rewards", {
         "group": {"advantage": "grpo"}, True: {"advantage": "grpo"},
         "none": {"advantage": "mean_centred"}, False: {"advantage": "mean_centred"}}),
     "importance_sampling_level": _choice("importance_sampling_level", {
-        "token": {"ratio_level": "token"}, "sequence": {"ratio_level": "sequence"}}),
+        "token": {"loss.ratio_level": "token"},
+        "sequence": {"loss.ratio_level": "sequence"}}),
     "mask_truncated_completions": _choice("mask_truncated_completions", {
         True: {"overlong.rule": "mask"}, False: {"overlong.rule": "none"}}),
     "lr_scheduler_type": _choice("lr_scheduler_type", {"constant": {"lr_schedule": "constant"}}),
