@@ -58,12 +58,16 @@ from pathlib import Path
 
 import torch
 
+from grpo_lab.algorithm.rollout import Rollout, Scored
+from grpo_lab.tasks import Example
 from grpo_lab.training.step import StepContext, score_draw
 
 ASYNC_OBJECTIVES = ("grpo", "ppo")
 """Objectives whose collect samples through step.score_draw (ctx.score), once per step."""
 
 PENDING = "async_pending.rank{rank}.pt"
+PENDING_TYPES = [Example, Scored, Rollout]
+"""The project's plain records a pending rollout holds: all that loading it may build."""
 
 
 def check(cfg) -> None:
@@ -205,8 +209,10 @@ class AsyncRollout:
 
     def _load(self, resume_step: int) -> None:
         """The pending rollouts of the checkpoint of step ``resume_step - 1``."""
-        saved = (torch.load(self.path, weights_only=False)
-                 if self.path is not None and self.path.exists() else None)
+        saved = None
+        if self.path is not None and self.path.exists():
+            with torch.serialization.safe_globals(PENDING_TYPES):   # weights_only: no code
+                saved = torch.load(self.path, weights_only=True)
         want = {"after_step": resume_step - 1, "world": self.ctx.group.world, "k": self.k}
         if saved is None or {k: saved.get(k) for k in want} != want:
             warnings.warn(f"no pending async rollouts for {want} at {self.path}: steps "
