@@ -177,7 +177,8 @@ RATIO_LEVELS = {"token": token_ratio, "sequence": sequence_ratio}
 
 @dataclass
 class Loss:
-    """Which siblings the loss is made of (``--loss.policy cispo``); their numbers: ``clip``."""
+    """Which functions make the loss: its surrogate, ratio level and aggregation (``--loss.policy
+    cispo``); the numbers they read: ``clip``."""
     policy: str = "clip"
     """The policy-gradient surrogate (one of POLICY_LOSSES): "clip" (PPO/GRPO), "two_sided"
     (INTELLECT-2, needs clip.delta), "cispo" (MiniMax-M1's clipped IS weight)."""
