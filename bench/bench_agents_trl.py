@@ -324,7 +324,7 @@ def main(argv=None) -> None:
     cfg = TrainConfig(objective="agent", task="calculator", policy="hf", base_checkpoint=a.model,
                       hf={"chat_template": a.chat}, system_prompt=SYSTEM if a.chat else "",
                       prompts_per_step=a.B, group_size=a.G, lr=a.lr, temperature=a.temperature,
-                      kl={"beta": 0.0}, dynamic_sampling=False, warmup_steps=0,
+                      kl={"beta": 0.0}, dynamic={"sampling": False}, warmup_steps=0,
                       lr_schedule="constant", weight_decay=0.0, steps=1, seed=a.seed,
                       eval_every=0, eval_size=0, time_budget_s=0.0, threads=a.threads)
     s = setup(cfg)

@@ -43,7 +43,7 @@ def run_one(preset: str, seed: int, mode: str, steps: int, cores: int, eval_size
     threads = {"sync": cores, "sync_1t": 1, "async": max(1, cores - 1)}[mode]
     cfg = make(preset, **{"seed": seed, "steps": steps, "eval_every": 0, "eval_size": eval_size,
                           "ckpt_every": 10_000, "time_budget_s": 0.0, "target_accuracy": 0.0,
-                          "dynamic_sampling": False, "threads": threads, "speed": speed,
+                          "dynamic": {"sampling": False}, "threads": threads, "speed": speed,
                           "out_dir": tempfile.mkdtemp(prefix=f"bench_async_{mode}_"), **extra})
     history = train(cfg, progress=False)
     queue.put([{k: v for k, v in h.items() if not isinstance(v, (dict, list))} for h in history])

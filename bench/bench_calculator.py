@@ -112,7 +112,7 @@ def main(argv=None):
     cfg = TrainConfig(objective="agent", task="calculator", policy="hf", base_checkpoint=a.model,
                       hf={"chat_template": not a.no_chat}, system_prompt=system,
                       prompts_per_step=a.prompts, group_size=a.group, lr=a.lr,
-                      temperature=a.temperature, kl={"beta": 0.0}, dynamic_sampling=False,
+                      temperature=a.temperature, kl={"beta": 0.0}, dynamic={"sampling": False},
                       warmup_steps=0, lr_schedule="constant", steps=a.steps, seed=a.seed,
                       eval_every=a.eval_every, eval_size=a.eval_size, ckpt_every=1000, threads=a.threads,
                       time_budget_s=0.0, out_dir=a.out)

@@ -45,7 +45,7 @@ STRATEGIES = {  # name -> TrainConfig overrides (the notebook uses the same dict
     "mixed": {"grouping": "mixed"},
     "kmeans, reclustered every 10, k 3->14": {"grouping": "kmeans_semantic", "group": {
         "k": 14, "recluster_every": 10, "schedule": True}},
-    "by_prompt + dynamic sampling": {"dynamic_sampling": True},
+    "by_prompt + dynamic sampling": {"dynamic": {"sampling": True}},
 }
 OPT_IN = {  # run only when named in --only: claim 12's literal schedule (5 -> 20 groups, +20% per
     # re-fit) against its fixed count (BENCHMARKS.md section 14)

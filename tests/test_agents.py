@@ -317,8 +317,8 @@ def test_a_study_compares_mtgrpo_with_episode_credit(tmp_path):
     plugin = _turn_reward_plugin()
     arms = study_arms([["episode", "task=turn_reward_episode"], ["mtgrpo", "task=turn_reward"]])
     assert arms == {"episode": {"task": "turn_reward_episode"}, "mtgrpo": {"task": "turn_reward"}}
-    base_cfg = {"objective": "agent", "dynamic_sampling": False, "kl": {"beta": 0.0}, "lr": 3e-4,
-                "temperature": 1.0, "prompts_per_step": 4, "group_size": 4, "steps": 2,
+    base_cfg = {"objective": "agent", "dynamic": {"sampling": False}, "kl": {"beta": 0.0},
+                "lr": 3e-4, "temperature": 1.0, "prompts_per_step": 4, "group_size": 4, "steps": 2,
                 "eval_every": 0, "eval_size": 0, "ckpt_every": 10, "threads": 1,
                 "plugins": plugin}
     res = run_experiment(arms, seeds=(0,), base=base_cfg, processes=1, progress=False)
@@ -423,8 +423,8 @@ def test_objectives_refuse_what_they_cannot_train():
         check_records(TrainConfig(objective="agent", task="addition"))
     with pytest.raises(ValueError, match="loss.aggregation='dr_grpo'"):
         check_records(TrainConfig(objective="agent", task="guess", loss={"aggregation": "dr_grpo"}))
-    with pytest.raises(ValueError, match="dynamic_sampling"):
-        check_records(TrainConfig(objective="agent", task="guess", dynamic_sampling=True))
+    with pytest.raises(ValueError, match="dynamic.sampling"):
+        check_records(TrainConfig(objective="agent", task="guess", dynamic={"sampling": True}))
     with pytest.raises(ValueError, match="rollout='vllm'"):
         check_records(TrainConfig(objective="agent", task="guess", rollout="vllm", policy="hf",
                     base_checkpoint="data/hf_tiny", tis={"cap": 2.0}))
@@ -444,7 +444,7 @@ def test_vllm_rollout_with_the_agent_objective_names_both_values(capsys):
             check_records(TrainConfig(objective="agent", task="guess", rollout="vllm", **extra))
     from grpo_lab.cli import main
     assert main(["train", "--objective", "agent", "--task", "guess", "--rollout", "vllm",
-                 "--dynamic_sampling", "false"]) == 2
+                 "--dynamic.sampling", "false"]) == 2
     assert "rollout='vllm'" in capsys.readouterr().err
     assert main(["train", "--objective", "ppo", "--task", "guess"]) == 2
     assert "objective='ppo'" in capsys.readouterr().err
@@ -469,7 +469,7 @@ def test_train_from_the_command_line_raises_the_reward(tmp_path, capsys):
     plugin = str(Path(__file__).resolve().parent / "plugins" / "second_turn_env.py")
     out = tmp_path / "run"
     code = main(["train", "--plugin", plugin, "--objective", "agent", "--task", "second_turn",
-                 "--dynamic_sampling", "false", "--steps", "30", "--prompts_per_step", "8",
+                 "--dynamic.sampling", "false", "--steps", "30", "--prompts_per_step", "8",
                  "--group_size", "8", "--lr", "1e-3", "--kl.beta", "0", "--warmup_steps", "0",
                  "--lr_schedule", "constant", "--eval_size", "0", "--threads", "1",
                  "--out_dir", str(out)])

@@ -50,10 +50,10 @@ def test_held_out_is_fixed_and_distinct():
 
 def test_agent_objective_takes_hf_and_refuses_an_answer_format():
     check_records(TrainConfig(objective="agent", task="calculator", policy="hf",
-                              base_checkpoint="data/hf_tiny", dynamic_sampling=False))
+                              base_checkpoint="data/hf_tiny", dynamic={"sampling": False}))
     with pytest.raises(ValueError, match="answer_format='number'"):
         check_records(TrainConfig(objective="agent", task="calculator", policy="hf",
-                                  base_checkpoint="data/hf_tiny", dynamic_sampling=False,
+                                  base_checkpoint="data/hf_tiny", dynamic={"sampling": False},
                                   answer_format="number"))
 
 
@@ -100,7 +100,7 @@ def test_hf_environment_tokens_get_exactly_zero_gradient(mask):
                 loss_mask=own if mask == "loss_mask" else None)
     s = Scored(ep.scored.examples, r, ep.scored.rewards, ep.scored.parts, ep.scored.texts)
     cfg = TrainConfig(objective="agent", task="add_retry", policy="hf",
-                      base_checkpoint="data/hf_tiny", dynamic_sampling=False,
+                      base_checkpoint="data/hf_tiny", dynamic={"sampling": False},
                       kl={"beta": 0.0}, speed={"update_forward": "completion"}, eval_size=0,
                       temperature=1.0)
     A = torch.tensor([1.0, -1.0] * 6)                                     # (12,) none zero

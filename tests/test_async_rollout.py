@@ -17,7 +17,7 @@ from tolerance import mean_tol
 # tis.cap: pi_old recomputed on the current weights, so the loss reads both log-probs.
 # beta 0: k3's exp(ref - logp) on tokens the stale policy sampled reached 3e7 at lr 1e-3
 RUN = dict(prompts_per_step=4, group_size=4, steps=5, eval_size=0, eval_every=0, threads=1,
-           time_budget_s=0.0, dynamic_sampling=False, lr=3e-4, warmup_steps=0,
+           time_budget_s=0.0, dynamic={"sampling": False}, lr=3e-4, warmup_steps=0,
            tis={"cap": 2.0}, kl={"beta": 0.0})
 
 
@@ -132,7 +132,7 @@ def test_bad_async_steps_is_an_error(tmp_path, value):
 
 
 @pytest.mark.parametrize("kw, says", [
-    ({"dynamic_sampling": True}, "dynamic_sampling=True"),
+    ({"dynamic": {"sampling": True}}, "dynamic.sampling=True"),
     ({"objective": "supervised"}, "objective='supervised'"),
     ({"exchange": {"name": "fsdp2"}}, "exchange.name='fsdp2'"),
 ])

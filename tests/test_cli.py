@@ -38,6 +38,8 @@ def test_every_field_documented_and_in_help():
                                       ("--aggregation", "loss.aggregation"),
                                       ("--sample_draw", "sampler.draw"),
                                       ("--drop_finished", "sampler.drop_finished"),
+                                      ("--dynamic_sampling", "dynamic.sampling"),
+                                      ("--dynamic_max_draws", "dynamic.max_draws"),
                                       ("--update_forward", "speed.update_forward")])
 def test_an_old_flat_flag_is_argparses_error_naming_the_new_one(old, new, capsys):
     with pytest.raises(SystemExit) as e:
@@ -47,6 +49,35 @@ def test_an_old_flat_flag_is_argparses_error_naming_the_new_one(old, new, capsys
     assert f"unrecognized arguments: {old} 2" in err and f"'{new}'" in err
     with pytest.raises(TypeError, match=f"unexpected keyword argument '{old[2:]}'.*'{new}'"):
         check_records(TrainConfig(**{old[2:]: 2}))
+
+
+def test_the_old_dynamic_sampling_key_names_the_dynamic_block(capsys, tmp_path):
+    """{"dynamic_sampling": true} as a config key: a config dict, a config file and a study
+    arm each fail naming dynamic.sampling (the flag and the keyword: the test above)."""
+    from grpo_lab.cli import read_config_file, study_arms
+    from grpo_lab.training.config import from_dict, preset, to_dict
+    for build in (lambda: preset("quick", dynamic_sampling=True),
+                  lambda: from_dict({"dynamic_sampling": True})):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'dynamic_sampling'.*"
+                                            "'dynamic.sampling'"):
+            build()
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"dynamic_sampling": True}))
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --dynamic_sampling=true" in err and "'dynamic.sampling'" in err
+    with pytest.raises(ValueError, match="unknown config field 'dynamic_sampling'.*"
+                                         "'dynamic.sampling'"):
+        study_arms([["dapo", "dynamic_sampling=true"]])
+    # the new names, each way
+    path.write_text(json.dumps({"dynamic": {"sampling": True, "max_draws": 3}}))
+    assert read_config_file(path)[1]["dynamic"] == {"sampling": True, "max_draws": 3}
+    assert study_arms([["dapo", "dynamic.sampling=true", "dynamic.max_draws=3"]]) == \
+        {"dapo": {"dynamic": {"sampling": True, "max_draws": 3}}}
+    c = preset("quick", dynamic={"sampling": True})
+    assert (c.dynamic.sampling, c.dynamic.max_draws) == (True, 4)
+    assert to_dict(c)["dynamic"] == {"sampling": True, "max_draws": 4}
+    assert from_dict(to_dict(c)).dynamic == c.dynamic
 
 
 @pytest.mark.parametrize("old, new", [("exchange.preset", "compression.preset"),

@@ -135,7 +135,7 @@ def test_bad_values_are_one_line_with_exit_2(tmp_path, capsys, flags, msg):
 @pytest.mark.parametrize("text", ["ture", "2", "maybe", ""])
 def test_bools_parse_strictly(tmp_path, capsys, text):
     with pytest.raises(SystemExit) as e:
-        main(["train", "--dynamic_sampling", text, "--out_dir", str(tmp_path)])
+        main(["train", "--dynamic.sampling", text, "--out_dir", str(tmp_path)])
     assert e.value.code == 2 and f"expected true/false, 1/0 or yes/no, got {text!r}" in \
         capsys.readouterr().err
 

@@ -3,7 +3,7 @@ from grpo_lab.algorithm import health
 from grpo_lab.algorithm.health import diagnose, report_lines, timeline
 
 CFG = {"reward_weights": {"accuracy": 1.0, "format": 0.5}, "max_new_tokens": 24,
-       "prompts_per_step": 8, "dynamic_sampling": True, "dynamic_max_draws": 4}
+       "prompts_per_step": 8, "dynamic": {"sampling": True, "max_draws": 4}}
 
 
 def steps(n, **metrics):
@@ -93,13 +93,13 @@ def test_timeline_and_report_name_the_steps_covered():
 def test_the_trainer_says_it_on_a_constant_reward_and_the_report_lists_it(tmp_path, monkeypatch,
                                                                          capsys):
     from grpo_lab.tasks.rewards import REWARDS
-    from grpo_lab.training.config import preset
+    from grpo_lab.training.config import preset, to_dict
     from grpo_lab.training.report import write_report
     from grpo_lab.training.trainer import train
 
     monkeypatch.setitem(REWARDS, "never", lambda c, e, s: [0.0] * len(c))
     cfg = preset("quick", steps=12, eval_size=8, eval_every=0, threads=1, out_dir=str(tmp_path),
-                 reward_weights={"never": 1.0}, dynamic_sampling=True, dynamic_max_draws=2)
+                 reward_weights={"never": 1.0}, dynamic={"sampling": True, "max_draws": 2})
     history = train(cfg, progress=True)
     got = capsys.readouterr()
     err = got.out + got.err                       # the bar on stderr, the findings on stdout
@@ -108,6 +108,6 @@ def test_the_trainer_says_it_on_a_constant_reward_and_the_report_lists_it(tmp_pa
     assert "dynamic_sampling_exhausted: dynamic sampling ran out of draws in 10 of the last 10" in err
     steps_ = [h for h in history if h["step"] >= 0]
     assert all(h["sample/topped_up"] == 8 and h["sample/draws"] == 2 for h in steps_)
-    md = write_report(history, tmp_path, {**cfg.__dict__, "exchange": {}}).read_text()
+    md = write_report(history, tmp_path, to_dict(cfg)).read_text()
     assert "**equal_rewards** (steps 9-11, 3 checks)" in md
     assert "## Samples (greedy, held-out)" in md and "| step -1 | step 11 |" in md

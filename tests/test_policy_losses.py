@@ -327,7 +327,7 @@ def test_dr_grpo_is_one_switch_and_half_of_it_is_refused():
 def test_methods_set_their_fields_and_refuse_a_third_value():
     assert preset("quick", method="grpo").clip.eps_high == 0.2               # the paper's symmetric clip
     d = preset("quick", method="dapo")
-    assert (d.loss.aggregation, d.dynamic_sampling, d.overlong.rule, d.kl.beta) == (
+    assert (d.loss.aggregation, d.dynamic.sampling, d.overlong.rule, d.kl.beta) == (
         "token_mean", True, "soft", 0.0)
     assert preset("quick", method="cispo").loss.policy == "cispo"
     assert preset("quick", method="gspo").loss.ratio_level == "sequence"

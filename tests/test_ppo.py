@@ -124,8 +124,8 @@ def test_ppo_resume_is_exact(tmp_path, critic, vf_lr):     # vf_lr 1e-3: the cri
 
 
 def test_ppo_bad_config_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="objective='ppo' does not support dynamic_sampling"):
-        _ppo_cfg(tmp_path, dynamic_sampling=True)
+    with pytest.raises(ValueError, match="objective='ppo' does not support dynamic.sampling=True"):
+        _ppo_cfg(tmp_path, dynamic={"sampling": True})
     with pytest.raises(ValueError, match="vf_coef must be >= 0, got -1"):
         _ppo_cfg(tmp_path, ppo={"vf_coef": -1.0})
     with pytest.raises(ValueError, match="ppo.gamma and ppo.gae_lambda in \\[0, 1\\]"):

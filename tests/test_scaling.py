@@ -25,7 +25,7 @@ from tolerance import mean_tol
 # must be decided on the global batch. 7 prompts split 4+3 and 3+2+2 (uneven on purpose).
 # adam_eps 1e-6: see tests/test_exchanges.py (rounding noise on exactly-zero gradients).
 RUN = dict(prompts_per_step=7, group_size=4, steps=4, grouping="kmeans_semantic", group={"k": 2},
-           dynamic_sampling=True, dynamic_max_draws=2, mu=2, loss={"aggregation": "token_mean"},
+           dynamic={"sampling": True, "max_draws": 2}, mu=2, loss={"aggregation": "token_mean"},
            lr=3e-4, warmup_steps=0, adam_eps=1e-6, eval_size=10, eval_every=0, ckpt_every=2, time_budget_s=0.0, threads=1)
 LOSSLESS = {"allreduce": {"exchange": {"name": "allreduce"}},
             "sharded_fp32": {"exchange": {"name": "sharded_compressed"},
@@ -189,7 +189,7 @@ def test_command_lines_run_two_processes(tmp_path, how):
 
 def test_process_supervision_is_the_same_on_2_processes(tmp_path):
     # per-token advantages normalised over a group's steps: gathered ragged step rewards
-    kw = dict(supervision="process", grouping="by_task", dynamic_sampling=False, mu=1,
+    kw = dict(supervision="process", grouping="by_task", dynamic={"sampling": False}, mu=1,
               task="addition,sort", steps=2, ckpt_every=2)
     one = train(cfg(tmp_path / "one", **kw), progress=False)
     spawn_train([cfg(tmp_path / "two", **kw)], 2, run_timeout_s=300)

@@ -144,7 +144,7 @@ def test_mixture_run_logs_per_task_accuracy_and_group_diagnostics(tmp_path):
 def test_resume_is_exact_with_reclustering_and_dynamic_sampling(tmp_path):
     kw = dict(MIX, grouping="kmeans_semantic", group={"k": 8, "recluster_every": 2,
                                                       "schedule": True},
-              dynamic_sampling=True, dynamic_max_draws=2, ckpt_every=3)
+              dynamic={"sampling": True, "max_draws": 2}, ckpt_every=3)
     full = train(cfg(tmp_path / "a", steps=5, **kw), progress=False)
 
     def die(m, policy):
@@ -163,7 +163,7 @@ def test_resume_is_exact_with_reclustering_and_dynamic_sampling(tmp_path):
 
 
 def test_dynamic_sampling_keeps_b_prompts_with_reward_variance(tmp_path):
-    c = cfg(tmp_path, steps=1, dynamic_sampling=True, dynamic_max_draws=6, **MIX)
+    c = cfg(tmp_path, steps=1, dynamic={"sampling": True, "max_draws": 6}, **MIX)
     policy = load_policy(c.base_checkpoint)
     held_out = {e.prompt for t in c.task_names for e in load_eval(t)}
     batch = collect(policy, c, 0, StepContext(prompt_source(c, held_out), make_grouper(c), policy))
@@ -197,7 +197,9 @@ def test_dynamic_sampling_keeps_b_prompts_with_reward_variance(tmp_path):
      "group.combine='cluster'"),
     (dict(task="mixture,count"), "unknown task 'mixture'; known: \\[.*\\] \\(in task='mixture,count'"),
     (dict(task="count,count"), "names a task twice"),
-    (dict(dynamic_max_draws=0), "dynamic_max_draws must be > 0"),
+    (dict(dynamic={"max_draws": 0}), "dynamic.max_draws must be a positive int .*, got 0"),
+    (dict(dynamic={"max_draws": 2.5}), "dynamic.max_draws must be a positive int .*, got 2.5"),
+    (dict(dynamic={"max_draws": True}), "dynamic.max_draws must be a positive int .*, got True"),
     (dict(group={"k": -1}), "Group.k must be >= 0"),
 ])
 def test_invalid_grouping_config(tmp_path, kw, msg):

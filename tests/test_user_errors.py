@@ -342,7 +342,7 @@ def test_a_plugin_that_loops_forever_stops_every_rank_and_keeps_the_checkpoint(t
     started = time.time()
     r = subprocess.run([sys.executable, "-m", "grpo_lab.cli", "train", *QUICK, "--steps", "8",
                         "--nproc", str(nproc), "--eval_size", "0", "--ckpt_every", "1",
-                        "--dynamic_sampling", "false", "--plugin", str(f), "--reward_weights",
+                        "--dynamic.sampling", "false", "--plugin", str(f), "--reward_weights",
                         "accuracy=1,hangs=1", "--user_code_timeout_s", str(limit),
                         "--out_dir", str(out)],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

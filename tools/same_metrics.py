@@ -46,7 +46,7 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "hf_tiny": ("hf_tiny_cpu", {"prompts_per_step": 4, "eval_size": 20}),
     # the sampler thread's rollout is deterministic (seeded by (seed, step)), whatever its timing
     "async": ("defaults", {"speed": {"async_steps": 1, "rollout_threads": 1}, "tis": {"cap": 2.0},
-                           "kl": {"beta": 0.0}, "dynamic_sampling": False}),
+                           "kl": {"beta": 0.0}, "dynamic": {"sampling": False}}),
 }
 
 # the same on 2 and 3 processes (spawn_train, gloo): the ranks' bookkeeping, the gather,

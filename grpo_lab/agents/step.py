@@ -142,8 +142,8 @@ REFUSED = (
                                               "runs the toy and HF policies"),
     (lambda c: c.rollout != "grpo_lab", "rollout={0.rollout!r} samples one turn at a time; "
                                         "multi-turn episodes need rollout='grpo_lab'"),
-    (lambda c: c.dynamic_sampling, "dynamic_sampling (the CLI's default preset tiny_cpu sets "
-                                   "it; --dynamic_sampling false, or --preset agent_cpu): it "
+    (lambda c: c.dynamic.sampling, "dynamic.sampling (the CLI's default preset tiny_cpu sets "
+                                   "it; --dynamic.sampling false, or --preset agent_cpu): it "
                                    "redraws prompts by single-turn rewards"),
     (lambda c: c.overlong.rule != "none", "overlong.rule={0.overlong.rule!r} reads whole "
                                           "completions; an episode's limits are its "

@@ -111,7 +111,7 @@ def equal_rewards(s: Seen) -> Finding | None:
                f"for this policy; train a harder one")
     else:
         why = ("each prompt's completions agree with each other: raise group_size or "
-               "temperature, or turn on dynamic_sampling")
+               "temperature, or turn on dynamic.sampling")
     return Finding("equal_rewards", f"{seen}: {why}.")
 
 
@@ -152,15 +152,16 @@ def entropy_collapse(s: Seen) -> Finding | None:
 
 def dynamic_sampling_exhausted(s: Seen) -> Finding | None:
     short = [h for h in s.last if h.get("sample/topped_up")]
-    if not s.cfg.get("dynamic_sampling") or len(short) * 2 < len(s.last):
+    dynamic = s.cfg.get("dynamic") or {}                  # the saved config's block
+    if not dynamic.get("sampling") or len(short) * 2 < len(s.last):
         return None
     n = mean(h["sample/topped_up"] for h in short)
     return Finding("dynamic_sampling_exhausted", f"dynamic sampling ran out of draws in "
                    f"{len(short)} of the last {len(s.last)} steps: {n:.1f} of "
                    f"{s.cfg.get('prompts_per_step', '?')} prompts per step were topped up "
-                   f"with equal-reward groups after dynamic_max_draws="
-                   f"{s.cfg.get('dynamic_max_draws', '?')} rollouts; see equal_rewards' "
-                   f"cause, or raise dynamic_max_draws.")
+                   f"with equal-reward groups after dynamic.max_draws="
+                   f"{dynamic.get('max_draws', '?')} rollouts; see equal_rewards' "
+                   f"cause, or raise dynamic.max_draws.")
 
 
 def sampler_drift(s: Seen) -> Finding | None:

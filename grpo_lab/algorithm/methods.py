@@ -51,7 +51,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("dr_grpo", {"advantage": "dr_grpo", "loss.aggregation": "dr_grpo"},
            "Dr. GRPO (Liu et al. 2025)", "no std in the advantage, a constant normaliser"),
     Method("dapo", {"clip.eps_low": 0.2, "clip.eps_high": 0.28, "loss.aggregation": "token_mean",
-                    "dynamic_sampling": True, "overlong.rule": "soft", "kl.beta": 0.0},
+                    "dynamic.sampling": True, "overlong.rule": "soft", "kl.beta": 0.0},
            "DAPO (Yu et al. 2025)",
            "clip-higher, dynamic sampling, token-mean, soft overlong, no KL"),
     Method("gspo", {"loss.ratio_level": "sequence", "clip.eps_low": 3e-4, "clip.eps_high": 4e-4},

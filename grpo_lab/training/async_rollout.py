@@ -73,8 +73,8 @@ PENDING_TYPES = [Example, Scored, Rollout]
 def check(cfg) -> None:
     """What ``speed.async_steps > 0`` needs of the run (SpeedConfig.check asks)."""
     k = cfg.speed.async_steps
-    why = ("dynamic_sampling=True (its extra draws are decided on the first draw's gathered "
-           "rewards, in the step)" if cfg.dynamic_sampling else
+    why = ("dynamic.sampling=True (its extra draws are decided on the first draw's gathered "
+           "rewards, in the step)" if cfg.dynamic.sampling else
            f"objective={cfg.objective!r} (async sampling works for the objectives that sample "
            f"through step.score_draw: {', '.join(ASYNC_OBJECTIVES)})"
            if cfg.objective not in ASYNC_OBJECTIVES else

@@ -24,6 +24,7 @@ from grpo_lab.distributed.exchange_config import ExchangeConfig
 from grpo_lab.registry import (fields_finite, fields_nonnegative, fields_positive,
                                load_plugins, lookup)
 from grpo_lab.tasks import MIXTURE_TASKS
+from grpo_lab.training import dynamic_config  # noqa: F401 (DAPO's block, cfg.dynamic)
 from grpo_lab.training.ppo_config import PPOConfig
 from grpo_lab.training.saved_config import upgrade_saved
 from grpo_lab.training.speed_config import SpeedConfig
@@ -234,12 +235,6 @@ class TrainConfig:
     """Grouper: a name in grouping.GROUPERS (register your own with register_grouper, or pass
     the function or record itself from Python); "by_prompt" is canonical GRPO. Its settings:
     the ``group`` block (group_config.Group: ``--group.k 3``) and the grouper's own, if any."""
-    dynamic_sampling: bool = False
-    """DAPO dynamic sampling: drop prompts whose G rewards are all equal and draw more
-    until prompts_per_step informative prompts are found (at most dynamic_max_draws
-    rollouts; any shortfall is topped up with uninformative prompts)."""
-    dynamic_max_draws: int = 4
-    """Most rollouts of prompts_per_step prompts drawn per step by dynamic sampling."""
     # ---- PPO with a critic (objective="ppo", ppo.py)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """objective="ppo": the critic and GAE (see ppo.PPOConfig; --ppo.gamma on the command line)."""
@@ -262,9 +257,10 @@ class TrainConfig:
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
     """How the ranks of a data-parallel run average gradients (see exchanges.ExchangeConfig)."""
     blocks: dict = field(default_factory=dict)
-    """The settings blocks of the records (registry.SETTINGS: ``group``, ``loss``, ``clip``,
-    ``kl``, ``tis``, ``overlong``, a plugin variant's or grouper's), each read as ``cfg.<name>`` and
-    given by its name: ``TrainConfig(tis={"cap": 2})``, ``--tis.cap 2``, ``{"tis": {"cap": 2}}``."""
+    """The settings blocks of the records (registry.SETTINGS: ``group``, ``dynamic``, ``loss``,
+    ``clip``, ``kl``, ``tis``, ``overlong``, a plugin variant's or grouper's), each read as
+    ``cfg.<name>`` and given by its name: ``TrainConfig(tis={"cap": 2})``, ``--tis.cap 2``,
+    ``{"tis": {"cap": 2}}``."""
 
     def __init__(self, **given):
         """The fields by name; a settings block by its name, as its dataclass or a dict of its
@@ -310,7 +306,7 @@ class TrainConfig:
             raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
         fields_finite(self, "lr", "temperature", "target_accuracy", "weight_decay", "adam_eps",
                 "grad_clip", "time_budget_s", "user_code_timeout_s")
-        fields_positive(self, "steps", "prompts_per_step", "mu", "ckpt_every", "dynamic_max_draws")
+        fields_positive(self, "steps", "prompts_per_step", "mu", "ckpt_every")
         fields_nonnegative(self, "time_budget_s", "warmup_steps", "schedule_steps", "train_pool", "max_new_tokens", "top_k", "weight_decay",
                      "grad_clip", "eval_every", "eval_size", "threads", "user_code_timeout_s")
         if self.group_size < 1:
@@ -414,8 +410,8 @@ PRESETS: dict[str, dict] = {
     # after 3000 steps). No wall-clock budget: a laptop busy with other work reaches the same
     # target later instead of being stopped short of it (the 300 s default stopped it at 80%
     # at load 6-16)
-    "tiny_cpu": {"lr": 3e-4, "kl": {"beta": 0.0}, "dynamic_sampling": True, "eval_every": 50,
-                 "target_accuracy": 0.9, "time_budget_s": 0.0},
+    "tiny_cpu": {"lr": 3e-4, "kl": {"beta": 0.0}, "dynamic": {"sampling": True},
+                 "eval_every": 50, "target_accuracy": 0.9, "time_budget_s": 0.0},
     # the supervised warm-up that made data/base_policy.safetensors (`grpo-lab pretrain`,
     # pretrain.py, writes a fresh policy and runs this from it): cross-entropy on the answers
     # of 64 demonstrations a step, drawn from one seeded stream; AdamW lr 2e-3, weight decay
@@ -428,7 +424,7 @@ PRESETS: dict[str, dict] = {
     # multi-turn GRPO on an environment (agents/, objective "agent"): the guessing game from a
     # policy warmed up on it (bench/bench_agents.py writes runs/agents/guess_warm.safetensors);
     # dynamic sampling off (it redraws by single-turn rewards), no reference (beta 0)
-    "agent_cpu": {"objective": "agent", "task": "guess", "dynamic_sampling": False,
+    "agent_cpu": {"objective": "agent", "task": "guess", "dynamic": {"sampling": False},
                   "kl": {"beta": 0.0}, "lr": 3e-4, "temperature": 1.0, "prompts_per_step": 8,
                   "group_size": 8, "steps": 200, "eval_every": 50, "eval_size": 72,
                   "base_checkpoint": "runs/agents/guess_warm.safetensors"},

@@ -113,13 +113,13 @@ def attach_critic(policy, cfg, load) -> None:
 def check_ppo(cfg) -> None:
     """What PPO here does not support (yet): the critic, not a group, gives the baseline."""
     refuse_environment_tasks(cfg)                  # episodes are objective='agent''s
-    for name, bad in (("dynamic_sampling", cfg.dynamic_sampling),
-                      ("grouping", cfg.grouping != "by_prompt"),
-                      ("supervision", cfg.supervision != "outcome"),
-                      ("policy", cfg.policy != "toy")):
-        if bad:
+    for name, value, runs in (("dynamic.sampling", cfg.dynamic.sampling, False),
+                              ("grouping", cfg.grouping, "by_prompt"),
+                              ("supervision", cfg.supervision, "outcome"),
+                              ("policy", cfg.policy, "toy")):
+        if value != runs:
             raise ValueError(f"objective='ppo' does not support {name}="
-                             f"{getattr(cfg, name)!r} (yet): the critic, not a group, gives "
+                             f"{value!r} (yet): the critic, not a group, gives "
                              f"the baseline; PPO runs the toy policy, outcome rewards, "
                              f"grouping='by_prompt', no dynamic sampling")
     if cfg.kl.beta and not cfg.kl.in_loss():        # collect_ppo shapes no reward

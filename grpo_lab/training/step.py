@@ -201,12 +201,12 @@ def score_draw(cfg, ctx: StepContext, step: int, policy, d: int):
 
 def dynamic_draws(cfg, ctx: StepContext, step: int, policy):
     """DAPO's dynamic sampling: draws until B prompts whose G rewards differ (at most
-    ``dynamic_max_draws``), decided on the gathered rewards, so every rank keeps the same
+    ``dynamic.max_draws``), decided on the gathered rewards, so every rank keeps the same
     prompts; short of B, topped up with the first draw's dull prompts. -> (kept [(draw,
     index)] sorted, per draw (examples, this rank's Scored), informative flags per draw)."""
     G, B = cfg.group_size, cfg.prompts_per_step
     draws, flags, kept = [], [], []
-    for d in range(cfg.dynamic_max_draws):
+    for d in range(cfg.dynamic.max_draws):
         draws.append(score_draw(cfg, ctx, step, policy, d))
         f = torch.cat(ctx.group.gather(_varies(draws[-1][1].rewards, G)))  # (B,) rank order
         flags.append(f)
@@ -254,7 +254,7 @@ def collect(policy, cfg, step: int, ctx: StepContext) -> Batch:
     G, B = cfg.group_size, cfg.prompts_per_step
     variants = active_variants(cfg)                                       # variants.py
     # 1. B prompts, G completions each, scored (this rank samples its slice; DAPO redraws)
-    if cfg.dynamic_sampling:
+    if cfg.dynamic.sampling:
         kept, draws, flags = dynamic_draws(cfg, ctx, step, policy)
     else:
         draws, flags = [score_draw(cfg, ctx, step, policy, 0)], None

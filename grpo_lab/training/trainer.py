@@ -23,7 +23,7 @@ Deviations from the paper's Algorithm 1, on purpose:
     pass of the old policy (tested), so no extra forward is spent on them.
   * The group is a choice (``cfg.grouping``, grouping.py); "by_prompt" is the paper's.
   * Dynamic sampling (DAPO, Yu et al. 2025, sec. 3.2) is bounded: after
-    ``dynamic_max_draws`` rollouts a short batch is topped up with uninformative prompts,
+    ``dynamic.max_draws`` rollouts a short batch is topped up with uninformative prompts,
     so every step trains on prompts_per_step prompts.
 Exact resume: every random draw of step s comes from seeds derived from (seed, s), and the
 checkpoint holds the policy, the optimizer state (whole, gathered from the owners when it is

@@ -1,0 +1,33 @@
+"""``Dynamic``: DAPO's dynamic sampling (Yu et al. 2025, sec. 3.2) as the ``dynamic`` settings
+block (``cfg.dynamic.sampling``, ``--dynamic.sampling``, ``{"dynamic": {"sampling": true,
+"max_draws": 4}}``), read by the GRPO step's collect (step.dynamic_draws). Its own torch-free
+module, as ppo_config beside ppo.py, so building a config loads no step. What cannot run it
+says so in its own check: objective "ppo" (ppo.check_ppo), objective "agent" (agents/step.py's
+REFUSED), speed.async_steps (async_rollout.check).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grpo_lab.registry import register_settings
+
+
+@dataclass
+class Dynamic:
+    """Which prompts a step keeps: all it drew, or (DAPO) only those whose rewards differ."""
+    sampling: bool = False
+    """DAPO dynamic sampling: drop prompts whose G rewards are all equal and draw more
+    until prompts_per_step informative prompts are found (at most max_draws rollouts; any
+    shortfall is topped up with uninformative prompts)."""
+    max_draws: int = 4
+    """Most rollouts of prompts_per_step prompts drawn per step by dynamic sampling."""
+
+    def check(self, cfg) -> None:
+        """Its own fields (config.check_records asks)."""
+        if isinstance(self.max_draws, bool) or not isinstance(self.max_draws, int) or \
+                self.max_draws < 1:
+            raise ValueError(f"dynamic.max_draws must be a positive int (the most rollouts of "
+                             f"prompts_per_step prompts a step draws), got {self.max_draws!r}")
+
+
+register_settings("dynamic", Dynamic)
