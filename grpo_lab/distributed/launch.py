@@ -236,4 +236,7 @@ def spawn(fn, world_size: int, args: tuple = (), backend: str | None = None,
             if bar is not None:
                 bar.close()
         paths = [Path(out_dir) / f"rank{r}.pt" for r in range(world_size)]
+        # any object fn returned, written by this call's own children into the private
+        # folder made above (mode 0700): a full unpickle, the trust of multiprocessing's own
+        # pipes; checkpoints and files a user hands in are loaded with weights_only=True
         return [torch.load(p, weights_only=False) for p in paths]
