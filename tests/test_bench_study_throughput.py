@@ -1,0 +1,34 @@
+"""bench/bench_study_throughput.py's bookkeeping, by hand: a layout parsed or refused with the
+offending text, and the histories compared without what a clock measured."""
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("bench_study_throughput",
+                                               ROOT / "bench" / "bench_study_throughput.py")
+bench = importlib.util.module_from_spec(_spec)
+_path = list(sys.path)
+_spec.loader.exec_module(bench)
+sys.path[:] = _path                                   # the script adds bench/ and the root
+
+
+def test_a_layout_is_processes_x_threads_within_the_cores():
+    assert bench.layout("1x1") == (1, 1)
+    for bad in ("2by1", "x1", "0x1"):
+        with pytest.raises(SystemExit, match=repr(bad)):
+            bench.layout(bad)
+    too_many = f"{(os.cpu_count() or 1) + 1}x1"
+    with pytest.raises(SystemExit, match="more than the"):
+        bench.layout(too_many)
+
+
+def test_histories_compare_without_the_clock():
+    a = [{"step": 0, "reward/mean": 0.5, "time/step_s": 1.0, "wall_s": 3.0}]
+    b = [{"step": 0, "reward/mean": 0.5, "time/step_s": 2.0, "wall_s": 9.0}]
+    assert bench.comparable(a) == bench.comparable(b) == [{"step": 0, "reward/mean": 0.5}]
+    b[0]["reward/mean"] = 0.5 + 2 ** -20                 # one bit of a metric: not the same
+    assert bench.comparable(a) != bench.comparable(b)
