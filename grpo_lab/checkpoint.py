@@ -47,7 +47,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
-from grpo_lab.paths import resolve_path
+from grpo_lab.paths import file_sha256, resolve_path
 from grpo_lab.rundir import current_umask
 
 
@@ -272,15 +272,6 @@ def read_training_checkpoint(path, whole: bool = True) -> dict:
 # ---- sharded checkpoints: the folder torch.distributed.checkpoint writes, named by the file ----
 
 SHARDS_KEY = "grpo_lab.shards"
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 hex of a file's bytes, read 1 MiB at a time."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def folder_manifest(folder: Path) -> dict[str, str]:

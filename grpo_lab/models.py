@@ -21,7 +21,6 @@ Needs the ``gguf`` extra (``pip install -e ".[gguf]"``: gguf, accelerate) only t
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_lab.machine import pid_alive
+from grpo_lab.paths import file_sha256
 from grpo_lab.registry import lookup
 
 CACHE_ENV = "GRPO_LAB_MODELS"
@@ -71,14 +71,6 @@ class UnverifiedGGUFWarning(UserWarning):
     """A GGUF file with no pinned checksum: what its value checks cannot see is said."""
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def pinned_source(path: Path, expect_params: int | None = None) -> ModelSource | None:
     """The known model a GGUF file is: the one whose parameters ``expect_params`` names (``get``
     converting a named model), else the one whose shipped file has this file's name or size
@@ -98,7 +90,7 @@ def verify_gguf(path: Path, expect_params: int | None = None) -> str:
     ``UnverifiedGGUFWarning`` saying what ``check_gguf``'s value checks cannot detect.
     -> the file's sha256."""
     path = Path(path)
-    got, src = sha256_of(path), pinned_source(path, expect_params)
+    got, src = file_sha256(path), pinned_source(path, expect_params)
     if src is None:
         warnings.warn(f"{path}: no pinned checksum is known for this GGUF file (sha256 {got}): "
                       f"its structure, block scales and float values are checked, which "

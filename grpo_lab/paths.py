@@ -15,6 +15,7 @@ installed package run from any folder share config values such as
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
 from pathlib import Path
 
@@ -68,3 +69,12 @@ def checkout_dir(name: str) -> Path:
                                 f"checkout of the grpo_lab repository (git clone, then "
                                 f"pip install -e .)")
     return path
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 hex of a file's bytes, read 1 MiB at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

