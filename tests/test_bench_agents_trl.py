@@ -1,17 +1,14 @@
 """bench/bench_agents_trl.py hands grpo_lab's episodes to TRL's rollout_func: the lists it
 builds, worked out by hand (TRL itself is a bench dependency, not needed here)."""
-import importlib.util
 from pathlib import Path
 
 import torch
 
 from grpo_lab.algorithm.rollout import Rollout
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("bench_agents_trl",
-                                               ROOT / "bench" / "bench_agents_trl.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load_script("bench/bench_agents_trl.py")
 
 
 def test_rows_of_unpads_and_flags_the_environment_tokens():

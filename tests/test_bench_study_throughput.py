@@ -1,19 +1,13 @@
 """bench/bench_study_throughput.py's bookkeeping, by hand: a layout parsed or refused with the
 offending text, and the histories compared without what a clock measured."""
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("bench_study_throughput",
-                                               ROOT / "bench" / "bench_study_throughput.py")
-bench = importlib.util.module_from_spec(_spec)
-_path = list(sys.path)
-_spec.loader.exec_module(bench)
-sys.path[:] = _path                                   # the script adds bench/ and the root
+bench = load_script("bench/bench_study_throughput.py")
 
 
 def test_a_layout_is_processes_x_threads_within_the_cores():

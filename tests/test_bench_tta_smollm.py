@@ -2,20 +2,14 @@
 skipping the runs its results file holds, and the paired ratio of the seed table (TRL itself is a
 bench dependency, not needed here)."""
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("bench_tta_smollm",
-                                               ROOT / "bench" / "bench_tta_smollm.py")
-bench = importlib.util.module_from_spec(_spec)
-_path = list(sys.path)
-_spec.loader.exec_module(bench)
-sys.path[:] = _path                                   # the script adds bench/ to it
+bench = load_script("bench/bench_tta_smollm.py")
 
 
 def rec(side, lr, seed, steps_to, s_to, accs=(0.3,), steps=10, train_s=50.0, rollout_s=20.0):

@@ -4,7 +4,6 @@ The site itself is built by ``make docs`` in CI (``.ci/run``); here: what the bu
 (which executed copy stands for a lesson, where glossary links go, which links are broken), on
 small inputs worked out by hand, and one real quick-mode execution of a tiny lesson.
 """
-import importlib.util
 import json
 import re
 import subprocess
@@ -13,11 +12,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("docs_build", ROOT / "docs" / "build.py")
-build = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(build)
+build = load_script("docs/build.py", "docs_build")
 
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # the sections of the 647-line README this one replaced, and the page each moved to
@@ -407,9 +405,7 @@ def test_lessons_are_what_their_generators_write(n):
     """Lessons 12 and 13 keep their cells in tools/make_nbNN.py: an edit to the .ipynb alone (or
     to the generator, not rerun) would be lost or unshipped; the committed file is the
     generator's."""
-    spec = importlib.util.spec_from_file_location(f"make_nb{n}", ROOT / "tools" / f"make_nb{n}.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    gen = load_script(f"tools/make_nb{n}.py", f"make_nb{n}")
     assert gen.OUT.read_text() == gen.notebook(), f"run: python tools/make_nb{n}.py"
     assert "\x08" not in gen.notebook()        # a "\b" outside a raw string: a lost backslash
 
@@ -418,9 +414,7 @@ def test_a_markdown_page_with_a_formula_gets_mathjax_relative_to_itself():
     """The home page's formulas are typeset, not bold text: a page whose HTML holds an
     arithmatex span gets the vendored MathJax once, linked from its own folder; a page without
     a formula, or one that loads MathJax itself (a lesson), is left as it is."""
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
+    hooks = load_script("docs/hooks.py", "docs_hooks")
 
     class Page:
         def __init__(self, url):

@@ -14,6 +14,7 @@ from grpo_lab.agents.quick import warm_start
 from grpo_lab.tasks import TASKS
 from grpo_lab.teaching.agents_lesson import calculator_run, episode_tokens, step_group_view
 from grpo_lab.teaching.widgets.episodes import episode_explorer
+from scripts import load_script
 
 G = 6
 
@@ -88,18 +89,12 @@ def test_calculator_run_absent_or_checked(tmp_path):
 def test_lesson_13_calculator_cell_runs_with_and_without_the_record(capsys):
     """The lesson's section 4 (tools/make_nb13.py) on a recorded run of the documented shape,
     and with none: the curve and the samples, or the sentence saying where the run is kept."""
-    import importlib.util
-    from pathlib import Path
-
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import pandas as pd
     from IPython.display import display
-    root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("make_nb13", root / "tools" / "make_nb13.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    gen = load_script("tools/make_nb13.py")
     (src,) = [c[1] for c in gen.CELLS if "calculator_run()" in c[1]]
     run = {"command": "cmd", "cpu": "AMD EPYC",
            "steps": [{"step": s, "heldout_acc": s / 40, "call_rate": s / 30, "well_formed": 0.9}

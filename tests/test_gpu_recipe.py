@@ -1,7 +1,6 @@
 """bench/bench_gpu_recipe.py on a machine without a GPU: it says so and exits 0, writing
 nothing; its table from rank files holds the hand-worked tokens/s and peaks; the recipe's train
 flags parse into the config docs/guide/gpu.md describes."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,12 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("bench_gpu_recipe",
-                                               ROOT / "bench" / "bench_gpu_recipe.py")
-recipe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(recipe)
+recipe = load_script("bench/bench_gpu_recipe.py")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: the bench would measure")

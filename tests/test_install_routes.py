@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("sync_source", ROOT / "tools" / "sync_source.py")
-sync_source = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sync_source)
+sync_source = load_script("tools/sync_source.py")
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 VERSION = sync_source.project()[0]
 WHEEL = f"grpo_lab-{VERSION}-py3-none-any.whl"

@@ -2,17 +2,15 @@
 a plain install that resolves to a CPU build is kept, one that would pull CUDA is swapped for
 the CPU index, ``TORCH_INDEX=`` opts in to the plain (CUDA) build; preflight names a CUDA build
 on a machine without a GPU."""
-import importlib.util
 import platform
 import subprocess
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("torch_index", ROOT / "tools/torch_index.py")
-torch_index = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(torch_index)
+torch_index = load_script("tools/torch_index.py")
 CPU = "https://download.pytorch.org/whl/cpu"
 
 # the metadata pip's report gives for torch 2.13.0, cp311, manylinux x86_64 (trimmed)

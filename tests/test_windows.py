@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from scripts import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 
 BLOCKED = ("fcntl", "resource", "termios", "pwd", "grp", "pty", "tty")
@@ -130,13 +132,8 @@ def test_torchrun_is_asked_to_handle_only_signals_this_platform_has(monkeypatch)
 
 
 def test_bench_peak_memory_is_nan_without_the_resource_module(monkeypatch):
-    import importlib.util
     import math
-    spec = importlib.util.spec_from_file_location("bench_hf_speed",
-                                                  ROOT / "bench" / "bench_hf_speed.py")
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setattr(sys, "path", list(sys.path))          # the script adds bench/ to it
-    spec.loader.exec_module(bench)
+    bench = load_script("bench/bench_hf_speed.py")
     here = bench.peak_rss_mb()
     assert 10 < here < 1e6                       # this process holds torch: tens of MB at least
     monkeypatch.setitem(sys.modules, "resource", None)

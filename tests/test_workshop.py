@@ -10,6 +10,7 @@ import pytest
 
 from grpo_lab.teaching import workshop
 from grpo_lab.cli import main
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -246,11 +247,7 @@ def test_workshop_guide_has_a_measured_timing_table_that_fits_three_hours():
 
 
 def _bench():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("bench_notebooks",
-                                                  ROOT / "bench" / "bench_notebooks.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("bench/bench_notebooks.py")
     return mod
 
 
