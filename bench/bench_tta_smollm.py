@@ -223,11 +223,11 @@ def seed_table(a, final: dict, lrs: dict) -> list[str]:
     out.append("")
     if not pairs:
         return out + ["No seed where both sides reached the target: no paired ratio."]
-    low = 0.0
+    low = high = 0.0
     for what, k in (("training s", "train_s_to_target"), ("steps", "steps_to_target")):
         if len(pairs) > 1:
             p = paired_ratio([t[k] for t, _ in pairs], [g[k] for _, g in pairs])
-            low = p["low"] if k == "train_s_to_target" else low
+            low, high = (p["low"], p["high"]) if k == "train_s_to_target" else (low, high)
             out.append(f"- TRL / grpo_lab, {what} to {a.target:.0%}, paired by seed over "
                        f"{len(pairs)} seed(s): geometric mean {p['mean']:.2f} [95% "
                        f"{p['low']:.2f}, {p['high']:.2f}], per seed "
@@ -239,8 +239,9 @@ def seed_table(a, final: dict, lrs: dict) -> list[str]:
     if len(pairs) < 2:
         return out + ["- goal (TRL / grpo_lab >= 3): undecided, fewer than 2 seed pairs."]
     out.append(f"- goal (grpo_lab's training time to {a.target:.0%} <= 1/3 of TRL's, i.e. "
-               f"TRL / grpo_lab >= 3): {'met' if low >= 3 else 'not met'} (the interval's low "
-               f"end {low:.2f}); time per side: rollout (sampling, rewards, advantages) and "
+               f"TRL / grpo_lab >= 3): "
+               + ("met" if low >= 3 else "not met" if high < 3 else "undecided: the interval "
+                  "holds 3") + f" (the interval {low:.2f} to {high:.2f}); time per side: rollout (sampling, rewards, advantages) and "
                f"update (loss forward, backward, optimizer) per step above.")
     return out
 

@@ -72,10 +72,13 @@ def test_seed_table_pairs_the_seeds_where_both_reached(tmp_path):
     assert "training s to 50%, paired by seed over 2 seed(s): geometric mean 4.00 [95% 4.00, " \
            "4.00], per seed 4.00, 4.00" in text
     assert "steps to 50%, paired by seed over 2 seed(s): geometric mean 2.00" in text
-    assert "TRL / grpo_lab >= 3): met (the interval's low end 4.00)" in text
-    final["TRL"][1]["train_s_to_target"] = 40.0        # ratios 4 and 2: low end under 3
+    assert "TRL / grpo_lab >= 3): met (the interval 4.00 to 4.00)" in text
+    final["TRL"][1]["train_s_to_target"] = 40.0        # ratios 4 and 2: the interval holds 3
     text = "\n".join(bench.seed_table(a, final, {"grpo_lab": 1e-5, "TRL": 2e-5}))
-    assert "per seed 4.00, 2.00" in text and "TRL / grpo_lab >= 3): not met" in text
+    assert "per seed 4.00, 2.00" in text and "TRL / grpo_lab >= 3): undecided" in text
+    final["TRL"][0]["train_s_to_target"] = 20.0        # ratios 2 and 2: the interval under 3
+    text = "\n".join(bench.seed_table(a, final, {"grpo_lab": 1e-5, "TRL": 2e-5}))
+    assert "TRL / grpo_lab >= 3): not met (the interval 2.00 to 2.00)" in text
     # grpo_lab: 3/3 reached, steps (10 + 20 + 5) / 3 = 11.7; TRL 2/3, steps 30.0
     assert "| grpo_lab | 3/3 | 11.7 [" in text and "| TRL | 2/3 | 30.0 [" in text
     # s/step 50 / 10 = 5.00 on every run, rollout 2.00 + update 3.00; rollout share 40%
