@@ -33,6 +33,8 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
+from grpo_lab.paths import file_sha256
+
 _REGISTRIES: dict[int, tuple] = {}   # id -> (registry dict, current): every registry seen
 _BY_PATH: dict[Path, tuple] = {}     # resolved plugin file -> (module, sha256 of its bytes)
 
@@ -126,10 +128,6 @@ def fields_nonnegative(cfg, *names):
             raise ValueError(f"{type(cfg).__name__}.{n} must be >= 0, got {getattr(cfg, n)!r}")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _forget(module_name: str) -> list:
     """Remove every registration made by ``module_name`` -> [(registry, key, value)]."""
     gone = []
@@ -157,7 +155,7 @@ def _load_file(path: Path, name: str | None = None):
     (a module name given in ``plugins``) instead of a name made from the path."""
     if not path.is_file():
         raise FileNotFoundError(f"no such file {path}")
-    sha = _sha256(path)
+    sha = file_sha256(path)
     if path in _BY_PATH:
         module, old = _BY_PATH[path]
         if old != sha:

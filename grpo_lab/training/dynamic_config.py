@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_lab.registry import register_settings
+from grpo_lab.registry import check_number, register_settings
 
 
 @dataclass
@@ -24,10 +24,9 @@ class Dynamic:
 
     def check(self, cfg) -> None:
         """Its own fields (config.check_records asks)."""
-        if isinstance(self.max_draws, bool) or not isinstance(self.max_draws, int) or \
-                self.max_draws < 1:
-            raise ValueError(f"dynamic.max_draws must be a positive int (the most rollouts of "
-                             f"prompts_per_step prompts a step draws), got {self.max_draws!r}")
+        check_number("dynamic.max_draws", self.max_draws,
+                     lambda n: isinstance(n, int) and n >= 1, "a positive int (the most "
+                     "rollouts of prompts_per_step prompts a step draws)")
 
 
 register_settings("dynamic", Dynamic)
