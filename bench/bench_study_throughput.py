@@ -78,10 +78,11 @@ def alone(run_folder: Path, threads: int, out: Path) -> list[dict]:
     it wrote, with ``threads`` torch threads."""
     import torch
     from grpo_lab.training.config import from_dict
-    from grpo_lab.training.config_file import VERSION_KEY
+    from grpo_lab.training.config_file import FAST_PATH_KEY, VERSION_KEY
     from grpo_lab.training.trainer import train
     d = json.loads((run_folder / "config.json").read_text())
-    d.pop(VERSION_KEY, None)                 # what wrote it, not a setting
+    for key in (VERSION_KEY, FAST_PATH_KEY):  # what wrote it and what it chose: not settings
+        d.pop(key, None)
     d.update(out_dir=str(out), threads=threads)
     before = torch.get_num_threads()
     try:
