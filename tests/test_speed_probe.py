@@ -181,3 +181,12 @@ def test_preflight_probe_prints_the_choice_and_then_reads_the_cache(fake_timer, 
     main(["preflight", "--steps", "1", "--probe", "tiny_cpu"])           # the toy policy: none
     line = next(x for x in capsys.readouterr().out.splitlines() if x[5:].startswith("fast path"))
     assert line.startswith("BAD") and "policy='toy'" in line
+
+
+def test_the_probe_times_the_runs_own_batch_up_to_its_cap():
+    # smollm_cpu: 4 prompts x 8 completions x 24 tokens, inside the cap: probed as it runs
+    # (a smaller batch misjudged bf16 on an AMX Xeon: BENCHMARKS section 32)
+    assert sp._shape(preset("smollm_cpu")) == {"B": 4, "G": 8, "max_new": 24}
+    big = preset("smollm_cpu", prompts_per_step=16, group_size=16, max_new_tokens=64)
+    assert sp._shape(big) == {"B": sp.PROBE_PROMPTS, "G": sp.PROBE_G, "max_new": sp.PROBE_TOKENS}
+    assert (sp.PROBE_PROMPTS, sp.PROBE_G, sp.PROBE_TOKENS) == (4, 8, 32)

@@ -76,9 +76,13 @@ ROLLOUT_MODES = {"fp32": {"sample_dtype": "", "autocast": False},
 UPDATE_MODES = {"fp32": {"autocast": False}, "autocast": {"autocast": True}}
 SETTINGS = [("", False), ("", True), ("bfloat16", False), ("bfloat16", True)]
 """(hf.sample_dtype, hf.autocast) of each setting the probe can choose; the first is the default."""
-PROBE_PROMPTS, PROBE_G, PROBE_TOKENS = 2, 4, 16
-"""The probe's batch: at most this many prompts x completions x new tokens (the run's own
-when smaller): a phase's time is about proportional to its tokens, the ratios are what count."""
+PROBE_PROMPTS, PROBE_G, PROBE_TOKENS = 4, 8, 32
+"""The probe's batch: the run's own prompts x completions x new tokens, at most this many. Not
+a smaller batch: how much bf16 gains depends on the shape of the matrix products, not only on
+their size. On an AMX Xeon (BENCHMARKS section 32) SmolLM2's autocast update ran 1.04x as fast
+as fp32's at 2 x 4 x 16 and 0.94x at 2 x 8 x 16, but 1.52x at 4 x 4 x 24 and 1.61x at
+4 x 8 x 24: a probe at 2 x 4 x 16 kept fp32 where bf16 + autocast ran the run's step 1.19x
+faster. The shape is in the cache key, so a run of another shape probes again."""
 VERSION = 1                        # of the cached record's layout: a new layout probes again
 timer = time.perf_counter
 
