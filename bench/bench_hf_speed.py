@@ -355,7 +355,8 @@ def trl_table(a) -> list[str]:
                    f"{mean(tw):.1f} | "
                    f"{mean(x['peak_rss_mb'] for x in o):.0f} / "
                    f"{mean(x['peak_rss_mb'] for x in t):.0f} |")
-    out += ["", "CPU s: the process's CPU time per optimizer step (one torch thread each), "
+    each = "one torch thread" if a.threads == 1 else f"{a.threads} torch threads"
+    out += ["", f"CPU s: the process's CPU time per optimizer step ({each} each), "
             f"median over each run's steps after the first {SKIP[0]}; update = step - rollout "
             "(grpo_lab: reference forward inside the rollout; TRL: inside its "
             "_generate_and_score_completions too); ratios per round, mean "

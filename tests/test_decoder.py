@@ -1,6 +1,8 @@
 """The lean decoder (policies/decoder.py): its logits are transformers' within float32
 rounding, the sampler draws the same tokens with it, it follows the weights after an update,
 and it steps aside where it does not apply."""
+import copy
+
 import pytest
 import torch
 
@@ -35,22 +37,35 @@ def logit_tol(policy, h_abs: float = 1.0) -> float:
     return 4 * C * torch.finfo(torch.float32).eps * C * w * h_abs
 
 
-def test_decode_steps_give_transformers_logits(tiny):
+def bf16_logit_tol(policy, h_abs: float = 4.0) -> float:
+    """bf16 weights: each path rounds the final hidden state (|h| <= 4, as above) to bf16 at
+    its own point, which moves a logit by up to sum |h_c w_c| * 2^-8 (bf16's unit roundoff);
+    two such roundings, one a path."""
+    w = policy.model.lm_head.weight.abs().max().item()
+    C = policy.model.config.hidden_size
+    return 2 * C * w * h_abs * 2.0 ** -8
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_decode_steps_give_transformers_logits(dtype, tiny):
     """Prefill with transformers, then 5 lean steps through given tokens, left-padded prompts
     of different lengths, one row's new key masked out: each step's logits against a full
-    transformers forward of the whole sequence with the same mask and positions."""
+    transformers forward of the whole sequence with the same mask and positions, in float32
+    (the master model) and bfloat16 (a sampling copy): within each dtype's rounding."""
     ps = prompts(tiny)
     ids, mask = left_pad(ps, tiny.pad_id)                                # (B, Tp)
     pos = positions(mask)
-    dec = decoder_for(tiny.model)
+    model = tiny.model if dtype == "float32" else copy.deepcopy(tiny.model).to(torch.bfloat16)
+    dec = decoder_for(model)
     assert isinstance(dec, LlamaDecoder)
     with torch.no_grad():
-        out = tiny.model(input_ids=ids, attention_mask=mask.long(), position_ids=pos, use_cache=True)
+        out = model(input_ids=ids, attention_mask=mask.long(), position_ids=pos, use_cache=True)
     cache = dec.start(out.past_key_values, 1, 5)
     assert isinstance(cache, StaticCache) and cache.t == ids.shape[1]
+    assert cache.keys.dtype == getattr(torch, dtype)
     g = torch.Generator().manual_seed(0)
     next_pos = pos[:, -1] + 1
-    tol = logit_tol(tiny)
+    tol = logit_tol(tiny) if dtype == "float32" else bf16_logit_tol(tiny)
     for step in range(5):
         tok = torch.randint(0, tiny.cfg.vocab_size, (len(ps),), generator=g)  # (B,)
         live = torch.ones(len(ps), dtype=torch.bool)
@@ -60,9 +75,10 @@ def test_decode_steps_give_transformers_logits(tiny):
         got = dec.step(tok, next_pos, mask, cache)                       # (B, V)
         pos = torch.cat([pos, next_pos[:, None]], 1)                     # (B, T)
         with torch.no_grad():
-            want = tiny.model(input_ids=ids, attention_mask=mask.long(),
-                              position_ids=pos).logits[:, -1]            # (B, V)
-        torch.testing.assert_close(got, want, rtol=0, atol=tol)
+            want = model(input_ids=ids, attention_mask=mask.long(),
+                         position_ids=pos).logits[:, -1]                 # (B, V)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=tol)
         next_pos = next_pos + 1
     assert cache.t == ids.shape[1]
 
@@ -183,10 +199,46 @@ def test_a_lora_model_decodes_with_its_adapters(tiny):
                     w.mul_(-2.0)
 
 
+def test_the_bf16_sampling_copy_decodes_with_the_lean_decoder(tiny):
+    """``hf.sample_dtype`` "bfloat16": the lean decoder runs on the sampling copy (with or
+    without autocast for the update), and samples what transformers' forward of the copy
+    samples: the same greedy tokens, log-probs within bf16 rounding of the logits."""
+    ps = prompts(tiny)
+    for autocast in (False, True):
+        policy = load_hf_policy(TINY, sample_dtype="bfloat16", autocast=autocast).eval()
+        dec = policy.lean_decoder()
+        assert dec is not None and dec.model is policy.sampling_copy()
+        assert dec.qkv[0].dtype == torch.bfloat16
+        got = {}
+        for decoder in ("lean", "transformers"):
+            policy.cfg.decoder = decoder
+            got[decoder] = sample(policy, ps, 2, 6, greedy=True)
+        assert torch.equal(got["lean"].completion_ids, got["transformers"].completion_ids)
+        torch.testing.assert_close(got["lean"].logprobs, got["transformers"].logprobs,
+                                   rtol=0, atol=2 * bf16_logit_tol(tiny))
+
+
+def test_the_sampling_copys_head_gets_a_contiguous_input(tiny):
+    """transformers hands the head the last position as a strided slice; the sampling copy's
+    head makes it contiguous first (a strided bf16 input made torch's CPU matmul copy the
+    head's weight once per row: hf._contiguous_input). The logits are the same products."""
+    policy = load_hf_policy(TINY, sample_dtype="bfloat16").eval()
+    seen = []
+    head = policy.sampling_copy().get_output_embeddings()
+    head.register_forward_hook(lambda m, args, out: seen.append(args[0].is_contiguous()))
+    ids, mask = left_pad(prompts(tiny), tiny.pad_id)
+    with torch.no_grad():
+        last, _ = policy(ids, positions(mask), mask, logits_to_keep=1)           # (B, 1, V)
+        full = policy.sampling_copy()(input_ids=ids, attention_mask=mask.long(),
+                                      position_ids=positions(mask)).logits      # (B, T, V)
+    assert seen == [True, True]
+    torch.testing.assert_close(last[:, 0].float(), full[:, -1].float(), rtol=0,
+                               atol=bf16_logit_tol(tiny))
+
+
 def test_where_the_lean_decoder_does_not_apply_transformers_decodes(tiny):
     assert tiny.lean_decoder() is not None
-    for field, value in (("decoder", "transformers"), ("sample_dtype", "bfloat16"),
-                         ("autocast", True)):
+    for field, value in (("decoder", "transformers"), ("autocast", True)):
         cfg = HFPolicyConfig(**{**tiny.cfg.__dict__, field: value})
         assert HFPolicy(tiny.model, tiny.tokenizer, cfg).lean_decoder() is None, field
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(

@@ -127,11 +127,6 @@ def _check_term(name: str, term: Callable) -> None:
         pass
 
 
-def step_variant(name: str, **hooks):
-    """The decorator form: ``@step_variant("x", shape_rewards=...)`` over ``active(cfg)``."""
-    return lambda active: register_variant(name, active, **hooks)
-
-
 def active_variants(cfg) -> list[StepVariant]:
     """The variants ``cfg`` turns on, in registration order (the same on every rank)."""
     return [v for v in VARIANTS.values() if v.active(cfg)]

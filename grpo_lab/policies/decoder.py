@@ -22,15 +22,22 @@ What it computes is the model's own: RMSNorm as ``LlamaRMSNorm`` (float32 varian
 times the normalised input), RoPE from the model's own ``rotary_emb`` module (so every rope
 type transformers implements is honoured), grouped-query attention with the module's
 ``scaling``, SiLU-gated MLP, tied or untied head. Stacking weights changes how the GEMM
-blocks its sums, and the attention is a matmul + softmax instead of sdpa: the logits equal
-transformers' within float32 rounding (tests/test_decoder.py), not bit for bit; tokens are
-sampled from them as from any logits, so 1 and N processes still sample the same tokens.
+blocks its sums, and the fp32 attention is a matmul + softmax instead of sdpa (bf16's is
+sdpa, which keeps scores and probabilities in float32: a bf16 matmul + softmax moved a tiny
+model's logits 2.5x further from fp32 than transformers' bf16 forward): the logits equal
+transformers' within the weights' rounding (tests/test_decoder.py), not bit for bit; tokens
+are sampled from them as from any logits, so 1 and N processes still sample the same tokens.
+
+It runs float32 weights (the master model) or bfloat16 ones (``hf.sample_dtype`` "bfloat16":
+the sampling copy), everything in the weights' dtype as transformers' bf16 forward does. With
+bf16 weights a SmolLM2 decode step of 32 rows took 54 ms against transformers' 64 ms and the
+fp32 decoder's 92 ms (2 threads, an AMX Xeon; BENCHMARKS section 33).
 
 Scope (``DECODERS``: the architectures it knows, by ``config.model_type``): Llama-style
 models without biases (Llama, SmolLM, Mistral without sliding window), bare or with ``peft``
 LoRA adapters (each adapted layer's base GEMM, then scale * (x A^T) B^T added as peft's
 forward does: no merged copy of the weights, which would cost LoRA the memory it saves).
-Anything else, a bf16 sampling copy or autocast uses transformers' forward
+Anything else, and fp32 sampling under autocast, uses transformers' forward
 (``HFPolicy.lean_decoder`` returns None). The stacked q/k/v weights are the one copy: stacked
 again at a rollout's start when one of them changed (tensor version counters), i.e. after an
 optimizer step of full fine-tuning: ~40 ms for SmolLM2 against seconds of decoding.
@@ -45,6 +52,8 @@ from grpo_lab.policies import small_gemm
 
 HEAD_BLOCK = 2048
 """Vocabulary rows per block of the output head's GEMM."""
+DTYPES = (torch.float32, torch.bfloat16)
+"""The weights' dtypes it runs: the master model (float32) or a bf16 sampling copy."""
 
 
 def _base(linear: nn.Module) -> torch.Tensor:
@@ -72,8 +81,9 @@ def _with_adapters(y: torch.Tensor, x: torch.Tensor, adapters: list) -> torch.Te
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """``LlamaRMSNorm`` in float32 (the only dtype this decoder runs): w * x / sqrt(mean(x^2)
-    + eps), torch's fused op."""
+    """``LlamaRMSNorm``: w * x / sqrt(mean(x^2) + eps), torch's fused op (it accumulates a
+    bf16 input in float32, as ``LlamaRMSNorm`` does; the product with w is rounded once, where
+    transformers rounds x's normalised value to bf16 first)."""
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
@@ -207,7 +217,7 @@ class LlamaDecoder:
         bias.masked_fill_(~key_mask[:, None, None], float("-inf"))         # (n, 1, 1, t+1)
         lin = small_gemm.linear_rows8 if small_gemm.applies(h, self.head) else F.linear
         ad = self.adapters                                                 # {} without LoRA
-        for i in range(self.L):                    # (every weight is C-contiguous float32)
+        for i in range(self.L):            # (every weight C-contiguous, float32 or bf16)
             x = _rms(h, self.norm1[i], self.eps)                           # (n, C)
             qkv = lin(x, self.qkv[i])                                      # (n, (H+2KV) d)
             if ad:
@@ -218,9 +228,14 @@ class LlamaDecoder:
             cache.values[i, :, :, t] = qkv[:, (H + KV) * d:].view(n, KV, d)
             keys = cache.keys[i, :, :, :t + 1]                             # (n, KV, t+1, d)
             vals = cache.values[i, :, :, :t + 1]                           # (n, KV, t+1, d)
-            s = torch.matmul(q.reshape(n, KV, g, d), keys.transpose(2, 3))  # (n, KV, g, t+1)
-            p = torch.softmax(s.mul_(self.scaling).add_(bias), dim=-1)
-            o = o_in = torch.matmul(p, vals).reshape(n, H * d)             # (n, H d)
+            q = q.reshape(n, KV, g, d)                     # a KV head's g queries together
+            if h.dtype == torch.float32:
+                s = torch.matmul(q, keys.transpose(2, 3))                  # (n, KV, g, t+1)
+                p = torch.softmax(s.mul_(self.scaling).add_(bias), dim=-1)
+                o = o_in = torch.matmul(p, vals).reshape(n, H * d)         # (n, H d)
+            else:            # bf16: sdpa keeps scores and probabilities in float32, as
+                o = o_in = F.scaled_dot_product_attention(                 # transformers' does
+                    q, keys, vals, attn_mask=bias, scale=self.scaling).reshape(n, H * d)
             o = lin(o, self.o[i])                                          # (n, C)
             h = h + (_with_adapters(o, o_in, ad.get((i, "o"), ())) if ad else o)
             x = _rms(h, self.norm2[i], self.eps)
@@ -260,11 +275,11 @@ DECODERS = {"llama": (LlamaDecoder, _llama_like), "mistral": (LlamaDecoder, _lla
 
 
 def decoder_for(model: nn.Module):
-    """A lean decoder for ``model`` (a transformers causal LM in float32, bare or with peft
-    LoRA adapters, which it adds as peft does), or None."""
+    """A lean decoder for ``model`` (a transformers causal LM in float32 or bfloat16, bare or
+    with peft LoRA adapters, which it adds as peft does), or None."""
     if hasattr(model, "get_base_model"):                                   # peft
         model = model.get_base_model()
     kind = DECODERS.get(getattr(model.config, "model_type", ""))
-    if kind is None or next(model.parameters()).dtype != torch.float32 or kind[1](model):
+    if kind is None or next(model.parameters()).dtype not in DTYPES or kind[1](model):
         return None
     return kind[0](model)
