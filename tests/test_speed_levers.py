@@ -77,8 +77,8 @@ def test_update_forwards_give_the_same_loss_and_gradients(which, tiny):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_chosen_logprobs_equal_log_softmax_gather_and_entropy(temperature):
-    """The fewer-passes path (one log_softmax, probabilities kept for a one-pass backward, the
-    entropy as a dot product) against autograd's log_softmax -> gather, -(p * log p).sum."""
+    """The fewer-passes path (one log_softmax, the probabilities recomputed for a one-pass
+    backward, the entropy as a dot product) against autograd's log_softmax -> gather, -(p * log p).sum."""
     torch.manual_seed(0)
     N, Tc, V = 4, 6, 2000
     x = (torch.randn(N, Tc, V) * 3).requires_grad_()                     # (N, Tc, V) logits
@@ -105,6 +105,28 @@ def test_chosen_logprobs_equal_log_softmax_gather_and_entropy(temperature):
     with torch.no_grad():                                                  # no graph: no probs kept
         nt, ne = chosen_logprobs(x, ids, temperature)
     assert torch.equal(nt, want_tok) and torch.equal(ne, ent)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chosen_logprobs_in_slices_equal_the_whole_batch_at_once(dtype, monkeypatch):
+    """engine.CHUNK_ELEMENTS slices the rows (the passes run row by row): log-probs, entropies
+    and gradients in slices of 3 rows (the last one short) equal those of one slice, bit for
+    bit, and the gradient comes back in the logits' dtype."""
+    from grpo_lab.policies import engine
+    torch.manual_seed(1)
+    N, Tc, V = 4, 5, 300
+    x0 = (torch.randn(N, Tc, V) * 3).to(dtype)
+    ids, w = torch.randint(0, V, (N, Tc)), torch.randn(N, Tc)
+    got = {}
+    for rows in (N * Tc, 3):
+        monkeypatch.setattr(engine, "CHUNK_ELEMENTS", rows * V)
+        x = x0.clone().requires_grad_()
+        tok, ent = chosen_logprobs(x, ids, 0.7)
+        (tok * w).sum().backward()
+        got[rows] = tok, ent, x.grad
+    assert got[3][2].dtype == dtype
+    for a, b in zip(got[N * Tc], got[3]):
+        assert torch.equal(a, b)
 
 
 def test_chosen_logprobs_give_the_update_autograds_gradients(tiny):

@@ -197,30 +197,52 @@ def scaled_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return x if temperature == 1.0 else x / temperature
 
 
+CHUNK_ELEMENTS = 1 << 22
+"""Logits per slice of ``_ChosenLogprob``'s passes (85 rows of a 49,152-token vocabulary): a
+slice's float32 copy, log-softmax and probabilities stay in the CPU's caches. Each row's
+numbers are the whole tensor's, bit for bit (the passes run row by row); SmolLM2's bf16
+logits of a step (1,024 x 49,152) took 228 ms forward + backward in slices of 64 rows against
+370 ms whole (2 threads, an AMX Xeon; BENCHMARKS section 33)."""
+
+
 class _ChosenLogprob(torch.autograd.Function):
     """log softmax(x / T) at the chosen tokens with its gradient, (onehot - softmax) g / T,
-    written out: backward is one pass over the probabilities kept from forward, where
-    autograd's log_softmax -> gather makes two (gather's zeros, log_softmax's backward)."""
+    written out, slice by slice of ``CHUNK_ELEMENTS`` logits: backward recomputes a slice's
+    probabilities from the logits kept (not the float32 probabilities of the whole batch) and
+    makes one pass over them, where autograd's log_softmax -> gather makes two (gather's
+    zeros, log_softmax's backward)."""
 
     @staticmethod
-    def forward(ctx, logits, ids, temperature: float, with_entropy: bool, keep_probs: bool):
-        logp = F.log_softmax(scaled_logits(logits, temperature), -1)       # (..., V)
-        probs = logp.exp() if with_entropy or keep_probs else None         # (..., V)
-        ctx.save_for_backward(probs, ids)
-        ctx.temperature, ctx.dtype = temperature, logits.dtype
-        entropy = None
-        if with_entropy:                       # -sum p log p as one dot product, no graph
-            entropy = -(probs[..., None, :] @ logp[..., :, None])[..., 0, 0]  # (...)
+    def forward(ctx, logits, ids, temperature: float, with_entropy: bool, keep_logits: bool):
+        V = logits.shape[-1]
+        x, idx = logits.reshape(-1, V), ids.reshape(-1, 1)                 # (R, V), (R, 1)
+        chosen = torch.empty(ids.shape, dtype=torch.float32, device=x.device)    # (...)
+        entropy = torch.empty_like(chosen) if with_entropy else None       # (...)
+        for s in range(0, x.shape[0], max(1, CHUNK_ELEMENTS // V)):
+            e = s + max(1, CHUNK_ELEMENTS // V)
+            logp = F.log_softmax(scaled_logits(x[s:e], temperature), -1)   # (r, V)
+            chosen.view(-1)[s:e] = logp.gather(-1, idx[s:e]).squeeze(-1)
+            if with_entropy:                   # -sum p log p as one dot product, no graph
+                entropy.view(-1)[s:e] = -(logp.exp()[:, None, :] @ logp[:, :, None])[:, 0, 0]
+        ctx.save_for_backward(logits if keep_logits else None, ids)
+        ctx.temperature = temperature
+        if with_entropy:
             ctx.mark_non_differentiable(entropy)
-        return logp.gather(-1, ids[..., None]).squeeze(-1), entropy        # (...), (...)
+        return chosen, entropy                                             # (...), (...)
 
     @staticmethod
     def backward(ctx, g, _):
-        probs, ids = ctx.saved_tensors                                     # (..., V), (...)
-        g = g / ctx.temperature                                            # (...)
-        grad = probs * -g[..., None]                                       # (..., V)
-        grad.scatter_add_(-1, ids[..., None], g[..., None])               # + g at the token
-        return grad.to(ctx.dtype), None, None, None, None
+        logits, ids = ctx.saved_tensors                                    # (..., V), (...)
+        T, V = ctx.temperature, logits.shape[-1]
+        x, idx = logits.reshape(-1, V), ids.reshape(-1, 1)                 # (R, V), (R, 1)
+        g = (g / T).reshape(-1, 1)                                         # (R, 1)
+        grad = torch.empty_like(x)                                         # (R, V)
+        for s in range(0, x.shape[0], max(1, CHUNK_ELEMENTS // V)):
+            e = s + max(1, CHUNK_ELEMENTS // V)
+            probs = F.log_softmax(scaled_logits(x[s:e], T), -1).exp_()     # (r, V)
+            probs.mul_(-g[s:e]).scatter_add_(-1, idx[s:e], g[s:e])        # + g at the token
+            grad[s:e] = probs                                              # in logits' dtype
+        return grad.view(logits.shape), None, None, None, None
 
 
 def chosen_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
@@ -228,8 +250,8 @@ def chosen_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float 
     """Logits (..., V), chosen ids (...) -> (log softmax(logits / T) at the ids (...), with
     its gradient; the entropy of softmax(logits / T) (...) without a graph, or None). The same
     numbers as ``log_softmax(x / T).gather(ids)`` and ``-(p * log p).sum(-1)``, in fewer passes
-    over the V-wide logits (tests/test_speed_levers.py); the probabilities are kept for a
-    backward only."""
+    over the V-wide logits (tests/test_speed_levers.py); the logits are kept for a backward
+    only."""
     backward = torch.is_grad_enabled() and logits.requires_grad
     return _ChosenLogprob.apply(logits, ids, temperature, with_entropy, backward)
 
