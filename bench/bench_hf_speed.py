@@ -446,10 +446,13 @@ def cpu_per_call(fn, reps: int) -> float:
 
 def decode_step_ms(a) -> list[str]:
     """One decode step of the model at 8, 16 and 32 rows (a 36-token prompt cache + 1), CPU
-    ms, one thread: transformers' forward with its DynamicCache, the lean decoder with MKL's
-    GEMMs, the lean decoder with small_gemm's kernel (up to 8 rows); and the GEMMs alone,
-    every linear layer of the model (its own weights, streamed as in a step), MKL vs the
-    kernel. Rounds interleaved; each figure the median of 3 rounds of 5 steps."""
+    ms, ``--threads`` threads: transformers' forward with its DynamicCache, the lean decoder
+    with MKL's GEMMs, the lean decoder with small_gemm's kernel (up to 8 rows; one thread
+    only); the GEMMs alone, every linear layer of the model (its own weights, streamed as in a
+    step), MKL vs the kernel; the same step on a bf16 sampling copy (transformers' forward,
+    the lean decoder); and the bf16 head on the prefill's last position as transformers slices
+    it, strided or made contiguous (hf._contiguous_input). Rounds interleaved; each figure the
+    median of 3 rounds of 5 steps."""
     import copy
 
     from grpo_lab.policies import decoder as dec_mod
@@ -459,6 +462,8 @@ def decode_step_ms(a) -> list[str]:
     model = load_hf_policy(a.model).eval().model
     lean = dec_mod.decoder_for(model)
     linears = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]  # + head
+    bf16 = copy.deepcopy(model).to(torch.bfloat16).requires_grad_(False)  # a sampling copy
+    lean16 = dec_mod.decoder_for(bf16)
 
     def timed(fn):
         return cpu_per_call(fn, 5) * 1e3                                   # ms
@@ -468,16 +473,34 @@ def decode_step_ms(a) -> list[str]:
         ids = torch.randint(0, model.config.vocab_size, (n, 36))
         with torch.no_grad():
             out = model(input_ids=ids, use_cache=True)
+            out16 = bf16(input_ids=ids, use_cache=True)
         cache = lean.start(copy.deepcopy(out.past_key_values), 1, 4)
+        cache16 = lean16.start(copy.deepcopy(out16.past_key_values), 1, 4)
         tok, pos = torch.randint(0, model.config.vocab_size, (n,)), torch.full((n,), 36)
         mask = torch.ones(n, 37, dtype=torch.bool)
         xs = {k: torch.randn(n, k) for k in {w.shape[1] for w in linears}}
 
-        def hf_step():
-            c = copy.deepcopy(out.past_key_values)       # a fresh 36-column cache each call
+        def hf_step(m=model, o=out):
+            c = copy.deepcopy(o.past_key_values)         # a fresh 36-column cache each call
             with torch.no_grad():
-                model(input_ids=tok[:, None], attention_mask=mask.long(),
-                      position_ids=pos[:, None], cache=c, use_cache=True, logits_to_keep=1)
+                m(input_ids=tok[:, None], attention_mask=mask.long(),
+                  position_ids=pos[:, None], cache=c, use_cache=True, logits_to_keep=1)
+
+        def hf16_step():
+            hf_step(bf16, out16)
+
+        def lean16_step():
+            cache16.t = 36
+            lean16.step(tok, pos, mask, cache16)
+
+        h16 = torch.randn(n, 36, bf16.config.hidden_size, dtype=torch.bfloat16)
+
+        def head16(contiguous):                          # the prefill's last position
+            def run():
+                with torch.no_grad():
+                    x = h16[:, -1:]                       # (n, 1, C), strided as transformers'
+                    bf16.lm_head(x.contiguous() if contiguous else x)
+            return run
 
         def lean_step(kernel):
             def run():
@@ -499,11 +522,16 @@ def decode_step_ms(a) -> list[str]:
                          else torch.nn.functional.linear(x, w))
             return run
         copy_ms = timed(lambda: copy.deepcopy(out.past_key_values))
+        copy16_ms = timed(lambda: copy.deepcopy(out16.past_key_values))
         for _ in range(3):
             for name, fn in (("transformers forward", hf_step), ("lean, MKL", lean_step(False)),
                              ("lean, small_gemm", lean_step(True)), ("GEMMs, MKL", gemms(False)),
-                             ("GEMMs, small_gemm", gemms(True))):
-                ms = timed(fn) - (copy_ms if fn is hf_step else 0.0)
+                             ("GEMMs, small_gemm", gemms(True)),
+                             ("bf16 copy: transformers forward", hf16_step),
+                             ("bf16 copy: lean", lean16_step),
+                             ("bf16 head, the strided (n, 1, C) slice", head16(False)),
+                             ("bf16 head, that slice made contiguous", head16(True))):
+                ms = timed(fn) - {hf_step: copy_ms, hf16_step: copy16_ms}.get(fn, 0.0)
                 res.setdefault((name, n), []).append(ms)
     names = list(dict.fromkeys(k for k, _ in res))
     out = ["| what (ms per decode step, CPU) | 8 rows | 16 rows | 32 rows |", "|---|---|---|---|"]

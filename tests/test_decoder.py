@@ -218,6 +218,24 @@ def test_the_bf16_sampling_copy_decodes_with_the_lean_decoder(tiny):
                                    rtol=0, atol=2 * bf16_logit_tol(tiny))
 
 
+def test_one_policy_switched_between_fp32_and_the_bf16_copy_decodes_each_with_its_own(tiny):
+    """The speed probe switches ``sample_dtype`` on one policy: each model that samples gets
+    its own lean decoder (a float32 one on the bf16 copy's cache would fail), and switching
+    back samples what it sampled before."""
+    ps = prompts(tiny, 3)
+    policy = load_hf_policy(TINY).eval()
+    first = sample(policy, ps, 2, 5, greedy=True)
+    policy.cfg.sample_dtype = "bfloat16"
+    copy_run = sample(policy, ps, 2, 5, greedy=True)
+    assert policy.lean_decoder().model is policy.sampling_copy()
+    policy.cfg.sample_dtype = ""
+    assert policy.lean_decoder().model is policy.model
+    again = sample(policy, ps, 2, 5, greedy=True)
+    assert torch.equal(again.completion_ids, first.completion_ids)
+    assert torch.equal(again.logprobs, first.logprobs)
+    assert copy_run.completion_ids.shape == first.completion_ids.shape
+
+
 def test_the_sampling_copys_head_gets_a_contiguous_input(tiny):
     """transformers hands the head the last position as a strided slice; the sampling copy's
     head makes it contiguous first (a strided bf16 input made torch's CPU matmul copy the

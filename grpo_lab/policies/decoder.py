@@ -30,8 +30,8 @@ are sampled from them as from any logits, so 1 and N processes still sample the 
 
 It runs float32 weights (the master model) or bfloat16 ones (``hf.sample_dtype`` "bfloat16":
 the sampling copy), everything in the weights' dtype as transformers' bf16 forward does. With
-bf16 weights a SmolLM2 decode step of 32 rows took 54 ms against transformers' 64 ms and the
-fp32 decoder's 92 ms (2 threads, an AMX Xeon; BENCHMARKS section 33).
+bf16 weights a SmolLM2 decode step of 32 rows took 106 CPU ms against transformers' 136 and
+the fp32 decoder's 193 (2 threads, an AMX Xeon; BENCHMARKS section 33).
 
 Scope (``DECODERS``: the architectures it knows, by ``config.model_type``): Llama-style
 models without biases (Llama, SmolLM, Mistral without sliding window), bare or with ``peft``

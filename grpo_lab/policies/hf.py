@@ -132,7 +132,8 @@ class HFPolicy(Engine):
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         object.__setattr__(self, "_copy", None)     # the sample_dtype copy: not a submodule
         object.__setattr__(self, "_copied", None)   # master weights' (data_ptr, version) then
-        object.__setattr__(self, "_lean", None)     # decoder.LlamaDecoder, built on first use
+        object.__setattr__(self, "_leans", {})      # sample_dtype -> decoder.LlamaDecoder or
+                                                    # False, built on first use
 
     def encode(self, text: str) -> list[int]:
         if self.cfg.chat_template:
@@ -182,11 +183,11 @@ class HFPolicy(Engine):
         ``decoder.DECODERS`` does not know)."""
         if self.cfg.decoder != "lean" or (self.cfg.autocast and not self.cfg.sample_dtype):
             return None
-        if self._lean is None:
+        key = self.cfg.sample_dtype                 # one decoder per model that samples
+        if key not in self._leans:
             from grpo_lab.policies.decoder import decoder_for
-            model = self.sampling_copy() if self.cfg.sample_dtype else self.model
-            object.__setattr__(self, "_lean", decoder_for(model) or False)
-        return self._lean or None
+            self._leans[key] = decoder_for(self.sampling_copy() if key else self.model) or False
+        return self._leans[key] or None
 
     def start_decode(self, cache, G: int, max_new_tokens: int):
         """The prompts' cache (B rows) -> the decode cache of B*G rows: a
@@ -233,10 +234,11 @@ class HFPolicy(Engine):
         (sampling) or when ``use_cache``; a training forward keeps none.
         ``logits_to_keep`` k > 0: the head on the last k positions only -> (B, k, V).
         ``return_hidden`` adds the last hidden states (B, T, C) (embeddings.policy_embed)."""
-        if self._lean and not self.training and not torch.is_grad_enabled():
-            from grpo_lab.policies.decoder import StaticCache              # loaded with _lean
+        lean = self._leans.get(self.cfg.sample_dtype)
+        if lean and not self.training and not torch.is_grad_enabled():
+            from grpo_lab.policies.decoder import StaticCache              # loaded with lean
             if isinstance(cache, StaticCache):                            # start_decode's cache
-                logits = self._lean.step(idx[:, 0], pos[:, 0], key_mask, cache)  # (B, V)
+                logits = lean.step(idx[:, 0], pos[:, 0], key_mask, cache)  # (B, V)
                 return logits[:, None], cache                             # one new token a row
         mask = None if key_mask is None else key_mask.long()              # (B, Tk)
         if key_mask is not None and key_mask.dim() == 3:   # who sees whom (packed_logits):
@@ -273,8 +275,8 @@ def _contiguous_input(module: nn.Module, args: tuple) -> tuple:
     """The sampling copy's head gets its input contiguous. transformers hands it the last
     position's hidden states as a slice, (B, 1, C) with the stride of (B, T, C); with a weight
     that requires no gradient torch's CPU matmul then runs a batched product against the
-    weight expanded B times, copying it: 566 ms for SmolLM2's bf16 head at B = 8 against 4.4
-    ms contiguous on an AMX Xeon (BENCHMARKS section 33). Same products, each row's sums
+    weight expanded B times, copying it: 1,123 CPU ms for SmolLM2's bf16 head at B = 8 against
+    9.3 contiguous on an AMX Xeon (BENCHMARKS section 33). Same products, each row's sums
     unchanged in value up to rounding order."""
     x = args[0]
     return args if x.is_contiguous() else (x.contiguous(), *args[1:])

@@ -47,8 +47,9 @@ class HFConfig:
     """LoRA scale numerator: adapters add (alpha / r) * B A x (0: alpha = 2 * lora_r)."""
     decoder: str = "lean"
     """The sampler's one-token forwards: "lean" (``decoder.py``: stacked projections and a
-    static KV cache, for Llama-style models in float32, LoRA adapters included; others fall
-    back) or "transformers" (the model's own forward with its DynamicCache)."""
+    static KV cache, for Llama-style models in float32 or a bf16 sampling copy, LoRA adapters
+    included; others fall back) or "transformers" (the model's own forward with its
+    DynamicCache)."""
 
     def __post_init__(self):
         lookup(DTYPES, self.dtype, "hf.dtype")

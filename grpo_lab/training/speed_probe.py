@@ -5,13 +5,14 @@ that passes the accuracy check (``TrainConfig.speed.fast_path="probe"``, ``grpo-
 Why measure: the fastest settings differ from one CPU to the next and cannot be read off its
 flags. On an AVX2-only EPYC a bf16 matmul is emulated (4-9x slower than fp32); on an EPYC with
 AVX512_BF16 a bare bf16 matmul is 2-2.8x faster, yet grpo_lab's bf16 sampling copy was no
-faster than fp32 there (the lean fp32 decoder does not run on a bf16 copy); on an AMX Xeon
+faster than fp32 there (before the lean decoder ran on a bf16 copy); on an AMX Xeon
 bf16 autocast made a SmolLM2 step slower (13.2 s vs 10.5 s). So the probe times, on the run's
 model:
 
     rollout   sample(B prompts x G completions, max_new tokens), no grad, one per mode:
                 fp32        the master weights (the lean decoder: decoder.py)
-                bf16 copy   hf.sample_dtype="bfloat16" (a bf16 copy of the weights)
+                bf16 copy   hf.sample_dtype="bfloat16" (a bf16 copy of the weights, the
+                            lean decoder on it)
                 autocast    hf.autocast=True (every forward under bf16 autocast)
     update    completion_logprobs + backward of sum(logp * A) on that rollout:
                 fp32, autocast
