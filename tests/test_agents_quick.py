@@ -41,9 +41,12 @@ def test_bisection_wins_within_the_turn_limit():
 
 
 def test_warm_up_then_grpo_raises_held_out_success(tmp_path):
-    """The lesson's recipe at test size: 200 warm-up steps, 300 GRPO steps, one seed (150 moved it 1 point). Measured
-    (AMD EPYC, load 9): sampled success 0.78 after the warm-up, 0.87 after 300 GRPO steps
-    (seeds 0-2: 0.87, 0.88, 0.855)."""
+    """The lesson's recipe at test size: 200 warm-up steps, 300 GRPO steps, one seed (150 moved it 1 point),
+    judged on 1,000 sampled episodes (40 per held-out range): the gain's standard error is
+    about 0.02, where 200 episodes gave about 0.04, the size of the bar. Measured on 200
+    episodes (AMD EPYC, load 9): 0.78 -> 0.87 (seeds 0-2: 0.87, 0.88, 0.855); on an AMX Xeon
+    the same seed read 0.78 -> 0.795 on 200 episodes and 0.731 -> 0.797 on 1,000 (seed 1:
+    0.731 -> 0.864): the CPU's rounding changes the run, the 200-episode reading was noise."""
     from pathlib import Path
 
     from grpo_lab.policies.policy import load_policy_any
@@ -51,13 +54,13 @@ def test_warm_up_then_grpo_raises_held_out_success(tmp_path):
     from grpo_lab.training.trainer import train
     torch.set_num_threads(1)
     warm, _ = warm_start("guess_digit", 200, tmp_path / "warm.safetensors")
-    before = sampled_eval(warm, "guess_digit")
-    assert before["episodes"] == 200 and 0.5 < before["success"] < 0.9
+    before = sampled_eval(warm, "guess_digit", G=40)
+    assert before["episodes"] == 1000 and 0.5 < before["success"] < 0.9
     cfg = preset("agent_cpu", task="guess_digit", base_checkpoint=str(tmp_path / "warm.safetensors"),
                  steps=300, eval_every=0, eval_size=0, out_dir=str(tmp_path / "run"),
                  time_budget_s=0.0, threads=1, ckpt_every=10 ** 6)
     train(cfg, progress=False)
     after = sampled_eval(load_policy_any(Path(cfg.out_dir) / "checkpoint.safetensors"),
-                         "guess_digit")
+                         "guess_digit", G=40)
     assert after["success"] > before["success"] + 0.04, (before, after)
     assert after["return"] > before["return"]
