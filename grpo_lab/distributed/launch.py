@@ -140,7 +140,10 @@ def _worker(rank, fn, world_size, port, backend, timeout_s, args, out_dir):
     except BaseException as e:  # record before the socket closes: the parent needs the first cause
         record = {"time": time.time(), "type": type(e).__name__, "message": str(e),
                   "traceback": traceback.format_exc()}
-        (Path(out_dir) / f"rank{rank}.err.json").write_text(json.dumps(record))
+        path = Path(out_dir) / f"rank{rank}.err.json"   # whole or absent: the parent may
+        tmp = path.with_suffix(".json.tmp")             # stop this rank mid-write (SIGTERM)
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
         raise
     finally:
         dist.destroy_process_group()
