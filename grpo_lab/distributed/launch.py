@@ -140,10 +140,9 @@ def _worker(rank, fn, world_size, port, backend, timeout_s, args, out_dir):
     except BaseException as e:  # record before the socket closes: the parent needs the first cause
         record = {"time": time.time(), "type": type(e).__name__, "message": str(e),
                   "traceback": traceback.format_exc()}
-        path = Path(out_dir) / f"rank{rank}.err.json"   # whole or absent: the parent may
-        tmp = path.with_suffix(".json.tmp")             # stop this rank mid-write (SIGTERM)
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, path)
+        from grpo_lab.rundir import write_lines_atomic  # whole or absent: the parent may
+        write_lines_atomic(Path(out_dir) / f"rank{rank}.err.json",   # stop this rank
+                           [json.dumps(record)])                        # mid-write (SIGTERM)
         raise
     finally:
         dist.destroy_process_group()
