@@ -205,6 +205,12 @@ logits of a step (1,024 x 49,152) took 228 ms forward + backward in slices of 64
 370 ms whole (2 threads, an AMX Xeon; BENCHMARKS section 33)."""
 
 
+def _row_slices(rows: int, V: int):
+    """(start, end) of each slice of ``CHUNK_ELEMENTS`` logits (at least one row) of (rows, V)."""
+    step = max(1, CHUNK_ELEMENTS // V)
+    return ((s, s + step) for s in range(0, rows, step))
+
+
 class _ChosenLogprob(torch.autograd.Function):
     """log softmax(x / T) at the chosen tokens with its gradient, (onehot - softmax) g / T,
     written out, slice by slice of ``CHUNK_ELEMENTS`` logits: backward recomputes a slice's
@@ -218,8 +224,7 @@ class _ChosenLogprob(torch.autograd.Function):
         x, idx = logits.reshape(-1, V), ids.reshape(-1, 1)                 # (R, V), (R, 1)
         chosen = torch.empty(ids.shape, dtype=torch.float32, device=x.device)    # (...)
         entropy = torch.empty_like(chosen) if with_entropy else None       # (...)
-        for s in range(0, x.shape[0], max(1, CHUNK_ELEMENTS // V)):
-            e = s + max(1, CHUNK_ELEMENTS // V)
+        for s, e in _row_slices(x.shape[0], V):
             logp = F.log_softmax(scaled_logits(x[s:e], temperature), -1)   # (r, V)
             chosen.view(-1)[s:e] = logp.gather(-1, idx[s:e]).squeeze(-1)
             if with_entropy:                   # -sum p log p as one dot product, no graph
@@ -237,8 +242,7 @@ class _ChosenLogprob(torch.autograd.Function):
         x, idx = logits.reshape(-1, V), ids.reshape(-1, 1)                 # (R, V), (R, 1)
         g = (g / T).reshape(-1, 1)                                         # (R, 1)
         grad = torch.empty_like(x)                                         # (R, V)
-        for s in range(0, x.shape[0], max(1, CHUNK_ELEMENTS // V)):
-            e = s + max(1, CHUNK_ELEMENTS // V)
+        for s, e in _row_slices(x.shape[0], V):
             probs = F.log_softmax(scaled_logits(x[s:e], T), -1).exp_()     # (r, V)
             probs.mul_(-g[s:e]).scatter_add_(-1, idx[s:e], g[s:e])        # + g at the token
             grad[s:e] = probs                                              # in logits' dtype
