@@ -129,6 +129,38 @@ def test_chosen_logprobs_in_slices_equal_the_whole_batch_at_once(dtype, monkeypa
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chosen_logprobs_on_shared_rows_equal_the_copied_rows(dtype, monkeypatch):
+    """``rows`` (the packed forward's layout: a row read by several positions, the slices in
+    any order): log-probs and entropies equal those of the copied rows x[rows] bit for bit;
+    the gradient equals autograd's through the copy (which sums the copies' gradients) up to
+    the rounding of those sums; rows past the logits are refused by name."""
+    from grpo_lab.policies import engine
+    monkeypatch.setattr(engine, "CHUNK_ELEMENTS", 2 * 50)                  # slices of 2 rows
+    torch.manual_seed(2)
+    R, V = 7, 50
+    x0 = (torch.randn(R, V) * 3).to(dtype)
+    rows = torch.tensor([[0, 3, 4], [0, 5, 6], [1, 2, 2], [6, 0, 1]])      # (N, Tc)
+    ids, w = torch.randint(0, V, rows.shape), torch.randn(rows.shape)
+    x = x0.clone().requires_grad_()
+    tok, ent = chosen_logprobs(x, ids, 0.7, rows=rows)
+    (tok * w).sum().backward()
+    y = x0.clone().requires_grad_()
+    want_tok, want_ent = chosen_logprobs(y[rows], ids, 0.7)
+    (want_tok * w).sum().backward()
+    assert torch.equal(tok, want_tok) and torch.equal(ent, want_ent)
+    assert x.grad.dtype == dtype
+    # element (r, v) sums |w / T| (p_rv + [v chosen]) over the positions reading row r
+    p = torch.softmax(x0.float() / 0.7, -1)                                # (R, V)
+    onehot = torch.zeros(*rows.shape, V).scatter_(-1, ids[..., None], 1.0)
+    terms = (w.abs() / 0.7)[..., None] * (p[rows] + onehot)               # (N, Tc, V)
+    size = torch.zeros(R, V).index_add_(0, rows.flatten(), terms.reshape(-1, V))
+    assert ((x.grad.float() - y.grad.float()).abs()
+            <= 4 * torch.finfo(dtype).eps * size).all()
+    with pytest.raises(ValueError, match="row 7 of 7"):
+        chosen_logprobs(x0, ids, rows=rows.clamp_min(7))
+
+
 def test_chosen_logprobs_give_the_update_autograds_gradients(tiny):
     """Through the HF model: the parameters' gradients of sum(logp * A) by the fewer-passes
     path equal autograd's (completion_logprobs with entropy_grad takes autograd's path)."""

@@ -227,14 +227,16 @@ def completion_logprobs(model, r: Rollout, temperature: float = 1.0,
     ``return_entropy`` and the policy's entropy at each token (N, Tc), without an autograd graph
     (``chosen_logprobs``) unless ``entropy_grad`` (an entropy bonus in the loss: autograd's
     log_softmax -> gather and -(p * log p).sum)."""
-    logits = forward(model, r)                                             # (N, Tc, V)
+    logits, rows = forward(model, r)                       # (N, Tc, V) or (R, V) and (N, Tc)
     ids, mask = r.completion_ids.to(logits.device), r.completion_mask.to(logits.device)
     if entropy_grad and torch.is_grad_enabled():
+        if rows is not None:
+            logits = logits[rows]                                          # (N, Tc, V)
         logp = F.log_softmax(scaled_logits(logits, temperature), -1)       # (N, Tc, V)
         tok_logp = logp.gather(2, ids[..., None]).squeeze(2)               # (N, Tc)
         entropy = -(logp.exp() * logp).sum(-1)                             # (N, Tc)
     else:
-        tok_logp, entropy = chosen_logprobs(logits, ids, temperature, return_entropy)
+        tok_logp, entropy = chosen_logprobs(logits, ids, temperature, return_entropy, rows)
     tok_logp = tok_logp.masked_fill(~mask, 0.0)                            # (N, Tc)
     return (tok_logp, entropy.masked_fill(~mask, 0.0)) if return_entropy else tok_logp
 

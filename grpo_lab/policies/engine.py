@@ -216,58 +216,81 @@ class _ChosenLogprob(torch.autograd.Function):
     written out, slice by slice of ``CHUNK_ELEMENTS`` logits: backward recomputes a slice's
     probabilities from the logits kept (not the float32 probabilities of the whole batch) and
     makes one pass over them, where autograd's log_softmax -> gather makes two (gather's
-    zeros, log_softmax's backward)."""
+    zeros, log_softmax's backward). Position m reads logits row ``rows[m]``: rows may be
+    shared (the packed forward's prompt row predicts the first token of its G completions),
+    whose gradient is then the sum of theirs, formed in the slice's one pass."""
 
     @staticmethod
-    def forward(ctx, logits, ids, temperature: float, with_entropy: bool, keep_logits: bool):
-        V = logits.shape[-1]
-        x, idx = logits.reshape(-1, V), ids.reshape(-1, 1)                 # (R, V), (R, 1)
-        chosen = torch.empty(ids.shape, dtype=torch.float32, device=x.device)    # (...)
-        entropy = torch.empty_like(chosen) if with_entropy else None       # (...)
-        for s, e in _row_slices(x.shape[0], V):
+    def forward(ctx, x, rows, ids, temperature: float, with_entropy: bool, keep_logits: bool):
+        V = x.shape[-1]                                                    # x (R, V)
+        order = torch.argsort(rows, stable=True)                           # (M,) by row
+        chosen = torch.empty(ids.shape, dtype=torch.float32, device=x.device)    # (M,)
+        row_entropy = torch.empty(x.shape[0], device=x.device) if with_entropy else None
+        for (s, e), pos in _slices_and_positions(x.shape[0], V, rows, order):
             logp = F.log_softmax(scaled_logits(x[s:e], temperature), -1)   # (r, V)
-            chosen.view(-1)[s:e] = logp.gather(-1, idx[s:e]).squeeze(-1)
+            chosen[pos] = logp[rows[pos] - s, ids[pos]]
             if with_entropy:                   # -sum p log p as one dot product, no graph
-                entropy.view(-1)[s:e] = -(logp.exp()[:, None, :] @ logp[:, :, None])[:, 0, 0]
-        ctx.save_for_backward(logits if keep_logits else None, ids)
+                row_entropy[s:e] = -(logp.exp()[:, None, :] @ logp[:, :, None])[:, 0, 0]
+        ctx.save_for_backward(x if keep_logits else None, rows, ids, order)
         ctx.temperature = temperature
+        entropy = row_entropy[rows] if with_entropy else None              # (M,)
         if with_entropy:
             ctx.mark_non_differentiable(entropy)
-        return chosen, entropy                                             # (...), (...)
+        return chosen, entropy
 
     @staticmethod
     def backward(ctx, g, _):
-        logits, ids = ctx.saved_tensors                                    # (..., V), (...)
-        T, V = ctx.temperature, logits.shape[-1]
-        x, idx = logits.reshape(-1, V), ids.reshape(-1, 1)                 # (R, V), (R, 1)
-        g = (g / T).reshape(-1, 1)                                         # (R, 1)
+        x, rows, ids, order = ctx.saved_tensors                            # (R, V), (M,) x 3
+        T, V = ctx.temperature, x.shape[-1]
+        g = g / T                                                          # (M,)
+        per_row = torch.zeros(x.shape[0], device=x.device).index_add_(0, rows, g)   # (R,)
         grad = torch.empty_like(x)                                         # (R, V)
-        for s, e in _row_slices(x.shape[0], V):
+        for (s, e), pos in _slices_and_positions(x.shape[0], V, rows, order):
             probs = F.log_softmax(scaled_logits(x[s:e], T), -1).exp_()     # (r, V)
-            probs.mul_(-g[s:e]).scatter_add_(-1, idx[s:e], g[s:e])        # + g at the token
+            probs.mul_(-per_row[s:e, None])                                # - sum g p
+            probs.index_put_((rows[pos] - s, ids[pos]), g[pos], accumulate=True)  # + g at a token
             grad[s:e] = probs                                              # in logits' dtype
-        return grad.view(logits.shape), None, None, None, None
+        return grad, None, None, None, None, None
+
+
+def _slices_and_positions(R: int, V: int, rows: torch.Tensor, order: torch.Tensor):
+    """Each slice of ``_row_slices(R, V)`` with the positions (of ``rows``) that read it."""
+    ends = torch.searchsorted(rows[order], torch.tensor([e for _, e in _row_slices(R, V)],
+                                                        device=rows.device)).tolist()
+    return ((se, order[a:b]) for se, a, b in zip(_row_slices(R, V), [0, *ends], ends))
 
 
 def chosen_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
-                    with_entropy: bool = True):
+                    with_entropy: bool = True, rows: torch.Tensor | None = None):
     """Logits (..., V), chosen ids (...) -> (log softmax(logits / T) at the ids (...), with
     its gradient; the entropy of softmax(logits / T) (...) without a graph, or None). The same
     numbers as ``log_softmax(x / T).gather(ids)`` and ``-(p * log p).sum(-1)``, in fewer passes
     over the V-wide logits (tests/test_speed_levers.py); the logits are kept for a backward
-    only."""
+    only. With ``rows`` (shaped as ``ids``), logits are (R, V) and position m's prediction is
+    row ``rows[m]`` (the packed forward: no (..., V) copy of a shared row)."""
+    V = logits.shape[-1]
+    x = logits.reshape(-1, V)                                              # (R, V)
+    if rows is None:
+        rows = torch.arange(ids.numel(), device=x.device)                  # (M,)
+    elif rows.numel() and int(rows.max()) >= x.shape[0]:
+        raise ValueError(f"rows reach row {int(rows.max())} of {x.shape[0]} logits rows")
+    rows = rows.reshape(-1).to(x.device)                                   # (M,)
     backward = torch.is_grad_enabled() and logits.requires_grad
-    return _ChosenLogprob.apply(logits, ids, temperature, with_entropy, backward)
+    chosen, entropy = _ChosenLogprob.apply(x, rows, ids.reshape(-1).to(x.device), temperature,
+                                           with_entropy, backward)
+    return chosen.view(ids.shape), None if entropy is None else entropy.view(ids.shape)
 
 
-# ---- the update's forward: logits that predict the completion tokens, (N, Tc, V), four ways
+# ---- the update's forward: logits that predict the completion tokens, four ways: each
+# returns (logits, rows): logits (N, Tc, V) and rows None, or logits (R, V) and rows (N, Tc),
+# the row that predicts each completion token (chosen_logprobs' ``rows``)
 
 
 def all_positions_logits(model, r) -> torch.Tensor:
     """One forward over prompt + completion, logits at every position, the completion's kept."""
     Tp = r.prompt_ids.shape[1]
     logits, _ = model(*full_sequence(r, next(model.parameters()).device))  # (N, Tp+Tc, V)
-    return logits[:, Tp - 1:-1]                                            # (N, Tc, V)
+    return logits[:, Tp - 1:-1], None                                      # (N, Tc, V)
 
 
 def completion_logits(model, r) -> torch.Tensor:
@@ -276,7 +299,7 @@ def completion_logits(model, r) -> torch.Tensor:
     Tc = r.completion_ids.shape[1]
     logits, _ = model(*full_sequence(r, next(model.parameters()).device),
                       logits_to_keep=Tc + 1)                               # (N, Tc+1, V)
-    return logits[:, :-1]                                                  # (N, Tc, V)
+    return logits[:, :-1], None                                            # (N, Tc, V)
 
 
 def shared_prompt_rows(r) -> int:
@@ -306,12 +329,12 @@ def prompt_once_logits(model, r) -> torch.Tensor:
     first = first.repeat_interleave(G, 0)                                  # (N, 1, V)
     Tc = r.completion_ids.shape[1]
     if Tc == 1:
-        return first
+        return first, None
     c_pos = p_pos[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(Tc - 1, device=dev)  # (N, Tc-1)
     key_mask = torch.cat([r.prompt_mask, r.completion_mask[:, :-1]], 1).to(dev)  # (N, Tp+Tc-1)
     rest, _ = model(r.completion_ids[:, :-1].to(dev), c_pos, key_mask,
                     model.repeat_cache(cache, G))                          # (N, Tc-1, V)
-    return torch.cat([first, rest], 1)                                     # (N, Tc, V)
+    return torch.cat([first, rest], 1), None                               # (N, Tc, V)
 
 
 def packed_logits(model, r) -> torch.Tensor:
@@ -322,8 +345,9 @@ def packed_logits(model, r) -> torch.Tensor:
     against its cache) give every weight two gradient GEMMs that autograd then adds, the
     embedding two dense gradients, the head a second GEMM for one position; and it needs no KV
     cache (so it also runs under activation checkpointing or DDP). Positions as the sampler's.
-    Logits at the prompt's last position (shared by its G completions) and the completions'.
-    Falls back to ``completion_logits`` when the rows are not G-blocks of one prompt."""
+    Logits at the prompt's last position (shared by its G completions) and the completions',
+    (B (1 + G (Tc-1)), V), with the row of each completion token: the shared row is not
+    copied G times (nor its gradient summed from G copies). Falls back to ``completion_logits`` when the rows are not G-blocks of one prompt."""
     G = shared_prompt_rows(r)
     if not G:
         return completion_logits(model, r)
@@ -343,10 +367,10 @@ def packed_logits(model, r) -> torch.Tensor:
     see = (causal | prompt)[None] & real[:, None, :] | (i[:, None] == i[None, :])  # (B, L, L)
     logits, _ = model(ids, torch.cat([p_pos, c_pos], 1), see,
                       logits_to_keep=n_c + 1)                              # (B, 1 + n_c, V)
-    V = logits.shape[-1]
-    first = logits[:, :1, None].expand(B, G, 1, V)                         # (B, G, 1, V)
-    rest = logits[:, 1:].reshape(B, G, Tc - 1, V)                          # (B, G, Tc-1, V)
-    return torch.cat([first, rest], 2).reshape(B * G, Tc, V)               # (N, Tc, V)
+    rest = 1 + torch.arange(n_c, device=dev).view(G, Tc - 1)               # (G, Tc-1)
+    rows = torch.cat([torch.zeros(G, 1, dtype=torch.long, device=dev), rest], 1)  # (G, Tc)
+    rows = (torch.arange(B, device=dev)[:, None, None] * (1 + n_c) + rows).reshape(B * G, Tc)
+    return logits.reshape(-1, logits.shape[-1]), rows                      # (R, V), (N, Tc)
 
 
 UPDATE_FORWARDS = {"all_positions": all_positions_logits, "completion": completion_logits,
