@@ -130,21 +130,51 @@ def test_a_shared_prompt_prefix_prefilled_once_samples_the_same_tokens(tiny):
     torch.testing.assert_close(got["lean", True].logprobs, full, rtol=0, atol=1e-4)
 
 
-def test_the_decoder_follows_the_weights_after_an_update(tiny):
-    """Stacked q/k/v weights are copies: an in-place change of the model's weights (what an
-    optimizer step does) is picked up at the next rollout's start."""
+@pytest.mark.parametrize("sample_dtype", ["", "bfloat16"])
+def test_the_decoder_follows_the_weights_after_an_update(sample_dtype, tiny):
+    """Stacked q/k/v weights (and, bf16 where decoder.PACK_BF16, every packed weight) are
+    copies: an in-place change of the model's weights (what an optimizer step does) is picked
+    up at the next rollout's start; first the MLP's and the head's alone, then q/k/v's."""
     ps = prompts(tiny, 2)
-    policy = load_hf_policy(TINY).eval()
-    before = sample(policy, ps, 2, 4, greedy=True)
-    with torch.no_grad():
-        for layer in policy.model.model.layers:
-            layer.self_attn.k_proj.weight.mul_(-3.0)
-            layer.self_attn.v_proj.weight.mul_(2.0)
-    after = sample(policy, ps, 2, 4, greedy=True)
-    policy.cfg.decoder = "transformers"
-    want = sample(policy, ps, 2, 4, greedy=True)
-    torch.testing.assert_close(after.logprobs, want.logprobs, rtol=0, atol=1e-4)
-    assert not torch.allclose(before.logprobs, after.logprobs, atol=1e-3)
+    policy = load_hf_policy(TINY, sample_dtype=sample_dtype).eval()
+    tol = 1e-4 if not sample_dtype else 2 * bf16_logit_tol(tiny)
+    mlp_and_head = lambda layer: (layer.mlp.down_proj.weight.mul_(-2.0),   # noqa: E731
+                                  policy.model.lm_head.weight.mul_(1.1))   # tied: embedding too
+    k_and_v = lambda layer: (layer.self_attn.k_proj.weight.mul_(-3.0),    # noqa: E731
+                             layer.self_attn.v_proj.weight.mul_(2.0))
+    for change in (mlp_and_head, k_and_v):
+        policy.cfg.decoder = "lean"
+        before = sample(policy, ps, 2, 4, greedy=True)
+        with torch.no_grad():
+            for layer in policy.model.model.layers:
+                change(layer)
+        after = sample(policy, ps, 2, 4, greedy=True)
+        policy._leans.clear()                          # a decoder built from the weights now
+        fresh = sample(policy, ps, 2, 4, greedy=True)
+        assert torch.equal(after.completion_ids, fresh.completion_ids)
+        assert torch.equal(after.logprobs, fresh.logprobs)
+        assert not torch.equal(before.logprobs, after.logprobs)            # the change shows
+        policy.cfg.decoder = "transformers"
+        want = sample(policy, ps, 2, 4, greedy=True)
+        torch.testing.assert_close(after.logprobs, want.logprobs, rtol=0, atol=tol)
+
+
+def test_packed_bf16_weights_decode_as_the_unpacked_ones(tiny, monkeypatch):
+    """decoder.PACK_BF16: the bf16 copy's weights packed for oneDNN give the logits of the
+    same weights unpacked, within bf16 rounding (bit for bit on the CPUs measured)."""
+    from grpo_lab.policies import decoder
+    if not decoder.PACK_BF16:
+        pytest.skip("this CPU's oneDNN runs no native bf16: nothing is packed")
+    ps = prompts(tiny, 2)
+    got = {}
+    for pack in (True, False):
+        monkeypatch.setattr(decoder, "PACK_BF16", pack)
+        policy = load_hf_policy(TINY, sample_dtype="bfloat16").eval()
+        got[pack] = sample(policy, ps, 2, 5, greedy=True)
+        assert policy.lean_decoder().packed is pack
+    assert torch.equal(got[True].completion_ids, got[False].completion_ids)
+    torch.testing.assert_close(got[True].logprobs, got[False].logprobs, rtol=0,
+                               atol=2 * bf16_logit_tol(tiny))
 
 
 def test_a_fused_adamw_step_refreshes_the_decoder_and_the_sampling_copy(tiny):
