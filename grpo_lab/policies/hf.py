@@ -44,12 +44,14 @@ from __future__ import annotations
 
 import copy
 import inspect
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import torch
 import torch.nn as nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from grpo_lab.models import resolve as resolve_model
 from grpo_lab.paths import REPO_ROOT, resolve_path
@@ -57,6 +59,12 @@ from grpo_lab.policies.engine import Engine
 from grpo_lab.policies.hf_config import DECODE_PATHS, DTYPES, HFConfig
 from grpo_lab.registry import lookup
 
+UPDATE_ATTENTION: SDPBackend | None = SDPBackend.MATH
+"""sdpa's kernel in a bf16 (autocast) forward with gradients, the update's: the math kernel,
+whose backward is autograd's over its matmuls and softmax, where the CPU flash kernel's bf16
+backward took ~17 ms a layer at SmolLM2's packed update shape (8 x 9 heads x 160 x 64), 9x its
+forward: the update 0.2 s less a step on an AMX Xeon (BENCHMARKS section 34); both land within
+bf16 rounding of float64 attention. None: sdpa picks (flash on the CPU)."""
 DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop", "embd_pdrop",
                   "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob")
 
@@ -246,7 +254,9 @@ class HFPolicy(Engine):
         model = self.model
         if self.cfg.sample_dtype and not self.training and not torch.is_grad_enabled():
             model = self.sampling_copy()
-        with torch.autocast(idx.device.type, torch.bfloat16, enabled=self.cfg.autocast):
+        kernel = (sdpa_kernel(UPDATE_ATTENTION) if UPDATE_ATTENTION and self.cfg.autocast
+                  and torch.is_grad_enabled() else nullcontext())       # the bf16 update's
+        with torch.autocast(idx.device.type, torch.bfloat16, enabled=self.cfg.autocast), kernel:
             out = model(input_ids=idx, attention_mask=mask, position_ids=pos,
                         use_cache=not self.training if use_cache is None else use_cache,
                         output_hidden_states=return_hidden, logits_to_keep=logits_to_keep,
