@@ -354,16 +354,20 @@ def test_the_bf16_updates_math_attention_is_as_close_to_fp32_as_flash(tiny, monk
     """hf.UPDATE_ATTENTION: the update's forward under bf16 autocast runs sdpa's math kernel
     (the packed forward's 3-D key mask included); its log-probs and gradients are as close to
     the fp32 forward's as those of sdpa's own choice (flash on the CPU): both are bf16
-    rounding away, the kernels differing in where they round."""
+    rounding away, the kernels differing in where they round. Past hf.MATH_MAX_T positions
+    sdpa chooses."""
     from grpo_lab.policies import hf
     ps = hf_prompts(tiny)
     r = sample(tiny, ps, 3, 6, generator=prompt_generators(0, 0, 0, range(len(ps))))
     adv = torch.linspace(-1, 1, len(r.prompt_index))
     got, math = {}, hf.UPDATE_ATTENTION
     assert math is not None
-    for name, kernel, autocast in (("math", math, True), ("sdpa's", None, True),
-                                   ("fp32", None, False)):
+    for name, kernel, autocast, max_t in (("math", math, True, hf.MATH_MAX_T),
+                                          ("sdpa's", None, True, hf.MATH_MAX_T),
+                                          ("fp32", None, False, hf.MATH_MAX_T),
+                                          ("math past MATH_MAX_T", math, True, 2)):
         monkeypatch.setattr(hf, "UPDATE_ATTENTION", kernel)
+        monkeypatch.setattr(hf, "MATH_MAX_T", max_t)
         a = load_hf_policy(TINY, autocast=autocast).train()
         lp = completion_logprobs(a, r, 0.8, forward=UPDATE_FORWARDS["packed"])
         (lp * adv[:, None] * r.completion_mask).sum().backward()
@@ -372,6 +376,7 @@ def test_the_bf16_updates_math_attention_is_as_close_to_fp32_as_flash(tiny, monk
     err = {k: (float((lp - lp32)[m].abs().mean()), float((g - g32).norm() / g32.norm()))
            for k, (lp, g) in got.items() if k != "fp32"}
     assert not torch.equal(got["math"][1], got["sdpa's"][1])       # the kernels differ
+    assert torch.equal(got.pop("math past MATH_MAX_T")[1], got["sdpa's"][1])  # longer: sdpa's
     assert err["math"][0] <= 1.5 * err["sdpa's"][0] and err["math"][1] <= 1.5 * err["sdpa's"][1], err
 
 

@@ -60,11 +60,15 @@ from grpo_lab.policies.hf_config import DECODE_PATHS, DTYPES, HFConfig
 from grpo_lab.registry import lookup
 
 UPDATE_ATTENTION: SDPBackend | None = SDPBackend.MATH
-"""sdpa's kernel in a bf16 (autocast) forward with gradients, the update's: the math kernel,
-whose backward is autograd's over its matmuls and softmax, where the CPU flash kernel's bf16
-backward took ~17 ms a layer at SmolLM2's packed update shape (8 x 9 heads x 160 x 64), 9x its
-forward: the update 0.2 s less a step on an AMX Xeon (BENCHMARKS section 34); both land within
-bf16 rounding of float64 attention. None: sdpa picks (flash on the CPU)."""
+"""sdpa's kernel in a bf16 (autocast) forward with gradients on the CPU, the update's: the
+math kernel, whose backward is autograd's over its matmuls and softmax, where the CPU flash
+kernel's bf16 backward took ~17 ms a layer at SmolLM2's packed update shape (8 x 9 heads x 160
+x 64), 9x its forward: the update 0.2 s less a step on an AMX Xeon (BENCHMARKS section 34);
+both land within bf16 rounding of float64 attention. The math kernel keeps each layer's
+(B, heads, T, T) scores for the backward, so it runs up to ``MATH_MAX_T`` positions only
+(SmolLM2 at B 8 x 160: ~0.45 GB more peak memory). None: sdpa picks (flash on the CPU)."""
+MATH_MAX_T = 256
+"""The longest forward (positions) that ``UPDATE_ATTENTION`` runs."""
 DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop", "embd_pdrop",
                   "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob")
 
@@ -255,7 +259,8 @@ class HFPolicy(Engine):
         if self.cfg.sample_dtype and not self.training and not torch.is_grad_enabled():
             model = self.sampling_copy()
         kernel = (sdpa_kernel(UPDATE_ATTENTION) if UPDATE_ATTENTION and self.cfg.autocast
-                  and torch.is_grad_enabled() else nullcontext())       # the bf16 update's
+                  and torch.is_grad_enabled() and idx.device.type == "cpu"
+                  and idx.shape[1] <= MATH_MAX_T else nullcontext())    # the bf16 update's
         with torch.autocast(idx.device.type, torch.bfloat16, enabled=self.cfg.autocast), kernel:
             out = model(input_ids=idx, attention_mask=mask, position_ids=pos,
                         use_cache=not self.training if use_cache is None else use_cache,
