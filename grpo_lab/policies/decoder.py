@@ -16,7 +16,9 @@ token per row, written out:
   * the output head in column blocks of 2,048 vocabulary rows (MKL's GEMM at 8-32 rows and
     49,152 columns runs 10-25% faster in blocks that stay in cache);
   * at up to 8 rows and one torch thread every GEMM (head included) is ``small_gemm``'s
-    streaming kernel instead of MKL's: 52 vs 84 ms for SmolLM2's layers at 8 rows.
+    streaming kernel instead of MKL's: 52 vs 84 ms for SmolLM2's layers at 8 rows;
+  * bf16 weights, where oneDNN runs bf16 natively (``PACK_BF16``), are packed into oneDNN's
+    layout once per update instead of on every GEMM call (the same products).
 
 What it computes is the model's own: RMSNorm as ``LlamaRMSNorm`` (float32 variance, weight
 times the normalised input), RoPE from the model's own ``rotary_emb`` module (so every rope
@@ -52,20 +54,32 @@ from grpo_lab.policies import small_gemm
 
 HEAD_BLOCK = 2048
 """Vocabulary rows per block of the output head's GEMM."""
-PACK_BF16 = (torch.backends.mkldnn.is_available()
-             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-             and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+DTYPES = (torch.float32, torch.bfloat16)
+"""The weights' dtypes it runs: the master model (float32) or a bf16 sampling copy."""
+
+
+def _onednn_bf16() -> bool:
+    """Whether this torch's oneDNN runs bf16 natively on this CPU and has the packing ops
+    (private ones, what inductor uses: a torch without them packs nothing)."""
+    try:
+        return bool(torch.backends.mkldnn.is_available()
+                    and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+                    and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+                    and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+PACK_BF16 = _onednn_bf16()
 """bf16 weights are packed once per update into oneDNN's blocked layout (what inductor's CPU
 freezing does) where oneDNN runs bf16 natively: the same products as ``F.linear``'s (which
-reorders the weight on every call), bit for bit on the CPUs measured, 1.65x faster for
+reorders the weight on every call), bit for bit on the CPU measured, 1.65x faster for
 SmolLM2's MLP weights at 32 rows streamed from memory (an AMX Xeon; BENCHMARKS section 34)."""
 
 
 def _packed_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x (n, K) @ W^T for a weight packed by ``torch.ops.mkldnn._reorder_linear_weight``."""
     return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
-DTYPES = (torch.float32, torch.bfloat16)
-"""The weights' dtypes it runs: the master model (float32) or a bf16 sampling copy."""
 
 
 def _base(linear: nn.Module) -> torch.Tensor:
