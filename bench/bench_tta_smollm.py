@@ -17,6 +17,9 @@ both sides, every ``--eval_every`` steps; a run stops at the first evaluation at
     on by default, bench_agents_trl.py) and activation checkpointing off (grpo_lab does not
     checkpoint here; on the CPU it only costs time). ``--trl_matched``: grpo_lab's loss and
     schedule instead (bench_hf_trl.py's "same lr and schedule" settings, constant lr).
+  * ``--bf16``: each side's bf16 path instead of float32, for a CPU with native bf16 (AVX-512
+    BF16, AMX): grpo_lab's bf16 sampling copy + autocast (what its speed probe chooses there),
+    TRL's bf16=True (autocast). The records keep it, so float32 and bf16 runs never mix.
 
 Phase 1 (sweep): each side at each of its lrs, seed ``--sweep_seed``, the two sides
 alternating; a side's best lr is the one with the least training seconds to the target (none
@@ -82,7 +85,8 @@ def run_key(a, side: str, lr: float, seed: int) -> dict:
             "target": a.target, "cap": a.cap, "eval_every": a.eval_every,
             "eval_size": a.eval_size, "threads": a.threads, "B": s["B"], "G": s["G"],
             "max_new": s["max_new"], "temperature": s["temperature"],
-            "trl_matched": a.trl_matched if side == "TRL" else None}
+            "trl_matched": a.trl_matched if side == "TRL" else None,
+            "bf16": a.bf16 or None}                     # None: float32 (the older records)
 
 
 def one_run(a, side: str, lr: float, seed: int) -> dict:
@@ -97,14 +101,16 @@ def one_run(a, side: str, lr: float, seed: int) -> dict:
     torch.set_num_threads(a.threads)
     load0, t0 = load_average(), time.perf_counter()
     if side == "grpo_lab":
+        bf16 = ({"hf": {"sample_dtype": "bfloat16", "autocast": True,
+                        "chat_template": s["chat_template"]}} if a.bf16 else {})
         rows = grpo_lab_steps(r, 0.0, a.cap, seed, a.eval_every, a.preset,
-                              reward_weights=s["weights"], target_accuracy=a.target)
+                              reward_weights=s["weights"], target_accuracy=a.target, **bf16)
     else:
         matched = dict(lr_scheduler_type="constant_with_warmup", warmup_steps=2,
                        loss_type="grpo", epsilon=0.2, epsilon_high=0.28)
         rows = trl_steps(r, 0.0, a.cap, seed, a.eval_every, shipped=True, fmt=s["fmt"],
                          system_prompt=s["system_prompt"], weights=s["weights"],
-                         read_stop=True, target=a.target, learning_rate=lr, bf16=False,
+                         read_stop=True, target=a.target, learning_rate=lr, bf16=a.bf16,
                          gradient_checkpointing=False, **(matched if a.trl_matched else {}))
     hit = reached(rows, a.target)
     rollout = sum(x["rollout_s"] for x in rows)
@@ -268,6 +274,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trl_matched", action="store_true",
                     help="TRL with grpo_lab's loss and constant lr after 2 warm-up steps")
     ap.add_argument("--sweep_only", action="store_true", help="phase 1 only")
+    ap.add_argument("--bf16", action="store_true",
+                    help="bf16 on both sides: grpo_lab's bf16 sampling copy + autocast (the speed "
+                         "probe's choice on a CPU with native bf16), TRL's bf16=True")
     ap.add_argument("--results", default="", help="JSON lines of finished runs (appended)")
     ap.add_argument("--out", default="", help="markdown table (default: printed only)")
     a = ap.parse_args(argv)
@@ -295,6 +304,7 @@ def main(argv: list[str] | None = None) -> None:
              f"{a.target:.0%} on the first {a.eval_size} held-out prompts (greedy) every "
              f"{a.eval_every} steps, cap {a.cap} steps, threads {a.threads}; TRL with "
              f"{'grpo_lab loss and schedule' if a.trl_matched else 'its own loss and schedule'}; "
+             f"{'bf16 on both sides' if a.bf16 else 'float32 on both sides'}; "
              f"torch {torch.__version__}, transformers {transformers.__version__}, trl "
              f"{trl.__version__}; results {a.results}.", ""] + machine_lines("start")
     print("\n".join(lines), flush=True)

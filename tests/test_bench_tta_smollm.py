@@ -24,7 +24,7 @@ def args(tmp_path, **kw):
     a = argparse.Namespace(preset="hf_tiny_cpu", model="data/hf_tiny", target=0.5, cap=6,
                            eval_every=2, eval_size=50, threads=1, trl_matched=False, B=4, G=4,
                            max_new=6, temperature=0.7, seeds=[0, 1, 2], sweep_seed=0,
-                           results=tmp_path / "runs.jsonl")
+                           results=tmp_path / "runs.jsonl", bf16=False)
     for k, v in kw.items():
         setattr(a, k, v)
     return a
@@ -59,6 +59,12 @@ def test_a_rerun_takes_a_finished_run_from_the_results_file(tmp_path, monkeypatc
     b = args(tmp_path, cap=8)                          # another cap is another run
     bench.get_run(b, "grpo_lab", 1e-4, 1)
     assert ran[-1] == ("grpo_lab", 1e-4, 1)
+    n = len(ran)
+    old = {k: v for k, v in stored.items() if k != "bf16"}  # a float32 record from before --bf16
+    a.results.write_text(json.dumps(old) + "\n")
+    assert bench.get_run(a, "grpo_lab", 1e-4, 1) == old and len(ran) == n
+    bench.get_run(args(tmp_path, bf16=True), "grpo_lab", 1e-4, 1)    # bf16: another run
+    assert len(ran) == n + 1
 
 
 def test_seed_table_pairs_the_seeds_where_both_reached(tmp_path):
