@@ -17,6 +17,8 @@ both sides, every ``--eval_every`` steps; a run stops at the first evaluation at
     on by default, bench_agents_trl.py) and activation checkpointing off (grpo_lab does not
     checkpoint here; on the CPU it only costs time). ``--trl_matched``: grpo_lab's loss and
     schedule instead (bench_hf_trl.py's "same lr and schedule" settings, constant lr).
+  * ``--grpo_lab_set``: TrainConfig fields (JSON) for grpo_lab's side on top of the preset's
+    (another optimisation; TRL's records are reused, its side unchanged).
   * ``--bf16``: each side's bf16 path instead of float32, for a CPU with native bf16 (AVX-512
     BF16, AMX): grpo_lab's bf16 sampling copy + autocast (what its speed probe chooses there),
     TRL's bf16=True (autocast). The records keep it, so float32 and bf16 runs never mix.
@@ -86,7 +88,8 @@ def run_key(a, side: str, lr: float, seed: int) -> dict:
             "eval_size": a.eval_size, "threads": a.threads, "B": s["B"], "G": s["G"],
             "max_new": s["max_new"], "temperature": s["temperature"],
             "trl_matched": a.trl_matched if side == "TRL" else None,
-            "bf16": a.bf16 or None}                     # None: float32 (the older records)
+            "bf16": a.bf16 or None,                     # None: float32 (the older records)
+            "grpo_lab_set": (a.grpo_lab_set or None) if side == "grpo_lab" else None}
 
 
 def one_run(a, side: str, lr: float, seed: int) -> dict:
@@ -104,7 +107,8 @@ def one_run(a, side: str, lr: float, seed: int) -> dict:
         bf16 = ({"hf": {"sample_dtype": "bfloat16", "autocast": True,
                         "chat_template": s["chat_template"]}} if a.bf16 else {})
         rows = grpo_lab_steps(r, 0.0, a.cap, seed, a.eval_every, a.preset,
-                              reward_weights=s["weights"], target_accuracy=a.target, **bf16)
+                              reward_weights=s["weights"], target_accuracy=a.target, **bf16,
+                              **json.loads(a.grpo_lab_set or "{}"))
     else:
         matched = dict(lr_scheduler_type="constant_with_warmup", warmup_steps=2,
                        loss_type="grpo", epsilon=0.2, epsilon_high=0.28)
@@ -274,6 +278,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trl_matched", action="store_true",
                     help="TRL with grpo_lab's loss and constant lr after 2 warm-up steps")
     ap.add_argument("--sweep_only", action="store_true", help="phase 1 only")
+    ap.add_argument("--grpo_lab_set", default="",
+                    help="JSON of TrainConfig fields for grpo_lab's side on top of the preset's, "
+                         "e.g. '{\"warmup_steps\": 0, \"loss\": {\"aggregation\": \"token_mean\"}}'")
     ap.add_argument("--bf16", action="store_true",
                     help="bf16 on both sides: grpo_lab's bf16 sampling copy + autocast (the speed "
                          "probe's choice on a CPU with native bf16), TRL's bf16=True")
@@ -305,6 +312,7 @@ def main(argv: list[str] | None = None) -> None:
              f"{a.eval_every} steps, cap {a.cap} steps, threads {a.threads}; TRL with "
              f"{'grpo_lab loss and schedule' if a.trl_matched else 'its own loss and schedule'}; "
              f"{'bf16 on both sides' if a.bf16 else 'float32 on both sides'}; "
+             f"{'grpo_lab with ' + a.grpo_lab_set + ' on the preset; ' if a.grpo_lab_set else ''}"
              f"torch {torch.__version__}, transformers {transformers.__version__}, trl "
              f"{trl.__version__}; results {a.results}.", ""] + machine_lines("start")
     print("\n".join(lines), flush=True)

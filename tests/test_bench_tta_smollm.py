@@ -24,7 +24,8 @@ def args(tmp_path, **kw):
     a = argparse.Namespace(preset="hf_tiny_cpu", model="data/hf_tiny", target=0.5, cap=6,
                            eval_every=2, eval_size=50, threads=1, trl_matched=False, B=4, G=4,
                            max_new=6, temperature=0.7, seeds=[0, 1, 2], sweep_seed=0,
-                           results=tmp_path / "runs.jsonl", bf16=False)
+                           results=tmp_path / "runs.jsonl", bf16=False,
+                           grpo_lab_set="")
     for k, v in kw.items():
         setattr(a, k, v)
     return a
@@ -65,6 +66,10 @@ def test_a_rerun_takes_a_finished_run_from_the_results_file(tmp_path, monkeypatc
     assert bench.get_run(a, "grpo_lab", 1e-4, 1) == old and len(ran) == n
     bench.get_run(args(tmp_path, bf16=True), "grpo_lab", 1e-4, 1)    # bf16: another run
     assert len(ran) == n + 1
+    c = args(tmp_path, grpo_lab_set='{"warmup_steps": 0}')     # grpo_lab's settings: its runs
+    bench.get_run(c, "grpo_lab", 1e-4, 1)                      # again, TRL's key unchanged
+    assert len(ran) == n + 2
+    assert bench.run_key(c, "TRL", 1e-4, 1) == bench.run_key(a, "TRL", 1e-4, 1)
 
 
 def test_seed_table_pairs_the_seeds_where_both_reached(tmp_path):
