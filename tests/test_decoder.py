@@ -138,16 +138,15 @@ def test_the_decoder_follows_the_weights_after_an_update(sample_dtype, tiny):
     ps = prompts(tiny, 2)
     policy = load_hf_policy(TINY, sample_dtype=sample_dtype).eval()
     tol = 1e-4 if not sample_dtype else 2 * bf16_logit_tol(tiny)
-    mlp_and_head = lambda layer: (layer.mlp.down_proj.weight.mul_(-2.0),   # noqa: E731
-                                  policy.model.lm_head.weight.mul_(1.1))   # tied: embedding too
-    k_and_v = lambda layer: (layer.self_attn.k_proj.weight.mul_(-3.0),    # noqa: E731
-                             layer.self_attn.v_proj.weight.mul_(2.0))
-    for change in (mlp_and_head, k_and_v):
+    layers = policy.model.model.layers
+    mlp_and_head = [*(l.mlp.down_proj.weight for l in layers), policy.model.lm_head.weight]
+    k_and_v = [w for l in layers for w in (l.self_attn.k_proj.weight, l.self_attn.v_proj.weight)]
+    for changed in (mlp_and_head, k_and_v):               # (the head is tied: embedding too)
         policy.cfg.decoder = "lean"
         before = sample(policy, ps, 2, 4, greedy=True)
         with torch.no_grad():
-            for layer in policy.model.model.layers:
-                change(layer)
+            for w in changed:
+                w.mul_(-2.0)
         after = sample(policy, ps, 2, 4, greedy=True)
         policy._leans.clear()                          # a decoder built from the weights now
         fresh = sample(policy, ps, 2, 4, greedy=True)

@@ -25,7 +25,7 @@ wrapper, a test double) still runs the update forwards that need no cache.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -255,9 +255,10 @@ class _ChosenLogprob(torch.autograd.Function):
 
 def _slices_and_positions(R: int, V: int, rows: torch.Tensor, order: torch.Tensor):
     """Each slice of ``_row_slices(R, V)`` with the positions (of ``rows``) that read it."""
-    ends = torch.searchsorted(rows[order], torch.tensor([e for _, e in _row_slices(R, V)],
+    slices = list(_row_slices(R, V))
+    ends = torch.searchsorted(rows[order], torch.tensor([e for _, e in slices],
                                                         device=rows.device)).tolist()
-    return ((se, order[a:b]) for se, a, b in zip(_row_slices(R, V), [0, *ends], ends))
+    return ((se, order[a:b]) for se, a, b in zip(slices, [0, *ends], ends))
 
 
 def chosen_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
@@ -285,15 +286,18 @@ def chosen_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float 
 # returns (logits, rows): logits (N, Tc, V) and rows None, or logits (R, V) and rows (N, Tc),
 # the row that predicts each completion token (chosen_logprobs' ``rows``)
 
+Forward = tuple[torch.Tensor, Optional[torch.Tensor]]
+"""An update forward's (logits, rows), as above."""
 
-def all_positions_logits(model, r) -> torch.Tensor:
+
+def all_positions_logits(model, r) -> Forward:
     """One forward over prompt + completion, logits at every position, the completion's kept."""
     Tp = r.prompt_ids.shape[1]
     logits, _ = model(*full_sequence(r, next(model.parameters()).device))  # (N, Tp+Tc, V)
     return logits[:, Tp - 1:-1], None                                      # (N, Tc, V)
 
 
-def completion_logits(model, r) -> torch.Tensor:
+def completion_logits(model, r) -> Forward:
     """One forward over prompt + completion, the head run on the Tc positions that predict
     a completion token only (TRL's ``logits_to_keep``): the same numbers, less head work."""
     Tc = r.completion_ids.shape[1]
@@ -311,7 +315,7 @@ def shared_prompt_rows(r) -> int:
     return G if blocks else 0
 
 
-def prompt_once_logits(model, r) -> torch.Tensor:
+def prompt_once_logits(model, r) -> Forward:
     """The prompt run once per group (B rows), its KV cache repeated G times, then the
     completions against it (N rows): the sampler's sharing, in the differentiable forward.
     The gradient through the prompt's keys and values is the sum over its G completions
@@ -337,7 +341,7 @@ def prompt_once_logits(model, r) -> torch.Tensor:
     return torch.cat([first, rest], 1), None                               # (N, Tc, V)
 
 
-def packed_logits(model, r) -> torch.Tensor:
+def packed_logits(model, r) -> Forward:
     """Each prompt once with its G completions after it in one row, (B, Tp + G (Tc-1)), and an
     attention mask that lets completion g see the prompt and its own earlier tokens only: the
     prompt's work done once as in ``prompt_once``, but in one forward, so each weight meets one
@@ -347,7 +351,8 @@ def packed_logits(model, r) -> torch.Tensor:
     cache (so it also runs under activation checkpointing or DDP). Positions as the sampler's.
     Logits at the prompt's last position (shared by its G completions) and the completions',
     (B (1 + G (Tc-1)), V), with the row of each completion token: the shared row is not
-    copied G times (nor its gradient summed from G copies). Falls back to ``completion_logits`` when the rows are not G-blocks of one prompt."""
+    copied G times (nor its gradient summed from G copies). Falls back to
+    ``completion_logits`` when the rows are not G-blocks of one prompt."""
     G = shared_prompt_rows(r)
     if not G:
         return completion_logits(model, r)

@@ -65,10 +65,11 @@ math kernel, whose backward is autograd's over its matmuls and softmax, where th
 kernel's bf16 backward took ~17 ms a layer at SmolLM2's packed update shape (8 x 9 heads x 160
 x 64), 9x its forward: the update 0.2 s less a step on an AMX Xeon (BENCHMARKS section 34);
 both land within bf16 rounding of float64 attention. The math kernel keeps each layer's
-(B, heads, T, T) scores for the backward, so it runs up to ``MATH_MAX_T`` positions only
-(SmolLM2 at B 8 x 160: ~0.45 GB more peak memory). None: sdpa picks (flash on the CPU)."""
+(B, heads, T, Tk) scores for the backward, so it runs up to ``MATH_MAX_T`` queries and keys
+only (SmolLM2 at B 8 x 160: ~0.45 GB more peak memory). None: sdpa picks (flash on the CPU)."""
 MATH_MAX_T = 256
-"""The longest forward (positions) that ``UPDATE_ATTENTION`` runs."""
+"""The most positions (queries, and keys with a cache's) a forward under ``UPDATE_ATTENTION``
+has."""
 DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop", "embd_pdrop",
                   "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob")
 
@@ -258,9 +259,10 @@ class HFPolicy(Engine):
         model = self.model
         if self.cfg.sample_dtype and not self.training and not torch.is_grad_enabled():
             model = self.sampling_copy()
+        keys = idx.shape[1] if key_mask is None else key_mask.shape[-1]   # cached + new
         kernel = (sdpa_kernel(UPDATE_ATTENTION) if UPDATE_ATTENTION and self.cfg.autocast
                   and torch.is_grad_enabled() and idx.device.type == "cpu"
-                  and idx.shape[1] <= MATH_MAX_T else nullcontext())    # the bf16 update's
+                  and max(idx.shape[1], keys) <= MATH_MAX_T else nullcontext())  # the update's
         with torch.autocast(idx.device.type, torch.bfloat16, enabled=self.cfg.autocast), kernel:
             out = model(input_ids=idx, attention_mask=mask, position_ids=pos,
                         use_cache=not self.training if use_cache is None else use_cache,
