@@ -92,6 +92,33 @@ def run_key(a, side: str, lr: float, seed: int) -> dict:
             "grpo_lab_set": (a.grpo_lab_set or None) if side == "grpo_lab" else None}
 
 
+# TrainConfig fields the bench sets on grpo_lab's side itself (both sides share them)
+FIXED = ("base_checkpoint", "out_dir", "steps", "lr", "prompts_per_step", "group_size",
+         "max_new_tokens", "temperature", "seed", "eval_size", "eval_every", "reward_weights",
+         "time_budget_s", "ckpt_every", "threads", "target_accuracy", "kl")
+
+
+def grpo_lab_overrides(a, chat_template: bool) -> dict:
+    """``--bf16``'s hf block and ``--grpo_lab_set``'s fields for grpo_lab's side; an ``hf``
+    block in ``--grpo_lab_set`` is merged over the bench's own (its chat template, the bf16
+    path), a field the bench sets itself is refused by name (SystemExit)."""
+    try:
+        extra = json.loads(a.grpo_lab_set or "{}")
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"--grpo_lab_set {a.grpo_lab_set!r} is not JSON: {e}") from None
+    if not isinstance(extra, dict):
+        raise SystemExit(f"--grpo_lab_set {a.grpo_lab_set!r}: a JSON object of TrainConfig "
+                         "fields is needed")
+    fixed = sorted(set(extra) & set(FIXED))
+    if fixed:
+        raise SystemExit(f"--grpo_lab_set sets {fixed}: the bench sets these on both sides "
+                         "(its own options: --lrs_grpo_lab, --cap, --target, ...)")
+    hf = {"autocast": a.bf16, "chat_template": chat_template}      # float32: as bench_hf_trl
+    if a.bf16:
+        hf["sample_dtype"] = "bfloat16"
+    return {**extra, "hf": {**hf, **extra.get("hf", {})}}
+
+
 def one_run(a, side: str, lr: float, seed: int) -> dict:
     """One run to the target or the cap -> its record: per step seconds (rollout, update),
     evaluations, and the steps and training seconds at the target (None: not reached)."""
@@ -104,11 +131,9 @@ def one_run(a, side: str, lr: float, seed: int) -> dict:
     torch.set_num_threads(a.threads)
     load0, t0 = load_average(), time.perf_counter()
     if side == "grpo_lab":
-        bf16 = ({"hf": {"sample_dtype": "bfloat16", "autocast": True,
-                        "chat_template": s["chat_template"]}} if a.bf16 else {})
         rows = grpo_lab_steps(r, 0.0, a.cap, seed, a.eval_every, a.preset,
-                              reward_weights=s["weights"], target_accuracy=a.target, **bf16,
-                              **json.loads(a.grpo_lab_set or "{}"))
+                              reward_weights=s["weights"], target_accuracy=a.target,
+                              **grpo_lab_overrides(a, s["chat_template"]))
     else:
         matched = dict(lr_scheduler_type="constant_with_warmup", warmup_steps=2,
                        loss_type="grpo", epsilon=0.2, epsilon_high=0.28)
@@ -305,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = " ".join(sys.argv[1:] if argv is None else argv)
     s = shared(a)
+    grpo_lab_overrides(a, s["chat_template"])                 # a bad --grpo_lab_set fails now
     lines = [f"Command: `python bench/bench_tta_smollm.py {args}`", "",
              f"{a.model} (preset {a.preset}: answer_format {s['fmt']!r}, reward {s['weights']}), "
              f"B={s['B']} G={s['G']} max_new={s['max_new']} T={s['temperature']}, target "

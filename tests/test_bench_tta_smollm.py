@@ -102,3 +102,18 @@ def test_seed_table_without_a_pair_says_so(tmp_path, missing):
              for s in ("grpo_lab", "TRL")}
     text = "\n".join(bench.seed_table(args(tmp_path), final, {"grpo_lab": 1e-5, "TRL": 1e-5}))
     assert text.endswith("No seed where both sides reached the target: no paired ratio.")
+
+
+def test_grpo_lab_set_merges_an_hf_block_and_refuses_the_bench_s_own_fields(tmp_path):
+    a = args(tmp_path, bf16=True, grpo_lab_set='{"warmup_steps": 0, "hf": {"autocast": false}}')
+    assert bench.grpo_lab_overrides(a, True) == {
+        "warmup_steps": 0, "hf": {"autocast": False, "chat_template": True,
+                                  "sample_dtype": "bfloat16"}}
+    assert bench.grpo_lab_overrides(args(tmp_path), False) == {
+        "hf": {"autocast": False, "chat_template": False}}
+    with pytest.raises(SystemExit, match=r"sets \['lr', 'seed'\]"):
+        bench.grpo_lab_overrides(args(tmp_path, grpo_lab_set='{"seed": 1, "lr": 0.1}'), True)
+    with pytest.raises(SystemExit, match="is not JSON"):
+        bench.grpo_lab_overrides(args(tmp_path, grpo_lab_set='{warmup_steps: 0}'), True)
+    with pytest.raises(SystemExit, match="a JSON object"):
+        bench.grpo_lab_overrides(args(tmp_path, grpo_lab_set='[1]'), True)
