@@ -445,7 +445,7 @@ def cpu_per_call(fn, reps: int) -> float:
 
 
 def decode_step_ms(a) -> list[str]:
-    """One decode step of the model at 8, 16 and 32 rows (a 36-token prompt cache + 1), CPU
+    """One decode step of the model at ``--rows`` rows (8, 16, 32; a 36-token prompt cache + 1), CPU
     ms, ``--threads`` threads: transformers' forward with its DynamicCache, the lean decoder
     with MKL's GEMMs, the lean decoder with small_gemm's kernel (up to 8 rows; one thread
     only); the GEMMs alone, every linear layer of the model (its own weights, streamed as in a
@@ -469,7 +469,8 @@ def decode_step_ms(a) -> list[str]:
         return cpu_per_call(fn, 5) * 1e3                                   # ms
 
     res = {}
-    for n in (8, 16, 32):
+    rows = [int(x) for x in a.rows.split(",")]
+    for n in rows:
         ids = torch.randint(0, model.config.vocab_size, (n, 36))
         with torch.no_grad():
             out = model(input_ids=ids, use_cache=True)
@@ -534,10 +535,11 @@ def decode_step_ms(a) -> list[str]:
                 ms = timed(fn) - {hf_step: copy_ms, hf16_step: copy16_ms}.get(fn, 0.0)
                 res.setdefault((name, n), []).append(ms)
     names = list(dict.fromkeys(k for k, _ in res))
-    out = ["| what (ms per decode step, CPU) | 8 rows | 16 rows | 32 rows |", "|---|---|---|---|"]
+    out = ["| what (ms per decode step, CPU) | " + " | ".join(f"{n} rows" for n in rows) + " |",
+           "|---|" + "---|" * len(rows)]
     for name in names:
         out.append(f"| {name} | " + " | ".join(
-            f"{statistics.median(res[name, n]):.1f}" for n in (8, 16, 32)) + " |")
+            f"{statistics.median(res[name, n]):.1f}" for n in rows) + " |")
     out += ["", f"{len(linears)} weight matrices ({sum(w.numel() for w in linears) / 1e6:.1f} M "
             "weights); small_gemm applies up to 8 rows only (above it the row is MKL's). "
             f"numba {'present' if small_gemm.AVAILABLE else 'absent'}; {load()}."]
@@ -641,6 +643,7 @@ def main() -> None:
     ap.add_argument("--lora_only", action="store_true", help="trl table: the LoRA row only")
     ap.add_argument("--betas", default="", help="trl table: full fine-tuning rows at these "
                     "betas, comma-separated ('': 0 and --beta)")
+    ap.add_argument("--rows", default="8,16,32", help="decode: the batch's rows, comma-separated")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)

@@ -62,6 +62,17 @@ def comparable(history: list[dict]) -> list[dict]:
             for row in history]
 
 
+def same_as(mine: dict, theirs: dict) -> str:
+    """Which runs of ``mine`` ({layout: {arm:seed: history}}, JSON-shaped) equal ``theirs``."""
+    said = []
+    for lo, runs in mine.items():
+        for run, h in runs.items():
+            other = theirs.get(lo, {}).get(run)
+            said.append(f"{lo} {run} " + ("identical" if other == json.loads(json.dumps(h))
+                                          else "absent" if other is None else "DIFFERS"))
+    return "; ".join(said)
+
+
 def run_layout(spec: dict, seeds: int, steps: int, processes: int, threads: int,
                folder: Path) -> tuple[float, object]:
     from grpo_lab.training.experiments import run_experiment
@@ -99,6 +110,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--check", default="preset:0",
                     help="ARM:SEED of the run trained again alone per layout ('' skips)")
+    ap.add_argument("--histories", default="",
+                    help="JSON file of every run's metrics (time/* aside) in round 0, per layout: "
+                         "two checkouts' runs compared number for number")
+    ap.add_argument("--compare", default="",
+                    help="a --histories file of another run (e.g. another checkout's): each of "
+                         "this round 0's runs said identical to it or not, number for number")
     ap.add_argument("--dry", action="store_true", help="data/hf_tiny, 2 steps: plumbing only")
     ap.add_argument("--out", default="", help="markdown file (default: printed only)")
     a = ap.parse_args()
@@ -114,6 +131,7 @@ def main() -> int:
     print("\n".join(lines), flush=True)
     walls: dict[tuple, list[float]] = {lo: [] for lo in layouts}
     checks: dict[tuple, str] = {}
+    histories: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="study_tp_") as tmp:
         for rnd in range(a.rounds):
             order = layouts if rnd % 2 == 0 else layouts[::-1]
@@ -124,6 +142,9 @@ def main() -> int:
                 print(f"round {rnd}, {p}x{t}: {wall:.1f} s for {n_runs} runs "
                       f"({n_runs / wall * 3600:.1f} runs/hour), load {load_average()[0]:.2f}",
                       flush=True)
+                if rnd == 0:
+                    histories[f"{p}x{t}"] = {f"{r['strategy']}:{r['seed']}":
+                                             comparable(r["history"]) for r in res.runs}
                 if a.check and rnd == 0:
                     arm, seed = a.check.rsplit(":", 1)
                     run = next(r for r in res.runs if r["strategy"] == arm
@@ -151,6 +172,12 @@ def main() -> int:
                    f"{sum(ratio) / len(ratio):.2f}x | {checks.get(lo, '-')} |")
     out += ["", f"- end: {cpu_line()}; load {load_average()[0]:.2f}"]
     print("\n".join(out), flush=True)
+    if a.histories:
+        Path(a.histories).write_text(json.dumps(histories, sort_keys=True) + "\n")
+    if a.compare:
+        out += ["", f"Against `{a.compare}`: " + same_as(histories, json.loads(
+            Path(a.compare).read_text()))]
+        print(out[-1], flush=True)
     if a.out:
         Path(a.out).write_text("\n".join(lines + out) + "\n")
     return 0

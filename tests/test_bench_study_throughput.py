@@ -26,3 +26,13 @@ def test_histories_compare_without_the_clock():
     assert bench.comparable(a) == bench.comparable(b) == [{"step": 0, "reward/mean": 0.5}]
     b[0]["reward/mean"] = 0.5 + 2 ** -20                 # one bit of a metric: not the same
     assert bench.comparable(a) != bench.comparable(b)
+
+
+def test_histories_of_two_checkouts_compared_run_by_run():
+    mine = {"2x1": {"preset:0": [{"step": 0, "reward/mean": 0.5}],
+                    "lr:0": [{"step": 0, "reward/mean": 0.25}],
+                    "lr:1": [{"step": 0, "reward/mean": 0.75}]}}
+    theirs = {"2x1": {"preset:0": [{"step": 0, "reward/mean": 0.5}],
+                      "lr:0": [{"step": 0, "reward/mean": 0.25 + 2 ** -30}]}}
+    assert bench.same_as(mine, theirs) == ("2x1 preset:0 identical; 2x1 lr:0 DIFFERS; "
+                                           "2x1 lr:1 absent")
