@@ -224,6 +224,31 @@ def per_step(r: dict) -> str:
     return f"{r['train_s'] / n:.2f} ({r['rollout_s'] / n:.2f} + {r['update_s'] / n:.2f})"
 
 
+def versus_lines(a, mine: list[dict], lr: float) -> list[str]:
+    """grpo_lab under ``--versus_set`` against ``mine`` (its runs under ``--grpo_lab_set``),
+    the same lr and seeds (a run the results file lacks is run), paired by seed: the ratio
+    versus / mine of training seconds and of steps to the target."""
+    b = argparse.Namespace(**{**vars(a), "grpo_lab_set": a.versus_set})
+    theirs = [get_run(b, "grpo_lab", lr, r["seed"]) for r in mine]
+    name = lambda text: repr(text) if text else "the preset's settings"           # noqa: E731
+    out = [f"grpo_lab with {name(a.versus_set)} against grpo_lab with {name(a.grpo_lab_set)}, "
+           f"lr {lr:g}, the same seeds:", ""]
+    def at(r):
+        return (f"step {r['steps_to_target']}, {r['train_s_to_target']:.1f} s"
+                if r["steps_to_target"] else f"not reached in {r['steps']} steps")
+    out += [f"- seed {m['seed']}: {at(t)} against {at(m)}" for t, m in zip(theirs, mine)]
+    pairs = [(t, m) for t, m in zip(theirs, mine) if t["steps_to_target"] and m["steps_to_target"]]
+    out.append("")
+    if len(pairs) < 2:
+        return out + [f"{len(pairs)} seed(s) where both reached the target: no interval."]
+    for what, k in (("training s", "train_s_to_target"), ("steps", "steps_to_target")):
+        p = paired_ratio([t[k] for t, _ in pairs], [m[k] for _, m in pairs])
+        out.append(f"- versus / mine, {what} to {a.target:.0%}, paired by seed over {len(pairs)} "
+                   f"seed(s): geometric mean {p['mean']:.2f} [95% {p['low']:.2f}, "
+                   f"{p['high']:.2f}], per seed {', '.join(f'{x:.2f}' for x in p['ratios'])}")
+    return out
+
+
 def seed_table(a, final: dict, lrs: dict) -> list[str]:
     out = [f"Phase 2, seeds {a.seeds} at each side's best lr (grpo_lab {lrs['grpo_lab']:g}, "
            f"TRL {lrs['TRL']:g}), interleaved; mean [95% t-interval] over the seeds that "
@@ -306,6 +331,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--grpo_lab_set", default="",
                     help="JSON of TrainConfig fields for grpo_lab's side on top of the preset's, "
                          "e.g. '{\"warmup_steps\": 0, \"loss\": {\"aggregation\": \"token_mean\"}}'")
+    ap.add_argument("--versus_set", default=None,
+                    help="JSON like --grpo_lab_set ('' the preset's own): grpo_lab's runs under "
+                         "it paired by seed with its runs under --grpo_lab_set, at the same lr")
     ap.add_argument("--bf16", action="store_true",
                     help="bf16 on both sides: grpo_lab's bf16 sampling copy + autocast (the speed "
                          "probe's choice on a CPU with native bf16), TRL's bf16=True")
@@ -331,6 +359,9 @@ def main(argv: list[str] | None = None) -> None:
     args = " ".join(sys.argv[1:] if argv is None else argv)
     s = shared(a)
     grpo_lab_overrides(a, s["chat_template"])                 # a bad --grpo_lab_set fails now
+    if a.versus_set:
+        grpo_lab_overrides(argparse.Namespace(**{**vars(a), "grpo_lab_set": a.versus_set}),
+                           s["chat_template"])
     lines = [f"Command: `python bench/bench_tta_smollm.py {args}`", "",
              f"{a.model} (preset {a.preset}: answer_format {s['fmt']!r}, reward {s['weights']}), "
              f"B={s['B']} G={s['G']} max_new={s['max_new']} T={s['temperature']}, target "
@@ -356,6 +387,8 @@ def main(argv: list[str] | None = None) -> None:
                 rec = get_run(a, side, best[side], seed)
                 final[side].append({**rec, "sweep": seed == a.sweep_seed})
         lines += [""] + seed_table(a, final, best)
+        if a.versus_set is not None:
+            lines += [""] + versus_lines(a, final["grpo_lab"], best["grpo_lab"])
     lines += [""] + machine_lines("end")
     text = "\n".join(lines) + "\n"
     print(text)

@@ -25,7 +25,7 @@ def args(tmp_path, **kw):
                            eval_every=2, eval_size=50, threads=1, trl_matched=False, B=4, G=4,
                            max_new=6, temperature=0.7, seeds=[0, 1, 2], sweep_seed=0,
                            results=tmp_path / "runs.jsonl", bf16=False,
-                           grpo_lab_set="")
+                           grpo_lab_set="", versus_set=None)
     for k, v in kw.items():
         setattr(a, k, v)
     return a
@@ -117,3 +117,23 @@ def test_grpo_lab_set_merges_an_hf_block_and_refuses_the_bench_s_own_fields(tmp_
         bench.grpo_lab_overrides(args(tmp_path, grpo_lab_set='{warmup_steps: 0}'), True)
     with pytest.raises(SystemExit, match="a JSON object"):
         bench.grpo_lab_overrides(args(tmp_path, grpo_lab_set='[1]'), True)
+
+
+def test_versus_set_pairs_grpo_lab_under_two_settings_by_seed(tmp_path):
+    a = args(tmp_path, grpo_lab_set='{"warmup_steps": 0}', versus_set="")
+    pre = args(tmp_path, grpo_lab_set="")
+    stored = []                                 # seconds to target: preset 8, 6, 4; mine 2, 3, 4
+    for seed, (s_pre, s_mine) in enumerate([(8.0, 2.0), (6.0, 3.0), (4.0, 4.0)]):
+        stored.append({**bench.run_key(pre, "grpo_lab", 1e-4, seed), "steps_to_target": 2 * s_pre,
+                       "train_s_to_target": s_pre})
+        stored.append({**bench.run_key(a, "grpo_lab", 1e-4, seed), "steps_to_target": 2 * s_mine,
+                       "train_s_to_target": s_mine})
+    a.results.write_text("".join(json.dumps(r) + "\n" for r in stored))
+    mine = [r for r in stored if r["grpo_lab_set"]]
+    out = bench.versus_lines(a, mine, 1e-4)
+    assert out[0].startswith("grpo_lab with the preset's settings against grpo_lab with "
+                             "'{\"warmup_steps\": 0}'")
+    line = next(x for x in out if x.startswith("- versus / mine, training s"))
+    # ratios 4, 2, 1: geometric mean 2 (log2 mean 1)
+    assert "over 3 seed(s): geometric mean 2.00" in line and "per seed 4.00, 2.00, 1.00" in line
+    assert len(a.results.read_text().splitlines()) == 6            # every run taken from the file
