@@ -98,20 +98,21 @@ FIXED = ("base_checkpoint", "out_dir", "steps", "lr", "prompts_per_step", "group
          "time_budget_s", "ckpt_every", "threads", "target_accuracy", "kl")
 
 
-def grpo_lab_overrides(a, chat_template: bool) -> dict:
+def grpo_lab_overrides(a, chat_template: bool, option: str = "--grpo_lab_set") -> dict:
     """``--bf16``'s hf block and ``--grpo_lab_set``'s fields for grpo_lab's side; an ``hf``
     block in ``--grpo_lab_set`` is merged over the bench's own (its chat template, the bf16
-    path), a field the bench sets itself is refused by name (SystemExit)."""
+    path), a field the bench sets itself is refused by name (SystemExit, naming ``option``)."""
+    text = a.grpo_lab_set
     try:
-        extra = json.loads(a.grpo_lab_set or "{}")
+        extra = json.loads(text or "{}")
     except json.JSONDecodeError as e:
-        raise SystemExit(f"--grpo_lab_set {a.grpo_lab_set!r} is not JSON: {e}") from None
-    if not isinstance(extra, dict):
-        raise SystemExit(f"--grpo_lab_set {a.grpo_lab_set!r}: a JSON object of TrainConfig "
-                         "fields is needed")
+        raise SystemExit(f"{option} {text!r} is not JSON: {e}") from None
+    if not isinstance(extra, dict) or not isinstance(extra.get("hf", {}), dict):
+        raise SystemExit(f"{option} {text!r}: a JSON object of TrainConfig fields is needed "
+                         "(an hf block an object too)")
     fixed = sorted(set(extra) & set(FIXED))
     if fixed:
-        raise SystemExit(f"--grpo_lab_set sets {fixed}: the bench sets these on both sides "
+        raise SystemExit(f"{option} sets {fixed}: the bench sets these on both sides "
                          "(its own options: --lrs_grpo_lab, --cap, --target, ...)")
     hf = {"autocast": a.bf16, "chat_template": chat_template}      # float32: as bench_hf_trl
     if a.bf16:
@@ -228,14 +229,17 @@ def versus_lines(a, mine: list[dict], lr: float) -> list[str]:
     """grpo_lab under ``--versus_set`` against ``mine`` (its runs under ``--grpo_lab_set``),
     the same lr and seeds (a run the results file lacks is run), paired by seed: the ratio
     versus / mine of training seconds and of steps to the target."""
-    b = argparse.Namespace(**{**vars(a), "grpo_lab_set": a.versus_set})
-    theirs = [get_run(b, "grpo_lab", lr, r["seed"]) for r in mine]
-    name = lambda text: repr(text) if text else "the preset's settings"           # noqa: E731
-    out = [f"grpo_lab with {name(a.versus_set)} against grpo_lab with {name(a.grpo_lab_set)}, "
-           f"lr {lr:g}, the same seeds:", ""]
+    def name(text):
+        return repr(text) if text else "the preset's settings"
+
     def at(r):
         return (f"step {r['steps_to_target']}, {r['train_s_to_target']:.1f} s"
                 if r["steps_to_target"] else f"not reached in {r['steps']} steps")
+
+    b = argparse.Namespace(**{**vars(a), "grpo_lab_set": a.versus_set})
+    theirs = [get_run(b, "grpo_lab", lr, r["seed"]) for r in mine]
+    out = [f"grpo_lab with {name(a.versus_set)} against grpo_lab with {name(a.grpo_lab_set)}, "
+           f"lr {lr:g}, the same seeds:", ""]
     out += [f"- seed {m['seed']}: {at(t)} against {at(m)}" for t, m in zip(theirs, mine)]
     pairs = [(t, m) for t, m in zip(theirs, mine) if t["steps_to_target"] and m["steps_to_target"]]
     out.append("")
@@ -361,7 +365,7 @@ def main(argv: list[str] | None = None) -> None:
     grpo_lab_overrides(a, s["chat_template"])                 # a bad --grpo_lab_set fails now
     if a.versus_set:
         grpo_lab_overrides(argparse.Namespace(**{**vars(a), "grpo_lab_set": a.versus_set}),
-                           s["chat_template"])
+                           s["chat_template"], "--versus_set")
     lines = [f"Command: `python bench/bench_tta_smollm.py {args}`", "",
              f"{a.model} (preset {a.preset}: answer_format {s['fmt']!r}, reward {s['weights']}), "
              f"B={s['B']} G={s['G']} max_new={s['max_new']} T={s['temperature']}, target "

@@ -117,6 +117,8 @@ def test_grpo_lab_set_merges_an_hf_block_and_refuses_the_bench_s_own_fields(tmp_
         bench.grpo_lab_overrides(args(tmp_path, grpo_lab_set='{warmup_steps: 0}'), True)
     with pytest.raises(SystemExit, match="a JSON object"):
         bench.grpo_lab_overrides(args(tmp_path, grpo_lab_set='[1]'), True)
+    with pytest.raises(SystemExit, match=r"^--versus_set .*an hf block an object"):
+        bench.grpo_lab_overrides(args(tmp_path, grpo_lab_set='{"hf": 1}'), True, "--versus_set")
 
 
 def test_versus_set_pairs_grpo_lab_under_two_settings_by_seed(tmp_path):
