@@ -449,6 +449,15 @@ def cpu_per_call(fn, reps: int) -> float:
 ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
+def isa_line() -> str:
+    """torch's CPU capability and the ISA_LIMITS variables set, if any."""
+    limits = [f"{k}={os.environ[k]}" for k in ISA_LIMITS if k in os.environ]
+    return (f"torch's CPU capability {torch.backends.cpu.get_cpu_capability()}"
+            + "".join(f", {x}" for x in limits)
+            + (" (instruction sets limited by these variables run on this CPU's caches and "
+               "memory: an estimate for a CPU that has only them)" if limits else ""))
+
+
 def decode_step_ms(a) -> list[str]:
     """One decode step of the model at ``--rows`` rows (8, 16, 32; a 36-token prompt cache + 1), CPU
     ms, ``--threads`` threads: transformers' forward with its DynamicCache, the lean decoder
@@ -666,12 +675,7 @@ def main() -> None:
     head = [f"Command: `python bench/bench_hf_speed.py {' '.join(sys.argv[1:])}`",
             f"{a.model}, B={a.B} G={a.G} max_new={a.max_new} T=1, lr {a.lr}, threads "
             f"{a.threads}, steps {a.steps} per run ({a.skip} left out), rounds {a.rounds}, torch "
-            f"{torch.__version__}; {load()} at the start.",
-            f"torch's CPU capability {torch.backends.cpu.get_cpu_capability()}" + "".join(
-                f", {k}={os.environ[k]}" for k in ISA_LIMITS if k in os.environ)
-            + " (instruction sets limited by these variables run on this CPU's caches and "
-              "memory: an estimate for a CPU that has only them)" * any(
-                k in os.environ for k in ISA_LIMITS), ""]
+            f"{torch.__version__}; {load()} at the start.", isa_line(), ""]
     if a.what == "matmul":
         lines = matmul_gflops(a.threads)
     elif a.what == "adamw":

@@ -98,6 +98,11 @@ FIXED = ("base_checkpoint", "out_dir", "steps", "lr", "prompts_per_step", "group
          "time_budget_s", "ckpt_every", "threads", "target_accuracy", "kl")
 
 
+def with_set(a, text: str | None) -> argparse.Namespace:
+    """``a`` with grpo_lab's settings set to ``text`` (``--versus_set``'s side)."""
+    return argparse.Namespace(**{**vars(a), "grpo_lab_set": text})
+
+
 def grpo_lab_overrides(a, chat_template: bool, option: str = "--grpo_lab_set") -> dict:
     """``--bf16``'s hf block and ``--grpo_lab_set``'s fields for grpo_lab's side; an ``hf``
     block in ``--grpo_lab_set`` is merged over the bench's own (its chat template, the bf16
@@ -236,8 +241,7 @@ def versus_lines(a, mine: list[dict], lr: float) -> list[str]:
         return (f"step {r['steps_to_target']}, {r['train_s_to_target']:.1f} s"
                 if r["steps_to_target"] else f"not reached in {r['steps']} steps")
 
-    b = argparse.Namespace(**{**vars(a), "grpo_lab_set": a.versus_set})
-    theirs = [get_run(b, "grpo_lab", lr, r["seed"]) for r in mine]
+    theirs = [get_run(with_set(a, a.versus_set), "grpo_lab", lr, r["seed"]) for r in mine]
     out = [f"grpo_lab with {name(a.versus_set)} against grpo_lab with {name(a.grpo_lab_set)}, "
            f"lr {lr:g}, the same seeds:", ""]
     out += [f"- seed {m['seed']}: {at(t)} against {at(m)}" for t, m in zip(theirs, mine)]
@@ -364,8 +368,7 @@ def main(argv: list[str] | None = None) -> None:
     s = shared(a)
     grpo_lab_overrides(a, s["chat_template"])                 # a bad --grpo_lab_set fails now
     if a.versus_set:
-        grpo_lab_overrides(argparse.Namespace(**{**vars(a), "grpo_lab_set": a.versus_set}),
-                           s["chat_template"], "--versus_set")
+        grpo_lab_overrides(with_set(a, a.versus_set), s["chat_template"], "--versus_set")
     lines = [f"Command: `python bench/bench_tta_smollm.py {args}`", "",
              f"{a.model} (preset {a.preset}: answer_format {s['fmt']!r}, reward {s['weights']}), "
              f"B={s['B']} G={s['G']} max_new={s['max_new']} T={s['temperature']}, target "

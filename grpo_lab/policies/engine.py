@@ -25,7 +25,7 @@ wrapper, a test double) still runs the update forwards that need no cache.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.nn as nn
@@ -286,7 +286,7 @@ def chosen_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float 
 # returns (logits, rows): logits (N, Tc, V) and rows None, or logits (R, V) and rows (N, Tc),
 # the row that predicts each completion token (chosen_logprobs' ``rows``)
 
-Forward = tuple[torch.Tensor, Optional[torch.Tensor]]
+Forward = tuple[torch.Tensor, torch.Tensor | None]
 """An update forward's (logits, rows), as above."""
 
 
