@@ -26,11 +26,14 @@ def test_grouping_explorer_controls_drive_the_data():
     assert d["group/purity"] >= 0.9                     # K-means finds the task families
     kmeans_zero = d["group/zero_std_frac"]
     html_before = parts["summary"].value
+    assert not parts["k"].disabled                       # kmeans_semantic reads k
     parts["strategy"].value = "by_prompt"                # observers fire synchronously
     assert len(set(parts["data"]["ids"])) == 70 and parts["summary"].value != html_before
+    assert parts["k"].disabled                           # by_prompt: one group per prompt
     assert parts["data"]["adv/between_prompt_frac"] == pytest.approx(0, abs=1e-12)
     assert parts["data"]["group/zero_std_frac"] > kmeans_zero   # one prompt: often all equal
     parts["strategy"].value = "random"
+    assert not parts["k"].disabled
     parts["k"].value = 5
     assert len(set(parts["data"]["ids"])) == 5 and parts["data"]["group/purity"] < 0.6
 

@@ -137,6 +137,7 @@ def grouping_explorer(prompts=None, tasks=None, rewards=None, G: int = 4, n: int
         return embeddings[name]
 
     def update(_=None):
+        parts["k"].disabled = not get_grouper(parts["strategy"].value).takes_k  # k unread
         try:
             X, xy = embed(parts["embedder"].value)
             d = explore_grouping(prompts, tasks, rewards, G, X, parts["strategy"].value,
