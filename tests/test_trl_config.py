@@ -80,6 +80,8 @@ def test_a_trl_grpo_config_yaml_trains(tmp_path, capsys):
     ("loss_type: bnpo\n", "loss_type='bnpo' has no grpo_lab equivalent (these have: 'grpo', "
                           "'dapo', 'dr_grpo', 'cispo')"),
     ("scale_rewards: batch\n", "scale_rewards='batch' has no grpo_lab equivalent"),
+    ("loss_type: [grpo]\n", "loss_type=['grpo'] has no grpo_lab equivalent (these have: "),
+    ("scale_rewards: {a: 1}\n", "scale_rewards={'a': 1} has no grpo_lab equivalent"),
     ("lr: 0.001\nlearning_rate: 0.002\n", "lr is given twice: by lr and by learning_rate"),
     ("per_device_train_batch_size: 6\nnum_generations: 4\n",
      "generation batch 6 (per_device_train_batch_size 6 x gradient_accumulation_steps 1) is "

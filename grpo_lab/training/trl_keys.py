@@ -39,10 +39,11 @@ RENAMED = {
 
 def _choice(key: str, table: dict):
     def convert(value):
-        if value not in table:
+        try:
+            return table[value]
+        except (KeyError, TypeError):                      # TypeError: a list, a dict
             raise ValueError(f"{key}={value!r} has no grpo_lab equivalent (these have: "
-                             f"{', '.join(map(repr, table))})")
-        return table[value]
+                             f"{', '.join(map(repr, table))})") from None
     return convert
 
 
