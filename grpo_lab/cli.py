@@ -86,14 +86,10 @@ def field_type(f: dataclasses.Field, default):
 
 def field_docs(cls) -> dict[str, str]:
     """Field name -> the docstring written under it in the class body."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
-    docs = {}
-    for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    return {node.target.id: " ".join(nxt.value.value.split()) for node, nxt in zip(body, body[1:])
+            if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)}
 
 
 def add_config_args(parser: argparse.ArgumentParser, cls, skip=(), prefix: str = "") -> None:
