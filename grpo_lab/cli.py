@@ -136,8 +136,7 @@ def overrides(args, cls, prefix: str = "") -> dict:
 def add_plugin_arg(parser: argparse.ArgumentParser) -> None:
     """``--plugin MODULE`` (repeatable); ``--plugins a,b``, the config field's spelling, is
     still accepted as the same flag but not listed in --help."""
-    parser.add_argument("--plugin", dest="plugin", action="append", default=None,
-                        metavar="MODULE",
+    parser.add_argument("--plugin", action="append", metavar="MODULE",
                         help="import this module (a name or a .py path) first, so the groupers, "
                              "tasks, rewards and estimators it registers can be named; "
                              "repeatable, or comma-separated")

@@ -209,5 +209,4 @@ def nullable(key: str) -> bool:
     if sub and sub not in sub_configs():
         return False
     cls = type(getattr(TrainConfig(), sub)) if sub else TrainConfig
-    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
-    return f is not None and f.default is None
+    return any(f.name == name and f.default is None for f in dataclasses.fields(cls))
