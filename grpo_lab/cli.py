@@ -86,14 +86,10 @@ def field_type(f: dataclasses.Field, default):
 
 def field_docs(cls) -> dict[str, str]:
     """Field name -> the docstring written under it in the class body."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
-    docs = {}
-    for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    return {node.target.id: " ".join(nxt.value.value.split()) for node, nxt in zip(body, body[1:])
+            if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)}
 
 
 def add_config_args(parser: argparse.ArgumentParser, cls, skip=(), prefix: str = "") -> None:
@@ -140,8 +136,7 @@ def overrides(args, cls, prefix: str = "") -> dict:
 def add_plugin_arg(parser: argparse.ArgumentParser) -> None:
     """``--plugin MODULE`` (repeatable); ``--plugins a,b``, the config field's spelling, is
     still accepted as the same flag but not listed in --help."""
-    parser.add_argument("--plugin", dest="plugin", action="append", default=None,
-                        metavar="MODULE",
+    parser.add_argument("--plugin", action="append", metavar="MODULE",
                         help="import this module (a name or a .py path) first, so the groupers, "
                              "tasks, rewards and estimators it registers can be named; "
                              "repeatable, or comma-separated")
@@ -448,12 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def bench_scripts() -> dict[str, Path]:
-    return {p.stem[len("bench_"):]: p for p in sorted(checkout_dir("bench").glob("bench_*.py"))}
-
-
 def run_bench(name: str | None, bench_args: list[str]) -> int:
-    scripts = bench_scripts()
+    scripts = {p.stem[len("bench_"):]: p for p in sorted(checkout_dir("bench").glob("bench_*.py"))}
     if name is None:
         for n, p in scripts.items():
             print(f"{n:16s} {p}")
@@ -472,12 +463,10 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
         raise ValueError(f"--nproc must be >= 1, got {nproc}")
     from torch.distributed import run as torchrun
 
-    rest, skip = [], False
-    for a in argv:                                    # drop --nproc N / --nproc=N
-        if skip:
-            skip = False
-        elif a == "--nproc":
-            skip = True
+    rest, args = [], iter(argv)
+    for a in args:                                    # drop --nproc N / --nproc=N
+        if a == "--nproc":
+            next(args, None)
         elif not a.startswith("--nproc="):
             rest.append(a)
     from torch.distributed.elastic.multiprocessing import SignalException
@@ -673,13 +662,11 @@ def main(argv: list[str] | None = None) -> int:
             return run_study(args, argv)
         elif args.command == "eval":
             from grpo_lab.policies.policy import load_policy_any
-            from grpo_lab.registry import load_plugins
             from grpo_lab.tasks.task_data import held_out
             from grpo_lab.training.trainer import evaluate_tasks, held_out_sets, max_new_tokens
 
             load_plugins(plugin_spec(args))              # a plugin's task or reward
             cfg = eval_config(args.checkpoint, args.task, args.answer_format)
-            task = cfg.task
             if args.eval_size < 1:
                 raise ValueError(f"--eval_size must be >= 1, got {args.eval_size}")
             for t, exs in held_out(cfg.task_names).items():      # as train checks eval_size
@@ -689,17 +676,15 @@ def main(argv: list[str] | None = None) -> int:
             model = load_policy_any(args.checkpoint)
             sets, _ = held_out_sets(dataclasses.replace(cfg, eval_size=args.eval_size))
             res = evaluate_tasks(model, sets, cfg.reward_weights, max_new_tokens(cfg))
-            print(json.dumps({"checkpoint": args.checkpoint, "task": task, **res}))
+            print(json.dumps({"checkpoint": args.checkpoint, "task": cfg.task, **res}))
         elif args.command == "pretrain":
             from grpo_lab.training.pretrain import main as pretrain_main
-            from grpo_lab.registry import load_plugins
 
             load_plugins(plugin_spec(args))          # a plugin's task can be pretrained on
             pretrain_main(PretrainConfig(**overrides(args, PretrainConfig)))
         elif args.command == "warmup":
             from grpo_lab.agents.step import evaluate_episodes
             from grpo_lab.agents.warmup import run_warm_up
-            from grpo_lab.registry import load_plugins
 
             load_plugins(plugin_spec(args))          # a plugin's environment can be warmed up on
             print(json.dumps(run_warm_up(args.task, args.out, args.base, args.steps, args.batch,

@@ -148,9 +148,8 @@ def fields_finite(cfg, *names):
     """Raise ValueError naming the first of ``cfg``'s fields ``names`` that is not a finite real
     number (a bool is not one)."""
     for n in names:
-        v = getattr(cfg, n)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"{type(cfg).__name__}.{n} must be a finite number, got {v!r}")
+        check_number(f"{type(cfg).__name__}.{n}", getattr(cfg, n), lambda v: True,
+                     "a finite number")
 
 
 def fields_positive(cfg, *names):
@@ -248,12 +247,8 @@ def load_plugins(plugins: str) -> list:
 
 def plugin_digests(plugins: str) -> dict[str, str]:
     """{resolved file path: sha256} of the plugins ``plugins`` names, as loaded now."""
-    out = {}
-    for module in load_plugins(plugins):
-        for path, (m, sha) in _BY_PATH.items():
-            if m is module:
-                out[str(path)] = sha
-    return out
+    return {str(path): sha for module in load_plugins(plugins)
+            for path, (m, sha) in _BY_PATH.items() if m is module}
 
 
 def plugin_changes(where, history: list, now: dict, allow_override: bool) -> dict:

@@ -15,14 +15,14 @@ model on GPUs).
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from grpo_lab.algorithm import group_config  # noqa: F401 (the grouping block, cfg.group)
 from grpo_lab.distributed.exchange_config import ExchangeConfig
-from grpo_lab.registry import (check_types, fields_finite, fields_nonnegative, fields_positive,
-                               load_plugins, lookup)
+from grpo_lab.registry import (check_number, check_types, fields_finite, fields_nonnegative,
+                               fields_positive, load_plugins, lookup)
 from grpo_lab.tasks import MIXTURE_TASKS
 from grpo_lab.training import dynamic_config  # noqa: F401 (DAPO's block, cfg.dynamic)
 from grpo_lab.training.ppo_config import PPOConfig
@@ -330,9 +330,7 @@ class TrainConfig:
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         for name, ceiling in CEILINGS.items():
-            value = self
-            for part in name.split("."):               # "ppo.vf_lr": a sub-config's field
-                value = getattr(value, part)
+            value = functools.reduce(getattr, name.split("."), self)  # "ppo.vf_lr": self.ppo.vf_lr
             if value > ceiling:
                 raise ValueError(f"{name}={value} is above its ceiling {ceiling} "
                                  f"(config.CEILINGS): {CEILING_WHY[name]}")
@@ -350,8 +348,7 @@ class TrainConfig:
             raise ValueError(f"reward_weights {self.reward_weights} weigh every reward by 0 "
                              f"(or name none): every reward would be 0 and nothing learned")
         for name, w in self.reward_weights.items():
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
-                raise ValueError(f"reward weight of {name!r} must be a finite number, got {w!r}")
+            check_number(f"reward weight of {name!r}", w, lambda v: True, "a finite number")
         fields_nonnegative(self, "checkpoint_every")
         fields_positive(self, "micro_batches")
         if self.micro_batches > self.prompts_per_step:

@@ -90,7 +90,10 @@ def read_yaml(text: str) -> tuple[object, dict]:
     """YAML text -> (its data, {key path: line}), through PyYAML's safe loader: anchors and
     aliases are refused while the document is composed (at the first one), a key written
     twice in one mapping from the composed nodes; both before any value is built."""
-    import yaml
+    try:
+        import yaml
+    except ImportError:
+        raise _Refused("YAML needs PyYAML (pip install pyyaml); or write the file as JSON")
 
     class Loader(yaml.SafeLoader):
         def compose_node(self, parent, index):
@@ -168,12 +171,6 @@ def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
     path = Path(path)
     text = read_text(path)
     yaml_file = path.suffix.lower() in (".yaml", ".yml")
-    if yaml_file:
-        try:
-            import yaml  # noqa: F401
-        except ImportError:
-            raise ConfigFileError(f"--config {path}: YAML needs PyYAML (pip install pyyaml); "
-                                  f"or write the file as JSON") from None
     try:
         data, lines = read_yaml(text) if yaml_file else read_json(text)
     except _Refused as e:
@@ -212,5 +209,4 @@ def nullable(key: str) -> bool:
     if sub and sub not in sub_configs():
         return False
     cls = type(getattr(TrainConfig(), sub)) if sub else TrainConfig
-    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
-    return f is not None and f.default is None
+    return any(f.name == name and f.default is None for f in dataclasses.fields(cls))
