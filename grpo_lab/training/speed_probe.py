@@ -115,13 +115,9 @@ def cache_dir() -> Path:
 
 
 def _shape(cfg) -> dict:
-    return {"B": min(cfg.prompts_per_step, PROBE_PROMPTS), "G": min(cfg.group_size, PROBE_G),
-            "max_new": min(_max_new(cfg), PROBE_TOKENS)}
-
-
-def _max_new(cfg) -> int:
     from grpo_lab.training.step import max_new_tokens
-    return max_new_tokens(cfg)
+    return {"B": min(cfg.prompts_per_step, PROBE_PROMPTS), "G": min(cfg.group_size, PROBE_G),
+            "max_new": min(max_new_tokens(cfg), PROBE_TOKENS)}
 
 
 def cache_path(cfg) -> Path:
@@ -172,10 +168,8 @@ def _accuracy(policy, r, cfg) -> dict:
     from grpo_lab.algorithm.rollout import completion_logprobs
     m = r.completion_mask                                                   # (N, Tc)
     out = {}
-    for name, fields, train in (("fp32", ROLLOUT_MODES["fp32"], False),
-                                ("bf16 copy", ROLLOUT_MODES["bf16 copy"], False),
-                                ("autocast", ROLLOUT_MODES["autocast"], True)):
-        _set_mode(policy, **fields)
+    for name, train in (("fp32", False), ("bf16 copy", False), ("autocast", True)):
+        _set_mode(policy, **ROLLOUT_MODES[name])
         policy.train(train)
         with torch.set_grad_enabled(train):
             out[name] = completion_logprobs(policy, r, cfg.temperature).detach()   # (N, Tc)
@@ -280,7 +274,7 @@ def choose(medians: dict, errors: dict, default_threads: int) -> dict:
 def choice_line(record: dict) -> str:
     """One line: what was chosen, by how much, on which CPU and load."""
     c, m = record["choice"], record["machine"]
-    sampling = "bf16 copy" if c["sample_dtype"] else "autocast" if c["autocast"] else "fp32"
+    sampling = _rollout_mode(c["sample_dtype"], c["autocast"])
     update = "autocast" if c["autocast"] else "fp32"
     threads = (f"threads {c['rollout_threads']} (rollout) / {c['threads']} (update)"
                if c["threads"] else "the run's own threads")
