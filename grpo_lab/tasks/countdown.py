@@ -100,16 +100,14 @@ def evaluate(text: str) -> tuple[Fraction, list[int]]:
                 raise ExpressionError(f"more than {MAX_DEPTH} nested parentheses")
             take()
             v = expr(depth + 1)
-            if take_if(")") is None:
+            if peek() != ")":
                 raise ExpressionError("unclosed parenthesis")
+            take()
             return v
         if tok.isdigit():
             numbers.append(int(take()))
             return Fraction(numbers[-1])
         raise ExpressionError(f"unexpected {tok!r}")
-
-    def take_if(tok):
-        return take() if peek() == tok else None
 
     value = expr(0)
     if i != len(toks):
