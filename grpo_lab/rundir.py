@@ -146,12 +146,10 @@ def read_holder(path: Path) -> str:
 def remove_stale_tmp(out: Path) -> list[str]:
     """Delete the temporary files an interrupted atomic write of a run file left in ``out``
     (``<run file>.<random>.tmp``; nothing else) -> their names."""
-    gone = []
-    for p in sorted(q for name in RUN_FILES for q in out.glob(f"{name}.*.tmp")):
-        if p.is_file():
-            p.unlink()
-            gone.append(p.name)
-    return gone
+    gone = sorted(p for name in RUN_FILES for p in out.glob(f"{name}.*.tmp") if p.is_file())
+    for p in gone:
+        p.unlink()
+    return [p.name for p in gone]
 
 
 def claimed_by_parent(out: str | Path) -> bool:

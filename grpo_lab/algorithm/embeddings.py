@@ -114,9 +114,8 @@ def _load_minilm():
 def minilm_embed(prompts: list[str], batch_size: int = 64) -> np.ndarray:
     """all-MiniLM-L6-v2 sentence embeddings (n, 384), rows unit length."""
     prompts = check_prompts(prompts)
-    model = _load_minilm()
-    Z = model.encode(prompts, batch_size=batch_size, convert_to_numpy=True,
-                     show_progress_bar=False)                              # (n, 384)
+    Z = _load_minilm().encode(prompts, batch_size=batch_size, convert_to_numpy=True,
+                              show_progress_bar=False)                     # (n, 384)
     return l2_normalise(Z.astype(np.float64))
 
 
