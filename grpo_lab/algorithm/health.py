@@ -203,11 +203,6 @@ def timeline(history: list[dict], cfg: dict | None = None) -> dict[str, dict]:
 
 def report_lines(history: list[dict], cfg: dict | None = None) -> list[str]:
     """Markdown lines for the report: each finding with the steps it covered, or none."""
-    found = timeline(history, cfg)
-    if not found:
-        return []
-    lines = ["## Is anything being learned?", ""]
-    for code, row in found.items():
-        lines.append(f"- **{code}** (steps {row['first']}-{row['last']}, {row['steps']} "
-                     f"checks): {row['message']}")
-    return lines + [""]
+    lines = [f"- **{code}** (steps {row['first']}-{row['last']}, {row['steps']} checks): "
+             f"{row['message']}" for code, row in timeline(history, cfg).items()]
+    return ["## Is anything being learned?", "", *lines, ""] if lines else []
