@@ -49,8 +49,6 @@ def tokenize(text: str) -> list[str]:
     while pos < len(text):
         m = TOKEN.match(text, pos)
         if m is None:
-            if text[pos:].strip() == "":
-                break
             raise ExpressionError(f"unexpected character {text[pos]!r} at {pos}")
         tok = m.group(1)
         if tok.isdigit() and len(tok) > MAX_DIGITS:
