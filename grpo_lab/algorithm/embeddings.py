@@ -138,8 +138,7 @@ def policy_embed(prompts: list[str], model=None, batch_size: int = 256) -> np.nd
         _, _, h = model(ids, positions(mask), mask, return_hidden=True)      # (b, T, C)
         m = mask[..., None].to(h.dtype)                                      # (b, T, 1)
         out.append((h * m).sum(1) / m.sum(1))                                # (b, C)
-    if was_training:
-        model.train()
+    model.train(was_training)
     return l2_normalise(torch.cat(out).double().numpy())                     # (n, C)
 
 
