@@ -227,8 +227,7 @@ class LlamaDecoder:
         k0 = layers[0].keys                                                # (B, KV, Tp, d)
         B, KV, Tp, d = k0.shape
         shape = (self.L, B, KV, Tp + max_new_tokens, d)
-        keys = torch.empty(shape, dtype=k0.dtype, device=k0.device)
-        values = torch.empty(shape, dtype=k0.dtype, device=k0.device)
+        keys, values = k0.new_empty(shape), k0.new_empty(shape)     # k0's dtype and device
         for i, layer in enumerate(layers):
             keys[i, :, :, :Tp] = layer.keys
             values[i, :, :, :Tp] = layer.values
