@@ -129,7 +129,8 @@ def truncated(s: Seen) -> Finding | None:
 def flat_reward(s: Seen) -> Finding | None:
     if len(s.steps) < FLAT_WINDOW:
         return None
-    run = _running(_values(s.steps[-FLAT_WINDOW:], "reward/mean"), WINDOW)
+    reward = _values(s.steps[-FLAT_WINDOW:], "reward/mean")
+    run = [mean(reward[i - WINDOW:i]) for i in range(WINDOW, len(reward) + 1)]   # running mean
     if not (run and max(run) - min(run) < FLAT_RANGE * s.top):
         return None
     return Finding("flat_reward", f"the reward's {WINDOW}-step mean stayed within "
@@ -183,10 +184,6 @@ CHECKS: tuple[Callable[[Seen], Finding | None], ...] = (
     equal_rewards, truncated, flat_reward, entropy_collapse, dynamic_sampling_exhausted,
     sampler_drift)
 """The findings in the order they are reported: one function each, (Seen) -> Finding | None."""
-
-
-def _running(y: list[float], w: int) -> list[float]:
-    return [mean(y[i - w:i]) for i in range(w, len(y) + 1)]
 
 
 def timeline(history: list[dict], cfg: dict | None = None) -> dict[str, dict]:
