@@ -85,7 +85,6 @@ as fp32's at 2 x 4 x 16 and 0.94x at 2 x 8 x 16, but 1.52x at 4 x 4 x 24 and 1.6
 4 x 8 x 24: a probe at 2 x 4 x 16 kept fp32 where bf16 + autocast ran the run's step 1.19x
 faster. The shape is in the cache key, so a run of another shape probes again."""
 VERSION = 1                        # of the cached record's layout: a new layout probes again
-timer = time.perf_counter
 
 
 def machine_id() -> dict:
@@ -133,9 +132,9 @@ def cache_path(cfg) -> Path:
 
 def measure(phase: str, mode: str, threads: int, fn) -> float:
     """Seconds one call of ``fn`` takes (the tests replace this to set the timings)."""
-    t0 = timer()
+    t0 = time.perf_counter()
     fn()
-    return timer() - t0
+    return time.perf_counter() - t0
 
 
 def _prompts(policy, cfg, n: int) -> list[list[int]]:
