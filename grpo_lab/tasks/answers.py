@@ -255,8 +255,7 @@ def _follows_tags(text: str) -> bool:
 
 def _follows_boxed(text: str) -> bool:
     t = text.strip().rstrip(".$ \n")
-    b = boxed(t)
-    return (t.count("\\boxed{") == 1 and b is not None and 0 < len(b) <= MAX_ANSWER_CHARS
+    return (t.count("\\boxed{") == 1 and 0 < len(boxed(t) or "") <= MAX_ANSWER_CHARS
             and t.endswith("}"))
 
 
