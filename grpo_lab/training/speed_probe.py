@@ -109,8 +109,7 @@ def machine_id() -> dict:
 def cache_dir() -> Path:
     """$GRPO_LAB_CACHE/fast_path, else ~/.cache/grpo_lab/fast_path (beside the models)."""
     env = os.environ.get("GRPO_LAB_CACHE")
-    base = Path(env).expanduser() if env else Path.home() / ".cache" / "grpo_lab"
-    return base / "fast_path"
+    return (Path(env).expanduser() if env else Path.home() / ".cache" / "grpo_lab") / "fast_path"
 
 
 def _shape(cfg) -> dict:
