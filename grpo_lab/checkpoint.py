@@ -209,9 +209,8 @@ def save_training_checkpoint(path, policy, optim_state: dict, cfg: dict, step: i
     weights = state_without_aliases(policy) if weights is None else weights
     tensors = {f"policy.{k}": v.cpu() for k, v in weights.items()}
     tensors.update({f"grouping.{k}": v for k, v in (grouper_state or {}).items()})
-    for pid, st in optim_state["state"].items():
-        for k, v in st.items():
-            tensors[f"optim.{pid}.{k}"] = v.cpu() if torch.is_tensor(v) else torch.tensor(v)
+    tensors.update({f"optim.{pid}.{k}": v.cpu() if torch.is_tensor(v) else torch.tensor(v)
+                    for pid, st in optim_state["state"].items() for k, v in st.items()})
     meta = {"format": CKPT_TAG, "step": str(step), "config": json.dumps(cfg),
             "model_config": json.dumps(vars(policy.cfg)),
             "param_groups": json.dumps(optim_state["param_groups"]), "history": json.dumps(history)}

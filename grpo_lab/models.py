@@ -76,10 +76,9 @@ def pinned_source(path: Path, expect_params: int | None = None) -> ModelSource |
     converting a named model), else the one whose shipped file has this file's name or size
     (a flipped byte keeps the size); None for an unknown file."""
     pinned = [s for s in MODELS.values() if s.gguf_sha256]
-    if expect_params is not None:
-        for s in pinned:
-            if s.params == expect_params:
-                return s
+    by_params = [s for s in pinned if s.params == expect_params]       # none when it is None
+    if by_params:
+        return by_params[0]
     size = path.stat().st_size
     return next((s for s in pinned if path.name == s.gguf or size == s.gguf_size), None)
 
@@ -162,8 +161,7 @@ def resolve(name_or_path: str) -> str:
         path = Path(s).expanduser()
         if not path.is_file():
             raise FileNotFoundError(f"no GGUF file at {s!r}")
-        st = path.stat()
-        folder = cache_dir() / f"gguf-{path.stem}-{st.st_size}"
+        folder = cache_dir() / f"gguf-{path.stem}-{path.stat().st_size}"
         if not is_ready(folder):
             convert_gguf(path, folder)
         return str(folder)
@@ -262,12 +260,10 @@ def check_gguf(path: Path) -> None:
     exponent bit) or 2**64-2**128 (fp32's): caught. A flipped 4-bit quant, mantissa bit or
     sign gives a valid number and cannot be told from data without a checksum: only the
     pinned sha256 of a known file catches it (an unknown file gets a warning saying so)."""
+    import gguf
     import numpy as np
     try:
-        import gguf
         reader = gguf.GGUFReader(str(path))
-    except ImportError:
-        raise
     except Exception as e:                 # the reader's own errors do not name the file
         raise ValueError(f"{path}: not a readable GGUF file ({type(e).__name__}: "
                          f"{str(e)[:200]}); a truncated or corrupt file?") from None
@@ -308,12 +304,9 @@ def check_finite(model, source: str) -> None:
     without naming the file)."""
     import torch
 
-    bad = {}
-    for name, t in model.state_dict().items():
-        if t.is_floating_point():
-            n = int((~torch.isfinite(t)).sum())
-            if n:
-                bad[name] = n
+    counts = {name: int((~torch.isfinite(t)).sum())
+              for name, t in model.state_dict().items() if t.is_floating_point()}
+    bad = {name: n for name, n in counts.items() if n}
     if bad:
         name, n = next(iter(bad.items()))
         raise ValueError(f"{source}: tensor {name!r} holds {n} non-finite values "

@@ -75,11 +75,6 @@ class Interrupted(KeyboardInterrupt):
         self.exit_code = 128 + signum
 
 
-def holds_run(out: Path) -> list[str]:
-    """The run files present in ``out`` (empty: no run there)."""
-    return [n for n in RUN_FILES[:2] if (out / n).exists()]
-
-
 class RunLock:
     """An exclusive lock on ``out_dir`` for this process; ``release()`` (or process exit) frees
     it. ``stale``: what ``.lock`` said when the lock was taken (non-empty: a holder that died)."""
@@ -146,12 +141,10 @@ def read_holder(path: Path) -> str:
 def remove_stale_tmp(out: Path) -> list[str]:
     """Delete the temporary files an interrupted atomic write of a run file left in ``out``
     (``<run file>.<random>.tmp``; nothing else) -> their names."""
-    gone = []
-    for p in sorted(q for name in RUN_FILES for q in out.glob(f"{name}.*.tmp")):
-        if p.is_file():
-            p.unlink()
-            gone.append(p.name)
-    return gone
+    gone = sorted(p for name in RUN_FILES for p in out.glob(f"{name}.*.tmp") if p.is_file())
+    for p in gone:
+        p.unlink()
+    return [p.name for p in gone]
 
 
 def claimed_by_parent(out: str | Path) -> bool:
@@ -185,7 +178,7 @@ def claim(out: str | Path, resume: bool, overwrite: bool) -> RunLock:
         if gone:
             print(f"grpo-lab: note: removed {len(gone)} unfinished temporary file(s) of an "
                   f"interrupted write from {out}: {gone}")
-        present = holds_run(out)
+        present = [n for n in RUN_FILES[:2] if (out / n).exists()]   # checkpoint, metrics: a run
         if present and not resume:
             if not overwrite:
                 raise RunFolderError(

@@ -114,9 +114,8 @@ def _load_minilm():
 def minilm_embed(prompts: list[str], batch_size: int = 64) -> np.ndarray:
     """all-MiniLM-L6-v2 sentence embeddings (n, 384), rows unit length."""
     prompts = check_prompts(prompts)
-    model = _load_minilm()
-    Z = model.encode(prompts, batch_size=batch_size, convert_to_numpy=True,
-                     show_progress_bar=False)                              # (n, 384)
+    Z = _load_minilm().encode(prompts, batch_size=batch_size, convert_to_numpy=True,
+                              show_progress_bar=False)                     # (n, 384)
     return l2_normalise(Z.astype(np.float64))
 
 
@@ -139,8 +138,7 @@ def policy_embed(prompts: list[str], model=None, batch_size: int = 256) -> np.nd
         _, _, h = model(ids, positions(mask), mask, return_hidden=True)      # (b, T, C)
         m = mask[..., None].to(h.dtype)                                      # (b, T, 1)
         out.append((h * m).sum(1) / m.sum(1))                                # (b, C)
-    if was_training:
-        model.train()
+    model.train(was_training)
     return l2_normalise(torch.cat(out).double().numpy())                     # (n, C)
 
 

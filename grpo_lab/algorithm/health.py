@@ -129,7 +129,8 @@ def truncated(s: Seen) -> Finding | None:
 def flat_reward(s: Seen) -> Finding | None:
     if len(s.steps) < FLAT_WINDOW:
         return None
-    run = _running(_values(s.steps[-FLAT_WINDOW:], "reward/mean"), WINDOW)
+    reward = _values(s.steps[-FLAT_WINDOW:], "reward/mean")
+    run = [mean(reward[i - WINDOW:i]) for i in range(WINDOW, len(reward) + 1)]   # running mean
     if not (run and max(run) - min(run) < FLAT_RANGE * s.top):
         return None
     return Finding("flat_reward", f"the reward's {WINDOW}-step mean stayed within "
@@ -185,10 +186,6 @@ CHECKS: tuple[Callable[[Seen], Finding | None], ...] = (
 """The findings in the order they are reported: one function each, (Seen) -> Finding | None."""
 
 
-def _running(y: list[float], w: int) -> list[float]:
-    return [mean(y[i - w:i]) for i in range(w, len(y) + 1)]
-
-
 def timeline(history: list[dict], cfg: dict | None = None) -> dict[str, dict]:
     """Every finding of the run: code -> {"first": step, "last": step, "steps": count,
     "message": its latest message}, ``diagnose`` replayed after each step."""
@@ -203,11 +200,6 @@ def timeline(history: list[dict], cfg: dict | None = None) -> dict[str, dict]:
 
 def report_lines(history: list[dict], cfg: dict | None = None) -> list[str]:
     """Markdown lines for the report: each finding with the steps it covered, or none."""
-    found = timeline(history, cfg)
-    if not found:
-        return []
-    lines = ["## Is anything being learned?", ""]
-    for code, row in found.items():
-        lines.append(f"- **{code}** (steps {row['first']}-{row['last']}, {row['steps']} "
-                     f"checks): {row['message']}")
-    return lines + [""]
+    lines = [f"- **{code}** (steps {row['first']}-{row['last']}, {row['steps']} checks): "
+             f"{row['message']}" for code, row in timeline(history, cfg).items()]
+    return ["## Is anything being learned?", "", *lines, ""] if lines else []

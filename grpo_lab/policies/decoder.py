@@ -227,8 +227,7 @@ class LlamaDecoder:
         k0 = layers[0].keys                                                # (B, KV, Tp, d)
         B, KV, Tp, d = k0.shape
         shape = (self.L, B, KV, Tp + max_new_tokens, d)
-        keys = torch.empty(shape, dtype=k0.dtype, device=k0.device)
-        values = torch.empty(shape, dtype=k0.dtype, device=k0.device)
+        keys, values = k0.new_empty(shape), k0.new_empty(shape)     # k0's dtype and device
         for i, layer in enumerate(layers):
             keys[i, :, :, :Tp] = layer.keys
             values[i, :, :, :Tp] = layer.values
@@ -260,9 +259,7 @@ class LlamaDecoder:
         ad = self.adapters                                                 # {} without LoRA
         for i in range(self.L):            # (every weight C-contiguous, float32 or bf16)
             x = _rms(h, self.norm1[i], self.eps)                           # (n, C)
-            qkv = lin(x, W["qkv"][i])                                      # (n, (H+2KV) d)
-            if ad:
-                qkv = _with_adapters(qkv, x, ad.get((i, "qkv"), ()))
+            qkv = _with_adapters(lin(x, W["qkv"][i]), x, ad.get((i, "qkv"), ()))  # (n, (H+2KV) d)
             qk = _rotate(qkv[:, :(H + KV) * d].view(n, H + KV, d), cos, sin)  # (n, H+KV, d)
             q, k = qk[:, :H], qk[:, H:]                                    # (n, H|KV, d)
             cache.keys[i, :, :, t] = k
@@ -278,15 +275,13 @@ class LlamaDecoder:
                 o = o_in = F.scaled_dot_product_attention(                 # transformers' does
                     q, keys, vals, attn_mask=bias, scale=self.scaling).reshape(n, H * d)
             o = lin(o, W["o"][i])                                          # (n, C)
-            h = h + (_with_adapters(o, o_in, ad.get((i, "o"), ())) if ad else o)
+            h = h + _with_adapters(o, o_in, ad.get((i, "o"), ()))
             x = _rms(h, self.norm2[i], self.eps)
-            gate, up = lin(x, W["gate"][i]), lin(x, W["up"][i])            # (n, I) each
-            if ad:
-                gate = _with_adapters(gate, x, ad.get((i, "gate"), ()))
-                up = _with_adapters(up, x, ad.get((i, "up"), ()))
+            gate = _with_adapters(lin(x, W["gate"][i]), x, ad.get((i, "gate"), ()))  # (n, I)
+            up = _with_adapters(lin(x, W["up"][i]), x, ad.get((i, "up"), ()))        # (n, I)
             m = F.silu(gate).mul_(up)                                      # (n, I)
             down = lin(m, W["down"][i])                                    # (n, C)
-            h = h + (_with_adapters(down, m, ad.get((i, "down"), ())) if ad else down)
+            h = h + _with_adapters(down, m, ad.get((i, "down"), ()))
         cache.t = t + 1
         h = _rms(h, self.norm_f, self.eps)                                 # (n, C)
         if "head" in ad:

@@ -154,9 +154,8 @@ class HFPolicy(Engine):
                       if self.cfg.system_prompt else [])
             ids = self.tokenizer.apply_chat_template(system + [{"role": "user", "content": text}],
                                                      add_generation_prompt=True, tokenize=True)
-            ids = ids["input_ids"] if not isinstance(ids, list) else ids
-            return list(ids)
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+            return list(ids if isinstance(ids, list) else ids["input_ids"])
+        return self.encode_plain(text)
 
     def encode_plain(self, text: str) -> list[int]:
         """``text`` as tokens, never wrapped in the chat template (an environment's
@@ -207,9 +206,7 @@ class HFPolicy(Engine):
         ``decoder.StaticCache`` with room for ``max_new_tokens`` columns when the lean decoder
         applies, else transformers' Cache repeated (``repeat_cache``)."""
         lean = self.lean_decoder()
-        if lean is None:
-            return self.repeat_cache(cache, G)
-        return lean.start(cache, G, max_new_tokens)
+        return self.repeat_cache(cache, G) if lean is None else lean.start(cache, G, max_new_tokens)
 
     @property
     def checkpointing(self) -> bool:

@@ -48,7 +48,7 @@ from grpo_lab.registry import lookup
 
 MAX_ANSWER_CHARS = 64          # longer "answers" are not answers (and parsing stays cheap)
 TAIL_CHARS = 4096
-"""The unwrapped readers (``last_number``, ``last_word``, ``stated_number``) look at the last
+"""The unwrapped readers (``last_number``, ``last_word``, ``final_number``) look at the last
 ``TAIL_CHARS`` characters only: a completion that ends its answer with no wrapper states it at
 its end, and 4,096 characters is ~1,000 tokens of text after the answer. The wrappers (tags,
 ``\\boxed{}``) are found in the whole text, each by one linear pass."""
@@ -130,16 +130,12 @@ def _last_number(unwrapped: str) -> str | None:
     return found[-1] if found else None
 
 
-def stated_number(text: str) -> str | None:
-    """The value stated after the last "answer is" / "answer:", read to the end of its sentence:
-    the result after its last ``=`` / "is" ("The answer is 42. That took 3 steps." -> "42";
-    "The answer is 20 + 22 = 42." -> "42"), else the number or expression it starts with
-    ("The answer is $6 \\times 7$." -> "6 \\times 7"); ``""`` when the statement is unfinished
-    ("the answer is 33 +"); None when the text states none."""
-    return _stated_number(_unwrapped(text))
-
-
 def _stated_number(unwrapped: str) -> str | None:
+    """The value stated after the last "answer is" / "answer:" in ``unwrapped`` (``_unwrapped``'s
+    tail), read to the end of its sentence: the result after its last ``=`` / "is" ("The
+    answer is 42. That took 3 steps." -> "42"; "The answer is 20 + 22 = 42." -> "42"), else
+    the number or expression it starts with ("The answer is $6 \\times 7$." -> "6 \\times 7");
+    ``""`` when the statement is unfinished ("the answer is 33 +"); None when it states none."""
     last = None
     for last in STATED.finditer(unwrapped):
         pass
@@ -238,9 +234,7 @@ def same_number(got: str | None, want: str) -> bool:
 
 def same_text(got: str | None, want: str) -> bool:
     """Text answers ("0123", "cba", "<"): equal once spaces and surrounding quotes go."""
-    if got is None:
-        return False
-    return "".join(got.split()).strip("\"'`") == "".join(want.split())
+    return got is not None and "".join(got.split()).strip("\"'`") == "".join(want.split())
 
 
 @dataclass(frozen=True)
@@ -261,8 +255,7 @@ def _follows_tags(text: str) -> bool:
 
 def _follows_boxed(text: str) -> bool:
     t = text.strip().rstrip(".$ \n")
-    b = boxed(t)
-    return (t.count("\\boxed{") == 1 and b is not None and 0 < len(b) <= MAX_ANSWER_CHARS
+    return (t.count("\\boxed{") == 1 and 0 < len(boxed(t) or "") <= MAX_ANSWER_CHARS
             and t.endswith("}"))
 
 

@@ -49,8 +49,6 @@ def tokenize(text: str) -> list[str]:
     while pos < len(text):
         m = TOKEN.match(text, pos)
         if m is None:
-            if text[pos:].strip() == "":
-                break
             raise ExpressionError(f"unexpected character {text[pos]!r} at {pos}")
         tok = m.group(1)
         if tok.isdigit() and len(tok) > MAX_DIGITS:
@@ -100,16 +98,14 @@ def evaluate(text: str) -> tuple[Fraction, list[int]]:
                 raise ExpressionError(f"more than {MAX_DEPTH} nested parentheses")
             take()
             v = expr(depth + 1)
-            if take_if(")") is None:
+            if peek() != ")":
                 raise ExpressionError("unclosed parenthesis")
+            take()
             return v
         if tok.isdigit():
             numbers.append(int(take()))
             return Fraction(numbers[-1])
         raise ExpressionError(f"unexpected {tok!r}")
-
-    def take_if(tok):
-        return take() if peek() == tok else None
 
     value = expr(0)
     if i != len(toks):

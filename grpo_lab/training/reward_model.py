@@ -134,10 +134,6 @@ def split(data: RMData, held_out: float, seed: int = 0) -> tuple[torch.Tensor, t
     return (~out).nonzero().flatten(), out.nonzero().flatten()
 
 
-def bce(model: RewardModel, ids, mask, labels) -> torch.Tensor:
-    return F.binary_cross_entropy_with_logits(model(ids, mask), labels)
-
-
 def train_reward_model(data: RMData, steps: int = 300, lr: float = 1e-3, batch: int = 64,
                        held_out: float = 0.25, seed: int = 0,
                        body: GPT | None = None) -> tuple[RewardModel, dict]:
@@ -174,7 +170,7 @@ def train_reward_model(data: RMData, steps: int = 300, lr: float = 1e-3, batch: 
         for _ in range(steps):
             model.train()
             rows = tr[torch.randint(len(tr), (batch,), generator=g)]       # (batch,)
-            loss = bce(model, ids[rows], mask[rows], y[rows])
+            loss = F.binary_cross_entropy_with_logits(model(ids[rows], mask[rows]), y[rows])
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -252,13 +248,12 @@ def plot_reward_hacking(results: dict, smooth: int = 20):
     for ax in axes.flat[len(variants):]:
         ax.remove()
     for ax, (name, v) in zip(axes.flat, variants.items()):
-        n = len(v["seeds"])
         _band(ax, v["steps"], v["learned"], f"learned reward (train, avg {smooth})", "C1",
               smooth)
         _band(ax, v["steps"], v["train_accuracy"], f"true accuracy (train, avg {smooth})",
               "C0", smooth)
         _band(ax, v["eval_steps"], v["eval_accuracy"], "true accuracy (held-out)", "C2")
-        ax.set_title(f"{name} (n={n} seeds)", fontsize=10)
+        ax.set_title(f"{name} (n={len(v['seeds'])} seeds)", fontsize=10)
         ax.set_xlabel("GRPO step", fontsize=9)
         ax.set_ylabel("reward / accuracy", fontsize=9)
         ax.tick_params(labelsize=9)

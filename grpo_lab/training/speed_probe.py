@@ -85,7 +85,6 @@ as fp32's at 2 x 4 x 16 and 0.94x at 2 x 8 x 16, but 1.52x at 4 x 4 x 24 and 1.6
 4 x 8 x 24: a probe at 2 x 4 x 16 kept fp32 where bf16 + autocast ran the run's step 1.19x
 faster. The shape is in the cache key, so a run of another shape probes again."""
 VERSION = 1                        # of the cached record's layout: a new layout probes again
-timer = time.perf_counter
 
 
 def machine_id() -> dict:
@@ -110,18 +109,13 @@ def machine_id() -> dict:
 def cache_dir() -> Path:
     """$GRPO_LAB_CACHE/fast_path, else ~/.cache/grpo_lab/fast_path (beside the models)."""
     env = os.environ.get("GRPO_LAB_CACHE")
-    base = Path(env).expanduser() if env else Path.home() / ".cache" / "grpo_lab"
-    return base / "fast_path"
+    return (Path(env).expanduser() if env else Path.home() / ".cache" / "grpo_lab") / "fast_path"
 
 
 def _shape(cfg) -> dict:
-    return {"B": min(cfg.prompts_per_step, PROBE_PROMPTS), "G": min(cfg.group_size, PROBE_G),
-            "max_new": min(_max_new(cfg), PROBE_TOKENS)}
-
-
-def _max_new(cfg) -> int:
     from grpo_lab.training.step import max_new_tokens
-    return max_new_tokens(cfg)
+    return {"B": min(cfg.prompts_per_step, PROBE_PROMPTS), "G": min(cfg.group_size, PROBE_G),
+            "max_new": min(max_new_tokens(cfg), PROBE_TOKENS)}
 
 
 def cache_path(cfg) -> Path:
@@ -137,9 +131,9 @@ def cache_path(cfg) -> Path:
 
 def measure(phase: str, mode: str, threads: int, fn) -> float:
     """Seconds one call of ``fn`` takes (the tests replace this to set the timings)."""
-    t0 = timer()
+    t0 = time.perf_counter()
     fn()
-    return timer() - t0
+    return time.perf_counter() - t0
 
 
 def _prompts(policy, cfg, n: int) -> list[list[int]]:
@@ -172,10 +166,8 @@ def _accuracy(policy, r, cfg) -> dict:
     from grpo_lab.algorithm.rollout import completion_logprobs
     m = r.completion_mask                                                   # (N, Tc)
     out = {}
-    for name, fields, train in (("fp32", ROLLOUT_MODES["fp32"], False),
-                                ("bf16 copy", ROLLOUT_MODES["bf16 copy"], False),
-                                ("autocast", ROLLOUT_MODES["autocast"], True)):
-        _set_mode(policy, **fields)
+    for name, train in (("fp32", False), ("bf16 copy", False), ("autocast", True)):
+        _set_mode(policy, **ROLLOUT_MODES[name])
         policy.train(train)
         with torch.set_grad_enabled(train):
             out[name] = completion_logprobs(policy, r, cfg.temperature).detach()   # (N, Tc)
@@ -280,7 +272,7 @@ def choose(medians: dict, errors: dict, default_threads: int) -> dict:
 def choice_line(record: dict) -> str:
     """One line: what was chosen, by how much, on which CPU and load."""
     c, m = record["choice"], record["machine"]
-    sampling = "bf16 copy" if c["sample_dtype"] else "autocast" if c["autocast"] else "fp32"
+    sampling = _rollout_mode(c["sample_dtype"], c["autocast"])
     update = "autocast" if c["autocast"] else "fp32"
     threads = (f"threads {c['rollout_threads']} (rollout) / {c['threads']} (update)"
                if c["threads"] else "the run's own threads")
