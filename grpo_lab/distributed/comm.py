@@ -70,8 +70,6 @@ def compressed_all_reduce(named_grads: dict[str, torch.Tensor], compressor: Comp
     decoded = [decode_message(m, compressor.cfg.fast) for m in messages]  # W x {name: tensor}
     out = {}
     for name, g in named_grads.items():
-        total = decoded[0][name].clone()
-        for d in decoded[1:]:
-            total += d[name]
+        total = sum((d[name] for d in decoded[1:]), decoded[0][name])        # rank order
         out[name] = (total / len(decoded) if average else total).to(g.device, g.dtype)
     return out
