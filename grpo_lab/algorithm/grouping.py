@@ -261,17 +261,14 @@ class Grouper:
         B = len(batch.prompts)                       # check_k: never a silent clamp
         ids = np.asarray(self.fn(batch, check_k(k, B), seed, **options) if self.takes_k
                          else self.fn(batch, seed=seed, **options))
-        if ids.shape != (B,) or ids.dtype.kind not in "iu":
-            self._refuse(ids, B)
-        return ids.astype(np.int64)
-
-    def _refuse(self, ids: np.ndarray, B: int):
         if ids.shape != (B,):
             raise ValueError(f"grouper {self.name!r} returned {ids.shape[0] if ids.ndim else 0} "
                              f"ids of shape {ids.shape} for {B} prompts: it must return one "
                              f"integer group id per prompt, shape ({B},)")
-        raise ValueError(f"grouper {self.name!r} returned ids of dtype {ids.dtype}: group "
-                         f"ids must be integers")
+        if ids.dtype.kind not in "iu":
+            raise ValueError(f"grouper {self.name!r} returned ids of dtype {ids.dtype}: group "
+                             f"ids must be integers")
+        return ids.astype(np.int64)
 
 
 GROUPERS: dict[str, Grouper] = {}

@@ -192,15 +192,19 @@ def _adamw(model, opt: AdamW, beta1: float = 0.9):
     return adam, set_lr, step
 
 
-def _local(model, adam, set_lr, step, reduce, wire, module=None) -> Exchange:
+def _bad_adamw_state(model, adam, local=lambda t: t) -> str | None:
+    """first_non_finite over the weights and torch AdamW's state (``local``: this rank's part;
+    the trainer agrees over the ranks)."""
     names = {id(p): n for n, p in model.named_parameters()}
+    return first_non_finite([*((n, local(p)) for n, p in model.named_parameters()),
+                             *((f"optimizer {k} of {names.get(id(p), '?')}", local(v))
+                               for p, st in adam.state.items() for k, v in st.items())])
 
-    def bad_state():
-        return first_non_finite([*model.named_parameters(),
-                                 *((f"optimizer {k} of {names.get(id(p), '?')}", v)
-                                   for p, st in adam.state.items() for k, v in st.items())])
+
+def _local(model, adam, set_lr, step, reduce, wire, module=None) -> Exchange:
     return Exchange(module or model, reduce, step, lambda: adam.zero_grad(True), set_lr, wire,
-                    adam.state_dict, adam.load_state_dict, bad_state, optimizer=adam)
+                    adam.state_dict, adam.load_state_dict, lambda: _bad_adamw_state(model, adam),
+                    optimizer=adam)
 
 
 def make_allreduce(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
@@ -252,7 +256,6 @@ def make_fsdp2(model, cfg: ExchangeConfig, opt: AdamW, world, rank,
     adam, set_lr, step = _adamw(model, opt)
     numel = sum(p.numel() for _, p in trainable(model))                   # whole, not the shard
     counter = fsdp.count_all_gathers(mods)
-    names = {id(p): n for n, p in model.named_parameters()}
     sent = {"gathered": 0}
 
     def gathered():
@@ -265,14 +268,10 @@ def make_fsdp2(model, cfg: ExchangeConfig, opt: AdamW, world, rank,
         ag, sent["gathered"] = counter.bytes - sent["gathered"], counter.bytes
         return (world - 1) * (b + ag) // world
 
-    def bad_state():                                  # this rank's shards (the trainer agrees)
-        return first_non_finite([*((n, fsdp.local(p)) for n, p in model.named_parameters()),
-                                 *((f"optimizer {k} of {names.get(id(p), '?')}", fsdp.local(v))
-                                   for p, st in adam.state.items() for k, v in st.items())])
-
     return Exchange(model, reduce, step, lambda: adam.zero_grad(True), set_lr, wire,
                     lambda: fsdp.full_optimizer_state(adam),
-                    lambda sd: fsdp.load_full_optimizer_state(adam, sd), bad_state,
+                    lambda sd: fsdp.load_full_optimizer_state(adam, sd),
+                    lambda: _bad_adamw_state(model, adam, fsdp.local),  # this rank's shards
                     gathered, lambda: fsdp.full_state(model), adam)
 
 
