@@ -16,7 +16,6 @@ Bytes on the wire (ring all_gather: each rank sends W - 1 chunks of the padded s
     discusses this; Top-K messages cannot be summed in flight, Agarwal et al. 2022).
 ``stats`` counts ``comm/payload_bytes`` (own messages), ``comm/sent_bytes`` (the formula
 above, padding included) and ``comm/padding_bytes``.
-
 """
 
 import torch

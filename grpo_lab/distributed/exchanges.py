@@ -135,10 +135,10 @@ def first_non_finite(named) -> str | None:
     """The name of the first tensor in ``named`` ((name, tensor) pairs) with a NaN or inf.
 
     One sum per tensor (NaN or inf when any element is), all checked at once: one host sync
-    per device. Only a non-finite sum makes it look element by element (the element-wise
-    check alone costs twice the memory traffic: tenths of a CPU second a step over SmolLM2's
-    weights and AdamW moments, BENCHMARKS.md section 15; a fused ``torch._foreach_norm(inf)``
-    was no faster on the toy, section 13)."""
+    per device. Only a non-finite sum makes it look element by element (None if only that sum
+    overflowed; the element-wise check alone costs twice the memory traffic: tenths of a CPU
+    second a step over SmolLM2's weights and AdamW moments, BENCHMARKS.md section 15; a fused
+    ``torch._foreach_norm(inf)`` was no faster on the toy, section 13)."""
     named = [(n, t) for n, t in named if torch.is_tensor(t) and t.is_floating_point()]
     by_device: dict = {}
     for _, t in named:                 # float64 sums stay float64, the rest sum in float32
@@ -146,7 +146,6 @@ def first_non_finite(named) -> str | None:
         by_device.setdefault(t.device, []).append(t.sum(dtype=acc).to(torch.float64))
     if all(bool(torch.isfinite(torch.stack(s)).all()) for s in by_device.values()):
         return None
-    # a non-finite sum: name its tensor (None if only the sum overflowed, every element finite)
     return next((name for name, t in named if not bool(torch.isfinite(t).all())), None)
 
 
@@ -192,19 +191,15 @@ def _adamw(model, opt: AdamW, beta1: float = 0.9):
     return adam, set_lr, step
 
 
-def _bad_adamw_state(model, adam, local=lambda t: t) -> str | None:
-    """first_non_finite over the weights and torch AdamW's state (``local``: this rank's part;
-    the trainer agrees over the ranks)."""
-    names = {id(p): n for n, p in model.named_parameters()}
-    return first_non_finite([*((n, local(p)) for n, p in model.named_parameters()),
-                             *((f"optimizer {k} of {names.get(id(p), '?')}", local(v))
-                               for p, st in adam.state.items() for k, v in st.items())])
-
-
 def _local(model, adam, set_lr, step, reduce, wire, module=None) -> Exchange:
+    names = {id(p): n for n, p in model.named_parameters()}
+
+    def bad_state():
+        return first_non_finite([*model.named_parameters(),
+                                 *((f"optimizer {k} of {names.get(id(p), '?')}", v)
+                                   for p, st in adam.state.items() for k, v in st.items())])
     return Exchange(module or model, reduce, step, lambda: adam.zero_grad(True), set_lr, wire,
-                    adam.state_dict, adam.load_state_dict, lambda: _bad_adamw_state(model, adam),
-                    optimizer=adam)
+                    adam.state_dict, adam.load_state_dict, bad_state, optimizer=adam)
 
 
 def make_allreduce(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Exchange:
@@ -256,6 +251,7 @@ def make_fsdp2(model, cfg: ExchangeConfig, opt: AdamW, world, rank,
     adam, set_lr, step = _adamw(model, opt)
     numel = sum(p.numel() for _, p in trainable(model))                   # whole, not the shard
     counter = fsdp.count_all_gathers(mods)
+    names = {id(p): n for n, p in model.named_parameters()}
     sent = {"gathered": 0}
 
     def gathered():
@@ -268,10 +264,14 @@ def make_fsdp2(model, cfg: ExchangeConfig, opt: AdamW, world, rank,
         ag, sent["gathered"] = counter.bytes - sent["gathered"], counter.bytes
         return (world - 1) * (b + ag) // world
 
+    def bad_state():                                  # this rank's shards (the trainer agrees)
+        return first_non_finite([*((n, fsdp.local(p)) for n, p in model.named_parameters()),
+                                 *((f"optimizer {k} of {names.get(id(p), '?')}", fsdp.local(v))
+                                   for p, st in adam.state.items() for k, v in st.items())])
+
     return Exchange(model, reduce, step, lambda: adam.zero_grad(True), set_lr, wire,
                     lambda: fsdp.full_optimizer_state(adam),
-                    lambda sd: fsdp.load_full_optimizer_state(adam, sd),
-                    lambda: _bad_adamw_state(model, adam, fsdp.local),  # this rank's shards
+                    lambda sd: fsdp.load_full_optimizer_state(adam, sd), bad_state,
                     gathered, lambda: fsdp.full_state(model), adam)
 
 
