@@ -27,8 +27,7 @@ def origin(e: BaseException) -> str | None:
     innermost grpo_lab frame), or None without a traceback."""
     frames = traceback.extract_tb(e.__traceback__) if e.__traceback__ else []
     ours = None
-    for i in range(len(frames) - 1, -1, -1):
-        f = frames[i]
+    for i, f in reversed(list(enumerate(frames))):
         path = str(Path(f.filename).resolve()) if not f.filename.startswith("<") else f.filename
         if path.startswith(PACKAGE):
             ours = ours or f

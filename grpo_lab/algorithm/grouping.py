@@ -150,12 +150,9 @@ def cluster_diagnostics(prompts: Sequence[str], cluster_ids, tasks: Sequence[str
     labels = np.unique(ids)
     with threadpool_limits(1):      # see reclustering.kmeans_fit
         S = T @ T.T                                                         # (B, B) cosine
-        cos = []
-        for c in labels:
-            Sc = S[np.ix_(ids == c, ids == c)]                              # (n_c, n_c)
-            n = len(Sc)
-            if n >= 2:
-                cos.append((Sc.sum() - np.trace(Sc)) / (n * (n - 1)))      # off-diagonal mean
+        blocks = [S[np.ix_(ids == c, ids == c)] for c in labels]           # (n_c, n_c) each
+        cos = [(Sc.sum() - np.trace(Sc)) / (len(Sc) * (len(Sc) - 1))       # off-diagonal mean
+               for Sc in blocks if len(Sc) >= 2]
         sil = (silhouette_score(X, ids, metric="cosine") if 2 <= len(labels) < len(ids)
                else math.nan)
     purity = math.nan
@@ -195,8 +192,7 @@ def kmeans_semantic(batch: PromptBatch, k: int | None, seed: int = 0,
                     embedder: str | Callable = "tfidf", n_init: int = 4) -> np.ndarray:
     """``n_init`` k-means++ restarts, best kept: 4 costs 4x one run and recovers the mixture's
     families more reliably (bench/RESULTS_grouping.md measures both)."""
-    B = len(check_prompts(batch.prompts))
-    k = check_k(k, B)
+    k = check_k(k, len(check_prompts(batch.prompts)))
     X = _embeddings(batch, embedder)                                       # (B, d)
     return kmeans_fit(X, k, seed, n_init=n_init).labels_.astype(np.int64)     # (B,)
 
@@ -223,8 +219,7 @@ def mixed_features(X: np.ndarray, reward_mean, reward_std, reward_weight: float 
 
 def mixed(batch: PromptBatch, k: int | None, seed: int = 0, embedder: str | Callable = "tfidf",
           reward_weight: float = 0.5, reward_scale: float = 1.0) -> np.ndarray:
-    B = len(check_prompts(batch.prompts))
-    k = check_k(k, B)
+    k = check_k(k, len(check_prompts(batch.prompts)))
     if batch.reward_mean is None or batch.reward_std is None:
         raise ValueError("the mixed grouper needs per-prompt reward statistics: PromptBatch("
                          "reward_mean=..., reward_std=...) (see prompt_reward_stats)")
@@ -266,17 +261,14 @@ class Grouper:
         B = len(batch.prompts)                       # check_k: never a silent clamp
         ids = np.asarray(self.fn(batch, check_k(k, B), seed, **options) if self.takes_k
                          else self.fn(batch, seed=seed, **options))
-        if ids.shape != (B,) or ids.dtype.kind not in "iu":
-            self._refuse(ids, B)
-        return ids.astype(np.int64)
-
-    def _refuse(self, ids: np.ndarray, B: int):
         if ids.shape != (B,):
             raise ValueError(f"grouper {self.name!r} returned {ids.shape[0] if ids.ndim else 0} "
                              f"ids of shape {ids.shape} for {B} prompts: it must return one "
                              f"integer group id per prompt, shape ({B},)")
-        raise ValueError(f"grouper {self.name!r} returned ids of dtype {ids.dtype}: group "
-                         f"ids must be integers")
+        if ids.dtype.kind not in "iu":
+            raise ValueError(f"grouper {self.name!r} returned ids of dtype {ids.dtype}: group "
+                             f"ids must be integers")
+        return ids.astype(np.int64)
 
 
 GROUPERS: dict[str, Grouper] = {}

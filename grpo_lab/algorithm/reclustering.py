@@ -59,9 +59,7 @@ def match_clusters(old_centroids: np.ndarray, new_centroids: np.ndarray) -> np.n
     ids = np.full(k_new, -1, dtype=np.int64)
     keep = cols < k_new
     ids[rows[keep]] = cols[keep]
-    free = iter(sorted(set(range(k_new)) - set(ids.tolist())))
-    for i in np.flatnonzero(ids < 0):
-        ids[i] = next(free)
+    ids[ids < 0] = sorted(set(range(k_new)) - set(ids.tolist()))          # the unmatched, in order
     return ids
 
 

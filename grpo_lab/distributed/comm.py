@@ -16,7 +16,6 @@ Bytes on the wire (ring all_gather: each rank sends W - 1 chunks of the padded s
     discusses this; Top-K messages cannot be summed in flight, Agarwal et al. 2022).
 ``stats`` counts ``comm/payload_bytes`` (own messages), ``comm/sent_bytes`` (the formula
 above, padding included) and ``comm/padding_bytes``.
-
 """
 
 import torch
@@ -70,8 +69,6 @@ def compressed_all_reduce(named_grads: dict[str, torch.Tensor], compressor: Comp
     decoded = [decode_message(m, compressor.cfg.fast) for m in messages]  # W x {name: tensor}
     out = {}
     for name, g in named_grads.items():
-        total = decoded[0][name].clone()
-        for d in decoded[1:]:
-            total += d[name]
+        total = sum((d[name] for d in decoded[1:]), decoded[0][name])        # rank order
         out[name] = (total / len(decoded) if average else total).to(g.device, g.dtype)
     return out

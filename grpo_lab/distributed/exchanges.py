@@ -135,9 +135,9 @@ def first_non_finite(named) -> str | None:
     """The name of the first tensor in ``named`` ((name, tensor) pairs) with a NaN or inf.
 
     One sum per tensor (NaN or inf when any element is), all checked at once: one host sync
-    per device. Only a non-finite sum makes ``_first_bad`` look element by element (the
-    element-wise check alone costs twice the memory traffic: tenths of a CPU second a step
-    over SmolLM2's weights and AdamW moments, BENCHMARKS.md section 15; a fused
+    per device. Only a non-finite sum makes it look element by element (None if only that sum
+    overflowed; the element-wise check alone costs twice the memory traffic: tenths of a CPU
+    second a step over SmolLM2's weights and AdamW moments, BENCHMARKS.md section 15; a fused
     ``torch._foreach_norm(inf)`` was no faster on the toy, section 13)."""
     named = [(n, t) for n, t in named if torch.is_tensor(t) and t.is_floating_point()]
     by_device: dict = {}
@@ -146,12 +146,6 @@ def first_non_finite(named) -> str | None:
         by_device.setdefault(t.device, []).append(t.sum(dtype=acc).to(torch.float64))
     if all(bool(torch.isfinite(torch.stack(s)).all()) for s in by_device.values()):
         return None
-    return _first_bad(named)
-
-
-def _first_bad(named) -> str | None:
-    """The first tensor with a non-finite element, or None (finite elements whose sum
-    overflowed)."""
     return next((name for name, t in named if not bool(torch.isfinite(t).all())), None)
 
 
@@ -223,10 +217,8 @@ def make_allreduce(model, cfg: ExchangeConfig, opt: AdamW, world, rank) -> Excha
         flat = torch.cat([p.grad.reshape(-1) for p in params])             # (numel,) fp32
         dist.all_reduce(flat)
         flat /= world
-        off = 0
-        for p in params:
-            p.grad.copy_(flat[off:off + p.numel()].view_as(p))
-            off += p.numel()
+        for p, g in zip(params, flat.split([p.numel() for p in params])):
+            p.grad.copy_(g.view_as(p))
         return flat.nbytes
 
     return _local(model, adam, set_lr, step, reduce, lambda b: ring_allreduce_bytes(b, world))
@@ -287,12 +279,10 @@ def compression_config(cfg: Compression) -> CompressionConfig:
     """The preset of ``cfg`` with its momentum, density_warmup, beta1 and error_feedback
     overrides."""
     ccfg = PRESETS[cfg.preset]
-    if cfg.momentum is not None:
-        ccfg = dataclasses.replace(ccfg, momentum=cfg.momentum)
-    if cfg.density_warmup is not None:
-        ccfg = dataclasses.replace(ccfg, warmup_steps=cfg.density_warmup)
-    if cfg.beta1 is not None:
-        ccfg = dataclasses.replace(ccfg, adam_beta1=cfg.beta1)
+    for name, value in (("momentum", cfg.momentum), ("warmup_steps", cfg.density_warmup),
+                        ("adam_beta1", cfg.beta1)):              # one at a time: its own check
+        if value is not None:
+            ccfg = dataclasses.replace(ccfg, **{name: value})
     if not cfg.error_feedback:
         ccfg = dataclasses.replace(ccfg, error_feedback=False, momentum=0.0)
     return ccfg
@@ -336,13 +326,10 @@ def powersgd_counted_hook(state: HookCounter, bucket):
     """torch's powerSGD_hook; elements all-reduced read from its PowerSGDState."""
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import powerSGD_hook
     ps = state.inner
-    if ps.iter < ps.start_powerSGD_iter:                                   # vanilla all_reduce
-        n = bucket.buffer().numel()
-        fut = powerSGD_hook(ps, bucket)
-    else:                                                                  # uncompressed + P + Q
-        before = ps.total_numel_after_compression
-        fut = powerSGD_hook(ps, bucket)
-        n = ps.total_numel_after_compression - before
+    vanilla, before = ps.iter < ps.start_powerSGD_iter, ps.total_numel_after_compression
+    fut = powerSGD_hook(ps, bucket)
+    n = (bucket.buffer().numel() if vanilla                                 # vanilla all_reduce
+         else ps.total_numel_after_compression - before)                   # uncompressed + P + Q
     state.payload_bytes += n * bucket.buffer().element_size()
     return fut
 
@@ -406,11 +393,7 @@ def make_sharded(model, cfg: ExchangeConfig, opt: AdamW, world, rank,
                     bad_state)
 
 
-def _no_state(opt):
-    return None
-
-
-make_ddp_fp16 = _make_ddp(fp16_counted_hook, _no_state)
+make_ddp_fp16 = _make_ddp(fp16_counted_hook, lambda opt: None)
 make_ddp_powersgd = _make_ddp(powersgd_counted_hook, _powersgd_state)
 
 register_exchange("allreduce", make_allreduce, overlaps=True,

@@ -117,7 +117,5 @@ def reset_peak_rss() -> None:
 
 def tensor_bytes(tensors) -> int:
     """Bytes of the distinct storages among ``tensors`` (tied weights counted once)."""
-    seen = {}
-    for t in tensors:
-        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    return sum(seen.values())
+    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in tensors}.values())

@@ -39,7 +39,6 @@ def has_eval(task: str) -> bool:
 def load_eval(task: str) -> list[Example]:
     """The task's held-out examples: its ``eval_file``, its ``eval_fn()``, or the shipped
     data/eval_<task>.jsonl."""
-    from grpo_lab.checkpoint import resolve_path
     t = get_task(task)
     if t.eval_file:
         return check_held_out(t, read_rows(resolve_path(t.eval_file)))

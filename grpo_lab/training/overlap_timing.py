@@ -25,12 +25,9 @@ from grpo_lab.registry import lookup
 
 def toy_policy(seed: int = 0, tiny: bool = False):
     """The shipped base policy (or a tiny random GPT, for tests) and its vocabulary size."""
-    path = BASE_POLICY
     torch.manual_seed(seed)
-    if tiny or not path.exists():
-        model = GPT(GPTConfig(n_layer=2, n_embd=32, n_head=2, block_size=16))
-    else:
-        model = load_policy(path)
+    model = (GPT(GPTConfig(n_layer=2, n_embd=32, n_head=2, block_size=16))
+             if tiny or not BASE_POLICY.exists() else load_policy(BASE_POLICY))
     return model, model.cfg.vocab_size
 
 
@@ -57,13 +54,9 @@ def _reduce_pair(model, bucket_bytes: int, world: int):  # the sharder's: size_b
                  for o in (False, True))
 
 
-# the collectives timed: (model, bucket_bytes, world) -> (post-backward, overlapped) reducers
+# the collectives timed: (model, bucket_bytes, world) -> (post-backward, overlapped) reducers,
+# the same buckets, started after backward or by the hooks
 COLLECTIVES = {"all_reduce": _all_reduce_pair, "reduce": _reduce_pair}
-
-
-def _reducers(model, collective: str, bucket_bytes: int, world: int):
-    """(post, overlapped): the same buckets, started after backward or by the hooks."""
-    return lookup(COLLECTIVES, collective, "collective")(model, bucket_bytes, world)
 
 
 def _overlap_worker(rank: int, world: int, batch: int, seq: int, reps: int,
@@ -71,7 +64,7 @@ def _overlap_worker(rank: int, world: int, batch: int, seq: int, reps: int,
     torch.set_num_threads(1)
     model, vocab = toy_policy(tiny=tiny)
     seq = min(seq, model.cfg.block_size + 1)
-    post, ovl = _reducers(model, collective, bucket_bytes, world)
+    post, ovl = lookup(COLLECTIVES, collective, "collective")(model, bucket_bytes, world)
     rows = []
     for r in range(reps + 1):                                          # rep 0 is warm-up
         x = _batch(rank, r, vocab, batch, seq)
