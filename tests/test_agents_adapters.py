@@ -35,7 +35,7 @@ def test_registering_needs_neither_package_and_making_an_episode_names_the_extra
     assert TASKS["ta_guess"].eval_fn()[0].prompt == "g:3-10="
     assert len(TASKS["ta_guess"].eval_fn()) == 72
     from grpo_lab.agents import adapters
-    monkeypatch.setattr(adapters, "_TEXTARENA_CLASSES", {})
+    monkeypatch.setattr(adapters, "_textarena_classes", adapters._textarena_classes.__wrapped__)
     monkeypatch.setitem(sys.modules, "textarena", None)          # as if not installed
     monkeypatch.setitem(sys.modules, "openenv", None)
     monkeypatch.setitem(sys.modules, "openenv.core", None)

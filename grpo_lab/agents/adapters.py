@@ -53,6 +53,7 @@ from __future__ import annotations
 import random
 import re
 import typing
+from functools import cache
 from typing import Callable
 
 from grpo_lab.agents.environments import AgentSettings, Environment, register_environment
@@ -94,8 +95,7 @@ def default_action_of(env) -> Callable[[str], object]:
         raise ValueError(f"{cls.__name__} has {len(fields)} required str fields "
                          f"({fields}): pass action_of=(text -> {cls.__name__}) to say how the "
                          f"policy's text becomes an action")
-    name = fields[0]
-    return lambda text: cls(**{name: text})
+    return lambda text: cls(**{fields[0]: text})
 
 
 def default_text_of(obs) -> str:
@@ -159,14 +159,10 @@ def register_openenv(name: str, factory: Callable, task: Callable | None = None,
 
 # ---- TextArena as an OpenEnv environment
 
-_TEXTARENA_CLASSES: dict = {}
-
-
+@cache
 def _textarena_classes():
     """(TextArenaAction, TextArenaObservation, TextArenaState, TextArenaEnvironment), built
     on first use (they subclass openenv's models, which import only when asked for)."""
-    if _TEXTARENA_CLASSES:
-        return _TEXTARENA_CLASSES["all"]
     interfaces = _require("openenv.core.env_server.interfaces", "openenv-core")
     types = _require("openenv.core.env_server.types", "openenv-core")
     ta = _require("textarena", "textarena")
@@ -237,9 +233,7 @@ def _textarena_classes():
         def state(self) -> TextArenaState:
             return self._state
 
-    _TEXTARENA_CLASSES["all"] = (TextArenaAction, TextArenaObservation, TextArenaState,
-                                 TextArenaEnvironment)
-    return _TEXTARENA_CLASSES["all"]
+    return TextArenaAction, TextArenaObservation, TextArenaState, TextArenaEnvironment
 
 
 def textarena_environment(env_id: str, **env_kwargs):

@@ -36,7 +36,7 @@ import re
 from fractions import Fraction
 
 from grpo_lab.agents.environments import AgentSettings, register_environment
-from grpo_lab.tasks import Example
+from grpo_lab.tasks import Example, distinct_examples
 from grpo_lab.tasks.answers import extract, same_number
 
 HELD_OUT = 100
@@ -105,6 +105,7 @@ def calculate(action: str) -> str:
 
 class Calculator:
     """One episode with the calculator (module docstring)."""
+    calls_tool = True                           # False: every action is the answer
 
     def reset(self, example: Example, seed: int) -> str:
         self.example, self.text, self.calls, self.well_formed = example, "", 0, 0
@@ -112,7 +113,7 @@ class Calculator:
 
     def step(self, action: str):
         self.text += (" " if self.text else "") + action      # actions come stripped
-        if CALL in action:
+        if self.calls_tool and CALL in action:
             self.calls += 1
             result = calculate(action)
             self.well_formed += not result.startswith("error:")
@@ -130,34 +131,29 @@ class Calculator:
 
 class PlainAnswer(Calculator):
     """The same question without the tool: the first action is the answer."""
-
-    def step(self, action: str):
-        self.text += (" " if self.text else "") + action
-        return "", float(same_number(extract(self.text), self.example.answer)), True
+    calls_tool = False
 
 
-def _question(a: int, b: int, task: str) -> Example:
+def _question(rng: random.Random, task: str) -> Example:
+    a, b = rng.randint(100, 999), rng.randint(10, 99)
     return Example(f"What is {a} times {b}?", str(a * b), task, fields={"a": a, "b": b})
 
 
 def calculator_examples(rng: random.Random) -> Example:
     """A 3-digit number times a 2-digit one, asked in words; the calculator answers "... =" ."""
-    return _question(rng.randint(100, 999), rng.randint(10, 99), "calculator")
+    return _question(rng, "calculator")
 
 
 def calculator_plain_examples(rng: random.Random) -> Example:
     """The calculator's questions with no tool."""
-    return _question(rng.randint(100, 999), rng.randint(10, 99), "calculator_plain")
+    return _question(rng, "calculator_plain")
 
 
 def held_out(task: str) -> list[Example]:
     """``HELD_OUT`` distinct questions from the seed "calculator-held-out" (both tasks: the
     same questions)."""
-    rng, seen = random.Random("calculator-held-out"), {}
-    while len(seen) < HELD_OUT:
-        ex = _question(rng.randint(100, 999), rng.randint(10, 99), task)
-        seen.setdefault(ex.prompt, ex)
-    return list(seen.values())
+    return distinct_examples(lambda rng: _question(rng, task), HELD_OUT,
+                             random.Random("calculator-held-out"))
 
 
 TOOL = AgentSettings(max_turns=3, max_action_tokens=64, max_observation_tokens=12, stop=CALL)

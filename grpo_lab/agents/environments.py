@@ -161,8 +161,7 @@ def with_settings(name: str, new_name: str, **settings) -> Environment:
     env, task = get_environment(name), TASKS[name]
 
     def make_example(rng, _make=task.make):
-        ex = _make(rng)
-        return replace(ex, task=new_name)
+        return replace(_make(rng), task=new_name)
     make_example.__qualname__ = f"{new_name}_examples"
     make_example.__module__ = env.make.__module__
     if new_name not in TASKS:
@@ -191,19 +190,21 @@ def register_tool(name: str, fn: Callable, description: str = "") -> Tool:
 
 # ---- calling user code: under the time limit, its failures named
 
-def _failed(env: Environment, call: str, e: BaseException, action: str | None = None):
-    on = "" if action is None else f" on action {action[:40]!r}"
-    return EnvironmentFailed(f"environment {env.name!r}: {call}{on} raised "
-                             f"{type(e).__name__}: {e}")
+def _call(env: Environment, call: str, fn, action: str | None = None):
+    """``fn()`` under the time limit; what it raises, an ``EnvironmentFailed`` naming the
+    environment, the call (and the action)."""
+    with user_code(f"environment {env.name!r} {call}"):
+        try:
+            return fn()
+        except Exception as e:
+            on = "" if action is None else f" on action {action[:40]!r}"
+            raise EnvironmentFailed(f"environment {env.name!r}: {call}{on} raised "
+                                    f"{type(e).__name__}: {e}") from e
 
 
 def env_reset(env: Environment, instance, example: Example, seed: int) -> str:
     """``instance.reset(example, seed)`` under the time limit -> its observation (a str)."""
-    with user_code(f"environment {env.name!r} reset()"):
-        try:
-            obs = instance.reset(example, seed)
-        except Exception as e:
-            raise _failed(env, "reset()", e) from e
+    obs = _call(env, "reset()", lambda: instance.reset(example, seed))
     if not isinstance(obs, str):
         raise EnvironmentFailed(f"environment {env.name!r}: reset() must return the first "
                                 f"observation as a str, got {type(obs).__name__}")
@@ -212,11 +213,7 @@ def env_reset(env: Environment, instance, example: Example, seed: int) -> str:
 
 def env_step(env: Environment, instance, action: str) -> tuple[str, float, bool]:
     """``instance.step(action)`` under the time limit -> (observation, reward, done), checked."""
-    with user_code(f"environment {env.name!r} step()"):
-        try:
-            out = instance.step(action)
-        except Exception as e:
-            raise _failed(env, "step()", e, action) from e
+    out = _call(env, "step()", lambda: instance.step(action), action)
     ok = (isinstance(out, tuple) and len(out) == 3 and isinstance(out[0], str)
           and isinstance(out[1], (int, float)) and not isinstance(out[1], bool)
           and out[1] == out[1] and abs(out[1]) != float("inf"))
@@ -228,13 +225,11 @@ def env_step(env: Environment, instance, action: str) -> tuple[str, float, bool]
 
 def env_key(env: Environment, instance) -> Hashable:
     """``instance.state_key()`` under the time limit, checked hashable."""
-    with user_code(f"environment {env.name!r} state_key()"):
-        try:
-            key = instance.state_key()
-            hash(key)
-        except Exception as e:
-            raise _failed(env, "state_key()", e) from e
-    return key
+    def hashable_key():
+        key = instance.state_key()
+        hash(key)
+        return key
+    return _call(env, "state_key()", hashable_key)
 
 
 # ---- tools behind an environment

@@ -113,9 +113,9 @@ def _observation(model, text: str, limit: int) -> tuple[list[int], bool, int]:
 _STOPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def stop_tokens(model, stop: str, V: int) -> torch.Tensor | None:
-    """(V,) bool: the tokens whose text contains ``stop`` (an action ends after one:
-    ``AgentSettings.stop``); None for no stop. Decoded once per policy and stop."""
+def stop_tokens(model, stop: str, V: int, device) -> torch.Tensor | None:
+    """(V,) bool on ``device``: the tokens whose text contains ``stop`` (an action ends after
+    one: ``AgentSettings.stop``); None for no stop. Decoded once per policy and stop."""
     if not stop:
         return None
     seen = _STOPS.setdefault(model, {})
@@ -124,7 +124,7 @@ def stop_tokens(model, stop: str, V: int) -> torch.Tensor | None:
         texts = (tok.batch_decode([[i] for i in range(V)]) if tok is not None
                  else [model.decode([i]) for i in range(V)])
         seen[(stop, V)] = torch.tensor([stop in t for t in texts])
-    return seen[(stop, V)]
+    return seen[(stop, V)].to(device)
 
 
 @torch.no_grad()
@@ -148,8 +148,7 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
     ctx = _Context(model, prompts, G, use_cache)
     dev = ctx.last.device
     envs = [env.make() for _ in range(N)]
-    stops = stop_tokens(model, s.stop, ctx.last.shape[-1])
-    stops = None if stops is None else stops.to(dev)
+    stops = stop_tokens(model, s.stop, ctx.last.shape[-1], dev)
     seq: list[list[tuple[int, bool, float]]] = [[] for _ in range(N)]  # (token, policy's, logp)
     turns: list[list[Turn]] = [[] for _ in range(N)]
     end: list[str | None] = [None] * N

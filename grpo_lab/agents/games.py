@@ -29,7 +29,7 @@ from functools import lru_cache
 
 from grpo_lab.agents.environments import (AgentSettings, ToolEnvironment, register_environment,
                                           register_tool)
-from grpo_lab.tasks import Example
+from grpo_lab.tasks import Example, distinct_examples
 
 TURN_COST = 0.1
 """What each wrong guess takes off the final reward of 1: fewer turns is better."""
@@ -179,12 +179,7 @@ def add3_examples(rng: random.Random) -> Example:
 
 
 def _add3_held_out() -> list[Example]:
-    rng = random.Random("add_tool-held-out")
-    seen: dict[str, Example] = {}
-    while len(seen) < 100:
-        ex = add3_examples(rng)
-        seen.setdefault(ex.prompt, ex)
-    return list(seen.values())
+    return distinct_examples(add3_examples, 100, random.Random("add_tool-held-out"))
 
 
 register_environment("add_tool", AddWithTool, add3_examples,

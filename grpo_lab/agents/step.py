@@ -38,10 +38,6 @@ from grpo_lab.training.step import (Batch, Gathered, StepContext, gather_rows, g
                                     prompt_generators, register_objective, seed_of)
 
 
-def environment_of(cfg):
-    return get_environment(cfg.task)
-
-
 def reset_seeds(seed: int, step: int, indices) -> list[int]:
     """The reset seed of each prompt: (seed, step, prompt index), the same on every rank."""
     return [seed_of(seed, step, "reset", i) for i in indices]
@@ -77,7 +73,7 @@ def episode_metrics(ep, g: Gathered, adv_flat: torch.Tensor, prompt_index, G: in
 @torch.no_grad()
 def collect_episodes(policy, cfg, step: int, ctx: StepContext) -> Batch:
     """Prompts -> episodes -> returns -> group ids -> advantages -> credit: one ``Batch``."""
-    env, G, B = environment_of(cfg), cfg.group_size, cfg.prompts_per_step
+    env, G, B = get_environment(cfg.task), cfg.group_size, cfg.prompts_per_step
     mine = ctx.group.slice(B)
     with user_code(f"the task generator of {cfg.task!r}"):
         examples = ctx.draw(random.Random(f"{cfg.seed}-prompts-{step}-0"), B)   # (B,)

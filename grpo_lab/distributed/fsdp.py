@@ -74,10 +74,9 @@ def shard(model: torch.nn.Module, reshard_after_forward: bool = True,
     # (the KV caches are extended with torch.cat), so the warning is noise on every forward.
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     mp = MixedPrecisionPolicy(param_dtype=DTYPES[param_dtype], reduce_dtype=torch.float32)
-    mods = []
-    for b in blocks(model):
+    mods = blocks(model)
+    for b in mods:
         fully_shard(b, reshard_after_forward=reshard_after_forward, mp_policy=mp)
-        mods.append(b)
     fully_shard(model, reshard_after_forward=False, mp_policy=mp)
     return mods + [model]
 
@@ -146,13 +145,10 @@ def full_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """``model.state_dict()`` with every sharded tensor gathered whole (on every rank: a
     collective), on the CPU, each tied parameter once, under its first name (as
     checkpoint.state_without_aliases keeps it)."""
-    out, seen = {}, set()
+    first = {}
     for k, v in model.state_dict(keep_vars=True).items():      # the parameters themselves:
-        if id(v) in seen:                                         # a tied one is one object
-            continue
-        seen.add(id(v))
-        out[k] = full(v).detach().cpu()
-    return out
+        first.setdefault(id(v), (k, v))                           # a tied one is one object
+    return {k: full(v).detach().cpu() for k, v in first.values()}
 
 
 def full_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:

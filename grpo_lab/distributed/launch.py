@@ -123,11 +123,8 @@ def _worker(rank, fn, world_size, port, backend, timeout_s, args, out_dir):
     if backend == "gloo" and "OMP_NUM_THREADS" not in os.environ:
         # ranks share the CPU cores; torch's default (all cores each) oversubscribes them
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    os.environ["RANK"] = str(rank)
-    os.environ["LOCAL_RANK"] = str(rank)
-    os.environ["WORLD_SIZE"] = str(world_size)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     device = device_for(rank, backend)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -153,16 +150,13 @@ def _first_failure(out_dir, world_size, backend, exc, exitcodes=()) -> RankFaile
     ('Connection closed by peer', 'Timed out waiting ...') in the ranks that waited on it.
     A rank that exited with a non-zero code and recorded nothing died (killed, os._exit,
     segfault): it is the cause, and the recorded errors are the echo."""
-    records = {}
-    for r in range(world_size):
-        f = Path(out_dir) / f"rank{r}.err.json"
-        if f.exists():
-            records[r] = json.loads(f.read_text())
+    files = {r: Path(out_dir) / f"rank{r}.err.json" for r in range(world_size)}
+    records = {r: json.loads(f.read_text()) for r, f in files.items() if f.exists()}
+    echo = {r: f"rank {r}: {rec['type']}: {rec['message'][:200]}" for r, rec in records.items()}
     dead = [r for r, code in enumerate(exitcodes) if code not in (None, 0) and r not in records
             and code != -15]                                      # -15: terminated by us
     if dead:
-        echoes = "; ".join(f"rank {r}: {records[r]['type']}: {records[r]['message'][:200]}"
-                           for r in sorted(records))
+        echoes = "; ".join(echo.values())
         return RankFailedError(dead[0], f"rank {dead[0]} of {world_size} died (exit code "
                                f"{exitcodes[dead[0]]}, backend {backend})"
                                + (f"; then {echoes}" if echoes else ""))
@@ -172,8 +166,7 @@ def _first_failure(out_dir, world_size, backend, exc, exitcodes=()) -> RankFaile
                                f"(exit code {code}, backend {backend}): {exc}")
     rank = min(records, key=lambda r: records[r]["time"])
     rec = records[rank]
-    echoes = [f"rank {r}: {records[r]['type']}: {records[r]['message'][:200]}"
-              for r in sorted(records) if r != rank]
+    echoes = [e for r, e in echo.items() if r != rank]
     silent = [r for r in range(world_size) if r not in records]
     msg = (f"rank {rank} of {world_size} raised {rec['type']}: {rec['message']} "
            f"(backend {backend})\n{rec['traceback']}")
@@ -218,9 +211,8 @@ def spawn(fn, world_size: int, args: tuple = (), backend: str | None = None,
                     on_poll()
                 if deadline is not None and time.monotonic() > deadline:
                     alive = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
-                    for p in ctx.processes:
-                        if p.is_alive():
-                            p.terminate()
+                    for r in alive:
+                        ctx.processes[r].terminate()
                     raise RankFailedError(alive[0] if alive else None,
                                           f"run passed run_timeout_s={run_timeout_s}; "
                                           f"ranks {alive} of {world_size} were still running")

@@ -61,6 +61,19 @@ def allreduce_grads(model: torch.nn.Module, group=None) -> None:
             p.grad.div_(world)
 
 
+def _cut_backward(items: list, nbytes, bucket_bytes: int) -> list[list]:
+    """``items`` in backward order (reversed: the last layers' gradients come first, as DDP
+    assumes), cut into groups closed once they reach ``bucket_bytes`` (``nbytes(item)``)."""
+    groups, cur, size = [], [], 0
+    for x in reversed(items):
+        cur.append(x)
+        size += nbytes(x)
+        if size >= bucket_bytes:
+            groups.append(cur)
+            cur, size = [], 0
+    return groups + [cur] if cur else groups
+
+
 class HookedBuckets:
     """What both reducers share: a grad hook per parameter counts down the buckets that wait
     for it, and buckets start strictly in bucket order (as DDP's reducer does), so every rank
@@ -124,15 +137,7 @@ class OverlappedAllReduce(HookedBuckets):
         self.group = group
         self.world = dist.get_world_size(group)
         params = [p for p in model.parameters() if p.requires_grad]
-        self.buckets, cur, size = [], [], 0
-        for p in reversed(params):                       # backward order, as DDP assumes
-            cur.append(p)
-            size += p.numel() * p.element_size()
-            if size >= bucket_bytes:
-                self.buckets.append(cur)
-                cur, size = [], 0
-        if cur:
-            self.buckets.append(cur)
+        self.buckets = _cut_backward(params, lambda p: p.numel() * p.element_size(), bucket_bytes)
         super().__init__(params, overlap)
         self._set_buckets(self.buckets)
 
@@ -181,15 +186,7 @@ class OverlappedReduce(HookedBuckets):
 
     def set_owner(self, owner: list[int]) -> None:
         self.owner = list(owner)
-        groups, cur, size = [], [], 0
-        for s in reversed(self.shards):                  # backward order: last parameter first
-            cur.append(s)
-            size += s.nbytes
-            if size >= self.bucket_bytes:
-                groups.append(cur)
-                cur, size = [], 0
-        if cur:
-            groups.append(cur)
+        groups = _cut_backward(self.shards, lambda s: s.nbytes, self.bucket_bytes)
         self.buckets = [(o, [s for s in g if owner[s.index] == o])     # (owner, its shards)
                         for g in groups for o in sorted({owner[s.index] for s in g})]
         self._set_buckets([list({id(self.params[s.param]): self.params[s.param]
