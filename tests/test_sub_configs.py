@@ -107,3 +107,17 @@ def test_bad_hf_values_are_named():
         preset("hf_tiny_cpu", hf={"lora_r": -1})
     with pytest.raises(ValueError, match=r"hf.lora_r=4 adds LoRA .* needs policy='hf'"):
         preset("quick", hf={"lora_r": 4})
+
+
+def test_of_several_unknown_blocks_the_first_given_is_named_under_any_hash_seed():
+    """Not whichever a set's (hash-seeded) order puts first: the same message every run."""
+    import os
+    import subprocess
+    import sys
+    code = ("from grpo_lab.training.config import TrainConfig\n"
+            "try:\n    TrainConfig(blocks={'zzz': {}, 'aaa': {}, 'mmm': {}, 'kl': {}})\n"
+            "except TypeError as e:\n    print(e)")
+    said = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout.strip()
+            for seed in range(6)}
+    assert said == {"TrainConfig got an unknown settings block 'zzz'"}

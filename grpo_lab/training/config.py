@@ -278,8 +278,8 @@ class TrainConfig:
             raise TypeError(f"TrainConfig got an unexpected keyword argument "
                             f"{next(iter(given))!r}{renamed_hint(next(iter(given)))}")
         self.blocks = {n: _block(n, cls, blocks.get(n)) for n, cls in SETTINGS.items()}
-        for n in blocks.keys() - self.blocks.keys():
-            raise TypeError(f"TrainConfig got an unknown settings block {n!r}")
+        if unknown := [n for n in blocks if n not in self.blocks]:      # the first given
+            raise TypeError(f"TrainConfig got an unknown settings block {unknown[0]!r}")
         self.__dict__.update(self.blocks)         # cfg.tis: the block itself
         self.__post_init__()
 
