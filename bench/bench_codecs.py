@@ -31,7 +31,6 @@
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench_op_overhead import cpu_line          # the CPU line every results file names
 from grpo_lab.distributed import codecs, fastpath, kernels
 from grpo_lab.distributed.compression import CompressionConfig, Compressor, decode_message
 
@@ -282,7 +282,7 @@ def main() -> int:
     speed_rows, stage_lines = speed_table(args.repeats)
     text = "\n".join([
         "# Index codecs and the compression protocol", "", "Produced by:", "", command, "",
-        f"{platform.processor() or platform.machine()}, torch {torch.__version__}, numpy "
+        f"{cpu_line()}, torch {torch.__version__}, numpy "
         f"{np.__version__}, one thread; {time.time() - t0:.0f} s. {warm}", "",
         f"## Size: uniformly random index sets, n = {N:,}", "",
         "The bound is n*H(k/n)/k bits per index; no lossless coder averages fewer on random sets.",

@@ -74,3 +74,10 @@ def test_generated_puzzles_are_solvable_by_their_stored_solution():
         assert verify(ex.answer, ex.answer)
     held = countdown.eval_examples()
     assert len(held) == 200 == len({e.prompt for e in held}) and held == countdown.eval_examples()
+
+
+@pytest.mark.parametrize("expr, said", [("3#4", "'#' at 1"), ("3 # 4", "'#' at 2"),
+                                        ("  3 +   @", "'@' at 6")])
+def test_a_stray_character_is_named_not_the_space_before_it(expr, said):
+    with pytest.raises(ExpressionError, match=f"unexpected character {said}$"):
+        evaluate(expr)

@@ -49,6 +49,7 @@ def tokenize(text: str) -> list[str]:
     while pos < len(text):
         m = TOKEN.match(text, pos)
         if m is None:
+            pos += len(text[pos:]) - len(text[pos:].lstrip())              # past the spaces
             raise ExpressionError(f"unexpected character {text[pos]!r} at {pos}")
         tok = m.group(1)
         if tok.isdigit() and len(tok) > MAX_DIGITS:
