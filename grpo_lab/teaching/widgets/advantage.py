@@ -84,11 +84,8 @@ def advantage_explorer(rewards=(1.0, 0.0, 0.0, 1.0, 0.5, 0.0), lengths=None,
             a1.bar(range(G), d["advantages"][parts["estimator"].value])
             a1.axhline(0, color="k", lw=0.5)
             a1.set(title=f"advantages ({parts['estimator'].value})", xlabel="completion")
-            im = a2.imshow(d["token_push"], cmap="coolwarm", aspect="auto",
-                           vmin=-max(1e-9, max(abs(x) for row in d["token_push"] for x in row
-                                               if x == x)),
-                           vmax=max(1e-9, max(abs(x) for row in d["token_push"] for x in row
-                                              if x == x)))
+            lim = max(1e-9, max(abs(x) for row in d["token_push"] for x in row if x == x))
+            im = a2.imshow(d["token_push"], cmap="coolwarm", aspect="auto", vmin=-lim, vmax=lim)
             a2.set(title="per-token push  -dL/dlogp", xlabel="token", ylabel="completion")
             fig.colorbar(im, ax=a2)
             fig.tight_layout()

@@ -117,9 +117,8 @@ def _phase_figure(c: Cluster, ph) -> Figure:
             arrowstyle="->", lw=0.8, color="C3" if node[s] != node[d] else "0.4", alpha=0.7))
     ax.set_title(f"{ph.label}\n{len(ph.src)} messages of {ph.nbytes[0]:.3g} B "
                  f"(red: between nodes)", fontsize=9)
-    ax.set_xlim(-1.25, 1.25)                  # the rank labels sit at radius 1.12: keep them in
-    ax.set_ylim(-1.25, 1.25)
-    ax.set_aspect("equal")
+    # the rank labels sit at radius 1.12: keep them in
+    ax.set(xlim=(-1.25, 1.25), ylim=(-1.25, 1.25), aspect="equal")
     ax.axis("off")
     return fig
 
