@@ -224,12 +224,11 @@ def grpo_step_stages(policy, examples, G: int = 4, grouping: str = "kmeans_seman
                  kl={"beta": beta}, seed=seed, reward_weights=dict(WEIGHTS))
     run = setup(cfg)                          # the trainer's grouper and objective
     ctx = dataclasses.replace(run.ctx, draw=lambda rng, n: list(examples), ref=policy)
-    collect, grpo_objective = run.objective.collect, run.objective.loss
-    batch = collect(policy, cfg, 0, ctx)
+    batch = run.objective.collect(policy, cfg, 0, ctx)
     s, r, adv = batch.scored, batch.scored.rollout, batch.advantages
     rows = [s.examples[i] for i in r.prompt_index.tolist()]
     policy.zero_grad(set_to_none=True)
-    loss, stats = grpo_objective(policy, batch, cfg)
+    loss, stats = run.objective.loss(policy, batch, cfg)
     loss.backward()
     gnorm = torch.sqrt(sum((p.grad ** 2).sum() for p in policy.parameters() if p.grad is not None))
     policy.zero_grad(set_to_none=True)
