@@ -58,13 +58,11 @@ def advantage_explorer(rewards=(1.0, 0.0, 0.0, 1.0, 0.5, 0.0), lengths=None,
                                                 description=f"r{i} (len {lengths[i]})",
                                                 continuous_update=False)
                    for i, v in enumerate(rewards)}
-    parts["estimator"] = W.Dropdown(options=sorted(ADVANTAGES), value=estimator,
-                                    description="estimator")
-    parts["aggregation"] = W.Dropdown(options=sorted(AGGREGATIONS), value=aggregation,
-                                      description="aggregation")
-    parts["advantages"] = W.HTML()
-    parts["plot"] = W.Output()
-    parts["data"] = {}
+    parts.update(estimator=W.Dropdown(options=sorted(ADVANTAGES), value=estimator,
+                                      description="estimator"),
+                 aggregation=W.Dropdown(options=sorted(AGGREGATIONS), value=aggregation,
+                                        description="aggregation"),
+                 advantages=W.HTML(), plot=W.Output(), data={})
 
     def update(_=None):
         rs = [parts[f"reward_{i}"].value for i in range(G)]
