@@ -168,10 +168,9 @@ def _summary_html(d: dict) -> str:
     keys = [["group/purity", "group/silhouette", "group/within_var"],
             ["group/zero_std_frac", "adv/var", "adv/between_prompt_frac"]]
     fmt = lambda v: "n/a" if v != v else f"{v:.3f}"                        # NaN: undefined
-    rows = [f"<td>groups</td><td><b>{len(d['group_size'])}</b></td>"
-            + "".join(f"<td>{k}</td><td><b>{fmt(d[k])}</b></td>" for k in keys[0]),
-            "<td></td><td></td>" + "".join(f"<td>{k}</td><td><b>{fmt(d[k])}</b></td>"
-                                           for k in keys[1])]
+    cells = lambda ks: "".join(f"<td>{k}</td><td><b>{fmt(d[k])}</b></td>" for k in ks)
+    rows = [f"<td>groups</td><td><b>{len(d['group_size'])}</b></td>" + cells(keys[0]),
+            "<td></td><td></td>" + cells(keys[1])]
     return "<table>" + "".join(f"<tr>{r}</tr>" for r in rows) + "</table>"
 
 
