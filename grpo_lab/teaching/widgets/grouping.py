@@ -138,6 +138,7 @@ def grouping_explorer(prompts=None, tasks=None, rewards=None, G: int = 4, n: int
 
     def update(_=None):
         parts["k"].disabled = not get_grouper(parts["strategy"].value).takes_k  # k unread
+        parts["data"].clear()                            # no stale result from the last strategy
         try:
             X, xy = embed(parts["embedder"].value)
             d = explore_grouping(prompts, tasks, rewards, G, X, parts["strategy"].value,
@@ -145,10 +146,8 @@ def grouping_explorer(prompts=None, tasks=None, rewards=None, G: int = 4, n: int
                                  parts["estimator"].value, seed)
         except (ImportError, ValueError) as e:                             # e.g. minilm missing
             parts["summary"].value = f"<b>cannot group:</b> {html.escape(str(e))}"
-            parts["data"].clear()                        # no stale result from the last strategy
             parts["plot"].clear_output()
             return
-        parts["data"].clear()
         parts["data"].update(d, xy=xy.tolist())
         parts["summary"].value = _summary_html(d)
         with parts["plot"]:
