@@ -51,14 +51,13 @@ def topology_explorer(plots: bool = True):
                              parts["gbps"].value)
         name, n = parts["schedule"].value, parts["size"].value
         kw = {"chunks": 4} if SCHEDULES[name].takes_chunks else {}
+        data.pop("error", None)
         try:
             phases = schedule(name, c, n, **kw)
             closed = closed_form(name, c, n, **kw)
         except ValueError as e:                      # e.g. halving-doubling with P not 2^k
             phases, closed = [], None
             data["error"] = str(e)
-        else:
-            data.pop("error", None)
         data.update(cluster=c, phases=phases, closed_form_s=closed, sim=simulate(phases, c))
         parts["phase"].max = max(0, len(phases) - 1)
         redraw()
