@@ -304,7 +304,7 @@ def test_claims_6_and_15_byte_arithmetic():
 
 
 def test_claim_3_against_int64_indices():
-    text = claims_live.LIVE["index_int64"].run()
+    text = claims_live.LIVE["index_int64"]()
     assert "int64" in text and "13.0-13.4x" in text and "11.2x" in text     # 64 / 4.92, 64 / 4.79, 64 / 5.728
     assert "Huffman 4.79-4.92" in C.CLAIMS[2].measured
 

@@ -51,11 +51,10 @@ def step_group_view(model, episodes, prompt: int, G: int, gamma: float = 0.95,
     groups = {k: m for k, m in step_groups(turns, pidx).items() if k[0] == int(pidx[rows[0]])}
     order = sorted(groups, key=lambda k: min(groups[k]))              # first appearance
     index = {k: n for n, k in enumerate(order)}
-    r = episodes.scored.rollout
     out_eps = []
     for j, i in enumerate(rows):
         R = discounted_returns([t.reward for t in turns[i]], gamma)
-        ids = r.completion_ids[i].tolist()
+        ids = episodes.scored.rollout.completion_ids[i].tolist()
         out_eps.append({"row": i, "text": episodes.scored.texts[i],
                         "return": float(episodes.scored.rewards[i]), "end": episodes.end[i],
                         "turns": [{"key": t.key, "reward": t.reward, "R": R[n],

@@ -18,14 +18,10 @@ def real_gradients(steps: int = 1) -> list[dict]:
     base checkpoint), each split into named tensors. About 2 s for one."""
     from grpo_lab.training.experiments import record_gradients
     rec = record_gradients(steps=steps)
-    out = []
-    for flat in rec["grads"]:                                              # (numel,) per step
-        named, off = {}, 0
-        for name, shape in zip(rec["names"], rec["shapes"]):
-            n = math.prod(shape)
-            named[name], off = flat[off:off + n].view(shape), off + n
-        out.append(named)
-    return out
+    sizes = [math.prod(shape) for shape in rec["shapes"]]
+    return [{name: g.view(shape)
+             for name, shape, g in zip(rec["names"], rec["shapes"], flat.split(sizes))}
+            for flat in rec["grads"]]                                      # (numel,) per step
 
 
 def real_gradient(steps: int = 1) -> dict:

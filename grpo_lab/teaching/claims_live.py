@@ -1,6 +1,6 @@
 """``LIVE``: the registry of the cheap measurements the claims table computes when it is shown
-(claims_table.measure): one ``Live`` record per measurement, with the sentence it prints and
-about how long it takes. The measurements are in claims_gradient (claims 11, 20, 29, 30, 32,
+(claims_table.measure): one function per measurement, ``() -> str``, the sentence it prints
+(each takes at most about 2 s). The measurements are in claims_gradient (claims 11, 20, 29, 30, 32,
 33), claims_formulas (38, 39, 40), claims_bytes (2, 3, 16), claims_systems (5, 6, 13, 15, 18, 26, 28, 31, 35) and claims_stats
 (10, 21: paired ratios). Expensive or multi-seed measurements (real gradients, gradient variance
 over 3 seeds) run in ``bench/bench_claims.py`` with the same functions and are quoted from its
@@ -30,7 +30,7 @@ The arithmetic, once:
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from grpo_lab.teaching.claims_bytes import format_savings, fp8_errors, index_bound, real_gradient
 from grpo_lab.teaching.claims_formulas import length_weight, mixed_group, mixed_unit_scores
@@ -39,13 +39,6 @@ from grpo_lab.teaching.claims_gradient import (backward_rows, clipped_surrogate,
 from grpo_lab.teaching.claims_systems import (GPU_PEAK_BF16, GPU_PEAK_FP8, capacity, cluster_figures,
                                               flops_vs_peak, nvlink, prompt_kv_bytes, shard_work,
                                               zero_traffic)
-
-
-class Live(NamedTuple):
-    """A measurement the table computes when it is shown: ``run() -> str`` (one sentence with
-    the numbers) and about how long it takes."""
-    run: Callable[[], str]
-    seconds: float
 
 
 def _fp8_text() -> str:
@@ -191,26 +184,26 @@ def _mixed_text() -> str:
             f"rewards: {fmt(m['equal'])}")
 
 
-LIVE: dict[str, Live] = {
-    "mixed_unit_scores": Live(_units_text, 0.0),
-    "length_weight": Live(_length_text, 0.01),
-    "mixed_group": Live(_mixed_text, 0.01),
-    "fp8_errors": Live(_fp8_text, 2.0),
-    "index_bound": Live(_index_text, 0.01),
-    "cluster_figures": Live(_cluster_text, 0.01),
-    "adam_memory": Live(_memory_text, 0.01),
-    "backward_rows": Live(_rows_text, 0.05),
-    "prompt_kv_bytes": Live(_kv_text, 0.01),
-    "format_savings": Live(_format_text, 0.0),
-    "shard_work": Live(_shard_text, 0.01),
-    "relative_reward_gradient": Live(_relative_text, 0.05),
-    "zero_traffic": Live(_zero_text, 0.0),
-    "capacity": Live(_capacity_text, 0.0),
-    "flops_vs_peak": Live(_flops_text, 0.0),
-    "index_int64": Live(_index64_text, 0.01),
-    "weights_175b": Live(_weights_text, 0.01),
-    "nvlink": Live(_nvlink_text, 0.0),
-    "group_mean_gradient": Live(_group_gradient_text, 0.01),
-    "clipped_surrogate": Live(_clip_text, 0.01),
-    "optimizer_inputs": Live(_optimizer_text, 0.0),
+LIVE: dict[str, Callable[[], str]] = {
+    "mixed_unit_scores": _units_text,
+    "length_weight": _length_text,
+    "mixed_group": _mixed_text,
+    "fp8_errors": _fp8_text,
+    "index_bound": _index_text,
+    "cluster_figures": _cluster_text,
+    "adam_memory": _memory_text,
+    "backward_rows": _rows_text,
+    "prompt_kv_bytes": _kv_text,
+    "format_savings": _format_text,
+    "shard_work": _shard_text,
+    "relative_reward_gradient": _relative_text,
+    "zero_traffic": _zero_text,
+    "capacity": _capacity_text,
+    "flops_vs_peak": _flops_text,
+    "index_int64": _index64_text,
+    "weights_175b": _weights_text,
+    "nvlink": _nvlink_text,
+    "group_mean_gradient": _group_gradient_text,
+    "clipped_surrogate": _clip_text,
+    "optimizer_inputs": _optimizer_text,
 }

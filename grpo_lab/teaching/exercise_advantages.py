@@ -70,11 +70,8 @@ def _advantage_hint(r, g, got, outputs) -> str:
                     "clamp n - 1 to at least 1")
         return ("a group whose rewards are all equal must get advantage 0, not NaN: divide by "
                 "std + eps (eps = 1e-4)")
-
-    def matches(variant, failing_only):
-        pairs = [((r, g), got)] if failing_only else outputs
-        return all(close(o, variant(*a)) for a, o in pairs)
-    hint = best_mistake(ADVANTAGE_MISTAKES, matches)
+    hint = best_mistake(ADVANTAGE_MISTAKES, ((r, g), got), outputs,
+                        lambda variant, a, o: close(o, variant(*a)))
     if hint:
         return hint
     if len(torch.unique(g)) > 1:

@@ -150,9 +150,9 @@ def check_environment(cls: Callable) -> bool:
                                           if wa == wb else
                                           "states that leave different digits possible need "
                                           "different keys")
-                        raise StopIteration
-        except StopIteration:
-            pass
+                        break
+                if failure is not None:
+                    break
         except TypeError:
             failure = Failure("state_key", "a hashable key", "an unhashable one",
                               "return a tuple or a frozenset, not a list or a set")

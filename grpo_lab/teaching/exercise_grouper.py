@@ -65,16 +65,13 @@ def check_grouper(fn: Callable, strategy: str = "kmeans_semantic") -> bool:
     require_function("check_grouper", fn)
     lookup(("by_task", "random", "kmeans_semantic"), strategy, "check_grouper strategy")
     ref = GROUPERS[strategy]
-    takes_k = ref.takes_k
     batches, failure = _grouper_batches(strategy), None
     for name, batch, k in batches:
         expected = ref(batch, k, 0)
-        if strategy == "kmeans_semantic":   # the labels blanked: purity is scored with them
-            shown = PromptBatch(batch.prompts, ["?"] * len(batch.prompts))
-        else:
-            shown = batch
+        shown = (PromptBatch(batch.prompts, ["?"] * len(batch.prompts))   # the labels blanked:
+                 if strategy == "kmeans_semantic" else batch)              # purity is scored with them
         got, err = call(fn, shown, k, seed=0)
-        hint = err or _grouper_contract(got, batch, k, takes_k)
+        hint = err or _grouper_contract(got, batch, k, ref.takes_k)
         if hint is None:                    # first: a result that changes is judged by chance
             again, err = call(fn, shown, k, seed=0)
             if err or not _same_partition(got, again):

@@ -100,12 +100,13 @@ def close(a, b, tol: float = 1e-3) -> bool:
         torch.allclose(a, b.double(), rtol=tol, atol=tol))
 
 
-def best_mistake(mistakes, matches) -> str | None:
-    """The hint of the mistake that explains the learner's output: among those matching the
-    failing case, the first that matches every case (cases tell mistakes apart), else the first."""
-    fitting = [(kind, hint) for kind, hint in mistakes if matches(kind, failing_only=True)]
+def best_mistake(mistakes, failing, outputs, explains) -> str | None:
+    """The hint of the mistake that explains the learner's output: among those that explain the
+    failing case, the first that explains every case (cases tell mistakes apart), else the first.
+    ``failing`` and each of ``outputs``: (args, output); ``explains(kind, args, output)``."""
+    fitting = [(kind, hint) for kind, hint in mistakes if explains(kind, *failing)]
     for kind, hint in fitting:
-        if matches(kind, failing_only=False):
+        if all(explains(kind, a, o) for a, o in outputs):
             return hint
     return fitting[0][1] if fitting else None
 
@@ -130,9 +131,8 @@ def check_against(name, fn, cases, reference, mistakes, variant, ref_name, formu
         hint = err
         if hint is None:
             ok = [(a, packed(g)) for a, (g, e) in outputs if e is None and packed(g) is not None]
-            hint = best_mistake(mistakes, lambda kind, failing_only: all(
-                close(o, variant(kind, *a), 1e-6)
-                for a, o in ([(args, got_t)] if failing_only else ok))) or formula
+            hint = best_mistake(mistakes, (args, got_t), ok, lambda kind, a, o: close(
+                o, variant(kind, *a), 1e-6)) or formula
         failure = Failure(case, fmt(expected.flatten()), "an error" if err else
                           fmt(got_t.flatten() if got_t is not None else got), hint)
         break

@@ -107,11 +107,10 @@ def _loss_hint(args, got, outputs) -> str:
         return ("return one number (a 0-d tensor): average over tokens and completions; got "
                 f"shape {None if got_t is None else tuple(got_t.shape)}")
 
-    def matches(kind, failing_only):
-        pairs = [(args, got)] if failing_only else outputs
-        return all(close(as_tensor(o).reshape(()), _loss_variant(kind, *a), 1e-6)
-                   for a, o in pairs if as_tensor(o) is not None and as_tensor(o).numel() == 1)
-    return best_mistake(LOSS_MISTAKES, matches) or (
+    def explains(kind, a, o):                     # another case's non-scalar output: no say
+        o = as_tensor(o)
+        return o is None or o.numel() != 1 or close(o.reshape(()), _loss_variant(kind, *a), 1e-6)
+    return best_mistake(LOSS_MISTAKES, (args, got), outputs, explains) or (
         "per token: -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A) + beta * k3; then "
         "mean over each completion's tokens, then over completions")
 

@@ -104,10 +104,7 @@ def lab_env(full: bool = False, environ=None) -> dict:
     """The environment JupyterLab runs in: ``GRPO_LAB_QUICK=1`` unless ``full`` (then 0) or the
     caller's environment already says (``GRPO_LAB_QUICK=0 grpo-lab lab`` is the full mode too)."""
     env = dict(os.environ if environ is None else environ)
-    if full:
-        env["GRPO_LAB_QUICK"] = "0"
-    else:
-        env.setdefault("GRPO_LAB_QUICK", "1")
+    env["GRPO_LAB_QUICK"] = "0" if full else env.get("GRPO_LAB_QUICK", "1")
     return env
 
 
@@ -128,32 +125,28 @@ def lab_command(notebooks: Path, dest: Path | None = None, reopen: bool = False)
             f"--LabApp.default_url=/lab/tree/{quote(first)}"]
 
 
-def _check(name: str, ok: bool, detail: str) -> tuple[str, bool, str]:
-    return name, ok, detail
-
-
 def preflight(where: Path | str = ".", steps: int = 20,
               probe: str | None = None) -> list[tuple[str, bool, str]]:
     """The learner's arrival check -> [(check, ok, detail)]: Python, free disk at ``where``,
     the packages, and ``steps`` timed GRPO steps of the toy policy scaled to notebook 00's
     ``LESSON_STEPS`` (slow above ``SLOW_LESSON_S``); with ``probe`` (a preset name) the fast
     path of that preset here (``probe_check``)."""
-    out = [_check("python", sys.version_info[:2] >= MIN_PYTHON,
-                  f"{sys.version.split()[0]} (needs >= {'.'.join(map(str, MIN_PYTHON))})")]
+    out = [("python", sys.version_info[:2] >= MIN_PYTHON,
+            f"{sys.version.split()[0]} (needs >= {'.'.join(map(str, MIN_PYTHON))})")]
     free = shutil.disk_usage(Path(where).resolve()).free / 2**30
-    out.append(_check("disk", free >= MIN_FREE_GB, f"{free:.1f} GB free at {Path(where).resolve()} "
-                                                   f"(needs >= {MIN_FREE_GB:g} GB)"))
+    out.append(("disk", free >= MIN_FREE_GB, f"{free:.1f} GB free at {Path(where).resolve()} "
+                                             f"(needs >= {MIN_FREE_GB:g} GB)"))
     try:
         import torch
         build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
         unused = bool(torch.version.cuda) and not torch.cuda.is_available()
-        out.append(_check("torch", not unused, f"{torch.__version__} ({build})" + (
+        out.append(("torch", not unused, f"{torch.__version__} ({build})" + (
             f" on a machine without a usable GPU: {cuda_install_gb():.1f} GB of torch, triton "
             "and nvidia-* packages installed for nothing; install the CPU build: pip install --force-reinstall torch=="
             f"{torch.__version__.split('+')[0]} --index-url {CPU_INDEX} (or delete .venv "
             "and run make env, which picks it)" if unused else "")))
     except Exception as e:                     # a broken wheel raises more than ImportError
-        out.append(_check("torch", False, f"does not import: {e}"))
+        out.append(("torch", False, f"does not import: {e}"))
         return out
     missing = []
     for name in PACKAGES:
@@ -162,8 +155,8 @@ def preflight(where: Path | str = ".", steps: int = 20,
         except Exception as e:
             missing.append(f"{name} ({type(e).__name__})")
     hint = ("; " + lab_install_hint()) if any(m.split()[0] in LAB_EXTRA for m in missing) else ""
-    out.append(_check("packages", not missing, "missing: " + ", ".join(missing) + hint if missing
-                      else ", ".join(PACKAGES) + " import"))
+    out.append(("packages", not missing, "missing: " + ", ".join(missing) + hint if missing
+                else ", ".join(PACKAGES) + " import"))
     out.append(_timed_steps(steps))
     if probe:
         out.append(probe_check(probe))
@@ -183,10 +176,9 @@ def probe_check(preset_name: str, say=print) -> tuple[str, bool, str]:
         probed: list = []                       # cached() says a line only when it probes
         record = speed_probe.cached(cfg, say=lambda line: (probed.append(line), say(line)))
     except Exception as e:              # no such preset, not policy="hf", a model not here
-        return _check("fast path", False, f"{preset_name}: no probe ({type(e).__name__}: {e})")
+        return ("fast path", False, f"{preset_name}: no probe ({type(e).__name__}: {e})")
     where = "probed now, cached in" if probed else "read from"
-    return _check("fast path", True,
-                  f"{preset_name}: {speed_probe.choice_line(record)}; {where} {path}")
+    return ("fast path", True, f"{preset_name}: {speed_probe.choice_line(record)}; {where} {path}")
 
 
 def cuda_install_gb(distributions=None) -> float:
@@ -215,15 +207,15 @@ def _timed_steps(steps: int) -> tuple[str, bool, str]:
         wall = time.perf_counter() - t0
     step_s = [h["time/step_s"] for h in history if "time/step_s" in h]
     if len(step_s) != steps:
-        return _check("GRPO steps", False, f"ran {len(step_s)} of {steps} steps")
+        return ("GRPO steps", False, f"ran {len(step_s)} of {steps} steps")
     per = sum(step_s) / steps
     lesson = per * LESSON_STEPS
-    return _check("GRPO steps", lesson <= SLOW_LESSON_S,
-                  f"{steps} steps of the toy policy in {wall:.1f} s ({per * 1000:.0f} ms a step): "
-                  f"notebook 00's quick training ({LESSON_STEPS} steps) would take about "
-                  f"{lesson:.0f} s here" + ("" if lesson <= SLOW_LESSON_S else
-                                            f", over {SLOW_LESSON_S} s: a slow machine "
-                                            "(notebooks/WORKSHOP.md, 'On a slow laptop')"))
+    return ("GRPO steps", lesson <= SLOW_LESSON_S,
+            f"{steps} steps of the toy policy in {wall:.1f} s ({per * 1000:.0f} ms a step): "
+            f"notebook 00's quick training ({LESSON_STEPS} steps) would take about "
+            f"{lesson:.0f} s here" + ("" if lesson <= SLOW_LESSON_S else
+                                      f", over {SLOW_LESSON_S} s: a slow machine "
+                                      "(notebooks/WORKSHOP.md, 'On a slow laptop')"))
 
 
 def preflight_report(checks) -> tuple[bool, str]:

@@ -58,13 +58,11 @@ def advantage_explorer(rewards=(1.0, 0.0, 0.0, 1.0, 0.5, 0.0), lengths=None,
                                                 description=f"r{i} (len {lengths[i]})",
                                                 continuous_update=False)
                    for i, v in enumerate(rewards)}
-    parts["estimator"] = W.Dropdown(options=sorted(ADVANTAGES), value=estimator,
-                                    description="estimator")
-    parts["aggregation"] = W.Dropdown(options=sorted(AGGREGATIONS), value=aggregation,
-                                      description="aggregation")
-    parts["advantages"] = W.HTML()
-    parts["plot"] = W.Output()
-    parts["data"] = {}
+    parts.update(estimator=W.Dropdown(options=sorted(ADVANTAGES), value=estimator,
+                                      description="estimator"),
+                 aggregation=W.Dropdown(options=sorted(AGGREGATIONS), value=aggregation,
+                                        description="aggregation"),
+                 advantages=W.HTML(), plot=W.Output(), data={})
 
     def update(_=None):
         rs = [parts[f"reward_{i}"].value for i in range(G)]
@@ -84,11 +82,8 @@ def advantage_explorer(rewards=(1.0, 0.0, 0.0, 1.0, 0.5, 0.0), lengths=None,
             a1.bar(range(G), d["advantages"][parts["estimator"].value])
             a1.axhline(0, color="k", lw=0.5)
             a1.set(title=f"advantages ({parts['estimator'].value})", xlabel="completion")
-            im = a2.imshow(d["token_push"], cmap="coolwarm", aspect="auto",
-                           vmin=-max(1e-9, max(abs(x) for row in d["token_push"] for x in row
-                                               if x == x)),
-                           vmax=max(1e-9, max(abs(x) for row in d["token_push"] for x in row
-                                              if x == x)))
+            lim = max(1e-9, max(abs(x) for row in d["token_push"] for x in row if x == x))
+            im = a2.imshow(d["token_push"], cmap="coolwarm", aspect="auto", vmin=-lim, vmax=lim)
             a2.set(title="per-token push  -dL/dlogp", xlabel="token", ylabel="completion")
             fig.colorbar(im, ax=a2)
             fig.tight_layout()

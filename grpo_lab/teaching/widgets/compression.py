@@ -19,13 +19,10 @@ from grpo_lab.teaching.widgets import show_figure
 
 def default_tensor(seed: int = 0) -> torch.Tensor:
     """A 32 x 64 heavy-tailed 'gradient' (Student-t, 3 dof, scaled like real gradients)."""
-    return _student_t(torch.Generator().manual_seed(seed), (32, 64)) * 1e-3
-
-
-def _student_t(g: torch.Generator, shape) -> torch.Tensor:
-    z = torch.randn(shape, generator=g)                                     # (R, C)
-    chi2 = torch.randn((3, *shape), generator=g).pow(2).sum(0)              # (R, C), 3 dof
-    return z / (chi2 / 3).sqrt()
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn((32, 64), generator=g)                                  # (R, C)
+    chi2 = torch.randn((3, 32, 64), generator=g).pow(2).sum(0)              # (R, C), 3 dof
+    return z / (chi2 / 3).sqrt() * 1e-3
 
 
 def compression_explorer(tensor: torch.Tensor | None = None, seed: int = 0, plots: bool = True):
@@ -62,11 +59,10 @@ def compression_explorer(tensor: torch.Tensor | None = None, seed: int = 0, plot
                                f"{tr['bound']:.2f}")
         parts["steps"].value = (f"step {state['steps']}: residual L2 "
                                 f"{float(state['residual'].norm()):.3g}")
-        if not plots:
-            return
-        parts["out"].clear_output(wait=True)
-        with parts["out"]:
-            show_figure(_figure(tr))
+        if plots:
+            parts["out"].clear_output(wait=True)
+            with parts["out"]:
+                show_figure(_figure(tr))
 
     def refresh(_=None):
         show(current())

@@ -42,12 +42,9 @@ def compression_pays_explorer(params: float = 134.5e6, codec: str | None = None,
     }
     state = parts["state"] = {}
 
-    def current():
-        lk = Link(LINKS[parts["link"].value].alpha, parts["bandwidth"].value * GB)
-        return lk, MEASURED_CODECS[parts["codec"].value]
-
     def refresh(_=None):
-        lk, cd = current()
+        lk = Link(LINKS[parts["link"].value].alpha, parts["bandwidth"].value * GB)
+        cd = MEASURED_CODECS[parts["codec"].value]
         hidden_ms = parts["overlap"].value * parts["backward_ms"].value
         v = compression_pays(parts["params"].value, lk, cd, parts["world"].value,
                              parts["overlap"].value, parts["backward_ms"].value / 1e3)
@@ -107,8 +104,7 @@ def _figure(parts, lk: Link, cd, v) -> Figure:
     for axis in (ax.xaxis, ax.yaxis):                  # plain tick labels: no mathtext to parse
         axis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))     # (its parser is deep:
         axis.set_minor_formatter(NullFormatter())                          # a traceback in a kernel)
-    ax.set_xlabel("link bandwidth (GB/s)")
-    ax.set_ylabel("exposed ms per exchange")
+    ax.set(xlabel="link bandwidth (GB/s)", ylabel="exposed ms per exchange")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -138,6 +138,7 @@ def grouping_explorer(prompts=None, tasks=None, rewards=None, G: int = 4, n: int
 
     def update(_=None):
         parts["k"].disabled = not get_grouper(parts["strategy"].value).takes_k  # k unread
+        parts["data"].clear()                            # no stale result from the last strategy
         try:
             X, xy = embed(parts["embedder"].value)
             d = explore_grouping(prompts, tasks, rewards, G, X, parts["strategy"].value,
@@ -145,10 +146,8 @@ def grouping_explorer(prompts=None, tasks=None, rewards=None, G: int = 4, n: int
                                  parts["estimator"].value, seed)
         except (ImportError, ValueError) as e:                             # e.g. minilm missing
             parts["summary"].value = f"<b>cannot group:</b> {html.escape(str(e))}"
-            parts["data"].clear()                        # no stale result from the last strategy
             parts["plot"].clear_output()
             return
-        parts["data"].clear()
         parts["data"].update(d, xy=xy.tolist())
         parts["summary"].value = _summary_html(d)
         with parts["plot"]:
@@ -168,10 +167,9 @@ def _summary_html(d: dict) -> str:
     keys = [["group/purity", "group/silhouette", "group/within_var"],
             ["group/zero_std_frac", "adv/var", "adv/between_prompt_frac"]]
     fmt = lambda v: "n/a" if v != v else f"{v:.3f}"                        # NaN: undefined
-    rows = [f"<td>groups</td><td><b>{len(d['group_size'])}</b></td>"
-            + "".join(f"<td>{k}</td><td><b>{fmt(d[k])}</b></td>" for k in keys[0]),
-            "<td></td><td></td>" + "".join(f"<td>{k}</td><td><b>{fmt(d[k])}</b></td>"
-                                           for k in keys[1])]
+    cells = lambda ks: "".join(f"<td>{k}</td><td><b>{fmt(d[k])}</b></td>" for k in ks)
+    rows = [f"<td>groups</td><td><b>{len(d['group_size'])}</b></td>" + cells(keys[0]),
+            "<td></td><td></td>" + cells(keys[1])]
     return "<table>" + "".join(f"<tr>{r}</tr>" for r in rows) + "</table>"
 
 
@@ -224,12 +222,11 @@ def grpo_step_stages(policy, examples, G: int = 4, grouping: str = "kmeans_seman
                  kl={"beta": beta}, seed=seed, reward_weights=dict(WEIGHTS))
     run = setup(cfg)                          # the trainer's grouper and objective
     ctx = dataclasses.replace(run.ctx, draw=lambda rng, n: list(examples), ref=policy)
-    collect, grpo_objective = run.objective.collect, run.objective.loss
-    batch = collect(policy, cfg, 0, ctx)
+    batch = run.objective.collect(policy, cfg, 0, ctx)
     s, r, adv = batch.scored, batch.scored.rollout, batch.advantages
     rows = [s.examples[i] for i in r.prompt_index.tolist()]
     policy.zero_grad(set_to_none=True)
-    loss, stats = grpo_objective(policy, batch, cfg)
+    loss, stats = run.objective.loss(policy, batch, cfg)
     loss.backward()
     gnorm = torch.sqrt(sum((p.grad ** 2).sum() for p in policy.parameters() if p.grad is not None))
     policy.zero_grad(set_to_none=True)

@@ -47,8 +47,7 @@ def sharder_explorer(recording: dict | None = None, steps: int = 30, plots: bool
         t = parts["step"].value
         data = parts["data"]
         data.clear()
-        data.update(r)
-        data.update(step=t, owner_now=r["owner"][t], loads_now=r["loads"][t],
+        data.update(r, step=t, owner_now=r["owner"][t], loads_now=r["loads"][t],
                     imbalance_now=r["imbalance"][t], total_migrated=sum(r["migrated_bytes"]),
                     reshards=sum(1 for m in r["moved"] if m))
         loads = ", ".join(f"{b / 1024:.0f}" for b in r["loads"][t])
@@ -80,8 +79,7 @@ def _figure(r: dict, t: int, n_ranks: int) -> Figure:
     colors = [f"C{o}" for o in owner]
     ax[0, 0].barh(owner, numel, left=left, color=colors, edgecolor="k", linewidth=0.3)
     ax[0, 0].set_yticks(range(n_ranks))
-    ax[0, 0].set_xlabel("parameter elements (shards in model order)")
-    ax[0, 0].set_ylabel("owner rank")
+    ax[0, 0].set(xlabel="parameter elements (shards in model order)", ylabel="owner rank")
     ax[0, 0].set_title(f"assignment at step {t}", fontsize=10)
     loads = np.array(r["loads"]) / 1024                                   # (steps, N)
     for k in range(n_ranks):
@@ -91,8 +89,7 @@ def _figure(r: dict, t: int, n_ranks: int) -> Figure:
     scores = np.array(r["scores"]).T                                      # (S, steps)
     im = ax[1, 0].imshow(np.log10(scores + 1e-12), aspect="auto", cmap="viridis")
     ax[1, 0].set_title("importance score per shard (log10) over steps", fontsize=10)
-    ax[1, 0].set_xlabel("step")
-    ax[1, 0].set_ylabel("shard")
+    ax[1, 0].set(xlabel="step", ylabel="shard")
     fig.colorbar(im, ax=ax[1, 0], fraction=0.046)
     ax[1, 1].plot(r["imbalance"], label="imbalance (max/mean bytes)")
     ax2 = ax[1, 1].twinx()

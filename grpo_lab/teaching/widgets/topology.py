@@ -51,14 +51,13 @@ def topology_explorer(plots: bool = True):
                              parts["gbps"].value)
         name, n = parts["schedule"].value, parts["size"].value
         kw = {"chunks": 4} if SCHEDULES[name].takes_chunks else {}
+        data.pop("error", None)
         try:
             phases = schedule(name, c, n, **kw)
             closed = closed_form(name, c, n, **kw)
         except ValueError as e:                      # e.g. halving-doubling with P not 2^k
             phases, closed = [], None
             data["error"] = str(e)
-        else:
-            data.pop("error", None)
         data.update(cluster=c, phases=phases, closed_form_s=closed, sim=simulate(phases, c))
         parts["phase"].max = max(0, len(phases) - 1)
         redraw()
@@ -117,9 +116,8 @@ def _phase_figure(c: Cluster, ph) -> Figure:
             arrowstyle="->", lw=0.8, color="C3" if node[s] != node[d] else "0.4", alpha=0.7))
     ax.set_title(f"{ph.label}\n{len(ph.src)} messages of {ph.nbytes[0]:.3g} B "
                  f"(red: between nodes)", fontsize=9)
-    ax.set_xlim(-1.25, 1.25)                  # the rank labels sit at radius 1.12: keep them in
-    ax.set_ylim(-1.25, 1.25)
-    ax.set_aspect("equal")
+    # the rank labels sit at radius 1.12: keep them in
+    ax.set(xlim=(-1.25, 1.25), ylim=(-1.25, 1.25), aspect="equal")
     ax.axis("off")
     return fig
 
