@@ -47,11 +47,23 @@ def _timed(fn, inner: int) -> float:
     return (time.perf_counter() - t0) / inner
 
 
-def _pingpong(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
-    """Ranks 0 and 1 (the only ranks): one-way time per size = round trip / 2."""
+def _times(sizes: list[int], repeats: int, op, per_op: int = 1, barrier: bool = False) -> dict:
+    """-> {n: [min, median]} over the repeats of seconds per ``op(buf of n bytes)`` / ``per_op``."""
     torch.set_num_threads(1)
     bufs = {n: torch.zeros(max(1, n // 4)) for n in sizes}               # n bytes of float32
+    times = {n: [] for n in sizes}
+    for r in range(repeats + 1):                  # sizes interleaved: a burst of load from
+        for n in sizes:                           # another job hits one repeat of each size
+            if barrier:
+                dist.barrier()
+            t = _timed(lambda: op(bufs[n]), _inner(n)) / per_op
+            if r:                                 # r = 0 is warm-up
+                times[n].append(t)
+    return {n: [float(np.min(v)), float(np.median(v))] for n, v in times.items()}
 
+
+def _pingpong(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
+    """Ranks 0 and 1 (the only ranks): one-way time per size = round trip / 2."""
     def rt(buf):
         if rank == 0:
             dist.send(buf, 1)
@@ -59,27 +71,12 @@ def _pingpong(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
         else:
             dist.recv(buf, 0)
             dist.send(buf, 0)
-    times = {n: [] for n in sizes}
-    for r in range(repeats + 1):                  # sizes interleaved: a burst of load from
-        for n in sizes:                           # another job hits one repeat of each size
-            t = _timed(lambda: rt(bufs[n]), _inner(n)) / 2
-            if r:                                 # r = 0 is warm-up
-                times[n].append(t)
-    return {n: [float(np.min(v)), float(np.median(v))] for n, v in times.items()}
+    return _times(sizes, repeats, rt, per_op=2)
 
 
 def _allreduce(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
     """Every rank: seconds per all_reduce of each size (each rank's own clock)."""
-    torch.set_num_threads(1)
-    bufs = {n: torch.zeros(max(1, n // 4)) for n in sizes}
-    times = {n: [] for n in sizes}
-    for r in range(repeats + 1):
-        for n in sizes:
-            dist.barrier()
-            t = _timed(lambda: dist.all_reduce(bufs[n]), _inner(n))
-            if r:
-                times[n].append(t)
-    return {n: [float(np.min(v)), float(np.median(v))] for n, v in times.items()}
+    return _times(sizes, repeats, dist.all_reduce, barrier=True)
 
 
 def _sweep(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
@@ -144,11 +141,9 @@ def calibrate(measured: dict) -> Calibration:
         m = p_ == p
         fits[f"allreduce p={p}"] = fit(2 * (p_[m] - 1), 2 * (p_[m] - 1) / p_[m] * n_[m], t_[m])
     rows = [{"p": int(p), "bytes": int(nb), "measured_s": t,
-             **{name: ring_time(int(p), nb, *ab) for name, ab in fits.items()
-                if not name.startswith("allreduce p=") or name == f"allreduce p={int(p)}"}}
+             **{name: ring_time(int(p), nb, *fits[name]) for name in ("pingpong", "allreduce")},
+             "allreduce per p": ring_time(int(p), nb, *fits[f"allreduce p={int(p)}"])}
             for p, nb, t in pts]
-    for r in rows:
-        r["allreduce per p"] = r.pop(f"allreduce p={r['p']}")
     return Calibration(measured, fits, rows)
 
 

@@ -201,14 +201,22 @@ def rice_encode(indices, n: int) -> bytes:
     return struct.pack("<IB", k, r) + np.packbits(bits).tobytes()
 
 
-def rice_decode(payload, n: int) -> np.ndarray:
+def rice_header(payload, n: int):
+    """-> (k, r, body (B,) uint8) after the checks on the header and the length."""
     k, r = _unpack("<IB", payload)
     _check_k(k, n)
     if r > 32:
         raise CodecError(f"Rice parameter r={r} is above 32")
-    bits = np.unpackbits(np.frombuffer(payload, np.uint8, offset=5))
-    if k * r > len(bits):
-        raise CodecError(f"{k} remainders of {r} bits need {k * r} bits, payload has {len(bits)}")
+    body = np.frombuffer(payload, np.uint8, offset=5)                     # (B,)
+    if k * r > 8 * len(body):
+        raise CodecError(f"{k} remainders of {r} bits need {k * r} bits, payload has "
+                         f"{8 * len(body)}")
+    return k, r, body
+
+
+def rice_decode(payload, n: int) -> np.ndarray:
+    k, r, body = rice_header(payload, n)
+    bits = np.unpackbits(body)
     low = (bits[:k * r].reshape(k, r).astype(np.int64) << np.arange(r - 1, -1, -1)).sum(1)
     ones = np.flatnonzero(bits[k * r:])                                    # unary terminators
     if len(ones) != k:
@@ -472,16 +480,16 @@ def varint_encode(values: np.ndarray) -> bytes:
 
 def varint_decode(buf) -> np.ndarray:
     b = np.frombuffer(buf, np.uint8).astype(np.int64)
-    last = b < 0x80                                                        # (nbytes,) value ends
-    if len(b) and not last[-1]:
-        raise CodecError("varint stream ends inside a value")
-    ends = np.flatnonzero(last)                                            # (k,)
-    starts = np.concatenate([[0], ends[:-1] + 1]) if len(ends) else ends
-    pos = np.arange(len(b)) - np.repeat(starts, ends - starts + 1)        # (nbytes,) byte in value
-    if len(b) and pos.max() > 4:
-        raise CodecError(f"varint of {int(pos.max()) + 1} bytes is longer than 5")
     if not len(b):
         return np.zeros(0, np.int64)
+    last = b < 0x80                                                        # (nbytes,) value ends
+    if not last[-1]:
+        raise CodecError("varint stream ends inside a value")
+    ends = np.flatnonzero(last)                                            # (k,)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    pos = np.arange(len(b)) - np.repeat(starts, ends - starts + 1)        # (nbytes,) byte in value
+    if pos.max() > 4:
+        raise CodecError(f"varint of {int(pos.max()) + 1} bytes is longer than 5")
     return np.add.reduceat((b & 0x7F) << (7 * pos), starts)
 
 

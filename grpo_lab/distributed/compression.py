@@ -255,9 +255,8 @@ class CompressionConfig:
     Adam's momentum off, for sparse error feedback whose residual already delays and sums."""
 
     def __post_init__(self):
-        for field in ("dense_fraction",):
-            if not 0.0 <= getattr(self, field) <= 1.0:
-                raise ValueError(f"{field} must be in [0, 1], got {getattr(self, field)}")
+        if not 0.0 <= self.dense_fraction <= 1.0:
+            raise ValueError(f"dense_fraction must be in [0, 1], got {self.dense_fraction}")
         for field in ("density", "warmup_density"):
             if not 0.0 < getattr(self, field) <= 1.0:
                 raise ValueError(f"{field} must be in (0, 1], got {getattr(self, field)}")
@@ -408,10 +407,8 @@ class Compressor:
         if not torch.isfinite(vals).all():                                 # top-k picks inf/nan first
             raise ValueError(f"gradient {name!r}: top-k met {int((~torch.isfinite(g)).sum())} "
                              f"non-finite values (residual included)")
-        if cfg.fast:
-            index = fastpath.encode_indices(cfg.index_codec, idx, n)
-        else:
-            index = codecs.get_codec(cfg.index_codec).encode(idx.numpy(), n)
+        index = (fastpath.encode_indices(cfg.index_codec, idx, n) if cfg.fast
+                 else codecs.get_codec(cfg.index_codec).encode(idx.numpy(), n))
         scales = np.zeros(0, np.float32)
         if cfg.topk_format in FP8_FORMATS:
             fused = fastpath.fp8_sent_(vals, idx, self.residual[name] if cfg.error_feedback
@@ -479,7 +476,6 @@ class Compressor:
             self.momentum[name] = mom
         return idx, vals
 
-
     @property
     def ratio(self) -> float:
         """fp32 bytes / bytes produced, over every message so far."""
@@ -504,10 +500,8 @@ def decode_message(payload, fast: bool = False) -> dict[str, torch.Tensor]:
                 if flat is not None:                                       # one pass, same tensor
                     out[r.name] = flat if len(r.shape) == 1 else flat.reshape(r.shape)
                     continue
-                if fast:
-                    idx = fastpath.decode_indices(r.codec, r.index, n, r.k)  # (k,) tensor
-                else:
-                    idx = torch.from_numpy(codecs.get_codec(r.codec).decode(r.index, n))
+                idx = (fastpath.decode_indices(r.codec, r.index, n, r.k) if fast   # (k,) tensor
+                       else torch.from_numpy(codecs.get_codec(r.codec).decode(r.index, n)))
             except codecs.CodecError as e:
                 raise WireError(f"tensor {r.name!r}: {e}") from e
             if len(idx) != r.k:

@@ -54,6 +54,7 @@ does not implement DGC momentum correction (``CompressionConfig`` refuses the co
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from typing import Callable, NamedTuple
@@ -281,29 +282,20 @@ def scatter(indices, values: bytes, n: int, fmt: str, scales) -> torch.Tensor | 
         return None
     idx = np.ascontiguousarray(indices.numpy() if isinstance(indices, torch.Tensor) else indices,
                                dtype=np.int64)                            # (k,)
+    fp8 = fmt == "e4m3"
+    raw = np.frombuffer(values, np.uint8 if fp8 else "<f4")               # (k,) codes or values
+    if len(raw) != len(idx) or (fp8 and len(scales) != 1):
+        return None
     out = torch.zeros(n)                                                  # (n,)
-    if fmt == "e4m3":
-        codes = np.frombuffer(values, np.uint8)                           # (k,)
-        if len(codes) != len(idx) or len(scales) != 1:
-            return None
-        bad = kernels.scatter_fp8(idx, codes, _e4m3_table(), np.float32(scales[0]), out.numpy())
-    else:
-        vals = np.frombuffer(values, "<f4")                               # (k,)
-        if len(vals) != len(idx):
-            return None
-        bad = kernels.scatter_f32(idx, vals, out.numpy())
+    bad = (kernels.scatter_fp8(idx, raw, _e4m3_table(), np.float32(scales[0]), out.numpy())
+           if fp8 else kernels.scatter_f32(idx, raw, out.numpy()))
     return out if bad < 0 else None
 
 
-_E4M3 = []
-
-
+@functools.cache
 def _e4m3_table() -> np.ndarray:
     """The 256 e4m3fn values as float32 (256,), torch's own decoding of every code."""
-    if not _E4M3:
-        _E4M3.append(torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
-                     .numpy())
-    return _E4M3[0]
+    return torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float().numpy()
 
 
 # --------------------------------------------------------------------------- bit arrays
@@ -422,26 +414,13 @@ def rice_decode(payload, n: int, device=None) -> torch.Tensor:
     """The inverse, with the reference's checks (``codecs.rice_decode``): -> indices (k,) int64.
     The bits are read by the numba kernel on a CPU (``KERNELS_ON_CPU``), else by torch ops;
     the checks below are the same for both, in the same order."""
-    k, r, body = _rice_header(payload, n)
+    k, r, body = codecs.rice_header(payload, n)
     on_cpu = torch.device(device or "cpu").type == "cpu"
     read = _rice_read_kernel if KERNELS_ON_CPU and on_cpu else _rice_read_torch
     count, last, qmax, idx = read(body, k, r, device or "cpu")
     if _rice_check(count, last, qmax, int(idx[-1]) if count == k and k else 0, k, r, n, body):
         return idx
     return torch.zeros(0, dtype=torch.int64, device=device or "cpu")
-
-
-def _rice_header(payload, n: int):
-    """-> (k, r, body (B,) uint8) after the reference's checks on the header and the length."""
-    k, r = codecs._unpack("<IB", payload)
-    codecs._check_k(k, n)
-    if r > 32:
-        raise CodecError(f"Rice parameter r={r} is above 32")
-    body = np.frombuffer(payload, np.uint8, offset=5)                     # (B,)
-    if k * r > 8 * len(body):
-        raise CodecError(f"{k} remainders of {r} bits need {k * r} bits, payload has "
-                         f"{8 * len(body)}")
-    return k, r, body
 
 
 def _rice_check(count: int, last, qmax, top: int, k: int, r: int, n: int, body) -> bool:
@@ -468,7 +447,7 @@ def rice_dense(payload, n: int, k: int, fmt: str, values: bytes, scales) -> torc
     not match): the caller decodes stage by stage, which raises its own errors."""
     if not KERNELS_ON_CPU or fmt not in ("e4m3", "fp32") or (fmt == "e4m3" and len(scales) != 1):
         return None
-    hk, r, body = _rice_header(payload, n)
+    hk, r, body = codecs.rice_header(payload, n)
     fp8 = fmt == "e4m3"
     raw = np.frombuffer(values, np.uint8 if fp8 else "<f4")               # (k,)
     if hk != k or len(raw) != k or k == 0:
@@ -529,10 +508,6 @@ faster writer at every size (500 indices: 7.6 + 7.0 us encode + decode against t
 62 + 59): with them every k takes the fast codec."""
 
 
-def _min_k() -> int:
-    return 0 if KERNELS_ON_CPU else FAST_MIN_K
-
-
 def encode_indices(name: str, idx: torch.Tensor, n: int) -> bytes:
     """The bytes of codec ``name`` for sorted positions (k,), by the faster of the two writers."""
     if len(idx) < (0 if _kernel(idx) else FAST_MIN_K):
@@ -542,7 +517,7 @@ def encode_indices(name: str, idx: torch.Tensor, n: int) -> bytes:
 
 def decode_indices(name: str, payload, n: int, k: int) -> torch.Tensor:
     """Positions (k,) int64 from codec ``name``'s bytes, by the faster reader for ``k``."""
-    if k < _min_k() or name not in FAST_CODECS:
+    if k < (0 if KERNELS_ON_CPU else FAST_MIN_K) or name not in FAST_CODECS:
         return torch.from_numpy(codecs.get_codec(name).decode(payload, n))
     return FAST_CODECS[name].decode(payload, n)
 

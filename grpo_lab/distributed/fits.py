@@ -97,9 +97,8 @@ def fits_table(gpus=(24, 80, 141), world: int = 8, tokens: int = 8 * 1024,
     ``gpus`` (GB of memory) it fits, full fine-tuning and LoRA (rank 16 on the 7 linear layers
     of every block, counted as r (h + h) each: an underestimate for the MLP's wider layers; the
     frozen base in fp32, grpo_lab's default: ``hf.dtype bfloat16`` halves it)."""
-    head = ("| model | holding | full FT peak GB | fits | LoRA peak GB | fits |\n"
-            "|---|---|---|---|---|---|")
-    rows = [head]
+    rows = ["| model | holding | full FT peak GB | fits | LoRA peak GB | fits |",
+            "|---|---|---|---|---|---|"]
     variants = (("replicated", "replicated", True), ("sharder", "sharder", True),
                 ("fsdp2, rollout gathered once", "fsdp2", True),
                 ("fsdp2, gathered block by block", "fsdp2", False))

@@ -59,7 +59,7 @@ class RunningMoments:
 
     @property
     def nbytes(self) -> int:
-        return self.mean.numel() * self.mean.element_size() + self.var.numel() * self.var.element_size()
+        return self.mean.nbytes + self.var.nbytes
 
 
 def init_moments(numel: int, device="cpu", dtype=torch.float32) -> RunningMoments:
@@ -110,5 +110,4 @@ IMPORTANCE = {
 
 
 def get_importance(name: str):
-    lookup(IMPORTANCE, name, "importance score")
-    return IMPORTANCE[name]
+    return lookup(IMPORTANCE, name, "importance score")

@@ -135,28 +135,6 @@ if AVAILABLE:                                               # bit instructions, 
         def codegen(context, builder, sig, args):
             return builder.bitcast(args[0], ir.IntType(32))
         return types.uint32(types.float32), codegen
-else:                                                        # the same in Python (unused)
-    def _ctz0(x):
-        return type(x)(64 if not x else (int(x) & -int(x)).bit_length() - 1)
-
-    def _clz(x):
-        return type(x)(64 - int(x).bit_length())
-
-    def _popcount(x):
-        return type(x)(bin(int(x)).count("1"))
-
-    def _bswap(x):
-        return type(x)(int.from_bytes(int(x).to_bytes(8, "little"), "big"))
-
-    def _bits32(x):
-        return np.float32(x).view(np.uint32)
-
-    def _mark64(g, res, i, thr, words, w, feedback):
-        a = res[i:i + 64] + g[i:i + 64] if feedback else g[i:i + 64]
-        if feedback:
-            res[i:i + 64] = a
-        words[w] = np.packbits(np.abs(a) >= thr, bitorder="little").view(np.uint64)[0]
-        return np.uint32(np.abs(a).view(np.uint32).max())
 
 
 _U1, _U8, _TOP = np.uint64(1), np.uint64(8), np.uint64(1 << 63)

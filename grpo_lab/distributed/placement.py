@@ -46,13 +46,8 @@ def latency_graph(latency: np.ndarray) -> tuple[list[int], list[int], list[int]]
         raise ValueError(f"off-diagonal latencies must be > 0, got min {L[off].min()}")
     near = np.where(off, L, np.inf)                                    # diagonal: no edge
     w = np.maximum(1, np.rint(WEIGHT_SCALE * (L[off].min() / near) ** 2)).astype(int)  # (P, P)
-    xadj, adjncy, eweights = [0], [], []
-    for i in range(P):
-        nbrs = [j for j in range(P) if j != i]
-        adjncy += nbrs
-        eweights += w[i, nbrs].tolist()
-        xadj.append(len(adjncy))
-    return xadj, adjncy, eweights
+    _, adjncy = np.nonzero(off)                                        # row i: every j != i
+    return [i * (P - 1) for i in range(P + 1)], adjncy.tolist(), w[off].tolist()
 
 
 def metis_groups(latency: np.ndarray, n_groups: int, seed: int = 0) -> list[list[int]]:
@@ -128,8 +123,7 @@ def arrival(nbytes, scores, order: str, time_fn) -> tuple[np.ndarray, np.ndarray
     if nbytes.shape != scores.shape or (scores < 0).any():
         raise ValueError(f"need one non-negative score per bucket: {scores.shape} scores, "
                          f"{nbytes.shape} buckets, min score {scores.min() if scores.size else None}")
-    lookup(ORDERS, order, "order")
-    perm = ORDERS[order](scores, nbytes)
+    perm = lookup(ORDERS, order, "order")(scores, nbytes)
     t = np.cumsum([time_fn(b) for b in nbytes[perm]])                  # (B,)
     share = np.cumsum(scores[perm]) / scores.sum()                     # (B,)
     return t, share

@@ -14,6 +14,8 @@ exp_avg and exp_avg_sq plus the importance moments (16 B per element) and two in
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from grpo_lab.distributed.importance import DEFAULT_DECAY, get_importance, init_moments, update_moments
@@ -28,11 +30,8 @@ def replay_sharding(recording: dict, policy: str = "size_balanced", n_ranks: int
     importance per rank (N,), imbalance, migrated bytes; and the shards."""
     score_fn = get_importance(score)
     named = [(n, torch.empty(s)) for n, s in zip(recording["names"], recording["shapes"])]
-    offsets, off = [], 0
-    for _, t in named:
-        offsets.append(off)
-        off += t.numel()
-    shards = make_shards(named, max_shard_numel or default_max_shard_numel(off, n_ranks))
+    offsets = [0, *itertools.accumulate(t.numel() for _, t in named)]   # (P + 1,) flat starts
+    shards = make_shards(named, max_shard_numel or default_max_shard_numel(offsets[-1], n_ranks))
     moments = [init_moments(s.numel) for s in shards]
     owner = assign(policy, shards, n_ranks)                                # no scores yet
     out = {"shards": shards, "scores": [], "owner": [], "loads": [], "importance": [],

@@ -311,13 +311,8 @@ class ShardedOptimizer:
             return None, comm
         decoded = [decode_message(messages[src] if src == self.rank else
                                   bytes(inbox[src].cpu().numpy())) for src in range(N)]
-        parts = []
-        for i in idx:
-            name = self.shards[i].name
-            total = decoded[0][name].clone()
-            for d in decoded[1:]:
-                total += d[name]
-            parts.append(total / N)
+        names = [self.shards[i].name for i in idx]                        # sums in rank order
+        parts = [sum((d[name] for d in decoded[1:]), decoded[0][name]) / N for name in names]
         return torch.cat(parts).to(self.device, self.dtype), comm
 
     def _broadcast(self) -> int:
@@ -335,11 +330,8 @@ class ShardedOptimizer:
             dist.broadcast(buf, src=o, group=self.group)
             comm += (N - 1) * buf.nbytes
             if o != self.rank:
-                off = 0
-                for i in idx:
-                    self._slice(self.params[self.shards[i].param], i).copy_(
-                        buf[off:off + self.shards[i].numel])
-                    off += self.shards[i].numel
+                for i, part in zip(idx, buf.split([self.shards[i].numel for i in idx])):
+                    self._slice(self.params[self.shards[i].param], i).copy_(part)
         return comm
 
     def _broadcast_compressed(self) -> int:

@@ -202,8 +202,7 @@ class Links(NamedTuple):
 
 
 def _ring_closed(L: Links, n: float, chunks=None) -> float:
-    worst = (L.ae, L.be) if L.M > 1 else (L.ai, L.bi)
-    return ring_time(L.P, n, *worst) if L.g > 1 or L.M > 1 else 0.0
+    return ring_time(L.P, n, L.ae, L.be) if L.g > 1 or L.M > 1 else 0.0  # at the slowest link
 
 
 def _rhd_closed(L: Links, n: float, chunks=None) -> float:
@@ -221,9 +220,8 @@ def _tree_closed(L: Links, n: float, chunks=None) -> float:
 
 
 def _dbtree_closed(L: Links, n: float, chunks=None) -> float:
-    """Heap-ordered trees mix both kinds of link: the worst link."""
-    worst = (L.ae, L.be) if L.M > 1 else (L.ai, L.bi)
-    return dbtree_time(L.P, n, *worst, chunks=chunks)
+    """Heap-ordered trees mix both kinds of link: the worst link, (ae, be)."""
+    return dbtree_time(L.P, n, L.ae, L.be, chunks=chunks)
 
 
 def _hierarchical_closed(L: Links, n: float, chunks=None) -> float:

@@ -247,10 +247,8 @@ def _first_bad_code(fmt: str, scale: np.float32) -> int:
 def _check_values(name, fmt, values: bytes, scales: np.ndarray, block: int) -> None:
     """Raise WireError if any value decodes (as ``compression.dense_decode`` / ``topk_decode``
     will) to NaN or inf."""
-    if fmt == "fp32":
-        x = np.frombuffer(values, "<f4")
-    elif fmt == "fp16":
-        x = np.frombuffer(values, "<f2")
+    if fmt in ("fp32", "fp16"):
+        x = np.frombuffer(values, "<f4" if fmt == "fp32" else "<f2")
     elif fmt == "bf16":                                                    # the top half of fp32
         x = (np.frombuffer(values, "<u2").astype(np.uint32) << 16).view(np.float32)
     else:                                                                  # FP8 code x its scale
