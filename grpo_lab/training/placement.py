@@ -51,10 +51,9 @@ def study_devices(devices="auto") -> list[str]:
     if devices == "cpu":
         return []
     if isinstance(devices, int):                      # a count; a string names indices
-        count = devices
-        if not 0 < count <= n:
-            raise ValueError(f"devices={devices!r} asks for {count} GPU(s); torch sees {n} here")
-        return [f"cuda:{k}" for k in range(count)]
+        if not 0 < devices <= n:
+            raise ValueError(f"devices={devices!r} asks for {devices} GPU(s); torch sees {n} here")
+        return [f"cuda:{k}" for k in range(devices)]
     items = devices.split(",") if isinstance(devices, str) else list(devices)
     out = []
     for item in items:
