@@ -85,13 +85,6 @@ METRICS = {  # name -> (what it is, format); the per-run summary of one history
 }
 
 
-def t_quantile(df: int, level: float = 0.95) -> float:
-    """t(1 - (1 - level) / 2, df): Student's t two-sided quantile (scipy, a scikit-learn dep);
-    t(0.975, 2) = 4.303."""
-    from scipy.stats import t
-    return float(t.ppf(1 - (1 - level) / 2, df))
-
-
 def mean_ci(values, level: float = 0.95) -> tuple[float, float, float]:
     """-> (mean, ci_low, ci_high): the t-interval of the mean at ``level`` (NaN bounds for
     n < 2). For k comparisons at once, level = 1 - 0.05 / k keeps the chance of any false
@@ -103,8 +96,9 @@ def mean_ci(values, level: float = 0.95) -> tuple[float, float, float]:
     m = sum(v) / n
     if n < 2:
         return m, math.nan, math.nan
+    from scipy.stats import t                 # scipy: a scikit-learn dependency
     sd = math.sqrt(sum((x - m) ** 2 for x in v) / (n - 1))
-    half = t_quantile(n - 1, level) * sd / math.sqrt(n)
+    half = float(t.ppf(1 - (1 - level) / 2, n - 1)) * sd / math.sqrt(n)   # t(0.975, 2) = 4.303
     return m, m - half, m + half
 
 
@@ -225,8 +219,7 @@ def lead_sentence(d: dict) -> str:
     """A comparison that is not the study's question: its interval, and at the sd's upper
     bound what it could have detected, without a verdict ("lead", not a test)."""
     head = f"lead: {d['a']} - {d['b']} on {d['metric']}"
-    if d["n"] < MIN_SEEDS or not can_tell(d["n"], d["ci_low"], d["ci_high"]) \
-            or d.get("rounding"):
+    if not can_tell(d["n"], d["ci_low"], d["ci_high"]) or d.get("rounding"):  # MIN_SEEDS too
         return head + difference_sentence(d)[len(head) - len("lead: "):]
     text = (f"{head}: {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over "
             f"{d['n']} paired seeds, interval {'excludes' if d['excludes_zero'] else 'includes'}"
