@@ -1144,11 +1144,8 @@ def _looks(root: Path) -> list:
 
 def _size(folder: Path, pattern: str = "*") -> int:
     """Bytes of the files under ``folder`` that match ``pattern`` (folders: their files)."""
-    total = 0
-    for p in Path(folder).glob(pattern):
-        files = [p] if p.is_file() else [f for f in p.rglob("*") if f.is_file()]
-        total += sum(f.stat().st_size for f in files)
-    return total
+    return sum(f.stat().st_size for p in Path(folder).glob(pattern)
+               for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
 
 
 def _disk(root: Path, keep: str) -> dict:
