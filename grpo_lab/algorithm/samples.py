@@ -28,17 +28,13 @@ PER_TASK = 4
 def rows(scored, accuracy, fmt=None, k: int = PER_TASK) -> list[dict]:
     """The first ``k`` prompts of a greedy evaluation (``rollout.Scored``, one completion per
     prompt) -> sample dicts."""
-    out = []
-    for i in range(min(k, len(scored.texts))):
-        ex = scored.examples[i]
-        out.append({"task": ex.task, "prompt": ex.prompt, "completion": scored.texts[i],
-                    "answer": ex.answer, "reward": round(float(scored.rewards[i]), 4),
-                    "accuracy": float(accuracy[i]),
-                    **({"format": float(fmt[i])} if fmt is not None else {}),
-                    **{f"reward/{name}": round(float(v[i]), 4)
-                       for name, v in scored.parts.items()},
-                    "stopped": bool(scored.rollout.stopped[i])})
-    return out
+    return [{"task": ex.task, "prompt": ex.prompt, "completion": scored.texts[i],
+             "answer": ex.answer, "reward": round(float(scored.rewards[i]), 4),
+             "accuracy": float(accuracy[i]),
+             **({"format": float(fmt[i])} if fmt is not None else {}),
+             **{f"reward/{name}": round(float(v[i]), 4) for name, v in scored.parts.items()},
+             "stopped": bool(scored.rollout.stopped[i])}
+            for i, ex in enumerate(scored.examples[:min(k, len(scored.texts))])]
 
 
 def append(out_dir: str | Path, step: int, samples: list[dict]) -> None:

@@ -85,13 +85,6 @@ METRICS = {  # name -> (what it is, format); the per-run summary of one history
 }
 
 
-def t_quantile(df: int, level: float = 0.95) -> float:
-    """t(1 - (1 - level) / 2, df): Student's t two-sided quantile (scipy, a scikit-learn dep);
-    t(0.975, 2) = 4.303."""
-    from scipy.stats import t
-    return float(t.ppf(1 - (1 - level) / 2, df))
-
-
 def mean_ci(values, level: float = 0.95) -> tuple[float, float, float]:
     """-> (mean, ci_low, ci_high): the t-interval of the mean at ``level`` (NaN bounds for
     n < 2). For k comparisons at once, level = 1 - 0.05 / k keeps the chance of any false
@@ -103,8 +96,9 @@ def mean_ci(values, level: float = 0.95) -> tuple[float, float, float]:
     m = sum(v) / n
     if n < 2:
         return m, math.nan, math.nan
+    from scipy.stats import t                 # scipy: a scikit-learn dependency
     sd = math.sqrt(sum((x - m) ** 2 for x in v) / (n - 1))
-    half = t_quantile(n - 1, level) * sd / math.sqrt(n)
+    half = float(t.ppf(1 - (1 - level) / 2, n - 1)) * sd / math.sqrt(n)   # t(0.975, 2) = 4.303
     return m, m - half, m + half
 
 
@@ -225,8 +219,7 @@ def lead_sentence(d: dict) -> str:
     """A comparison that is not the study's question: its interval, and at the sd's upper
     bound what it could have detected, without a verdict ("lead", not a test)."""
     head = f"lead: {d['a']} - {d['b']} on {d['metric']}"
-    if d["n"] < MIN_SEEDS or not can_tell(d["n"], d["ci_low"], d["ci_high"]) \
-            or d.get("rounding"):
+    if not can_tell(d["n"], d["ci_low"], d["ci_high"]) or d.get("rounding"):  # MIN_SEEDS too
         return head + difference_sentence(d)[len(head) - len("lead: "):]
     text = (f"{head}: {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over "
             f"{d['n']} paired seeds, interval {'excludes' if d['excludes_zero'] else 'includes'}"
@@ -316,16 +309,11 @@ class Results:
 
     def _table(self) -> tuple[list[str], list[list[str]]]:
         """Strategies as rows, metrics as "mean ± half-width" cells (n when not every seed)."""
-        rows = self.rows()
-        metrics = [m for m in METRICS if any(r["metric"] == m for r in rows)]
+        rows = {(r["strategy"], r["metric"]): r for r in self.rows()}
+        metrics = [m for m in METRICS if any(rm == m for _, rm in rows)]
         seeds = {s: sum(r["strategy"] == s for r in self.runs) for s in self.strategies}
-        body = []
-        for s in self.strategies:
-            cells = [s]
-            for m in metrics:
-                r = next((r for r in rows if r["strategy"] == s and r["metric"] == m), None)
-                cells.append(_cell(r, METRICS[m][1], seeds[s]))
-            body.append(cells)
+        body = [[s] + [_cell(rows.get((s, m)), METRICS[m][1], seeds[s]) for m in metrics]
+                for s in self.strategies]
         return ["strategy"] + metrics, body
 
     def to_markdown(self) -> str:
@@ -493,15 +481,13 @@ class Results:
             verdict = difference_sentence(d).split(": ")[-1]
             verdict = "no test: " + verdict[0].lower() + verdict[1:]
         else:
-            verdict = (f"p = {p:.3g} {'<=' if rejects else '>'} {level:.3g}: "
-                       + ("rejects no difference." if rejects else
-                          "does not reject no difference."))
-        if d["n"] >= MIN_SEEDS and math.isfinite(p) and not d["rounding"]:
             sd = float(np.std(d["values"], ddof=1))
             found = detectable(sd, d["n"], d["n"] - 1)
             d.update(sd=sd, detectable=found["detectable"], detectable_rough=found["rough"])
-            verdict = (verdict[:-1] + f"; 80% power for {found['detectable']:.3g} at the sd's "
-                       f"95% upper bound (rough, at the observed sd: {found['rough']:.3g}).")
+            verdict = (f"p = {p:.3g} {'<=' if rejects else '>'} {level:.3g}: "
+                       + ("rejects" if rejects else "does not reject") + " no difference"
+                       f"; 80% power for {found['detectable']:.3g} at the sd's 95% upper "
+                       f"bound (rough, at the observed sd: {found['rough']:.3g}).")
         return {**d, "p": p, "level": level, "seeds": seeds, "rejects": rejects,
                 "sentence": f"{head} ({how}paired t-test): {what}: {verdict}"}
 
@@ -541,8 +527,7 @@ class Results:
     def plot(self, metric: str = "eval/accuracy", ax=None):
         """Mean of ``metric`` vs step per strategy, with a min-max band over seeds -> Figure."""
         import matplotlib.pyplot as plt
-        fig = ax.figure if ax is not None else plt.subplots(figsize=(7, 4))[0]
-        ax = ax if ax is not None else fig.axes[0]
+        fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(7, 4))
         for s in self.strategies:
             curves = [{h["step"]: h[metric] for h in r["history"] if metric in h}
                       for r in self.runs if r["strategy"] == s]
@@ -709,14 +694,6 @@ def _base_evaluations(jobs: list, root: Path, device: str = "") -> dict:
     return done
 
 
-def _progress_line(name: str, seed: int, row: dict, steps: int) -> str | None:
-    if "eval/accuracy" not in row:
-        return None
-    extra = "".join(f", {k} {row[k]:.3f}" for k in ("eval/format",) if k in row)
-    return (f"[{name} seed {seed}] step {row['step'] + 1}/{steps}: eval/accuracy "
-            f"{row['eval/accuracy']:.3f}{extra}")
-
-
 def _run_all(jobs: list[Job], processes: int, method: str, progress: bool,
              in_process: bool, devices: list[str] = ()) -> None:
     """Run ``jobs``, here one after another (``in_process``) or each in a worker process of
@@ -729,9 +706,7 @@ def _run_all(jobs: list[Job], processes: int, method: str, progress: bool,
     slots = Slots(list(devices)[:processes]) if devices else None
 
     def place(j: Job) -> Job:                 # a run starts: its device is a free slot
-        if slots is None:
-            return j
-        return dataclasses.replace(j, cfg=on_device(j.cfg, slots.take()))
+        return j if slots is None else dataclasses.replace(j, cfg=on_device(j.cfg, slots.take()))
 
     def release(j: Job) -> None:              # it ended: the slot is free again
         if slots is not None:
@@ -740,6 +715,13 @@ def _run_all(jobs: list[Job], processes: int, method: str, progress: bool,
     bar = tqdm(total=sum(steps.values()), desc=f"{len(jobs)} runs", disable=not progress)
     out = sys.stdout                  # here, not the run's captured stdout (its health lines)
     say = (lambda line: bar.write(line, file=out)) if progress else (lambda _line: None)
+
+    def show(j: Job, row: dict) -> None:      # a metrics row: the bar, and a line per evaluation
+        bar.update()
+        if "eval/accuracy" in row:
+            extra = "".join(f", {k} {row[k]:.3f}" for k in ("eval/format",) if k in row)
+            say(f"[{j.name} seed {j.seed}] step {row['step'] + 1}/{j.cfg.steps}: eval/accuracy "
+                f"{row['eval/accuracy']:.3f}{extra}")
 
     def finished(name, seed, err):
         if err is not None:
@@ -752,13 +734,8 @@ def _run_all(jobs: list[Job], processes: int, method: str, progress: bool,
     try:
         if in_process:
             for j in jobs:
-                def on_step(m, policy, j=j):
-                    bar.update()
-                    line = _progress_line(j.name, j.seed, m, j.cfg.steps)
-                    if line:
-                        say(line)
                 j = place(j)
-                res = _run_job(j, on_step)
+                res = _run_job(j, lambda m, policy, j=j: show(j, m))
                 release(j)
                 finished(*res)
             return
@@ -777,10 +754,7 @@ def _run_all(jobs: list[Job], processes: int, method: str, progress: bool,
                     except json.JSONDecodeError:      # a line being written: next time
                         break
                     seen[key] += 1
-                    bar.update()
-                    line = _progress_line(j.name, j.seed, row, j.cfg.steps)
-                    if line:
-                        say(line)
+                    show(j, row)
 
         def result(job, res):
             if isinstance(res, BaseException):        # the worker's own wrapper failed
@@ -798,14 +772,6 @@ def _run_all(jobs: list[Job], processes: int, method: str, progress: bool,
         torch.set_num_threads(threads)
 
 
-def _evaluations(cfg) -> int:
-    """How many times a run of ``cfg`` evaluates (its eval grid, the last step always)."""
-    if not cfg.eval_size:
-        return 0
-    return len({s for s in range(cfg.steps)
-                if (cfg.eval_every and (s + 1) % cfg.eval_every == 0) or s == cfg.steps - 1})
-
-
 def _plan(pilot_runs: list, pilot_wall_s: float, pilot_procs: int, cfgs: list, n_pending: int,
           processes: int, seeds, sd, effect, pilot_steps: int, sd_df: int | None = None) -> dict:
     """The cost forecast and the detectable difference -> a dict with the sentences. Cost:
@@ -821,7 +787,7 @@ def _plan(pilot_runs: list, pilot_wall_s: float, pilot_procs: int, cfgs: list, n
         s_eval = max(0.0, sum(evals) / len(evals)) if evals else 0.0
         pilot_waves = math.ceil(len(pilot_runs) / pilot_procs)
         overhead = max(0.0, pilot_wall_s / pilot_waves - pilot_steps * s_step - s_eval)
-        per_run = [c.steps * s_step + _evaluations(c) * s_eval + overhead for c in cfgs]
+        per_run = [c.steps * s_step + len(_grid(c)[1:]) * s_eval + overhead for c in cfgs]
         waves = math.ceil(n_pending / processes)
         total = waves * (sum(per_run) / len(per_run))
         plan.update(seconds_per_step=s_step, seconds_per_eval=s_eval, overhead_s=overhead,
@@ -880,11 +846,6 @@ def _plan(pilot_runs: list, pilot_wall_s: float, pilot_procs: int, cfgs: list, n
                                  + (" (at the sd's 95% upper bound)" if sd_df is not None
                                     else ""))
     return plan
-
-
-def _spec(strategies, seeds, base, base_preset, target) -> dict:
-    return json.loads(json.dumps({"strategies": strategies, "seeds": list(seeds), "base": base,
-                                  "base_preset": base_preset, "target": target}, default=str))
 
 
 def run_experiment(strategies: dict[str, dict], seeds=(0, 1, 2), base: dict | None = None,
@@ -1029,7 +990,8 @@ def _check_study_inputs(strategies, seeds, processes, target, pilot_steps) -> No
 def _study(strategies, seeds, base, processes, threads, method, target, progress,
            base_preset, root: Path, resume, pilot_steps, sd, effect, out_dir, keep, plan_only,
            in_process, sd_df, primary, sequential, gpus) -> Results:
-    spec = _spec(strategies, seeds, base, base_preset, target)
+    spec = json.loads(json.dumps({"strategies": strategies, "seeds": list(seeds), "base": base,
+                                  "base_preset": base_preset, "target": target}, default=str))
     spec.update(primary=primary, sequential=sequential)
     placed = {"devices": gpus or ["cpu"]}     # where this session's runs train: not matched
     spec_path = root / STUDY_FILE
@@ -1111,9 +1073,9 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
         print(head)
     _run_all([Job(n, s, c, base_evals.get(_eval_key(c)), models, keep != "none")
               for n, s, c in todo], processes, method, progress, in_process, gpus)
-    runs, notes = [], []
-    for n, s, c in jobs_cfg:
-        runs.append(_run_row(n, s, Path(c.out_dir), c.out_dir if out_dir else None))
+    runs = [_run_row(n, s, Path(c.out_dir), c.out_dir if out_dir else None)
+            for n, s, c in jobs_cfg]
+    notes = []
     versions: dict = {}
     for r in runs:
         key = json.dumps(r["history"][0].get("plugins/sha256", {}), sort_keys=True)
@@ -1182,11 +1144,8 @@ def _looks(root: Path) -> list:
 
 def _size(folder: Path, pattern: str = "*") -> int:
     """Bytes of the files under ``folder`` that match ``pattern`` (folders: their files)."""
-    total = 0
-    for p in Path(folder).glob(pattern):
-        files = [p] if p.is_file() else [f for f in p.rglob("*") if f.is_file()]
-        total += sum(f.stat().st_size for f in files)
-    return total
+    return sum(f.stat().st_size for p in Path(folder).glob(pattern)
+               for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
 
 
 def _disk(root: Path, keep: str) -> dict:

@@ -37,24 +37,18 @@ DEVICE_CHOICES = ("'auto', 'cpu', GPU indices such as '0,2', 'cuda:1' or ['cuda:
                   "or (from Python) an int: the first N GPUs")
 
 
-def visible_gpus() -> int:
-    """CUDA devices torch sees here (the tests replace ``torch.cuda.device_count``)."""
-    return torch.cuda.device_count()                  # 0 on a CPU build or without a GPU
-
-
 def study_devices(devices="auto") -> list[str]:
     """A study's ``devices`` setting -> the GPUs its runs are placed on, ["cuda:0", ...];
     [] for the CPU (module docstring). A GPU torch does not see is an error naming it."""
-    n = visible_gpus()
+    n = torch.cuda.device_count()                     # 0 on a CPU build or without a GPU
     if devices in (None, "auto", ""):
         return [f"cuda:{k}" for k in range(n)]
     if devices == "cpu":
         return []
     if isinstance(devices, int):                      # a count; a string names indices
-        count = devices
-        if not 0 < count <= n:
-            raise ValueError(f"devices={devices!r} asks for {count} GPU(s); torch sees {n} here")
-        return [f"cuda:{k}" for k in range(count)]
+        if not 0 < devices <= n:
+            raise ValueError(f"devices={devices!r} asks for {devices} GPU(s); torch sees {n} here")
+        return [f"cuda:{k}" for k in range(devices)]
     items = devices.split(",") if isinstance(devices, str) else list(devices)
     out = []
     for item in items:

@@ -36,12 +36,8 @@ def drawn_panels(history: list[dict]) -> list[tuple[tuple[str, ...], str, str]]:
     """The ``PANELS`` that have something to show, each with only its metrics that do: a metric
     never logged, or 0 at every step (the KL at beta = 0 in older runs, the clip fractions when
     mu = 1: nothing is ever clipped), is left out, and a panel with none left is left out."""
-    out = []
-    for keys, name, ylabel in PANELS:
-        shown = tuple(k for k in keys if any(h.get(k) for h in history))
-        if shown:
-            out.append((shown, name, ylabel))
-    return out
+    return [(shown, name, ylabel) for keys, name, ylabel in PANELS
+            if (shown := tuple(k for k in keys if any(h.get(k) for h in history)))]
 
 
 def plot_history(history: list[dict], title: str = "", target: float | None = None):

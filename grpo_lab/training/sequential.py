@@ -85,12 +85,7 @@ def nominal_levels(looks, alpha: float = 0.05, spending: str = "obrien_fleming")
 def paired_p(diffs) -> float:
     """The two-sided p-value of the paired t-test of mean(diffs) = 0 (n - 1 df); NaN when
     every difference is the same."""
-    from scipy.stats import t
     d = np.asarray(diffs, dtype=np.float64)
-    n = len(d)
-    if n < 2:
+    if len(d) < 2 or d.std(ddof=1) == 0:
         return math.nan
-    sd = d.std(ddof=1)
-    if sd == 0:
-        return math.nan
-    return float(2 * t.sf(abs(d.mean()) / (sd / math.sqrt(n)), n - 1))
+    return float(t_pvalues(d[None])[0])

@@ -31,6 +31,7 @@ resumes at.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -226,10 +227,8 @@ class Trackers:
     def _failed(self, name: str, when: str, e: Exception) -> None:
         w = self.live.pop(name, None)
         if w is not None:
-            try:
+            with contextlib.suppress(Exception):
                 w.close()                # release what it holds; it failed already, say nothing
-            except Exception:
-                pass
         from grpo_lab.errors import one_line
         warnings.warn(f"tracker {name!r} failed at {when}: {one_line(e)}; training goes on "
                       f"without it (metrics.jsonl and the checkpoints are unaffected)",
