@@ -226,6 +226,8 @@ def test_metrics_and_summary(runs):
     assert 0.0 <= s["eval/accuracy"] <= 1.0
     g = _steps(runs["grpo"][0])
     assert len(g) == 2 and all("reward/mean" in m and "loss/kl" in m for m in g)
+    empty = comm_summary([{"step": -1, "eval/accuracy": 0.5}])   # evaluated, no step taken
+    assert empty["comm/bytes_per_step"] is None and empty["comm/bytes_total"] == 0
 
 
 def test_bad_options_are_named(tiny_base, tmp_path):

@@ -1156,10 +1156,10 @@ def _disk(root: Path, keep: str) -> dict:
     one = max((_read_json(f / RESULT_FILE, RESULT_BAD).get("checkpoint_bytes", 0)
                for f in runs if (f / RESULT_FILE).exists()), default=0)
     per_run = sum(_size(f) for f in runs) / max(1, len(runs))
-    mb = lambda b: f"{b / 1e6:.1f} MB"                            # noqa: E731
-    return {"bytes": _size(root), "per_run_bytes": per_run, "checkpoint_bytes": ckpts,
+    total, mb = _size(root), lambda b: f"{b / 1e6:.1f} MB"       # noqa: E731
+    return {"bytes": total, "per_run_bytes": per_run, "checkpoint_bytes": ckpts,
             "checkpoint_would_be": one, "keep": keep,
-            "line": f"disk: {mb(_size(root))} in {root} ({mb(per_run)} a run); --keep {keep}: "
+            "line": f"disk: {mb(total)} in {root} ({mb(per_run)} a run); --keep {keep}: "
                     f"{mb(ckpts)} of checkpoints kept; a run's checkpoint is {mb(one)}"}
 
 

@@ -175,11 +175,11 @@ def comm_summary(history: list[dict]) -> dict:
     """Totals of a data-parallel run's steps: bytes per step (mean), total bytes, bytes the
     process wrote (wchar, mean), training time, final held-out accuracy."""
     steps = [h for h in history if h.get("step", -1) >= 0]
-    n = len(steps)
+    total = sum(h.get("comm/bytes", 0) for h in steps)
     wc = [h["comm/wchar_bytes"] for h in steps if h.get("comm/wchar_bytes") is not None]
     accs = [h["eval/accuracy"] for h in history if "eval/accuracy" in h]
-    return {"comm/bytes_per_step": sum(h.get("comm/bytes", 0) for h in steps) / n,
-            "comm/bytes_total": sum(h.get("comm/bytes", 0) for h in steps),
+    return {"comm/bytes_per_step": total / len(steps) if steps else None,
+            "comm/bytes_total": total,
             "comm/wchar_per_step": sum(wc) / len(wc) if wc else None,
             "time/train_s": sum(h["time/step_s"] for h in steps),
             "eval/accuracy": accs[-1] if accs else None}
