@@ -76,8 +76,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     Rollout with N = B*G rows, at most ``max_new_tokens`` each (module docstring). ``draw``: one of
     ``DRAWS`` (None: the race); ``generator``: one, or one per prompt; ``use_cache=False``:
     recompute every step; ``drop_finished``, ``share_prefix``: ``engine.Decode``'s levers (the
-    same tokens); ``clock``: a dict that gets the seconds per phase added (time/prefill_s,
-    time/decode_forward_s, time/decode_sample_s, time/decode_cache_s)."""
+    same tokens); ``clock``: a dict that gets the seconds per phase added (``CLOCK_KEYS``)."""
     for bad, why in ((G < 1, f"group size G must be >= 1, got {G}"),
                      (max_new_tokens < 1, f"max_new_tokens must be >= 1, got {max_new_tokens}"),
                      (temperature <= 0, f"temperature must be > 0 (use greedy=True for argmax), "
@@ -149,6 +148,10 @@ class Ticker:
     def __call__(self, key: str) -> None:
         t0, self.t = self.t, time.perf_counter()
         add_time(self.clock, key, self.t - t0)
+
+
+CLOCK_KEYS = ("time/prefill_s", "time/decode_forward_s", "time/decode_sample_s",
+              "time/decode_cache_s")
 
 
 def prompt_noise(noise, N: int, G: int, generator) -> torch.Tensor:
