@@ -44,14 +44,12 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
         raise ValueError(f"need gamma and lambda in [0, 1], got gamma={gamma}, lambda={lam}")
     m = mask.to(values.dtype)
     r, v = torch.where(mask, rewards, 0.0), torch.where(mask, values, 0.0)        # (N, T)
+    next_m = torch.cat([m[:, 1:], torch.zeros_like(m[:, :1])], 1)                 # (N, T) t+1 real
     next_v = torch.cat([v[:, 1:] * m[:, 1:], torch.zeros_like(v[:, :1])], 1)       # (N, T)
     delta = (r + gamma * next_v - v) * m                                          # (N, T)
-    T = delta.shape[1]
-    adv = torch.zeros_like(delta)
-    a_next = torch.zeros_like(delta[:, 0])                                        # (N,) A_{t+1}
-    for t in reversed(range(T)):                       # A_t = delta_t + gamma lambda A_{t+1}
-        cont = m[:, t + 1] if t + 1 < T else torch.zeros_like(a_next)             # next is real
-        a_next = delta[:, t] + gamma * lam * cont * a_next
+    adv, a_next = torch.zeros_like(delta), torch.zeros_like(delta[:, 0])          # a_next: A_{t+1}
+    for t in reversed(range(delta.shape[1])):          # A_t = delta_t + gamma lambda A_{t+1}
+        a_next = delta[:, t] + gamma * lam * next_m[:, t] * a_next
         adv[:, t] = a_next
     adv = adv * m
     return adv, (adv + v) * m

@@ -306,9 +306,7 @@ register_policy_loss("cispo", cispo_loss, "MiniMax-M1 (MiniMax 2025)",
 def check_clip(name: str, clip: Clip) -> Clip:
     """Raise ValueError on a Clip the surrogate ``name`` cannot use, saying why -> the Clip
     with floats."""
-    clip = Clip(*_numbers(eps_low=clip.eps_low, eps_high=clip.eps_high, dual_clip=clip.dual_clip,
-                          delta=clip.delta, log_ratio_clamp=clip.log_ratio_clamp,
-                          cispo_cap=clip.cispo_cap, cispo_floor=clip.cispo_floor))
+    clip = Clip(*_numbers(**{f.name: getattr(clip, f.name) for f in fields(Clip)}))
     for field, reader, hint in (("dual_clip", "clip", " (two_sided's delta is the same bound)"),
                                 ("delta", "two_sided", ""),
                                 ("cispo_floor", "cispo", "")):             # its one reader
@@ -538,10 +536,9 @@ def grpo_loss(logp, old_logp, advantages, mask, clip: Clip = Clip(eps_high=0.2),
 
 def _check_settings(clip, aggregation, max_len, ratio_level, policy_loss):
     """Raise ValueError naming the first bad setting of surrogate_loss -> clip as floats."""
-    for table, name, value in ((AGGREGATIONS, "aggregation", aggregation),
-                               (RATIO_LEVELS, "ratio_level", ratio_level),
-                               (POLICY_LOSSES, "policy_loss", policy_loss)):
-        lookup(table, value, name)
+    lookup(AGGREGATIONS, aggregation, "aggregation")
+    lookup(RATIO_LEVELS, ratio_level, "ratio_level")
+    lookup(POLICY_LOSSES, policy_loss, "policy_loss")
     if max_len is not None and not (isinstance(max_len, numbers.Integral) and max_len > 0):
         raise ValueError(f"max_len must be a positive int (the dr_grpo normaliser), "
                          f"got {max_len!r}")

@@ -28,8 +28,7 @@ the KL, ...).
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from grpo_lab.registry import lookup
 
@@ -74,7 +73,7 @@ def apply_method(cfg) -> None:
     for name, value in method.fields.items():
         *block, field = name.split(".")                 # "kl.beta": the kl block's beta
         owner = getattr(cfg, block[0]) if block else cfg
-        default = {f.name: f.default for f in dataclasses.fields(owner)}[field]
+        default = {f.name: f.default for f in fields(owner)}[field]
         given = getattr(owner, field)
         if given != value and given != default:
             raise ValueError(f"method={cfg.method!r} sets {name}={value!r} ({method.paper}), "

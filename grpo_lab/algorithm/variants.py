@@ -47,6 +47,7 @@ from dataclasses import dataclass, fields
 from typing import Callable, NamedTuple
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from grpo_lab.algorithm.advantages import process_advantages
 from grpo_lab.algorithm.loss import (KL, KL_PLACEMENTS, EntropyBonus, entropy_term, grpo_only,
@@ -339,11 +340,8 @@ register_variant("entropy_bonus", lambda cfg: cfg.entropy_bonus.coef != 0, setti
 # ---- process supervision (DeepSeekMath 4.1.3)
 
 def _process_advantages(cfg, g, cluster_ids, prompt_index, group_ids):
-    T = max(len(x) for x in g.step_rewards)
-    sr = torch.zeros(len(g.step_rewards), T)                              # (N, T)
-    mask = torch.arange(T)[None] < g.lengths[:, None]                     # (N, T)
-    for i, row in enumerate(g.step_rewards):
-        sr[i, :len(row)] = torch.tensor(row)
+    sr = pad_sequence([torch.tensor(row) for row in g.step_rewards], batch_first=True)  # (N, T)
+    mask = torch.arange(sr.shape[1])[None] < g.lengths[:, None]           # (N, T)
     adv = process_advantages(sr, mask, group_ids)                         # (N, T)
     return adv, adv[mask]
 

@@ -216,11 +216,10 @@ class _ChosenLogprob(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, rows, ids, temperature: float, with_entropy: bool, keep_logits: bool):
-        V = x.shape[-1]                                                    # x (R, V)
         order = torch.argsort(rows, stable=True)                           # (M,) by row
         chosen = torch.empty(ids.shape, dtype=torch.float32, device=x.device)    # (M,)
         row_entropy = torch.empty(x.shape[0], device=x.device) if with_entropy else None
-        for (s, e), pos in _slices_and_positions(x.shape[0], V, rows, order):
+        for (s, e), pos in _slices_and_positions(*x.shape, rows, order):  # x (R, V)
             logp = F.log_softmax(scaled_logits(x[s:e], temperature), -1)   # (r, V)
             chosen[pos] = logp[rows[pos] - s, ids[pos]]
             if with_entropy:                   # -sum p log p as one dot product, no graph
@@ -235,12 +234,11 @@ class _ChosenLogprob(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g, _):
         x, rows, ids, order = ctx.saved_tensors                            # (R, V), (M,) x 3
-        T, V = ctx.temperature, x.shape[-1]
-        g = g / T                                                          # (M,)
+        g = g / ctx.temperature                                            # (M,)
         per_row = torch.zeros(x.shape[0], device=x.device).index_add_(0, rows, g)   # (R,)
         grad = torch.empty_like(x)                                         # (R, V)
-        for (s, e), pos in _slices_and_positions(x.shape[0], V, rows, order):
-            probs = F.log_softmax(scaled_logits(x[s:e], T), -1).exp_()     # (r, V)
+        for (s, e), pos in _slices_and_positions(*x.shape, rows, order):
+            probs = F.log_softmax(scaled_logits(x[s:e], ctx.temperature), -1).exp_()  # (r, V)
             probs.mul_(-per_row[s:e, None])                                # - sum g p
             probs.index_put_((rows[pos] - s, ids[pos]), g[pos], accumulate=True)  # + g at a token
             grad[s:e] = probs                                              # in logits' dtype
@@ -264,8 +262,7 @@ def chosen_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float 
     over the V-wide logits (tests/test_speed_levers.py); the logits are kept for a backward
     only. With ``rows`` (shaped as ``ids``), logits are (R, V) and position m's prediction is
     row ``rows[m]`` (the packed forward: no (..., V) copy of a shared row)."""
-    V = logits.shape[-1]
-    x = logits.reshape(-1, V)                                              # (R, V)
+    x = logits.reshape(-1, logits.shape[-1])                               # (R, V)
     if rows is None:
         rows = torch.arange(ids.numel(), device=x.device)                  # (M,)
     elif rows.numel() and int(rows.max()) >= x.shape[0]:

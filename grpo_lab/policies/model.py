@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -198,8 +199,6 @@ def load_policy(path: str | Path) -> GPT:
     A toy run's training checkpoint is accepted too, with a warning: its policy's weights
     only (no optimizer state, no PPO critic), so ``--base_checkpoint runs/x/checkpoint.safetensors``
     starts a new run from where that one stopped; ``--resume`` continues the run itself."""
-    import warnings
-
     tensors, meta = read_tensors(path)
     if meta.get("format") == CKPT_TAG:
         if "path" in meta_field(meta, "model_config", path):

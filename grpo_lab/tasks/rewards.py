@@ -98,13 +98,9 @@ def step_rewards(completions: Sequence[str], examples: Sequence[Example],
     length limit has no <eos> token and so no reward for it.
     """
     check_batch(completions, examples, stopped)
-    out = []
-    for c, ex, s in zip(completions, examples, stopped):
-        row = [float(j < len(ex.answer) and ch == ex.answer[j]) for j, ch in enumerate(c)]
-        if s:
-            row.append(float(len(c) == len(ex.answer)))
-        out.append(row)
-    return out
+    return [[float(j < len(ex.answer) and ch == ex.answer[j]) for j, ch in enumerate(c)]
+            + ([float(len(c) == len(ex.answer))] if s else [])             # the <eos>, if any
+            for c, ex, s in zip(completions, examples, stopped)]
 
 
 REWARDS = {"accuracy": accuracy_reward, "partial": partial_reward, "format": format_reward,

@@ -91,16 +91,9 @@ def ppo_objective(policy, batch: PPOBatch, cfg, world: int = 1):
     return loss * world, {k: stats[k] for k in logged_stats(PPO_STATS, cfg)}  # shares = values
 
 
-def _head(policy, load):
-    return ValueHead(policy.cfg.n_embd)
-
-
-def _network(policy, load):
-    return ValueNetwork(load())
-
-
 # the critics a PPO run can train: (policy, load) -> the module attached as policy.value_head
-CRITICS = {"head": _head, "network": _network}
+CRITICS = {"head": lambda policy, load: ValueHead(policy.cfg.n_embd),
+           "network": lambda policy, load: ValueNetwork(load())}
 
 
 def attach_critic(policy, cfg, load) -> None:

@@ -386,10 +386,9 @@ def grpo_objective(policy, batch: Batch, cfg, world: int = 1):
     mine, mine_w = ((t, w) if counted.all()       # overlong "filter", verl's rejection:
                     else _rows_of(t, w, counted))  # the counted rows only
     loss, stats = surrogate_loss(                  # checked: TrainConfig checked the settings
-        mine.logp, mine.old, mine.advantages, mine.mask,
-        cfg.clip, cfg.loss.aggregation, batch.max_len or max_new_tokens(cfg),
-        cfg.loss.ratio_level, cfg.loss.policy, mine_w, [partial(v.term, cfg, mine) for v in variants if v.term is not None],
-        checked=True)
+        mine.logp, mine.old, mine.advantages, mine.mask, cfg.clip, cfg.loss.aggregation,
+        batch.max_len or max_new_tokens(cfg), cfg.loss.ratio_level, cfg.loss.policy, mine_w,
+        [partial(v.term, cfg, mine) for v in variants if v.term is not None], checked=True)
     n_tok = int(kept.sum())
     stats["policy/entropy"] = float(entropy.detach()[kept].sum()) / max(n_tok, 1)
     for v in variants:
@@ -425,9 +424,7 @@ def demo_batch(examples, policy=None) -> tuple[torch.Tensor, torch.Tensor, torch
         n_answer.append(len(answer))
     ids, mask = left_pad(seqs, pad)                                        # (B, T)
     T = ids.shape[1]
-    target_mask = torch.zeros_like(mask)
-    for i, n in enumerate(n_answer):
-        target_mask[i, T - n:] = True                                      # predict these
+    target_mask = torch.arange(T) >= T - torch.tensor(n_answer)[:, None]   # (B, T) predict these
     return ids, mask, target_mask
 
 
@@ -475,13 +472,10 @@ def split_batch(batch, m: int) -> list:
                          f"{type(batch).__name__}")
     index = batch.scored.rollout.prompt_index                              # (N_r,)
     chunks = [c for c in torch.arange(len(batch.scored.examples)).tensor_split(m) if len(c)]
-    parts = []
-    for c in chunks:
-        rows = torch.isin(index, c)                                        # (N_r,) bool
-        parts.append(batch._replace(scored=take_scored(batch.scored, rows),
-                                    advantages=batch.advantages[rows],
-                                    rows={k: x[rows] for k, x in batch.rows.items()}))
-    return parts or [batch]
+    picks = [torch.isin(index, c) for c in chunks]                         # (N_r,) bool each
+    return [batch._replace(scored=take_scored(batch.scored, p), advantages=batch.advantages[p],
+                           rows={k: x[p] for k, x in batch.rows.items()})
+            for p in picks] or [batch]
 
 
 def backward(objective, policy, parts: list, cfg, world: int = 1,
