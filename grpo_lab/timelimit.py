@@ -50,8 +50,13 @@ class _Stop(BaseException):
 
 
 def _raise_in(thread_id: int, exc) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
-                                               ctypes.py_object(exc) if exc else None)
+    """Raise ``exc`` in the thread at its next Python call or loop turn. Never used to take a
+    stop back (``exc`` NULL): on CPython 3.11 that leaves the interpreter's eval breaker set for
+    good, so every later call takes its slow path and, under ``sys.settrace`` (a debugger,
+    coverage, tools/step_trace.py), the next call loops forever. A stop not yet delivered when
+    its block ends lands in the disarm's first Python call instead, which drops it
+    (``user_code``'s ``finally``)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc))
 
 
 class _Watchdog:
@@ -71,8 +76,6 @@ class _Watchdog:
                 self.thread = threading.Thread(target=self._run, name="grpo_lab user-code "
                                                "watchdog", daemon=True)
                 self.thread.start()
-            if self.armed is not None and self.armed["stopped"]:
-                _raise_in(self.armed["thread"], None)   # an undelivered stop must not land later
             self.armed = None if what is None else {
                 "thread": threading.get_ident(), "deadline": time.monotonic() + limit,
                 "what": what, "limit": limit, "grace": grace, "stopped": False}

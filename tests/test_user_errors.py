@@ -313,6 +313,37 @@ def test_a_looping_call_is_stopped_where_it_loops_and_named():
     time.sleep(0.5)                  # nothing lands after the block
 
 
+AFTER_STOPS = r"""
+import sys, time
+from grpo_lab.timelimit import UserCodeTimeout, user_code
+stopped = 0
+for i in range(80):                  # stops landing in the loop, and just as the block ends
+    try:
+        with user_code("reward function 'edge'", 0.02):
+            end = time.monotonic() + 0.02 + 0.004 * (i % 4 - 1)
+            while time.monotonic() < end:
+                pass
+    except UserCodeTimeout:
+        stopped += 1
+def f():
+    return 1
+sys.settrace(lambda *a: None)        # a debugger, coverage: the next call must return
+assert f() == 1
+sys.settrace(None)
+print("stopped", stopped)
+"""
+
+
+def test_after_a_stop_a_traced_call_still_returns():
+    """The watchdog never takes a stop back with PyThreadState_SetAsyncExc(id, NULL): on
+    CPython 3.11 that left the eval breaker set, and the next call under sys.settrace looped
+    forever (the in-process step trace after this file's tests: over 30 minutes)."""
+    r = subprocess.run([sys.executable, "-c", AFTER_STOPS], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout.split()[-1]) >= 20, r.stdout        # the stops did happen
+
+
 def test_a_call_blocked_outside_python_ends_the_process_after_the_grace():
     """From the start: the limit, the grace, and twice the same interpreter's start-up and
     imports timed here (the calibration); a call left running sleeps 60 s."""
