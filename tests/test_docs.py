@@ -435,8 +435,10 @@ def test_a_markdown_page_with_a_formula_gets_mathjax_relative_to_itself():
 
 def test_architecture_page_quotes_the_step_as_it_is():
     """The step windows' table ends with this tree's figures (tools/step_trace.py's trace of
-    one real step, in a process of its own: the trace must not meet another test's state), so
-    the page cannot go on quoting a step that has since grown or shrunk."""
+    one real step, in a process of its own: the trace must not meet another test's state; a
+    user-code stop taken back with PyThreadState_SetAsyncExc(id, NULL) once made it loop, see
+    test_user_errors.test_after_a_stop_a_traced_call_still_returns), so the page cannot go on
+    quoting a step that has since grown or shrunk."""
     done = subprocess.run([sys.executable, "tools/step_trace.py"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-2000:]
