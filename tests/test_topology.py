@@ -6,8 +6,9 @@ import pytest
 
 from grpo_lab.distributed import topology as T
 from grpo_lab.distributed.calibrate import calibrate, fit, rel_errors
-from grpo_lab.distributed.placement import (arrival, metis_groups, naive_groups, node_groups,
-                                            planted_latency, same_partition, time_to_value)
+from grpo_lab.distributed.placement import (arrival, latency_graph, metis_groups, naive_groups,
+                                            node_groups, planted_latency, same_partition,
+                                            time_to_value)
 
 A, B, N = 1.0, 0.01, 400.0           # alpha 1 s, beta 0.01 s/B, n = 400 B: easy by hand
 
@@ -120,6 +121,12 @@ def test_bad_inputs_name_the_value():
         T.closed_form("ring", T.Cluster(1, 2, 1, 1, 1, 1, capacity=(0.5,)), N)
     with pytest.raises(ValueError, match="n_groups must be a positive int dividing 8 ranks, got 3"):
         metis_groups(np.ones((8, 8)), 3)
+    for latency, said in ((np.zeros((1, 1)), r"at least 2 ranks, got shape \(1, 1\)"),
+                          (np.array([[0, np.nan], [np.nan, 0]]), "finite and > 0, got nan"),
+                          (np.array([[0, 1], [np.inf, 0]]), "finite and > 0, got inf"),
+                          (np.array([[0, -1], [-1, 0]]), "finite and > 0, got -1")):
+        with pytest.raises(ValueError, match=said):
+            latency_graph(latency)                      # never a weight made of NaN
     with pytest.raises(ValueError, match="unknown order 'random'"):
         arrival([1], [1], "random", lambda b: b)
     with pytest.raises(ValueError, match="share f must be in"):

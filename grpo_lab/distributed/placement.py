@@ -40,10 +40,13 @@ def latency_graph(latency: np.ndarray) -> tuple[list[int], list[int], list[int]]
     if L.ndim != 2 or L.shape[0] != L.shape[1]:
         raise ValueError(f"latency must be a square (P, P) matrix, got shape {L.shape}")
     P = L.shape[0]
+    if P < 2:
+        raise ValueError(f"latency must be between at least 2 ranks, got shape {L.shape}")
     L = (L + L.T) / 2                                                  # (P, P), symmetric
     off = ~np.eye(P, dtype=bool)
-    if (L[off] <= 0).any():
-        raise ValueError(f"off-diagonal latencies must be > 0, got min {L[off].min()}")
+    if not (L[off] > 0).all() or not np.isfinite(L[off]).all():      # NaN fails the first
+        bad = L[off][~((L[off] > 0) & np.isfinite(L[off]))][0]
+        raise ValueError(f"off-diagonal latencies must be finite and > 0, got {bad}")
     near = np.where(off, L, np.inf)                                    # diagonal: no edge
     w = np.maximum(1, np.rint(WEIGHT_SCALE * (L[off].min() / near) ** 2)).astype(int)  # (P, P)
     _, adjncy = np.nonzero(off)                                        # row i: every j != i
