@@ -42,6 +42,13 @@ def test_bad_inputs_are_named():
         exchange_seconds(1e6, Link(0.0, 1e9), 1)
     with pytest.raises(ValueError, match="ratio, encode_bps, decode_bps > 0"):
         exchange_seconds(1e6, Link(0.0, 1e9), 2, Codec(0.0, 1e9, 1e9))
+    with pytest.raises(ValueError, match="ranks p must be a positive int, got 2.5"):
+        exchange_seconds(1e6, Link(0.0, 1e9), 2.5)     # the ring's own check (topology.py)
+
+
+def test_the_plain_exchange_is_the_ring_formula():
+    # 2 (p-1) (alpha + n/p beta): p = 4, n = 4e6 bytes, alpha 1e-5 s, 1e9 B/s -> 6 (1e-5 + 1e-3)
+    assert exchange_seconds(1e6, Link(1e-5, 1e9), 4) == pytest.approx(6 * (1e-5 + 1e-3))
 
 
 def test_cpu_codecs_lose_on_datacentre_links_and_a_gpu_speed_one_wins_on_some():

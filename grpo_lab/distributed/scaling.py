@@ -50,7 +50,7 @@ import math
 from typing import NamedTuple
 
 from grpo_lab.distributed.topology import (CLUSTERS, SCHEDULES, Cluster, closed_form, dbtree_chunks,
-                                           schedule, simulate)
+                                           ring_time, schedule, simulate)
 from grpo_lab.registry import lookup
 
 MEASURED_RATIOS = {"fp32": 1.0, "fp16": 2.0, "fp8_topk5": 10.1, "aggressive": 105.0}
@@ -196,12 +196,12 @@ def exchange_seconds(params: float, link: Link, world: int, codec: Codec | None 
     n = 4 * params                                                         # fp32 bytes
     beta = 1 / link.bandwidth
     if codec is None:
-        return max(0.0, 2 * (world - 1) * (link.alpha + n / world * beta) - hidden_s)
+        return max(0.0, ring_time(world, n, link.alpha, beta) - hidden_s)
     if codec.ratio <= 0 or codec.encode_bps <= 0 or codec.decode_bps <= 0:
         raise ValueError(f"codec needs ratio, encode_bps, decode_bps > 0, got {codec}")
     m = n / codec.ratio
     comm = (allgather_time(world, m, 2 * link.alpha, beta) if codec.sparse  # lengths, then bytes
-            else 2 * (world - 1) * (link.alpha + m / world * beta))
+            else ring_time(world, m, link.alpha, beta))
     decodes = world if codec.sparse else 1                                 # every rank's message
     code = n / codec.encode_bps + decodes * n / codec.decode_bps
     return code + max(0.0, comm - hidden_s)
