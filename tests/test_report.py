@@ -93,6 +93,13 @@ def test_report_png_is_left_out_when_nothing_was_logged(tmp_path):
     assert "report.png" not in md and not (tmp_path / "report.png").exists()
 
 
+def test_an_empty_history_is_a_report_of_0_steps_not_an_index_error(tmp_path):
+    # a run stopped before its base evaluation was logged, or a history built by hand
+    assert summary([])["wall_time_s"] == 0.0 and summary([])["steps"] == 0
+    md = write_report([], tmp_path).read_text()
+    assert "0 steps in 0 s of training." in md and "No held-out evaluation" in md
+
+
 def test_report_says_whether_the_target_was_reached():
     from grpo_lab.training.report import budget_note
     h = [{"step": -1, "eval/accuracy": 0.5}, {"step": 0, "time/step_s": 0.5},

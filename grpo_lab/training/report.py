@@ -84,7 +84,7 @@ def summary(history: list[dict]) -> dict:
         "final_accuracy": evals[-1]["eval/accuracy"] if evals else None,
         "best_accuracy": max(h["eval/accuracy"] for h in evals) if evals else None,
         "steps": len(train),
-        "wall_time_s": history[-1].get("time/elapsed_s", 0.0),
+        "wall_time_s": history[-1].get("time/elapsed_s", 0.0) if history else 0.0,
         "first_reward": train[0]["reward/mean"] if train else None,
         "last_reward": train[-1]["reward/mean"] if train else None,
     }
