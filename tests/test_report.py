@@ -1,10 +1,21 @@
 """Report helpers: running mean by hand, summary of a history."""
+import math
+
 from grpo_lab.training.report import running_mean, summary, write_report
 
 
 def test_running_mean_by_hand():
     assert running_mean([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
     assert running_mean([5.0], 3) == [5.0]
+
+
+def test_a_nan_or_inf_point_is_left_out_of_the_running_mean_not_every_later_one():
+    # window 2: [1], [1, NaN] -> 1, [NaN, 3] -> 3, [3, 5] -> 4, [5, 7] -> 6 (the old running
+    # sum gave NaN from the NaN on: the bold curve ended there)
+    assert running_mean([1.0, math.nan, 3.0, 5.0, 7.0], 2) == [1.0, 1.0, 3.0, 4.0, 6.0]
+    assert running_mean([1.0, math.inf, 3.0, 5.0], 2) == [1.0, 1.0, 3.0, 4.0]
+    out = running_mean([math.nan, math.nan, 3.0], 2)           # a window of NaN only: NaN
+    assert math.isnan(out[0]) and math.isnan(out[1]) and out[2] == 3.0
 
 
 def test_summary():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -23,12 +24,17 @@ WIDTH_IN = 9.0    # about a JupyterLab cell's width at 100 dpi: shown unscaled, 
 
 
 def running_mean(y: list[float], window: int = 0) -> list[float]:
-    """Trailing mean over ``window`` points (default: 2% of the run, at least 1)."""
+    """Trailing mean over ``window`` points (default: 2% of the run, at least 1). A NaN or
+    infinite point is left out of the windows it falls in (NaN where a window holds no other):
+    in the running sum it would make every later mean NaN, blanking the rest of the curve."""
     window = window or max(1, len(y) // 50)
-    out, acc = [], 0.0
+    ok = [math.isfinite(v) for v in y]
+    out, acc, n = [], 0.0, 0
     for i, v in enumerate(y):
-        acc += v - (y[i - window] if i >= window else 0.0)
-        out.append(acc / min(i + 1, window))
+        old = i >= window and ok[i - window]
+        acc += (v if ok[i] else 0.0) - (y[i - window] if old else 0.0)
+        n += ok[i] - old
+        out.append(acc / n if n else math.nan)
     return out
 
 
