@@ -18,6 +18,19 @@ def test_a_nan_or_inf_point_is_left_out_of_the_running_mean_not_every_later_one(
     assert math.isnan(out[0]) and math.isnan(out[1]) and out[2] == 3.0
 
 
+def test_report_names_the_metrics_and_steps_that_are_nan_or_infinite(tmp_path):
+    h = [{"step": -1, "eval/accuracy": 0.2, "time/elapsed_s": 0.0},
+         {"step": 0, "reward/mean": 0.1, "loss/kl": math.inf, "time/elapsed_s": 1.0},
+         {"step": 1, "reward/mean": 0.2, "loss/kl": math.inf, "eval/accuracy": math.nan,
+          "time/elapsed_s": 2.0}]
+    md = write_report(h, tmp_path, {"task": "addition"}).read_text()
+    assert "| after training | nan% |" in md                 # the value as recorded, and why:
+    assert ("**Not a number** (NaN or infinite) in the history: loss/kl at steps 0, 1; "
+            "eval/accuracy at step 1.") in md
+    clean = write_report(h[:1], tmp_path, {"task": "addition"}).read_text()
+    assert "Not a number" not in clean
+
+
 def test_summary():
     h = [{"step": -1, "eval/accuracy": 0.5, "time/elapsed_s": 0.0},
          {"step": 0, "reward/mean": 1.0, "time/elapsed_s": 1.0},

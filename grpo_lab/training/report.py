@@ -123,6 +123,23 @@ def budget_note(history: list[dict], cfg: dict) -> list[str]:
             f"`--resume --time_budget_s 0` continues the run.{missed}", ""]
 
 
+def nonfinite_note(history: list[dict]) -> list[str]:
+    """A line naming each metric that is NaN or infinite at some step, with the steps: the
+    table shows such a value as "nan%" and the curves leave it out, neither saying why."""
+    bad: dict[str, list] = {}
+    for h in history:
+        for k, v in h.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                bad.setdefault(k, []).append(h.get("step"))
+    if not bad:
+        return []
+    listed = "; ".join(f"{k} at step{'s' if len(s) > 1 else ''} "
+                       f"{', '.join(map(str, s[:5]))}{', ...' if len(s) > 5 else ''}"
+                       for k, s in bad.items())
+    return [f"**Not a number** (NaN or infinite) in the history: {listed}. A value computed "
+            f"from these is NaN too; the curves leave them out.", ""]
+
+
 def fast_path_note(out: Path) -> list[str]:
     """The fast-path probe's choice (speed.fast_path="probe"), as out/config.json records it."""
     from grpo_lab.training.config_file import FAST_PATH_KEY
@@ -160,6 +177,7 @@ def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None
             lines[-1:] = [f"| requested answer format, base -> after | {fmt[0]:.1%} -> "
                           f"{fmt[-1]:.1%} |", ""]
     lines += [f"{s['steps']} steps in {s['wall_time_s']:.0f} s of training.", ""]
+    lines += nonfinite_note(history)
     lines += budget_note(history, cfg_dict or {})
     lines += fast_path_note(out)
     lines += health.report_lines(history, cfg_dict)           # "nothing is being learned"
