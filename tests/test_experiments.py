@@ -221,6 +221,23 @@ def test_no_verdict_from_two_seeds_or_a_zero_width_interval():
     assert "too few seeds to tell" in difference_sentence({**d, "n": 1})
 
 
+def test_a_nan_value_is_named_as_such_not_as_identical_differences():
+    # seed 1 of "a" ended with eval/accuracy NaN: the differences are +0.1, NaN, +0.15, the
+    # interval NaN; can_tell refuses it as it refuses a zero-width one, and the reason given
+    # was "identical differences, a zero-width interval" (and "no spread" as the verdict)
+    res = Results([{"strategy": s, "seed": seed, "history": history([0.5, acc], [0, 2.0])}
+                   for s, accs in {"a": [0.6, math.nan, 0.8], "b": [0.5, 0.6, 0.65]}.items()
+                   for seed, acc in enumerate(accs)], primary={"a": "a", "b": "b",
+                                                               "metric": "eval/accuracy"})
+    d = res.compare("a", "b")
+    assert d["n"] == 3 and math.isnan(d["mean"]) and not d["excludes_zero"]
+    text = difference_sentence(d)
+    assert "a paired difference is NaN or infinite" in text and "zero-width" not in text
+    assert "NaN or infinite" in res.primary_test()["sentence"]
+    (lead,) = Results(res.runs).differences("b", ["eval/accuracy"])
+    assert lead["verdict"] == "not a number" and lead["detectable"] is None
+
+
 def test_two_seed_table_shows_no_interval_and_repr_is_short():
     res = two_seed_results([0.6, 0.7], [0.5, 0.6])
     md, html = res.to_markdown(), res._repr_html_()

@@ -194,6 +194,13 @@ def can_tell(n: int, ci_low: float, ci_high: float) -> bool:
     return n >= MIN_SEEDS and ci_high - ci_low > 1e-9 * max(abs(ci_low), abs(ci_high))
 
 
+NOT_A_NUMBER = ("a paired difference is NaN or infinite, as a run's value of the metric is; "
+                "Results.per_run() names the run")
+"""Why a comparison gives no verdict when a value is not a number (its interval is NaN, which
+``can_tell`` refuses like a zero-width one). No ": " in it: primary_test keeps the sentence's
+text after the last one."""
+
+
 def difference_sentence(d: dict) -> str:
     """A ``Results.compare`` dict -> one sentence: is the difference real at 95%? No verdict
     from fewer than MIN_SEEDS paired seeds or a zero-width interval: "too few seeds to tell"."""
@@ -203,8 +210,8 @@ def difference_sentence(d: dict) -> str:
     what = (f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] "
             f"over {d['n']} paired seeds: ")
     if not can_tell(d["n"], d["ci_low"], d["ci_high"]):
-        why = (f"fewer than {MIN_SEEDS}" if d["n"] < MIN_SEEDS
-               else "identical differences, a zero-width interval")
+        why = (f"fewer than {MIN_SEEDS}" if d["n"] < MIN_SEEDS else NOT_A_NUMBER
+               if not math.isfinite(d["mean"]) else "identical differences, a zero-width interval")
         return f"{head}: {what}too few seeds to tell ({why})."
     if d.get("rounding"):
         return (f"{head}: {what}no difference beyond float rounding of the values (every "
@@ -430,6 +437,7 @@ class Results:
                                 "too few seeds" if d["n"] < MIN_SEEDS else
                                 "float rounding: no difference" if d["rounding"] else
                                 "includes 0" if can_tell(d["n"], d["ci_low"], d["ci_high"])
+                                else "not a number" if not math.isfinite(d["mean"])
                                 else "no spread: every seed's difference is the same")
                 d["sentence"] = (self.primary_test()["sentence"] if d["role"] == "primary"
                                  else lead_sentence(d))
