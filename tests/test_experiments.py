@@ -238,6 +238,23 @@ def test_a_nan_value_is_named_as_such_not_as_identical_differences():
     assert lead["verdict"] == "not a number" and lead["detectable"] is None
 
 
+def test_a_target_never_reached_is_named_censored_in_the_comparison_not_dropped_silently():
+    # target 0.7, evaluations at 0 and 1 steps: "a" reaches it on seeds 0 and 1 (0.5 -> 0.8:
+    # 0 + 0.2 / 0.3 * 1 = 0.667 steps) and never on seed 2; "b" reaches it on every seed
+    # (0.5 -> 0.9: 0.2 / 0.4 * 1 = 0.5 steps). Seed 2 has no difference of steps: it is
+    # censored, and the sentence says so (it was only "2 paired seed(s)")
+    res = Results([{"strategy": s, "seed": seed, "history": history([0.5, acc], [0, 2.0])}
+                   for s, accs in {"a": [0.8, 0.8, 0.6], "b": [0.9, 0.9, 0.9]}.items()
+                   for seed, acc in enumerate(accs)], target=0.7)
+    d = res.compare("a", "b", "target/steps")
+    assert d["n"] == 2 and d["censored"] == 1
+    assert d["mean"] == pytest.approx(0.2 / 0.3 - 0.5)
+    assert ("a - b on target/steps: +0.167 [+0.167, +0.167] over 2 paired seeds (1 more where "
+            "an arm never reached the target, censored and left out of the difference): "
+            "too few seeds to tell") in difference_sentence(d)
+    assert res.compare("a", "b")["censored"] == 0            # eval/accuracy: nothing censored
+
+
 def test_two_seed_table_shows_no_interval_and_repr_is_short():
     res = two_seed_results([0.6, 0.7], [0.5, 0.6])
     md, html = res.to_markdown(), res._repr_html_()
