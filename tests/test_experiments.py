@@ -255,6 +255,14 @@ def test_a_target_never_reached_is_named_censored_in_the_comparison_not_dropped_
     assert res.compare("a", "b")["censored"] == 0            # eval/accuracy: nothing censored
 
 
+def test_loading_a_file_that_is_no_study_names_the_file(tmp_path):
+    # the samples stored beside a study (data/studies/*_samples.json) gave KeyError: 'runs'
+    path = tmp_path / "x_samples.json"
+    path.write_text('{"grpo": {"first_step": 7}}')
+    with pytest.raises(ValueError, match="x_samples.json is not a study written by Results.save"):
+        Results.load(path)
+
+
 def test_two_seed_table_shows_no_interval_and_repr_is_short():
     res = two_seed_results([0.6, 0.7], [0.5, 0.6])
     md, html = res.to_markdown(), res._repr_html_()

@@ -543,6 +543,8 @@ class Results:
     def load(cls, path) -> "Results":
         """A study written by ``save``."""
         d = _read_json(Path(path), "a study written by Results.save")
+        if not isinstance(d, dict) or "runs" not in d:      # e.g. data/studies/*_samples.json
+            raise ValueError(f"{path} is not a study written by Results.save (no 'runs' in it)")
         return cls(d["runs"], d["target"], notes=d["notes"], plan=d["plan"], grid=d["grid"],
                    primary=d.get("primary"), sequential=d.get("sequential"),
                    looks=d.get("looks", []))
