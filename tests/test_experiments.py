@@ -221,6 +221,48 @@ def test_no_verdict_from_two_seeds_or_a_zero_width_interval():
     assert "too few seeds to tell" in difference_sentence({**d, "n": 1})
 
 
+def test_a_nan_value_is_named_as_such_not_as_identical_differences():
+    # seed 1 of "a" ended with eval/accuracy NaN: the differences are +0.1, NaN, +0.15, the
+    # interval NaN; can_tell refuses it as it refuses a zero-width one, and the reason given
+    # was "identical differences, a zero-width interval" (and "no spread" as the verdict)
+    res = Results([{"strategy": s, "seed": seed, "history": history([0.5, acc], [0, 2.0])}
+                   for s, accs in {"a": [0.6, math.nan, 0.8], "b": [0.5, 0.6, 0.65]}.items()
+                   for seed, acc in enumerate(accs)], primary={"a": "a", "b": "b",
+                                                               "metric": "eval/accuracy"})
+    d = res.compare("a", "b")
+    assert d["n"] == 3 and math.isnan(d["mean"]) and not d["excludes_zero"]
+    text = difference_sentence(d)
+    assert "a paired difference is NaN or infinite" in text and "zero-width" not in text
+    assert "NaN or infinite" in res.primary_test()["sentence"]
+    (lead,) = Results(res.runs).differences("b", ["eval/accuracy"])
+    assert lead["verdict"] == "not a number" and lead["detectable"] is None
+
+
+def test_a_target_never_reached_is_named_censored_in_the_comparison_not_dropped_silently():
+    # target 0.7, evaluations at 0 and 1 steps: "a" reaches it on seeds 0 and 1 (0.5 -> 0.8:
+    # 0 + 0.2 / 0.3 * 1 = 0.667 steps) and never on seed 2; "b" reaches it on every seed
+    # (0.5 -> 0.9: 0.2 / 0.4 * 1 = 0.5 steps). Seed 2 has no difference of steps: it is
+    # censored, and the sentence says so (it was only "2 paired seed(s)")
+    res = Results([{"strategy": s, "seed": seed, "history": history([0.5, acc], [0, 2.0])}
+                   for s, accs in {"a": [0.8, 0.8, 0.6], "b": [0.9, 0.9, 0.9]}.items()
+                   for seed, acc in enumerate(accs)], target=0.7)
+    d = res.compare("a", "b", "target/steps")
+    assert d["n"] == 2 and d["censored"] == 1
+    assert d["mean"] == pytest.approx(0.2 / 0.3 - 0.5)
+    assert ("a - b on target/steps: +0.167 [+0.167, +0.167] over 2 paired seeds (1 more where "
+            "an arm never reached the target, censored and left out of the difference): "
+            "too few seeds to tell") in difference_sentence(d)
+    assert res.compare("a", "b")["censored"] == 0            # eval/accuracy: nothing censored
+
+
+def test_loading_a_file_that_is_no_study_names_the_file(tmp_path):
+    # the samples stored beside a study (data/studies/*_samples.json) gave KeyError: 'runs'
+    path = tmp_path / "x_samples.json"
+    path.write_text('{"grpo": {"first_step": 7}}')
+    with pytest.raises(ValueError, match="x_samples.json is not a study written by Results.save"):
+        Results.load(path)
+
+
 def test_two_seed_table_shows_no_interval_and_repr_is_short():
     res = two_seed_results([0.6, 0.7], [0.5, 0.6])
     md, html = res.to_markdown(), res._repr_html_()

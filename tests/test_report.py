@@ -1,10 +1,34 @@
 """Report helpers: running mean by hand, summary of a history."""
+import math
+
 from grpo_lab.training.report import running_mean, summary, write_report
 
 
 def test_running_mean_by_hand():
     assert running_mean([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
     assert running_mean([5.0], 3) == [5.0]
+
+
+def test_a_nan_or_inf_point_is_left_out_of_the_running_mean_not_every_later_one():
+    # window 2: [1], [1, NaN] -> 1, [NaN, 3] -> 3, [3, 5] -> 4, [5, 7] -> 6 (the old running
+    # sum gave NaN from the NaN on: the bold curve ended there)
+    assert running_mean([1.0, math.nan, 3.0, 5.0, 7.0], 2) == [1.0, 1.0, 3.0, 4.0, 6.0]
+    assert running_mean([1.0, math.inf, 3.0, 5.0], 2) == [1.0, 1.0, 3.0, 4.0]
+    out = running_mean([math.nan, math.nan, 3.0], 2)           # a window of NaN only: NaN
+    assert math.isnan(out[0]) and math.isnan(out[1]) and out[2] == 3.0
+
+
+def test_report_names_the_metrics_and_steps_that_are_nan_or_infinite(tmp_path):
+    h = [{"step": -1, "eval/accuracy": 0.2, "time/elapsed_s": 0.0},
+         {"step": 0, "reward/mean": 0.1, "loss/kl": math.inf, "time/elapsed_s": 1.0},
+         {"step": 1, "reward/mean": 0.2, "loss/kl": math.inf, "eval/accuracy": math.nan,
+          "time/elapsed_s": 2.0}]
+    md = write_report(h, tmp_path, {"task": "addition"}).read_text()
+    assert "| after training | nan% |" in md                 # the value as recorded, and why:
+    assert ("**Not a number** (NaN or infinite) in the history: loss/kl at steps 0, 1; "
+            "eval/accuracy at step 1.") in md
+    clean = write_report(h[:1], tmp_path, {"task": "addition"}).read_text()
+    assert "Not a number" not in clean
 
 
 def test_summary():
@@ -91,6 +115,13 @@ def test_no_label_is_clipped_and_no_two_panels_overlap():
 def test_report_png_is_left_out_when_nothing_was_logged(tmp_path):
     md = write_report([{"step": -1}], tmp_path, {"task": "addition"}).read_text()
     assert "report.png" not in md and not (tmp_path / "report.png").exists()
+
+
+def test_an_empty_history_is_a_report_of_0_steps_not_an_index_error(tmp_path):
+    # a run stopped before its base evaluation was logged, or a history built by hand
+    assert summary([])["wall_time_s"] == 0.0 and summary([])["steps"] == 0
+    md = write_report([], tmp_path).read_text()
+    assert "0 steps in 0 s of training." in md and "No held-out evaluation" in md
 
 
 def test_report_says_whether_the_target_was_reached():

@@ -194,17 +194,34 @@ def can_tell(n: int, ci_low: float, ci_high: float) -> bool:
     return n >= MIN_SEEDS and ci_high - ci_low > 1e-9 * max(abs(ci_low), abs(ci_high))
 
 
+NOT_A_NUMBER = ("a paired difference is NaN or infinite, as a run's value of the metric is; "
+                "Results.per_run() names the run")
+"""Why a comparison gives no verdict when a value is not a number (its interval is NaN, which
+``can_tell`` refuses like a zero-width one). No ": " in it: primary_test keeps the sentence's
+text after the last one."""
+
+
+def censored(d: dict) -> str:
+    """" (k more where an arm never reached the target, ...)" for a ``compare`` dict with
+    censored seeds, else "": a time to target never reached is only known to be longer than
+    the run, so it is no difference of steps, and it is said, not silently dropped (no ": "
+    in it: primary_test keeps a sentence's text after the last one)."""
+    k = d.get("censored", 0)
+    return (f" ({k} more where an arm never reached the target, censored and left out of the "
+            f"difference)" if k else "")
+
+
 def difference_sentence(d: dict) -> str:
     """A ``Results.compare`` dict -> one sentence: is the difference real at 95%? No verdict
     from fewer than MIN_SEEDS paired seeds or a zero-width interval: "too few seeds to tell"."""
     head = f"{d['a']} - {d['b']} on {d['metric']}"
     if d["n"] < 2:
-        return f"{head}: {d['n']} paired seed(s), too few seeds to tell."
+        return f"{head}: {d['n']} paired seed(s){censored(d)}, too few seeds to tell."
     what = (f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] "
-            f"over {d['n']} paired seeds: ")
+            f"over {d['n']} paired seeds{censored(d)}: ")
     if not can_tell(d["n"], d["ci_low"], d["ci_high"]):
-        why = (f"fewer than {MIN_SEEDS}" if d["n"] < MIN_SEEDS
-               else "identical differences, a zero-width interval")
+        why = (f"fewer than {MIN_SEEDS}" if d["n"] < MIN_SEEDS else NOT_A_NUMBER
+               if not math.isfinite(d["mean"]) else "identical differences, a zero-width interval")
         return f"{head}: {what}too few seeds to tell ({why})."
     if d.get("rounding"):
         return (f"{head}: {what}no difference beyond float rounding of the values (every "
@@ -222,8 +239,8 @@ def lead_sentence(d: dict) -> str:
     if not can_tell(d["n"], d["ci_low"], d["ci_high"]) or d.get("rounding"):  # MIN_SEEDS too
         return head + difference_sentence(d)[len(head) - len("lead: "):]
     text = (f"{head}: {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over "
-            f"{d['n']} paired seeds, interval {'excludes' if d['excludes_zero'] else 'includes'}"
-            f" 0")
+            f"{d['n']} paired seeds{censored(d)}, interval "
+            f"{'excludes' if d['excludes_zero'] else 'includes'} 0")
     if d.get("detectable") is not None:
         text += (f"; 80% power for {d['detectable']:.3g} at the sd's 95% upper bound "
                  f"(rough, at the observed sd: {d['detectable_rough']:.3g})")
@@ -285,15 +302,19 @@ class Results:
 
     def compare(self, a: str, b: str, metric: str = "eval/accuracy", seeds=None) -> dict:
         """Paired difference a - b on ``metric`` over the seeds both have (of ``seeds``:
-        default all) -> {a, b, metric, mean, ci_low, ci_high, n, values, excludes_zero};
-        excludes_zero is False when the interval cannot tell (``can_tell``: fewer than 3
-        seeds or a zero-width interval)."""
+        default all) -> {a, b, metric, mean, ci_low, ci_high, n, values, censored,
+        excludes_zero}; excludes_zero is False when the interval cannot tell (``can_tell``:
+        fewer than 3 seeds or a zero-width interval); censored: the seeds both arms ran on a
+        target/* metric where either never reached the target (None), not in n."""
         for s in (a, b):
             lookup(self.strategies, s, "strategy")
         metric_info(metric)
         per = {(r["strategy"], r["seed"]): r.get(metric) for r in self.per_run()
                if seeds is None or r["seed"] in seeds}
-        pairs = [(per[a, seed], per.get((b, seed))) for (s, seed) in per if s == a]
+        pairs = [(per[a, seed], per[b, seed]) for (s, seed) in per
+                 if s == a and (b, seed) in per]
+        cens = (sum(x is None or y is None for x, y in pairs) if metric.startswith("target/")
+                else 0)
         pairs = [(x, y) for x, y in pairs if x is not None and y is not None]   # same seed
         diffs = [x - y for x, y in pairs]
         mean, lo, hi = mean_ci(diffs)
@@ -303,7 +324,7 @@ class Results:
         rounding = (can_tell(len(diffs), lo, hi)
                     and max(abs(d) for d in diffs) <= ROUNDING * scale)
         return {"a": a, "b": b, "metric": metric, "mean": mean, "ci_low": lo, "ci_high": hi,
-                "n": len(diffs), "values": diffs, "rounding": rounding,
+                "n": len(diffs), "values": diffs, "censored": cens, "rounding": rounding,
                 "excludes_zero": (can_tell(len(diffs), lo, hi) and not rounding
                                   and (lo > 0 or hi < 0))}
 
@@ -430,6 +451,7 @@ class Results:
                                 "too few seeds" if d["n"] < MIN_SEEDS else
                                 "float rounding: no difference" if d["rounding"] else
                                 "includes 0" if can_tell(d["n"], d["ci_low"], d["ci_high"])
+                                else "not a number" if not math.isfinite(d["mean"])
                                 else "no spread: every seed's difference is the same")
                 d["sentence"] = (self.primary_test()["sentence"] if d["role"] == "primary"
                                  else lead_sentence(d))
@@ -476,7 +498,8 @@ class Results:
         p = paired_p(d["values"]) if can_tell(d["n"], d["ci_low"], d["ci_high"]) else math.nan
         rejects = bool(p <= level) and not d["rounding"] and d["n"] >= MIN_SEEDS
         what = (f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over {d['n']} "
-                f"paired seeds" if d["n"] >= 2 else f"{d['n']} paired seed(s)")
+                f"paired seeds{censored(d)}" if d["n"] >= 2 else
+                f"{d['n']} paired seed(s){censored(d)}")
         if d["n"] < MIN_SEEDS or not math.isfinite(p) or d["rounding"]:
             verdict = difference_sentence(d).split(": ")[-1]
             verdict = "no test: " + verdict[0].lower() + verdict[1:]
@@ -520,6 +543,8 @@ class Results:
     def load(cls, path) -> "Results":
         """A study written by ``save``."""
         d = _read_json(Path(path), "a study written by Results.save")
+        if not isinstance(d, dict) or "runs" not in d:      # e.g. data/studies/*_samples.json
+            raise ValueError(f"{path} is not a study written by Results.save (no 'runs' in it)")
         return cls(d["runs"], d["target"], notes=d["notes"], plan=d["plan"], grid=d["grid"],
                    primary=d.get("primary"), sequential=d.get("sequential"),
                    looks=d.get("looks", []))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -23,12 +24,17 @@ WIDTH_IN = 9.0    # about a JupyterLab cell's width at 100 dpi: shown unscaled, 
 
 
 def running_mean(y: list[float], window: int = 0) -> list[float]:
-    """Trailing mean over ``window`` points (default: 2% of the run, at least 1)."""
+    """Trailing mean over ``window`` points (default: 2% of the run, at least 1). A NaN or
+    infinite point is left out of the windows it falls in (NaN where a window holds no other):
+    in the running sum it would make every later mean NaN, blanking the rest of the curve."""
     window = window or max(1, len(y) // 50)
-    out, acc = [], 0.0
+    ok = [math.isfinite(v) for v in y]
+    out, acc, n = [], 0.0, 0
     for i, v in enumerate(y):
-        acc += v - (y[i - window] if i >= window else 0.0)
-        out.append(acc / min(i + 1, window))
+        old = i >= window and ok[i - window]
+        acc += (v if ok[i] else 0.0) - (y[i - window] if old else 0.0)
+        n += ok[i] - old
+        out.append(acc / n if n else math.nan)
     return out
 
 
@@ -84,7 +90,7 @@ def summary(history: list[dict]) -> dict:
         "final_accuracy": evals[-1]["eval/accuracy"] if evals else None,
         "best_accuracy": max(h["eval/accuracy"] for h in evals) if evals else None,
         "steps": len(train),
-        "wall_time_s": history[-1].get("time/elapsed_s", 0.0),
+        "wall_time_s": history[-1].get("time/elapsed_s", 0.0) if history else 0.0,
         "first_reward": train[0]["reward/mean"] if train else None,
         "last_reward": train[-1]["reward/mean"] if train else None,
     }
@@ -115,6 +121,23 @@ def budget_note(history: list[dict], cfg: dict) -> list[str]:
             f"{planned}: {median:.3f} s per step (median). If that is slower than usual, the "
             f"machine was busy (other processes, or more torch threads than free cores); "
             f"`--resume --time_budget_s 0` continues the run.{missed}", ""]
+
+
+def nonfinite_note(history: list[dict]) -> list[str]:
+    """A line naming each metric that is NaN or infinite at some step, with the steps: the
+    table shows such a value as "nan%" and the curves leave it out, neither saying why."""
+    bad: dict[str, list] = {}
+    for h in history:
+        for k, v in h.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                bad.setdefault(k, []).append(h.get("step"))
+    if not bad:
+        return []
+    listed = "; ".join(f"{k} at step{'s' if len(s) > 1 else ''} "
+                       f"{', '.join(map(str, s[:5]))}{', ...' if len(s) > 5 else ''}"
+                       for k, s in bad.items())
+    return [f"**Not a number** (NaN or infinite) in the history: {listed}. A value computed "
+            f"from these is NaN too; the curves leave them out.", ""]
 
 
 def fast_path_note(out: Path) -> list[str]:
@@ -154,6 +177,7 @@ def write_report(history: list[dict], out_dir: str | Path, cfg_dict: dict | None
             lines[-1:] = [f"| requested answer format, base -> after | {fmt[0]:.1%} -> "
                           f"{fmt[-1]:.1%} |", ""]
     lines += [f"{s['steps']} steps in {s['wall_time_s']:.0f} s of training.", ""]
+    lines += nonfinite_note(history)
     lines += budget_note(history, cfg_dict or {})
     lines += fast_path_note(out)
     lines += health.report_lines(history, cfg_dict)           # "nothing is being learned"
