@@ -1,5 +1,8 @@
 """Report helpers: running mean by hand, summary of a history."""
+import json
 import math
+
+import pytest
 
 from grpo_lab.training.report import running_mean, summary, write_report
 
@@ -135,3 +138,17 @@ def test_report_says_whether_the_target_was_reached():
     note = budget_note(h, cfg)[0]
     assert "Stopped by the time budget** (300 s) after step 1 of 3000: 0.900 s" in note
     assert note.endswith("The target 90% was not reached (best 80.0%).")
+
+
+def test_a_samples_line_cut_by_a_kill_is_left_out_and_a_bad_middle_line_is_named(tmp_path):
+    from grpo_lab.algorithm import samples
+    one = {"task": "addition", "prompt": "1+1=", "completion": "2", "answer": "2",
+           "reward": 1.0, "accuracy": 1.0, "stopped": True}
+    row = json.dumps({"step": -1, "samples": [one]})
+    (tmp_path / samples.FILE).write_text(row + "\n" + row.replace("-1", "10")[:30])  # killed
+    assert samples.read(tmp_path) == [{"step": -1, "samples": [one]}]
+    h = [{"step": -1, "eval/accuracy": 0.2, "time/elapsed_s": 0.0}]
+    assert "1+1=" in write_report(h, tmp_path, {"task": "addition"}).read_text()
+    (tmp_path / samples.FILE).write_text(row + "\n{oops\n\n" + row + "\n")
+    with pytest.raises(ValueError, match=r"samples.jsonl:2 is not JSON .*'\{oops'"):
+        samples.read(tmp_path)

@@ -59,10 +59,21 @@ def keep_through(out_dir: str | Path, step: int) -> None:
 
 
 def read(out_dir: str | Path) -> list[dict]:
+    """The file's lines as dicts. A last line cut by a kill is left out (``keep_through``
+    drops it when the run resumes); any other line that is not JSON is an error naming it."""
     path = Path(out_dir) / FILE
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines, out = path.read_text().splitlines(), []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if any(rest.strip() for rest in lines[i:]):
+                raise ValueError(f"{path}:{i} is not JSON ({e}): {line[:80]!r}") from None
+    return out
 
 
 def _cell(text: str, n: int = 160) -> str:
