@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import time
 
 import pytest
@@ -376,6 +377,46 @@ def test_environment_that_raises_is_named():
 def test_environment_with_wrong_types_is_named():
     with pytest.raises(EnvironmentFailed, match=r"must return \(observation str, finite reward"):
         sample_episodes(base(), [Example("1+1=", "1", "x")], _hostile("types"), 2)
+
+
+def _returning(name, *outs, settings=AgentSettings(max_turns=4)):
+    """The environment ``name`` whose step on turn t (1, 2, ...) returns outs[t - 1] (a
+    function of the action, or the value), the last one after that."""
+    class Scripted(_Hostile):
+        def reset(self, example, seed):
+            self.turn = 0
+            return ""
+
+        def step(self, action):
+            self.turn += 1
+            out = outs[min(self.turn, len(outs)) - 1]
+            return out(action) if callable(out) else out
+    Scripted.__qualname__ = f"Scripted_{name}"
+    ENVIRONMENTS.pop(name, None)
+    if name not in TASKS:
+        def make_example(rng, _name=name):
+            return Example(f"{rng.randrange(100)}+1=", "1", _name)
+        make_example.__qualname__ = f"{name}_examples"
+        register_environment(name, Scripted, make_example, settings, answer_chars="0123456789",
+                             max_answer_len=1)
+    else:
+        register_environment(name, Scripted, settings=settings)
+    return get_environment(name)
+
+
+@pytest.mark.parametrize("done", ["False", None, torch.tensor([True, False])],
+                         ids=["str", "None", "tensor"])
+def test_a_done_that_is_not_a_bool_is_named(done):
+    """"False" is truthy (the episode would end); an array's truth value raises from torch."""
+    env = _returning(f"done_{type(done).__name__}", ("x", 0.0, done))
+    with pytest.raises(EnvironmentFailed, match=rf"environment 'done_{type(done).__name__}': "
+                                                rf"step\(.*\) .*must return .*done bool\), got "
+                                                rf"\('x', 0.0, {re.escape(repr(done))}"):
+        sample_episodes(base(), [Example("1+1=", "1", "x")], env, 2, generator=gens(1))
+    for ok in (True, 0, torch.tensor(False), __import__("numpy").bool_(True)):
+        env = _returning("done_ok", ("x", 0.0, ok))
+        ep = sample_episodes(base(), [Example("1+1=", "1", "x")], env, 2, generator=gens(1))
+        assert set(ep.end) <= {"done" if ok else "turns", "tokens"}
 
 
 def test_environment_that_hangs_stops_at_the_time_limit(monkeypatch):

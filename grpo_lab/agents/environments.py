@@ -216,11 +216,20 @@ def env_step(env: Environment, instance, action: str) -> tuple[str, float, bool]
     out = _call(env, "step()", lambda: instance.step(action), action)
     ok = (isinstance(out, tuple) and len(out) == 3 and isinstance(out[0], str)
           and isinstance(out[1], (int, float)) and not isinstance(out[1], bool)
-          and out[1] == out[1] and abs(out[1]) != float("inf"))
+          and out[1] == out[1] and abs(out[1]) != float("inf") and _is_flag(out[2]))
     if not ok:
         raise EnvironmentFailed(f"environment {env.name!r}: step({action[:40]!r}) must return "
                                 f"(observation str, finite reward, done bool), got {out!r:.120}")
     return out[0], float(out[1]), bool(out[2])
+
+
+def _is_flag(done) -> bool:
+    """``done`` equals True or False (a bool, numpy's, a 0-d tensor, 0 or 1); not None, a str
+    (``"False"`` is truthy: it would end the episode) or an array (its truth value raises)."""
+    try:
+        return done in (True, False)
+    except (TypeError, ValueError, RuntimeError):       # an array's truth value is ambiguous
+        return False
 
 
 def env_key(env: Environment, instance) -> Hashable:
