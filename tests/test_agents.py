@@ -419,6 +419,24 @@ def test_a_done_that_is_not_a_bool_is_named(done):
         assert set(ep.end) <= {"done" if ok else "turns", "tokens"}
 
 
+def test_an_environment_failing_on_a_later_turn_names_the_turn(monkeypatch):
+    def boom(action):
+        raise KeyError("boom")
+    env = _returning("fails_turn3", ("x", 0.0, False), ("y", 0.0, False), boom)
+    with pytest.raises(EnvironmentFailed, match=r"environment 'fails_turn3': step\(\) on action "
+                                                r".* at turn 3 raised KeyError: 'boom'"):
+        sample_episodes(base(), [Example("1+1=", "1", "x")], env, 4, generator=gens(1))
+    env = _returning("wrong_turn2", ("x", 0.0, False), ("y", "0.5", False))
+    with pytest.raises(EnvironmentFailed, match=r"environment 'wrong_turn2': step\(.*\) at turn 2 "
+                                                r"must return .*, got \('y', '0.5', False\)"):
+        sample_episodes(base(), [Example("1+1=", "1", "x")], env, 4, generator=gens(1))
+    monkeypatch.setattr(timelimit, "LIMIT_S", 0.3)
+    env = _returning("hangs_turn2", ("x", 0.0, False), _hostile("hang").make().step)
+    with pytest.raises(timelimit.UserCodeTimeout, match=r"environment 'hangs_turn2' step\(\) at "
+                                                        r"turn 2 did not return"):
+        sample_episodes(base(), [Example("1+1=", "1", "x")], env, 4, generator=gens(1))
+
+
 def test_environment_that_hangs_stops_at_the_time_limit(monkeypatch):
     monkeypatch.setattr(timelimit, "LIMIT_S", 0.3)
     t = time.perf_counter()

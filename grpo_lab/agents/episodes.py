@@ -182,7 +182,7 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
         live = [i for i in range(N) if end[i] is None]
         if not live:
             break
-        keys = {i: env_key(env, envs[i]) for i in live}
+        keys = {i: env_key(env, envs[i], turn + 1) for i in live}
         start = {i: len(seq[i]) for i in live}
         acting = torch.zeros(N, dtype=torch.bool, device=dev)
         acting[live] = True
@@ -216,7 +216,7 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
             if end[i] is not None:
                 continue
             action = model.decode([t for t, _, _ in seq[i][start[i]:]])    # up to its <eos>
-            obs, reward, done = env_step(env, envs[i], action)
+            obs, reward, done = env_step(env, envs[i], action, turn + 1)
             turns[i].append(Turn(keys[i], reward, start[i], len(seq[i])))
             if done:
                 end[i] = "done"

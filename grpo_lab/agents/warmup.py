@@ -49,7 +49,7 @@ def demonstration(model, env: Environment, example, rng: random.Random):
         if len(ids) + len(o) + len(a) > room or len(a) > s.max_action_tokens:
             break
         ids, own = ids + o + a, own + [False] * len(o) + [True] * len(a)
-        obs, _, done = env_step(env, inst, action)
+        obs, _, done = env_step(env, inst, action, turn + 1)
         if done:
             break
     return model.encode(example.prompt), ids, own
