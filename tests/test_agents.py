@@ -437,6 +437,21 @@ def test_an_environment_failing_on_a_later_turn_names_the_turn(monkeypatch):
         sample_episodes(base(), [Example("1+1=", "1", "x")], env, 4, generator=gens(1))
 
 
+@pytest.mark.parametrize("rewards", [(1e300,), (2e38, 2e38)], ids=["one", "sum"])
+def test_a_return_beyond_float32_is_named(rewards):
+    """Each reward is a finite float, but the float32 return is inf: named, not handed on (the
+    advantages' check would name a sample, not the environment)."""
+    last = len(rewards) - 1
+    env = _returning("huge_return", *[("x", r, t == last) for t, r in enumerate(rewards)])
+    with pytest.raises(EnvironmentFailed, match=rf"environment 'huge_return': episode \d+'s turn "
+                                                rf"rewards {re.escape(str(list(rewards)))} make a "
+                                                rf"return of inf in float32"):
+        sample_episodes(base(), [Example("1+1=", "1", "x")], env, 4, generator=gens(1))
+    env = _returning("huge_return", *[("x", 1e30, t == last) for t in range(len(rewards))])
+    ep = sample_episodes(base(), [Example("1+1=", "1", "x")], env, 4, generator=gens(1))
+    assert torch.isfinite(ep.scored.rewards).all()            # large but finite: as before
+
+
 def test_environment_that_hangs_stops_at_the_time_limit(monkeypatch):
     monkeypatch.setattr(timelimit, "LIMIT_S", 0.3)
     t = time.perf_counter()

@@ -44,7 +44,8 @@ from typing import Hashable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from grpo_lab.agents.environments import Environment, env_key, env_reset, env_step
+from grpo_lab.agents.environments import (Environment, EnvironmentFailed, env_key, env_reset,
+                                          env_step)
 from grpo_lab.algorithm.rollout import Rollout, Scored, Ticker, race_draw
 from grpo_lab.policies.engine import left_pad, positions, scaled_logits
 
@@ -230,8 +231,15 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
     model.train(was_training)
     end = [e or "turns" for e in end]
     info = tuple(e.metrics() if callable(getattr(e, "metrics", None)) else {} for e in envs)
-    return Episodes(_scored(model, examples, prompts, seq, turns, end, G), turns, end,
-                    counts["cut"], counts["dropped"], info)
+    scored = _scored(model, examples, prompts, seq, turns, end, G)
+    bad = (~torch.isfinite(scored.rewards)).nonzero().flatten()   # each turn's was finite
+    if len(bad):                                   # but 1e300, or a sum, overflows float32
+        i = int(bad[0])
+        raise EnvironmentFailed(f"environment {env.name!r}: episode {i}'s turn rewards "
+                                f"{[t.reward for t in turns[i]]} make a return of "
+                                f"{float(scored.rewards[i])} in float32 (|x| <= "
+                                f"{torch.finfo(torch.float32).max:.3g}); rescale them")
+    return Episodes(scored, turns, end, counts["cut"], counts["dropped"], info)
 
 
 def _scored(model, examples, prompts, seq, turns, end, G: int) -> Scored:
