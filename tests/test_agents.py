@@ -634,6 +634,21 @@ def test_an_environment_variant_under_another_name():
     assert {e.task for e in TASKS["guess_gigpo_test"].eval_fn()} == {"guess_gigpo_test"}
 
 
+def test_a_variant_under_a_taken_name_is_refused():
+    """A variant named like another environment replaced its class and kept the other's
+    prompts; named like a single-turn task, it drew that task's prompts."""
+    from grpo_lab.agents.environments import with_settings
+    for taken in ("calculator", "addition"):
+        before = ENVIRONMENTS.get(taken)
+        with pytest.raises(ValueError, match=rf"task '{taken}' is already registered "
+                                             rf"\(grpo_lab\..*\); pick another name"):
+            with_settings("guess", taken, credit="gigpo")
+        assert ENVIRONMENTS.get(taken) is before
+    v = with_settings("guess", "guess_gigpo_test", credit="gigpo")       # re-run: replaced
+    assert with_settings("guess", "guess_gigpo_test", omega=0.5).settings.omega == 0.5
+    assert v.settings.credit == "gigpo"
+
+
 def test_agent_step_is_the_same_on_2_processes(tmp_path):
     """The episode step on 2 processes computes what 1 does: each rank samples its slice of
     the prompts with their own generators and reset seeds, the returns are gathered before

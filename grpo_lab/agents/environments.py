@@ -165,6 +165,7 @@ def with_settings(name: str, new_name: str, **settings) -> Environment:
         return replace(_make(rng), task=new_name)
     make_example.__qualname__ = f"{new_name}_examples"
     make_example.__module__ = env.make.__module__
+    check_new(TASKS, "task", new_name, make_example, lambda t: t.make)   # another's: refused
     if new_name not in TASKS:
         register_task(new_name, make_example, task.answer_chars, task.max_answer_len,
                       eval_fn=None if task.eval_fn is None else
