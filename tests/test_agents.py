@@ -452,6 +452,27 @@ def test_a_return_beyond_float32_is_named(rewards):
     assert torch.isfinite(ep.scored.rewards).all()            # large but finite: as before
 
 
+def test_an_environment_constructor_or_metrics_that_fails_is_named():
+    class Broken(_Hostile):
+        def __init__(self):
+            raise OSError("no such file: words.txt")
+
+    class BadMetrics(_Hostile):
+        def step(self, action):
+            return "", 0.0, True
+
+        def metrics(self):
+            return 3
+    for name, cls, message in (
+            ("make_fails", Broken, r"make\(\) raised OSError: no such file: words.txt"),
+            ("metrics_int", BadMetrics, r"metrics\(\) must return a dict .*, got 3")):
+        settings = _returning(name, ("x", 0.0, True)).settings       # its task
+        ENVIRONMENTS.pop(name)
+        env = register_environment(name, cls, settings=settings)
+        with pytest.raises(EnvironmentFailed, match=rf"environment '{name}': {message}"):
+            sample_episodes(base(), [Example("1+1=", "1", "x")], env, 2, generator=gens(1))
+
+
 def test_environment_that_hangs_stops_at_the_time_limit(monkeypatch):
     monkeypatch.setattr(timelimit, "LIMIT_S", 0.3)
     t = time.perf_counter()

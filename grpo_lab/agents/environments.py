@@ -28,10 +28,10 @@ characters of its alphabet no task writes (tokenizer.ALPHABET): ``?name:arg,arg`
 Errors (documented behaviour, tests/test_agents.py):
   * a malformed call, an unknown tool, a tool that raises: the observation ``"error: ..."``
     (the policy wrote something wrong; the episode goes on);
-  * an environment whose reset or step raises, or returns the wrong types: an
-    ``EnvironmentFailed`` naming the environment, the call, the action and the episode's turn
-    (its code is wrong, not the policy: the run stops with that one line, as for a reward
-    function that raises);
+  * an environment whose make (its constructor), reset, step, state_key or metrics raises, or
+    returns the wrong types: an ``EnvironmentFailed`` naming the environment, the call, the
+    action and the episode's turn (its code is wrong, not the policy: the run stops with that
+    one line, as for a reward function that raises);
   * user code that runs past ``TrainConfig.user_code_timeout_s`` (timelimit.py): the run's
     ``UserCodeTimeout`` naming the environment, the call and the turn;
   * an observation longer than ``AgentSettings.max_observation_tokens``: cut there (the
@@ -41,6 +41,7 @@ Errors (documented behaviour, tests/test_agents.py):
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable
 
@@ -204,6 +205,24 @@ def _call(env: Environment, call: str, fn, action: str | None = None,
             on = "" if action is None else f" on action {action[:40]!r}"
             raise EnvironmentFailed(f"environment {env.name!r}: {call}{on}{at} raised "
                                     f"{type(e).__name__}: {e}") from e
+
+
+def env_make(env: Environment):
+    """``env.make()`` under the time limit: one episode's instance (a constructor that raises
+    or hangs is the environment's failure, named, as its reset's is)."""
+    return _call(env, "make()", env.make)
+
+
+def env_metrics(env: Environment, instance) -> Mapping:
+    """``instance.metrics()`` under the time limit, checked a mapping ({} without the method:
+    ``tool_metrics`` reads it)."""
+    if not callable(getattr(instance, "metrics", None)):
+        return {}
+    out = _call(env, "metrics()", instance.metrics)
+    if not isinstance(out, Mapping):
+        raise EnvironmentFailed(f"environment {env.name!r}: metrics() must return a dict "
+                                f"(e.g. {{\"calls\": n, \"well_formed\": k}}), got {out!r:.120}")
+    return out
 
 
 def env_reset(env: Environment, instance, example: Example, seed: int) -> str:

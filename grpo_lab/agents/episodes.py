@@ -44,8 +44,8 @@ from typing import Hashable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from grpo_lab.agents.environments import (Environment, EnvironmentFailed, env_key, env_reset,
-                                          env_step)
+from grpo_lab.agents.environments import (Environment, EnvironmentFailed, env_key, env_make,
+                                          env_metrics, env_reset, env_step)
 from grpo_lab.algorithm.rollout import Rollout, Scored, Ticker, race_draw
 from grpo_lab.policies.engine import left_pad, positions, scaled_logits
 
@@ -148,7 +148,7 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
     prompts = [model.encode(e.prompt) for e in examples]
     ctx = _Context(model, prompts, G, use_cache)
     dev = ctx.last.device
-    envs = [env.make() for _ in range(N)]
+    envs = [env_make(env) for _ in range(N)]
     stops = stop_tokens(model, s.stop, ctx.last.shape[-1], dev)
     seq: list[list[tuple[int, bool, float]]] = [[] for _ in range(N)]  # (token, policy's, logp)
     turns: list[list[Turn]] = [[] for _ in range(N)]
@@ -230,7 +230,7 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
         tick("time/decode_forward_s")
     model.train(was_training)
     end = [e or "turns" for e in end]
-    info = tuple(e.metrics() if callable(getattr(e, "metrics", None)) else {} for e in envs)
+    info = tuple(env_metrics(env, e) for e in envs)
     scored = _scored(model, examples, prompts, seq, turns, end, G)
     bad = (~torch.isfinite(scored.rewards)).nonzero().flatten()   # each turn's was finite
     if len(bad):                                   # but 1e300, or a sum, overflows float32
