@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import time
 
 import pytest
@@ -378,6 +379,100 @@ def test_environment_with_wrong_types_is_named():
         sample_episodes(base(), [Example("1+1=", "1", "x")], _hostile("types"), 2)
 
 
+def _returning(name, *outs, settings=AgentSettings(max_turns=4)):
+    """The environment ``name`` whose step on turn t (1, 2, ...) returns outs[t - 1] (a
+    function of the action, or the value), the last one after that."""
+    class Scripted(_Hostile):
+        def reset(self, example, seed):
+            self.turn = 0
+            return ""
+
+        def step(self, action):
+            self.turn += 1
+            out = outs[min(self.turn, len(outs)) - 1]
+            return out(action) if callable(out) else out
+    Scripted.__qualname__ = f"Scripted_{name}"
+    ENVIRONMENTS.pop(name, None)
+    if name not in TASKS:
+        def make_example(rng, _name=name):
+            return Example(f"{rng.randrange(100)}+1=", "1", _name)
+        make_example.__qualname__ = f"{name}_examples"
+        register_environment(name, Scripted, make_example, settings, answer_chars="0123456789",
+                             max_answer_len=1)
+    else:
+        register_environment(name, Scripted, settings=settings)
+    return get_environment(name)
+
+
+@pytest.mark.parametrize("done", ["False", None, torch.tensor([True, False])],
+                         ids=["str", "None", "tensor"])
+def test_a_done_that_is_not_a_bool_is_named(done):
+    """"False" is truthy (the episode would end); an array's truth value raises from torch."""
+    env = _returning(f"done_{type(done).__name__}", ("x", 0.0, done))
+    with pytest.raises(EnvironmentFailed, match=rf"environment 'done_{type(done).__name__}': "
+                                                rf"step\(.*\) .*must return .*done bool\), got "
+                                                rf"\('x', 0.0, {re.escape(repr(done))}"):
+        sample_episodes(base(), [Example("1+1=", "1", "x")], env, 2, generator=gens(1))
+    for ok in (True, 0, torch.tensor(False), __import__("numpy").bool_(True)):
+        env = _returning("done_ok", ("x", 0.0, ok))
+        ep = sample_episodes(base(), [Example("1+1=", "1", "x")], env, 2, generator=gens(1))
+        assert set(ep.end) <= {"done" if ok else "turns", "tokens"}
+
+
+def test_an_environment_failing_on_a_later_turn_names_the_turn(monkeypatch):
+    def boom(action):
+        raise KeyError("boom")
+    env = _returning("fails_turn3", ("x", 0.0, False), ("y", 0.0, False), boom)
+    with pytest.raises(EnvironmentFailed, match=r"environment 'fails_turn3': step\(\) on action "
+                                                r".* at turn 3 raised KeyError: 'boom'"):
+        sample_episodes(base(), [Example("1+1=", "1", "x")], env, 4, generator=gens(1))
+    env = _returning("wrong_turn2", ("x", 0.0, False), ("y", "0.5", False))
+    with pytest.raises(EnvironmentFailed, match=r"environment 'wrong_turn2': step\(.*\) at turn 2 "
+                                                r"must return .*, got \('y', '0.5', False\)"):
+        sample_episodes(base(), [Example("1+1=", "1", "x")], env, 4, generator=gens(1))
+    monkeypatch.setattr(timelimit, "LIMIT_S", 0.3)
+    env = _returning("hangs_turn2", ("x", 0.0, False), _hostile("hang").make().step)
+    with pytest.raises(timelimit.UserCodeTimeout, match=r"environment 'hangs_turn2' step\(\) at "
+                                                        r"turn 2 did not return"):
+        sample_episodes(base(), [Example("1+1=", "1", "x")], env, 4, generator=gens(1))
+
+
+@pytest.mark.parametrize("rewards", [(1e300,), (2e38, 2e38)], ids=["one", "sum"])
+def test_a_return_beyond_float32_is_named(rewards):
+    """Each reward is a finite float, but the float32 return is inf: named, not handed on (the
+    advantages' check would name a sample, not the environment)."""
+    last = len(rewards) - 1
+    env = _returning("huge_return", *[("x", r, t == last) for t, r in enumerate(rewards)])
+    with pytest.raises(EnvironmentFailed, match=rf"environment 'huge_return': episode \d+'s turn "
+                                                rf"rewards {re.escape(str(list(rewards)))} make a "
+                                                rf"return of inf in float32"):
+        sample_episodes(base(), [Example("1+1=", "1", "x")], env, 4, generator=gens(1))
+    env = _returning("huge_return", *[("x", 1e30, t == last) for t in range(len(rewards))])
+    ep = sample_episodes(base(), [Example("1+1=", "1", "x")], env, 4, generator=gens(1))
+    assert torch.isfinite(ep.scored.rewards).all()            # large but finite: as before
+
+
+def test_an_environment_constructor_or_metrics_that_fails_is_named():
+    class Broken(_Hostile):
+        def __init__(self):
+            raise OSError("no such file: words.txt")
+
+    class BadMetrics(_Hostile):
+        def step(self, action):
+            return "", 0.0, True
+
+        def metrics(self):
+            return 3
+    for name, cls, message in (
+            ("make_fails", Broken, r"make\(\) raised OSError: no such file: words.txt"),
+            ("metrics_int", BadMetrics, r"metrics\(\) must return a dict .*, got 3")):
+        settings = _returning(name, ("x", 0.0, True)).settings       # its task
+        ENVIRONMENTS.pop(name)
+        env = register_environment(name, cls, settings=settings)
+        with pytest.raises(EnvironmentFailed, match=rf"environment '{name}': {message}"):
+            sample_episodes(base(), [Example("1+1=", "1", "x")], env, 2, generator=gens(1))
+
+
 def test_environment_that_hangs_stops_at_the_time_limit(monkeypatch):
     monkeypatch.setattr(timelimit, "LIMIT_S", 0.3)
     t = time.perf_counter()
@@ -558,6 +653,21 @@ def test_an_environment_variant_under_another_name():
     ex = TASKS["guess_gigpo_test"].make(random.Random(0))
     assert ex.task == "guess_gigpo_test" and ex.prompt.startswith("g:")
     assert {e.task for e in TASKS["guess_gigpo_test"].eval_fn()} == {"guess_gigpo_test"}
+
+
+def test_a_variant_under_a_taken_name_is_refused():
+    """A variant named like another environment replaced its class and kept the other's
+    prompts; named like a single-turn task, it drew that task's prompts."""
+    from grpo_lab.agents.environments import with_settings
+    for taken in ("calculator", "addition"):
+        before = ENVIRONMENTS.get(taken)
+        with pytest.raises(ValueError, match=rf"task '{taken}' is already registered "
+                                             rf"\(grpo_lab\..*\); pick another name"):
+            with_settings("guess", taken, credit="gigpo")
+        assert ENVIRONMENTS.get(taken) is before
+    v = with_settings("guess", "guess_gigpo_test", credit="gigpo")       # re-run: replaced
+    assert with_settings("guess", "guess_gigpo_test", omega=0.5).settings.omega == 0.5
+    assert v.settings.credit == "gigpo"
 
 
 def test_agent_step_is_the_same_on_2_processes(tmp_path):

@@ -28,11 +28,12 @@ characters of its alphabet no task writes (tokenizer.ALPHABET): ``?name:arg,arg`
 Errors (documented behaviour, tests/test_agents.py):
   * a malformed call, an unknown tool, a tool that raises: the observation ``"error: ..."``
     (the policy wrote something wrong; the episode goes on);
-  * an environment whose reset or step raises, or returns the wrong types: an
-    ``EnvironmentFailed`` naming the environment, the call and the action (its code is wrong,
-    not the policy: the run stops with that one line, as for a reward function that raises);
+  * an environment whose make (its constructor), reset, step, state_key or metrics raises, or
+    returns the wrong types: an ``EnvironmentFailed`` naming the environment, the call, the
+    action and the episode's turn (its code is wrong, not the policy: the run stops with that
+    one line, as for a reward function that raises);
   * user code that runs past ``TrainConfig.user_code_timeout_s`` (timelimit.py): the run's
-    ``UserCodeTimeout`` naming the environment and the call;
+    ``UserCodeTimeout`` naming the environment, the call and the turn;
   * an observation longer than ``AgentSettings.max_observation_tokens``: cut there (the
     episode records it: ``episode/obs_cut_frac``); characters the policy cannot read are
     dropped (``Episodes`` counts them too).
@@ -40,6 +41,7 @@ Errors (documented behaviour, tests/test_agents.py):
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable
 
@@ -164,6 +166,7 @@ def with_settings(name: str, new_name: str, **settings) -> Environment:
         return replace(_make(rng), task=new_name)
     make_example.__qualname__ = f"{new_name}_examples"
     make_example.__module__ = env.make.__module__
+    check_new(TASKS, "task", new_name, make_example, lambda t: t.make)   # another's: refused
     if new_name not in TASKS:
         register_task(new_name, make_example, task.answer_chars, task.max_answer_len,
                       eval_fn=None if task.eval_fn is None else
@@ -190,16 +193,36 @@ def register_tool(name: str, fn: Callable, description: str = "") -> Tool:
 
 # ---- calling user code: under the time limit, its failures named
 
-def _call(env: Environment, call: str, fn, action: str | None = None):
+def _call(env: Environment, call: str, fn, action: str | None = None,
+          turn: int | None = None):
     """``fn()`` under the time limit; what it raises, an ``EnvironmentFailed`` naming the
-    environment, the call (and the action)."""
-    with user_code(f"environment {env.name!r} {call}"):
+    environment, the call (and the action, and the episode's turn, counted from 1)."""
+    at = "" if turn is None else f" at turn {turn}"
+    with user_code(f"environment {env.name!r} {call}{at}"):
         try:
             return fn()
         except Exception as e:
             on = "" if action is None else f" on action {action[:40]!r}"
-            raise EnvironmentFailed(f"environment {env.name!r}: {call}{on} raised "
+            raise EnvironmentFailed(f"environment {env.name!r}: {call}{on}{at} raised "
                                     f"{type(e).__name__}: {e}") from e
+
+
+def env_make(env: Environment):
+    """``env.make()`` under the time limit: one episode's instance (a constructor that raises
+    or hangs is the environment's failure, named, as its reset's is)."""
+    return _call(env, "make()", env.make)
+
+
+def env_metrics(env: Environment, instance) -> Mapping:
+    """``instance.metrics()`` under the time limit, checked a mapping ({} without the method:
+    ``tool_metrics`` reads it)."""
+    if not callable(getattr(instance, "metrics", None)):
+        return {}
+    out = _call(env, "metrics()", instance.metrics)
+    if not isinstance(out, Mapping):
+        raise EnvironmentFailed(f"environment {env.name!r}: metrics() must return a dict "
+                                f"(e.g. {{\"calls\": n, \"well_formed\": k}}), got {out!r:.120}")
+    return out
 
 
 def env_reset(env: Environment, instance, example: Example, seed: int) -> str:
@@ -211,25 +234,38 @@ def env_reset(env: Environment, instance, example: Example, seed: int) -> str:
     return obs
 
 
-def env_step(env: Environment, instance, action: str) -> tuple[str, float, bool]:
-    """``instance.step(action)`` under the time limit -> (observation, reward, done), checked."""
-    out = _call(env, "step()", lambda: instance.step(action), action)
+def env_step(env: Environment, instance, action: str,
+             turn: int | None = None) -> tuple[str, float, bool]:
+    """``instance.step(action)`` under the time limit -> (observation, reward, done), checked;
+    its errors name ``turn`` (the episode's, from 1) when given."""
+    out = _call(env, "step()", lambda: instance.step(action), action, turn)
     ok = (isinstance(out, tuple) and len(out) == 3 and isinstance(out[0], str)
           and isinstance(out[1], (int, float)) and not isinstance(out[1], bool)
-          and out[1] == out[1] and abs(out[1]) != float("inf"))
+          and out[1] == out[1] and abs(out[1]) != float("inf") and _is_flag(out[2]))
     if not ok:
-        raise EnvironmentFailed(f"environment {env.name!r}: step({action[:40]!r}) must return "
-                                f"(observation str, finite reward, done bool), got {out!r:.120}")
+        at = "" if turn is None else f" at turn {turn}"
+        raise EnvironmentFailed(f"environment {env.name!r}: step({action[:40]!r}){at} must "
+                                f"return (observation str, finite reward, done bool), got "
+                                f"{out!r:.120}")
     return out[0], float(out[1]), bool(out[2])
 
 
-def env_key(env: Environment, instance) -> Hashable:
-    """``instance.state_key()`` under the time limit, checked hashable."""
+def _is_flag(done) -> bool:
+    """``done`` equals True or False (a bool, numpy's, a 0-d tensor, 0 or 1); not None, a str
+    (``"False"`` is truthy: it would end the episode) or an array (its truth value raises)."""
+    try:
+        return done in (True, False)
+    except (TypeError, ValueError, RuntimeError):       # an array's truth value is ambiguous
+        return False
+
+
+def env_key(env: Environment, instance, turn: int | None = None) -> Hashable:
+    """``instance.state_key()`` under the time limit, checked hashable (``turn``: env_step's)."""
     def hashable_key():
         key = instance.state_key()
         hash(key)
         return key
-    return _call(env, "state_key()", hashable_key)
+    return _call(env, "state_key()", hashable_key, turn=turn)
 
 
 # ---- tools behind an environment

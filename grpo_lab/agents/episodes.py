@@ -44,7 +44,8 @@ from typing import Hashable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from grpo_lab.agents.environments import Environment, env_key, env_reset, env_step
+from grpo_lab.agents.environments import (Environment, EnvironmentFailed, env_key, env_make,
+                                          env_metrics, env_reset, env_step)
 from grpo_lab.algorithm.rollout import Rollout, Scored, Ticker, race_draw
 from grpo_lab.policies.engine import left_pad, positions, scaled_logits
 
@@ -147,7 +148,7 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
     prompts = [model.encode(e.prompt) for e in examples]
     ctx = _Context(model, prompts, G, use_cache)
     dev = ctx.last.device
-    envs = [env.make() for _ in range(N)]
+    envs = [env_make(env) for _ in range(N)]
     stops = stop_tokens(model, s.stop, ctx.last.shape[-1], dev)
     seq: list[list[tuple[int, bool, float]]] = [[] for _ in range(N)]  # (token, policy's, logp)
     turns: list[list[Turn]] = [[] for _ in range(N)]
@@ -182,7 +183,7 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
         live = [i for i in range(N) if end[i] is None]
         if not live:
             break
-        keys = {i: env_key(env, envs[i]) for i in live}
+        keys = {i: env_key(env, envs[i], turn + 1) for i in live}
         start = {i: len(seq[i]) for i in live}
         acting = torch.zeros(N, dtype=torch.bool, device=dev)
         acting[live] = True
@@ -216,7 +217,7 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
             if end[i] is not None:
                 continue
             action = model.decode([t for t, _, _ in seq[i][start[i]:]])    # up to its <eos>
-            obs, reward, done = env_step(env, envs[i], action)
+            obs, reward, done = env_step(env, envs[i], action, turn + 1)
             turns[i].append(Turn(keys[i], reward, start[i], len(seq[i])))
             if done:
                 end[i] = "done"
@@ -229,9 +230,16 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
         tick("time/decode_forward_s")
     model.train(was_training)
     end = [e or "turns" for e in end]
-    info = tuple(e.metrics() if callable(getattr(e, "metrics", None)) else {} for e in envs)
-    return Episodes(_scored(model, examples, prompts, seq, turns, end, G), turns, end,
-                    counts["cut"], counts["dropped"], info)
+    info = tuple(env_metrics(env, e) for e in envs)
+    scored = _scored(model, examples, prompts, seq, turns, end, G)
+    bad = (~torch.isfinite(scored.rewards)).nonzero().flatten()   # each turn's was finite
+    if len(bad):                                   # but 1e300, or a sum, overflows float32
+        i = int(bad[0])
+        raise EnvironmentFailed(f"environment {env.name!r}: episode {i}'s turn rewards "
+                                f"{[t.reward for t in turns[i]]} make a return of "
+                                f"{float(scored.rewards[i])} in float32 (|x| <= "
+                                f"{torch.finfo(torch.float32).max:.3g}); rescale them")
+    return Episodes(scored, turns, end, counts["cut"], counts["dropped"], info)
 
 
 def _scored(model, examples, prompts, seq, turns, end, G: int) -> Scored:

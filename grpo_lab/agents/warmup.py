@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import torch
 
-from grpo_lab.agents.environments import Environment, env_reset, env_step
+from grpo_lab.agents.environments import Environment, env_make, env_reset, env_step
 from grpo_lab.algorithm.rollout import Rollout, completion_logprobs
 from grpo_lab.policies.engine import completion_logits, left_pad
 
@@ -38,7 +38,7 @@ def random_guesses(n: int) -> float:
 
 def demonstration(model, env: Environment, example, rng: random.Random):
     """One episode played by ``env.demo`` -> (prompt ids, completion ids, policy's mask)."""
-    s, inst = env.settings, env.make()
+    s, inst = env.settings, env_make(env)
     ids, own = [], []
     obs = env_reset(env, inst, example, 0)
     room = model.cfg.block_size - len(model.encode(example.prompt))
@@ -49,7 +49,7 @@ def demonstration(model, env: Environment, example, rng: random.Random):
         if len(ids) + len(o) + len(a) > room or len(a) > s.max_action_tokens:
             break
         ids, own = ids + o + a, own + [False] * len(o) + [True] * len(a)
-        obs, _, done = env_step(env, inst, action)
+        obs, _, done = env_step(env, inst, action, turn + 1)
         if done:
             break
     return model.encode(example.prompt), ids, own
