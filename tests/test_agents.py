@@ -437,6 +437,23 @@ def test_an_environment_failing_on_a_later_turn_names_the_turn(monkeypatch):
         sample_episodes(base(), [Example("1+1=", "1", "x")], env, 4, generator=gens(1))
 
 
+def test_numpy_scalar_rewards_are_numbers_as_floats_are():
+    """A reward computed with numpy (np.float32, np.int64) is taken, as a single-turn reward
+    function's is; a tensor or numpy's bool is not a number there and is named."""
+    np = __import__("numpy")
+    env = _returning("numpy_reward", ("x", np.float32(0.5), True))
+    ep = sample_episodes(base(), [Example("1+1=", "1", "x")], env, 2, generator=gens(1))
+    assert [t.reward for row in ep.turns for t in row] == [0.5, 0.5]
+    assert all(type(t.reward) is float for row in ep.turns for t in row)
+    env = _returning("numpy_int_reward", ("x", np.int64(2), True))
+    ep = sample_episodes(base(), [Example("1+1=", "1", "x")], env, 2, generator=gens(1))
+    assert ep.scored.rewards.tolist() == [2.0, 2.0]
+    for bad in (torch.tensor(0.5), np.bool_(True)):
+        env = _returning("tensor_reward", ("x", bad, True))
+        with pytest.raises(EnvironmentFailed, match=r"must return \(observation str, finite"):
+            sample_episodes(base(), [Example("1+1=", "1", "x")], env, 2, generator=gens(1))
+
+
 @pytest.mark.parametrize("rewards", [(1e300,), (2e38, 2e38)], ids=["one", "sum"])
 def test_a_return_beyond_float32_is_named(rewards):
     """Each reward is a finite float, but the float32 return is inf: named, not handed on (the

@@ -41,6 +41,7 @@ Errors (documented behaviour, tests/test_agents.py):
 from __future__ import annotations
 
 import inspect
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable
@@ -240,7 +241,7 @@ def env_step(env: Environment, instance, action: str,
     its errors name ``turn`` (the episode's, from 1) when given."""
     out = _call(env, "step()", lambda: instance.step(action), action, turn)
     ok = (isinstance(out, tuple) and len(out) == 3 and isinstance(out[0], str)
-          and isinstance(out[1], (int, float)) and not isinstance(out[1], bool)
+          and isinstance(out[1], numbers.Real) and not isinstance(out[1], bool)  # numpy's too
           and out[1] == out[1] and abs(out[1]) != float("inf") and _is_flag(out[2]))
     if not ok:
         at = "" if turn is None else f" at turn {turn}"
