@@ -254,9 +254,21 @@ def read_training_checkpoint(path, whole: bool = True) -> dict:
     state: dict = {}
     for k, v in tensors.items():
         if k.startswith("optim."):
-            _, pid, name = k.split(".", 2)
+            pid, _, name = k[len("optim."):].partition(".")
+            if not (pid.isdigit() and name):         # a forged or hand-edited header, signed again
+                raise CheckpointError(f"{path}: tensor {k!r} is not named "
+                                      f"optim.<parameter index>.<state name>")
             state.setdefault(int(pid), {})[name] = v
-    return {"step": meta_field(meta, "step", path, int, int),
+    names = {pid: sorted(st) for pid, st in state.items()}
+    full = max(names.values(), key=len, default=[])  # AdamW keeps step, exp_avg, exp_avg_sq
+    for pid, have in names.items():                  # for each parameter: one missing was a
+        if have != full:                             # bare KeyError inside the next step
+            raise CheckpointError(f"{path}: the optimizer state of parameter {pid} holds "
+                                  f"{have}, the others {full}")
+    step = meta_field(meta, "step", path, int, int)
+    if step < 0:                                     # the first checkpoint is step 0's
+        raise CheckpointError(f"{path}: metadata 'step' is {step}, not a step (0 or more)")
+    return {"step": step,
             "config": meta_field(meta, "config", path),
             "history": meta_field(meta, "history", path, list),
             "model_config": meta_field(meta, "model_config", path),
@@ -281,6 +293,9 @@ def folder_manifest(folder: Path) -> dict[str, str]:
 def verify_shards(path: Path, shards: dict) -> Path:
     """The folder a sharded checkpoint ``path`` names, every listed file present with its
     sha256 -> the folder; otherwise a ``CheckpointError`` naming the file."""
+    if not (isinstance(shards.get("dir"), str) and isinstance(shards.get("files"), dict)):
+        raise CheckpointError(f"{path}: metadata {SHARDS_KEY!r} is not "
+                              f"{{\"dir\": folder, \"files\": {{name: sha256}}}}: {shards}")
     folder = path.parent / shards["dir"]
     for name, saved in shards["files"].items():
         f = folder / name
