@@ -190,6 +190,24 @@ def load_state_strict(module: torch.nn.Module, tensors: dict[str, torch.Tensor],
     module.load_state_dict(given, strict=False)
 
 
+def check_optimizer_state(optim: dict, params: list, path) -> None:
+    """``optim`` (AdamW's state_dict form, as ``read_training_checkpoint`` gives it) against the
+    run's trainable parameters in the optimizer's order: every state index names one of them
+    and every moment has its parameter's shape; otherwise a ``CheckpointError`` naming ``path``.
+    torch's ``load_state_dict`` checks neither: a moment of another shape was a RuntimeError
+    inside the first step after the resume (the sharder's reshape took it silently), the state
+    of an index past the last was dropped without a word."""
+    for pid, st in sorted(optim["state"].items()):
+        if pid >= len(params):
+            raise CheckpointError(f"{path} holds optimizer state of parameter {pid}; this run "
+                                  f"trains {len(params)} parameters (0 to {len(params) - 1})")
+        for name, v in st.items():
+            if v.dim() and tuple(v.shape) != tuple(params[pid].shape):     # step: a scalar
+                raise CheckpointError(f"{path}: tensor 'optim.{pid}.{name}' has shape "
+                                      f"{tuple(v.shape)}, its parameter "
+                                      f"{tuple(params[pid].shape)}")
+
+
 # ---- training checkpoints: policy + optimizer state + grouper state + metrics so far ----
 
 CKPT_TAG = "grpo_lab.train_checkpoint.v1"
