@@ -190,6 +190,24 @@ def load_state_strict(module: torch.nn.Module, tensors: dict[str, torch.Tensor],
     module.load_state_dict(given, strict=False)
 
 
+def check_optimizer_state(optim: dict, params: list, path) -> None:
+    """``optim`` (AdamW's state_dict form, as ``read_training_checkpoint`` gives it) against the
+    run's trainable parameters in the optimizer's order: every state index names one of them
+    and every moment has its parameter's shape; otherwise a ``CheckpointError`` naming ``path``.
+    torch's ``load_state_dict`` checks neither: a moment of another shape was a RuntimeError
+    inside the first step after the resume (the sharder's reshape took it silently), the state
+    of an index past the last was dropped without a word."""
+    for pid, st in sorted(optim["state"].items()):
+        if pid >= len(params):
+            raise CheckpointError(f"{path} holds optimizer state of parameter {pid}; this run "
+                                  f"trains {len(params)} parameters (0 to {len(params) - 1})")
+        for name, v in st.items():
+            if v.dim() and tuple(v.shape) != tuple(params[pid].shape):     # step: a scalar
+                raise CheckpointError(f"{path}: tensor 'optim.{pid}.{name}' has shape "
+                                      f"{tuple(v.shape)}, its parameter "
+                                      f"{tuple(params[pid].shape)}")
+
+
 # ---- training checkpoints: policy + optimizer state + grouper state + metrics so far ----
 
 CKPT_TAG = "grpo_lab.train_checkpoint.v1"
@@ -254,9 +272,21 @@ def read_training_checkpoint(path, whole: bool = True) -> dict:
     state: dict = {}
     for k, v in tensors.items():
         if k.startswith("optim."):
-            _, pid, name = k.split(".", 2)
+            pid, _, name = k[len("optim."):].partition(".")
+            if not (pid.isdigit() and name):         # a forged or hand-edited header, signed again
+                raise CheckpointError(f"{path}: tensor {k!r} is not named "
+                                      f"optim.<parameter index>.<state name>")
             state.setdefault(int(pid), {})[name] = v
-    return {"step": meta_field(meta, "step", path, int, int),
+    names = {pid: sorted(st) for pid, st in state.items()}
+    full = max(names.values(), key=len, default=[])  # AdamW keeps step, exp_avg, exp_avg_sq
+    for pid, have in names.items():                  # for each parameter: one missing was a
+        if have != full:                             # bare KeyError inside the next step
+            raise CheckpointError(f"{path}: the optimizer state of parameter {pid} holds "
+                                  f"{have}, the others {full}")
+    step = meta_field(meta, "step", path, int, int)
+    if step < 0:                                     # the first checkpoint is step 0's
+        raise CheckpointError(f"{path}: metadata 'step' is {step}, not a step (0 or more)")
+    return {"step": step,
             "config": meta_field(meta, "config", path),
             "history": meta_field(meta, "history", path, list),
             "model_config": meta_field(meta, "model_config", path),
@@ -281,6 +311,9 @@ def folder_manifest(folder: Path) -> dict[str, str]:
 def verify_shards(path: Path, shards: dict) -> Path:
     """The folder a sharded checkpoint ``path`` names, every listed file present with its
     sha256 -> the folder; otherwise a ``CheckpointError`` naming the file."""
+    if not (isinstance(shards.get("dir"), str) and isinstance(shards.get("files"), dict)):
+        raise CheckpointError(f"{path}: metadata {SHARDS_KEY!r} is not "
+                              f"{{\"dir\": folder, \"files\": {{name: sha256}}}}: {shards}")
     folder = path.parent / shards["dir"]
     for name, saved in shards["files"].items():
         f = folder / name

@@ -466,6 +466,9 @@ def test_load_state_strict_with_a_prefix_leaves_the_module_untouched_on_error(sm
     ("config", None, "metadata 'config' is missing"),
     ("model_config", "7", "metadata 'model_config' is a int, not a dict"),
     ("param_groups", "null", "metadata 'param_groups' is a NoneType, not a list"),
+    ("step", "-5", "metadata 'step' is -5, not a step (0 or more)"),       # ran steps -4, -3, ...
+    ("grpo_lab.shards", "{}", "metadata 'grpo_lab.shards' is not {\"dir\": folder, "     # KeyError
+                              "\"files\": {name: sha256}}: {}"),
 ])
 def test_a_forged_training_checkpoint_names_the_file_and_the_field(tmp_path, capsys, field,
                                                                     value, said):
@@ -481,6 +484,30 @@ def test_a_forged_training_checkpoint_names_the_file_and_the_field(tmp_path, cap
     with pytest.raises(CheckpointError) as e:
         read_training_checkpoint(path)
     assert str(e.value).startswith(f"{path}: {said}"), str(e.value)
+
+
+@pytest.mark.parametrize("tensors, said", [
+    ({"optim.x.exp_avg": torch.zeros(2)},                                 # int('x'): ValueError
+     "tensor 'optim.x.exp_avg' is not named optim.<parameter index>.<state name>"),
+    ({"optim.3": torch.zeros(2)},                                         # unpacking: ValueError
+     "tensor 'optim.3' is not named optim.<parameter index>.<state name>"),
+    ({"optim.0.step": T(1.0), "optim.0.exp_avg": torch.zeros(2),
+      "optim.0.exp_avg_sq": torch.zeros(2),
+      "optim.1.step": T(1.0), "optim.1.exp_avg_sq": torch.zeros(2)},     # KeyError at step 1
+     "the optimizer state of parameter 1 holds ['exp_avg_sq', 'step'], the others "
+     "['exp_avg', 'exp_avg_sq', 'step']"),
+])
+def test_a_forged_optimizer_state_names_the_file_and_the_tensor(tmp_path, tensors, said):
+    """Tensors renamed or dropped in a header signed again: a bare ValueError from the
+    loader, or a KeyError from inside AdamW's first step after the resume."""
+    from grpo_lab.checkpoint import CKPT_TAG, read_training_checkpoint
+    path = tmp_path / "forged.safetensors"
+    atomic_save_tensors({"policy.w": torch.zeros(2), **tensors}, path,
+                        {"format": CKPT_TAG, "step": "3", "config": "{}", "history": "[]",
+                         "model_config": "{}", "param_groups": "[]"})
+    with pytest.raises(CheckpointError) as e:
+        read_training_checkpoint(path)
+    assert str(e.value) == f"{path}: {said}", str(e.value)
 
 
 @pytest.mark.parametrize("config, said", [

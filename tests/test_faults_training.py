@@ -177,3 +177,32 @@ def test_damaged_checkpoint_on_resume_is_one_line(tmp_path, capsys):
     ckpt.write_bytes(bytes(data))
     code, err = run(capsys, "train", "--out_dir", str(out), "--resume")
     assert code == 2 and "is corrupt: content checksum" in err
+
+
+def test_a_forged_optimizer_moment_is_refused_by_name_before_any_step(tmp_path, capsys):
+    """A header that lies about a moment's shape (transposed, signed again) loaded without a
+    word (torch's load_state_dict checks no shapes) and failed inside the first step after the
+    rollout, as a RuntimeError naming neither the file nor the tensor; an index past the last
+    parameter was dropped silently."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+    from grpo_lab.checkpoint import CHECKSUM_KEY, content_checksum
+    out = tmp_path / "r"
+    assert run(capsys, "train", *QUICK, "--steps", "3", "--time_budget_s", "1e-9",
+               "--out_dir", str(out))[0] == 0
+    ckpt = out / "checkpoint.safetensors"
+    good = ckpt.read_bytes()
+    for edit, said in [
+        (lambda t: {**t, "optim.1.exp_avg": t["optim.1.exp_avg"].T.contiguous()},
+         f"{ckpt}: tensor 'optim.1.exp_avg' has shape (80, 32), its parameter (32, 80)"),
+        (lambda t: {**t, **{k.replace("optim.1.", "optim.99."): v.clone() for k, v in t.items()
+                            if k.startswith("optim.1.")}},
+         f"{ckpt} holds optimizer state of parameter 99; this run trains 40 parameters "
+         f"(0 to 39)")]:
+        ckpt.write_bytes(good)
+        tensors = edit(load_file(ckpt))
+        with safe_open(ckpt, "pt") as f:
+            meta = {k: v for k, v in f.metadata().items() if k != CHECKSUM_KEY}
+        save_file(tensors, ckpt, {**meta, CHECKSUM_KEY: content_checksum(tensors, meta)})
+        code, err = run(capsys, "train", "--out_dir", str(out), "--resume")
+        assert code == 2 and said in err and "before the first step" in err, err

@@ -47,15 +47,15 @@ from typing import NamedTuple
 import torch
 from tqdm.auto import tqdm
 
-from grpo_lab.checkpoint import (load_state_strict, read_training_checkpoint,
-                                 save_training_checkpoint)
+from grpo_lab.checkpoint import (check_optimizer_state, load_state_strict,
+                                 read_training_checkpoint, save_training_checkpoint)
 from grpo_lab import __version__
 from grpo_lab.training.config import CONFIG_FILE, TrainConfig, check_records, to_dict
 from grpo_lab.training.saved_config import config_changes
 from grpo_lab.training.config_file import FAST_PATH_KEY, VERSION_KEY
 from grpo_lab.training.trackers import Trackers, check_installed
 from grpo_lab.distributed import dcp
-from grpo_lab.distributed.exchanges import AdamW, make_exchange
+from grpo_lab.distributed.exchanges import AdamW, make_exchange, param_groups
 from grpo_lab.distributed.fsdp import full_parameters
 from grpo_lab.distributed.group import Group
 from grpo_lab.machine import free_cores, wchar
@@ -384,6 +384,8 @@ def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path,
                              f"vs {vars(policy.cfg)}")
         if c["shards"] is None:
             load_state_strict(policy, c["policy"], ckpt)
+            check_optimizer_state(c["optim"], [p for g in param_groups(policy, scales)[0]
+                                               for p in g], ckpt)   # the optimizer's order
     fused = get_policy_kind(cfg.policy).fused_adamw      # HF models: fused AdamW
     ex = make_exchange(policy, cfg.exchange, AdamW(cfg.lr, cfg.adam_eps, cfg.weight_decay,
                                                    cfg.grad_clip, cfg.seed, scales, fused),
