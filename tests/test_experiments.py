@@ -82,6 +82,9 @@ def test_rows_compare_and_tables_by_hand():
     assert "<table>" in html and "0.700 ± 0.248" in html
     assert md.splitlines()[0].startswith("| strategy | eval/accuracy | eval/gain")
     assert "| 0.7 (2/3) |" in md            # b: 2 of 3 seeds reached it; 2 values: no interval
+    short = Results(runs[:5], target=0.65)      # b's seed 2 failed: 2 of the legend's 3 seeds
+    assert "over 3 seeds" in short._legend()
+    assert "| b | 0.620 (2/3) |" in short.to_markdown()    # (0.58 + 0.66) / 2, no interval
     with pytest.raises(ValueError, match="'c'"):
         res.compare("c", "a")
     with pytest.raises(ValueError, match="'accuracy'"):

@@ -332,9 +332,9 @@ class Results:
         """Strategies as rows, metrics as "mean ± half-width" cells (n when not every seed)."""
         rows = {(r["strategy"], r["metric"]): r for r in self.rows()}
         metrics = [m for m in METRICS if any(rm == m for _, rm in rows)]
-        seeds = {s: sum(r["strategy"] == s for r in self.runs) for s in self.strategies}
-        body = [[s] + [_cell(rows.get((s, m)), METRICS[m][1], seeds[s]) for m in metrics]
-                for s in self.strategies]
+        seeds = len({r["seed"] for r in self.runs})   # the legend's count, for every arm:
+        body = [[s] + [_cell(rows.get((s, m)), METRICS[m][1], seeds) for m in metrics]
+                for s in self.strategies]                  # an arm short of a seed: "(2/3)"
         return ["strategy"] + metrics, body
 
     def to_markdown(self) -> str:
