@@ -374,6 +374,16 @@ def test_environment_that_raises_is_named():
         sample_episodes(base(), [Example("1+1=", "1", "x")], _hostile("raise"), 2)
 
 
+def test_a_prompt_past_the_context_is_named_before_any_forward():
+    model = base()
+    long = "1+" * model.cfg.block_size + "1="               # 2 x block_size + 2 tokens
+    with pytest.raises(ValueError, match=rf"environment 'guess': prompt '1\+1\+.*' is "
+                                         rf"{2 * model.cfg.block_size + 2} tokens, past the "
+                                         rf"model's block_size {model.cfg.block_size}"):
+        sample_episodes(model, [Example("1+1=", "1", "x"), Example(long, "1", "x")],
+                        get_environment("guess"), 2)
+
+
 def test_environment_with_wrong_types_is_named():
     with pytest.raises(EnvironmentFailed, match=r"must return \(observation str, finite reward"):
         sample_episodes(base(), [Example("1+1=", "1", "x")], _hostile("types"), 2)

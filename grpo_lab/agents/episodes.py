@@ -146,6 +146,11 @@ def sample_episodes(model, examples, env: Environment, G: int, temperature: floa
     was_training = model.training
     model.eval()
     prompts = [model.encode(e.prompt) for e in examples]
+    i = max(range(B), key=lambda i: len(prompts[i]), default=None)
+    if i is not None and len(prompts[i]) > limit:      # else the model's position error
+        raise ValueError(f"environment {env.name!r}: prompt {examples[i].prompt[:40]!r} is "
+                         f"{len(prompts[i])} tokens, past the model's block_size {limit} (its "
+                         f"longest context); shorten the task's prompts")
     ctx = _Context(model, prompts, G, use_cache)
     dev = ctx.last.device
     envs = [env_make(env) for _ in range(N)]
