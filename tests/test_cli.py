@@ -27,6 +27,26 @@ def test_every_field_documented_and_in_help():
     assert "G: completions sampled per prompt" in helptext
 
 
+def test_train_help_shows_the_defaults_a_run_without_flags_gets():
+    """`train --help` showed TrainConfig's own defaults (--lr 0.0001, --kl.beta 0.02), but a run
+    without --preset starts from tiny_cpu (lr 0.0003, kl.beta 0.0): every flag's "(default: X)"
+    is the value that run gets."""
+    from grpo_lab.training.config import preset, to_dict
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    shown = {a.dest: a.help.rsplit("(default: ", 1)[1][:-1] for a in train._actions
+             if a.help and "(default: " in a.help}
+    cfg = to_dict(preset("tiny_cpu"))
+    weights = cfg.pop("reward_weights")
+    values = {f"{k}.{sk}": sv for k, v in cfg.items() if isinstance(v, dict)
+              for sk, sv in v.items()}
+    values.update({k: v for k, v in cfg.items() if not isinstance(v, dict)})
+    values["reward_weights"] = ",".join(f"{k}={v}" for k, v in weights.items())
+    checked = {k: (shown[k], str(values[k])) for k in shown if k in values}
+    assert len(checked) > 100
+    assert {k: v for k, v in checked.items() if v[0] != v[1]} == {}
+    assert (shown["lr"], shown["kl.beta"], shown["eval_every"]) == ("0.0003", "0.0", "50")
+
+
 @pytest.mark.parametrize("old, new", [("--tis_cap", "tis.cap"), ("--beta", "kl.beta"),
                                       ("--eps_high", "clip.eps_high"),
                                       ("--overlong_buffer", "overlong.buffer"),
