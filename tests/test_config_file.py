@@ -118,6 +118,23 @@ def test_a_malformed_file_is_named_with_the_cause(tmp_path, capsys, text, said):
     assert line.startswith(f"grpo-lab: error: --config {path}: ") and said in line
 
 
+@pytest.mark.parametrize("data, said", [
+    ({"out_dir": ["a"]}, 'out_dir: a list ["a"] is no value here (the field takes one value)'),
+    ({"task": ["addition", "sort"]}, 'task: a list ["addition", "sort"] is no value here'),
+    ({"system_prompt": {"a": 1}}, 'system_prompt: a dict {"a": 1} is no value here'),
+    ({"kl": {"beta": [0.1]}}, "kl.beta: a list [0.1] is no value here"),
+    ({"reward_weights": [1.0, 0.5]},                    # TRL's form: a weight per function
+     "reward_weights: a list [1.0, 0.5] is no value here (the field takes a mapping"),
+])
+def test_a_list_or_mapping_for_a_field_of_one_value_is_refused(tmp_path, capsys, data, said):
+    """A list or mapping reached its flag as Python's text: {"out_dir": ["a"]} trained into a
+    folder named ['a'], {"task": ["addition"]} was 'unknown task "['addition']"'."""
+    path, out = write(tmp_path, data), tmp_path / "run"
+    line = error_of(["--config", path, "--steps", "2", "--out_dir", str(out)], capsys)
+    assert line.startswith(f"grpo-lab: error: --config {path}: {said}")
+    assert not out.exists()                                      # refused before any work
+
+
 def test_a_missing_file_is_named(tmp_path, capsys):
     line = error_of(["--config", str(tmp_path / "nope.json")], capsys)
     assert "nope.json: cannot read it (No such file or directory)" in line

@@ -42,6 +42,18 @@ def flag_text(value, key: str, path) -> str:
         raise ConfigFileError(f"--config {path}: {key}: null is no value here")
     if isinstance(value, bool):
         return str(value).lower()
+    # a list or a mapping given to a field of one value would reach its flag as Python's text
+    # ("['a']"), which a str field takes as it is (an out_dir named ['a']); an unknown key's
+    # goes on to its flag's error
+    field = field_of(key) if isinstance(value, (dict, list)) else None
+    if field is not None:
+        mapping = field.default is dataclasses.MISSING and isinstance(field.default_factory(),
+                                                                       dict)
+        if not (mapping and isinstance(value, dict)):
+            takes = "a mapping of names to values" if mapping else "one value"
+            raise ConfigFileError(f"--config {path}: {key}: a {type(value).__name__} "
+                                  f"{json.dumps(value, default=str)[:80]} is no value here "
+                                  f"(the field takes {takes})")
     if isinstance(value, dict):
         return ",".join(f"{k}={flag_text(v, f'{key}.{k}', path)}" for k, v in value.items())
     return repr(value) if isinstance(value, float) else str(value)
@@ -202,11 +214,17 @@ def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
             [k for k, v in flat.items() if v is None])
 
 
+def field_of(key: str) -> dataclasses.Field | None:
+    """The field a dotted field name names (``compression.momentum``), or None for none."""
+    sub, _, name = key.rpartition(".")
+    if sub and sub not in sub_configs():
+        return None
+    cls = type(getattr(TrainConfig(), sub)) if sub else TrainConfig
+    return next((f for f in dataclasses.fields(cls) if f.name == name), None)
+
+
 def nullable(key: str) -> bool:
     """True for a dotted field name whose default is None (``compression.momentum``: a
     ``float | None`` field); a flag cannot say None, a config file can (null)."""
-    sub, _, name = key.rpartition(".")
-    if sub and sub not in sub_configs():
-        return False
-    cls = type(getattr(TrainConfig(), sub)) if sub else TrainConfig
-    return any(f.name == name and f.default is None for f in dataclasses.fields(cls))
+    field = field_of(key)
+    return field is not None and field.default is None
