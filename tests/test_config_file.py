@@ -176,6 +176,23 @@ def test_a_yaml_alias_alone_is_refused_naming_its_line(tmp_path, capsys):
                            f"aliases (*x) are not read")
 
 
+@pytest.mark.parametrize("text, said", [
+    ("steps: [2\n", "line 2, column 1: expected ',' or ']', but got '<stream end>' (while "
+                    "parsing a flow sequence at line 1, column 8)"),
+    ("steps: 2\n\tlr: 1\n", "line 2, column 1: found character '\\t' that cannot start any "
+                            "token (while scanning for the next token)"),
+    ("a: b: c\n", "line 1, column 5: mapping values are not allowed here"),
+])
+def test_invalid_yaml_is_one_line_naming_where(tmp_path, capsys, text, said):
+    """PyYAML's message is several lines (the file's line quoted, a caret under it): the error
+    printed was six lines, its last a lone '^'."""
+    pytest.importorskip("yaml")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert main(["train", "--config", str(path), "--out_dir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == f"grpo-lab: error: --config {path}: not valid YAML: {said}\n"
+
+
 @pytest.mark.parametrize("name, text, said", [
     ("twice.yaml", "steps: 3\nlr: 0.1\nsteps: 4\n",
      "steps is given twice: line 1 and line 3"),

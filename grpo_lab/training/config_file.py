@@ -138,9 +138,25 @@ def read_yaml(text: str) -> tuple[object, dict]:
         keys(node, ())
         return (None if node is None else loader.construct_document(node)), lines
     except yaml.YAMLError as e:
-        raise _Refused(f"not valid YAML: {e}") from None
+        raise _Refused(f"not valid YAML: {yaml_error(e)}") from None
     finally:
         loader.dispose()
+
+
+def yaml_error(e) -> str:
+    """PyYAML's error in one line: its own message spans several, quoting the file's line with
+    a caret under it, and the CLI's error is one line. "line 2, column 1: expected ',' or ']',
+    but got '<stream end>' (while parsing a flow sequence at line 1, column 8)"."""
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is None or problem is None:
+        return " ".join(str(e).split())
+
+    def at(m) -> str:
+        return f"line {m.line + 1}, column {m.column + 1}"
+
+    context, context_mark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    where = f" at {at(context_mark)}" if context_mark is not None else ""
+    return f"{at(mark)}: {problem}" + (f" ({context}{where})" if context else "")
 
 
 def read_json(text: str) -> tuple[object, dict]:
