@@ -572,6 +572,12 @@ def eval_config(checkpoint: str, task: str | None, answer_format: str | None) ->
     meta = read_tensors(checkpoint)[1] if str(checkpoint).endswith(".safetensors") else {}
     saved = meta_field(meta, "config", checkpoint) if meta.get("format") == CKPT_TAG else {}
     folder = not saved and resolve_path(checkpoint).is_dir()
+    if folder and (resolve_path(checkpoint) / "checkpoint.safetensors").exists():
+        # a run's out_dir (its config.json is a run's, not a model's): transformers would
+        # fail on it with a tokenizer message that names neither the folder nor the fix
+        raise ValueError(f"--checkpoint {checkpoint} is a training run's folder, not a "
+                         f"transformers model: evaluate its checkpoint, --checkpoint "
+                         f"{Path(checkpoint) / 'checkpoint.safetensors'}")
     try:
         cfg = (from_dict(saved) if saved else
                TrainConfig(policy="hf", base_checkpoint=str(checkpoint)) if folder else

@@ -145,6 +145,21 @@ def test_bad_values_exit_2_with_message(tmp_path, capsys):
     assert "no checkpoint file" in capsys.readouterr().err
 
 
+def test_eval_of_a_run_folder_names_its_checkpoint(tmp_path, capsys):
+    """`eval --checkpoint OUT_DIR` (a run's folder, which holds a config.json) was loaded as a
+    transformers model and failed with "Couldn't instantiate the backend tokenizer from one of:",
+    naming neither the folder nor the file to pass."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"steps": 2}))   # a run's, not a model's
+    (run / "checkpoint.safetensors").write_bytes(b"")
+    assert main(["eval", "--checkpoint", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert (f"--checkpoint {run} is a training run's folder, not a transformers model: evaluate "
+            f"its checkpoint, --checkpoint {run / 'checkpoint.safetensors'}") in err
+
+
 def test_bench_lists_runs_and_rejects_unknown(capsys):
     assert main(["bench"]) == 0
     listed = capsys.readouterr().out
