@@ -619,6 +619,13 @@ def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False,
     return 0
 
 
+def check_out_file(path: str | None, flag: str) -> None:
+    """A policy file to write where a folder is: refused now, naming it. The file is written
+    when the run ends, so the write would fail only after all its steps, their work lost."""
+    if path is not None and Path(path).is_dir():
+        raise ValueError(f"{flag} {path} is a folder: name the .safetensors file to write")
+
+
 def run_model(args) -> int:
     """``grpo-lab model get NAME`` / ``grpo-lab model list``."""
     from grpo_lab import models
@@ -699,12 +706,16 @@ def main(argv: list[str] | None = None) -> int:
             from grpo_lab.training.pretrain import main as pretrain_main
 
             load_plugins(plugin_spec(args))          # a plugin's task can be pretrained on
-            pretrain_main(PretrainConfig(**overrides(args, PretrainConfig)))
+            cfg = PretrainConfig(**overrides(args, PretrainConfig))
+            if cfg.policy == "toy":                  # "hf" writes a folder
+                check_out_file(cfg.out, "--out")
+            pretrain_main(cfg)
         elif args.command == "warmup":
             from grpo_lab.agents.step import evaluate_episodes
             from grpo_lab.agents.warmup import run_warm_up
 
             load_plugins(plugin_spec(args))          # a plugin's environment can be warmed up on
+            check_out_file(args.out, "--out")
             print(json.dumps(run_warm_up(args.task, args.out, args.base, args.steps, args.batch,
                                          args.lr, args.seed, args.threads,
                                          evaluate=evaluate_episodes)))

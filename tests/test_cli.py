@@ -160,6 +160,23 @@ def test_eval_of_a_run_folder_names_its_checkpoint(tmp_path, capsys):
             f"its checkpoint, --checkpoint {run / 'checkpoint.safetensors'}") in err
 
 
+def test_a_policy_file_where_a_folder_is_is_refused_before_the_run(tmp_path, capsys,
+                                                                    monkeypatch):
+    """`warmup --out FOLDER` and `pretrain --out FOLDER` trained all their steps (1500 and 1800
+    by default) and only then failed to write the file: refused before the first step."""
+    import grpo_lab.agents.warmup as warmup
+    import grpo_lab.training.pretrain as pretrain
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the run started")
+    monkeypatch.setattr(warmup, "run_warm_up", ran)
+    monkeypatch.setattr(pretrain, "main", ran)
+    for argv in (["warmup", "--task", "guess"], ["pretrain"]):
+        assert main([*argv, "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out {tmp_path} is a folder: name the .safetensors file to write" in err, argv
+
+
 def test_bench_lists_runs_and_rejects_unknown(capsys):
     assert main(["bench"]) == 0
     listed = capsys.readouterr().out
