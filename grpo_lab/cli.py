@@ -48,6 +48,10 @@ from grpo_lab import __version__
 from grpo_lab.paths import checkout_dir, notebooks_dir
 from grpo_lab.registry import SETTINGS, load_plugins, lookup
 
+DEFAULT_PRESET = "tiny_cpu"
+"""The preset ``grpo-lab train`` starts from without --preset (or a config file's preset);
+its values are the defaults train --help shows."""
+
 
 def parse_weights(text: str) -> dict[str, float]:
     """``"accuracy=1,format=0.1"`` -> {"accuracy": 1.0, "format": 0.1}."""
@@ -92,24 +96,30 @@ def field_docs(cls) -> dict[str, str]:
             and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)}
 
 
-def add_config_args(parser: argparse.ArgumentParser, cls, skip=(), prefix: str = "") -> None:
+def add_config_args(parser: argparse.ArgumentParser, cls, skip=(), prefix: str = "",
+                    preset_fields: dict | None = None) -> None:
     """One ``--flag`` per field of ``cls`` (but ``skip``), default None (= the config's); the
-    fields of a sub-config dataclass become ``--field.sub``."""
-    docs = field_docs(cls)
+    fields of a sub-config dataclass become ``--field.sub``. A field of ``preset_fields`` (the
+    preset a flag left out falls back to, as nested dicts) shows the preset's value as its
+    default in the help, since that is what a run without the flag gets."""
+    docs, preset_fields = field_docs(cls), preset_fields or {}
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         if cls is TrainConfig and f.name == "blocks":     # each settings block: --tis.cap
             for name, block in SETTINGS.items():
-                add_config_args(parser, block, prefix=f"{prefix}{name}.")
+                add_config_args(parser, block, prefix=f"{prefix}{name}.",
+                                preset_fields=preset_fields.get(name))
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if dataclasses.is_dataclass(default):
-            add_config_args(parser, type(default), prefix=f"{prefix}{f.name}.")
+            add_config_args(parser, type(default), prefix=f"{prefix}{f.name}.",
+                            preset_fields=preset_fields.get(f.name))
             continue
         kind = {dict: parse_weights, bool: parse_bool}.get(type(default), field_type(f, default))
-        shown = ",".join(f"{k}={v}" for k, v in default.items()) if isinstance(default, dict) \
-            else default
+        shown = preset_fields.get(f.name, default)
+        shown = ",".join(f"{k}={v}" for k, v in shown.items()) if isinstance(shown, dict) \
+            else shown
         parser.add_argument(f"--{prefix}{f.name}", type=kind, default=None,
                             help=f"{docs.get(f.name, '')} (default: {shown})".replace("%", "%%"))
 
@@ -347,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train the policy with GRPO and write its report")
     t.add_argument("--preset", default=None, choices=sorted(PRESETS),
-                   help="named preset whose values the other flags override (default tiny_cpu)")
+                   help=f"named preset whose values the other flags override (default "
+                        f"{DEFAULT_PRESET})")
     t.add_argument("--config", default=None, metavar="FILE",
                    help="a JSON or YAML file of config fields (the flags' names, or a TRL "
                         "GRPOConfig's where they mean the same; a "
@@ -367,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--nproc", type=int, default=None,
                    help="run on N local processes through torch's launcher (torchrun "
                         "--standalone --nproc_per_node=N); results do not depend on N")
-    add_config_args(t, TrainConfig, skip=("plugins",))           # --plugin (above) sets it
+    add_config_args(t, TrainConfig, skip=("plugins",),           # --plugin (above) sets it
+                    preset_fields=PRESETS[DEFAULT_PRESET])
     add_study_args(sub.add_parser("study", help="strategies x seeds on any preset, paired by "
                                   "step, resumable, with a cost and power forecast"))
     e = sub.add_parser("eval", help="held-out greedy accuracy of a policy or training checkpoint")
@@ -518,7 +530,7 @@ def train_config(args) -> TrainConfig:
         preset_name = preset_name or file_preset
         given = merge(from_file, given)
     if not args.resume:
-        cfg = preset(preset_name or "tiny_cpu", **given)
+        cfg = preset(preset_name or DEFAULT_PRESET, **given)
         check_group_k(cfg, given.get("group", {}).get("k"))
         return cfg
     from grpo_lab.checkpoint import read_training_checkpoint
@@ -560,6 +572,12 @@ def eval_config(checkpoint: str, task: str | None, answer_format: str | None) ->
     meta = read_tensors(checkpoint)[1] if str(checkpoint).endswith(".safetensors") else {}
     saved = meta_field(meta, "config", checkpoint) if meta.get("format") == CKPT_TAG else {}
     folder = not saved and resolve_path(checkpoint).is_dir()
+    if folder and (resolve_path(checkpoint) / "checkpoint.safetensors").exists():
+        # a run's out_dir (its config.json is a run's, not a model's): transformers would
+        # fail on it with a tokenizer message that names neither the folder nor the fix
+        raise ValueError(f"--checkpoint {checkpoint} is a training run's folder, not a "
+                         f"transformers model: evaluate its checkpoint, --checkpoint "
+                         f"{Path(checkpoint) / 'checkpoint.safetensors'}")
     try:
         cfg = (from_dict(saved) if saved else
                TrainConfig(policy="hf", base_checkpoint=str(checkpoint)) if folder else
@@ -599,6 +617,13 @@ def run_train(cfg: TrainConfig, resume: bool, allow_override: bool = False,
         print(md.read_text().split("![")[0].strip())
         print(f"report: {md} and {md.with_suffix('.png')}")
     return 0
+
+
+def check_out_file(path: str | None, flag: str) -> None:
+    """A policy file to write where a folder is: refused now, naming it. The file is written
+    when the run ends, so the write would fail only after all its steps, their work lost."""
+    if path is not None and Path(path).is_dir():
+        raise ValueError(f"{flag} {path} is a folder: name the .safetensors file to write")
 
 
 def run_model(args) -> int:
@@ -681,12 +706,16 @@ def main(argv: list[str] | None = None) -> int:
             from grpo_lab.training.pretrain import main as pretrain_main
 
             load_plugins(plugin_spec(args))          # a plugin's task can be pretrained on
-            pretrain_main(PretrainConfig(**overrides(args, PretrainConfig)))
+            cfg = PretrainConfig(**overrides(args, PretrainConfig))
+            if cfg.policy == "toy":                  # "hf" writes a folder
+                check_out_file(cfg.out, "--out")
+            pretrain_main(cfg)
         elif args.command == "warmup":
             from grpo_lab.agents.step import evaluate_episodes
             from grpo_lab.agents.warmup import run_warm_up
 
             load_plugins(plugin_spec(args))          # a plugin's environment can be warmed up on
+            check_out_file(args.out, "--out")
             print(json.dumps(run_warm_up(args.task, args.out, args.base, args.steps, args.batch,
                                          args.lr, args.seed, args.threads,
                                          evaluate=evaluate_episodes)))

@@ -189,6 +189,8 @@ def _execute(module, path: Path) -> None:
 def _load_file(path: Path, name: str | None = None):
     """The plugin at ``path``, executed once per content; ``name``: import it under this name
     (a module name given in ``plugins``) instead of a name made from the path."""
+    if path.is_dir():                   # "no such file" would deny what the user can see
+        raise IsADirectoryError(f"{path} is a folder: name the plugin's .py file")
     if not path.is_file():
         raise FileNotFoundError(f"no such file {path}")
     sha = file_sha256(path)
@@ -239,7 +241,7 @@ def load_plugins(plugins: str) -> list:
                 out.append(importlib.import_module(spec))
             else:
                 out.append(_load_file(Path(origin).resolve(), name=spec))
-        except (ImportError, FileNotFoundError, SyntaxError) as e:
+        except (ImportError, FileNotFoundError, IsADirectoryError, SyntaxError) as e:
             raise ValueError(f"plugin {spec!r} could not be imported: {type(e).__name__}: {e}") \
                 from None
     return out

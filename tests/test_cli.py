@@ -27,6 +27,26 @@ def test_every_field_documented_and_in_help():
     assert "G: completions sampled per prompt" in helptext
 
 
+def test_train_help_shows_the_defaults_a_run_without_flags_gets():
+    """`train --help` showed TrainConfig's own defaults (--lr 0.0001, --kl.beta 0.02), but a run
+    without --preset starts from tiny_cpu (lr 0.0003, kl.beta 0.0): every flag's "(default: X)"
+    is the value that run gets."""
+    from grpo_lab.training.config import preset, to_dict
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    shown = {a.dest: a.help.rsplit("(default: ", 1)[1][:-1] for a in train._actions
+             if a.help and "(default: " in a.help}
+    cfg = to_dict(preset("tiny_cpu"))
+    weights = cfg.pop("reward_weights")
+    values = {f"{k}.{sk}": sv for k, v in cfg.items() if isinstance(v, dict)
+              for sk, sv in v.items()}
+    values.update({k: v for k, v in cfg.items() if not isinstance(v, dict)})
+    values["reward_weights"] = ",".join(f"{k}={v}" for k, v in weights.items())
+    checked = {k: (shown[k], str(values[k])) for k in shown if k in values}
+    assert len(checked) > 100
+    assert {k: v for k, v in checked.items() if v[0] != v[1]} == {}
+    assert (shown["lr"], shown["kl.beta"], shown["eval_every"]) == ("0.0003", "0.0", "50")
+
+
 @pytest.mark.parametrize("old, new", [("--tis_cap", "tis.cap"), ("--beta", "kl.beta"),
                                       ("--eps_high", "clip.eps_high"),
                                       ("--overlong_buffer", "overlong.buffer"),
@@ -123,6 +143,38 @@ def test_bad_values_exit_2_with_message(tmp_path, capsys):
     assert "group_size (G) must be >= 2 for a group-relative baseline, got 1" in capsys.readouterr().err
     assert main(["eval", "--checkpoint", str(tmp_path / "nope.safetensors")]) == 2
     assert "no checkpoint file" in capsys.readouterr().err
+
+
+def test_eval_of_a_run_folder_names_its_checkpoint(tmp_path, capsys):
+    """`eval --checkpoint OUT_DIR` (a run's folder, which holds a config.json) was loaded as a
+    transformers model and failed with "Couldn't instantiate the backend tokenizer from one of:",
+    naming neither the folder nor the file to pass."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"steps": 2}))   # a run's, not a model's
+    (run / "checkpoint.safetensors").write_bytes(b"")
+    assert main(["eval", "--checkpoint", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert (f"--checkpoint {run} is a training run's folder, not a transformers model: evaluate "
+            f"its checkpoint, --checkpoint {run / 'checkpoint.safetensors'}") in err
+
+
+def test_a_policy_file_where_a_folder_is_is_refused_before_the_run(tmp_path, capsys,
+                                                                    monkeypatch):
+    """`warmup --out FOLDER` and `pretrain --out FOLDER` trained all their steps (1500 and 1800
+    by default) and only then failed to write the file: refused before the first step."""
+    import grpo_lab.agents.warmup as warmup
+    import grpo_lab.training.pretrain as pretrain
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the run started")
+    monkeypatch.setattr(warmup, "run_warm_up", ran)
+    monkeypatch.setattr(pretrain, "main", ran)
+    for argv in (["warmup", "--task", "guess"], ["pretrain"]):
+        assert main([*argv, "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out {tmp_path} is a folder: name the .safetensors file to write" in err, argv
 
 
 def test_bench_lists_runs_and_rejects_unknown(capsys):

@@ -118,6 +118,23 @@ def test_a_malformed_file_is_named_with_the_cause(tmp_path, capsys, text, said):
     assert line.startswith(f"grpo-lab: error: --config {path}: ") and said in line
 
 
+@pytest.mark.parametrize("data, said", [
+    ({"out_dir": ["a"]}, 'out_dir: a list ["a"] is no value here (the field takes one value)'),
+    ({"task": ["addition", "sort"]}, 'task: a list ["addition", "sort"] is no value here'),
+    ({"system_prompt": {"a": 1}}, 'system_prompt: a dict {"a": 1} is no value here'),
+    ({"kl": {"beta": [0.1]}}, "kl.beta: a list [0.1] is no value here"),
+    ({"reward_weights": [1.0, 0.5]},                    # TRL's form: a weight per function
+     "reward_weights: a list [1.0, 0.5] is no value here (the field takes a mapping"),
+])
+def test_a_list_or_mapping_for_a_field_of_one_value_is_refused(tmp_path, capsys, data, said):
+    """A list or mapping reached its flag as Python's text: {"out_dir": ["a"]} trained into a
+    folder named ['a'], {"task": ["addition"]} was 'unknown task "['addition']"'."""
+    path, out = write(tmp_path, data), tmp_path / "run"
+    line = error_of(["--config", path, "--steps", "2", "--out_dir", str(out)], capsys)
+    assert line.startswith(f"grpo-lab: error: --config {path}: {said}")
+    assert not out.exists()                                      # refused before any work
+
+
 def test_a_missing_file_is_named(tmp_path, capsys):
     line = error_of(["--config", str(tmp_path / "nope.json")], capsys)
     assert "nope.json: cannot read it (No such file or directory)" in line
@@ -157,6 +174,23 @@ def test_a_yaml_alias_alone_is_refused_naming_its_line(tmp_path, capsys):
     line, path = file_error(tmp_path, capsys, "steps: 3\nlr: *x\n", "alias.yaml")
     assert line.startswith(f"grpo-lab: error: --config {path}: line 2: YAML anchors and "
                            f"aliases (*x) are not read")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("steps: [2\n", "line 2, column 1: expected ',' or ']', but got '<stream end>' (while "
+                    "parsing a flow sequence at line 1, column 8)"),
+    ("steps: 2\n\tlr: 1\n", "line 2, column 1: found character '\\t' that cannot start any "
+                            "token (while scanning for the next token)"),
+    ("a: b: c\n", "line 1, column 5: mapping values are not allowed here"),
+])
+def test_invalid_yaml_is_one_line_naming_where(tmp_path, capsys, text, said):
+    """PyYAML's message is several lines (the file's line quoted, a caret under it): the error
+    printed was six lines, its last a lone '^'."""
+    pytest.importorskip("yaml")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert main(["train", "--config", str(path), "--out_dir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == f"grpo-lab: error: --config {path}: not valid YAML: {said}\n"
 
 
 @pytest.mark.parametrize("name, text, said", [

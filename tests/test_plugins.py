@@ -45,6 +45,15 @@ def test_plugin_from_the_command_line(tmp_path, capsys):
         capsys.readouterr().err
 
 
+def test_a_plugin_path_that_is_a_folder_is_named_as_one(tmp_path, capsys):
+    """--plugin FOLDER said "no such file FOLDER", of a folder that is there."""
+    code = main(["train", "--plugin", str(tmp_path), "--out_dir", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"plugin {str(tmp_path)!r} could not be imported: IsADirectoryError: " \
+        f"{tmp_path} is a folder: name the plugin's .py file" in err
+    assert not (tmp_path / "x").exists()
+
+
 def test_plugin_grouper_in_the_grouping_explorer():
     from grpo_lab.teaching.widgets.grouping import grouping_explorer
     load_plugins(PLUGIN)

@@ -42,6 +42,18 @@ def flag_text(value, key: str, path) -> str:
         raise ConfigFileError(f"--config {path}: {key}: null is no value here")
     if isinstance(value, bool):
         return str(value).lower()
+    # a list or a mapping given to a field of one value would reach its flag as Python's text
+    # ("['a']"), which a str field takes as it is (an out_dir named ['a']); an unknown key's
+    # goes on to its flag's error
+    field = field_of(key) if isinstance(value, (dict, list)) else None
+    if field is not None:
+        mapping = field.default is dataclasses.MISSING and isinstance(field.default_factory(),
+                                                                       dict)
+        if not (mapping and isinstance(value, dict)):
+            takes = "a mapping of names to values" if mapping else "one value"
+            raise ConfigFileError(f"--config {path}: {key}: a {type(value).__name__} "
+                                  f"{json.dumps(value, default=str)[:80]} is no value here "
+                                  f"(the field takes {takes})")
     if isinstance(value, dict):
         return ",".join(f"{k}={flag_text(v, f'{key}.{k}', path)}" for k, v in value.items())
     return repr(value) if isinstance(value, float) else str(value)
@@ -126,9 +138,25 @@ def read_yaml(text: str) -> tuple[object, dict]:
         keys(node, ())
         return (None if node is None else loader.construct_document(node)), lines
     except yaml.YAMLError as e:
-        raise _Refused(f"not valid YAML: {e}") from None
+        raise _Refused(f"not valid YAML: {yaml_error(e)}") from None
     finally:
         loader.dispose()
+
+
+def yaml_error(e) -> str:
+    """PyYAML's error in one line: its own message spans several, quoting the file's line with
+    a caret under it, and the CLI's error is one line. "line 2, column 1: expected ',' or ']',
+    but got '<stream end>' (while parsing a flow sequence at line 1, column 8)"."""
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is None or problem is None:
+        return " ".join(str(e).split())
+
+    def at(m) -> str:
+        return f"line {m.line + 1}, column {m.column + 1}"
+
+    context, context_mark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    where = f" at {at(context_mark)}" if context_mark is not None else ""
+    return f"{at(mark)}: {problem}" + (f" ({context}{where})" if context else "")
 
 
 def read_json(text: str) -> tuple[object, dict]:
@@ -202,11 +230,17 @@ def config_file_args(path: str | Path) -> tuple[list[str], list[str]]:
             [k for k, v in flat.items() if v is None])
 
 
+def field_of(key: str) -> dataclasses.Field | None:
+    """The field a dotted field name names (``compression.momentum``), or None for none."""
+    sub, _, name = key.rpartition(".")
+    if sub and sub not in sub_configs():
+        return None
+    cls = type(getattr(TrainConfig(), sub)) if sub else TrainConfig
+    return next((f for f in dataclasses.fields(cls) if f.name == name), None)
+
+
 def nullable(key: str) -> bool:
     """True for a dotted field name whose default is None (``compression.momentum``: a
     ``float | None`` field); a flag cannot say None, a config file can (null)."""
-    sub, _, name = key.rpartition(".")
-    if sub and sub not in sub_configs():
-        return False
-    cls = type(getattr(TrainConfig(), sub)) if sub else TrainConfig
-    return any(f.name == name and f.default is None for f in dataclasses.fields(cls))
+    field = field_of(key)
+    return field is not None and field.default is None
