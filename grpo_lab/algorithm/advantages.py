@@ -268,6 +268,7 @@ def cluster_baseline(rewards, prompt_index, cluster_of_row, estimator="grpo", le
 def within_prompt_pooled_std(rewards, prompt_index, cluster_of_row, estimator="grpo",
                              lengths=None):
     # pooled variance of cluster c: sum_p (n_p - 1) s_p^2 / sum_p (n_p - 1), p in c
+    rewards, prompt_index = as_rewards(rewards, prompt_index)              # ints -> float
     p_inv, n_p, mean_p, std_p = group_stats(rewards, prompt_index)          # (N,), (P,) each
     cluster_p = torch.zeros_like(n_p, dtype=torch.long).scatter_(0, p_inv, cluster_of_row)  # (P,)
     _, c_inv = torch.unique(cluster_p, return_inverse=True)                # (P,) in 0..K-1
