@@ -89,11 +89,12 @@ same pieces from the same settings blocks (``Clip``, ``KL``, ``EntropyBonus``: `
 Inputs are checked before any arithmetic, each error naming the value. The tensors on every
 call: the shapes, N = 0 or T = 0, a NaN/inf advantage, a non-finite log-prob (logp,
 old_logp, ref_logp), tis_weight or entropy (the bonus's) on a real token (the search for
-the first one runs only once a cheap all-finite test failed). The settings (``NUMBERS``: eps_low in [0, 1), eps_high, the clip's
-other bounds; the names; max_len; the blocks' own ``check``) once: by ``surrogate_loss`` unless
-``checked=True`` says a TrainConfig checked them at construction, as the step does. Padding
-(mask False) may hold anything, NaN and -inf included: it is replaced by 0 with
-``torch.where`` before the arithmetic, never multiplied by the mask (0 x NaN = NaN).
+the first one runs only once a cheap all-finite test failed). The settings (``NUMBERS``:
+eps_low in [0, 1), eps_high, the clip's other bounds; the names; max_len; the blocks' own
+``check``) once: by ``surrogate_loss`` unless ``checked=True`` says a TrainConfig checked
+them at construction, as the step does. Padding (mask False) may hold anything, NaN and
+-inf included: it is replaced by 0 with ``torch.where`` before the arithmetic, never
+multiplied by the mask (0 x NaN = NaN).
 Advantages may be ints, lists or numpy arrays (ints become logp's dtype).
 """
 from __future__ import annotations
