@@ -99,3 +99,14 @@ def test_pooled_std_coerces_int_and_list_rewards_as_every_estimator_does():
     assert adv.dtype == torch.float32 and adv.tolist() == pytest.approx([a, -a], rel=1e-6)
     adv = COMBINE["within_prompt_pooled_std"]([1, 0], [0, 0], T([0, 0]))
     assert adv.dtype == torch.float32 and adv.tolist() == pytest.approx([a, -a], rel=1e-6)
+
+
+def test_reinforce_pp_baseline_refuses_nan_or_inf_lengths():
+    # NaN < 0 and inf < 0 are False: both passed and every advantage came back NaN
+    fn = ADVANTAGES["reinforce_pp_baseline"]
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=f"finite and >= 0, got \\[{bad}, 1.0\\]"):
+            fn(T([1.0, 0.0]), T([0, 0]), lengths=[bad, 1])
+    # lengths 3, 1: c = +-0.5, mu = (1.5 - 0.5) / 4 = 0.25, var = (3 * 0.0625 + 0.5625) / 3
+    # = 0.25, A = (c - mu) / sqrt(0.25 + 1e-8) = 0.5, -1.5
+    assert fn(T([1.0, 0.0]), T([0, 0]), lengths=[3, 1]).tolist() == pytest.approx([0.5, -1.5])

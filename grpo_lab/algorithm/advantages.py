@@ -187,8 +187,9 @@ def reinforce_pp_baseline_advantages(rewards, group_ids, lengths=None):
     rewards, group_ids = as_rewards(rewards, group_ids)
     L = (torch.ones(len(rewards), dtype=torch.float64) if lengths is None else
          torch.as_tensor(lengths, dtype=torch.float64))                    # (N,) tokens per row
-    if L.shape != rewards.shape or bool((L < 0).any()):
-        raise ValueError(f"lengths {tuple(L.shape)} must be (N,) = {tuple(rewards.shape)}, >= 0")
+    if L.shape != rewards.shape or not bool(((L >= 0) & (L < torch.inf)).all()):  # NaN: False
+        raise ValueError(f"lengths {tuple(L.shape)} must be (N,) = {tuple(rewards.shape)}, finite "
+                         f"and >= 0, got {L.tolist()[:8]}")
     c = dr_grpo_advantages(rewards, group_ids).double()                    # (N,) r - mean_group
     n_tok = L.sum()                                                        # () real tokens
     if n_tok < 2:
