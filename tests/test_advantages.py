@@ -1,10 +1,11 @@
 """Group-relative advantages against values worked out by hand."""
+import math
 from pathlib import Path
 
 import pytest
 import torch
 
-from grpo_lab.algorithm.advantages import ADVANTAGES
+from grpo_lab.algorithm.advantages import ADVANTAGES, COMBINE, EPS, grouped_advantages
 
 T = torch.tensor
 
@@ -88,3 +89,24 @@ def test_reinforce_pp_baseline_gives_a_group_of_one_c_0_where_verl_gives_c_r():
     torch.testing.assert_close(a, torch.tensor([0.5 / s, -0.5 / s, 0.0]), atol=1e-7, rtol=0)
     methods = (Path(__file__).resolve().parent.parent / "docs/guide/methods.md").read_text()
     assert "a group of one: c = 0 (verl: its baseline is 0, c = r)" in methods
+
+
+def test_pooled_std_coerces_int_and_list_rewards_as_every_estimator_does():
+    # int rewards came back as int64 advantages, truncated to [0, 0]; a list was an
+    # AttributeError. One prompt of rewards 1, 0: (r - 0.5) / (sqrt(0.5) + EPS)
+    a = 0.5 / (math.sqrt(0.5) + EPS)
+    adv = grouped_advantages([0], T([0, 0]), T([1, 0]), combine="within_prompt_pooled_std")
+    assert adv.dtype == torch.float32 and adv.tolist() == pytest.approx([a, -a], rel=1e-6)
+    adv = COMBINE["within_prompt_pooled_std"]([1, 0], [0, 0], T([0, 0]))
+    assert adv.dtype == torch.float32 and adv.tolist() == pytest.approx([a, -a], rel=1e-6)
+
+
+def test_reinforce_pp_baseline_refuses_nan_or_inf_lengths():
+    # NaN < 0 and inf < 0 are False: both passed and every advantage came back NaN
+    fn = ADVANTAGES["reinforce_pp_baseline"]
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=f"finite and >= 0, got \\[{bad}, 1.0\\]"):
+            fn(T([1.0, 0.0]), T([0, 0]), lengths=[bad, 1])
+    # lengths 3, 1: c = +-0.5, mu = (1.5 - 0.5) / 4 = 0.25, var = (3 * 0.0625 + 0.5625) / 3
+    # = 0.25, A = (c - mu) / sqrt(0.25 + 1e-8) = 0.5, -1.5
+    assert fn(T([1.0, 0.0]), T([0, 0]), lengths=[3, 1]).tolist() == pytest.approx([0.5, -1.5])

@@ -328,3 +328,16 @@ def test_a_peer_block_far_past_the_tensor_decodes_as_one_block(block):
     # and the encoder's view of the same: a block larger than the tensor is one block
     c2, s2 = C.fp8_quantize(x, "e4m3", 64)
     assert torch.equal(c2, codes) and torch.equal(s2, scales)
+
+
+@pytest.mark.parametrize("preset", ["dgc", "aggressive"])
+def test_a_nan_gradient_is_refused_by_the_sampled_top_k_not_kept_unsent(preset):
+    # a sampled threshold passes no NaN: it stayed in the residual, unsent and unreported
+    # (dgc decoded [nan, 1] as [0, 0]), and a NaN in the probe made the threshold NaN
+    w = torch.ones(2000)
+    w[7] = float("nan")
+    with pytest.raises(ValueError, match="gradient 'w': top-k met 1 non-finite values "
+                                         "\\(residual included\\), the first at position 7"):
+        C.Compressor(preset).encode({"w": w})
+    with pytest.raises(ValueError, match="top-k met 1 non-finite values .* position 0"):
+        C.sparsify(torch.tensor([float("nan"), 1.0]), torch.zeros(2), None, 1, "sampled")

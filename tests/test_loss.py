@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from grpo_lab.algorithm.loss import AGGREGATIONS, KL, Clip, grpo_loss
+from grpo_lab.algorithm.loss import AGGREGATIONS, KL, Clip, EntropyBonus, grpo_loss
 
 # old_logp = 0, so ratio = exp(logp). Row 0 (A = +1): ratios 1.5 (clipped high at 1.28), 1.1.
 # Row 1 (A = -1): ratio 0.5 (clipped low at 0.8), second token masked out.
@@ -66,3 +66,22 @@ def test_bad_input():
         grpo_loss(z, torch.zeros(2, 3), ADV, MASK)
     with pytest.raises(ValueError, match="ref_logp"):
         grpo_loss(z, z, ADV, MASK, kl=KL(beta=0.1))
+
+
+def test_a_non_finite_tis_weight_or_entropy_on_a_real_token_is_named():
+    # both were multiplied into the loss unchecked: a NaN weight gave loss NaN, inf -inf;
+    # padding may hold anything, as for the log-probs
+    z, nan = torch.zeros(2, 2), float("nan")
+    with pytest.raises(ValueError, match="tis_weight of sample 0, token 1 is nan "
+                                         "\\(1 non-finite tis_weight values in all\\)"):
+        grpo_loss(z, z, ADV, MASK, tis_weight=torch.tensor([[1.0, nan], [1.0, 1.0]]))
+    with pytest.raises(ValueError, match="tis_weight of sample 1, token 0 is inf"):
+        grpo_loss(z, z, ADV, MASK, tis_weight=torch.tensor([[1.0, 1.0], [math.inf, 1.0]]))
+    with pytest.raises(ValueError, match="entropy of sample 0, token 0 is nan"):
+        grpo_loss(z, z, ADV, MASK, entropy_bonus=EntropyBonus(0.1),
+                  entropy=torch.tensor([[nan, 1.0], [1.0, 1.0]]))
+    pad = torch.tensor([[1.0, 1.0], [1.0, nan]])                          # MASK's padding
+    loss, _ = grpo_loss(z, z, ADV, MASK, tis_weight=pad, entropy_bonus=EntropyBonus(0.1),
+                        entropy=pad)
+    # ratio 1 everywhere: -A per token, minus 0.1 * H = 1; rows' token means averaged
+    assert float(loss) == pytest.approx(((-1 - 0.1) + (1 - 0.1)) / 2)

@@ -255,6 +255,17 @@ def test_high_entropy_mask_by_hand():
         high_entropy_mask(H, m, 0.0)
 
 
+def test_a_nan_entropy_on_a_real_token_is_named_not_a_mask_of_zeros():
+    # the NaN made the quantile NaN and every token's comparison False: the whole batch lost
+    # its policy gradient without a word; padding (100, 7 above) may hold anything
+    H = torch.tensor([[0.1, 0.5, float("nan")], [0.9, float("nan"), 7.0]])
+    m = torch.tensor([[True, True, False], [True, True, False]])
+    with pytest.raises(ValueError, match="entropy of sample 1, token 1 is nan"):
+        high_entropy_mask(H, m, 0.5)
+    m[1, 1] = False                                 # real 0.1 0.5 0.9: the median 0.5 and 0.9
+    assert high_entropy_mask(H, m, 0.5).tolist() == [[0, 1, 0], [1, 0, 0]]
+
+
 def test_entropy_mask_zeroes_the_policy_gradient_of_low_entropy_tokens():
     # 2 tokens, A = +1, on-policy: token_mean gradient -1/2 per token; masked token: 0
     logp = torch.zeros(1, 2, dtype=D, requires_grad=True)

@@ -71,6 +71,13 @@ def test_bad_input(model):
         sample(model, PROMPTS, 2, 4, temperature=0.0)
 
 
+def test_a_nan_temperature_is_refused_not_sampled(model):
+    # nan <= 0 is False: it sampled token 0 in every row, every log-prob NaN
+    with pytest.raises(ValueError, match="temperature must be > 0 .*got nan"):
+        sample(model, PROMPTS, 2, 4, temperature=float("nan"),
+               generator=torch.Generator().manual_seed(0))
+
+
 def test_shared_prefix_counts_the_common_leading_tokens():
     from grpo_lab.policies.engine import shared_prefix
     a = list(range(2, 22))                                                 # 20 tokens

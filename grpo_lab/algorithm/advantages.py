@@ -187,8 +187,9 @@ def reinforce_pp_baseline_advantages(rewards, group_ids, lengths=None):
     rewards, group_ids = as_rewards(rewards, group_ids)
     L = (torch.ones(len(rewards), dtype=torch.float64) if lengths is None else
          torch.as_tensor(lengths, dtype=torch.float64))                    # (N,) tokens per row
-    if L.shape != rewards.shape or bool((L < 0).any()):
-        raise ValueError(f"lengths {tuple(L.shape)} must be (N,) = {tuple(rewards.shape)}, >= 0")
+    if L.shape != rewards.shape or not bool(((L >= 0) & (L < torch.inf)).all()):  # NaN: False
+        raise ValueError(f"lengths {tuple(L.shape)} must be (N,) = {tuple(rewards.shape)}, finite "
+                         f"and >= 0, got {L.tolist()[:8]}")
     c = dr_grpo_advantages(rewards, group_ids).double()                    # (N,) r - mean_group
     n_tok = L.sum()                                                        # () real tokens
     if n_tok < 2:
@@ -268,6 +269,7 @@ def cluster_baseline(rewards, prompt_index, cluster_of_row, estimator="grpo", le
 def within_prompt_pooled_std(rewards, prompt_index, cluster_of_row, estimator="grpo",
                              lengths=None):
     # pooled variance of cluster c: sum_p (n_p - 1) s_p^2 / sum_p (n_p - 1), p in c
+    rewards, prompt_index = as_rewards(rewards, prompt_index)              # ints -> float
     p_inv, n_p, mean_p, std_p = group_stats(rewards, prompt_index)          # (N,), (P,) each
     cluster_p = torch.zeros_like(n_p, dtype=torch.long).scatter_(0, p_inv, cluster_of_row)  # (P,)
     _, c_inv = torch.unique(cluster_p, return_inverse=True)                # (P,) in 0..K-1

@@ -88,12 +88,13 @@ same pieces from the same settings blocks (``Clip``, ``KL``, ``EntropyBonus``: `
 
 Inputs are checked before any arithmetic, each error naming the value. The tensors on every
 call: the shapes, N = 0 or T = 0, a NaN/inf advantage, a non-finite log-prob (logp,
-old_logp, ref_logp) on a real token (the search for the first one runs only once a cheap
-all-finite test failed). The settings (``NUMBERS``: eps_low in [0, 1), eps_high, the clip's
-other bounds; the names; max_len; the blocks' own ``check``) once: by ``surrogate_loss`` unless
-``checked=True`` says a TrainConfig checked them at construction, as the step does. Padding
-(mask False) may hold anything, NaN and -inf included: it is replaced by 0 with
-``torch.where`` before the arithmetic, never multiplied by the mask (0 x NaN = NaN).
+old_logp, ref_logp), tis_weight or entropy (the bonus's) on a real token (the search for
+the first one runs only once a cheap all-finite test failed). The settings (``NUMBERS``:
+eps_low in [0, 1), eps_high, the clip's other bounds; the names; max_len; the blocks' own
+``check``) once: by ``surrogate_loss`` unless ``checked=True`` says a TrainConfig checked
+them at construction, as the step does. Padding (mask False) may hold anything, NaN and
+-inf included: it is replaced by 0 with ``torch.where`` before the arithmetic, never
+multiplied by the mask (0 x NaN = NaN).
 Advantages may be ints, lists or numpy arrays (ints become logp's dtype).
 """
 from __future__ import annotations
@@ -497,7 +498,10 @@ def kl_term(logp, old_logp, ref_logp, real, kl: KL, log_ratio_clamp=0.0):
 def entropy_term(entropy, real, bonus: EntropyBonus):
     """entropy (N, T) with its graph -> (-coef * H_it (N, T), padding 0; no stats), a term of
     ``surrogate_loss``: the entropy bonus."""
-    return -bonus.coef * torch.where(real, entropy, 0.0), {}
+    h = torch.where(real, entropy, 0.0)                                    # (N, T) padding 0
+    if not torch.isfinite(h).all():
+        _first_non_finite("entropy", entropy.detach(), real)
+    return -bonus.coef * h, {}
 
 
 def grpo_loss(logp, old_logp, advantages, mask, clip: Clip = Clip(eps_high=0.2),
@@ -561,7 +565,10 @@ def _check_tensors(logp, old_logp, advantages, mask, weight):
         raise ValueError(f"no completions to score: logp has shape {tuple(logp.shape)} "
                          f"(N = 0 or T = 0)")
     real = mask.bool()                                                     # (N, T)
-    for name, x in (("advantage", A), ("logp", logp.detach()), ("old_logp", old_logp)):
+    for name, x in (("advantage", A), ("logp", logp.detach()), ("old_logp", old_logp),
+                    ("tis_weight", weight)):
+        if x is None:                                                      # no tis_weight
+            continue
         on = real if x.dim() == 2 else torch.ones_like(x, dtype=torch.bool)  # (N, T) or (N,)
         if not (torch.isfinite(x) | ~on).all():
             _first_non_finite(name, x, on)

@@ -79,7 +79,7 @@ def sample(model, prompts: list[list[int]], G: int, max_new_tokens: int,
     same tokens); ``clock``: a dict that gets the seconds per phase added (``CLOCK_KEYS``)."""
     for bad, why in ((G < 1, f"group size G must be >= 1, got {G}"),
                      (max_new_tokens < 1, f"max_new_tokens must be >= 1, got {max_new_tokens}"),
-                     (temperature <= 0, f"temperature must be > 0 (use greedy=True for argmax), "
+                     (not temperature > 0, f"temperature must be > 0 (use greedy=True for argmax), "
                                         f"got {temperature}"),
                      (top_k is not None and top_k < 1, f"top_k must be >= 1 or None, got {top_k}"),
                      (not 0 < top_p <= 1, f"top_p must be in (0, 1] (1 = off), got {top_p}")):

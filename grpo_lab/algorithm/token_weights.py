@@ -150,5 +150,10 @@ def high_entropy_mask(entropy, mask, quantile: float) -> torch.Tensor:
     h = entropy.detach()
     if quantile == 1 or not m.any():
         return m.to(h.dtype)
-    threshold = torch.quantile(h[m].float(), 1 - quantile).to(h.dtype)     # () over real tokens
+    hm = h[m]                                                              # (n_real,)
+    if not torch.isfinite(hm).all():             # a NaN quantile would mask every token
+        i, t = (m & ~torch.isfinite(h)).nonzero()[0].tolist()
+        raise ValueError(f"entropy of sample {i}, token {t} is {float(h[i, t])}: the top-entropy "
+                         f"mask needs finite entropies on the real tokens")
+    threshold = torch.quantile(hm.float(), 1 - quantile).to(h.dtype)       # () over real tokens
     return (m & (h >= threshold)).to(h.dtype)                              # (N, T)

@@ -189,6 +189,10 @@ def sparsify(grad, residual, momentum_buf, k: int, select="exact", momentum: flo
         momentum_buf = momentum * momentum_buf + g                         # (n,) DGC sec. 3.2
         g = momentum_buf
     acc = g if residual is None else residual + g                          # (n,)
+    if not torch.isfinite(acc).all():      # a NaN passes no sampled threshold: it would stay in
+        bad = ~torch.isfinite(acc)         # the residual unsent, and a NaN threshold sends nothing
+        raise ValueError(f"top-k met {int(bad.sum())} non-finite values (residual included), "
+                         f"the first at position {int(bad.nonzero()[0])}")
     idx = TOPK[select](acc, k, generator)                                  # (k',)
     values = acc[idx]                                                      # (k',)
     new_residual = acc.clone()
@@ -404,9 +408,6 @@ class Compressor:
             return TensorRecord(name, "topk", cfg.topk_format, cfg.index_codec, shape, 0,
                                 scales, len(codes), codes.tobytes(), index)
         idx, vals = self._sparsify(name, g, k)
-        if not torch.isfinite(vals).all():                                 # top-k picks inf/nan first
-            raise ValueError(f"gradient {name!r}: top-k met {int((~torch.isfinite(g)).sum())} "
-                             f"non-finite values (residual included)")
         index = (fastpath.encode_indices(cfg.index_codec, idx, n) if cfg.fast
                  else codecs.get_codec(cfg.index_codec).encode(idx.numpy(), n))
         scales = np.zeros(0, np.float32)
@@ -468,8 +469,11 @@ class Compressor:
         mom = self.momentum.get(name)
         if self.cfg.momentum and (mom is None or mom.shape != flat.shape):
             mom = torch.zeros_like(flat)
-        idx, vals, res, mom = sparsify(flat, res, mom, k, self.cfg.topk, self.cfg.momentum,
-                                       self.generator)
+        try:
+            idx, vals, res, mom = sparsify(flat, res, mom, k, self.cfg.topk, self.cfg.momentum,
+                                           self.generator)
+        except ValueError as e:
+            raise ValueError(f"gradient {name!r}: {e}") from None
         if res is not None:
             self.residual[name] = res
         if self.cfg.momentum:
