@@ -251,3 +251,26 @@ def test_a_lora_rank_above_a_layer_rank_is_named():
     with pytest.raises(ValueError, match=r"lora_r=100000 is above the rank of layer .*use "
                                          r"lora_r <= 48"):
         load_hf_policy(TINY, lora_r=100_000)
+
+
+def test_weights_that_do_not_fit_the_config_are_named(tmp_path):
+    """A folder whose config.json is of another model than its weights loaded: transformers
+    logged the tensors it did not find and started them random (a GPT-2 config over data/hf_tiny's
+    Llama weights trained a random GPT-2; one layer more in the config, a random layer)."""
+    import json
+    import shutil
+
+    more = tmp_path / "more_layers"
+    shutil.copytree(TINY, more)
+    config = json.loads((more / "config.json").read_text())
+    (more / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 4}))
+    with pytest.raises(ValueError, match=r"weights in '.*more_layers' do not fit its config's "
+                                         r"LlamaForCausalLM: 9 of its tensors are not in the "
+                                         r"checkpoint \(model\.layers\.3\."):
+        load_hf_policy(more)
+    other = tmp_path / "gpt2"
+    shutil.copytree(TINY, other)
+    transformers.GPT2Config(vocab_size=49, n_embd=96, n_layer=3, n_head=4,
+                            n_positions=64).save_pretrained(other)
+    with pytest.raises(ValueError, match=r"'.*gpt2' do not fit its config's GPT2LMHeadModel"):
+        load_hf_policy(other)

@@ -371,11 +371,19 @@ def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = Fa
         for name in DROPOUT_FIELDS:
             if isinstance(getattr(config, name, None), float):
                 setattr(config, name, 0.0)
-        model = tf.AutoModelForCausalLM.from_pretrained(
-            where, config=config, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
+        model, info = tf.AutoModelForCausalLM.from_pretrained(
+            where, config=config, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code,
+            output_loading_info=True)
     except OSError as e:
         raise FileNotFoundError(f"could not load a transformers model from {str(path)!r}: "
                                 f"{e}") from None
+    missing = info["missing_keys"]
+    if missing:                 # transformers only logs these and starts them random
+        raise ValueError(f"the weights in {str(path)!r} do not fit its config's "
+                         f"{type(model).__name__}: {len(missing)} of its tensors are not in "
+                         f"the checkpoint ({', '.join(sorted(missing)[:3])}, ...) and would "
+                         f"start random; its config.json and its weights are of different "
+                         f"models")
     no_dropout(model)
     k = int(gradient_checkpointing)
     if k:
