@@ -274,3 +274,30 @@ def test_weights_that_do_not_fit_the_config_are_named(tmp_path):
                             n_positions=64).save_pretrained(other)
     with pytest.raises(ValueError, match=r"'.*gpt2' do not fit its config's GPT2LMHeadModel"):
         load_hf_policy(other)
+
+
+def test_a_folder_transformers_cannot_read_is_named_with_what_was_read(tmp_path):
+    """transformers' own errors named neither the folder nor the step: a folder without its
+    tokenizer files ("Couldn't instantiate the backend tokenizer"), a corrupt safetensors file
+    ("header too large"), a tensor of another shape ("look at the above report!")."""
+    import json
+    import shutil
+
+    no_tok = tmp_path / "no_tokenizer"
+    shutil.copytree(TINY, no_tok)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (no_tok / name).unlink()
+    with pytest.raises(ValueError, match=r"could not load the tokenizer of '.*no_tokenizer': "):
+        load_hf_policy(no_tok)
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(TINY, corrupt)
+    (corrupt / "model.safetensors").write_bytes(b"garbage" * 10)
+    with pytest.raises(ValueError, match=r"could not load the weights of '.*corrupt': "
+                                         r"SafetensorError"):
+        load_hf_policy(corrupt)
+    wider = tmp_path / "wider"
+    shutil.copytree(TINY, wider)
+    config = json.loads((wider / "config.json").read_text())
+    (wider / "config.json").write_text(json.dumps({**config, "hidden_size": 128, "head_dim": 32}))
+    with pytest.raises(ValueError, match=r"could not load the weights of '.*wider': RuntimeError"):
+        load_hf_policy(wider)

@@ -51,6 +51,7 @@ from typing import Sequence
 
 import torch
 import torch.nn as nn
+from safetensors import SafetensorError
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from grpo_lab.models import resolve as resolve_model
@@ -365,18 +366,26 @@ def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = Fa
     for name, d in (("hf.dtype", dtype), ("hf.sample_dtype", sample_dtype or "float32")):
         lookup(DTYPES, d, name)
     lookup(DECODE_PATHS, decoder, "hf.decoder")
+    step = "the tokenizer"
     try:
         tokenizer = tf.AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code)
+        step = "the config"
         config = tf.AutoConfig.from_pretrained(where, trust_remote_code=trust_remote_code)
         for name in DROPOUT_FIELDS:
             if isinstance(getattr(config, name, None), float):
                 setattr(config, name, 0.0)
+        step = "the weights"
         model, info = tf.AutoModelForCausalLM.from_pretrained(
             where, config=config, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code,
             output_loading_info=True)
     except OSError as e:
         raise FileNotFoundError(f"could not load a transformers model from {str(path)!r}: "
                                 f"{e}") from None
+    except (ValueError, RuntimeError, SafetensorError) as e:
+        # transformers' own messages (no tokenizer file, a corrupt safetensors header, a
+        # tensor of another shape) name neither the folder nor what was being read
+        raise ValueError(f"could not load {step} of {str(path)!r}: {type(e).__name__}: "
+                         f"{e}") from e
     missing = info["missing_keys"]
     if missing:                 # transformers only logs these and starts them random
         raise ValueError(f"the weights in {str(path)!r} do not fit its config's "
