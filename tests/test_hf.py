@@ -126,6 +126,9 @@ def test_prompt_longer_than_the_context_names_the_lengths(tiny):
 
 def test_chat_template_dtype_autocast_and_gradient_checkpointing():
     p = load_hf_policy(TINY, chat_template=True)
+    with pytest.raises(ValueError, match=r"the tokenizer of 'data/hf_tiny' has none .*set "
+                                         r"hf.chat_template=False"):
+        p.encode("1+2=")                              # data/hf_tiny's tokenizer has no template
     p.tokenizer.chat_template = "{% for m in messages %}<eos>{{ m['content'] }}{% endfor %}"
     assert p.encode("1+2=") == [p.eos_id] + p.tokenizer.encode("1+2=", add_special_tokens=False)
     ps = [p.tokenizer.encode("12+3=", add_special_tokens=False)]

@@ -151,6 +151,11 @@ class HFPolicy(Engine):
 
     def encode(self, text: str) -> list[int]:
         if self.cfg.chat_template:
+            if not getattr(self.tokenizer, "chat_template", None):   # transformers' own error
+                raise ValueError(f"hf.chat_template=True wraps each prompt in the tokenizer's "
+                                 f"chat template, but the tokenizer of {self.cfg.path!r} has "
+                                 f"none (a base model): set hf.chat_template=False, or give "
+                                 f"it one (tokenizer.chat_template = ...; save_pretrained)")
             system = ([{"role": "system", "content": self.cfg.system_prompt}]
                       if self.cfg.system_prompt else [])
             ids = self.tokenizer.apply_chat_template(system + [{"role": "user", "content": text}],
