@@ -47,6 +47,16 @@ def test_numbers_compare_by_value():
     assert answers.same_text(" 0 1 2 3 ", "0123") and not answers.same_text("123", "0123")
 
 
+def test_a_comma_group_of_four_digits_is_no_thousands_separator():
+    """"12,3456" read as 12,345 (a number the text does not hold: the comma group stopped inside
+    the digit run), so "1,0000" was the right answer to 1000; now a group is exactly three
+    digits and the text holds the numbers 12 and 3456."""
+    assert answers.as_number("12,3456") is None                 # two numbers are not one
+    assert answers.last_number("It is 12,3456") == "3456"
+    assert not answers.same_number("1,0000", "1000")
+    assert answers.as_number("1,234,567.5") == Fraction(2469135, 2)
+
+
 def test_format_checks_the_requested_format_and_needs_a_stop():
     assert follows_format("17 + 25 = 42, so <answer>42</answer>", True, "tags")
     assert not follows_format("<answer>42</answer>", False, "tags")          # cut off

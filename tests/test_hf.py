@@ -126,6 +126,9 @@ def test_prompt_longer_than_the_context_names_the_lengths(tiny):
 
 def test_chat_template_dtype_autocast_and_gradient_checkpointing():
     p = load_hf_policy(TINY, chat_template=True)
+    with pytest.raises(ValueError, match=r"the tokenizer of 'data/hf_tiny' has none .*set "
+                                         r"hf.chat_template=False"):
+        p.encode("1+2=")                              # data/hf_tiny's tokenizer has no template
     p.tokenizer.chat_template = "{% for m in messages %}<eos>{{ m['content'] }}{% endfor %}"
     assert p.encode("1+2=") == [p.eos_id] + p.tokenizer.encode("1+2=", add_special_tokens=False)
     ps = [p.tokenizer.encode("12+3=", add_special_tokens=False)]
@@ -251,3 +254,53 @@ def test_a_lora_rank_above_a_layer_rank_is_named():
     with pytest.raises(ValueError, match=r"lora_r=100000 is above the rank of layer .*use "
                                          r"lora_r <= 48"):
         load_hf_policy(TINY, lora_r=100_000)
+
+
+def test_weights_that_do_not_fit_the_config_are_named(tmp_path):
+    """A folder whose config.json is of another model than its weights loaded: transformers
+    logged the tensors it did not find and started them random (a GPT-2 config over data/hf_tiny's
+    Llama weights trained a random GPT-2; one layer more in the config, a random layer)."""
+    import json
+    import shutil
+
+    more = tmp_path / "more_layers"
+    shutil.copytree(TINY, more)
+    config = json.loads((more / "config.json").read_text())
+    (more / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 4}))
+    with pytest.raises(ValueError, match=r"weights in '.*more_layers' do not fit its config's "
+                                         r"LlamaForCausalLM: 9 of its tensors are not in the "
+                                         r"checkpoint \(model\.layers\.3\."):
+        load_hf_policy(more)
+    other = tmp_path / "gpt2"
+    shutil.copytree(TINY, other)
+    transformers.GPT2Config(vocab_size=49, n_embd=96, n_layer=3, n_head=4,
+                            n_positions=64).save_pretrained(other)
+    with pytest.raises(ValueError, match=r"'.*gpt2' do not fit its config's GPT2LMHeadModel"):
+        load_hf_policy(other)
+
+
+def test_a_folder_transformers_cannot_read_is_named_with_what_was_read(tmp_path):
+    """transformers' own errors named neither the folder nor the step: a folder without its
+    tokenizer files ("Couldn't instantiate the backend tokenizer"), a corrupt safetensors file
+    ("header too large"), a tensor of another shape ("look at the above report!")."""
+    import json
+    import shutil
+
+    no_tok = tmp_path / "no_tokenizer"
+    shutil.copytree(TINY, no_tok)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (no_tok / name).unlink()
+    with pytest.raises(ValueError, match=r"could not load the tokenizer of '.*no_tokenizer': "):
+        load_hf_policy(no_tok)
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(TINY, corrupt)
+    (corrupt / "model.safetensors").write_bytes(b"garbage" * 10)
+    with pytest.raises(ValueError, match=r"could not load the weights of '.*corrupt': "
+                                         r"SafetensorError"):
+        load_hf_policy(corrupt)
+    wider = tmp_path / "wider"
+    shutil.copytree(TINY, wider)
+    config = json.loads((wider / "config.json").read_text())
+    (wider / "config.json").write_text(json.dumps({**config, "hidden_size": 128, "head_dim": 32}))
+    with pytest.raises(ValueError, match=r"could not load the weights of '.*wider': RuntimeError"):
+        load_hf_policy(wider)

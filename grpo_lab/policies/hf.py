@@ -51,6 +51,7 @@ from typing import Sequence
 
 import torch
 import torch.nn as nn
+from safetensors import SafetensorError
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from grpo_lab.models import resolve as resolve_model
@@ -150,6 +151,11 @@ class HFPolicy(Engine):
 
     def encode(self, text: str) -> list[int]:
         if self.cfg.chat_template:
+            if not getattr(self.tokenizer, "chat_template", None):   # transformers' own error
+                raise ValueError(f"hf.chat_template=True wraps each prompt in the tokenizer's "
+                                 f"chat template, but the tokenizer of {self.cfg.path!r} has "
+                                 f"none (a base model): set hf.chat_template=False, or give "
+                                 f"it one (tokenizer.chat_template = ...; save_pretrained)")
             system = ([{"role": "system", "content": self.cfg.system_prompt}]
                       if self.cfg.system_prompt else [])
             ids = self.tokenizer.apply_chat_template(system + [{"role": "user", "content": text}],
@@ -365,17 +371,33 @@ def load_hf_policy(path: str | Path, dtype: str = "float32", autocast: bool = Fa
     for name, d in (("hf.dtype", dtype), ("hf.sample_dtype", sample_dtype or "float32")):
         lookup(DTYPES, d, name)
     lookup(DECODE_PATHS, decoder, "hf.decoder")
+    step = "the tokenizer"
     try:
         tokenizer = tf.AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code)
+        step = "the config"
         config = tf.AutoConfig.from_pretrained(where, trust_remote_code=trust_remote_code)
         for name in DROPOUT_FIELDS:
             if isinstance(getattr(config, name, None), float):
                 setattr(config, name, 0.0)
-        model = tf.AutoModelForCausalLM.from_pretrained(
-            where, config=config, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
+        step = "the weights"
+        model, info = tf.AutoModelForCausalLM.from_pretrained(
+            where, config=config, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code,
+            output_loading_info=True)
     except OSError as e:
         raise FileNotFoundError(f"could not load a transformers model from {str(path)!r}: "
                                 f"{e}") from None
+    except (ValueError, RuntimeError, SafetensorError) as e:
+        # transformers' own messages (no tokenizer file, a corrupt safetensors header, a
+        # tensor of another shape) name neither the folder nor what was being read
+        raise ValueError(f"could not load {step} of {str(path)!r}: {type(e).__name__}: "
+                         f"{e}") from e
+    missing = info["missing_keys"]
+    if missing:                 # transformers only logs these and starts them random
+        raise ValueError(f"the weights in {str(path)!r} do not fit its config's "
+                         f"{type(model).__name__}: {len(missing)} of its tensors are not in "
+                         f"the checkpoint ({', '.join(sorted(missing)[:3])}, ...) and would "
+                         f"start random; its config.json and its weights are of different "
+                         f"models")
     no_dropout(model)
     k = int(gradient_checkpointing)
     if k:

@@ -54,7 +54,8 @@ its end, and 4,096 characters is ~1,000 tokens of text after the answer. The wra
 ``\\boxed{}``) are found in the whole text, each by one linear pass."""
 OPEN_TAG, CLOSE_TAG, BOX = "<answer>", "</answer>", "\\boxed{"
 MINUS = "\u2212"                                       # the Unicode minus sign, read as "-"
-NUMBER = re.compile(r"(?<![\w.])[-\u2212]?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:/\d+)?")
+NUMBER = re.compile(r"(?<![\w.])[-\u2212]?(?:\d+(?:,\d{3}(?!\d))*(?:\.\d+)?|\.\d+)(?:/\d+)?")
+# a comma group is three digits and no more: "12,3456" is no 12,345 cut out of a digit run
 WORD = re.compile(r"[^\s.,;:!?\"'`()\[\]{}$]+")
 STATED = re.compile(r"answer\s*(?:(?:is|should be|would be|will be)\s*:?|:|=)\s*[*$\s,]*"
                     r"(?=[-\u2212.\d])", re.I)
