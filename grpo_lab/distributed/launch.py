@@ -128,9 +128,9 @@ def _worker(rank, fn, world_size, port, backend, timeout_s, args, out_dir):
     device = device_for(rank, backend)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout_s))
-    try:
+    try:                        # joining is recorded too: a port taken since free_port()
+        dist.init_process_group(backend, rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout_s))
         result = fn(rank, world_size, *args)
         torch.save(result, Path(out_dir) / f"rank{rank}.pt")
         dist.barrier()              # leave together: a peer tearing down early can abort gloo
@@ -142,7 +142,8 @@ def _worker(rank, fn, world_size, port, backend, timeout_s, args, out_dir):
                            [json.dumps(record)])                        # mid-write (SIGTERM)
         raise
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def _first_failure(out_dir, world_size, backend, exc, exitcodes=()) -> RankFailedError:
