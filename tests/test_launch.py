@@ -1,11 +1,13 @@
 """Process groups: a rank that raises or stalls mid-step ends the run with a clear error in the
 parent, within the collective timeout, instead of a hang."""
 import multiprocessing
+import os
 import socket
 import time
 
 import pytest
 import torch
+import torch.distributed as dist
 from hangs import assert_ended_in_time, stamp, stamped
 import torch.nn.functional as F
 
@@ -64,6 +66,23 @@ def test_stalled_rank_makes_the_others_time_out_not_hang(tmp_path):
     _ended_in_time(tmp_path, t0, time.time())                        # long before the stall ends
     assert info.value.rank == 0                                            # the one that waited
     assert "Timed out" in str(info.value) and "ranks [1] had not failed" in str(info.value)
+
+
+def _exits_early(rank, world):
+    if rank == 1:
+        os._exit(0)                              # user code that ends its process, "cleanly"
+    dist.barrier()                               # rank 0 fails here on the closed connection
+    return rank
+
+
+def test_rank_that_exits_0_mid_run_is_named_not_the_peer_it_left():
+    with pytest.raises(RankFailedError) as info:
+        spawn(_exits_early, 2, timeout_s=TIMEOUT_S, run_timeout_s=120)
+    assert info.value.rank == 1, info.value
+    assert str(info.value).startswith("rank 1 of 2 exited early, before returning a result "
+                                      "(exit code 0"), info.value
+    assert "then rank 0: " in str(info.value)                      # its peer's error: the echo
+    assert not multiprocessing.active_children()
 
 
 def _rank(rank, world):
