@@ -508,9 +508,15 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
     except SignalException as e:         # Ctrl-C / SIGTERM: torchrun forwarded it to the ranks
         return 128 + int(got[0] if got else e.sigval)
     except Exception as e:               # ChildFailedError: the ranks printed their own line
-        failures = getattr(e, "failures", {}) or {}
-        code = min(failures.values(), key=lambda f: f.timestamp).exitcode if failures else 1
-        print(f"grpo-lab: error: a training process failed with exit code {code}",
+        failures = getattr(e, "failures", {}) or {}      # global rank -> ProcessFailure
+        rank, first = min(failures.items(), key=lambda rf: rf[1].timestamp) if failures else \
+            (None, None)
+        code = first.exitcode if first is not None else 1
+        # which rank: its peers' lines (a lost connection) come after its own, and a rank
+        # killed by a signal (SIGKILL, the OOM killer) printed nothing at all
+        who = f"rank {rank} of {nproc}" if first is not None else "a training process"
+        why = f" (killed by {first.signal_name()})" if code < 0 else ""
+        print(f"grpo-lab: error: {who} failed first, with exit code {code}{why}",
               file=sys.stderr)
         return code if code in (2, 130, 143) else 1
     finally:

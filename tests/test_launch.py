@@ -1,12 +1,17 @@
 """Process groups: a rank that raises or stalls mid-step ends the run with a clear error in the
 parent, within the collective timeout, instead of a hang."""
+import multiprocessing
+import os
+import socket
 import time
 
 import pytest
 import torch
+import torch.distributed as dist
 from hangs import assert_ended_in_time, stamp, stamped
 import torch.nn.functional as F
 
+from grpo_lab.distributed import launch
 from grpo_lab.distributed.launch import RankFailedError, init_from_env, pick_backend, spawn
 from grpo_lab.distributed.sharder import ShardedOptimizer
 from grpo_lab.policies.model import GPT, GPTConfig
@@ -61,6 +66,40 @@ def test_stalled_rank_makes_the_others_time_out_not_hang(tmp_path):
     _ended_in_time(tmp_path, t0, time.time())                        # long before the stall ends
     assert info.value.rank == 0                                            # the one that waited
     assert "Timed out" in str(info.value) and "ranks [1] had not failed" in str(info.value)
+
+
+def _exits_early(rank, world):
+    if rank == 1:
+        os._exit(0)                              # user code that ends its process, "cleanly"
+    dist.barrier()                               # rank 0 fails here on the closed connection
+    return rank
+
+
+def test_rank_that_exits_0_mid_run_is_named_not_the_peer_it_left():
+    with pytest.raises(RankFailedError) as info:
+        spawn(_exits_early, 2, timeout_s=TIMEOUT_S, run_timeout_s=120)
+    assert info.value.rank == 1, info.value
+    assert str(info.value).startswith("rank 1 of 2 exited early, before returning a result "
+                                      "(exit code 0"), info.value
+    assert "then rank 0: " in str(info.value)                      # its peer's error: the echo
+    assert not multiprocessing.active_children()
+
+
+def _rank(rank, world):
+    return rank
+
+
+def test_a_port_taken_since_it_was_picked_is_named_with_the_rank(monkeypatch):
+    with socket.socket() as taken:                       # another program took the port
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setattr(launch, "free_port", lambda: taken.getsockname()[1])
+        with pytest.raises(RankFailedError) as info:
+            spawn(_rank, 2, timeout_s=TIMEOUT_S, run_timeout_s=120)
+    assert info.value.rank == 0, info.value
+    assert str(info.value).startswith("rank 0 of 2 raised DistNetworkError"), info.value
+    assert "address already in use" in str(info.value), info.value
+    assert not multiprocessing.active_children()
 
 
 def test_bad_arguments_and_missing_environment():

@@ -140,6 +140,48 @@ def test_the_same_exit_code_under_nproc(tmp_path):
     assert "buggy_plugin.py:7 in lookup()" in r.stderr and "at step 0" in r.stderr
 
 
+KILLED = """
+import os, signal
+from grpo_lab.tasks.rewards import register_reward
+
+CALLS = [0]
+
+@register_reward("killed")
+def killed(completions, examples, stopped):
+    CALLS[0] += 1
+    if CALLS[0] == 3 and os.environ["RANK"] == "1":
+        os.kill(os.getpid(), signal.SIGKILL)          # the OOM killer, a kill -9
+    return [0.0] * len(completions)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGKILL and /proc: Linux")
+def test_a_rank_killed_under_nproc_is_named_with_its_signal(tmp_path):
+    """A rank killed by a signal prints nothing; its peer's only line is a lost connection in
+    grpo_lab's own gather. The launcher's line names the rank and the signal."""
+    from grpo_lab.checkpoint import read_training_checkpoint
+    f = tmp_path / "killed_plugin.py"
+    f.write_text(KILLED)
+    mark = f"grpo_lab_test_{os.getpid()}_{time.time_ns()}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg", "GRPO_LAB_TEST_MARK": mark}
+    r = subprocess.run([sys.executable, "-m", "grpo_lab.cli", "train", *QUICK, "--steps", "5",
+                        "--nproc", "2", "--eval_size", "0", "--ckpt_every", "1",
+                        "--dynamic.sampling", "false", "--plugin", str(f),
+                        "--reward_weights", "accuracy=1,killed=1",
+                        "--out_dir", str(tmp_path / "run")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert ("grpo-lab: error: rank 1 of 2 failed first, with exit code -9 (killed by SIGKILL)"
+            in r.stderr), r.stderr[-3000:]
+    assert read_training_checkpoint(tmp_path / "run" / "checkpoint.safetensors")["step"] == 1
+    left = []                                         # no rank outlives the launcher
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError):
+            if mark.encode() in environ.read_bytes():
+                left.append(environ.parent.name)
+    assert not left, left
+
+
 # ---- finite but absurd values
 
 @pytest.mark.parametrize("field", sorted(CEILINGS))

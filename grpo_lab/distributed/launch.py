@@ -128,9 +128,9 @@ def _worker(rank, fn, world_size, port, backend, timeout_s, args, out_dir):
     device = device_for(rank, backend)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout_s))
-    try:
+    try:                        # joining is recorded too: a port taken since free_port()
+        dist.init_process_group(backend, rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout_s))
         result = fn(rank, world_size, *args)
         torch.save(result, Path(out_dir) / f"rank{rank}.pt")
         dist.barrier()              # leave together: a peer tearing down early can abort gloo
@@ -142,23 +142,29 @@ def _worker(rank, fn, world_size, port, backend, timeout_s, args, out_dir):
                            [json.dumps(record)])                        # mid-write (SIGTERM)
         raise
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def _first_failure(out_dir, world_size, backend, exc, exitcodes=()) -> RankFailedError:
     """The earliest recorded error is the cause; the others are usually its echo
     ('Connection closed by peer', 'Timed out waiting ...') in the ranks that waited on it.
     A rank that exited with a non-zero code and recorded nothing died (killed, os._exit,
-    segfault): it is the cause, and the recorded errors are the echo."""
+    segfault): it is the cause, and the recorded errors are the echo. So is a rank that exited
+    with code 0 but left neither a result nor an error (os._exit(0) in user code): its peers
+    then fail on the closed connection, and blaming the first of them would hide it."""
     files = {r: Path(out_dir) / f"rank{r}.err.json" for r in range(world_size)}
     records = {r: json.loads(f.read_text()) for r, f in files.items() if f.exists()}
     echo = {r: f"rank {r}: {rec['type']}: {rec['message'][:200]}" for r, rec in records.items()}
-    dead = [r for r, code in enumerate(exitcodes) if code not in (None, 0) and r not in records
-            and code != -15]                                      # -15: terminated by us
+    returned = {r for r in range(world_size) if (Path(out_dir) / f"rank{r}.pt").exists()}
+    dead = [r for r, code in enumerate(exitcodes) if code is not None and r not in records
+            and code != -15 and (code != 0 or r not in returned)]   # -15: terminated by us
     if dead:
         echoes = "; ".join(echo.values())
-        return RankFailedError(dead[0], f"rank {dead[0]} of {world_size} died (exit code "
-                               f"{exitcodes[dead[0]]}, backend {backend})"
+        code = exitcodes[dead[0]]
+        how = "exited early, before returning a result" if code == 0 else "died"
+        return RankFailedError(dead[0], f"rank {dead[0]} of {world_size} {how} (exit code "
+                               f"{code}, backend {backend})"
                                + (f"; then {echoes}" if echoes else ""))
     if not records:  # died without raising (killed, segfault, bad import in the child)
         code = getattr(exc, "exit_code", None)
