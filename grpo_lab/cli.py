@@ -680,6 +680,7 @@ def main(argv: list[str] | None = None) -> int:
             from grpo_lab.training.trackers import check_installed
             check_installed(cfg.report_to)       # a missing tracker package: before any rank
             if args.nproc is not None:           # claimed here, so a refusal stops every rank
+                cfg.check_world(args.nproc)      # one line, not one per rank
                 from grpo_lab.rundir import LOCKED_ENV, claim
                 lock = claim(cfg.out_dir, args.resume, args.overwrite)
                 os.environ[LOCKED_ENV] = str(Path(cfg.out_dir).resolve())

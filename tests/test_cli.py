@@ -289,3 +289,15 @@ def test_a_lora_run_as_base_checkpoint_starts_from_its_merged_weights(tmp_path, 
     for r in ("0", "4"):
         assert main(["train", *common, "--base_checkpoint", ckpt, "--hf.lora_r", r,
                      "--out_dir", str(tmp_path / f"next{r}")]) == 0
+
+
+def test_more_processes_than_prompts_is_one_line_before_any_rank_starts(capsys, tmp_path):
+    """Each rank refused it on its own (the same line 3 times); the launcher refuses it first,
+    before claiming the folder or starting torchrun."""
+    out = tmp_path / "run"
+    assert main(["train", "--preset", "quick", "--nproc", "3", "--prompts_per_step", "2",
+                 "--out_dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("prompts_per_step=2 is fewer than the 3 processes: each rank "
+                              "needs at least one prompt") in err[0]
+    assert not out.exists()

@@ -566,11 +566,9 @@ def _check_tensors(logp, old_logp, advantages, mask, weight):
                          f"(N = 0 or T = 0)")
     real = mask.bool()                                                     # (N, T)
     for name, x in (("advantage", A), ("logp", logp.detach()), ("old_logp", old_logp),
-                    ("tis_weight", weight)):
-        if x is None:                                                      # no tis_weight
-            continue
-        on = real if x.dim() == 2 else torch.ones_like(x, dtype=torch.bool)  # (N, T) or (N,)
-        if not (torch.isfinite(x) | ~on).all():
+                    ("tis_weight", weight)):                               # weight may be None
+        on = real if x is None or x.dim() == 2 else torch.ones_like(x, dtype=torch.bool)
+        if x is not None and not (torch.isfinite(x) | ~on).all():       # (N, T) or (N,)
             _first_non_finite(name, x, on)
     return A, real
 

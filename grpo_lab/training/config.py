@@ -288,6 +288,12 @@ class TrainConfig:
         """The task names ``task`` stands for ("mixture" -> MIXTURE_TASKS)."""
         return list(MIXTURE_TASKS) if self.task == "mixture" else self.task.split(",")
 
+    def check_world(self, world: int) -> None:
+        """Refuse more processes than prompts per step: each rank samples at least one."""
+        if self.prompts_per_step < world:
+            raise ValueError(f"prompts_per_step={self.prompts_per_step} is fewer than the "
+                             f"{world} processes: each rank needs at least one prompt")
+
     def __post_init__(self):
         """The config's own fields; the records it names check it in ``check_records``. No
         side effects here: plugins are imported by preset(), from_dict(), the CLI and the

@@ -348,9 +348,7 @@ def _start(cfg, resume, allow_override, base_eval, ckpt: Path, log_path: Path,
     sampling = (cfg.speed.rollout_threads or 1) if cfg.speed.async_steps else 0  # async's thread
     threads = cfg.threads or max(1, free_cores() - sampling)
     torch.set_num_threads(threads)
-    if cfg.prompts_per_step < group.world:
-        raise ValueError(f"prompts_per_step={cfg.prompts_per_step} is fewer than the "
-                         f"{group.world} processes: each rank needs at least one prompt")
+    cfg.check_world(group.world)                # the launcher checked it too (cli.main)
     out = Path(cfg.out_dir)
     lead = group.rank == 0
     if lead and not resume:
