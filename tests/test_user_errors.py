@@ -462,3 +462,18 @@ def test_only_user_code_is_guarded(monkeypatch):
     with timelimit.guarded("reward function 'mine'", REWARDS["accuracy"], mine):
         pass
     assert armed == ["reward function 'mine'"]
+
+
+def test_a_reward_that_edits_its_inputs_changes_no_other_reward(monkeypatch):
+    def strips(completions, examples, stopped):      # a learner's normalising, in place
+        completions[:] = [c + "!" for c in completions]
+        stopped[:] = [False] * len(stopped)
+        examples.clear()
+        return [0.0] * len(completions)
+    monkeypatch.setitem(REWARDS, "strips", strips)
+    ex = [Example("1+1=", "2", "addition"), Example("1+2=", "3", "addition")]
+    completions = ["2", "4"]
+    total, parts = weighted_reward(completions, ex, resolve_rewards({"strips": 1.0,
+                                                                      "accuracy": 1.0}))
+    assert parts["accuracy"].tolist() == [1.0, 0.0] and total.tolist() == [1.0, 0.0]
+    assert completions == ["2", "4"] and len(ex) == 2            # the caller's lists as given

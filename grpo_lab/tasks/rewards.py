@@ -126,8 +126,10 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
     check_batch(completions, examples, stopped)
     parts, total = {}, torch.zeros(len(completions))
     for name, (fn, w) in rewards.items():
-        parts[name] = check_finite_rewards(name, fn(completions, examples, stopped),
-                                           completions)                    # (N,) float32
+        # each function gets lists of its own: one that edits them (completions[i] = c.strip())
+        # would change what every function after it scores, and the samples logged
+        parts[name] = check_finite_rewards(name, fn(list(completions), list(examples),
+                                                    list(stopped)), completions)  # (N,) float32
         total += w * parts[name]
     if not bool((total.abs() <= REWARD_CEILING).all()):                   # nan, inf, too big
         _refuse_total(total, {name: w for name, (_, w) in rewards.items()})
