@@ -477,3 +477,21 @@ def test_a_reward_that_edits_its_inputs_changes_no_other_reward(monkeypatch):
                                                                       "accuracy": 1.0}))
     assert parts["accuracy"].tolist() == [1.0, 0.0] and total.tolist() == [1.0, 0.0]
     assert completions == ["2", "4"] and len(ex) == 2            # the caller's lists as given
+
+
+def test_a_reward_returning_a_dict_or_strings_is_named(monkeypatch):
+    ex = [Example("1+1=", "2", "addition"), Example("1+2=", "3", "addition")]
+    monkeypatch.setitem(REWARDS, "as_dict", lambda c, e, s: {i: 0.5 for i in range(len(c))})
+    with pytest.raises(ValueError, match=r"reward function 'as_dict' returned \{0: 0.5, 1: 0.5\}, "
+                                         r"not a list of 2 numbers"):    # its keys read 0, 1
+        weighted_reward(["2", "4"], ex, resolve_rewards({"as_dict": 1.0}))
+    monkeypatch.setitem(REWARDS, "as_set", lambda c, e, s: {0.0, 1.0})
+    with pytest.raises(ValueError, match=r"reward function 'as_set' returned \{0.0, 1.0\}, not a"):
+        weighted_reward(["2", "4"], ex, resolve_rewards({"as_set": 1.0}))
+    monkeypatch.setitem(REWARDS, "echo", lambda c, e, s: c)      # the completions, not scores
+    with pytest.raises(ValueError, match=r"reward function 'echo' returned '2' for sample 0 "
+                                         r"\(completion '2'\), not a number"):
+        weighted_reward(["2", "4"], ex, resolve_rewards({"echo": 1.0}))
+    monkeypatch.setitem(REWARDS, "values", lambda c, e, s: {"a": 1.0, "b": 0.0}.values())
+    assert weighted_reward(["2", "4"], ex, resolve_rewards({"values": 1.0}))[0].tolist() == \
+        [1.0, 0.0]                                                   # ordered values still read
