@@ -495,3 +495,21 @@ def test_a_reward_returning_a_dict_or_strings_is_named(monkeypatch):
     monkeypatch.setitem(REWARDS, "values", lambda c, e, s: {"a": 1.0, "b": 0.0}.values())
     assert weighted_reward(["2", "4"], ex, resolve_rewards({"values": 1.0}))[0].tolist() == \
         [1.0, 0.0]                                                   # ordered values still read
+
+
+def test_an_estimator_of_integers_is_named_and_one_centring_in_place_keeps_the_rewards(
+        monkeypatch):
+    from grpo_lab.algorithm.advantages import grouped_advantages
+    rewards = torch.tensor([1., 0, 1, 1])
+    monkeypatch.setitem(ADVANTAGES, "signs", lambda r, g: (r > 0.5).long() * 2 - 1)
+    with pytest.raises(ValueError, match=r"advantage estimator 'signs' \(combine 'cluster'\) "
+                                         r"returned a torch.int64 tensor: advantages must be "
+                                         r"floating point"):
+        grouped_advantages([0, 1], torch.tensor([0, 0, 1, 1]), rewards, "cluster", "signs")
+
+    def centres(r, g):                               # a learner's in-place centring
+        r -= r.mean()
+        return r
+    monkeypatch.setitem(ADVANTAGES, "centres", centres)
+    adv = grouped_advantages([0, 1], torch.tensor([0, 0, 1, 1]), rewards, "cluster", "centres")
+    assert adv.tolist() == [0.25, -0.75, 0.25, 0.25] and rewards.tolist() == [1., 0, 1, 1]
