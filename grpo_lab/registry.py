@@ -34,6 +34,7 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
+from grpo_lab.errors import one_line
 from grpo_lab.paths import file_sha256
 
 _REGISTRIES: dict[int, tuple] = {}   # id -> (registry dict, current): every registry seen
@@ -223,7 +224,8 @@ def _load_file(path: Path, name: str | None = None):
 def load_plugins(plugins: str) -> list:
     """Import each module of ``plugins`` (comma-separated module names or .py paths) ->
     the modules, executing a file again only when its content changed (module docstring).
-    A clear error names a plugin that cannot be imported."""
+    A clear error names a plugin that cannot be imported: a ValueError, whatever its code
+    raised (with the file and line of the plugin's that raised it)."""
     out = []
     for spec in [p.strip() for p in (plugins or "").split(",") if p.strip()]:
         try:
@@ -244,6 +246,10 @@ def load_plugins(plugins: str) -> list:
         except (ImportError, FileNotFoundError, IsADirectoryError, SyntaxError) as e:
             raise ValueError(f"plugin {spec!r} could not be imported: {type(e).__name__}: {e}") \
                 from None
+        except Exception as e:       # its own code raised: a ValueError too, naming the plugin
+            # and its line (the CLI reports a ValueError in one line, any other type escaped
+            # as a bare traceback); chained, so --debug still shows where
+            raise ValueError(f"plugin {spec!r} could not be imported: {one_line(e)}") from e
     return out
 
 

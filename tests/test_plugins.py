@@ -243,3 +243,17 @@ def test_a_plugin_grouper_declares_its_settings_block_and_trains_with_it(tmp_pat
     assert json.loads((out / "config.json").read_text())["by_length"] == {"width": 100}
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["group/size_mean"] for r in rows if r["step"] >= 0] == [32, 32]
+
+
+def test_a_plugin_that_raises_at_import_is_one_line_naming_it(tmp_path, capsys):
+    f = tmp_path / "raising_plugin.py"
+    f.write_text("import numpy\nraise RuntimeError('no data folder')\n")
+    with pytest.raises(ValueError, match=r"plugin '.*raising_plugin.py' could not be imported: "
+                       r"RuntimeError: no data folder \(raised at raising_plugin.py:2"):
+        load_plugins(str(f))
+    # the command line: one line and exit 2, not the traceback a RuntimeError gave
+    code = main(["train", "--preset", "quick", "--plugin", str(f), "--out_dir",
+                 str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert "raising_plugin.py' could not be imported: RuntimeError: no data folder" in err

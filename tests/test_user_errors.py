@@ -504,3 +504,54 @@ def test_only_user_code_is_guarded(monkeypatch):
     with timelimit.guarded("reward function 'mine'", REWARDS["accuracy"], mine):
         pass
     assert armed == ["reward function 'mine'"]
+
+
+def test_a_reward_that_edits_its_inputs_changes_no_other_reward(monkeypatch):
+    def strips(completions, examples, stopped):      # a learner's normalising, in place
+        completions[:] = [c + "!" for c in completions]
+        stopped[:] = [False] * len(stopped)
+        examples.clear()
+        return [0.0] * len(completions)
+    monkeypatch.setitem(REWARDS, "strips", strips)
+    ex = [Example("1+1=", "2", "addition"), Example("1+2=", "3", "addition")]
+    completions = ["2", "4"]
+    total, parts = weighted_reward(completions, ex, resolve_rewards({"strips": 1.0,
+                                                                      "accuracy": 1.0}))
+    assert parts["accuracy"].tolist() == [1.0, 0.0] and total.tolist() == [1.0, 0.0]
+    assert completions == ["2", "4"] and len(ex) == 2            # the caller's lists as given
+
+
+def test_a_reward_returning_a_dict_or_strings_is_named(monkeypatch):
+    ex = [Example("1+1=", "2", "addition"), Example("1+2=", "3", "addition")]
+    monkeypatch.setitem(REWARDS, "as_dict", lambda c, e, s: {i: 0.5 for i in range(len(c))})
+    with pytest.raises(ValueError, match=r"reward function 'as_dict' returned \{0: 0.5, 1: 0.5\}, "
+                                         r"not a list of 2 numbers"):    # its keys read 0, 1
+        weighted_reward(["2", "4"], ex, resolve_rewards({"as_dict": 1.0}))
+    monkeypatch.setitem(REWARDS, "as_set", lambda c, e, s: {0.0, 1.0})
+    with pytest.raises(ValueError, match=r"reward function 'as_set' returned \{0.0, 1.0\}, not a"):
+        weighted_reward(["2", "4"], ex, resolve_rewards({"as_set": 1.0}))
+    monkeypatch.setitem(REWARDS, "echo", lambda c, e, s: c)      # the completions, not scores
+    with pytest.raises(ValueError, match=r"reward function 'echo' returned '2' for sample 0 "
+                                         r"\(completion '2'\), not a number"):
+        weighted_reward(["2", "4"], ex, resolve_rewards({"echo": 1.0}))
+    monkeypatch.setitem(REWARDS, "values", lambda c, e, s: {"a": 1.0, "b": 0.0}.values())
+    assert weighted_reward(["2", "4"], ex, resolve_rewards({"values": 1.0}))[0].tolist() == \
+        [1.0, 0.0]                                                   # ordered values still read
+
+
+def test_an_estimator_of_integers_is_named_and_one_centring_in_place_keeps_the_rewards(
+        monkeypatch):
+    from grpo_lab.algorithm.advantages import grouped_advantages
+    rewards = torch.tensor([1., 0, 1, 1])
+    monkeypatch.setitem(ADVANTAGES, "signs", lambda r, g: (r > 0.5).long() * 2 - 1)
+    with pytest.raises(ValueError, match=r"advantage estimator 'signs' \(combine 'cluster'\) "
+                                         r"returned a torch.int64 tensor: advantages must be "
+                                         r"floating point"):
+        grouped_advantages([0, 1], torch.tensor([0, 0, 1, 1]), rewards, "cluster", "signs")
+
+    def centres(r, g):                               # a learner's in-place centring
+        r -= r.mean()
+        return r
+    monkeypatch.setitem(ADVANTAGES, "centres", centres)
+    adv = grouped_advantages([0, 1], torch.tensor([0, 0, 1, 1]), rewards, "cluster", "centres")
+    assert adv.tolist() == [0.25, -0.75, 0.25, 0.25] and rewards.tolist() == [1., 0, 1, 1]

@@ -263,7 +263,9 @@ def process_advantages(step_rewards, mask, group_ids, eps: float = EPS) -> torch
 def cluster_baseline(rewards, prompt_index, cluster_of_row, estimator="grpo", lengths=None):
     fn = ADVANTAGES[estimator]
     extra = {"lengths": lengths} if getattr(fn, "needs_lengths", False) else {}  # per token
-    return fn(rewards, cluster_of_row, **extra)                            # (N,)
+    # a copy: an estimator that centres in place (rewards -= mean) would change the step's
+    # rewards, which the metrics and the variants read after it
+    return fn(rewards.clone(), cluster_of_row, **extra)                    # (N,)
 
 
 def within_prompt_pooled_std(rewards, prompt_index, cluster_of_row, estimator="grpo",
@@ -299,7 +301,7 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
                          f"{len(cluster_ids)} prompts have a cluster id")
     adv = COMBINE[combine](rewards, prompt_index, cluster_ids[prompt_index], estimator,
                            lengths)                                        # (N,)
-    if not (torch.is_tensor(adv) and adv.shape == rewards.shape
+    if not (torch.is_tensor(adv) and adv.shape == rewards.shape and adv.is_floating_point()
             and bool(torch.isfinite(adv).all())):
         _refuse_advantages(adv, rewards, combine, estimator)
     return adv
@@ -311,6 +313,9 @@ def _refuse_advantages(adv, rewards: torch.Tensor, combine: str, estimator: str)
         got = tuple(adv.shape) if torch.is_tensor(adv) else type(adv).__name__
         raise ValueError(f"{name} returned {got} for {tuple(rewards.shape)} rewards: it must "
                          f"return one advantage per reward, a tensor shaped like them")
+    if not adv.is_floating_point():           # the loss's mean of an integer tensor fails
+        raise ValueError(f"{name} returned a {adv.dtype} tensor: advantages must be floating "
+                         f"point, as the rewards ({rewards.dtype}) are")
     bad = (~torch.isfinite(adv)).nonzero().flatten()     # the rewards were checked finite
     raise FloatingPointError(f"{name} returned {float(adv[bad[0]])} for sample {int(bad[0])} "
                              f"({len(bad)} non-finite in all) from finite rewards")

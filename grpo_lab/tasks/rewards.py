@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+from collections.abc import Mapping, Set
 from typing import Callable, Sequence
 
 import torch
@@ -126,8 +127,10 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
     check_batch(completions, examples, stopped)
     parts, total = {}, torch.zeros(len(completions))
     for name, (fn, w) in rewards.items():
-        parts[name] = check_finite_rewards(name, fn(completions, examples, stopped),
-                                           completions)                    # (N,) float32
+        # each function gets lists of its own: one that edits them (completions[i] = c.strip())
+        # would change what every function after it scores, and the samples logged
+        parts[name] = check_finite_rewards(name, fn(list(completions), list(examples),
+                                                    list(stopped)), completions)  # (N,) float32
         total += w * parts[name]
     if not bool((total.abs() <= REWARD_CEILING).all()):                   # nan, inf, too big
         _refuse_total(total, {name: w for name, (_, w) in rewards.items()})
@@ -151,7 +154,8 @@ def check_finite_rewards(name: str, values, completions: Sequence[str]) -> torch
     """A reward function's values -> (N,) float32, or a ``ValueError`` naming the function
     and the sample of a value that is not a finite number within ``REWARD_CEILING``."""
     v = None
-    if hasattr(values, "__len__") and not isinstance(values, (str, bytes)):
+    if hasattr(values, "__len__") and not isinstance(values, NOT_A_LIST) and \
+            not any(isinstance(x, (str, bytes)) for x in values):   # float("161") would read
         with contextlib.suppress(TypeError, ValueError):                 # _refuse_values says
             v = torch.tensor([float(x) for x in values], dtype=torch.float64)    # (N,)
     if v is None or len(v) != len(completions) or not bool((v.abs() <= REWARD_CEILING).all()):
@@ -159,8 +163,13 @@ def check_finite_rewards(name: str, values, completions: Sequence[str]) -> torch
     return v.float()
 
 
+NOT_A_LIST = (str, bytes, Mapping, Set)
+"""Values with a length that are no list of rewards: a dict's iteration gives its keys (0, 1, 2,
+... read as rewards), a set's has no order."""
+
+
 def _refuse_values(name: str, values, completions: Sequence[str]) -> None:
-    if not hasattr(values, "__len__") or isinstance(values, (str, bytes)):
+    if not hasattr(values, "__len__") or isinstance(values, NOT_A_LIST):
         raise ValueError(f"reward function {name!r} returned {values!r:.60}, not a list of "
                          f"{len(completions)} numbers (one per completion)")
     if len(values) != len(completions):
@@ -168,6 +177,8 @@ def _refuse_values(name: str, values, completions: Sequence[str]) -> None:
                          f"for {len(completions)} completions")
     for i, v in enumerate(values):
         try:
+            if isinstance(v, (str, bytes)):        # the completion itself ("161"), not its score
+                raise TypeError
             v = float(v)
         except (TypeError, ValueError):
             raise ValueError(f"reward function {name!r} returned {v!r} for sample {i} "
