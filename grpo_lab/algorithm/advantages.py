@@ -263,9 +263,7 @@ def process_advantages(step_rewards, mask, group_ids, eps: float = EPS) -> torch
 def cluster_baseline(rewards, prompt_index, cluster_of_row, estimator="grpo", lengths=None):
     fn = ADVANTAGES[estimator]
     extra = {"lengths": lengths} if getattr(fn, "needs_lengths", False) else {}  # per token
-    # a copy: an estimator that centres in place (rewards -= mean) would change the step's
-    # rewards, which the metrics and the variants read after it
-    return fn(rewards.clone(), cluster_of_row, **extra)                    # (N,)
+    return fn(rewards.clone(), cluster_of_row, **extra)  # (N,) copied: fn may centre it
 
 
 def within_prompt_pooled_std(rewards, prompt_index, cluster_of_row, estimator="grpo",

@@ -11,7 +11,9 @@ Rewards (each returns floats in [0, 1], one per completion):
                    wrong answer cannot collect (the additive ``format`` pays for a well-wrapped
                    guess; on SmolLM2 at weight 1 that taught a boxed guess in 4 steps).
 They are combined by ``weighted_reward`` with weights from the config (``resolve_rewards``:
-once per run); add your own with ``register_reward``. An example rendered for an instruct
+once per run), each function given lists of its own (one that edits them, as
+``completions[i] = c.strip()``, would change what every function after it scores, and the
+samples logged); add your own with ``register_reward``. An example rendered for an instruct
 model (``Example.fmt`` set, instruct.py) is scored the instruct way instead (answers.py):
 accuracy reads the answer whatever wraps it, partial compares that answer, format checks the
 requested answer format.
@@ -127,10 +129,8 @@ def weighted_reward(completions: Sequence[str], examples: Sequence[Example],
     check_batch(completions, examples, stopped)
     parts, total = {}, torch.zeros(len(completions))
     for name, (fn, w) in rewards.items():
-        # each function gets lists of its own: one that edits them (completions[i] = c.strip())
-        # would change what every function after it scores, and the samples logged
         parts[name] = check_finite_rewards(name, fn(list(completions), list(examples),
-                                                    list(stopped)), completions)  # (N,) float32
+                                                    list(stopped)), completions)  # own lists
         total += w * parts[name]
     if not bool((total.abs() <= REWARD_CEILING).all()):                   # nan, inf, too big
         _refuse_total(total, {name: w for name, (_, w) in rewards.items()})
@@ -152,12 +152,11 @@ all (a loss of 1e38), and no verifiable reward needs more than a few digits: res
 
 def check_finite_rewards(name: str, values, completions: Sequence[str]) -> torch.Tensor:
     """A reward function's values -> (N,) float32, or a ``ValueError`` naming the function
-    and the sample of a value that is not a finite number within ``REWARD_CEILING``."""
+    and the sample of a value that is no finite number (a str is none) within ``REWARD_CEILING``."""
     v = None
-    if hasattr(values, "__len__") and not isinstance(values, NOT_A_LIST) and \
-            not any(isinstance(x, (str, bytes)) for x in values):   # float("161") would read
-        with contextlib.suppress(TypeError, ValueError):                 # _refuse_values says
-            v = torch.tensor([float(x) for x in values], dtype=torch.float64)    # (N,)
+    if hasattr(values, "__len__") and not isinstance(values, NOT_A_LIST):
+        with contextlib.suppress(TypeError, ValueError, AttributeError):  # _refuse_values says
+            v = torch.tensor([x.__float__() for x in values], dtype=torch.float64)  # (N,)
     if v is None or len(v) != len(completions) or not bool((v.abs() <= REWARD_CEILING).all()):
         _refuse_values(name, values, completions)
     return v.float()
