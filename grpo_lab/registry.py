@@ -84,10 +84,18 @@ SETTINGS: dict[str, type] = {}
 ``check(cfg)`` method, if it has one."""
 
 
+CONFIG_FIELDS: set[str] = set()
+"""TrainConfig's own field names (config.py fills it): a block under one of them would take
+``--steps`` from the field and make every later TrainConfig fail, naming no plugin."""
+
+
 def register_settings(name: str, cls: type) -> type:
     """Add the settings block ``name`` (a dataclass whose every field has a default) -> cls.
     The naming rule of ``check_new``: registering the same class again (a re-run cell, a
     reloaded plugin) replaces it."""
+    if name in CONFIG_FIELDS:
+        raise ValueError(f"settings block {name!r} of {cls.__module__}.{cls.__qualname__}: "
+                         f"{name!r} is a field of TrainConfig; pick another name")
     check_new(SETTINGS, "settings block", name, cls)
     if not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
         raise ValueError(f"settings block {name!r}: {cls!r} is not a dataclass")

@@ -182,3 +182,21 @@ def test_every_unknown_name_gets_the_one_message(i):
     with pytest.raises(ValueError) as e:
         call()
     assert str(e.value).startswith(f"unknown {kind} {bad!r}; known: {sorted(known)}"), e.value
+
+
+def test_a_settings_block_under_a_config_fields_name_is_refused_naming_it():
+    """A block named "steps" was registered without a word, and every later TrainConfig
+    failed ("steps is a settings block"), naming no plugin."""
+    import dataclasses as dc
+    from grpo_lab.registry import SETTINGS, register_settings
+    from grpo_lab.training.config import TrainConfig
+
+    @dc.dataclass
+    class Steps:
+        n: int = 0
+    for name in ("steps", "lr", "hf", "blocks"):
+        with pytest.raises(ValueError, match=rf"settings block '{name}' of .*Steps: '{name}' "
+                                             rf"is a field of TrainConfig; pick another name"):
+            register_settings(name, Steps)
+        assert name not in SETTINGS
+    assert TrainConfig(steps=3).steps == 3

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from grpo_lab.algorithm import group_config  # noqa: F401 (the grouping block, cfg.group)
 from grpo_lab.distributed.exchange_config import ExchangeConfig
-from grpo_lab.registry import (check_number, check_types, fields_finite, fields_nonnegative,
-                               fields_positive, load_plugins, lookup)
+from grpo_lab.registry import (CONFIG_FIELDS, check_number, check_types, fields_finite,
+                               fields_nonnegative, fields_positive, load_plugins, lookup)
 from grpo_lab.tasks import MIXTURE_TASKS
 from grpo_lab.training import dynamic_config  # noqa: F401 (DAPO's block, cfg.dynamic)
 from grpo_lab.training.ppo_config import PPOConfig
@@ -365,6 +365,9 @@ class TrainConfig:
             raise ValueError(f"hf.gradient_checkpointing=True checkpoints every layer, "
                              f"checkpoint_every={self.checkpoint_every} every "
                              f"{self.checkpoint_every}-th: set one of them")
+
+
+CONFIG_FIELDS.update(f.name for f in dataclasses.fields(TrainConfig))   # no block takes one
 
 
 def check_records(cfg: TrainConfig) -> TrainConfig:
