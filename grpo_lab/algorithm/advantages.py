@@ -84,22 +84,24 @@ from grpo_lab.timelimit import guard
 EPS = 1e-4
 
 
-def as_rewards(rewards, group_ids) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (rewards (N,) floating point, group_ids (N,) integer), or a ValueError naming what
-    is wrong: shapes, N = 0, complex rewards, group ids not integers, a non-finite reward."""
+def as_rewards(rewards, group_ids, eps=EPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (rewards (N,) floating point, group_ids (N,) integer), or a ValueError naming what is
+    wrong: shapes, N = 0, complex rewards, group ids not integers, a non-finite reward, eps not > 0."""
     rewards, group_ids = torch.as_tensor(rewards), torch.as_tensor(group_ids)
     if not rewards.is_floating_point() and not rewards.is_complex():
         rewards = rewards.to(torch.get_default_dtype())                    # ints, bools -> float
     d = group_ids.dtype
     if not (rewards.is_floating_point() and rewards.dim() == 1 and rewards.shape == group_ids.shape
             and len(rewards) and not (d.is_floating_point or d.is_complex or d == torch.bool)
-            and bool(torch.isfinite(rewards).all())):
-        _refuse_rewards(rewards, group_ids)
+            and bool(torch.isfinite(rewards).all()) and 0 < eps < np.inf):   # NaN: False
+        _refuse_rewards(rewards, group_ids, eps)
     return rewards, group_ids
 
 
-def _refuse_rewards(rewards: torch.Tensor, group_ids: torch.Tensor):
+def _refuse_rewards(rewards: torch.Tensor, group_ids: torch.Tensor, eps=EPS):
     """The error ``as_rewards`` raises, naming the first thing wrong."""
+    if not 0 < eps < np.inf:         # 0 or NaN: an all-equal group is 0 / 0; < 0: wrong scale
+        raise ValueError(f"eps must be a finite number > 0, got {eps}")
     if rewards.is_complex():
         raise ValueError(f"rewards must be real numbers, got dtype {rewards.dtype}")
     if rewards.dim() != 1 or group_ids.dim() != 1 or rewards.shape != group_ids.shape:
@@ -143,7 +145,7 @@ def group_stats(rewards, group_ids):
 
 
 def grpo_advantages(rewards, group_ids, eps: float = EPS):
-    rewards, group_ids = as_rewards(rewards, group_ids)
+    rewards, group_ids = as_rewards(rewards, group_ids, eps)
     inv, _, mean, std = group_stats(rewards, group_ids)
     adv = (rewards.double() - mean[inv]) / (std[inv] + eps)                # (N,)
     return _fit(adv, rewards.dtype, "grpo")
@@ -177,7 +179,7 @@ def rank_advantages(rewards, group_ids):
 
 
 def batch_std_advantages(rewards, group_ids, eps: float = EPS):
-    rewards, group_ids = as_rewards(rewards, group_ids)
+    rewards, group_ids = as_rewards(rewards, group_ids, eps)
     centred = dr_grpo_advantages(rewards, group_ids).double()              # (N,) r - mean_group
     std = centred.std() if centred.numel() > 1 else centred.new_zeros(())  # () over the batch
     return _fit(centred / (std + eps), rewards.dtype, "batch_std")        # (N,)
@@ -252,7 +254,7 @@ def process_advantages(step_rewards, mask, group_ids, eps: float = EPS) -> torch
         raise ValueError(f"step reward of sample {i}, token {t} is {float(step_rewards[i, t])} "
                          f"({len(bad)} non-finite step rewards in all)")
     flat_ids = group_ids[:, None].expand_as(step_rewards)[m]               # (S,) real steps
-    inv, _, mean, std = group_stats(step_rewards[m], flat_ids)             # per group
+    inv, _, mean, std = group_stats(*as_rewards(step_rewards[m], flat_ids, eps))  # per group
     norm = torch.zeros_like(step_rewards, dtype=torch.float64)             # (N, T)
     norm[m] = (step_rewards[m].double() - mean[inv]) / (std[inv] + eps)
     adv = norm.flip(1).cumsum(1).flip(1)                                   # (N, T) sum_{j>=t}
