@@ -178,6 +178,27 @@ def test_top_p_filter_by_hand():
     assert torch.equal(top_p_filter(logp, 0.7)[0, [1, 3]], logp[0, [1, 3]])  # values kept as is
 
 
+def test_top_p_and_top_k_out_of_range_are_refused_by_name():
+    # p <= 0 set every token to -inf (the race then drew token 0), a NaN p turned the filter
+    # off, k <= 0 was torch's own RuntimeError: each now names the setting and its value
+    from grpo_lab.algorithm.rollout import nucleus, race_draw, top_k_filter
+    logp = torch.tensor([[0.05, 0.5, 0.15, 0.3]]).log()
+    draw = lambda k, p: race_draw(logp, k, 1, torch.Generator().manual_seed(0),   # noqa: E731
+                                  torch.arange(1), 1, p)
+    for p in (0.0, -0.5, float("nan"), 1.5):
+        for call in (lambda: top_p_filter(logp, p), lambda: nucleus(logp, None, p),
+                     lambda: draw(None, p)):
+            with pytest.raises(ValueError, match=f"top_p must be in \\(0, 1\\] \\(1 = off\\), "
+                                                 f"got {p}"):
+                call()
+    for k in (0, -1, 2.5):
+        for call in (lambda: top_k_filter(logp, k), lambda: draw(k, 1.0)):
+            with pytest.raises(ValueError, match=f"top_k must be an int >= 1 or None, got {k}"):
+                call()
+    assert torch.isfinite(top_k_filter(logp, 2))[0].tolist() == [False, True, False, True]
+    assert draw(1, 1.0).tolist() == [1]                                   # top-1: the argmax
+
+
 @pytest.fixture
 def model():
     torch.manual_seed(0)
