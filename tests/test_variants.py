@@ -166,6 +166,23 @@ def test_kl_in_the_loss_uses_the_estimator_and_sequence_kl_by_hand():
                                torch.tensor([0.5]))
 
 
+def test_sequence_kl_refuses_a_broadcast_an_unknown_estimator_and_a_nan_on_a_real_token():
+    # a (1, T) ref_logp was broadcast over 2 rows, "k4" was a bare KeyError, a NaN ref_logp on
+    # a real token a NaN sum; a NaN under the mask is never read (row 1: ln 2, k3 = 0.306853)
+    z, m = torch.zeros(2, 2), torch.tensor([[True, True], [True, False]])
+    with pytest.raises(ValueError, match="logp, ref_logp and mask must be one \\(N, T\\) shape, "
+                                         "got \\(2, 2\\), \\(1, 2\\) and \\(2, 2\\)"):
+        sequence_kl(z, torch.zeros(1, 2), m)
+    with pytest.raises(ValueError, match="unknown kl.estimator 'k4'; known: \\['k1', 'k2', 'k3'\\]"):
+        sequence_kl(z, z, m, "k4")
+    ref = torch.tensor([[0.0, math.nan], [math.log(2.0), math.nan]])
+    with pytest.raises(ValueError, match="ref_logp of sample 0, token 1 is nan "
+                                         "\\(1 non-finite ref_logp values in all\\)"):
+        sequence_kl(z, ref, m)
+    ref[0, 1] = 0.0
+    torch.testing.assert_close(sequence_kl(z, ref, m), torch.tensor([0.0, 0.306853]))
+
+
 # ---- top-p in the sampler
 
 def test_top_p_filter_by_hand():
