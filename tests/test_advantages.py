@@ -126,3 +126,17 @@ def test_eps_must_be_a_finite_number_above_0(eps):
     # a positive eps is taken as before: group 1, mean 0.5, std sqrt(0.5), (r - 0.5) / (std + eps)
     a = 0.5 / (math.sqrt(0.5) + 1e-6)
     assert grpo_advantages(r, g, eps=1e-6).tolist() == pytest.approx([0, 0, -a, a], rel=1e-6)
+
+
+def test_grouped_advantages_takes_a_list_prompt_index_and_refuses_floats_by_name():
+    # a list was a bare TypeError ('>=' between list and int), a float tensor an IndexError
+    r = T([1.0, 0.0, 1.0, 1.0])
+    a = 0.5 / (math.sqrt(0.5) + EPS)                                   # prompt 0: r 1, 0
+    for pi in ([0, 0, 1, 1], T([0, 0, 1, 1]), T([0, 0, 1, 1]).int()):
+        assert grouped_advantages([0, 1], pi, r).tolist() == pytest.approx([a, -a, 0, 0])
+    for pi in ([0.0, 0.5, 1.0, 1.0], T([0.0, 0.0, 1.0, 1.0]), [True, True, False, False]):
+        with pytest.raises(ValueError, match="prompt_index must be integers \\(the prompt of "
+                                             "each row\\), got dtype torch.(float32|bool)"):
+            grouped_advantages([0, 1], pi, r)
+    with pytest.raises(ValueError, match="prompt_index holds 2 but only 2 prompts"):
+        grouped_advantages([0, 1], [0, 0, 1, 2], r)

@@ -284,6 +284,7 @@ def within_prompt_pooled_std(rewards, prompt_index, cluster_of_row, estimator="g
 
 
 COMBINE = {"cluster": cluster_baseline, "within_prompt_pooled_std": within_prompt_pooled_std}
+INDEX_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)   # prompt_index
 
 
 def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.Tensor,
@@ -295,16 +296,26 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
         lookup(COMBINE, combine, "combine option")
         lookup(ADVANTAGES, estimator, "estimator")
     cluster_ids = torch.as_tensor(np.asarray(cluster_ids), dtype=torch.long)  # (B,)
-    inside = (prompt_index >= 0) & (prompt_index < len(cluster_ids))       # (N,)
-    if not bool(inside.all()):
-        raise ValueError(f"prompt_index holds {int(prompt_index[~inside][0])} but only "
-                         f"{len(cluster_ids)} prompts have a cluster id")
+    prompt_index = torch.as_tensor(prompt_index)                           # (N,) lists, numpy
+    if prompt_index.dtype not in INDEX_DTYPES or not bool(                 # ints, then 0..B-1
+            ((prompt_index >= 0) & (prompt_index < len(cluster_ids))).all()):
+        _refuse_prompt_index(prompt_index, len(cluster_ids))
     adv = COMBINE[combine](rewards, prompt_index, cluster_ids[prompt_index], estimator,
                            lengths)                                        # (N,)
     if not (torch.is_tensor(adv) and adv.shape == rewards.shape
             and bool(torch.isfinite(adv).all())):
         _refuse_advantages(adv, rewards, combine, estimator)
     return adv
+
+
+def _refuse_prompt_index(prompt_index: torch.Tensor, B: int):
+    """The error ``grouped_advantages`` raises: prompt_index not integers, or one outside 0..B-1."""
+    if prompt_index.dtype not in INDEX_DTYPES:
+        raise ValueError(f"prompt_index must be integers (the prompt of each row), got dtype "
+                         f"{prompt_index.dtype}: {prompt_index.flatten().tolist()[:8]}")
+    outside = (prompt_index < 0) | (prompt_index >= B)
+    raise ValueError(f"prompt_index holds {int(prompt_index[outside][0])} but only "
+                     f"{B} prompts have a cluster id")
 
 
 def _refuse_advantages(adv, rewards: torch.Tensor, combine: str, estimator: str):
