@@ -110,3 +110,33 @@ def test_reinforce_pp_baseline_refuses_nan_or_inf_lengths():
     # lengths 3, 1: c = +-0.5, mu = (1.5 - 0.5) / 4 = 0.25, var = (3 * 0.0625 + 0.5625) / 3
     # = 0.25, A = (c - mu) / sqrt(0.25 + 1e-8) = 0.5, -1.5
     assert fn(T([1.0, 0.0]), T([0, 0]), lengths=[3, 1]).tolist() == pytest.approx([0.5, -1.5])
+
+
+@pytest.mark.parametrize("eps", [0.0, float("nan"), -1e-4, float("inf")])
+def test_eps_must_be_a_finite_number_above_0(eps):
+    # eps 0 or NaN made the all-equal group 0 / 0 = NaN, a negative eps shrank the divisor
+    # (1 / (std - 1e-4)); both came back as advantages without a word
+    from grpo_lab.algorithm.advantages import (batch_std_advantages, grpo_advantages,
+                                               process_advantages)
+    r, g = T([1.0, 1.0, 0.0, 1.0]), T([0, 0, 1, 1])
+    for call in (lambda: grpo_advantages(r, g, eps=eps), lambda: batch_std_advantages(r, g, eps),
+                 lambda: process_advantages(torch.ones(2, 3), torch.ones(2, 3), T([0, 0]), eps)):
+        with pytest.raises(ValueError, match=f"eps must be a finite number > 0, got {eps}"):
+            call()
+    # a positive eps is taken as before: group 1, mean 0.5, std sqrt(0.5), (r - 0.5) / (std + eps)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    assert grpo_advantages(r, g, eps=1e-6).tolist() == pytest.approx([0, 0, -a, a], rel=1e-6)
+
+
+def test_grouped_advantages_takes_a_list_prompt_index_and_refuses_floats_by_name():
+    # a list was a bare TypeError ('>=' between list and int), a float tensor an IndexError
+    r = T([1.0, 0.0, 1.0, 1.0])
+    a = 0.5 / (math.sqrt(0.5) + EPS)                                   # prompt 0: r 1, 0
+    for pi in ([0, 0, 1, 1], T([0, 0, 1, 1]), T([0, 0, 1, 1]).int()):
+        assert grouped_advantages([0, 1], pi, r).tolist() == pytest.approx([a, -a, 0, 0])
+    for pi in ([0.0, 0.5, 1.0, 1.0], T([0.0, 0.0, 1.0, 1.0]), [True, True, False, False]):
+        with pytest.raises(ValueError, match="prompt_index must be integers \\(the prompt of "
+                                             "each row\\), got dtype torch.(float32|bool)"):
+            grouped_advantages([0, 1], pi, r)
+    with pytest.raises(ValueError, match="prompt_index holds 2 but only 2 prompts"):
+        grouped_advantages([0, 1], [0, 0, 1, 2], r)

@@ -120,6 +120,29 @@ def test_precomputed_embeddings_are_used_and_checked():
         GROUPERS["kmeans_semantic"](PromptBatch(b.prompts, embeddings=X[:5]), 2)
 
 
+def test_an_embedder_giving_other_rows_and_a_non_finite_reward_scale_are_refused():
+    # called directly, kmeans_semantic labelled the 5 rows an embedder gave for 6 prompts and
+    # returned 5 ids; reward_scale NaN made NaN features, inf zeroed the reward part
+    from grpo_lab.algorithm.grouping import kmeans_semantic, mixed_features
+    b = batch(6)
+
+    def five_rows(prompts):
+        return np.repeat(np.eye(2), 3, axis=0)[:5]
+    with pytest.raises(ValueError, match=r"embeddings from embedder 'five_rows' of shape "
+                                         r"\(5, 2\) do not match 6 prompts"):
+        kmeans_semantic(b, 2, embedder=five_rows)
+    ids = kmeans_semantic(b, 2, embedder=lambda p: np.repeat(np.eye(2), 3, axis=0))
+    assert ids[0] == ids[1] == ids[2] != ids[3] == ids[4] == ids[5]
+    for scale in (math.nan, math.inf, 0.0):
+        with pytest.raises(ValueError, match=f"reward_scale must be a finite number > 0, "
+                                             f"got {scale}"):
+            mixed_features(np.eye(2), [0.0, 1.0], [0.0, 0.5], reward_scale=scale)
+    # w = 0.5, scale 2: [sqrt(.5) e, sqrt(.5) (mean, std) / 2]
+    h = math.sqrt(0.5)
+    np.testing.assert_allclose(mixed_features(np.eye(2), [0.0, 1.0], [0.0, 0.5], reward_scale=2.0),
+                               [[h, 0, 0, 0], [0, h, h / 2, h / 4]])
+
+
 # ---------------------------------------------------------------- clusters -> advantages
 R = T([0., 1, 1, 0, 1, 1, 1, 1, 0, 0, 1, 1])                 # 3 prompts x G=4
 PI = torch.arange(3).repeat_interleave(4)

@@ -194,6 +194,28 @@ def test_is_level_against_its_reference(name):
         assert counts[other] < CASES // 2, counts
 
 
+def test_is_weight_refuses_what_it_cannot_weigh_by_name():
+    # a (1, T) trainer_logp was broadcast over N rows, an unknown level was a bare KeyError,
+    # cap NaN gave NaN weights and seq_mean_k1 with cap 0 a ZeroDivisionError (log(1 / 0))
+    z, m = torch.zeros(2, 3), torch.ones(2, 3)
+    with pytest.raises(ValueError, match="trainer_logp, sampler_logp and mask must be one "
+                                         "\\(N, T\\) shape \\(not broadcast\\), got \\(1, 3\\), "
+                                         "\\(2, 3\\) and \\(2, 3\\)"):
+        is_weight("token", torch.zeros(1, 3), z, m, 2.0)
+    with pytest.raises(ValueError, match="unknown tis.level 'tokn'; known: \\['seq_mean_k1'"):
+        is_weight("tokn", z, z, m, 2.0)
+    for level, cap in (("token", math.nan), ("seq_mean_k1", 0.0), ("sequence", -1.0)):
+        with pytest.raises(ValueError, match=f"cap must be a finite number > 0, got {cap}"):
+            is_weight(level, z, z, m, cap)
+    with pytest.raises(ValueError, match="floor must be a finite number >= 0 \\(0 = none\\), "
+                                         "got nan"):
+        is_weight("token_truncate", z, z, m, 2.0, math.nan)
+    # w = e^0.5 = 1.6487 on row 0; capped at 1.5 (token), kept as is on row 1 (e^-0.5)
+    tl = torch.tensor([[0.5], [-0.5]])
+    assert is_weight("token", tl, torch.zeros(2, 1), torch.ones(2, 1), 1.5).flatten().tolist() \
+        == pytest.approx([1.5, math.exp(-0.5)])
+
+
 def test_tis_floor_is_read_by_trls_modes_only():
     with pytest.raises(ValueError, match="tis.floor=0.5 is TRL's clip_min.*tis.level="
                                          "'seq_mean_k1' \\(verl rollout_rs='seq_mean_k1'\\)"):

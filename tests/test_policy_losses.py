@@ -417,3 +417,17 @@ def test_off_policy_sequence_mask_by_hand():
         off_policy_sequence_mask(logp, sampler, torch.zeros(4, 2, dtype=D), m, 0.5)
     with pytest.raises(ValueError, match="supervision='outcome'"):
         preset("quick", off_policy_mask={"delta": 0.5}, supervision="process")
+
+
+def test_off_policy_sequence_mask_refuses_a_nan_delta_and_advantages_of_another_length():
+    # a NaN delta kept every row (kl > NaN is False), 3 advantages for 2 rows was torch's
+    # RuntimeError; row 0 (A < 0, mean log ratio 1 > 0.5) is the row a real delta masks
+    from grpo_lab.algorithm.token_weights import off_policy_sequence_mask
+    logp, sampler, m = torch.zeros(2, 2, dtype=D), torch.ones(2, 2, dtype=D), torch.ones(2, 2)
+    A = torch.tensor([-1.0, 1.0], dtype=D)
+    with pytest.raises(ValueError, match="delta must be finite and >= 0, got nan"):
+        off_policy_sequence_mask(logp, sampler, A, m, math.nan)
+    with pytest.raises(ValueError, match="got advantages of shape \\(3,\\) for mask \\(2, 2\\): "
+                                         "it must be \\(N,\\) = \\(2,\\)"):
+        off_policy_sequence_mask(logp, sampler, torch.tensor([-1.0, 1.0, 1.0], dtype=D), m, 0.5)
+    assert off_policy_sequence_mask(logp, sampler, A, m, 0.5).tolist() == [[0, 0], [1, 1]]

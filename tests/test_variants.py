@@ -166,6 +166,23 @@ def test_kl_in_the_loss_uses_the_estimator_and_sequence_kl_by_hand():
                                torch.tensor([0.5]))
 
 
+def test_sequence_kl_refuses_a_broadcast_an_unknown_estimator_and_a_nan_on_a_real_token():
+    # a (1, T) ref_logp was broadcast over 2 rows, "k4" was a bare KeyError, a NaN ref_logp on
+    # a real token a NaN sum; a NaN under the mask is never read (row 1: ln 2, k3 = 0.306853)
+    z, m = torch.zeros(2, 2), torch.tensor([[True, True], [True, False]])
+    with pytest.raises(ValueError, match="logp, ref_logp and mask must be one \\(N, T\\) shape, "
+                                         "got \\(2, 2\\), \\(1, 2\\) and \\(2, 2\\)"):
+        sequence_kl(z, torch.zeros(1, 2), m)
+    with pytest.raises(ValueError, match="unknown kl.estimator 'k4'; known: \\['k1', 'k2', 'k3'\\]"):
+        sequence_kl(z, z, m, "k4")
+    ref = torch.tensor([[0.0, math.nan], [math.log(2.0), math.nan]])
+    with pytest.raises(ValueError, match="ref_logp of sample 0, token 1 is nan "
+                                         "\\(1 non-finite ref_logp values in all\\)"):
+        sequence_kl(z, ref, m)
+    ref[0, 1] = 0.0
+    torch.testing.assert_close(sequence_kl(z, ref, m), torch.tensor([0.0, 0.306853]))
+
+
 # ---- top-p in the sampler
 
 def test_top_p_filter_by_hand():
@@ -176,6 +193,27 @@ def test_top_p_filter_by_hand():
     assert kept(0.81) == [False, True, True, True]
     assert kept(1e-9) == [False, True, False, False]                       # at least one token
     assert torch.equal(top_p_filter(logp, 0.7)[0, [1, 3]], logp[0, [1, 3]])  # values kept as is
+
+
+def test_top_p_and_top_k_out_of_range_are_refused_by_name():
+    # p <= 0 set every token to -inf (the race then drew token 0), a NaN p turned the filter
+    # off, k <= 0 was torch's own RuntimeError: each now names the setting and its value
+    from grpo_lab.algorithm.rollout import nucleus, race_draw, top_k_filter
+    logp = torch.tensor([[0.05, 0.5, 0.15, 0.3]]).log()
+    draw = lambda k, p: race_draw(logp, k, 1, torch.Generator().manual_seed(0),   # noqa: E731
+                                  torch.arange(1), 1, p)
+    for p in (0.0, -0.5, float("nan"), 1.5):
+        for call in (lambda: top_p_filter(logp, p), lambda: nucleus(logp, None, p),
+                     lambda: draw(None, p)):
+            with pytest.raises(ValueError, match=f"top_p must be in \\(0, 1\\] \\(1 = off\\), "
+                                                 f"got {p}"):
+                call()
+    for k in (0, -1, 2.5):
+        for call in (lambda: top_k_filter(logp, k), lambda: draw(k, 1.0)):
+            with pytest.raises(ValueError, match=f"top_k must be an int >= 1 or None, got {k}"):
+                call()
+    assert torch.isfinite(top_k_filter(logp, 2))[0].tolist() == [False, True, False, True]
+    assert draw(1, 1.0).tolist() == [1]                                   # top-1: the argmax
 
 
 @pytest.fixture

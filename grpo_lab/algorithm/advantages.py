@@ -84,22 +84,24 @@ from grpo_lab.timelimit import guard
 EPS = 1e-4
 
 
-def as_rewards(rewards, group_ids) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (rewards (N,) floating point, group_ids (N,) integer), or a ValueError naming what
-    is wrong: shapes, N = 0, complex rewards, group ids not integers, a non-finite reward."""
+def as_rewards(rewards, group_ids, eps=EPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (rewards (N,) floating point, group_ids (N,) integer), or a ValueError naming what is
+    wrong: shapes, N = 0, complex rewards, group ids not integers, a non-finite reward, eps not > 0."""
     rewards, group_ids = torch.as_tensor(rewards), torch.as_tensor(group_ids)
     if not rewards.is_floating_point() and not rewards.is_complex():
         rewards = rewards.to(torch.get_default_dtype())                    # ints, bools -> float
     d = group_ids.dtype
     if not (rewards.is_floating_point() and rewards.dim() == 1 and rewards.shape == group_ids.shape
             and len(rewards) and not (d.is_floating_point or d.is_complex or d == torch.bool)
-            and bool(torch.isfinite(rewards).all())):
-        _refuse_rewards(rewards, group_ids)
+            and bool(torch.isfinite(rewards).all()) and 0 < eps < np.inf):   # NaN: False
+        _refuse_rewards(rewards, group_ids, eps)
     return rewards, group_ids
 
 
-def _refuse_rewards(rewards: torch.Tensor, group_ids: torch.Tensor):
+def _refuse_rewards(rewards: torch.Tensor, group_ids: torch.Tensor, eps=EPS):
     """The error ``as_rewards`` raises, naming the first thing wrong."""
+    if not 0 < eps < np.inf:         # 0 or NaN: an all-equal group is 0 / 0; < 0: wrong scale
+        raise ValueError(f"eps must be a finite number > 0, got {eps}")
     if rewards.is_complex():
         raise ValueError(f"rewards must be real numbers, got dtype {rewards.dtype}")
     if rewards.dim() != 1 or group_ids.dim() != 1 or rewards.shape != group_ids.shape:
@@ -143,7 +145,7 @@ def group_stats(rewards, group_ids):
 
 
 def grpo_advantages(rewards, group_ids, eps: float = EPS):
-    rewards, group_ids = as_rewards(rewards, group_ids)
+    rewards, group_ids = as_rewards(rewards, group_ids, eps)
     inv, _, mean, std = group_stats(rewards, group_ids)
     adv = (rewards.double() - mean[inv]) / (std[inv] + eps)                # (N,)
     return _fit(adv, rewards.dtype, "grpo")
@@ -177,7 +179,7 @@ def rank_advantages(rewards, group_ids):
 
 
 def batch_std_advantages(rewards, group_ids, eps: float = EPS):
-    rewards, group_ids = as_rewards(rewards, group_ids)
+    rewards, group_ids = as_rewards(rewards, group_ids, eps)
     centred = dr_grpo_advantages(rewards, group_ids).double()              # (N,) r - mean_group
     std = centred.std() if centred.numel() > 1 else centred.new_zeros(())  # () over the batch
     return _fit(centred / (std + eps), rewards.dtype, "batch_std")        # (N,)
@@ -252,7 +254,7 @@ def process_advantages(step_rewards, mask, group_ids, eps: float = EPS) -> torch
         raise ValueError(f"step reward of sample {i}, token {t} is {float(step_rewards[i, t])} "
                          f"({len(bad)} non-finite step rewards in all)")
     flat_ids = group_ids[:, None].expand_as(step_rewards)[m]               # (S,) real steps
-    inv, _, mean, std = group_stats(step_rewards[m], flat_ids)             # per group
+    inv, _, mean, std = group_stats(*as_rewards(step_rewards[m], flat_ids, eps))  # per group
     norm = torch.zeros_like(step_rewards, dtype=torch.float64)             # (N, T)
     norm[m] = (step_rewards[m].double() - mean[inv]) / (std[inv] + eps)
     adv = norm.flip(1).cumsum(1).flip(1)                                   # (N, T) sum_{j>=t}
@@ -282,6 +284,7 @@ def within_prompt_pooled_std(rewards, prompt_index, cluster_of_row, estimator="g
 
 
 COMBINE = {"cluster": cluster_baseline, "within_prompt_pooled_std": within_prompt_pooled_std}
+INDEX_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)   # prompt_index
 
 
 def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.Tensor,
@@ -293,16 +296,26 @@ def grouped_advantages(cluster_ids, prompt_index: torch.Tensor, rewards: torch.T
         lookup(COMBINE, combine, "combine option")
         lookup(ADVANTAGES, estimator, "estimator")
     cluster_ids = torch.as_tensor(np.asarray(cluster_ids), dtype=torch.long)  # (B,)
-    inside = (prompt_index >= 0) & (prompt_index < len(cluster_ids))       # (N,)
-    if not bool(inside.all()):
-        raise ValueError(f"prompt_index holds {int(prompt_index[~inside][0])} but only "
-                         f"{len(cluster_ids)} prompts have a cluster id")
+    prompt_index = torch.as_tensor(prompt_index)                           # (N,) lists, numpy
+    if prompt_index.dtype not in INDEX_DTYPES or not bool(                 # ints, then 0..B-1
+            ((prompt_index >= 0) & (prompt_index < len(cluster_ids))).all()):
+        _refuse_prompt_index(prompt_index, len(cluster_ids))
     adv = COMBINE[combine](rewards, prompt_index, cluster_ids[prompt_index], estimator,
                            lengths)                                        # (N,)
     if not (torch.is_tensor(adv) and adv.shape == rewards.shape and adv.is_floating_point()
             and bool(torch.isfinite(adv).all())):
         _refuse_advantages(adv, rewards, combine, estimator)
     return adv
+
+
+def _refuse_prompt_index(prompt_index: torch.Tensor, B: int):
+    """The error ``grouped_advantages`` raises: prompt_index not integers, or one outside 0..B-1."""
+    if prompt_index.dtype not in INDEX_DTYPES:
+        raise ValueError(f"prompt_index must be integers (the prompt of each row), got dtype "
+                         f"{prompt_index.dtype}: {prompt_index.flatten().tolist()[:8]}")
+    outside = (prompt_index < 0) | (prompt_index >= B)
+    raise ValueError(f"prompt_index holds {int(prompt_index[outside][0])} but only "
+                     f"{B} prompts have a cluster id")
 
 
 def _refuse_advantages(adv, rewards: torch.Tensor, combine: str, estimator: str):

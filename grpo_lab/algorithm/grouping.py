@@ -121,13 +121,15 @@ def prompt_reward_stats(rewards: torch.Tensor, prompt_index: torch.Tensor, B: in
 
 def _embeddings(batch: PromptBatch, embedder) -> np.ndarray:
     if batch.embeddings is not None:
-        X = np.asarray(batch.embeddings, dtype=np.float64)                 # (B, d)
-        if X.ndim != 2 or X.shape[0] != len(batch.prompts):
-            raise ValueError(f"embeddings of shape {X.shape} do not match "
-                             f"{len(batch.prompts)} prompts")
-        return X
-    embed = lookup(EMBEDDERS, embedder, "embedder") if isinstance(embedder, str) else embedder
-    return embed(batch.prompts)                                            # (B, d)
+        X, what = np.asarray(batch.embeddings, dtype=np.float64), "embeddings"  # (B, d)
+    else:
+        embed = lookup(EMBEDDERS, embedder, "embedder") if isinstance(embedder, str) else embedder
+        X = embed(batch.prompts)                                           # (B, d) as it gives
+        what = f"embeddings from embedder {getattr(embedder, '__name__', embedder)!r}"
+    if np.ndim(X) != 2 or np.shape(X)[0] != len(batch.prompts):   # else fewer ids than prompts
+        raise ValueError(f"{what} of shape {np.shape(X)} do not match "
+                         f"{len(batch.prompts)} prompts")
+    return X
 
 
 def cluster_diagnostics(prompts: Sequence[str], cluster_ids, tasks: Sequence[str] | None = None,
@@ -208,8 +210,8 @@ def mixed_features(X: np.ndarray, reward_mean, reward_std, reward_weight: float 
     """
     if not 0.0 <= reward_weight <= 1.0:
         raise ValueError(f"reward_weight must be in [0, 1], got {reward_weight}")
-    if reward_scale <= 0:
-        raise ValueError(f"reward_scale must be positive, got {reward_scale}")
+    if not 0 < reward_scale < math.inf:          # NaN: NaN features, inf: no reward part
+        raise ValueError(f"reward_scale must be a finite number > 0, got {reward_scale}")
     S = np.stack([np.asarray(reward_mean, float), np.asarray(reward_std, float)], 1)  # (B, 2)
     if S.shape[0] != X.shape[0]:
         raise ValueError(f"{S.shape[0]} reward statistics for {X.shape[0]} prompts")

@@ -435,8 +435,15 @@ def grpo_only(cfg, block: str, settings, *names) -> None:
 
 def sequence_kl(logp, ref_logp, mask, estimator: str = "k3") -> torch.Tensor:
     """(N, T) log-probs of the sampled tokens -> (N,) summed KL estimate per completion."""
+    k = lookup(KL_ESTIMATORS, estimator, "kl.estimator")
+    if not (logp.dim() == 2 and logp.shape == ref_logp.shape == mask.shape):   # no broadcast
+        raise ValueError(f"logp, ref_logp and mask must be one (N, T) shape, got "
+                         f"{tuple(logp.shape)}, {tuple(ref_logp.shape)} and {tuple(mask.shape)}")
     d = torch.where(mask.bool(), ref_logp - logp, 0.0)                     # (N, T) log_r, pad 0
-    return (KL_ESTIMATORS[estimator](d) * mask).sum(1)                     # (N,) every k(0) = 0
+    if not torch.isfinite(d).all():              # a NaN sum otherwise: name the token
+        for name, x in (("logp", logp), ("ref_logp", ref_logp)):
+            _first_non_finite(name, x, mask.bool())
+    return (k(d) * mask).sum(1)                                            # (N,) every k(0) = 0
 
 
 def surrogate_loss(logp, old_logp, advantages, mask, clip: Clip = Clip(eps_high=0.2),

@@ -32,6 +32,7 @@ on 1 or N processes. The full forward
 """
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
@@ -164,6 +165,8 @@ def prompt_noise(noise, N: int, G: int, generator) -> torch.Tensor:
 
 def top_k_filter(logp: torch.Tensor, top_k: int | None) -> torch.Tensor:
     """-inf outside the top_k largest of each row (ties at the k-th kept)."""
+    if top_k is not None and not (isinstance(top_k, numbers.Integral) and top_k >= 1):
+        raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
     if top_k is None or top_k >= logp.shape[-1]:
         return logp
     kth = logp.topk(top_k, dim=-1).values[:, -1:]                          # (n, 1)
@@ -174,6 +177,8 @@ def top_p_filter(logp: torch.Tensor, p: float) -> torch.Tensor:
     """Log-probs (n, V) -> the same with every token outside the nucleus set to -inf: the
     most likely tokens, in order, up to and including the one whose cumulative probability
     reaches p (at least one token is kept). Renormalising is left to the draw."""
+    if not 0 < p <= 1:                   # p <= 0 drops every token, NaN none: both refused
+        raise ValueError(f"top_p must be in (0, 1] (1 = off), got {p}")
     probs = logp.softmax(-1)                                               # (n, V), renormalised
     sorted_p, order = probs.sort(-1, descending=True)                      # (n, V)
     before = sorted_p.cumsum(-1) - sorted_p                                # (n, V) mass above
@@ -191,7 +196,7 @@ def nucleus(logp: torch.Tensor, top_k: int | None, top_p: float) -> torch.Tensor
 def race_draw(logp, top_k, G, generator, rows, N, top_p: float = 1.0) -> torch.Tensor:
     """The exponential race over the (top-k, top-p filtered) log-probs (n, V) -> tokens (n,);
     ``rows`` (n,): the decode batch's rows among the N, whose noise they take."""
-    if top_k is not None or top_p < 1:
+    if top_k is not None or top_p != 1:        # != 1, not < 1: NaN and > 1 meet the refusal
         logp = nucleus(logp, top_k, top_p)
     exp1 = lambda n, g: torch.empty(n, logp.shape[1]).exponential_(generator=g)  # noqa: E731
     E = prompt_noise(exp1, N, G, generator).to(logp.device)[rows]          # (n, V) Exp(1)
@@ -205,7 +210,7 @@ def inverse_cdf_draw(logp, top_k, G, generator, rows, N, top_p: float = 1.0) -> 
     equals the one before). With top_k only the k largest are sorted and summed."""
     unif = lambda n, g: torch.rand(n, dtype=torch.float64, generator=g)    # noqa: E731
     u = prompt_noise(unif, N, G, generator).to(logp.device)[rows]          # (n,) U[0, 1)
-    if top_p < 1:
+    if top_p != 1:                             # != 1, not < 1: NaN and > 1 meet the refusal
         logp = nucleus(logp, top_k, top_p)
     idx = None
     if top_k is not None and top_k < logp.shape[-1]:

@@ -53,6 +53,7 @@ from typing import Callable
 
 import torch
 
+from grpo_lab.registry import check_number, lookup
 
 SAFETY_BOUND = 20.0     # verl: log w clamped to [-20, 20] before exp (e^20 = 4.9e8)
 
@@ -114,15 +115,22 @@ IS_LEVELS: dict[str, ISLevel] = {m.name: m for m in (
 def is_weight(level: str, trainer_logp, sampler_logp, mask, cap: float,
               floor: float = 0.0) -> torch.Tensor:
     """(N, T) log-probs of the trainer and the sampler -> (N, T) weights (0 on padding)."""
+    fn = lookup(IS_LEVELS, level, "tis.level").fn
+    if not (trainer_logp.dim() == 2 and trainer_logp.shape == sampler_logp.shape == mask.shape):
+        raise ValueError(f"trainer_logp, sampler_logp and mask must be one (N, T) shape (not "
+                         f"broadcast), got {tuple(trainer_logp.shape)}, "
+                         f"{tuple(sampler_logp.shape)} and {tuple(mask.shape)}")
+    check_number("cap", cap, lambda x: x > 0, "a finite number > 0")   # seq_mean_k1: log(1 / cap)
+    check_number("floor", floor, what="a finite number >= 0 (0 = none)")
     m = mask.bool()
     log_w = torch.where(m, trainer_logp - sampler_logp, 0.0)               # (N, T) log w, pad 0
-    return torch.where(m, IS_LEVELS[level].fn(log_w, m.to(log_w.dtype), cap, floor), 0.0)
+    return torch.where(m, fn(log_w, m.to(log_w.dtype), cap, floor), 0.0)
 
 
 def rejected_rows(level: str, trainer_logp, sampler_logp, mask, cap: float) -> torch.Tensor:
     """(N,) bool: the completions a rejecting level (``seq_mean_k1``) takes out of the loss and
     its normaliser; all False for the others."""
-    if not IS_LEVELS[level].rejects:
+    if not lookup(IS_LEVELS, level, "tis.level").rejects:
         return torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)
     w = is_weight(level, trainer_logp, sampler_logp, mask, cap)            # (N, T) 1 or 0
     return mask.bool().any(1) & ~(w > 0).any(1)                            # (N,)
@@ -131,9 +139,11 @@ def rejected_rows(level: str, trainer_logp, sampler_logp, mask, cap: float) -> t
 def off_policy_sequence_mask(logp, sampler_logp, advantages, mask, delta: float):
     """(N, T) log-probs of the policy and the sampler, (N,) advantages -> (N, T) 1.0, or 0 on
     every token of a completion with A < 0 and mean log(pi_sampler / pi) > delta."""
-    if advantages.dim() != 1:
+    if advantages.shape != mask.shape[:1]:
         raise ValueError("off_policy_mask reads one advantage per completion (outcome "
-                         "supervision), got advantages of shape " f"{tuple(advantages.shape)}")
+                         "supervision), got advantages of shape " f"{tuple(advantages.shape)} "
+                         f"for mask {tuple(mask.shape)}: it must be (N,) = ({mask.shape[0]},)")
+    check_number("delta", delta)                 # NaN > delta is False: every row was kept
     m = mask.bool()
     n = m.sum(1).clamp(min=1)                                              # (N,)
     kl = torch.where(m, sampler_logp - logp.detach(), 0.0).sum(1) / n      # (N,) mean log ratio
