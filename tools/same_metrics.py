@@ -9,6 +9,11 @@ a process, evaluating at step 3; the fingerprint is every metrics.jsonl row with
 ``time/*`` keys (and the run's wall-clock fields), written as JSON with floats in full
 (``repr``). ``--compare`` prints the first difference per config
 and exits 1 when any config differs: a refactor that is a refactor keeps every bit.
+
+One config is not bitwise reproducible by itself: ``powersgd_2proc`` (torch's powerSGD_hook
+under DDP) moves in the 7th significant digit from its first compressed step, run to run on
+one tree (6 runs of one commit gave 4 different grad/norm values at step 4). A difference in
+it alone is no evidence: run it again, on both trees, before reading it as a change.
 """
 from __future__ import annotations
 
