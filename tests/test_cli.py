@@ -177,6 +177,27 @@ def test_a_policy_file_where_a_folder_is_is_refused_before_the_run(tmp_path, cap
         assert f"--out {tmp_path} is a folder: name the .safetensors file to write" in err, argv
 
 
+def test_pretrain_block_size_and_threads_are_refused_before_the_run(capsys, monkeypatch):
+    """`pretrain --block_size 2` failed at step 0 on a position past it (naming no flag), and
+    `--threads -1` in torch.set_num_threads: both refused up front, naming the field and value.
+    The default tasks' longest demonstration is 'sort:' + 6 digits + '=' + 6 digits + <eos>."""
+    import grpo_lab.training.pretrain as pretrain
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the run started")
+    monkeypatch.setattr(pretrain, "main", ran)
+    assert main(["pretrain", "--block_size", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "block_size=2 is shorter than the longest demonstration" in err
+    assert "is 19 tokens; use --block_size 19 or more" in err, err
+    assert main(["pretrain", "--threads", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "PretrainConfig.threads must be >= 0, got -1" in err, err
+    # the shortest block that holds them passes the check (the run itself is patched out)
+    assert main(["pretrain", "--block_size", "19"]) == 2
+    assert "the run started" in capsys.readouterr().err
+
+
 def test_bench_lists_runs_and_rejects_unknown(capsys):
     assert main(["bench"]) == 0
     listed = capsys.readouterr().out
