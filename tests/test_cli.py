@@ -198,6 +198,15 @@ def test_pretrain_block_size_and_threads_are_refused_before_the_run(capsys, monk
     assert "the run started" in capsys.readouterr().err
 
 
+def test_an_unknown_answer_format_lists_raw_among_the_known(tmp_path, capsys):
+    """`--answer_format nope` listed ['boxed', 'number', 'tags']: not raw, the default."""
+    for argv in (["train", "--out_dir", str(tmp_path / "run")], ["eval"]):
+        assert main([*argv, "--answer_format", "nope"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and ("unknown answer format 'nope'; known: ['boxed', 'number', "
+                                    "'raw', 'tags']") in err, (argv, err)
+
+
 def test_bench_lists_runs_and_rejects_unknown(capsys):
     assert main(["bench"]) == 0
     listed = capsys.readouterr().out
