@@ -446,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "notebook packages, timed GRPO steps; OK or what is wrong")
     pf.add_argument("--steps", type=int, default=20, help="GRPO steps to time (default 20)")
     pf.add_argument("--probe", nargs="?", const="smollm_cpu", default=None, metavar="PRESET",
+                    choices=sorted(PRESETS),        # an unknown name: refused before the steps
                     help="also show the fast path a run of this transformers preset (default "
                          "smollm_cpu) takes here with --speed.fast_path probe: the cached probe, else "
                          "a short probe now, cached per machine")
