@@ -541,18 +541,27 @@ def train_config(args) -> TrainConfig:
         check_group_k(cfg, given.get("group", {}).get("k"))
         return cfg
     from grpo_lab.checkpoint import read_training_checkpoint
+    from grpo_lab.rundir import SHARDS_DIR
     from grpo_lab.training.config import from_dict
 
     if preset_name is not None:
         raise ValueError(f"preset {preset_name} with --resume: a resumed run takes its saved "
                          f"config; change fields with flags and --override")
     out_dir = given.get("out_dir", TrainConfig().out_dir)
-    if (Path(out_dir) / "metrics.jsonl").exists() and \
-            not (Path(out_dir) / "checkpoint.safetensors").exists():
+    ckpt = Path(out_dir) / "checkpoint.safetensors"
+    shards = sorted(p.name for p in Path(out_dir, SHARDS_DIR).glob("step-*"))
+    if shards and not ckpt.exists():
+        # the folder alone cannot resume: step, config and the shards' hashes are in the file
+        raise ValueError(f"{out_dir} holds the shards of a sharded checkpoint ({SHARDS_DIR}/"
+                         f"{shards[-1]}) but no checkpoint.safetensors, the file that names "
+                         f"them and holds the run's step and config (it was deleted, or the run "
+                         f"was killed while writing its first checkpoint): nothing to resume; "
+                         f"restore that file, or start the run again with --overwrite")
+    if (Path(out_dir) / "metrics.jsonl").exists() and not ckpt.exists():
         raise ValueError(f"{out_dir} holds metrics.jsonl but no checkpoint (the run was killed "
                          f"before its first one): nothing to resume; start it again with "
                          f"--overwrite")
-    saved = read_training_checkpoint(Path(out_dir) / "checkpoint.safetensors")["config"]
+    saved = read_training_checkpoint(ckpt)["config"]
     return from_dict(merge(saved, given))
 
 
