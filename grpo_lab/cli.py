@@ -319,6 +319,16 @@ def run_study(args, argv: list[str] | None = None) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """A command-line parser that takes no abbreviation of a flag: argparse's default read
+    ``--st 2`` as ``--steps 2`` (and would read it as another flag once one sharing the prefix
+    is added), silently; a config file's keys already allow none. Its subcommands' parsers are
+    of its class (argparse makes them so)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+
 class _FileParser(argparse.ArgumentParser):
     """The train flags, parsed from a config file: an error raises, naming the file (and, for
     an unknown key, the settings-block field it may mean, as the flag's error does)."""
@@ -352,7 +362,7 @@ def read_config_file(path: str | Path) -> tuple[str | None, dict]:
 
 def build_parser() -> argparse.ArgumentParser:
     sub_configs()                              # the built-in settings blocks are registered
-    p = argparse.ArgumentParser(prog="grpo-lab", description="GRPO workbench")
+    p = _Parser(prog="grpo-lab", description="GRPO workbench")
     p.add_argument("--version", action="version", version=f"grpo-lab {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train the policy with GRPO and write its report")
@@ -662,7 +672,7 @@ def parse(argv: list[str] | None):
     """The command line -> args. The plugins it names are imported first, so their settings
     blocks have flags; an unknown flag's error names the settings-block field it may mean
     (--tis_cap: 'tis.cap')."""
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = _Parser(add_help=False)
     add_plugin_arg(pre)
     try:
         load_plugins(plugin_spec(pre.parse_known_args(argv)[0]))

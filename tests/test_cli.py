@@ -207,6 +207,20 @@ def test_an_unknown_answer_format_lists_raw_among_the_known(tmp_path, capsys):
                                     "'raw', 'tags']") in err, (argv, err)
 
 
+@pytest.mark.parametrize("argv", [["train", "--st", "2"], ["pretrain", "--thr", "1"],
+                                  ["study", "--out_dir", "s", "--arm", "a", "--see", "1"],
+                                  ["eval", "--eval", "3"], ["preflight", "--st", "1"],
+                                  ["train", "--plug", "my_lab.py"]])
+def test_an_abbreviated_flag_is_an_error_not_the_flag_it_starts(argv, capsys):
+    """argparse's default took `train --st 2` as --steps 2 (a config file's keys take no
+    abbreviation): every subcommand refuses it, naming it and its value."""
+    from grpo_lab.cli import parse
+    with pytest.raises(SystemExit) as stop:
+        parse(argv)
+    assert stop.value.code == 2
+    assert f"error: unrecognized arguments: {' '.join(argv[-2:])}" in capsys.readouterr().err
+
+
 def test_bench_lists_runs_and_rejects_unknown(capsys):
     assert main(["bench"]) == 0
     listed = capsys.readouterr().out
