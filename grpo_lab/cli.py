@@ -319,6 +319,16 @@ def run_study(args, argv: list[str] | None = None) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """A command-line parser that takes no abbreviation of a flag: argparse's default read
+    ``--st 2`` as ``--steps 2`` (and would read it as another flag once one sharing the prefix
+    is added), silently; a config file's keys already allow none. Its subcommands' parsers are
+    of its class (argparse makes them so)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+
 class _FileParser(argparse.ArgumentParser):
     """The train flags, parsed from a config file: an error raises, naming the file (and, for
     an unknown key, the settings-block field it may mean, as the flag's error does)."""
@@ -352,7 +362,7 @@ def read_config_file(path: str | Path) -> tuple[str | None, dict]:
 
 def build_parser() -> argparse.ArgumentParser:
     sub_configs()                              # the built-in settings blocks are registered
-    p = argparse.ArgumentParser(prog="grpo-lab", description="GRPO workbench")
+    p = _Parser(prog="grpo-lab", description="GRPO workbench")
     p.add_argument("--version", action="version", version=f"grpo-lab {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train the policy with GRPO and write its report")
@@ -446,6 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "notebook packages, timed GRPO steps; OK or what is wrong")
     pf.add_argument("--steps", type=int, default=20, help="GRPO steps to time (default 20)")
     pf.add_argument("--probe", nargs="?", const="smollm_cpu", default=None, metavar="PRESET",
+                    choices=sorted(PRESETS),        # an unknown name: refused before the steps
                     help="also show the fast path a run of this transformers preset (default "
                          "smollm_cpu) takes here with --speed.fast_path probe: the cached probe, else "
                          "a short probe now, cached per machine")
@@ -540,18 +551,27 @@ def train_config(args) -> TrainConfig:
         check_group_k(cfg, given.get("group", {}).get("k"))
         return cfg
     from grpo_lab.checkpoint import read_training_checkpoint
+    from grpo_lab.rundir import SHARDS_DIR
     from grpo_lab.training.config import from_dict
 
     if preset_name is not None:
         raise ValueError(f"preset {preset_name} with --resume: a resumed run takes its saved "
                          f"config; change fields with flags and --override")
     out_dir = given.get("out_dir", TrainConfig().out_dir)
-    if (Path(out_dir) / "metrics.jsonl").exists() and \
-            not (Path(out_dir) / "checkpoint.safetensors").exists():
+    ckpt = Path(out_dir) / "checkpoint.safetensors"
+    shards = sorted(p.name for p in Path(out_dir, SHARDS_DIR).glob("step-*"))
+    if shards and not ckpt.exists():
+        # the folder alone cannot resume: step, config and the shards' hashes are in the file
+        raise ValueError(f"{out_dir} holds the shards of a sharded checkpoint ({SHARDS_DIR}/"
+                         f"{shards[-1]}) but no checkpoint.safetensors, the file that names "
+                         f"them and holds the run's step and config (it was deleted, or the run "
+                         f"was killed while writing its first checkpoint): nothing to resume; "
+                         f"restore that file, or start the run again with --overwrite")
+    if (Path(out_dir) / "metrics.jsonl").exists() and not ckpt.exists():
         raise ValueError(f"{out_dir} holds metrics.jsonl but no checkpoint (the run was killed "
                          f"before its first one): nothing to resume; start it again with "
                          f"--overwrite")
-    saved = read_training_checkpoint(Path(out_dir) / "checkpoint.safetensors")["config"]
+    saved = read_training_checkpoint(ckpt)["config"]
     return from_dict(merge(saved, given))
 
 
@@ -652,7 +672,7 @@ def parse(argv: list[str] | None):
     """The command line -> args. The plugins it names are imported first, so their settings
     blocks have flags; an unknown flag's error names the settings-block field it may mean
     (--tis_cap: 'tis.cap')."""
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = _Parser(add_help=False)
     add_plugin_arg(pre)
     try:
         load_plugins(plugin_spec(pre.parse_known_args(argv)[0]))

@@ -147,6 +147,20 @@ def remove_stale_tmp(out: Path) -> list[str]:
     return [p.name for p in gone]
 
 
+def writable_folder(out: Path) -> Path:
+    """``out``, created (parents too) and proven writable by a file written there; a file in
+    its place, a missing permission or a read-only disk is a RunFolderError naming it, before
+    any work (a run's folder, claim; a study's, experiments.py)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise RunFolderError(f"out_dir {str(out)!r} is not a writable folder: "
+                             f"{type(e).__name__}: {e.strerror or e}") from None
+    return out
+
+
 def claimed_by_parent(out: str | Path) -> bool:
     """True in a rank launched by ``grpo-lab train --nproc``, which claimed ``out`` already."""
     return os.environ.get(LOCKED_ENV) == str(Path(out).resolve())
@@ -162,14 +176,7 @@ def claim(out: str | Path, resume: bool, overwrite: bool) -> RunLock:
     if resume and overwrite:
         raise RunFolderError("--resume continues the run in out_dir, --overwrite replaces it: "
                              "pass one of them")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
-            pass
-        lock = RunLock(out)
-    except OSError as e:
-        raise RunFolderError(f"out_dir {str(out)!r} is not a writable folder: "
-                             f"{type(e).__name__}: {e.strerror or e}") from None
+    lock = RunLock(writable_folder(out))
     try:
         if lock.stale:
             print(f"grpo-lab: note: took over the lock of a run that is no longer running "

@@ -177,6 +177,50 @@ def test_a_policy_file_where_a_folder_is_is_refused_before_the_run(tmp_path, cap
         assert f"--out {tmp_path} is a folder: name the .safetensors file to write" in err, argv
 
 
+def test_pretrain_block_size_and_threads_are_refused_before_the_run(capsys, monkeypatch):
+    """`pretrain --block_size 2` failed at step 0 on a position past it (naming no flag), and
+    `--threads -1` in torch.set_num_threads: both refused up front, naming the field and value.
+    The default tasks' longest demonstration is 'sort:' + 6 digits + '=' + 6 digits + <eos>."""
+    import grpo_lab.training.pretrain as pretrain
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the run started")
+    monkeypatch.setattr(pretrain, "main", ran)
+    assert main(["pretrain", "--block_size", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "block_size=2 is shorter than the longest demonstration" in err
+    assert "is 19 tokens; use --block_size 19 or more" in err, err
+    assert main(["pretrain", "--threads", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "PretrainConfig.threads must be >= 0, got -1" in err, err
+    # the shortest block that holds them passes the check (the run itself is patched out)
+    assert main(["pretrain", "--block_size", "19"]) == 2
+    assert "the run started" in capsys.readouterr().err
+
+
+def test_an_unknown_answer_format_lists_raw_among_the_known(tmp_path, capsys):
+    """`--answer_format nope` listed ['boxed', 'number', 'tags']: not raw, the default."""
+    for argv in (["train", "--out_dir", str(tmp_path / "run")], ["eval"]):
+        assert main([*argv, "--answer_format", "nope"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and ("unknown answer format 'nope'; known: ['boxed', 'number', "
+                                    "'raw', 'tags']") in err, (argv, err)
+
+
+@pytest.mark.parametrize("argv", [["train", "--st", "2"], ["pretrain", "--thr", "1"],
+                                  ["study", "--out_dir", "s", "--arm", "a", "--see", "1"],
+                                  ["eval", "--eval", "3"], ["preflight", "--st", "1"],
+                                  ["train", "--plug", "my_lab.py"]])
+def test_an_abbreviated_flag_is_an_error_not_the_flag_it_starts(argv, capsys):
+    """argparse's default took `train --st 2` as --steps 2 (a config file's keys take no
+    abbreviation): every subcommand refuses it, naming it and its value."""
+    from grpo_lab.cli import parse
+    with pytest.raises(SystemExit) as stop:
+        parse(argv)
+    assert stop.value.code == 2
+    assert f"error: unrecognized arguments: {' '.join(argv[-2:])}" in capsys.readouterr().err
+
+
 def test_bench_lists_runs_and_rejects_unknown(capsys):
     assert main(["bench"]) == 0
     listed = capsys.readouterr().out

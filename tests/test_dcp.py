@@ -128,6 +128,22 @@ def test_a_damaged_shard_file_is_refused_by_name(tmp_path, saved_on_1, name, dam
         train(toy(out, **DCP), resume=True, progress=False)
 
 
+def test_resume_without_the_checkpoint_file_names_the_shards_it_found(tmp_path, saved_on_1,
+                                                                     capsys):
+    """checkpoint.safetensors deleted, its shard folder kept: `--resume` said the run "was
+    killed before its first one"; it says what is there and what is missing."""
+    from grpo_lab.cli import main
+    out = tmp_path / "run"
+    shutil.copytree(saved_on_1, out)
+    (out / "checkpoint.safetensors").unlink()
+    (shards,) = (out / "checkpoint.dcp").iterdir()
+    assert main(["train", "--out_dir", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and (f"{out} holds the shards of a sharded checkpoint (checkpoint.dcp/"
+                                f"{shards.name}) but no checkpoint.safetensors") in err, err
+    assert "killed before its first one" not in err
+
+
 def test_the_sharder_cannot_write_a_sharded_checkpoint(tmp_path):
     with pytest.raises(ValueError, match=r"ckpt_format='dcp' saves the state of torch's AdamW; "
                                          r"exchange 'sharded' steps its own Adam"):

@@ -167,6 +167,16 @@ def test_unpaired_arms_are_refused_and_the_pilot_forecasts(tmp_path, capsys):
     assert "[a seed 0] step 2/3: eval/accuracy" in text          # a line per evaluation
 
 
+def test_a_study_out_dir_that_is_a_file_is_refused_as_train_refuses_it(tmp_path, capsys):
+    """`grpo-lab study --out_dir FILE` ended in a bare FileExistsError: one line naming it."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    assert main(["study", "--base", "quick", "--arm", "a", "--seeds", "1", "--steps", "1",
+                 "--pilot_steps", "0", "--out_dir", str(blocker)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"out_dir {str(blocker)!r} is not a writable folder" in err, err
+
+
 def test_arm_syntax_names_what_is_wrong():
     assert arms([["clip_higher", "clip.eps_high=0.28", "reward_weights=accuracy=1,format=0.1"],
                  ["sym"]]) == {"clip_higher": {"clip": {"eps_high": 0.28}, "reward_weights":

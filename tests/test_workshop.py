@@ -219,6 +219,17 @@ def test_preflight_cli_exit_code_follows_the_verdict(monkeypatch, capsys):
     assert main(["preflight", "--steps", "0"]) == 2
 
 
+def test_preflight_refuses_an_unknown_probe_preset_before_any_check(monkeypatch, capsys):
+    """`preflight --probe nope` ran every check (20 timed steps) before naming the preset."""
+    def ran(*args, **kwargs):
+        raise AssertionError("the checks ran")
+    monkeypatch.setattr(workshop, "preflight", ran)
+    with pytest.raises(SystemExit) as stop:
+        main(["preflight", "--probe", "nope"])
+    assert stop.value.code == 2
+    assert "argument --probe: invalid choice: 'nope'" in capsys.readouterr().err
+
+
 def test_preflight_constants_follow_the_project():
     import nbformat
     spec = re.search(r'requires-python = ">=(\d+)\.(\d+)"', (ROOT / "pyproject.toml").read_text())

@@ -97,8 +97,8 @@ def rendered_source(draw: Callable, fmt: str) -> Callable:
 def check_config(task_names: Sequence[str], answer_format: str, policy: str,
                  supervision: str) -> None:
     """The config's task/format/policy combination makes sense (TrainConfig calls this)."""
+    lookup((RAW, *FORMATS), answer_format, "answer format")     # raw is not in FORMATS
     if answer_format != RAW:
-        get_format(answer_format)
         if policy != "hf":
             raise ValueError(f"answer_format={answer_format!r} writes prompts in words for "
                              f"instruct models: it needs policy='hf' (the toy's alphabet has "

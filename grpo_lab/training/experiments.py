@@ -47,7 +47,7 @@ from tqdm.auto import tqdm
 
 from grpo_lab.algorithm.samples import append as append_samples
 from grpo_lab.registry import check_number, load_plugins, lookup
-from grpo_lab.rundir import write_lines_atomic
+from grpo_lab.rundir import writable_folder, write_lines_atomic
 from grpo_lab.training.config import merge, preset, to_dict
 from grpo_lab.training.placement import Slots, on_device, study_devices
 from grpo_lab.training.power import detectable, seeds_needed
@@ -1033,7 +1033,7 @@ def _study(strategies, seeds, base, processes, threads, method, target, progress
         if diff:
             listed = "; ".join(f"{k}: saved {a!r}, given {b!r}" for k, (a, b) in diff.items())
             raise ValueError(f"cannot resume the study in {root}: {listed}")
-    root.mkdir(parents=True, exist_ok=True)
+    writable_folder(root)
     if not plan_only:
         _write_json(spec_path, spec | placed)
     cfgs, jobs_cfg = {}, []

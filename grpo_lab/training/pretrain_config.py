@@ -5,9 +5,13 @@ without loading the trainer.
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
-from grpo_lab.registry import fields_positive, lookup
+from grpo_lab.registry import fields_nonnegative, fields_positive, lookup
+
+BLOCK_SIZE_DRAWS = 1000
+"""Demonstrations drawn per task (seeded) to find the longest one ``block_size`` must hold."""
 
 
 @dataclass
@@ -50,9 +54,27 @@ class PretrainConfig:
             raise ValueError(f"policy='hf' writes a transformers folder; out={self.out!r} "
                              f"names a file (e.g. --out data/hf_tiny)")
         fields_positive(self, "steps", "batch_size", "n_layer", "n_head", "n_embd", "block_size")
+        fields_nonnegative(self, "threads")
         if not 0 <= self.stop_after <= self.steps:
             raise ValueError(f"stop_after must be in [0, steps={self.steps}], got {self.stop_after}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         for t in self.tasks.split(","):
             lookup(TASKS, t, "task")
+        if self.policy == "toy":
+            self.check_block_size(TASKS)
+
+    def check_block_size(self, tasks) -> None:
+        """The toy's positions are learned up to ``block_size`` and it reads a token a
+        character, so a demonstration (prompt + answer + <eos>) longer than that fails at step
+        0: refused now, by the longest of ``BLOCK_SIZE_DRAWS`` seeded draws per task (a task
+        whose rare prompts run longer still fails at its step). The hf policy is not checked:
+        its rotary positions take any length."""
+        rng = random.Random(0)
+        ex = max((tasks[t].draw(rng) for t in self.tasks.split(",")
+                  for _ in range(BLOCK_SIZE_DRAWS)), key=lambda e: len(e.prompt) + len(e.answer))
+        need = len(ex.prompt) + len(ex.answer) + 1
+        if need > self.block_size:
+            raise ValueError(f"block_size={self.block_size} is shorter than the longest "
+                             f"demonstration: {ex.prompt + ex.answer!r} + <eos> ({ex.task}) is "
+                             f"{need} tokens; use --block_size {need} or more")
