@@ -340,7 +340,11 @@ class _FileParser(argparse.ArgumentParser):
 
 def read_config_file(path: str | Path) -> tuple[str | None, dict]:
     """A --config file -> (its preset or None, {field: value} as ``overrides`` gives them),
-    each key parsed by the train flag of its name (same types, choices and messages)."""
+    each key parsed by the train flag of its name (same types, choices and messages). The
+    plugins it names are imported first, so their settings blocks are keys of it too."""
+    pre = _Parser(add_help=False)
+    add_plugin_arg(pre)
+    load_plugins(plugin_spec(pre.parse_known_args(config_file_args(path)[0])[0]))
     p = _FileParser(prog=str(path), add_help=False, allow_abbrev=False)
     p.add_argument("--preset", default=None, choices=sorted(PRESETS))
     add_plugin_arg(p)

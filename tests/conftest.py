@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,9 @@ def forget_plugin():
     before = set(registry._BY_PATH)
     yield
     for path in set(registry._BY_PATH) - before:
-        registry._forget(registry._BY_PATH.pop(path)[0].__name__)
+        name = registry._BY_PATH.pop(path)[0].__name__
+        registry._forget(name)
+        sys.modules.pop(name, None)        # else a later load reuses it without running it
 
 
 def _browser_runs_notebooks(items) -> bool:

@@ -130,3 +130,18 @@ def test_a_plugin_variant_with_a_setting_trains_end_to_end(tmp_path, forget_plug
                  str(tmp_path / "again")]) == 0
     assert "reward/length_bonus" in json.loads(
         (tmp_path / "again" / "metrics.jsonl").read_text().splitlines()[-1])
+
+
+def test_a_config_file_naming_a_plugin_reaches_its_settings_block(tmp_path, forget_plugin):
+    """The file's plugins are imported before its keys are read: with the plugin not yet
+    loaded (a fresh process) its block's key was an unknown flag, --length_bonus=weight=0.1."""
+    from grpo_lab.registry import SETTINGS
+    assert "length_bonus" not in SETTINGS                  # forget_plugin: not loaded here
+    path = tmp_path / "bonus.json"
+    path.write_text(json.dumps({"preset": "quick", "plugins": PLUGIN, "steps": 1,
+                                "length_bonus": {"weight": 0.1}, "eval_size": 0, "threads": 1,
+                                "out_dir": str(tmp_path / "run")}))
+    assert main(["train", "--config", str(path)]) == 0
+    last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["reward/length_bonus"] == pytest.approx(0.1 * last["completion/mean_len"],
+                                                        abs=1e-6)
