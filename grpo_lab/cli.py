@@ -40,7 +40,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from grpo_lab.training.config import (PRESETS, TrainConfig, merge,
+from grpo_lab.training.config import (CONFIG_FILE, PRESETS, TrainConfig, merge,
                                       preset, renamed_hint, sub_configs, to_dict)
 from grpo_lab.training.config_file import ConfigFileError, config_file_args, nullable
 from grpo_lab.training.pretrain_config import PretrainConfig
@@ -576,7 +576,26 @@ def train_config(args) -> TrainConfig:
                          f"before its first one): nothing to resume; start it again with "
                          f"--overwrite")
     saved = read_training_checkpoint(ckpt)["config"]
+    if not getattr(args, "config", None):
+        note_edited_config(Path(out_dir) / CONFIG_FILE, saved)
     return from_dict(merge(saved, given))
+
+
+def note_edited_config(path: Path, saved: dict) -> None:
+    """A note when the run's config.json was edited since its checkpoint: a resume takes the
+    checkpoint's config and writes the file again, so an edit there would be lost unsaid."""
+    from grpo_lab.training.config_file import FAST_PATH_KEY, VERSION_KEY
+    from grpo_lab.training.saved_config import config_changes
+    try:
+        edited = {k: v for k, v in json.loads(path.read_text()).items()
+                  if k not in (VERSION_KEY, FAST_PATH_KEY)}
+        changed = sorted(config_changes(saved, edited))
+    except (OSError, ValueError, AttributeError):    # absent, not JSON, not a mapping
+        changed = ["(the file does not read as a config)"] if path.exists() else []
+    if changed:
+        print(f"grpo-lab: note: {path} differs from the checkpoint's config ({', '.join(changed)}"
+              f"); a resume takes the checkpoint's and writes the file again: give a change as "
+              f"a flag with --override, or --config {path} --resume --override", file=sys.stderr)
 
 
 def check_group_k(cfg: TrainConfig, k) -> None:

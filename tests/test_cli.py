@@ -345,3 +345,23 @@ def test_more_processes_than_prompts_is_one_line_before_any_rank_starts(capsys, 
     assert len(err) == 1 and ("prompts_per_step=2 is fewer than the 3 processes: each rank "
                               "needs at least one prompt") in err[0]
     assert not out.exists()
+
+
+def test_a_resume_says_when_config_json_was_edited_since_the_checkpoint(capsys, tmp_path):
+    """A resume takes the checkpoint's config and writes config.json again: an edit of the
+    file was dropped unsaid. A plain resume says nothing."""
+    out = tmp_path / "run"
+    flags = ["--out_dir", str(out), "--eval_size", "0", "--threads", "1"]
+    assert main(["train", "--preset", "quick", "--steps", "1", *flags]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", *flags]) == 0
+    assert "note" not in capsys.readouterr().err
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["group_size"] += 2
+    cfg["kl"]["beta"] = 0.5
+    (out / "config.json").write_text(json.dumps(cfg))
+    assert main(["train", "--resume", *flags]) == 0
+    err = capsys.readouterr().err
+    assert (f"grpo-lab: note: {out / 'config.json'} differs from the checkpoint's config "
+            f"(group_size, kl.beta); a resume takes the checkpoint's") in err
+    assert json.loads((out / "config.json").read_text())["group_size"] == cfg["group_size"] - 2
