@@ -555,7 +555,7 @@ def train_config(args) -> TrainConfig:
         check_group_k(cfg, given.get("group", {}).get("k"))
         return cfg
     from grpo_lab.checkpoint import read_training_checkpoint
-    from grpo_lab.rundir import SHARDS_DIR
+    from grpo_lab.rundir import SHARDS_DIR, claimed_by_parent
     from grpo_lab.training.config import from_dict
 
     if preset_name is not None:
@@ -576,7 +576,7 @@ def train_config(args) -> TrainConfig:
                          f"before its first one): nothing to resume; start it again with "
                          f"--overwrite")
     saved = read_training_checkpoint(ckpt)["config"]
-    if not getattr(args, "config", None):
+    if not getattr(args, "config", None) and not claimed_by_parent(out_dir):  # once, not per rank
         note_edited_config(Path(out_dir) / CONFIG_FILE, saved)
     return from_dict(merge(saved, given))
 
