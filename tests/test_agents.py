@@ -271,6 +271,33 @@ def test_mtgrpo_turn_advantages_hand_worked():
         AgentSettings(credit="mtgrpo", turn_coef=-1)
 
 
+def test_a_cut_action_is_no_turn_and_gets_the_episode_advantage():
+    # credit.py: an action cut at max_action_tokens is no Turn. One prompt, three episodes,
+    # columns [0, 2) the first action, 2 an observation, [3, 5) the second:
+    #   A: tool turn rewarded .5, then an answer cut in [3, 5): turns [.5]: its only turn is
+    #      its last, so no turn group; every column A^O (mtgrpo) or A^E + A^S on [0, 2) (gigpo)
+    #   B: .0 then answer 1     C: 1. then answer 0
+    #   turn group (0, position 0) = {B 0, C 1}: mean .5, std sqrt(.5) -> A^T = -+.5/(.7071+1e-4)
+    #   step group "s" = {A .5, B .95, C 1} (gamma .95): mean .816667, unbiased std
+    #   sqrt((.100278 + .017778 + .033611) / 2) = .275379 -> A^S(A) = -.316667 / .275380
+    #   = -1.149928
+    T = lambda k, r, a, b: Turn(k, r, a, b)                              # noqa: E731
+    turns = [[T("s", 0.5, 0, 2)], [T("s", 0.0, 0, 2), T("b", 1.0, 3, 5)],
+             [T("s", 1.0, 0, 2), T("c", 0.0, 3, 5)]]
+    pi, A_O = torch.tensor([0, 0, 0]), torch.tensor([0.25, 0.5, -0.75])
+    a = 0.5 / (math.sqrt(0.5) + 1e-4)
+    assert turn_advantages(turns, pi) == [[0.0], [pytest.approx(-a), 0.0],
+                                          [pytest.approx(a), 0.0]]
+    A = mtgrpo_credit(A_O, turns, pi, 6, AgentSettings(credit="mtgrpo"))
+    assert A[0].tolist() == [0.25] * 6                                    # the cut answer too
+    assert A[1].tolist() == pytest.approx([0.5 - a] * 2 + [0.5] * 4, abs=1e-6)
+    s = -(0.5 - 2.45 / 3) / (math.sqrt(((0.5 - 2.45 / 3) ** 2 + (0.95 - 2.45 / 3) ** 2
+                                        + (1 - 2.45 / 3) ** 2) / 2) + 1e-6)
+    assert s == pytest.approx(1.149928, abs=1e-6)
+    A = gigpo_credit(A_O, turns, pi, 6, AgentSettings(credit="gigpo"))
+    assert A[0].tolist() == pytest.approx([0.25 - s] * 2 + [0.25] * 4, abs=1e-6)
+
+
 def _turn_reward_plugin():
     from pathlib import Path
 

@@ -7,6 +7,10 @@ each policy token. Records in ``CREDITS``, one signature, chosen by the environm
 
 ``episode_adv`` is the lab's group-relative advantage of each episode's return (the run's
 grouper and estimator: ``advantages.grouped_advantages``), computed on the global batch.
+A turn is an action the environment stepped (``episodes.Turn``): an action cut at
+``max_action_tokens`` (the episode's end "tokens") is none, so under every credit its tokens
+get the episode's advantage alone, and the turn before it is the episode's last (mtgrpo gives
+it no A^T); an episode that ended before its first action has no turns.
 
   * ``episode``: every policy token of an episode gets its episode's advantage (GRPO applied
     to whole episodes: the baseline TRL's environment mode and verl's multi-turn GRPO train).
@@ -18,7 +22,10 @@ grouper and estimator: ``advantages.grouped_advantages``), computed on the globa
         A^S = (R_t^i - mean(group)) / F_norm(group)            (eq. 7)
     F_norm is the group's unbiased std plus 1e-6 (``step_norm="std"``, the paper's and
     verl-agent's "mean_std_norm") or 1 (``"none"``, verl-agent's default "mean_norm"). A step
-    group of one turn has A^S = 0 (verl-agent: its mean is its own return). Every token of the
+    group of one turn has A^S = 0 (verl-agent: its mean is its own return). A group of equal
+    returns gets the rounding of their computed mean, as verl-agent's code does (kept, to agree
+    with it bit for bit): about 1e-10 for returns of everyday size (three of 0.1: -1.4e-11),
+    but three returns of 1e30 give A^S = -0.816 each. Every token of the
     turn's action gets A^S; the observation tokens are masked anyway.
   * ``mtgrpo``: MT-GRPO (Zeng et al. 2025, arXiv 2505.11821), turn-level credit. The paper's
     episodes have two turns (a tool call, then the answer): the tool turn's tokens get
