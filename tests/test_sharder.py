@@ -98,6 +98,9 @@ def test_bad_inputs_raise_clear_errors():
         assign("size_balanced", SHARDS, 6)
     with pytest.raises(ValueError, match="'empty.weight' has zero elements"):
         make_shards([("w", torch.zeros(3)), ("empty.weight", torch.zeros(0, 4))], 8)
+    for bad in (0, float("nan"), float("inf")):             # inf: ceil(3 / inf) = 0 blocks
+        with pytest.raises(ValueError, match=f"max_shard_numel must be >= 1, got {bad}"):
+            make_shards([("w", torch.zeros(3))], bad)
     with pytest.raises(ValueError, match="importance of shard 2 \\(s2\\) is -1.0"):
         assign("importance_balanced", SHARDS, 2, [0, 0, -1, 0, 0])
     with pytest.raises(ValueError, match="3 capacities for 2 ranks"):
