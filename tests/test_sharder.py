@@ -396,6 +396,20 @@ def test_optimizer_construction_errors(one_rank_group):
         ShardedOptimizer(model.named_parameters(), broadcast_compression="tiny")
     with pytest.raises(ValueError, match="re-shards by importance every 5 steps, but importance=None"):
         ShardedOptimizer(model.named_parameters(), policy="importance_round_robin", reshard_every=5)
+    nan = float("nan")
+    for kw, msg in ((dict(lr=nan), "lr must be finite and >= 0, got nan"),
+                    (dict(eps=-1e-8), "eps must be finite and >= 0, got -1e-08"),
+                    (dict(weight_decay=nan), "weight_decay must be finite and >= 0, got nan"),
+                    (dict(grad_clip=-1.0), "grad_clip must be finite and >= 0, got -1.0"),
+                    (dict(grad_clip=nan), "grad_clip must be finite and >= 0, got nan"),
+                    (dict(betas=(1.0, 0.999)), "betas\\[0\\] must be in \\[0, 1\\), got 1.0"),
+                    (dict(importance="seed", importance_decay=1.0),
+                     "importance_decay must be in \\[0, 1\\), got 1.0"),
+                    (dict(reshard_every=nan), "reshard_every must be a whole number >= 0 .*, got nan"),
+                    (dict(reshard_every=2.5), "reshard_every must be a whole number >= 0 .*, got 2.5"),
+                    (dict(reshard_every=-1), "reshard_every must be a whole number >= 0 .*, got -1")):
+        with pytest.raises(ValueError, match=msg):
+            ShardedOptimizer(model.named_parameters(), **kw)
     opt = ShardedOptimizer(model.named_parameters(), policy="size_balanced")
     with pytest.raises(ValueError, match="'importance_balanced' ranks shards by importance"):
         opt.reshard(policy="importance_balanced")
