@@ -204,6 +204,12 @@ def _train_worker(rank, world):
         opt.zero_grad()
     out["compressed_fp32"] = {"params": {n: p.detach().clone() for n, p in model.named_parameters()},
                               "metrics": metrics, "owners": owners}
+    # a moved shard's score moves with it: a re-shard right after a re-shard reads the same
+    # scores, so the same policy assigns the same owners and moves nothing
+    moved = opt.reshard(policy="importance_round_robin")["shard/moved"]
+    scores = list(opt.global_scores)
+    again = opt.reshard()
+    out["reshard_twice"] = (moved, scores, list(opt.global_scores), again["shard/moved"])
     return out
 
 
@@ -257,6 +263,14 @@ def test_sharder_with_lossless_compression_matches_single_process(runs, referenc
         # Adam's two moments, importance mean and var, master weights: 5 x 4 B per element
         assert m["shard/migrated_bytes"] == sum(20 * numel[i] + 16 for i in moved)
     assert r["metrics"][RESHARD_EVERY - 1]["shard/moved"] > 0
+
+
+def test_a_moved_shard_keeps_its_score(runs):
+    world, results = runs
+    for rank, res in enumerate(results):
+        moved, scores, rescored, moved_again = res["reshard_twice"]
+        assert moved > 0 and min(scores) > 0, (world, rank)
+        assert rescored == scores and moved_again == 0, (world, rank)
 
 
 def test_params_moved_enough_for_the_check_to_mean_something(reference):

@@ -484,6 +484,8 @@ class ShardedOptimizer:
                 self.state[i].step = int(steps[2 * k])
                 if self.score_fn:
                     self.moments[i].steps = int(steps[2 * k + 1])
+                    # the old owner's score: a re-shard before the next step must not read a 0
+                    self.scores[i] = self.global_scores[i]
         self.owner = new_owner
         if self.overlapped is not None:
             self.overlapped.set_owner(new_owner)            # buckets follow the new owners
