@@ -252,6 +252,11 @@ def test_bad_options_are_named(tiny_base, tmp_path):
         checked("ddp_fp16_hook", overlap=True)
     with pytest.raises(ValueError, match="unknown sharding.policy 'fair'"):
         checked("sharded", sharding={"policy": "fair"})
+    with pytest.raises(ValueError, match="unknown sharding.importance 'magic'"):
+        checked("sharded", sharding={"importance": "magic"})
+    with pytest.raises(ValueError, match="sharding.policy='importance_balanced' re-shards by "
+                                         "importance every 5 steps, but sharding.importance=None"):
+        checked("sharded", sharding={"policy": "importance_balanced", "reshard_every": 5})
     with pytest.raises(ValueError, match=r"compression\.preset='dgc': the compression block is "
                                          r"read by exchange 'compressed' or 'sharded_compressed', "
                                          r"not by 'allreduce'"):      # the run would ignore it

@@ -98,6 +98,9 @@ def test_bad_inputs_raise_clear_errors():
         assign("size_balanced", SHARDS, 6)
     with pytest.raises(ValueError, match="'empty.weight' has zero elements"):
         make_shards([("w", torch.zeros(3)), ("empty.weight", torch.zeros(0, 4))], 8)
+    for bad in (0, float("nan"), float("inf")):             # inf: ceil(3 / inf) = 0 blocks
+        with pytest.raises(ValueError, match=f"max_shard_numel must be >= 1, got {bad}"):
+            make_shards([("w", torch.zeros(3))], bad)
     with pytest.raises(ValueError, match="importance of shard 2 \\(s2\\) is -1.0"):
         assign("importance_balanced", SHARDS, 2, [0, 0, -1, 0, 0])
     with pytest.raises(ValueError, match="3 capacities for 2 ranks"):
@@ -201,6 +204,12 @@ def _train_worker(rank, world):
         opt.zero_grad()
     out["compressed_fp32"] = {"params": {n: p.detach().clone() for n, p in model.named_parameters()},
                               "metrics": metrics, "owners": owners}
+    # a moved shard's score moves with it: a re-shard right after a re-shard reads the same
+    # scores, so the same policy assigns the same owners and moves nothing
+    moved = opt.reshard(policy="importance_round_robin")["shard/moved"]
+    scores = list(opt.global_scores)
+    again = opt.reshard()
+    out["reshard_twice"] = (moved, scores, list(opt.global_scores), again["shard/moved"])
     return out
 
 
@@ -254,6 +263,14 @@ def test_sharder_with_lossless_compression_matches_single_process(runs, referenc
         # Adam's two moments, importance mean and var, master weights: 5 x 4 B per element
         assert m["shard/migrated_bytes"] == sum(20 * numel[i] + 16 for i in moved)
     assert r["metrics"][RESHARD_EVERY - 1]["shard/moved"] > 0
+
+
+def test_a_moved_shard_keeps_its_score(runs):
+    world, results = runs
+    for rank, res in enumerate(results):
+        moved, scores, rescored, moved_again = res["reshard_twice"]
+        assert moved > 0 and min(scores) > 0, (world, rank)
+        assert rescored == scores and moved_again == 0, (world, rank)
 
 
 def test_params_moved_enough_for_the_check_to_mean_something(reference):
@@ -393,6 +410,20 @@ def test_optimizer_construction_errors(one_rank_group):
         ShardedOptimizer(model.named_parameters(), broadcast_compression="tiny")
     with pytest.raises(ValueError, match="re-shards by importance every 5 steps, but importance=None"):
         ShardedOptimizer(model.named_parameters(), policy="importance_round_robin", reshard_every=5)
+    nan = float("nan")
+    for kw, msg in ((dict(lr=nan), "lr must be finite and >= 0, got nan"),
+                    (dict(eps=-1e-8), "eps must be finite and >= 0, got -1e-08"),
+                    (dict(weight_decay=nan), "weight_decay must be finite and >= 0, got nan"),
+                    (dict(grad_clip=-1.0), "grad_clip must be finite and >= 0, got -1.0"),
+                    (dict(grad_clip=nan), "grad_clip must be finite and >= 0, got nan"),
+                    (dict(betas=(1.0, 0.999)), "betas\\[0\\] must be in \\[0, 1\\), got 1.0"),
+                    (dict(importance="seed", importance_decay=1.0),
+                     "importance_decay must be in \\[0, 1\\), got 1.0"),
+                    (dict(reshard_every=nan), "reshard_every must be a whole number >= 0 .*, got nan"),
+                    (dict(reshard_every=2.5), "reshard_every must be a whole number >= 0 .*, got 2.5"),
+                    (dict(reshard_every=-1), "reshard_every must be a whole number >= 0 .*, got -1")):
+        with pytest.raises(ValueError, match=msg):
+            ShardedOptimizer(model.named_parameters(), **kw)
     opt = ShardedOptimizer(model.named_parameters(), policy="size_balanced")
     with pytest.raises(ValueError, match="'importance_balanced' ranks shards by importance"):
         opt.reshard(policy="importance_balanced")

@@ -118,10 +118,17 @@ class Sharding:
 
     def check(self, cfg):
         from grpo_lab.distributed.compression import PRESETS
+        from grpo_lab.distributed.importance import IMPORTANCE
         from grpo_lab.distributed.shard_plan import POLICIES
         for f in ("max_shard_numel", "reshard_every"):
             check_number(f"sharding.{f}", getattr(self, f))
-        lookup(POLICIES, self.policy, "sharding.policy")
+        policy = lookup(POLICIES, self.policy, "sharding.policy")
+        if self.importance is not None:       # else every rank's sharder raises once started
+            lookup(IMPORTANCE, self.importance, "sharding.importance")
+        elif self.reshard_every and policy.uses_importance:
+            raise ValueError(f"sharding.policy={self.policy!r} re-shards by importance every "
+                             f"{self.reshard_every} steps, but sharding.importance=None: set it "
+                             f"to one of {sorted(IMPORTANCE)}")
         if self.broadcast_preset is not None:
             lookup(PRESETS, self.broadcast_preset, "sharding.broadcast_preset")
             if "compression" not in cfg.exchange.kind.settings:       # it compresses the reduce

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from grpo_lab.registry import lookup
+from grpo_lab.registry import check_number, lookup
 
 IMPORTANCE_SLACK = 0.02  # importance_balanced: rank loads within 2% of the mean count as equal
 
@@ -61,8 +61,8 @@ def default_max_shard_numel(total_numel: int, n_ranks: int, blocks_per_rank: int
 
 def make_shards(named_params, max_shard_numel: int) -> list[ShardInfo]:
     """[(name, tensor)] -> shards; tensors over ``max_shard_numel`` cut into near-equal blocks."""
-    if max_shard_numel < 1:
-        raise ValueError(f"max_shard_numel must be >= 1, got {max_shard_numel}")
+    # finite too: NaN failed inside math.ceil, and inf made ceil(n / inf) = 0 blocks
+    check_number("max_shard_numel", max_shard_numel, lambda x: x >= 1, ">= 1")
     shards = []
     for pi, (name, p) in enumerate(named_params):
         n = p.numel()

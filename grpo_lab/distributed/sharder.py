@@ -108,7 +108,7 @@ from grpo_lab.distributed.importance import (DEFAULT_DECAY, RunningMoments, get_
 from grpo_lab.distributed.overlap import DEFAULT_BUCKET_BYTES, OverlappedReduce
 from grpo_lab.distributed.shard_plan import (POLICIES, assign, default_max_shard_numel,
                                              imbalance, make_shards, migration_bytes)
-from grpo_lab.registry import lookup
+from grpo_lab.registry import check_number, lookup
 
 # ---- AdamW on one flat shard: torch.optim.AdamW's single-tensor path, line for line ----
 
@@ -175,8 +175,16 @@ class ShardedOptimizer:
             if p.device != named[0][1].device or p.dtype != named[0][1].dtype:
                 raise ValueError(f"parameter {n!r} is {p.dtype} on {p.device}, but "
                                  f"{named[0][0]!r} is {named[0][1].dtype} on {named[0][1].device}")
-        if reshard_every < 0:
-            raise ValueError(f"reshard_every must be >= 0, got {reshard_every}")
+        # torch.optim.AdamW refuses these too; unchecked, a NaN reaches every weight, a negative
+        # grad_clip flips the gradient and a NaN one clips nothing, a NaN reshard_every never fires
+        for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay),
+                            ("grad_clip", grad_clip)):
+            check_number(name, value)
+        for name, value in (("betas[0]", betas[0]), ("betas[1]", betas[1]),
+                            ("importance_decay", importance_decay)):
+            check_number(name, value, lambda x: 0 <= x < 1, "in [0, 1)")
+        check_number("reshard_every", reshard_every, lambda x: x >= 0 and float(x).is_integer(),
+                     "a whole number >= 0 (0: never)")
         if reshard_every and lookup(POLICIES, policy, "shard policy").uses_importance \
                 and importance is None:
             raise ValueError(f"policy {policy!r} re-shards by importance every {reshard_every} "
@@ -476,6 +484,8 @@ class ShardedOptimizer:
                 self.state[i].step = int(steps[2 * k])
                 if self.score_fn:
                     self.moments[i].steps = int(steps[2 * k + 1])
+                    # the old owner's score: a re-shard before the next step must not read a 0
+                    self.scores[i] = self.global_scores[i]
         self.owner = new_owner
         if self.overlapped is not None:
             self.overlapped.set_owner(new_owner)            # buckets follow the new owners
