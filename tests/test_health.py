@@ -43,6 +43,9 @@ def test_constant_full_reward_says_too_easy_and_mixed_says_groups_agree():
     assert "everything is solved" in solved[0].message and "too easy" in solved[0].message
     agree = diagnose(steps(20, **{"reward/mean": 0.7, "group/zero_std_frac": 0.85}), CFG)
     assert "raise group_size or temperature" in agree[0].message
+    assert "turn on dynamic.sampling" not in agree[0].message          # CFG has it on already
+    off = diagnose(steps(20, **{"reward/mean": 0.7, "group/zero_std_frac": 0.85}), {})
+    assert "raise group_size or temperature, or turn on dynamic.sampling." in off[0].message
 
 
 def test_all_truncated_completions_say_raise_max_new_tokens():

@@ -109,9 +109,10 @@ def equal_rewards(s: Seen) -> Finding | None:
     elif reward >= SOLVED * s.top:
         why = (f"everything is solved (mean {reward:.3f} of {s.top:g}): the task is too easy "
                f"for this policy; train a harder one")
-    else:
+    else:                 # dynamic.sampling on already: dynamic_sampling_exhausted says more
         why = ("each prompt's completions agree with each other: raise group_size or "
-               "temperature, or turn on dynamic.sampling")
+               "temperature" + ("" if (s.cfg.get("dynamic") or {}).get("sampling") else
+                                ", or turn on dynamic.sampling"))
     return Finding("equal_rewards", f"{seen}: {why}.")
 
 
