@@ -43,6 +43,9 @@ def test_constant_full_reward_says_too_easy_and_mixed_says_groups_agree():
     assert "everything is solved" in solved[0].message and "too easy" in solved[0].message
     agree = diagnose(steps(20, **{"reward/mean": 0.7, "group/zero_std_frac": 0.85}), CFG)
     assert "raise group_size or temperature" in agree[0].message
+    assert "turn on dynamic.sampling" not in agree[0].message          # CFG has it on already
+    off = diagnose(steps(20, **{"reward/mean": 0.7, "group/zero_std_frac": 0.85}), {})
+    assert "raise group_size or temperature, or turn on dynamic.sampling." in off[0].message
 
 
 def test_all_truncated_completions_say_raise_max_new_tokens():
@@ -111,3 +114,27 @@ def test_the_trainer_says_it_on_a_constant_reward_and_the_report_lists_it(tmp_pa
     md = write_report(history, tmp_path, to_dict(cfg)).read_text()
     assert "**equal_rewards** (steps 9-11, 3 checks)" in md
     assert "## Samples (greedy, held-out)" in md and "| step -1 | step 11 |" in md
+
+
+def test_every_setting_a_finding_names_is_a_train_flag():
+    """The settings the findings tell a user to change, as `grpo-lab train --help` spells them
+    (no abbreviation is accepted): snake_case and dotted names, and the single words named."""
+    import re
+
+    from grpo_lab.cli import build_parser
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    flags = {s[2:] for a in train._actions for s in a.option_strings}
+    histories = [steps(60, **{"reward/mean": 0.0, "group/zero_std_frac": 1.0}),
+                 steps(20, **{"reward/mean": 1.5, "group/zero_std_frac": 0.9}),
+                 steps(20, **{"reward/mean": 0.7, "group/zero_std_frac": 0.85}),
+                 steps(20, **{"completion/stopped_frac": 0.0}),
+                 steps(30, **{"policy/entropy": lambda i: 1.0 if i < 10 else 0.05}),
+                 steps(20, **{"sample/topped_up": lambda i: 3 if i % 2 else 0}),
+                 steps(20, **{"sample/logprob_gap": lambda i: 5e-6 if i == 0 else 3e-3})]
+    found = {f.code: f.message for h in histories for f in diagnose(h, CFG)}
+    assert set(found) == {c.__name__ for c in health.CHECKS}            # every finding read
+    named = {n for m in found.values()
+             for n in re.findall(r"\b[a-z][a-z0-9]*(?:[._][a-z0-9]+)+\b", m)} - set(found)
+    assert named - {"samples.jsonl"} <= flags, named - flags
+    assert {"clip.eps_high", "kl.beta", "tis.cap", "dynamic.max_draws"} <= named
+    assert {"lr", "temperature", "mu", "rollout"} <= flags

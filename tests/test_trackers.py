@@ -1,5 +1,6 @@
 """report_to: what each tracker wrote, read back offline, equals metrics.jsonl; a tracker that
 fails never stops training and says so once; a missing package is an error before any work."""
+import dataclasses
 import errno
 import json
 import os
@@ -333,3 +334,43 @@ def test_a_sink_that_cannot_open_is_said_once_and_skipped(tmp_path, monkeypatch)
     assert opened == [tmp_path] and len(said) == 1 and t.live == {}
     assert "'tensorboard' failed at opening it: OSError: [Errno 28] No space left on device" \
         in said[0]
+
+
+def test_a_run_resumed_after_dying_past_its_checkpoint_shows_each_step_once(tmp_path):
+    """An on_step hook raises at step 2, after TensorBoard got the step and the last checkpoint
+    (step 1): the resumed run logs step 2 again, and TensorBoard shows it once, the resumed
+    run's (the session start at step 2 hides the earlier process's steps from 2 on)."""
+    pytest.importorskip("tensorboard")
+    from grpo_lab.training.trainer import train
+    out = tmp_path / "run"
+    cfg = dataclasses.replace(short_cfg(out, report_to="tensorboard"), steps=4)
+
+    def plot_fails_at_step_2(m, policy):
+        if m["step"] == 2:
+            raise RuntimeError("the live plot failed")
+
+    with pytest.raises(RuntimeError, match="the live plot failed"):
+        train(cfg, progress=False, on_step=plot_fails_at_step_2)
+    assert read_training_checkpoint(out / "checkpoint.safetensors")["step"] == 1
+    train(cfg, resume=True, progress=False)
+    rows = metrics(out)
+    assert [r["step"] for r in rows] == [-1, 0, 1, 2, 3]
+    assert_tensorboard_holds(out, rows)              # each step once, the resumed run's values
+
+
+def test_tensorboard_keeps_the_config_and_a_resumed_process_hides_the_steps_it_logs_again(
+        tmp_path):
+    pytest.importorskip("tensorboard")
+    first = Trackers("tensorboard", tmp_path, {"lr": 1}, fresh=True)
+    for step in (-1, 0, 1, 2):                        # the base evaluation first, as a run does
+        first.log({"step": step, "reward/mean": float(step)})
+    first.close()
+    values, texts = read_tensorboard(tmp_path / "tensorboard")
+    assert values["reward/mean"] == [(-1, -1.0), (0, 0.0), (1, 1.0), (2, 2.0)]
+    assert list(texts["config"]) == [0]               # not hidden by the start at step -1
+    again = Trackers("tensorboard", tmp_path, {"lr": 1}, fresh=False)
+    for step in (1, 2, 3):                            # resumed from the checkpoint of step 0
+        again.log({"step": step, "reward/mean": 10.0 * step})
+    again.close()
+    values, _ = read_tensorboard(tmp_path / "tensorboard")
+    assert values["reward/mean"] == [(-1, -1.0), (0, 0.0), (1, 10.0), (2, 20.0), (3, 30.0)]

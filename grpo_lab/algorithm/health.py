@@ -45,11 +45,11 @@ GAP_FLOOR = 1e-4         # ... and above this (nats per token; float32 vLLM vs t
 # what entropy_collapse advises, with what the SmolLM2 studies measured (BENCHMARKS.md
 # section 19, 3 seeds each, paired): the sampling temperature sets the sampled entropy at once;
 # the KL term and clip-higher did not measurably hold it
-ENTROPY_LEVERS = ("raise temperature or lower lr. On SmolLM2 the KL term (beta 0.04) kept "
-                  "+0.04 nats [-0.01, +0.09] more after 30 steps, and clip-higher (eps_high "
+ENTROPY_LEVERS = ("raise temperature or lower lr. On SmolLM2 the KL term (kl.beta 0.04) kept "
+                  "+0.04 nats [-0.01, +0.09] more after 30 steps, and clip-higher (clip.eps_high "
                   "0.28 vs 0.2) -0.01 [-0.15, +0.14] after 12 steps at mu 2: neither told apart "
-                  "from noise with 3 seeds (BENCHMARKS.md section 19); eps_high acts only with "
-                  "mu > 1 (at mu 1 every ratio is 1 and no clip binds).")
+                  "from noise with 3 seeds (BENCHMARKS.md section 19); clip.eps_high acts only "
+                  "with mu > 1 (at mu 1 every ratio is 1 and no clip binds).")
 
 
 @dataclass(frozen=True)
@@ -109,9 +109,10 @@ def equal_rewards(s: Seen) -> Finding | None:
     elif reward >= SOLVED * s.top:
         why = (f"everything is solved (mean {reward:.3f} of {s.top:g}): the task is too easy "
                f"for this policy; train a harder one")
-    else:
+    else:                 # dynamic.sampling on already: dynamic_sampling_exhausted says more
         why = ("each prompt's completions agree with each other: raise group_size or "
-               "temperature, or turn on dynamic.sampling")
+               "temperature" + ("" if (s.cfg.get("dynamic") or {}).get("sampling") else
+                                ", or turn on dynamic.sampling"))
     return Finding("equal_rewards", f"{seen}: {why}.")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -112,8 +113,8 @@ def budget_note(history: list[dict], cfg: dict) -> list[str]:
                 f"training, and stopped there (target_accuracy).", ""]
     if not budget or last["step"] + 1 >= planned:
         return []
-    times = sorted(h["time/step_s"] for h in steps if "time/step_s" in h)
-    median = times[len(times) // 2] if times else float("nan")
+    times = [h["time/step_s"] for h in steps if "time/step_s" in h]
+    median = statistics.median(times) if times else float("nan")
     missed = (f" The target {target:.0%} was not reached (best "
               f"{max(h['eval/accuracy'] for h in history if 'eval/accuracy' in h):.1%})."
               if target and any("eval/accuracy" in h for h in history) else "")

@@ -77,8 +77,12 @@ def markdown_table(rows: list[dict]) -> str:
 
 def open_tensorboard(run_dir: Path, config: dict) -> Writer:
     """Event files written in this thread (tensorboard's RecordWriter over a plain file),
-    flushed every step: a failing write raises here, in the caller, not in a writer thread."""
-    from tensorboard.compat.proto.event_pb2 import Event
+    flushed every step: a failing write raises here, in the caller, not in a writer thread.
+    The first row logged starts a session at its step, as torch's ``SummaryWriter(purge_step=)``
+    does: TensorBoard hides what an earlier process wrote from that step on, so a run resumed
+    after dying past its last checkpoint (a crash, kill -9, an ``on_step`` hook raising) shows
+    each step once, not the lost steps twice."""
+    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.summary.writer.record_writer import RecordWriter
     from torch.utils.tensorboard.summary import text
@@ -93,9 +97,14 @@ def open_tensorboard(run_dir: Path, config: dict) -> Writer:
         out.write(Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
 
     out.write(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
-    write(0, text("config", "```\n" + json.dumps(config, indent=1) + "\n```"))
+    started = []                    # the first row's step, once logged
 
     def log(step: int, scalars: dict) -> None:
+        if not started:             # the config after the start: a start at step -1 (the base
+            started.append(step)    # evaluation) would hide a config written before it at 0
+            out.write(Event(wall_time=time.time(), step=step,
+                            session_log=SessionLog(status=SessionLog.START)).SerializeToString())
+            write(0, text("config", "```\n" + json.dumps(config, indent=1) + "\n```"))
         write(step, Summary(value=[Summary.Value(tag=k, simple_value=v)
                                    for k, v in scalars.items()]))
         out.flush()
