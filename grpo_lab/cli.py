@@ -342,14 +342,17 @@ def read_config_file(path: str | Path) -> tuple[str | None, dict]:
     """A --config file -> (its preset or None, {field: value} as ``overrides`` gives them),
     each key parsed by the train flag of its name (same types, choices and messages). The
     plugins it names are imported first, so their settings blocks are keys of it too."""
+    flags, nulls = config_file_args(path)
     pre = _Parser(add_help=False)
     add_plugin_arg(pre)
-    load_plugins(plugin_spec(pre.parse_known_args(config_file_args(path)[0])[0]))
+    spec = plugin_spec(pre.parse_known_args(flags)[0])
+    if spec:                                   # read again once their blocks are registered
+        load_plugins(spec)
+        flags, nulls = config_file_args(path)
     p = _FileParser(prog=str(path), add_help=False, allow_abbrev=False)
     p.add_argument("--preset", default=None, choices=sorted(PRESETS))
     add_plugin_arg(p)
     add_config_args(p, TrainConfig, skip=("plugins",))
-    flags, nulls = config_file_args(path)
     args = p.parse_args(flags)
     given = overrides(args, TrainConfig)
     if args.plugin:
