@@ -53,6 +53,7 @@ from typing import Callable
 
 import torch
 
+from grpo_lab.algorithm.loss import _first_non_finite
 from grpo_lab.registry import check_number, lookup
 
 SAFETY_BOUND = 20.0     # verl: log w clamped to [-20, 20] before exp (e^20 = 4.9e8)
@@ -162,8 +163,6 @@ def high_entropy_mask(entropy, mask, quantile: float) -> torch.Tensor:
         return m.to(h.dtype)
     hm = h[m]                                                              # (n_real,)
     if not torch.isfinite(hm).all():             # a NaN quantile would mask every token
-        i, t = (m & ~torch.isfinite(h)).nonzero()[0].tolist()
-        raise ValueError(f"entropy of sample {i}, token {t} is {float(h[i, t])}: the top-entropy "
-                         f"mask needs finite entropies on the real tokens")
+        _first_non_finite("entropy", h, m)
     threshold = torch.quantile(hm.float(), 1 - quantile).to(h.dtype)       # () over real tokens
     return (m & (h >= threshold)).to(h.dtype)                              # (N, T)
